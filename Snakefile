@@ -1,0 +1,27 @@
+# iclr25-repro: one DAG that regenerates the results of ICLR 2025 papers, from data to verdict.
+# This file is a table of contents: the rules live in workflow/rules/, the code they call in
+# workflow/papers/ (package `papers`) and kernels/ (package `kernels`). See README.md.
+import os
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# Relative to this file, so that `--directory` (tests, clusters) still finds the default config.
+configfile: os.path.join(workflow.basedir, "config", "config.yaml")
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/welfare.smk"
+include: "workflow/rules/uv_sharpness.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

@@ -1,0 +1,112 @@
+"""P2 welfare: the dynamics against hand-computed cases and the paper's closed-form rates."""
+import numpy as np
+import pytest
+
+from papers.welfare import dynamics as dyn
+from papers.welfare.params import Params, parse
+from papers.welfare.stages import crossing_time, load_incomes
+
+BOUNDS = dyn.Bounds(f_lb=5.0, f_ub=20.0, g_lb=1.0, g_ub=3.0)
+
+
+def test_one_step_by_hand():
+    # Three individuals, K = 1, no noise. f(U) = clip(U + 10, 5, 20), g(U) = clip(4 - U/2, 1, 3).
+    u = np.array([[2.0, 8.0, 14.0]])
+    f = dyn.treatment(u, 1.0, 10.0, BOUNDS)  # [12, 18, 20] (24 clipped to 20)
+    g = dyn.decay(u, -0.5, 4.0, BOUNDS)  # [3, 1, 1] (0 and -3 clipped to 1)
+    np.testing.assert_array_equal(f, [[12.0, 18.0, 20.0]])
+    np.testing.assert_array_equal(g, [[3.0, 1.0, 1.0]])
+    rng = np.random.default_rng(0)
+    expected = {
+        "rawlsian_min_u": [2 + 12, 8 - 1, 14 - 1],  # treats the lowest welfare
+        "rawlsian_max_g": [2 + 12, 8 - 1, 14 - 1],  # the fastest decaying is the lowest here
+        "util_max_u": [2 - 3, 8 - 1, 14 + 20],  # treats the highest welfare
+        "util_max_f": [2 - 3, 8 - 1, 14 + 20],
+        "util_max_fg": [2 - 3, 8 - 1, 14 + 20],  # f + g = [15, 19, 21]
+    }
+    for policy, want in expected.items():
+        treated = dyn.choose(policy, u, f, g, 1, rng)
+        np.testing.assert_array_equal(dyn.step(u, treated, f, g, 0.0), [want], err_msg=policy)
+
+
+def test_ties_go_to_the_lowest_index_and_random_treats_k():
+    u = np.array([[5.0, 1.0, 1.0, 5.0]])
+    assert dyn.top_k(-u, 1).tolist() == [[1]]
+    assert dyn.top_k(u, 2).tolist() == [[0, 3]]
+    treated = dyn.choose("random", np.zeros((7, 10)), None, None, 3, np.random.default_rng(1))
+    assert treated.sum(axis=1).tolist() == [3] * 7
+
+
+def test_theoretical_rates_and_official_bounds():
+    b = dyn.Bounds.official(n=50, k=1, g_lb=10, g_ub=60, a=4, b=0.5)
+    assert (b.f_lb, b.f_ub) == (12000.0, 13750.0)  # 4 * 50 * 60, + 0.5 * 50 * 70
+    rates = dyn.theoretical_rates(b, n=50, k=1)
+    assert rates["rawlsian"] == pytest.approx((13750 - 49 * 10) / 50)
+    assert rates["utilitarian"] == pytest.approx((13750 - 49 * 60) / 50)
+
+
+def test_rawlsian_long_run_rate_without_noise_is_exact():
+    # Everyone above both knots: f = f_ub and g = g_lb for all, so the mean gains exactly
+    # (K f_ub - (N - K) g_lb) / N per step under any policy; the Rawlsian one keeps it that way.
+    n, k = 6, 2
+    u0 = np.full((1, n), 1e6)
+    ones = np.ones((1, n))
+    mean = dyn.simulate("rawlsian_min_u", u0, 0 * ones, 1e9 * ones, 0 * ones, -1e9 * ones, BOUNDS, k=k,
+                        horizon=50, noise=False, rng=np.random.default_rng(0))
+    rate = dyn.theoretical_rates(BOUNDS, n, k)["rawlsian"]
+    np.testing.assert_allclose(np.diff(mean[0]), rate)
+    assert dyn.growth_rate(mean, 50)[0] == pytest.approx(rate)
+    assert dyn.late_slope(mean, 0.5)[0] == pytest.approx(rate)
+
+
+def test_utilitarian_starves_the_rest_in_the_long_run():
+    # max-U keeps treating the same top individual; the others sink to g = g_ub.
+    n, k = 5, 1
+    ones = np.ones((1, n))
+    u0 = np.array([[10.0, 0.0, 0.0, 0.0, 0.0]])
+    mean = dyn.simulate("util_max_u", u0, 0 * ones, 1e9 * ones, 0 * ones, 1e9 * ones, BOUNDS, k=k,
+                        horizon=40, noise=False, rng=np.random.default_rng(0))
+    np.testing.assert_allclose(np.diff(mean[0]), dyn.theoretical_rates(BOUNDS, n, k)["utilitarian"])
+
+
+def test_crossing_time():
+    rawls = np.array([1.0, 1.0, 3.0, 1.0, 3.0, 3.0])
+    util = np.full(6, 2.0)
+    assert crossing_time(rawls, util) == 5.0  # ahead from index 4 on, i.e. t = 5
+    assert np.isnan(crossing_time(util, rawls + 10))
+
+
+def test_engel_incomes_ship_with_statsmodels():
+    incomes = load_incomes()
+    assert incomes.shape == (235,)
+    assert incomes.min() == pytest.approx(377.0584, abs=1e-3)
+
+
+def test_malformed_income_file_names_file_and_line(tmp_path):
+    bad = tmp_path / "incomes.csv"
+    bad.write_text("income\n100\n200\nabc\n")
+    with pytest.raises(ValueError, match=r"incomes.csv: line 4: income 'abc'"):
+        load_incomes(str(bad))
+    (tmp_path / "other.csv").write_text("wage\n1\n")
+    with pytest.raises(ValueError, match="no column 'income'"):
+        load_incomes(str(tmp_path / "other.csv"))
+
+
+def test_params_reject_unknown_keys_and_bad_budgets():
+    with pytest.raises(KeyError, match="welfare.horizonn"):
+        parse({"horizonn": 5})
+    with pytest.raises(ValueError, match="budget"):
+        parse({"individuals": 5, "budget": 5})
+    assert parse({}) == Params()
+
+
+def test_simulation_is_vectorised_over_seeds_consistently():
+    # Row s of a batched run equals a run of row s alone when no randomness is drawn.
+    rng = np.random.default_rng(3)
+    u0 = rng.uniform(-100, 100, (3, 8))
+    fs, fi = rng.uniform(0.1, 1, (3, 8)), rng.uniform(0, 10, (3, 8))
+    gs, gi = -rng.uniform(0.1, 1, (3, 8)), rng.uniform(0, 10, (3, 8))
+    batched = dyn.simulate("util_max_fg", u0, fs, fi, gs, gi, BOUNDS, k=2, horizon=30, noise=False, rng=rng)
+    single = dyn.simulate("util_max_fg", u0[1:2], fs[1:2], fi[1:2], gs[1:2], gi[1:2], BOUNDS, k=2, horizon=30,
+                          noise=False, rng=rng)
+    np.testing.assert_allclose(batched[1], single[0])

@@ -1,0 +1,18 @@
+"""Run the workflow's Snakefile from the tests, always in a scratch directory (never the checkout)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def snakemake(*args: str, workdir: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run Snakemake on the repository's Snakefile with `args`, writing into `workdir`."""
+    cmd = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir), *args]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("TRITON_INTERPRET", None)  # set by tests/conftest.py for the kernel tests only
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

@@ -1,0 +1,106 @@
+"""The workflow as a whole: lint, dry-runs at every scale, the smoke DAG end to end, determinism."""
+import json
+import re
+
+import jsonschema
+import pytest
+
+from smk import ROOT, snakemake
+
+PAPERS = ["welfare", "uv_sharpness"]
+
+
+def _job_counts(stdout: str) -> dict[str, int]:
+    """Parse the 'Job stats' table of a dry run into {rule: count}."""
+    counts = {}
+    for line in stdout.splitlines():
+        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if m:
+            counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+def test_lint_is_clean(tmp_path):
+    result = snakemake("--lint", workdir=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("scale", ["smoke", "default", "full"])
+def test_dry_run_lists_every_paper_stage(tmp_path, scale):
+    args = [] if scale == "default" else ["--configfile", str(ROOT / "config" / f"{scale}.yaml")]
+    result = snakemake("-n", *args, workdir=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    counts = _job_counts(result.stdout)
+    assert counts["summary"] == 1 and counts["all"] == 1
+    for slug in PAPERS:
+        assert counts[f"{slug}_report"] == 1, counts
+    assert counts["welfare_simulate"] == 6  # one job per policy
+    mlp = {"smoke": 1, "default": 4, "full": 15}[scale]  # learning rates x seeds
+    assert counts["uv_sharpness_train_mlp"] == mlp
+
+
+def test_one_paper_by_its_target_rule(tmp_path):
+    result = snakemake("-n", "welfare", workdir=tmp_path, timeout=120)
+    assert result.returncode == 0
+    counts = _job_counts(result.stdout)
+    assert "welfare_report" in counts and not any(k.startswith("uv_sharpness") for k in counts)
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory):
+    """The smoke DAG of every paper, run twice from scratch in two directories."""
+    runs = []
+    for name in ("first", "second"):
+        workdir = tmp_path_factory.mktemp(name)
+        result = snakemake("--cores", "2", "--configfile", str(ROOT / "config" / "smoke.yaml"), workdir=workdir)
+        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+        runs.append(workdir)
+    return runs
+
+
+@pytest.mark.slow
+def test_smoke_dag_writes_every_declared_output(smoke_runs):
+    workdir = smoke_runs[0]
+    result = snakemake("--configfile", str(ROOT / "config" / "smoke.yaml"), "--summary", workdir=workdir, timeout=120)
+    assert result.returncode == 0
+    rows = [line.split("\t") for line in result.stdout.splitlines()[1:] if "\t" in line]
+    assert rows, result.stdout
+    for row in rows:
+        assert (workdir / row[0]).exists(), row[0]
+        assert row[-1].strip() == "no update", row  # a complete run leaves nothing to redo
+    schema = json.loads((ROOT / "workflow" / "schemas" / "claims.schema.json").read_text())
+    for slug in PAPERS:
+        base = workdir / "results" / "smoke" / slug
+        for name in ("table.md", "table.csv", "claims.json", "report.md"):
+            assert (base / name).stat().st_size > 0
+        claims = json.loads((base / "claims.json").read_text())
+        jsonschema.validate(claims, schema)
+        assert claims["paper"] == slug and claims["scale"] == "smoke"
+        assert list((base / "figures").glob("*.png"))
+        assert (workdir / "logs" / "smoke" / slug).is_dir()
+    summary = (workdir / "results" / "smoke" / "summary.md").read_text()
+    for slug in PAPERS:
+        assert f"[{slug}]({slug}/report.md)" in summary
+
+
+@pytest.mark.slow
+def test_smoke_reruns_are_deterministic(smoke_runs):
+    first, second = smoke_runs
+    for slug in PAPERS:
+        a = (first / "results" / "smoke" / slug / "table.csv").read_bytes()
+        b = (second / "results" / "smoke" / slug / "table.csv").read_bytes()
+        assert a == b, f"{slug}: table.csv differs between two identical smoke runs"
+        ca = json.loads((first / "results" / "smoke" / slug / "claims.json").read_text())
+        cb = json.loads((second / "results" / "smoke" / slug / "claims.json").read_text())
+        assert ca == cb
+
+
+@pytest.mark.slow
+def test_html_report_builds(smoke_runs, tmp_path):
+    workdir = smoke_runs[0]
+    out = workdir / "report.html"
+    result = snakemake("--configfile", str(ROOT / "config" / "smoke.yaml"), "--report", str(out), workdir=workdir,
+                       timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert out.stat().st_size > 10_000

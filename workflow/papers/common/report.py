@@ -1,0 +1,76 @@
+"""A paper's section of the summary (``report.md``): what was run, the table, the figures, the
+claim verdicts, the run time, and what differs from the paper, in plain words."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from papers.common.claims import Claim, verdict
+from papers.common.io import ensure_parent
+
+
+def run_time(benchmarks) -> tuple[float, int]:
+    """Total wall time (s) and job count from Snakemake `benchmark:` files (TSV with a column `s`)."""
+    total, jobs = 0.0, 0
+    for path in benchmarks:
+        df = pd.read_csv(path, sep="\t")
+        total += float(df["s"].iloc[0])
+        jobs += 1
+    return total, jobs
+
+
+def short(value) -> str:
+    """A measured value in one table cell."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return "; ".join(f"{k}={short(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(short(v) for v in value) + "]"
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+def claims_markdown(claims: list[Claim]) -> str:
+    lines = ["| id | claim | paper | measured | criterion | verdict |", "|---|---|---|---|---|---|"]
+    for c in claims:
+        cells = [c.id, c.statement, c.paper, short(c.measured), c.criterion, f"**{verdict(c.holds)}**"]
+        lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
+    notes = [f"- ({c.id}) {c.note}" for c in claims if c.note]
+    return "\n".join(lines) + "\n" + ("\nNotes:\n" + "\n".join(notes) + "\n" if notes else "")
+
+
+def write_report(path, *, title: str, scale: str, what_was_run: str, table_md, figures, claims: list[Claim],
+                 benchmarks, differences: str) -> None:
+    """Write `report.md` for one paper. `figures` are paths; links are made relative to `path`."""
+    path = ensure_parent(path)
+    seconds, jobs = run_time(benchmarks)
+    figure_lines = [f"![{Path(f).stem}]({os.path.relpath(f, path.parent)})" for f in figures]
+    held = sum(c.holds for c in claims)
+    text = "\n".join([
+        f"## {title}",
+        "",
+        f"Scale `{scale}`; {held} of {len(claims)} claims hold. Run time: {seconds:.1f} s summed over "
+        f"{jobs} jobs (Snakemake benchmarks; wall time is lower when jobs run side by side).",
+        "",
+        "### What was run",
+        "",
+        what_was_run.strip(),
+        "",
+        "### Results",
+        "",
+        Path(table_md).read_text().strip(),
+        "",
+        *figure_lines,
+        "",
+        "### Claims",
+        "",
+        claims_markdown(claims),
+        "### What differs from the paper",
+        "",
+        differences.strip(),
+        "",
+    ])
+    path.write_text(text)

@@ -1,0 +1,73 @@
+"""The bridge between a Snakemake rule and a paper's stage function.
+
+A rule is thin: it names a function (``params.call = "papers.<slug>.<module>:<function>"``) and
+the paths and parameters it takes. :func:`run_stage` turns the rule's named inputs, named outputs
+and remaining params into keyword arguments, sends stdout, stderr (tqdm bars) and ``logging`` to
+the rule's log file, limits the job to its threads, and logs what it ran and how long it took.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+log = logging.getLogger("papers")
+
+
+def resolve(target: str):
+    """Import ``"package.module:function"`` and return the function."""
+    module_name, _, func_name = target.partition(":")
+    if not func_name:
+        raise ValueError(f"params.call must look like 'papers.<slug>.<module>:<function>', got {target!r}")
+    return getattr(importlib.import_module(module_name), func_name)
+
+
+def limit_threads(threads: int) -> None:
+    """Keep a job to its Snakemake `threads:` (BLAS pools, and torch if it is loaded)."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+
+
+def _named(namedlist) -> dict:
+    return {name: value for name, value in namedlist.items()}
+
+
+@contextlib.contextmanager
+def log_to(path: str | None):
+    """Redirect stdout, stderr and the root logger to `path` (append), or leave them if None."""
+    if path is None:
+        yield
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", buffering=1) as stream:
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
+            try:
+                yield
+            finally:
+                root.removeHandler(handler)
+
+
+def run_stage(smk) -> None:
+    """Call the function a rule names, with the rule's paths and params as keyword arguments."""
+    params = _named(smk.params)
+    target = params.pop("call")
+    kwargs = {**_named(smk.input), **_named(smk.output), **params}
+    with log_to(smk.log[0] if smk.log else None):
+        limit_threads(smk.threads)
+        func = resolve(target)
+        limit_threads(smk.threads)  # again: importing the function may have loaded torch
+        log.info("rule %s: %s(%s)", smk.rule, target, ", ".join(sorted(kwargs)))
+        start = time.perf_counter()
+        func(**kwargs)
+        log.info("rule %s: done in %.1f s", smk.rule, time.perf_counter() - start)

@@ -1,0 +1,15 @@
+"""P2 welfare: Policy design in long-run welfare dynamics (Wu, Abebe, Hardt and Stoica, ICLR 2025).
+
+Official code:
+https://github.com/wujiduan/Rawls_vs_Utils (read for the dynamics, bounds, noise and tie-breaking).
+
+Reproduced: Fig. 1(a) as a table (mean welfare growth rate per policy at several horizons) and a
+figure (growth rate against time), with computed verdicts on three claims: a utilitarian policy
+leads in the short run, the Rawlsian policy leads in the long run (with the crossing time), and
+the long-run rates match the theoretical (K f_ub - (N-K) g_lb)/N and (K f_ub - (N-K) g_ub)/N.
+
+Deviation: the initial welfare comes from the Engel (1857) household incomes that ship in
+statsmodels, not from SIPP 2014 (not installable offline); see `stages.report` for the wording.
+
+Modules: :mod:`.dynamics` (the model, the policies, the theory), :mod:`.stages` (the DAG's stages).
+"""

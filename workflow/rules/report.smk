@@ -1,0 +1,26 @@
+# The cross-paper summary: one row per claim of every selected paper (results/<scale>/summary.md).
+# `snakemake --report results/<scale>/report.html` adds Snakemake's HTML report of every figure.
+
+
+rule summary:
+    input:
+        claims=[f"{RESULTS}/{slug}/claims.json" for slug in PAPERS],
+        reports=[f"{RESULTS}/{slug}/report.md" for slug in PAPERS],
+    output:
+        summary_md=report(f"{RESULTS}/summary.md", caption="../report/summary.rst", category="summary"),
+        summary_csv=f"{RESULTS}/summary.csv",
+    params:
+        call="papers.common.summary:write_summary",
+        scale=SCALE,
+    log:
+        f"{LOGS}/summary.log",
+    benchmark:
+        f"{BENCHMARKS}/summary.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL

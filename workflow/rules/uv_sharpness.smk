@@ -1,0 +1,173 @@
+# P12 uv_sharpness: sharpness dynamics of the UV model, and an MLP check on real digits.
+# prepare (digits) -> trajectories | sweep | train_mlp (per learning rate and seed) -> evaluate -> report.
+# Code: workflow/papers/uv_sharpness/ (stages.py holds the functions these rules call).
+
+UV = f"{RESULTS}/uv_sharpness"
+UV_CFG = config["uv_sharpness"]
+
+
+rule uv_sharpness_prepare:
+    output:
+        digits=f"{UV}/prepare/digits.parquet",
+    params:
+        call="papers.uv_sharpness.stages:prepare",
+        cfg=UV_CFG,
+    log:
+        f"{LOGS}/uv_sharpness/prepare/digits.log",
+    benchmark:
+        f"{BENCHMARKS}/uv_sharpness/prepare/digits.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule uv_sharpness_trajectories:
+    output:
+        trajectory=f"{UV}/train/uv_trajectories.parquet",
+    params:
+        call="papers.uv_sharpness.stages:trajectories",
+        cfg=UV_CFG,
+    log:
+        f"{LOGS}/uv_sharpness/train/uv_trajectories.log",
+    benchmark:
+        f"{BENCHMARKS}/uv_sharpness/train/uv_trajectories.tsv"
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule uv_sharpness_sweep:
+    output:
+        points=f"{UV}/train/sweep_points.parquet",
+        orbits=f"{UV}/train/sweep_orbits.parquet",
+    params:
+        call="papers.uv_sharpness.stages:sweep",
+        cfg=UV_CFG,
+    log:
+        f"{LOGS}/uv_sharpness/train/sweep.log",
+    benchmark:
+        f"{BENCHMARKS}/uv_sharpness/train/sweep.tsv"
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule uv_sharpness_train_mlp:
+    input:
+        digits=rules.uv_sharpness_prepare.output.digits,
+    output:
+        history=f"{UV}/train/mlp_lr{{lr}}_seed{{seed}}.parquet",
+    params:
+        call="papers.uv_sharpness.stages:train_mlp",
+        cfg=UV_CFG,
+        lr=lambda w: float(w.lr),
+        seed=lambda w: int(w.seed),
+    log:
+        f"{LOGS}/uv_sharpness/train/mlp_lr{{lr}}_seed{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/uv_sharpness/train/mlp_lr{{lr}}_seed{{seed}}.tsv"
+    wildcard_constraints:
+        lr="|".join(str(lr) for lr in UV_CFG["mlp"]["learning_rates"]),
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+        gpu=res("train", "gpu"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+UV_MLP_RUNS = dict(lr=UV_CFG["mlp"]["learning_rates"], seed=range(UV_CFG["mlp"]["seeds"]))
+
+
+rule uv_sharpness_evaluate:
+    input:
+        trajectory=rules.uv_sharpness_trajectories.output.trajectory,
+        points=rules.uv_sharpness_sweep.output.points,
+        histories=expand(rules.uv_sharpness_train_mlp.output.history, **UV_MLP_RUNS),
+    output:
+        metrics=f"{UV}/evaluate/metrics.json",
+    params:
+        call="papers.uv_sharpness.stages:evaluate",
+        cfg=UV_CFG,
+    log:
+        f"{LOGS}/uv_sharpness/evaluate/metrics.log",
+    benchmark:
+        f"{BENCHMARKS}/uv_sharpness/evaluate/metrics.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule uv_sharpness_report:
+    input:
+        metrics=rules.uv_sharpness_evaluate.output.metrics,
+        trajectory=rules.uv_sharpness_trajectories.output.trajectory,
+        points=rules.uv_sharpness_sweep.output.points,
+        orbits=rules.uv_sharpness_sweep.output.orbits,
+        histories=expand(rules.uv_sharpness_train_mlp.output.history, **UV_MLP_RUNS),
+        benchmarks=[
+            rules.uv_sharpness_prepare.benchmark,
+            rules.uv_sharpness_trajectories.benchmark,
+            rules.uv_sharpness_sweep.benchmark,
+            *expand(rules.uv_sharpness_train_mlp.benchmark, **UV_MLP_RUNS),
+            rules.uv_sharpness_evaluate.benchmark,
+        ],
+    output:
+        table_md=report(f"{UV}/table.md", caption="../report/uv_sharpness/table.rst", category="uv_sharpness"),
+        table_csv=f"{UV}/table.csv",
+        claims=f"{UV}/claims.json",
+        params_json=f"{UV}/params.json",
+        report_md=f"{UV}/report.md",
+        fig_trajectories=report(
+            f"{UV}/figures/sharpness_trajectories.png",
+            caption="../report/uv_sharpness/trajectories.rst",
+            category="uv_sharpness",
+        ),
+        fig_bifurcation=report(
+            f"{UV}/figures/bifurcation.png", caption="../report/uv_sharpness/bifurcation.rst", category="uv_sharpness"
+        ),
+        fig_mlp=report(f"{UV}/figures/mlp_sharpness.png", caption="../report/uv_sharpness/mlp.rst", category="uv_sharpness"),
+    params:
+        call="papers.uv_sharpness.stages:report",
+        cfg=UV_CFG,
+        scale=SCALE,
+    log:
+        f"{LOGS}/uv_sharpness/report.log",
+    benchmark:
+        f"{BENCHMARKS}/uv_sharpness/report.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule uv_sharpness:
+    input:
+        paper_outputs("uv_sharpness"),

@@ -1,0 +1,114 @@
+# P2 welfare: Rawlsian vs utilitarian policies in long-run welfare dynamics.
+# prepare (populations) -> simulate (one job per policy, seeds vectorised) -> evaluate -> report.
+# Code: workflow/papers/welfare/ (stages.py holds the functions these rules call).
+
+WELFARE = f"{RESULTS}/welfare"
+
+
+rule welfare_prepare:
+    output:
+        population=f"{WELFARE}/prepare/population.parquet",
+    params:
+        call="papers.welfare.stages:prepare",
+        cfg=config["welfare"],
+    log:
+        f"{LOGS}/welfare/prepare/population.log",
+    benchmark:
+        f"{BENCHMARKS}/welfare/prepare/population.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule welfare_simulate:
+    input:
+        population=rules.welfare_prepare.output.population,
+    output:
+        trajectory=f"{WELFARE}/simulate/{{policy}}.parquet",
+    params:
+        call="papers.welfare.stages:simulate",
+        cfg=config["welfare"],
+        policy="{policy}",
+    log:
+        f"{LOGS}/welfare/simulate/{{policy}}.log",
+    benchmark:
+        f"{BENCHMARKS}/welfare/simulate/{{policy}}.tsv"
+    wildcard_constraints:
+        policy="|".join(config["welfare"]["policies"]),
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule welfare_evaluate:
+    input:
+        trajectories=expand(rules.welfare_simulate.output.trajectory, policy=config["welfare"]["policies"]),
+    output:
+        metrics=f"{WELFARE}/evaluate/metrics.parquet",
+        rates=f"{WELFARE}/evaluate/growth_rates.parquet",
+        crossing=f"{WELFARE}/evaluate/crossing.json",
+    params:
+        call="papers.welfare.stages:evaluate",
+        cfg=config["welfare"],
+    log:
+        f"{LOGS}/welfare/evaluate/metrics.log",
+    benchmark:
+        f"{BENCHMARKS}/welfare/evaluate/metrics.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule welfare_report:
+    input:
+        metrics=rules.welfare_evaluate.output.metrics,
+        rates=rules.welfare_evaluate.output.rates,
+        crossing=rules.welfare_evaluate.output.crossing,
+        benchmarks=[
+            rules.welfare_prepare.benchmark,
+            *expand(rules.welfare_simulate.benchmark, policy=config["welfare"]["policies"]),
+            rules.welfare_evaluate.benchmark,
+        ],
+    output:
+        table_md=report(f"{WELFARE}/table.md", caption="../report/welfare/table.rst", category="welfare"),
+        table_csv=f"{WELFARE}/table.csv",
+        claims=f"{WELFARE}/claims.json",
+        params_json=f"{WELFARE}/params.json",
+        report_md=f"{WELFARE}/report.md",
+        figure=report(f"{WELFARE}/figures/growth_rate.png", caption="../report/welfare/growth_rate.rst", category="welfare"),
+    params:
+        call="papers.welfare.stages:report",
+        cfg=config["welfare"],
+        scale=SCALE,
+    log:
+        f"{LOGS}/welfare/report.log",
+    benchmark:
+        f"{BENCHMARKS}/welfare/report.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule welfare:
+    input:
+        paper_outputs("welfare"),
