@@ -1,0 +1,1 @@
+# P7 cbplm: not implemented yet (see the open issue).

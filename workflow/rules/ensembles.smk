@@ -1,0 +1,1 @@
+# P9 ensembles: not implemented yet (see the open issue).

@@ -1,0 +1,1 @@
+# P16 hip: not implemented yet (see the open issue).

@@ -1,0 +1,1 @@
+# P14 neural_fdm: not implemented yet (see the open issue).

@@ -1,0 +1,1 @@
+# P1 orion: not implemented yet (see the open issue).

@@ -1,0 +1,1 @@
+# P11 sharpening: not implemented yet (see the open issue).
