@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# The papers whose smoke DAG the tests run (every implemented paper).
+PAPERS = ["welfare", "uv_sharpness"]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 

@@ -5,9 +5,8 @@ import re
 import jsonschema
 import pytest
 
-from smk import ROOT, snakemake
+from smk import PAPERS, ROOT, snakemake
 
-PAPERS = ["welfare", "uv_sharpness"]
 
 
 def _job_counts(stdout: str) -> dict[str, int]:
@@ -45,18 +44,6 @@ def test_one_paper_by_its_target_rule(tmp_path):
     assert result.returncode == 0
     counts = _job_counts(result.stdout)
     assert "welfare_report" in counts and not any(k.startswith("uv_sharpness") for k in counts)
-
-
-@pytest.fixture(scope="module")
-def smoke_runs(tmp_path_factory):
-    """The smoke DAG of every paper, run twice from scratch in two directories."""
-    runs = []
-    for name in ("first", "second"):
-        workdir = tmp_path_factory.mktemp(name)
-        result = snakemake("--cores", "2", "--configfile", str(ROOT / "config" / "smoke.yaml"), workdir=workdir)
-        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-        runs.append(workdir)
-    return runs
 
 
 @pytest.mark.slow

@@ -17,6 +17,11 @@ from pathlib import Path
 
 log = logging.getLogger("papers")
 
+# Fault injection for the cluster test (tests/workflow/test_slurm.py): with
+# REPRO_FAIL_ONCE=<rule>:<marker file>, the first run of <rule> creates the marker and fails, so
+# the test can check that the profile's retries resubmit it. Unset, it does nothing.
+FAIL_ONCE_ENV = "REPRO_FAIL_ONCE"
+
 
 def resolve(target: str):
     """Import ``"package.module:function"`` and return the function."""
@@ -58,6 +63,13 @@ def log_to(path: str | None):
                 root.removeHandler(handler)
 
 
+def _fail_once(rule: str) -> None:
+    rule_name, _, marker = os.environ.get(FAIL_ONCE_ENV, "").partition(":")
+    if rule_name == rule and marker and not os.path.exists(marker):
+        Path(marker).touch()
+        raise RuntimeError(f"{FAIL_ONCE_ENV}: injected failure of rule {rule} (a retry will pass)")
+
+
 def run_stage(smk) -> None:
     """Call the function a rule names, with the rule's paths and params as keyword arguments."""
     params = _named(smk.params)
@@ -68,6 +80,7 @@ def run_stage(smk) -> None:
         func = resolve(target)
         limit_threads(smk.threads)  # again: importing the function may have loaded torch
         log.info("rule %s: %s(%s)", smk.rule, target, ", ".join(sorted(kwargs)))
+        _fail_once(smk.rule)
         start = time.perf_counter()
         func(**kwargs)
         log.info("rule %s: done in %.1f s", smk.rule, time.perf_counter() - start)

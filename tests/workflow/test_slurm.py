@@ -1,0 +1,90 @@
+"""The cluster profile against a real SLURM: a one-node cluster from Debian's packages
+(scripts/slurm-local.sh) runs the smoke DAG of every paper through profiles/ci-slurm.
+
+Checked: the run completes and its tables equal the local run's; a GPU rule reaches SLURM with a
+GPU request; a job that fails once is retried and the run completes. The cluster is brought down
+even when the test fails. Needs root (munge and slurmd), as in CI.
+"""
+import os
+import subprocess
+
+import pytest
+
+from smk import PAPERS, ROOT, SNAKEMAKE, snakemake
+
+SLURM = ROOT / "scripts" / "slurm-local.sh"
+GPU_RULE = "uv_sharpness_train_mlp"  # profiles/ci-slurm gives it the fake GPU
+FAILING_RULE = "welfare_prepare"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="a local SLURM needs root (munge, slurmd); CI runs as root"),
+]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    up = subprocess.run([str(SLURM), "up"], capture_output=True, text=True, timeout=600)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        yield
+    finally:
+        subprocess.run([str(SLURM), "down"], capture_output=True, text=True, timeout=120)
+
+
+def paper_groups(workdir) -> list[str]:
+    """`--groups` arguments that put each paper's rules in one group: on a cluster every job parses
+    the workflow again (seconds), so the smoke DAG's tiny jobs run as one SLURM job per paper."""
+    listed = snakemake("--list-rules", workdir=workdir, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    groups = []
+    for rule in listed.stdout.split():
+        slug = next((s for s in PAPERS if rule.startswith(f"{s}_")), None)
+        if slug:
+            groups.append(f"{rule}={slug}")
+    return groups
+
+
+def slurm_jobs() -> list[dict]:
+    """Every job the cluster knows (finished ones stay for MinJobAge), as `scontrol show job` fields."""
+    out = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True, timeout=30).stdout
+    jobs = []
+    for line in out.splitlines():
+        fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+        jobs.append(fields)
+    return jobs
+
+
+def test_smoke_dag_through_slurm(cluster, smoke_runs, tmp_path):
+    workdir = tmp_path / "slurm"
+    workdir.mkdir()
+    marker = tmp_path / "failed-once"
+    env = {**os.environ, "REPRO_FAIL_ONCE": f"{FAILING_RULE}:{marker}"}
+    # timeout -k: with accounting off, a misconfigured plugin polls sacct forever; never hang CI.
+    cmd = ["timeout", "-k", "10", "1500", SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
+           "--profile", str(ROOT / "profiles" / "ci-slurm"),
+           "--configfile", str(ROOT / "config" / "smoke.yaml"),
+           "--groups", *paper_groups(workdir)]
+    env.pop("TRITON_INTERPRET", None)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=1600, env=env)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-6000:]
+
+    # The same tables as the local smoke run.
+    for slug in PAPERS:
+        local = (smoke_runs[0] / "results" / "smoke" / slug / "table.csv").read_bytes()
+        remote = (workdir / "results" / "smoke" / slug / "table.csv").read_bytes()
+        assert local == remote, f"{slug}: the SLURM run's table differs from the local run's"
+
+    # The injected failure happened, and the retry completed the run.
+    assert marker.exists(), "the failing rule never ran"
+    assert "injected failure of rule welfare_prepare" in log or "Error in group" in log or "Error in rule" in log
+
+    # Every job went through SLURM; the GPU rule's job asked for a GPU, and no other job did.
+    jobs = [j for j in slurm_jobs() if j.get("WorkDir") == str(workdir)]
+    assert len(jobs) >= len(PAPERS) + 1  # one group job per paper, plus the retried one
+    gpu_jobs = [j for j in jobs if "gpu" in (j.get("TresPerJob", "") + j.get("TresPerNode", ""))]
+    assert gpu_jobs, "no job was submitted with a GPU request"
+    assert all("uv_sharpness" in j.get("Comment", "") or GPU_RULE in j.get("Comment", "") for j in gpu_jobs), gpu_jobs
+    failed = [j for j in jobs if j.get("JobState") in ("FAILED", "NODE_FAIL")]
+    assert len(failed) == 1, [(j.get("Comment"), j.get("JobState")) for j in jobs]
