@@ -1,0 +1,586 @@
+"""Fused scaled-dot-product attention: torch reference, Triton forward and backward.
+
+Read bottom-up: the public :func:`attention`, its ``torch.library`` registration, the
+Triton launchers, the Triton kernels, and first the reference (the spec and CPU path).
+
+The Triton kernels follow FlashAttention-2 (Dao, 2023, arXiv:2307.08691, Alg. 1 and 2)
+in the idiom of Triton's tutorial 06-fused-attention: key tiles stream past a resident
+query tile while an online softmax keeps the running max ``m_i``, the running
+normaliser ``l_i`` and the unnormalised output ``acc``, all in fp32; the forward saves
+the log-sum-exp per query row so that the backward recomputes the probabilities
+instead of storing the ``Tq x Tk`` matrix.
+
+Conventions, shared by reference and kernels:
+
+* grouped-query attention: query head ``h`` reads key/value head ``h // (Hq // Hkv)``;
+* ``causal`` is aligned bottom-right (as in FlashAttention-2): query ``i`` sits at key
+  position ``i + Tk - Tq`` and sees keys ``j <= i + Tk - Tq``; for ``Tq == Tk`` this is
+  the usual lower-triangular mask;
+* a query row that sees no key (all masked) outputs zeros, gets zero gradients, and its
+  log-sum-exp is ``-inf`` (``scaled_dot_product_attention`` returns NaN there).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ._dispatch import cdiv, check_launchable, interpreting, next_pow2, tl, triton, use_triton
+
+__all__ = ["attention", "attention_reference"]
+
+
+# ----------------------------------------------------------------------------------------
+# Reference: plain torch, materialises the (B, Hq, Tq, Tk) scores, softmax in fp32.
+# ----------------------------------------------------------------------------------------
+
+
+def _acc_dtype(x: Tensor) -> torch.dtype:
+    # fp32 accumulation for fp16 / bf16 / fp32; float64 stays float64 (gradcheck).
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def causal_mask(Tq: int, Tk: int, device=None) -> Tensor:
+    """Boolean ``(Tq, Tk)`` mask, True where query ``i`` may see key ``j`` (bottom-right aligned)."""
+    return torch.ones(Tq, Tk, dtype=torch.bool, device=device).tril(diagonal=Tk - Tq)
+
+
+def _scores_reference(q, k, bias, causal, scale):
+    """Scaled scores ``(B, Hq, Tq, Tk)`` in the accumulation dtype, masked with -inf."""
+    acc = _acc_dtype(q)
+    group = q.shape[1] // k.shape[1]
+    k = k.to(acc).repeat_interleave(group, dim=1)  # (B, Hq, Tk, D)
+    s = torch.matmul(q.to(acc), k.transpose(-1, -2)) * scale  # (B, Hq, Tq, Tk)
+    if bias is not None:
+        s = s + bias.to(acc)
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[2], k.shape[2], q.device), float("-inf"))
+    return s
+
+
+def _attention_fwd_reference(q, k, v, bias, causal, scale):
+    """Returns ``(out, lse)``: out in ``q.dtype``, lse ``(B, Hq, Tq)`` in fp32 (fp64)."""
+    acc = _acc_dtype(q)
+    group = q.shape[1] // k.shape[1]
+    s = _scores_reference(q, k, bias, causal, scale)
+    lse = torch.logsumexp(s, dim=-1)  # (B, Hq, Tq); -inf on rows that see no key
+    # subtracting 0 instead of -inf on empty rows keeps exp(-inf) = 0 instead of NaN
+    p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
+    out = torch.matmul(p, v.to(acc).repeat_interleave(group, dim=1))  # (B, Hq, Tq, D)
+    return out.to(q.dtype), lse
+
+
+def _attention_bwd_reference(do, q, k, v, bias, out, lse, causal, scale, need_dbias):
+    """FlashAttention-2's backward equations, materialised.
+
+    .. math::
+        dV = P^T dO, \\quad dP = dO V^T, \\quad dS = P \\circ (dP - \\mathrm{rowsum}(dO \\circ O)),
+        \\quad dQ = s\\, dS K, \\quad dK = s\\, dS^T Q, \\quad d\\mathrm{bias} = dS
+    """
+    acc = _acc_dtype(q)
+    B, Hq, Tq, D = q.shape
+    Hkv, Tk = k.shape[1], k.shape[2]
+    group = Hq // Hkv
+    s = _scores_reference(q, k, bias, causal, scale)
+    p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse.to(acc)).unsqueeze(-1))  # (B, Hq, Tq, Tk)
+    do = do.to(acc)
+    kk = k.to(acc).repeat_interleave(group, dim=1)
+    vv = v.to(acc).repeat_interleave(group, dim=1)
+    dv = torch.matmul(p.transpose(-1, -2), do)  # (B, Hq, Tk, D)
+    dp = torch.matmul(do, vv.transpose(-1, -2))  # (B, Hq, Tq, Tk)
+    delta = (do * out.to(acc)).sum(-1, keepdim=True)  # (B, Hq, Tq, 1) = rowsum(P o dP)
+    ds = p * (dp - delta)
+    dq = torch.matmul(ds, kk) * scale
+    dk = torch.matmul(ds.transpose(-1, -2), q.to(acc)) * scale
+    # grouped-query attention: a key/value head collects the gradients of its query heads
+    dk = dk.view(B, Hkv, group, Tk, D).sum(2)
+    dv = dv.view(B, Hkv, group, Tk, D).sum(2)
+    dbias = ds.sum_to_size(bias.shape).to(bias.dtype) if need_dbias else q.new_empty(0)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dbias
+
+
+def attention_reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    bias: Optional[Tensor] = None,
+    scale: Optional[float] = None,
+) -> Tensor:
+    """Scaled dot-product attention in plain torch (the spec of :func:`attention`).
+
+    .. math::
+        \\mathrm{out} = \\mathrm{softmax}\\left(s\\, Q K^T + \\mathrm{bias} + M_\\mathrm{causal}\\right) V
+
+    Differentiable by autograd; same arguments and conventions as :func:`attention`.
+    """
+    _check_shapes(q, k, v, bias)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    return _attention_fwd_reference(q, k, v, _bias_to_float(bias, q), causal, scale)[0]
+
+
+# ----------------------------------------------------------------------------------------
+# Triton kernels
+# ----------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _attn_fwd_inner(acc, l_i, m_i, q,  #
+                    K, V, Bias,  #
+                    stride_kn, stride_kd, stride_vn, stride_vd, stride_bm, stride_bn,  #
+                    qk_scale, offs_m, offs_d, lo, hi, Tq, Tk,  #
+                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,  #
+                    CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, MASK: tl.constexpr,  #
+                    IN_PRECISION: tl.constexpr):
+    # MASK is False for the key tiles that lie entirely inside [0, Tk) and entirely at or
+    # below the causal diagonal for every row of this query tile: there no -inf can
+    # appear, so the comparison and select are skipped.
+    offs_n0 = tl.arange(0, BLOCK_N)
+    mask_d = offs_d < HEAD_DIM
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        mask_n = offs_n < Tk
+        # -- scores, in log2 units: qk * scale / ln(2) so that exp2 can replace exp --
+        kT = tl.load(K + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd,
+                     mask=mask_n[None, :] & mask_d[:, None], other=0.0)  # (BLOCK_D, BLOCK_N)
+        qk = tl.dot(q, kT, input_precision=IN_PRECISION) * qk_scale  # fp32 (BLOCK_M, BLOCK_N)
+        if HAS_BIAS:
+            b = tl.load(Bias + offs_m[:, None] * stride_bm + offs_n[None, :] * stride_bn,
+                        mask=(offs_m[:, None] < Tq) & mask_n[None, :], other=0.0)
+            qk += b.to(tl.float32) * 1.4426950408889634  # bias is in natural-log units
+        if MASK:
+            keep = mask_n[None, :]
+            if CAUSAL:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None] + (Tk - Tq))
+            qk = tl.where(keep, qk, float("-inf"))
+        # -- online softmax --
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        # a row that has only seen -inf keeps m_ij = -inf: subtracting 0 instead avoids
+        # (-inf) - (-inf) = nan, and exp2(-inf) = 0 is then the right (empty) contribution
+        m_safe = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+        p = tl.math.exp2(qk - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(V + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                    mask=mask_n[:, None] & mask_d[None, :], other=0.0)  # (BLOCK_N, BLOCK_D)
+        # p is rounded to v's dtype for the tensor cores; acc stays fp32
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=IN_PRECISION)
+        m_i = m_ij
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd(Q, K, V, Bias, Out, LSE,  #
+              stride_qb, stride_qh, stride_qm, stride_qd,  #
+              stride_kb, stride_kh, stride_kn, stride_kd,  #
+              stride_vb, stride_vh, stride_vn, stride_vd,  #
+              stride_bb, stride_bh, stride_bm, stride_bn,  #
+              stride_ob, stride_oh, stride_om, stride_od,  #
+              Hq, Tq, Tk, sm_scale,  #
+              GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,  #
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,  #
+              CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, IN_PRECISION: tl.constexpr):
+    start_m = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    off_b = (off_bh // Hq).to(tl.int64)
+    off_h = (off_bh % Hq).to(tl.int64)
+    off_hkv = off_h // GROUP  # grouped-query attention
+    Q += off_b * stride_qb + off_h * stride_qh
+    K += off_b * stride_kb + off_hkv * stride_kh
+    V += off_b * stride_vb + off_hkv * stride_vh
+    Out += off_b * stride_ob + off_h * stride_oh
+    if HAS_BIAS:
+        Bias += off_b * stride_bb + off_h * stride_bh
+
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_md = (offs_m[:, None] < Tq) & (offs_d[None, :] < HEAD_DIM)
+    q = tl.load(Q + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=mask_md, other=0.0)
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634  # 1/ln(2): softmax in base 2 with exp2
+
+    # Key range of this query tile. [0, lo_mask) needs no mask; [lo_mask, hi) does.
+    if CAUSAL:
+        offset = Tk - Tq  # bottom-right alignment: row m sees keys <= m + offset
+        hi = tl.maximum(tl.minimum(Tk, (start_m + 1) * BLOCK_M + offset), 0)
+        # tiles ending at or before the first row's diagonal are fully visible
+        lo_mask = tl.maximum(start_m * BLOCK_M + offset + 1, 0) // BLOCK_N * BLOCK_N
+        lo_mask = tl.minimum(lo_mask, Tk // BLOCK_N * BLOCK_N)
+    else:
+        hi = Tk
+        lo_mask = Tk // BLOCK_N * BLOCK_N
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, Bias,  #
+                                    stride_kn, stride_kd, stride_vn, stride_vd, stride_bm, stride_bn,  #
+                                    qk_scale, offs_m, offs_d, 0, lo_mask, Tq, Tk,  #
+                                    HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, False, IN_PRECISION)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, K, V, Bias,  #
+                                    stride_kn, stride_kd, stride_vn, stride_vd, stride_bm, stride_bn,  #
+                                    qk_scale, offs_m, offs_d, lo_mask, hi, Tq, Tk,  #
+                                    HEAD_DIM, BLOCK_N, CAUSAL, HAS_BIAS, True, IN_PRECISION)
+    # epilogue: rows that saw no key output 0 and store lse = -inf
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    acc = acc / l_safe[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)  # natural log
+    tl.store(LSE + off_bh.to(tl.int64) * Tq + offs_m, lse, mask=offs_m < Tq)
+    tl.store(Out + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od, acc.to(Out.type.element_ty), mask=mask_md)
+
+
+@triton.jit
+def _attn_bwd_dkdv(Q, K, V, Bias, DO, LSE, Delta, DK, DV,  #
+                   stride_qb, stride_qh, stride_qm, stride_qd,  #
+                   stride_kb, stride_kh, stride_kn, stride_kd,  #
+                   stride_vb, stride_vh, stride_vn, stride_vd,  #
+                   stride_bb, stride_bh, stride_bm, stride_bn,  #
+                   stride_dob, stride_doh, stride_dom, stride_dod,  #
+                   stride_dkb, stride_dkh, stride_dkn, stride_dkd,  #
+                   stride_dvb, stride_dvh, stride_dvn, stride_dvd,  #
+                   Hq, Tq, Tk, sm_scale,  #
+                   GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,  #
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,  #
+                   CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, IN_PRECISION: tl.constexpr):
+    # One program owns one key tile of one key/value head and loops over the query
+    # tiles of all GROUP query heads that read it: dK, dV are summed in registers in a
+    # fixed order (deterministic; no atomics).
+    start_n = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    Hkv = Hq // GROUP
+    off_b = (off_bh // Hkv).to(tl.int64)
+    off_hkv = (off_bh % Hkv).to(tl.int64)
+    offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_n = offs_n < Tk
+    mask_nd = mask_n[:, None] & (offs_d[None, :] < HEAD_DIM)
+    k = tl.load(K + off_b * stride_kb + off_hkv * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                mask=mask_nd, other=0.0)  # (BLOCK_N, BLOCK_D)
+    v = tl.load(V + off_b * stride_vb + off_hkv * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                mask=mask_nd, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    offset = Tk - Tq
+    if CAUSAL:  # the first row that sees key start_n * BLOCK_N is start_n * BLOCK_N - offset
+        lo = tl.maximum(start_n * BLOCK_N - offset, 0) // BLOCK_M * BLOCK_M
+    else:
+        lo = 0
+    for g in range(GROUP):
+        off_h = off_hkv * GROUP + g
+        off_bhq = off_b * Hq + off_h
+        Qh = Q + off_b * stride_qb + off_h * stride_qh
+        DOh = DO + off_b * stride_dob + off_h * stride_doh
+        for start_m in range(lo, Tq, BLOCK_M):
+            offs_m = start_m + tl.arange(0, BLOCK_M)
+            mask_m = offs_m < Tq
+            mask_md = mask_m[:, None] & (offs_d[None, :] < HEAD_DIM)
+            q = tl.load(Qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=mask_md, other=0.0)
+            do = tl.load(DOh + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod, mask=mask_md, other=0.0)
+            # padded rows get lse = +inf, i.e. p = 0; empty rows (-inf) likewise
+            lse = tl.load(LSE + off_bhq * Tq + offs_m, mask=mask_m, other=float("inf"))
+            lse = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+            Di = tl.load(Delta + off_bhq * Tq + offs_m, mask=mask_m, other=0.0)
+            qk = tl.dot(q, tl.trans(k), input_precision=IN_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
+            if HAS_BIAS:
+                b = tl.load(Bias + off_b * stride_bb + off_h * stride_bh
+                            + offs_m[:, None] * stride_bm + offs_n[None, :] * stride_bn,
+                            mask=mask_m[:, None] & mask_n[None, :], other=0.0)
+                qk += b.to(tl.float32) * 1.4426950408889634
+            p = tl.math.exp2(qk - lse[:, None])
+            keep = mask_m[:, None] & mask_n[None, :]
+            if CAUSAL:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None] + offset)
+            p = tl.where(keep, p, 0.0)
+            dv += tl.dot(tl.trans(p).to(do.dtype), do, input_precision=IN_PRECISION)
+            dp = tl.dot(do, tl.trans(v), input_precision=IN_PRECISION)  # (BLOCK_M, BLOCK_N) fp32
+            ds = p * (dp - Di[:, None])
+            dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=IN_PRECISION)
+    dk *= sm_scale
+    tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
+             dk.to(DK.type.element_ty), mask=mask_nd)
+    tl.store(DV + off_b * stride_dvb + off_hkv * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
+             dv.to(DV.type.element_ty), mask=mask_nd)
+
+
+@triton.jit
+def _attn_bwd_dq(Q, K, V, Bias, DO, LSE, Delta, DQ, DS,  #
+                 stride_qb, stride_qh, stride_qm, stride_qd,  #
+                 stride_kb, stride_kh, stride_kn, stride_kd,  #
+                 stride_vb, stride_vh, stride_vn, stride_vd,  #
+                 stride_bb, stride_bh, stride_bm, stride_bn,  #
+                 stride_dob, stride_doh, stride_dom, stride_dod,  #
+                 stride_dqb, stride_dqh, stride_dqm, stride_dqd,  #
+                 Hq, Tq, Tk, sm_scale,  #
+                 GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,  #
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,  #
+                 CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_DS: tl.constexpr,  #
+                 IN_PRECISION: tl.constexpr):
+    # One program owns one query tile; when the bias needs a gradient it also writes
+    # dS (= dbias before broadcasting is undone) to the dense fp32 buffer DS.
+    start_m = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    off_b = (off_bh // Hq).to(tl.int64)
+    off_h = (off_bh % Hq).to(tl.int64)
+    off_hkv = off_h // GROUP
+    K += off_b * stride_kb + off_hkv * stride_kh
+    V += off_b * stride_vb + off_hkv * stride_vh
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_m = offs_m < Tq
+    mask_d = offs_d < HEAD_DIM
+    mask_md = mask_m[:, None] & mask_d[None, :]
+    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=mask_md, other=0.0)
+    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                 mask=mask_md, other=0.0)
+    lse = tl.load(LSE + off_bh.to(tl.int64) * Tq + offs_m, mask=mask_m, other=float("inf"))
+    lse = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+    Di = tl.load(Delta + off_bh.to(tl.int64) * Tq + offs_m, mask=mask_m, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    offset = Tk - Tq
+    if CAUSAL:
+        hi = tl.maximum(tl.minimum(Tk, (start_m + 1) * BLOCK_M + offset), 0)
+    else:
+        hi = Tk
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < Tk
+        mask_nd = mask_n[:, None] & mask_d[None, :]
+        k = tl.load(K + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=mask_nd, other=0.0)
+        v = tl.load(V + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=mask_nd, other=0.0)
+        qk = tl.dot(q, tl.trans(k), input_precision=IN_PRECISION) * qk_scale
+        if HAS_BIAS:
+            b = tl.load(Bias + off_b * stride_bb + off_h * stride_bh
+                        + offs_m[:, None] * stride_bm + offs_n[None, :] * stride_bn,
+                        mask=mask_m[:, None] & mask_n[None, :], other=0.0)
+            qk += b.to(tl.float32) * 1.4426950408889634
+        p = tl.math.exp2(qk - lse[:, None])
+        keep = mask_m[:, None] & mask_n[None, :]
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= offs_m[:, None] + offset)
+        p = tl.where(keep, p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=IN_PRECISION)
+        ds = p * (dp - Di[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=IN_PRECISION)
+        if STORE_DS:
+            tl.store(DS + off_bh.to(tl.int64) * Tq * Tk + offs_m[:, None] * Tk + offs_n[None, :], ds,
+                     mask=mask_m[:, None] & mask_n[None, :])
+    dq *= sm_scale
+    tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
+             dq.to(DQ.type.element_ty), mask=mask_md)
+
+
+# ----------------------------------------------------------------------------------------
+# Launchers (plain functions: the CUDA registration calls them, and the tests call them
+# on CPU tensors under TRITON_INTERPRET=1)
+# ----------------------------------------------------------------------------------------
+
+
+def _default_blocks(D: int, interpret: bool) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for the forward; the backward uses 64 x 64."""
+    if interpret:
+        return 16, 16, 1, 1
+    if D <= 64:
+        return 128, 64, 4, 3
+    return 128, 64, 8, 3
+
+
+def _precision(x: Tensor) -> str:
+    # fp32 inputs are multiplied exactly ("ieee"), not in TF32, so that fp32 matches the
+    # reference to ~1e-5; fp16 / bf16 take the tensor-core path regardless.
+    return "ieee" if x.dtype == torch.float32 else "tf32"
+
+
+def _bias_args(bias, shape):
+    if bias is None:
+        return None, (0, 0, 0, 0)
+    bias = bias.expand(shape)  # stride 0 on broadcast dimensions: nothing is materialised
+    return bias, bias.stride()
+
+
+def _triton_attention_fwd(q, k, v, bias, causal, scale, *, block_m=None, block_n=None):
+    """Launch :func:`_attn_fwd`. Returns ``(out, lse)`` like the reference."""
+    check_launchable(q, k, v)
+    B, Hq, Tq, D = q.shape
+    Hkv, Tk = k.shape[1], k.shape[2]
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, Hq, Tq), dtype=torch.float32, device=q.device)
+    bias, sb = _bias_args(bias, (B, Hq, Tq, Tk))
+    bm, bn, warps, stages = _default_blocks(D, interpreting())
+    BLOCK_M, BLOCK_N = block_m or bm, block_n or bn
+    grid = lambda META: (cdiv(Tq, META["BLOCK_M"]), B * Hq)  # noqa: E731
+    _attn_fwd[grid](
+        q, k, v, bias, out, lse,  #
+        *q.stride(), *k.stride(), *v.stride(), *sb, *out.stride(),  #
+        Hq, Tq, Tk, scale,  #
+        GROUP=Hq // Hkv, HEAD_DIM=D, BLOCK_D=next_pow2(D, 16), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,  #
+        CAUSAL=causal, HAS_BIAS=bias is not None, IN_PRECISION=_precision(q),  #
+        num_warps=warps, num_stages=stages)
+    return out, lse
+
+
+def _triton_attention_bwd(do, q, k, v, bias, out, lse, causal, scale, need_dbias, *, block_m=None, block_n=None):
+    """Launch :func:`_attn_bwd_dkdv` and :func:`_attn_bwd_dq`. Returns ``(dq, dk, dv, dbias)``."""
+    check_launchable(q, k, v)
+    B, Hq, Tq, D = q.shape
+    Hkv, Tk = k.shape[1], k.shape[2]
+    do = do.contiguous()
+    # delta_i = rowsum(dO o O) = rowsum(P o dP): one fp32 reduction, done by torch
+    delta = (do.float() * out.float()).sum(-1)  # (B, Hq, Tq)
+    lse = lse.float().contiguous()
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    bias_x, sb = _bias_args(bias, (B, Hq, Tq, Tk))
+    ds = torch.zeros((B, Hq, Tq, Tk), dtype=torch.float32, device=q.device) if need_dbias else None
+    interp = interpreting()
+    BLOCK_M = block_m or (16 if interp else 64)
+    BLOCK_N = block_n or (16 if interp else 64)
+    warps, stages = (1, 1) if interp else ((4, 2) if D <= 64 else (8, 2))
+    common = dict(GROUP=Hq // Hkv, HEAD_DIM=D, BLOCK_D=next_pow2(D, 16), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                  CAUSAL=causal, HAS_BIAS=bias is not None, IN_PRECISION=_precision(q),
+                  num_warps=warps, num_stages=stages)
+    _attn_bwd_dkdv[(cdiv(Tk, BLOCK_N), B * Hkv)](
+        q, k, v, bias_x, do, lse, delta, dk, dv,  #
+        *q.stride(), *k.stride(), *v.stride(), *sb, *do.stride(), *dk.stride(), *dv.stride(),  #
+        Hq, Tq, Tk, scale, **common)
+    _attn_bwd_dq[(cdiv(Tq, BLOCK_M), B * Hq)](
+        q, k, v, bias_x, do, lse, delta, dq, ds,  #
+        *q.stride(), *k.stride(), *v.stride(), *sb, *do.stride(), *dq.stride(),  #
+        Hq, Tq, Tk, scale, STORE_DS=need_dbias, **common)
+    dbias = ds.sum_to_size(bias.shape).to(bias.dtype) if need_dbias else q.new_empty(0)
+    return dq, dk, dv, dbias
+
+
+# ----------------------------------------------------------------------------------------
+# torch.library registration: CPU (and default) = reference, CUDA = Triton
+# ----------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("kernels::attention_fwd", mutates_args=())
+def _attention_fwd_op(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], causal: bool,
+                      scale: float) -> tuple[Tensor, Tensor]:
+    return _attention_fwd_reference(q, k, v, bias, causal, scale)
+
+
+@_attention_fwd_op.register_kernel("cuda")
+def _attention_fwd_cuda(q, k, v, bias, causal, scale):
+    if use_triton(q, k, v):
+        return _triton_attention_fwd(q, k, v, bias, causal, scale)
+    return _attention_fwd_reference(q, k, v, bias, causal, scale)
+
+
+@_attention_fwd_op.register_fake
+def _attention_fwd_fake(q, k, v, bias, causal, scale):
+    B, Hq, Tq, _ = q.shape
+    return q.new_empty(q.shape), q.new_empty((B, Hq, Tq), dtype=_acc_dtype(q))
+
+
+@torch.library.custom_op("kernels::attention_bwd", mutates_args=())
+def _attention_bwd_op(do: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], out: Tensor,
+                      lse: Tensor, causal: bool, scale: float,
+                      need_dbias: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return _attention_bwd_reference(do, q, k, v, bias, out, lse, causal, scale, need_dbias)
+
+
+@_attention_bwd_op.register_kernel("cuda")
+def _attention_bwd_cuda(do, q, k, v, bias, out, lse, causal, scale, need_dbias):
+    if use_triton(q, k, v):
+        return _triton_attention_bwd(do, q, k, v, bias, out, lse, causal, scale, need_dbias)
+    return _attention_bwd_reference(do, q, k, v, bias, out, lse, causal, scale, need_dbias)
+
+
+@_attention_bwd_op.register_fake
+def _attention_bwd_fake(do, q, k, v, bias, out, lse, causal, scale, need_dbias):
+    dbias = bias.new_empty(bias.shape) if need_dbias else q.new_empty(0)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dbias
+
+
+def _attention_setup_context(ctx, inputs, output):
+    q, k, v, bias, causal, scale = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, bias, out, lse)
+    ctx.causal, ctx.scale = causal, scale
+
+
+def _attention_backward(ctx, dout, dlse):
+    q, k, v, bias, out, lse = ctx.saved_tensors
+    need_dbias = bias is not None and ctx.needs_input_grad[3]
+    if dout is None:
+        dout = torch.zeros_like(out)
+    dq, dk, dv, dbias = _attention_bwd_op(dout, q, k, v, bias, out, lse, ctx.causal, ctx.scale, need_dbias)
+    return dq, dk, dv, (dbias if need_dbias else None), None, None
+
+
+_attention_fwd_op.register_autograd(_attention_backward, setup_context=_attention_setup_context)
+
+
+# ----------------------------------------------------------------------------------------
+# Public API
+# ----------------------------------------------------------------------------------------
+
+
+def _check_shapes(q, k, v, bias):
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"attention: q, k, v must be (B, H, T, D); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    B, Hq, Tq, D = q.shape
+    if k.shape != v.shape or k.shape[0] != B or k.shape[3] != D:
+        raise ValueError(f"attention: k and v must be (B, Hkv, Tk, D) = (B, *, *, {D}); got {tuple(k.shape)}, {tuple(v.shape)}")
+    if Hq % k.shape[1] != 0:
+        raise ValueError(f"attention: Hq={Hq} must be a multiple of Hkv={k.shape[1]} (grouped-query attention)")
+    if q.dtype != k.dtype or q.dtype != v.dtype:
+        raise ValueError(f"attention: q, k, v must share a dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if bias is not None:
+        try:
+            torch.broadcast_shapes(bias.shape, (B, Hq, Tq, k.shape[2]))
+        except RuntimeError as e:
+            raise ValueError(f"attention: bias {tuple(bias.shape)} does not broadcast to {(B, Hq, Tq, k.shape[2])}") from e
+
+
+def _bias_to_float(bias, q):
+    if bias is not None and bias.dtype == torch.bool:  # True = attend, False = masked out
+        return torch.zeros(bias.shape, dtype=q.dtype, device=q.device).masked_fill(~bias, float("-inf"))
+    return bias
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    causal: bool = False,
+    bias: Optional[Tensor] = None,
+    scale: Optional[float] = None,
+) -> Tensor:
+    """Fused multi-head attention (FlashAttention-2, arXiv:2307.08691) with grouped-query heads.
+
+    .. math::
+        \\mathrm{out} = \\mathrm{softmax}\\left(s\\, Q K^T + \\mathrm{bias} + M_\\mathrm{causal}\\right) V
+
+    Triton on CUDA (fp16, bf16, fp32: online softmax, fp32 accumulation, the forward saves
+    the log-sum-exp for the backward), the torch reference elsewhere or when
+    ``KERNELS_FORCE_REFERENCE=1``. Differentiable in ``q``, ``k``, ``v`` and ``bias``.
+
+    Args:
+        q (Tensor): queries.
+        k (Tensor): keys; query head ``h`` reads key head ``h // (Hq // Hkv)``.
+        v (Tensor): values.
+        causal (bool, optional): bottom-right aligned causal mask: query ``i`` sees keys
+            ``j <= i + Tk - Tq``. (default: :obj:`False`)
+        bias (Tensor, optional): additive bias broadcastable to ``(B, Hq, Tq, Tk)``, e.g. a
+            padding or topology mask with ``-inf``; a boolean mask is taken as
+            True = attend. Rows that see no key output 0. (default: :obj:`None`)
+        scale (float, optional): score scale :math:`s`. (default: ``D ** -0.5``)
+
+    Shapes:
+        - **q**: :math:`(B, H_q, T_q, D)`; **k**, **v**: :math:`(B, H_{kv}, T_k, D)`,
+          :math:`H_q \\bmod H_{kv} = 0`
+        - **output**: :math:`(B, H_q, T_q, D)`, dtype of ``q``
+    """
+    _check_shapes(q, k, v, bias)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    out, _ = _attention_fwd_op(q, k, v, _bias_to_float(bias, q), causal, scale)
+    return out
+

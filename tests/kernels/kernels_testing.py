@@ -1,0 +1,35 @@
+"""Shared settings of the kernel tests (a plain module: `from kernels_testing import ...`).
+
+Triton launchers are tested on CUDA tensors where a GPU exists, else on CPU tensors under
+the Triton interpreter (TRITON_INTERPRET=1, set in tests/conftest.py before `kernels` is
+imported). The interpreter is slow: shapes stay small, blocks hold 16 rows.
+"""
+
+import pytest
+import torch
+
+import kernels._dispatch as dispatch
+
+ON_GPU = torch.cuda.is_available()
+TRITON_DEVICE = "cuda" if ON_GPU else "cpu"
+CAN_RUN_TRITON = dispatch.HAS_TRITON and (ON_GPU or dispatch.interpreting())
+
+# fp32: the kernels multiply exactly ("ieee") and sum in another order than torch.
+# fp16: the kernels round the probabilities (and dS) to fp16 before the tensor-core
+#       products, as FlashAttention does; the reference keeps them in fp32 -> ~1e-3.
+# bf16: 8 mantissa bits instead of 11 -> 8x the fp16 tolerance (GPU only: the
+#       interpreter computes tl.dot on bf16 wrongly).
+TOL = {
+    torch.float32: dict(atol=2e-5, rtol=2e-5),
+    torch.float16: dict(atol=3e-3, rtol=3e-3),
+    torch.bfloat16: dict(atol=3e-2, rtol=3e-2),
+}
+# gradients accumulate over a sequence / a neighbourhood: a looser fp16 bound
+GRAD_TOL = {
+    torch.float32: dict(atol=5e-5, rtol=5e-5),
+    torch.float16: dict(atol=1e-2, rtol=1e-2),
+    torch.bfloat16: dict(atol=8e-2, rtol=8e-2),
+}
+
+needs_triton = pytest.mark.skipif(not CAN_RUN_TRITON, reason="needs a GPU or TRITON_INTERPRET=1 at import")
+needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
