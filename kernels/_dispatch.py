@@ -62,6 +62,14 @@ def use_triton(*tensors: torch.Tensor) -> bool:
     )
 
 
+def eager_cpu(*tensors) -> bool:
+    """Whether an op may skip its ``custom_op`` wrapper and run the reference directly: eager mode
+    (not tracing under ``torch.compile``) and no CUDA tensor. The reference is plain differentiable
+    torch, so autograd needs no registration there, and the wrapper's first call in a process
+    imports ``torch._dynamo`` (seconds of CPU per job in the workflow)."""
+    return not torch.compiler.is_compiling() and not any(t.is_cuda for t in tensors if t is not None)
+
+
 def check_launchable(*tensors: torch.Tensor) -> None:
     """Raise a helpful error before a Triton launch that could not work."""
     if not HAS_TRITON:

@@ -29,7 +29,7 @@ from typing import NamedTuple, Optional, Union
 import torch
 from torch import Tensor
 
-from ._dispatch import cdiv, check_launchable, interpreting, next_pow2, tl, triton, use_triton
+from ._dispatch import cdiv, check_launchable, eager_cpu, interpreting, next_pow2, tl, triton, use_triton
 from .attention import _acc_dtype
 
 __all__ = ["GraphLayout", "graph_layout", "graph_attention", "gat_attention", "segment_sum",
@@ -596,6 +596,8 @@ def graph_attention(
     layout = _layout(edge_index, k.shape[0], q.shape[0])
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     bias = _edge_bias_csr(edge_bias, layout, q.shape[1])
+    if eager_cpu(q, k, v, bias):
+        return _graph_fwd_reference(q, k, v, bias, layout.col, layout.dst, q.shape[0], scale, 0.0, False)[0]
     out, _ = _graph_fwd_op(q, k, v, bias, layout.rowptr, layout.col, layout.dst, layout.colptr, layout.csc_eid,
                            scale, 0.0, False)
     return out
@@ -639,6 +641,9 @@ def gat_attention(
     a_dst = (x_dst * att_dst).sum(-1, keepdim=True)  # (N_dst, H, 1)
     layout = _layout(edge_index, x_src.shape[0], x_dst.shape[0])
     bias = _edge_bias_csr(edge_bias, layout, x_src.shape[1])
+    if eager_cpu(a_dst, a_src, x_src, bias):
+        return _graph_fwd_reference(a_dst, a_src, x_src, bias, layout.col, layout.dst, x_dst.shape[0], 1.0,
+                                    float(negative_slope), True)[0]
     out, _ = _graph_fwd_op(a_dst, a_src, x_src, bias, layout.rowptr, layout.col, layout.dst, layout.colptr,
                            layout.csc_eid, 1.0, float(negative_slope), True)
     return out
@@ -664,4 +669,6 @@ def segment_sum(src: Tensor, index: Tensor, num_segments: int) -> Tensor:
     """
     if index.dim() != 1 or index.shape[0] != src.shape[0]:
         raise ValueError(f"segment_sum: index must be (E,) with E = src.shape[0] = {src.shape[0]}; got {tuple(index.shape)}")
+    if eager_cpu(src):
+        return segment_sum_reference(src, index, int(num_segments))
     return _segment_sum_op(src, index.long(), int(num_segments))

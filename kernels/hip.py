@@ -34,7 +34,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ._dispatch import cdiv, check_launchable, interpreting, next_pow2, tl, triton, use_triton
+from ._dispatch import cdiv, check_launchable, eager_cpu, interpreting, next_pow2, tl, triton, use_triton
 from .attention import _acc_dtype
 
 __all__ = [
@@ -635,6 +635,9 @@ def hip_select(
           with -1; :math:`S = \\lceil \\mathrm{sink}/\\mathrm{block\\_k} \\rceil + n + ` (window blocks)
     """
     _check(q, k)
+    if eager_cpu(q, k):
+        return hip_select_reference(q, k, block_q=block_q, block_stride_q=block_stride_q, block_k=block_k,
+                                    mask_k=mask_k, sink=sink, window=window, causal=causal)
     return _hip_select_op(q, k, block_q, block_stride_q, block_k, mask_k, sink, window, causal)
 
 
@@ -675,6 +678,9 @@ def block_sparse_attention(
         raise ValueError(f"block_sparse_attention: blocks must be (B, Hq, ceil(Tq/block_q), S) = "
                          f"{(B, Hq, cdiv(Tq, block_q))} + (S,); got {tuple(blocks.shape)}")
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    if eager_cpu(q, k, v):
+        return block_sparse_attention_reference(q, k, v, blocks, block_q=block_q, block_k=block_k, causal=causal,
+                                                scale=scale)
     return _bsa_op(q, k, v, blocks, block_q, block_k, causal, scale)
 
 

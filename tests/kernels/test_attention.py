@@ -62,7 +62,8 @@ def test_reference_matches_sdpa(B, Hq, Hkv, Tq, Tk, D, causal, bias_kind):
         b_ref, b_ours = bias.clone().requires_grad_(), bias.clone().requires_grad_()
         mask = mask - bias + b_ref  # same values, differentiable in b_ref
     out_ref = F.scaled_dot_product_attention(*leaves, attn_mask=mask, scale=0.3, enable_gqa=True)
-    out = kernels.attention(*ours, causal=causal, bias=b_ours if bias_kind == "float" else bias, scale=0.3)
+    # the reference itself (kernels.attention may use SDPA on the CPU: see the next test)
+    out = kernels.attention_reference(*ours, causal=causal, bias=b_ours if bias_kind == "float" else bias, scale=0.3)
     torch.testing.assert_close(out, out_ref, atol=1e-5, rtol=1e-5)
     do = torch.randn_like(out)
     out_ref.backward(do)
@@ -70,6 +71,25 @@ def test_reference_matches_sdpa(B, Hq, Hkv, Tq, Tk, D, causal, bias_kind):
     for a, b in zip(ours + [b_ours], leaves + [b_ref]):
         if a is not None:
             torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("B,Hq,Hkv,Tq,Tk,D,causal,bias_kind", SDPA_CASES + [(1, 2, 1, 9, 9, 8, True, None),
+                                                                          (2, 2, 2, 7, 7, 8, False, "float")])
+def test_cpu_dispatch_equals_the_reference(B, Hq, Hkv, Tq, Tk, D, causal, bias_kind):
+    # On the CPU `attention` runs PyTorch's fused attention where the conventions agree and the
+    # reference elsewhere; either way it must equal the reference, values and gradients.
+    q, k, v = _inputs(B, Hq, Hkv, Tq, Tk, D)
+    bias = _bias(bias_kind, B, Hq, Tq, Tk)
+    a = [t.clone().requires_grad_() for t in (q, k, v)]
+    b = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = kernels.attention(*a, causal=causal, bias=bias)
+    ref = kernels.attention_reference(*b, causal=causal, bias=bias)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    do = torch.randn_like(out)
+    out.backward(do)
+    ref.backward(do)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x.grad, y.grad, atol=1e-5, rtol=1e-5)
 
 
 def test_uniform_scores_average_the_values():
@@ -90,6 +110,23 @@ def test_rows_without_keys_are_zero():
     out.sum().backward()
     assert torch.all(q.grad[:, :, :2] == 0) and torch.isfinite(k.grad).all()
     torch.testing.assert_close(out[:, :, 2:], kernels.attention_reference(q, k, v, causal=True)[:, :, 2:])
+
+
+def test_rows_masked_out_by_the_bias_have_finite_zero_gradients():
+    # A padding-style boolean mask that hides every key from query 2: its output is 0 and no gradient
+    # (of q, k, v or the bias) may turn into NaN through it.
+    q, k, v = [t.requires_grad_() for t in _inputs(1, 1, 1, 3, 3, 4)]
+    mask = torch.tensor([[1, 0, 0], [1, 1, 0], [0, 0, 0]], dtype=torch.bool)[None, None]
+    bias = torch.zeros(1, 1, 3, 3).masked_fill(~mask, float("-inf")).requires_grad_()
+    for b in (mask, bias):
+        out = kernels.attention(q, k, v, bias=b)
+        assert torch.all(out[0, 0, 2] == 0)
+        out.sum().backward()
+        assert torch.all(q.grad[0, 0, 2] == 0)
+        for t in (q, k, v):
+            assert torch.isfinite(t.grad).all()
+            t.grad = None
+    assert torch.isfinite(bias.grad).all()
 
 
 def test_gradcheck_float64():

@@ -25,6 +25,26 @@ def test_lint_is_clean(tmp_path):
     assert "Congratulations, your workflow is in a good condition!" in result.stdout + result.stderr
 
 
+# Jobs of the fanned-out rules at (smoke, default, full), from each paper's config: what a cluster
+# runs side by side. Rules not listed run once per scale.
+FANNED_OUT = {
+    "welfare_simulate": (6, 6, 6),  # one per policy
+    "uv_sharpness_train_mlp": (1, 4, 15),  # learning rates x seeds
+    "sam_late_train_sam": (1, 3, 3),  # one per rho of the sweep
+    "linear_mechanisms_phase": (1, 3, 3),  # one per phase-diagram panel
+    "linear_mechanisms_nonlinear": (1, 3, 5),  # one per init scale
+    "cbplm_train": (3, 6, 9),  # models x seeds
+    "cbplm_evaluate": (1, 2, 3),  # one per seed
+    "sharpening_sharpen": (2, 2, 2),  # SFT and RL
+    "ensembles_train": (1, 16, 96),  # chunks of members per setting
+    "neural_fdm_train": (4, 4, 4),  # tasks x models
+    "neural_fdm_evaluate": (2, 2, 2),  # one per task
+    "deepgate4_train": (1, 2, 3),  # one per seed
+    "sbdd_vs_generate": (2, 2, 2),  # one per target
+    "sbdd_vs_evaluate": (2, 2, 2),  # one per target
+}
+
+
 @pytest.mark.parametrize("scale", ["smoke", "default", "full"])
 def test_dry_run_lists_every_paper_stage(tmp_path, scale):
     args = [] if scale == "default" else ["--configfile", str(ROOT / "config" / f"{scale}.yaml")]
@@ -33,10 +53,12 @@ def test_dry_run_lists_every_paper_stage(tmp_path, scale):
     counts = _job_counts(result.stdout)
     assert counts["summary"] == 1 and counts["all"] == 1
     for slug in PAPERS:
-        assert counts[f"{slug}_report"] == 1, counts
-    assert counts["welfare_simulate"] == 6  # one job per policy
-    mlp = {"smoke": 1, "default": 4, "full": 15}[scale]  # learning rates x seeds
-    assert counts["uv_sharpness_train_mlp"] == mlp
+        stages = {rule: n for rule, n in counts.items() if rule.startswith(f"{slug}_")}
+        assert stages.get(f"{slug}_report") == 1, stages
+        assert len(stages) >= 3, f"{slug}: fewer than prepare/train/report stages: {stages}"
+        for rule, n in stages.items():
+            expected = FANNED_OUT.get(rule, (1, 1, 1))[("smoke", "default", "full").index(scale)]
+            assert n == expected, f"{rule}: {n} jobs at {scale}, expected {expected}"
 
 
 def test_one_paper_by_its_target_rule(tmp_path):

@@ -1,1 +1,133 @@
-# P7 cbplm: not implemented yet (see the open issue).
+# P7 cbplm: Concept Bottleneck protein language models (CB-pLM) against a plain and a conditional-tag masked LM.
+# prepare (sequences + Biopython concepts) -> train (one job per model and seed) -> evaluate (per seed) -> report.
+# Code: workflow/papers/cbplm/ (stages.py holds the functions these rules call).
+
+CBPLM = f"{RESULTS}/cbplm"
+CBPLM_CFG = config["cbplm"]
+CBPLM_RUNS = dict(model=CBPLM_CFG["models"], seed=seeds("cbplm"))  # one training job per model and seed
+
+
+rule cbplm_prepare:
+    output:
+        sequences=f"{CBPLM}/prepare/sequences.parquet",
+        summary=f"{CBPLM}/prepare/summary.json",
+    params:
+        call="papers.cbplm.stages:prepare",
+        cfg=CBPLM_CFG,
+    log:
+        f"{LOGS}/cbplm/prepare/sequences.log",
+    benchmark:
+        f"{BENCHMARKS}/cbplm/prepare/sequences.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule cbplm_train:
+    input:
+        sequences=rules.cbplm_prepare.output.sequences,
+    output:
+        checkpoint=f"{CBPLM}/train/{{model}}_seed{{seed}}.pt",
+        history=f"{CBPLM}/train/{{model}}_seed{{seed}}.parquet",
+    params:
+        call="papers.cbplm.stages:train",
+        cfg=CBPLM_CFG,
+        model="{model}",
+        seed=lambda w: int(w.seed),
+    log:
+        f"{LOGS}/cbplm/train/{{model}}_seed{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/cbplm/train/{{model}}_seed{{seed}}.tsv"
+    wildcard_constraints:
+        model="|".join(CBPLM_RUNS["model"]),
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+        gpu=res("train", "gpu"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule cbplm_evaluate:
+    input:
+        sequences=rules.cbplm_prepare.output.sequences,
+        summary=rules.cbplm_prepare.output.summary,
+        checkpoints=expand(rules.cbplm_train.output.checkpoint, model=CBPLM_RUNS["model"], allow_missing=True),
+    output:
+        metrics=f"{CBPLM}/evaluate/seed{{seed}}_metrics.parquet",
+        interventions=f"{CBPLM}/evaluate/seed{{seed}}_interventions.parquet",
+        weights=f"{CBPLM}/evaluate/seed{{seed}}_weights.parquet",
+    params:
+        call="papers.cbplm.stages:evaluate",
+        cfg=CBPLM_CFG,
+        seed=lambda w: int(w.seed),
+    log:
+        f"{LOGS}/cbplm/evaluate/seed{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/cbplm/evaluate/seed{{seed}}.tsv"
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+        gpu=res("train", "gpu"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+CBPLM_SEEDS = dict(seed=CBPLM_RUNS["seed"])
+
+
+rule cbplm_report:
+    input:
+        summary=rules.cbplm_prepare.output.summary,
+        metrics=expand(rules.cbplm_evaluate.output.metrics, **CBPLM_SEEDS),
+        interventions=expand(rules.cbplm_evaluate.output.interventions, **CBPLM_SEEDS),
+        weights=expand(rules.cbplm_evaluate.output.weights, **CBPLM_SEEDS),
+        histories=expand(rules.cbplm_train.output.history, **CBPLM_RUNS),
+        benchmarks=[
+            rules.cbplm_prepare.benchmark,
+            *expand(rules.cbplm_train.benchmark, **CBPLM_RUNS),
+            *expand(rules.cbplm_evaluate.benchmark, **CBPLM_SEEDS),
+        ],
+    output:
+        table_md=report(f"{CBPLM}/table.md", caption="../report/cbplm/table.rst", category="cbplm"),
+        table_csv=f"{CBPLM}/table.csv",
+        claims=f"{CBPLM}/claims.json",
+        params_json=f"{CBPLM}/params.json",
+        report_md=f"{CBPLM}/report.md",
+        fig_interventions=report(
+            f"{CBPLM}/figures/interventions.png", caption="../report/cbplm/interventions.rst", category="cbplm"
+        ),
+        fig_weights=report(f"{CBPLM}/figures/concept_weights.png", caption="../report/cbplm/weights.rst", category="cbplm"),
+        fig_training=report(f"{CBPLM}/figures/training.png", caption="../report/cbplm/training.rst", category="cbplm"),
+    params:
+        call="papers.cbplm.stages:report",
+        cfg=CBPLM_CFG,
+        scale=SCALE,
+    log:
+        f"{LOGS}/cbplm/report.log",
+    benchmark:
+        f"{BENCHMARKS}/cbplm/report.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule cbplm:
+    input:
+        paper_outputs("cbplm"),

@@ -1,1 +1,155 @@
-# P5 deepgate4: not implemented yet (see the open issue).
+# P5 deepgate4: DeepGate4, a scalable graph transformer for And-Inverter Graphs.
+# prepare (netlists -> AIGs, labels) -> train (all arms, one job per seed) -> evaluate (held-out circuits)
+#                                    -> scaling (memory and time against size; fused kernel on a GPU) -> report.
+# Code: workflow/papers/deepgate4/ (stages.py holds the functions these rules call).
+
+DG4 = f"{RESULTS}/deepgate4"
+DG4_CFG = config["deepgate4"]
+
+
+rule deepgate4_prepare:
+    output:
+        circuits=f"{DG4}/prepare/circuits.parquet",
+        nodes=f"{DG4}/prepare/nodes.parquet",
+        pairs=f"{DG4}/prepare/pairs.parquet",
+    params:
+        call="papers.deepgate4.stages:prepare",
+        cfg=DG4_CFG,
+    log:
+        f"{LOGS}/deepgate4/prepare/circuits.log",
+    benchmark:
+        f"{BENCHMARKS}/deepgate4/prepare/circuits.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule deepgate4_train:
+    input:
+        circuits=rules.deepgate4_prepare.output.circuits,
+        nodes=rules.deepgate4_prepare.output.nodes,
+        pairs=rules.deepgate4_prepare.output.pairs,
+    output:
+        checkpoint=f"{DG4}/train/seed{{seed}}.pt",
+        history=f"{DG4}/train/seed{{seed}}_history.parquet",
+    params:
+        call="papers.deepgate4.stages:train",
+        cfg=DG4_CFG,
+        seed=lambda w: int(w.seed),
+    log:
+        f"{LOGS}/deepgate4/train/seed{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/deepgate4/train/seed{{seed}}.tsv"
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+        gpu=res("train", "gpu"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule deepgate4_evaluate:
+    input:
+        circuits=rules.deepgate4_prepare.output.circuits,
+        nodes=rules.deepgate4_prepare.output.nodes,
+        pairs=rules.deepgate4_prepare.output.pairs,
+        checkpoints=expand(rules.deepgate4_train.output.checkpoint, seed=seeds("deepgate4")),
+    output:
+        metrics=f"{DG4}/evaluate/metrics.parquet",
+        consistency=f"{DG4}/evaluate/consistency.json",
+    params:
+        call="papers.deepgate4.stages:evaluate",
+        cfg=DG4_CFG,
+    log:
+        f"{LOGS}/deepgate4/evaluate/metrics.log",
+    benchmark:
+        f"{BENCHMARKS}/deepgate4/evaluate/metrics.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule deepgate4_scaling:
+    input:
+        circuits=rules.deepgate4_prepare.output.circuits,
+        nodes=rules.deepgate4_prepare.output.nodes,
+    output:
+        memory=f"{DG4}/scaling/memory.parquet",
+        kernel=f"{DG4}/scaling/kernel.json",
+    params:
+        call="papers.deepgate4.stages:scaling",
+        cfg=DG4_CFG,
+    log:
+        f"{LOGS}/deepgate4/scaling/memory.log",
+    benchmark:
+        f"{BENCHMARKS}/deepgate4/scaling/memory.tsv"
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+        gpu=res("train", "gpu"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule deepgate4_report:
+    input:
+        circuits=rules.deepgate4_prepare.output.circuits,
+        metrics=rules.deepgate4_evaluate.output.metrics,
+        consistency=rules.deepgate4_evaluate.output.consistency,
+        histories=expand(rules.deepgate4_train.output.history, seed=seeds("deepgate4")),
+        memory=rules.deepgate4_scaling.output.memory,
+        kernel=rules.deepgate4_scaling.output.kernel,
+        benchmarks=[
+            rules.deepgate4_prepare.benchmark,
+            *expand(rules.deepgate4_train.benchmark, seed=seeds("deepgate4")),
+            rules.deepgate4_evaluate.benchmark,
+            rules.deepgate4_scaling.benchmark,
+        ],
+    output:
+        table_md=report(f"{DG4}/table.md", caption="../report/deepgate4/table.rst", category="deepgate4"),
+        table_csv=f"{DG4}/table.csv",
+        claims=f"{DG4}/claims.json",
+        params_json=f"{DG4}/params.json",
+        report_md=f"{DG4}/report.md",
+        fig_errors=report(f"{DG4}/figures/errors.png", caption="../report/deepgate4/errors.rst", category="deepgate4"),
+        fig_memory=report(f"{DG4}/figures/memory.png", caption="../report/deepgate4/memory.rst", category="deepgate4"),
+        fig_training=report(
+            f"{DG4}/figures/training.png", caption="../report/deepgate4/training.rst", category="deepgate4"
+        ),
+    params:
+        call="papers.deepgate4.report:report",
+        cfg=DG4_CFG,
+        scale=SCALE,
+    log:
+        f"{LOGS}/deepgate4/report.log",
+    benchmark:
+        f"{BENCHMARKS}/deepgate4/report.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule deepgate4:
+    input:
+        paper_outputs("deepgate4"),

@@ -1,1 +1,129 @@
-# P9 ensembles: not implemented yet (see the open issue).
+# P9 ensembles: homogeneous deep ensembles through distributional equivalence.
+# prepare (data) -> train (blocks of members_per_job (setting, member) pairs) -> evaluate -> report.
+# Code: workflow/papers/ensembles/ (stages.py holds the functions these rules call).
+from papers.ensembles.params import parse as _ensembles_parse
+
+ENS = f"{RESULTS}/ensembles"
+ENS_CFG = config["ensembles"]
+ENS_JOBS = list(range(_ensembles_parse(ENS_CFG).jobs))
+
+
+rule ensembles_prepare:
+    output:
+        data=f"{ENS}/prepare/data.parquet",
+    params:
+        call="papers.ensembles.stages:prepare",
+        cfg=ENS_CFG,
+    log:
+        f"{LOGS}/ensembles/prepare/data.log",
+    benchmark:
+        f"{BENCHMARKS}/ensembles/prepare/data.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule ensembles_train:
+    input:
+        data=rules.ensembles_prepare.output.data,
+    output:
+        probs=f"{ENS}/train/job{{job}}_probs.parquet",
+        members=f"{ENS}/train/job{{job}}_members.parquet",
+        checkpoint=f"{ENS}/train/job{{job}}.pt",
+    params:
+        call="papers.ensembles.stages:train",
+        cfg=ENS_CFG,
+        job=lambda w: int(w.job),
+    log:
+        f"{LOGS}/ensembles/train/job{{job}}.log",
+    benchmark:
+        f"{BENCHMARKS}/ensembles/train/job{{job}}.tsv"
+    wildcard_constraints:
+        job=r"\d+",
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+        gpu=res("train", "gpu"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule ensembles_evaluate:
+    input:
+        probs=expand(rules.ensembles_train.output.probs, job=ENS_JOBS),
+        members=expand(rules.ensembles_train.output.members, job=ENS_JOBS),
+    output:
+        metrics=f"{ENS}/evaluate/metrics.json",
+        curves=f"{ENS}/evaluate/curves.parquet",
+    params:
+        call="papers.ensembles.stages:evaluate",
+        cfg=ENS_CFG,
+    log:
+        f"{LOGS}/ensembles/evaluate/metrics.log",
+    benchmark:
+        f"{BENCHMARKS}/ensembles/evaluate/metrics.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule ensembles_report:
+    input:
+        metrics=rules.ensembles_evaluate.output.metrics,
+        curves=rules.ensembles_evaluate.output.curves,
+        probs=expand(rules.ensembles_train.output.probs, job=ENS_JOBS),
+        members=expand(rules.ensembles_train.output.members, job=ENS_JOBS),
+        benchmarks=[
+            rules.ensembles_prepare.benchmark,
+            *expand(rules.ensembles_train.benchmark, job=ENS_JOBS),
+            rules.ensembles_evaluate.benchmark,
+        ],
+    output:
+        table_md=report(f"{ENS}/table.md", caption="../report/ensembles/table.rst", category="ensembles"),
+        table_csv=f"{ENS}/table.csv",
+        claims=f"{ENS}/claims.json",
+        params_json=f"{ENS}/params.json",
+        report_md=f"{ENS}/report.md",
+        fig_curves=report(
+            f"{ENS}/figures/ensemble_curves.png", caption="../report/ensembles/curves.rst", category="ensembles"
+        ),
+        fig_distributions=report(
+            f"{ENS}/figures/output_distributions.png",
+            caption="../report/ensembles/distributions.rst",
+            category="ensembles",
+        ),
+        fig_jensen=report(f"{ENS}/figures/jensen_gap.png", caption="../report/ensembles/jensen.rst", category="ensembles"),
+    params:
+        call="papers.ensembles.stages:report",
+        cfg=ENS_CFG,
+        scale=SCALE,
+    log:
+        f"{LOGS}/ensembles/report.log",
+    benchmark:
+        f"{BENCHMARKS}/ensembles/report.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule ensembles:
+    input:
+        paper_outputs("ensembles"),

@@ -1,1 +1,129 @@
-# P14 neural_fdm: not implemented yet (see the open issue).
+# P14 neural_fdm: a neural encoder + a differentiable force density solver for shells and towers.
+# prepare (test targets) -> train (per task and learned model, seeds inside) -> evaluate (per task:
+# learned models and direct optimisation) -> report.
+# Code: workflow/papers/neural_fdm/ (stages.py holds the functions these rules call).
+
+NFDM = f"{RESULTS}/neural_fdm"
+NFDM_CFG = config["neural_fdm"]
+NFDM_RUNS = dict(task=NFDM_CFG["tasks"], model=NFDM_CFG["models"])
+
+
+rule neural_fdm_prepare:
+    output:
+        targets=f"{NFDM}/prepare/targets.parquet",
+    params:
+        call="papers.neural_fdm.stages:prepare",
+        cfg=NFDM_CFG,
+    log:
+        f"{LOGS}/neural_fdm/prepare/targets.log",
+    benchmark:
+        f"{BENCHMARKS}/neural_fdm/prepare/targets.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule neural_fdm_train:
+    output:
+        checkpoint=f"{NFDM}/train/{{task}}_{{model}}.pt",
+        history=f"{NFDM}/train/{{task}}_{{model}}_history.parquet",
+    params:
+        call="papers.neural_fdm.stages:train",
+        cfg=NFDM_CFG,
+        task="{task}",
+        model="{model}",
+    log:
+        f"{LOGS}/neural_fdm/train/{{task}}_{{model}}.log",
+    benchmark:
+        f"{BENCHMARKS}/neural_fdm/train/{{task}}_{{model}}.tsv"
+    wildcard_constraints:
+        task="|".join(NFDM_CFG["tasks"]),
+        model="|".join(NFDM_CFG["models"]),
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule neural_fdm_evaluate:
+    input:
+        targets=rules.neural_fdm_prepare.output.targets,
+        checkpoints=expand(rules.neural_fdm_train.output.checkpoint, task="{task}", model=NFDM_CFG["models"]),
+    output:
+        metrics=f"{NFDM}/evaluate/{{task}}_metrics.parquet",
+        timing=f"{NFDM}/evaluate/{{task}}_timing.json",
+        examples=f"{NFDM}/evaluate/{{task}}_examples.parquet",
+    params:
+        call="papers.neural_fdm.stages:evaluate",
+        cfg=NFDM_CFG,
+        task="{task}",
+    log:
+        f"{LOGS}/neural_fdm/evaluate/{{task}}.log",
+    benchmark:
+        f"{BENCHMARKS}/neural_fdm/evaluate/{{task}}.tsv"
+    wildcard_constraints:
+        task="|".join(NFDM_CFG["tasks"]),
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule neural_fdm_report:
+    input:
+        metrics=expand(rules.neural_fdm_evaluate.output.metrics, task=NFDM_CFG["tasks"]),
+        timings=expand(rules.neural_fdm_evaluate.output.timing, task=NFDM_CFG["tasks"]),
+        examples=expand(rules.neural_fdm_evaluate.output.examples, task=NFDM_CFG["tasks"]),
+        histories=expand(rules.neural_fdm_train.output.history, **NFDM_RUNS),
+        benchmarks=[
+            rules.neural_fdm_prepare.benchmark,
+            *expand(rules.neural_fdm_train.benchmark, **NFDM_RUNS),
+            *expand(rules.neural_fdm_evaluate.benchmark, task=NFDM_CFG["tasks"]),
+        ],
+    output:
+        table_md=report(f"{NFDM}/table.md", caption="../report/neural_fdm/table.rst", category="neural_fdm"),
+        table_csv=f"{NFDM}/table.csv",
+        claims=f"{NFDM}/claims.json",
+        params_json=f"{NFDM}/params.json",
+        report_md=f"{NFDM}/report.md",
+        fig_errors=report(
+            f"{NFDM}/figures/shape_errors.png", caption="../report/neural_fdm/errors.rst", category="neural_fdm"
+        ),
+        fig_training=report(
+            f"{NFDM}/figures/training.png", caption="../report/neural_fdm/training.rst", category="neural_fdm"
+        ),
+        fig_shapes=report(f"{NFDM}/figures/shapes.png", caption="../report/neural_fdm/shapes.rst", category="neural_fdm"),
+    params:
+        call="papers.neural_fdm.stages:report",
+        cfg=NFDM_CFG,
+        scale=SCALE,
+    log:
+        f"{LOGS}/neural_fdm/report.log",
+    benchmark:
+        f"{BENCHMARKS}/neural_fdm/report.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule neural_fdm:
+    input:
+        paper_outputs("neural_fdm"),

@@ -1,1 +1,160 @@
-# P15 sbdd_vs: not implemented yet (see the open issue).
+# P15 sbdd_vs: judge molecule generators by ligand-based virtual screening, not by docking scores.
+# prepare (actives, decoys, drug-like set) -> train (SMILES LM) -> generate (per target) -> evaluate (per target)
+# -> report. Code: workflow/papers/sbdd_vs/ (stages.py holds the functions these rules call).
+
+SBDD = f"{RESULTS}/sbdd_vs"
+SBDD_CFG = config["sbdd_vs"]
+SBDD_TARGETS = SBDD_CFG["targets"]
+
+
+rule sbdd_vs_prepare:
+    output:
+        actives=expand(f"{SBDD}/prepare/{{target}}_actives.parquet", target=SBDD_TARGETS),
+        libraries=expand(f"{SBDD}/prepare/{{target}}_library.parquet", target=SBDD_TARGETS),
+        druglike=f"{SBDD}/prepare/druglike.parquet",
+        records=f"{SBDD}/prepare/records.json",
+    params:
+        call="papers.sbdd_vs.stages:prepare",
+        cfg=SBDD_CFG,
+    log:
+        f"{LOGS}/sbdd_vs/prepare/records.log",
+    benchmark:
+        f"{BENCHMARKS}/sbdd_vs/prepare/records.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule sbdd_vs_train:
+    input:
+        druglike=rules.sbdd_vs_prepare.output.druglike,
+        actives=rules.sbdd_vs_prepare.output.actives,
+    output:
+        pretrained=f"{SBDD}/train/lm_pretrained.pt",
+        finetuned=expand(f"{SBDD}/train/lm_{{target}}.pt", target=SBDD_TARGETS),
+        history=f"{SBDD}/train/lm_history.parquet",
+    params:
+        call="papers.sbdd_vs.stages:train",
+        cfg=SBDD_CFG,
+    log:
+        f"{LOGS}/sbdd_vs/train/lm.log",
+    benchmark:
+        f"{BENCHMARKS}/sbdd_vs/train/lm.tsv"
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+        gpu=res("train", "gpu"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule sbdd_vs_generate:
+    input:
+        actives=f"{SBDD}/prepare/{{target}}_actives.parquet",
+        druglike=rules.sbdd_vs_prepare.output.druglike,
+        records=rules.sbdd_vs_prepare.output.records,
+        checkpoint=f"{SBDD}/train/lm_{{target}}.pt",
+    output:
+        generated=f"{SBDD}/generate/{{target}}.parquet",
+        optimiser_history=f"{SBDD}/generate/{{target}}_optimiser.parquet",
+    params:
+        call="papers.sbdd_vs.stages:generate",
+        cfg=SBDD_CFG,
+        target="{target}",
+    log:
+        f"{LOGS}/sbdd_vs/generate/{{target}}.log",
+    benchmark:
+        f"{BENCHMARKS}/sbdd_vs/generate/{{target}}.tsv"
+    wildcard_constraints:
+        target="|".join(SBDD_TARGETS),
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule sbdd_vs_evaluate:
+    input:
+        library=f"{SBDD}/prepare/{{target}}_library.parquet",
+        actives=f"{SBDD}/prepare/{{target}}_actives.parquet",
+        records=rules.sbdd_vs_prepare.output.records,
+        generated=rules.sbdd_vs_generate.output.generated,
+    output:
+        metrics=f"{SBDD}/evaluate/{{target}}.parquet",
+    params:
+        call="papers.sbdd_vs.stages:evaluate",
+        cfg=SBDD_CFG,
+        target="{target}",
+    log:
+        f"{LOGS}/sbdd_vs/evaluate/{{target}}.log",
+    benchmark:
+        f"{BENCHMARKS}/sbdd_vs/evaluate/{{target}}.tsv"
+    wildcard_constraints:
+        target="|".join(SBDD_TARGETS),
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule sbdd_vs_report:
+    input:
+        metrics=expand(rules.sbdd_vs_evaluate.output.metrics, target=SBDD_TARGETS),
+        records=rules.sbdd_vs_prepare.output.records,
+        lm_history=rules.sbdd_vs_train.output.history,
+        optimiser_histories=expand(rules.sbdd_vs_generate.output.optimiser_history, target=SBDD_TARGETS),
+        benchmarks=[
+            rules.sbdd_vs_prepare.benchmark,
+            rules.sbdd_vs_train.benchmark,
+            *expand(rules.sbdd_vs_generate.benchmark, target=SBDD_TARGETS),
+            *expand(rules.sbdd_vs_evaluate.benchmark, target=SBDD_TARGETS),
+        ],
+    output:
+        table_md=report(f"{SBDD}/table.md", caption="../report/sbdd_vs/table.rst", category="sbdd_vs"),
+        table_csv=f"{SBDD}/table.csv",
+        claims=f"{SBDD}/claims.json",
+        params_json=f"{SBDD}/params.json",
+        report_md=f"{SBDD}/report.md",
+        fig_metrics=report(
+            f"{SBDD}/figures/docking_vs_screening.png",
+            caption="../report/sbdd_vs/docking_vs_screening.rst",
+            category="sbdd_vs",
+        ),
+        fig_decoys=report(f"{SBDD}/figures/decoy_bias.png", caption="../report/sbdd_vs/decoy_bias.rst", category="sbdd_vs"),
+    params:
+        call="papers.sbdd_vs.stages:report",
+        cfg=SBDD_CFG,
+        scale=SCALE,
+    log:
+        f"{LOGS}/sbdd_vs/report.log",
+    benchmark:
+        f"{BENCHMARKS}/sbdd_vs/report.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule sbdd_vs:
+    input:
+        paper_outputs("sbdd_vs"),

@@ -30,7 +30,8 @@ def top_eigenvalue(loss_fn, params, *, iters: int = 20, generator: torch.Generat
     training run's Hessian changes slowly, so a few iterations then suffice).
     """
     params = list(params)
-    v = init if init is not None else [torch.randn(p.shape, generator=generator, dtype=p.dtype) for p in params]
+    # drawn on the CPU (where `generator` lives), then moved: the same start vector on any device
+    v = init if init is not None else [torch.randn(p.shape, generator=generator, dtype=p.dtype).to(p.device) for p in params]
     norm = torch.sqrt(_dot(v, v))
     v = [x / norm for x in v]
     lam = 0.0
@@ -58,7 +59,7 @@ def lanczos(loss_fn, params, *, iters: int = 20, k: int = 1, generator: torch.Ge
         return torch.cat([h.reshape(-1) for h in hvp(loss_fn, params, chunks)]).detach()
 
     dtype = params[0].dtype
-    q = torch.randn(n, generator=generator, dtype=dtype)
+    q = torch.randn(n, generator=generator, dtype=dtype).to(params[0].device)
     q = q / q.norm()
     basis, alphas, betas = [q], [], []
     for j in range(iters):

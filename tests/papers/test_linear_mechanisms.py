@@ -1,0 +1,229 @@
+"""P10 linear_mechanisms: the exact solution against an ODE solver and gradient descent, its invariants,
+the phase-diagram labels, the MLP's closed-form NTK against autograd, and the loaders."""
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy.integrate import solve_ivp
+
+from papers.linear_mechanisms import exact, mlp, phase
+from papers.linear_mechanisms.params import parse
+from papers.linear_mechanisms.stages import point_states, simulate, trajectory_errors
+
+M2, MXY = 1.3, 0.9  # data moments of a hand-made 1-D set
+
+
+def _problem(kappa=0.7, eta_u=1.0, eta_w=1.0, mxy=MXY):
+    return dict(kappa=kappa, eta_u=eta_u, eta_w=eta_w, m2=M2, mxy=mxy)
+
+
+def _flow(u0, w0, t_eval, kappa, eta_u, eta_w, mxy):
+    """Gradient flow of L = (F^2 m2 - 2 F mxy) / 2, F = kappa u.w, by a high-accuracy ODE solver."""
+    d = u0.size
+
+    def rhs(_, theta):
+        u, w = theta[:d], theta[d:]
+        delta = kappa * (u @ w) * M2 - mxy
+        return np.concatenate([-eta_u * kappa * delta * w, -eta_w * kappa * delta * u])
+
+    sol = solve_ivp(rhs, (0, t_eval[-1]), np.concatenate([u0, w0]), t_eval=t_eval, rtol=1e-11, atol=1e-12, method="DOP853")
+    return sol.y[:d].T, sol.y[d:].T  # (T, d)
+
+
+@pytest.mark.parametrize("eta_u, eta_w, mxy, scale", [(1.0, 1.0, MXY, 0.3), (4.0, 0.5, MXY, 0.1),
+                                                      (0.2, 3.0, -MXY, 1.0), (1.0, 1.0, -MXY, 2.0)])
+def test_exact_trajectory_matches_an_ode_solver(eta_u, eta_w, mxy, scale):
+    rng = np.random.default_rng(1)
+    u0, w0 = rng.normal(0, scale, 6), rng.normal(0, scale, 6)
+    problem = _problem(eta_u=eta_u, eta_w=eta_w, mxy=mxy)
+    t = np.linspace(0, 20, 41)
+    u_ode, w_ode = _flow(u0, w0, t, problem["kappa"], eta_u, eta_w, mxy)
+    a, b, c = exact.rescaled_gram(u0, w0, eta_u, eta_w)
+    S = exact.exponent(t, a, b, c, **problem)[:, None]
+    # eq. (1) in unscaled variables: u = u0 cosh S - sqrt(eta_u / eta_w) w0 sinh S, and symmetrically for w
+    u = u0 * np.cosh(S) - np.sqrt(eta_u / eta_w) * w0 * np.sinh(S)
+    w = w0 * np.cosh(S) - np.sqrt(eta_w / eta_u) * u0 * np.sinh(S)
+    np.testing.assert_allclose(u, u_ode, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(w, w_ode, rtol=1e-7, atol=1e-9)
+    # the Gram scalars of eq. (1) are those of the vectors
+    gram = exact.gram_at(S[:, 0], a, b, c, eta_u=eta_u, eta_w=eta_w)
+    direct = exact.gram_of(u_ode, w_ode, u0, w0)
+    for key in exact.GRAM:
+        np.testing.assert_allclose(gram[key], direct[key], rtol=1e-7, atol=1e-9)
+
+
+def test_learned_state_fits_the_target_and_invariants_hold():
+    rng = np.random.default_rng(2)
+    u0, w0 = rng.normal(0, 0.5, 8), rng.normal(0, 0.8, 8)
+    problem = _problem(eta_u=2.0, eta_w=0.5)
+    a, b, c = exact.rescaled_gram(u0, w0, 2.0, 0.5)
+    C0, D0 = exact.invariants(a, b, c)
+    for S in [exact.exponent(5.0, a, b, c, **problem), exact.final_exponent(a, b, c, **problem)]:
+        g = exact.gram_at(S, a, b, c, eta_u=2.0, eta_w=0.5)
+        ut, wt, ct = g["uu"] / 2.0, g["ww"] / 0.5, g["uw"] / 1.0  # rescaled: eta_u eta_w = 1
+        C, D = exact.invariants(ut, wt, ct)
+        assert C == pytest.approx(C0, rel=1e-10) and D == pytest.approx(D0, rel=1e-10)
+        # eq. (3): cos^2 and the NTK are functions of the output alone
+        obs = exact.observables(g, exact.gram_at(0.0, a, b, c, eta_u=2.0, eta_w=0.5), kappa=0.7, eta_u=2.0, eta_w=0.5)
+        assert obs["cos_uw"] ** 2 == pytest.approx(ct**2 / (ct**2 + D0), rel=1e-10)
+        assert obs["ntk"] == pytest.approx(0.7**2 * np.sqrt(4 * ct**2 + 4 * D0 + C0**2), rel=1e-10)
+    F = 0.7 * g["uw"]
+    assert F == pytest.approx(MXY / M2, rel=1e-10)  # residual F m2 - mxy = 0
+
+
+def test_riccati_solution_solves_its_equation():
+    a, b, c = 0.4, 0.9, 0.1
+    problem = _problem()
+    s = 0.7
+    alpha, gamma = s * s * M2 / 4, s * MXY
+    P, Q = a + b + 2 * c, a + b - 2 * c
+    t = np.linspace(0, 3, 301)
+    z = np.exp(2 * exact.exponent(t, a, b, c, **problem))
+    assert z[0] == pytest.approx(1.0)
+    dz = np.gradient(z, t, edge_order=2)
+    np.testing.assert_allclose(dz[1:-1], 2 * (alpha * P - gamma * z - alpha * Q * z * z)[1:-1], rtol=1e-3, atol=1e-5)
+
+
+def test_aligned_start_is_pure_rescaling():
+    """u0 = w0 (Q = 0, eq. 2 is linear; d = 1 is the same): cos stays 1, only the norms change."""
+    u0 = np.array([0.3, -0.2, 0.1])
+    a, b, c = exact.rescaled_gram(u0, u0, 1.0, 1.0)
+    problem = _problem()
+    t = np.linspace(0, 10, 11)
+    S = exact.exponent(t, a, b, c, **problem)
+    g = exact.gram_at(S, a, b, c, eta_u=1.0, eta_w=1.0)
+    obs = exact.observables(g, exact.gram_at(0.0, a, b, c, eta_u=1.0, eta_w=1.0), kappa=0.7, eta_u=1.0, eta_w=1.0)
+    np.testing.assert_allclose(obs["cos_uw"], 1.0, atol=1e-12)
+    np.testing.assert_allclose(obs["dir_w"], 0.0, atol=1e-12)
+    assert obs["norm_w"][-1] > 1.5  # the output grows from 0.098 to the target 0.69 by rescaling alone
+    u_ode, w_ode = _flow(u0, u0.copy(), t, 0.7, 1.0, 1.0, MXY)
+    np.testing.assert_allclose(np.sqrt(g["uu"]), np.linalg.norm(u_ode, axis=1), rtol=1e-7)
+
+
+def test_gradient_descent_converges_to_the_exact_solution_at_first_order():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=64)
+    y = 0.8 * x + 0.1 * rng.normal(size=64)
+    m2, mxy = exact.moments(x, y)
+    u0, w0 = rng.normal(0, 0.2, (2, 5)), rng.normal(0, 0.2, (2, 5))
+    kappa, eta_u, eta_w = np.array([1.0, 0.5]), np.array([1.0, 3.0]), np.array([1.0, 0.3])
+    a, b, c = exact.rescaled_gram(u0, w0, eta_u, eta_w)
+    errors = []
+    for dt, steps in [(0.02, 500), (0.01, 1000)]:
+        times, gram = exact.gradient_descent(u0, w0, x, y, kappa=kappa, eta_u=eta_u, eta_w=eta_w, dt=dt, steps=steps,
+                                             record=range(0, steps + 1, steps // 10))
+        S = exact.exponent(times, a[:, None], b[:, None], c[:, None], kappa=kappa[:, None], eta_u=eta_u[:, None],
+                           eta_w=eta_w[:, None], m2=m2, mxy=mxy)
+        closed = exact.gram_at(S, a[:, None], b[:, None], c[:, None], eta_u=eta_u[:, None], eta_w=eta_w[:, None])
+        errors.append(max(np.abs(gram[k] - closed[k]).max() / np.abs(closed[k]).max() for k in ("uu", "ww", "uw")))
+    assert errors[0] < 0.05
+    assert 1.7 < errors[0] / errors[1] < 2.3  # Euler: global error O(dt)
+
+
+def test_simulate_and_errors_on_a_tiny_run():
+    x = np.linspace(-2, 2, 32)
+    y = x.copy()
+    rows = [{"width": 6, "sigma": s, "kappa_exponent": 0.5, "lr_ratio": r, "seed": 0} for s, r in [(0.3, 1.0), (1.0, 10.0)]]
+    res = simulate(rows, x, y, h=0.01, tol=1e-4, min_steps=10, max_steps=5000, records=20)
+    assert res["times"].shape[0] == 2 and res["steps"] <= 5000
+    for key in ("F", "ntk", "cos_uw", "norm_w"):
+        scale = np.abs(res["exact"][key]).max(1, keepdims=True)
+        assert (np.abs(res["gd"][key] - res["exact"][key]) / scale).max() < 0.02
+    assert res["gd"]["F"][:, -1] == pytest.approx(res["target"], rel=1e-3)
+    frames = []
+    for i, row in enumerate(rows):
+        df = pd.DataFrame({"point": f"p{i}", **row, "h": 0.01, "record": np.arange(res["times"].shape[1]),
+                           "time": res["times"][i]})
+        for src in ("gd", "exact"):
+            for key in ("F", "ntk", "cos_uw", "norm_u", "norm_w", "dir_u", "dir_w"):
+                df[f"{src}_{key}"] = res[src][key][i]
+        frames.append(df.iloc[::-1])  # rows out of order on purpose
+    traj = pd.concat(frames, ignore_index=True)
+    assert trajectory_errors(traj).error.max() < 0.02
+    states = point_states(traj, 0.01)
+    for i, row in states.iterrows():
+        assert row.gd_cos0 == pytest.approx(abs(res["gd"]["cos_uw"][i, 0]))
+        assert row.gd_cos == pytest.approx(abs(res["gd"]["cos_uw"][i, -1]))
+
+
+def test_step_size_bounds_the_flow_jacobian():
+    """dt x (top eigenvalue of the flow's Jacobian) <= h at the start and at the learned state."""
+    rng = np.random.default_rng(4)
+    u0, w0 = rng.normal(0, 0.5, 5), rng.normal(0, 0.5, 5)
+    kappa, eta_u, eta_w = 0.8, 2.0, 0.5
+    problem = _problem(kappa=kappa, eta_u=eta_u, eta_w=eta_w)
+    a, b, c = exact.rescaled_gram(u0, w0, eta_u, eta_w)
+    dt = exact.step_size(a, b, c, h=0.1, **problem)
+    S_end = exact.final_exponent(a, b, c, **problem)
+    for S in (0.0, S_end):
+        ch, sh = np.cosh(S), np.sinh(S)
+        ut = u0 / np.sqrt(eta_u) * ch - w0 / np.sqrt(eta_w) * sh
+        wt = w0 / np.sqrt(eta_w) * ch - u0 / np.sqrt(eta_u) * sh
+        s = kappa * np.sqrt(eta_u * eta_w)
+        delta = s * M2 * (ut @ wt) - MXY
+        j = np.concatenate([wt, ut])
+        swap = np.block([[np.zeros((5, 5)), np.eye(5)], [np.eye(5), np.zeros((5, 5))]])
+        jac = s * s * M2 * np.outer(j, j) + s * delta * swap
+        assert dt * np.abs(np.linalg.eigvalsh(jac)).max() <= 0.1 + 1e-12
+
+
+def test_phase_numbers_and_prediction_at_large_width():
+    """Typical initialisation, equal rates: NTK change sqrt(1 + s^2) - 1 and |cos| -> r / sqrt(1 + r^2)."""
+    for sigma in (0.1, 1.0, 3.0):
+        n = phase.numbers(10**6, sigma, 1.0, 1.0, target=MXY / M2)
+        pred = phase.predict(10**6, sigma, 1.0, 1.0, m2=M2, mxy=MXY)
+        assert pred["ntk_change"] == pytest.approx(np.sqrt(1 + n["s"] ** 2) - 1, rel=2e-2, abs=1e-5)
+        assert pred["cos"] == pytest.approx(n["r"] / np.sqrt(1 + n["r"] ** 2), rel=1e-3)
+    # first layer dominant (eta_u / eta_w = 100): it keeps its direction while its norm grows
+    pred = phase.predict(1000, 0.1, 1.0, 100.0, m2=M2, mxy=MXY)
+    assert pred["dir_w"] < 0.01 and pred["norm_w"] > 1.5 and pred["dir_u"] > 0.5
+
+
+@pytest.mark.parametrize("width", [2, 4, 30])
+def test_typical_cosines_follow_the_law_of_random_vectors(width):
+    """Mean |cos(u0, w0)| of the quantile grid vs E|cos| = Gamma(d/2) / (sqrt(pi) Gamma((d+1)/2))."""
+    from math import gamma, pi, sqrt
+
+    a, b, c = phase.typical_grams(width, 0.7, 0.5, 4.0)
+    cos = c / np.sqrt(a * b)
+    assert cos.mean() == pytest.approx(0.0, abs=1e-12)  # both signs
+    assert np.abs(cos).mean() == pytest.approx(gamma(width / 2) / (sqrt(pi) * gamma((width + 1) / 2)), rel=0.02)
+    assert a[0] == pytest.approx(width * 0.49 / 2.0) and b[0] == pytest.approx(width * 0.49 * 2.0)
+
+
+def test_classify_hand_built_states():
+    th = dict(kernel_ntk=0.02, cos_change=0.1, rescale_dir=0.05, rescale_norm=0.1)
+    assert phase.classify(0.01, 0.0, 0.9, 1.5, 0.0, **th) == "kernel"
+    assert phase.classify(1.0, 0.0, 0.9, 1.5, 0.01, **th) == "rescaling"
+    assert phase.classify(1.0, 0.0, 0.9, 1.5, 0.2, **th) == "alignment"
+    assert phase.classify(0.2, 0.6, 0.1, 0.95, 0.01, **th) == "disalignment"
+    assert phase.classify(0.2, 0.3, 0.35, 1.02, 0.01, **th) == "mixed"
+
+
+def test_mlp_ntk_matches_autograd():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(7, 5, generator=gen, dtype=torch.float64)
+    W, U = mlp.init(gen, 5, 9, 3, 1.3, dtype=torch.float64)
+
+    def outputs(w_flat, u_flat):
+        return mlp.forward(w_flat.view(9, 5), u_flat.view(3, 9), x).reshape(-1)  # (n C,)
+
+    jw, ju = torch.autograd.functional.jacobian(outputs, (W.reshape(-1), U.reshape(-1)))
+    jac = torch.cat([jw, ju], 1).view(7, 3, -1)  # (n, C, params)
+    k_auto = torch.einsum("ikp,jkp->ij", jac, jac)
+    torch.testing.assert_close(mlp.ntk(W, U, x), k_auto, rtol=1e-10, atol=1e-10)
+
+
+def test_parse_checks_cross_field_rules():
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = yaml.safe_load((root / "config" / "config.yaml").read_text())["linear_mechanisms"]
+    p = parse(cfg)
+    assert set(p.points) == set(phase.MECHANISMS) and p.scaling_panel in p.phase_panels
+    with pytest.raises(ValueError, match="phase_panels"):
+        parse({**cfg, "phase_panels": ["nope"]})
+    with pytest.raises(KeyError, match="linear_mechanisms.bogus"):
+        parse({**cfg, "bogus": 1})

@@ -1,0 +1,277 @@
+"""P15 sbdd_vs: screening metrics against hand-computed rankings and closed forms, the loaders'
+bad-record reports, the split and decoy rules, BRICS linking, the docking proxy and pocket finder on
+built cases, and the SMILES LM's causality."""
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from papers.sbdd_vs import chem, data, docking, generators, screening
+from papers.sbdd_vs.params import DockingParams, parse
+from rdkit import Chem, DataStructs
+
+
+# ---- screening metrics ------------------------------------------------------------------------------
+def _bedroc_truchon_bayly(ranks, n_total, alpha):
+    """BEDROC in Truchon and Bayly's (2007) closed form, from the 1-based ranks of the actives."""
+    n = len(ranks)
+    ra = n / n_total
+    rie = sum(math.exp(-alpha * r / n_total) for r in ranks) / (
+        ra * (1 - math.exp(-alpha)) / (math.exp(alpha / n_total) - 1))
+    return (rie * ra * math.sinh(alpha / 2) / (math.cosh(alpha / 2) - math.cosh(alpha / 2 - alpha * ra))
+            + 1 / (1 - math.exp(alpha * (1 - ra))))
+
+
+def test_metrics_on_a_hand_computed_ranking():
+    # 10 compounds, actives ranked 1st and 4th by score.
+    scores = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0])
+    active = np.array([1, 0, 0, 1, 0, 0, 0, 0, 0, 0])
+    # shuffle the library: the ranking must not depend on the input order
+    perm = np.random.default_rng(0).permutation(10)
+    m = screening.screening_metrics(scores[perm], active[perm], ef_fraction=0.1, alpha=20.0)
+    # AUROC: active 1 beats 8 decoys, active 4 beats 6 of 8 -> 14 / 16
+    assert m["auroc"] == pytest.approx(14 / 16)
+    # EF10%: the top compound (1 of 10) is active: (1/2) / (1/10) = 5
+    assert m["ef"] == pytest.approx(5.0)
+    assert m["bedroc"] == pytest.approx(_bedroc_truchon_bayly([1, 4], 10, 20.0), rel=1e-10)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bedroc_and_auroc_match_independent_formulas(seed):
+    rng = np.random.default_rng(seed)
+    scores = rng.normal(size=300)
+    active = (rng.random(300) < 0.1).astype(int)
+    active[:2] = 1
+    m = screening.screening_metrics(scores, active, ef_fraction=0.01, alpha=80.5)
+    order = np.argsort(-scores)
+    ranks = np.flatnonzero(active[order]) + 1
+    assert m["bedroc"] == pytest.approx(_bedroc_truchon_bayly(ranks, 300, 80.5), rel=1e-9)
+    pos, neg = scores[active == 1], scores[active == 0]  # Mann-Whitney U / (n_pos n_neg)
+    assert m["auroc"] == pytest.approx((pos[:, None] > neg[None, :]).mean())
+    top = order[:3]  # ceil(1% of 300)
+    assert m["ef"] == pytest.approx(active[top].sum() / 3 / active.mean())
+
+
+def test_perfect_and_inverted_rankings():
+    active = np.array([1, 1, 0, 0, 0, 0, 0, 0])
+    best = screening.screening_metrics(np.arange(8)[::-1].astype(float), active, ef_fraction=0.25, alpha=80.5)
+    assert best["auroc"] == 1.0 and best["bedroc"] == pytest.approx(1.0, abs=1e-6) and best["ef"] == 4.0
+    worst = screening.screening_metrics(np.arange(8).astype(float), active, ef_fraction=0.25, alpha=80.5)
+    assert worst["auroc"] == 0.0 and worst["bedroc"] < 1e-6 and worst["ef"] == 0.0
+
+
+def test_ties_keep_library_order():
+    ranked = screening.ranking(np.array([0.5, 0.5, 0.9]), np.array([1, 0, 0]))
+    assert [r[1] for r in ranked] == [0, 1, 0]
+
+
+def test_spearman_against_the_closed_form():
+    x = np.array([3.0, 1.0, 4.0, 5.0, 2.0])
+    y = np.array([2.0, 1.0, 5.0, 3.0, 4.0])
+    d = np.argsort(np.argsort(x)) - np.argsort(np.argsort(y))
+    n = len(x)
+    assert screening.rank_correlation(x, y) == pytest.approx(1 - 6 * (d ** 2).sum() / (n * (n ** 2 - 1)))
+    assert screening.rank_correlation(x, -x) == pytest.approx(-1.0)
+    # sum d^2 = 10 over five items: rho = 1 - 60 / 120 = 0.5 exactly, so "below 0.5" must be False
+    assert screening.rank_correlation([1, 2, 3, 4, 5], [3, 2, 1, 5, 4]) == 0.5
+
+
+def test_max_similarity_against_pairwise_tanimoto():
+    smiles = ["c1ccccc1O", "CCO", "c1ccccc1N", "CC(=O)Oc1ccccc1C(=O)O"]
+    fps = chem.fingerprints([Chem.MolFromSmiles(s) for s in smiles], radius=2, bits=2048)
+    got = chem.max_similarity(fps, fps[:2])
+    want = [max(DataStructs.TanimotoSimilarity(f, r) for r in fps[:2]) for f in fps]
+    np.testing.assert_allclose(got, want)
+    assert got[0] == 1.0 and got[1] == 1.0
+    np.testing.assert_array_equal(chem.max_similarity(fps, []), 0.0)
+
+
+# ---- loaders ----------------------------------------------------------------------------------------
+def test_bad_smiles_are_reported_by_file_and_record_or_fatal(tmp_path):
+    path = tmp_path / "lib.smi"
+    path.write_text("CCO a\nC1CC b\nc1ccccc1 c\nCC(=O)[O-].[Na+] d\n")
+    bad = []
+    df = data.read_smiles(str(path), on_bad="skip", bad=bad)
+    assert df.smiles.tolist() == ["CCO", "c1ccccc1", "CC(=O)O"]  # salt stripped, neutralised
+    assert [(b.file, b.record) for b in bad] == [(str(path), 2)]
+    with pytest.raises(ValueError, match=r"lib\.smi: record 2"):
+        data.read_smiles(str(path), on_bad="fail")
+
+
+def test_csv_with_and_without_header(tmp_path):
+    with_header = tmp_path / "a.csv"
+    with_header.write_text("name,SMILES\nx,CCN\ny,not_a_smiles\n")
+    bad = []
+    df = data.read_smiles(str(with_header), bad=bad)
+    assert df.smiles.tolist() == ["CCN"] and df.id.tolist() == ["x"] and bad[0].record == 3
+    without = tmp_path / "b.csv"
+    without.write_text('"CC(=O)O","ID-1"\n"c1ccncc1","ID-2"\n')
+    assert data.read_smiles(str(without), limit=1).id.tolist() == ["ID-1"]
+
+
+def test_sdf_records_without_cluster_are_reported(tmp_path):
+    path = tmp_path / "act.sdf"
+    with Chem.SDWriter(str(path)) as w:
+        for i, smi in enumerate(["CCO", "CCN", "CCC"]):
+            m = Chem.MolFromSmiles(smi)
+            if i != 1:
+                m.SetProp("Cluster", str(i))
+            m.SetProp("id", f"m{i}")
+            w.write(m)
+    bad = []
+    df = data.read_actives(str(path), bad=bad)
+    assert df.id.tolist() == ["m0", "m2"] and bad[0].record == 2 and "Cluster" in bad[0].reason
+
+
+def test_standardise_is_idempotent_on_the_packaged_actives():
+    df = data.read_actives(data.packaged_actives("CDK2"))
+    for s in df.smiles:
+        assert chem.canonical(chem.parse_smiles(s)) == s
+
+
+# ---- split and decoys --------------------------------------------------------------------------------
+def test_split_keeps_clusters_whole_and_plants_round_robin():
+    act = pd.DataFrame({"smiles": [f"C{'C' * i}O" for i in range(30)], "id": [f"a{i}" for i in range(30)],
+                        "cluster": [i % 6 for i in range(30)]})
+    out = data.split_by_cluster(act, hidden_fraction=0.5, max_hidden=6, seed=1)
+    roles = out.groupby("cluster").role.nunique()
+    assert (roles == 1).all()  # no cluster on both sides
+    assert out[out.role == "hidden"].cluster.nunique() == 3
+    planted = out[out.planted]
+    assert len(planted) == 6 and (planted.role == "hidden").all()
+    assert planted.cluster.value_counts().tolist() == [2, 2, 2]  # round-robin over the hidden clusters
+
+
+def test_decoys_are_dissimilar_matched_and_used_once():
+    props = {"mw": 300.0, "logp": 2.0, "hbd": 1, "hba": 4, "rotb": 3, "charge": 0}
+    planted = pd.DataFrame([{"id": "x", **props}, {"id": "y", **props, "mw": 500.0}])
+    rows = []
+    for i in range(12):  # 4 exact twins of x, 4 of y, 4 far away
+        p = dict(props) if i < 4 else ({**props, "mw": 500.0} if i < 8 else {**props, "mw": 900.0, "logp": 9.0})
+        rows.append({"smiles": f"C{i}", "id": f"p{i}", **p})
+    pool = pd.DataFrame(rows)
+    sim = np.zeros(12)
+    sim[0] = 0.9  # too similar to an active: never a decoy
+    d = data.select_decoys(planted, pool, sim, per_active=3, max_similarity=0.5, seed=0)
+    assert len(d) == 6 and d.id.is_unique and "p0" not in set(d.id)
+    assert set(d[d.decoy_for == "x"].id) == {"p1", "p2", "p3"}
+    assert set(d[d.decoy_for == "y"].id) <= {"p4", "p5", "p6", "p7"}
+
+
+# ---- generators --------------------------------------------------------------------------------------
+def test_brics_links_follow_the_rules():
+    rng = np.random.default_rng(0)
+    biphenyl = generators.assemble(["[16*]c1ccccc1"], rng, max_fragments=2)
+    assert chem.canonical(biphenyl) == "c1ccc(-c2ccccc2)cc1"
+    butene = generators.assemble(["[7*]=CC"], rng, max_fragments=2)  # rule 7: a C=C double bond
+    assert chem.canonical(butene) == "CC=CC"
+    capped = generators.assemble(["[9*]n1ccnc1"], rng, max_fragments=1)  # an open point becomes H
+    assert chem.canonical(capped) == "c1c[nH]cn1"
+
+
+def test_fragments_reassemble_into_valid_molecules():
+    rng = np.random.default_rng(1)
+    frags = generators.fragments("COc1cc2ncnc(Nc3cccc(Cl)c3)c2cc1OCCCN1CCOCC1")  # gefitinib
+    assert "[16*]c1cccc(Cl)c1" in frags
+    out = generators.brics(["COc1cc2ncnc(Nc3cccc(Cl)c3)c2cc1OCCCN1CCOCC1"], 10, rng, max_fragments=4, max_tries=500)
+    assert len(out) == len(set(out)) > 0 and all(chem.parse_smiles(s) is not None for s in out)
+
+
+def test_draw_is_without_replacement():
+    out = generators.draw(list("abcde"), 10, np.random.default_rng(0))
+    assert sorted(out) == list("abcde")
+
+
+# ---- docking proxy -----------------------------------------------------------------------------------
+def _sphere(radius, n=1500):
+    """Atoms on a sphere (Fibonacci lattice), a closed cavity of known size."""
+    i = np.arange(n) + 0.5
+    phi, theta = np.arccos(1 - 2 * i / n), np.pi * (1 + 5 ** 0.5) * i
+    return radius * np.stack([np.cos(theta) * np.sin(phi), np.sin(theta) * np.sin(phi), np.cos(phi)], axis=1)
+
+
+def test_pocket_of_a_spherical_cavity():
+    atoms = _sphere(8.0)  # empty interior: points more than 3 A from the shell, a ball of radius ~5 A
+    pocket = docking.find_pocket(atoms, np.zeros(3), np.full(3, 24.0), spacing=0.5, clearance=3.0,
+                                 ray_length=10.0, min_buried_rays=10)
+    assert pocket.volume == pytest.approx(4 / 3 * math.pi * 5.0 ** 3, rel=0.1)
+    assert pocket.length == pytest.approx(10.0, abs=1.0)
+
+
+def test_proxy_rewards_size_until_the_pocket_is_full():
+    p = DockingParams()
+    pocket = docking.Pocket(volume=p.atom_volume * 20 / p.packing, length=30.0, points=0)  # capacity 20 atoms
+    small = Chem.MolFromSmiles("c1ccc2ccccc2c1")  # 10 atoms, rigid, short
+    assert docking.proxy_score(small, pocket, p) == pytest.approx(-p.e_buried * 10)
+    big = Chem.MolFromSmiles("c1ccc2cc3cc4cc5cc6ccccc6cc5cc4cc3cc2c1")  # 26 atoms, longest path 13 bonds
+    assert docking.proxy_score(big, pocket, p) == pytest.approx(-(p.e_buried * 20 + p.e_exposed * 6))
+    flexible = Chem.MolFromSmiles("CCCCCCCCCC")  # 10 atoms, 7 rotatable bonds: Vina's normalisation
+    assert docking.proxy_score(flexible, pocket, p) == pytest.approx(-p.e_buried * 10 / (1 + p.w_rot * 7))
+    short_pocket = docking.Pocket(volume=pocket.volume, length=8.0, points=0)  # sticks out: 8 / (13 x 1.25)
+    fit = 26 * 8.0 / (13 * p.bond_span)
+    assert docking.proxy_score(big, short_pocket, p) == pytest.approx(-(p.e_buried * fit + p.e_exposed * (26 - fit)))
+
+
+def test_real_pockets_hold_a_drug_sized_ligand():
+    p = DockingParams()
+    for target in ("EGFR", "CDK2"):
+        pocket = docking.pocket_for(target, p)
+        capacity = p.packing * pocket.volume / p.atom_volume
+        assert 15 < capacity < 60 and 10 < pocket.length < 40, (target, pocket)
+
+
+# ---- SMILES LM ---------------------------------------------------------------------------------------
+def test_tokenizer_round_trip():
+    from papers.sbdd_vs import lm
+
+    smiles = ["CC(=O)Oc1ccccc1C(=O)O", "Clc1ccc([N+](=O)[O-])cc1Br", "C[C@@H]1CC%10CC1"]
+    vocab = lm.Vocab.from_smiles(smiles)
+    for s in smiles:
+        ids = vocab.encode(s, 40)
+        assert len(ids) == 42 and vocab.decode(ids) == s
+    assert lm.tokenize("Clc1ccccc1Br")[:2] == ["Cl", "c"]
+    assert vocab.encode(smiles[0], 5) is None
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models train many times faster on one thread than on oversubscribed ones."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_lm_is_causal_and_learns_a_molecule(one_thread):
+    import torch
+    from papers.sbdd_vs import lm
+
+    torch.manual_seed(0)
+    vocab = lm.Vocab.from_smiles(["c1ccccc1O", "CCN"])
+    model = lm.SmilesGPT(len(vocab.itos), d_model=32, n_layer=2, n_head=2, block_size=14)
+    x = torch.tensor([vocab.encode("c1ccccc1O", 12)])
+    y = x.clone()
+    y[0, 6:] = vocab.stoi["N"]  # change the future
+    with torch.no_grad():
+        torch.testing.assert_close(model(x)[:, :6], model(y)[:, :6])  # the past does not see it
+    data_ = torch.tensor([vocab.encode("c1ccccc1O", 12)] * 8)
+    g = torch.Generator().manual_seed(0)
+    losses = lm.train(model, data_, steps=150, batch=8, lr=3e-3, generator=g)
+    assert losses[-1] < 0.05 < losses[0]
+    assert lm.sample(model, vocab, 4, temperature=1.0, generator=g) == ["c1ccccc1O"] * 4
+
+
+# ---- parameters ----------------------------------------------------------------------------------------
+def test_params_reject_bad_configurations():
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = yaml.safe_load((root / "config" / "config.yaml").read_text())["sbdd_vs"]
+    assert parse(cfg).screen.bedroc_alpha == 80.5
+    with pytest.raises(KeyError, match="sbdd_vs.nope"):
+        parse({**cfg, "nope": 1})
+    with pytest.raises(ValueError, match="random"):
+        parse({**cfg, "generators": ["lm", "optimiser", "known"]})

@@ -1,0 +1,164 @@
+"""The three masked protein LMs of P7: CB-pLM, a plain masked LM and a conditional-tag LM.
+
+All share one encoder (pre-LayerNorm transformer, ESM-2 style as lobster's LMBase, attention by
+``kernels.attention`` with the padding mask as bias) and differ only in what sits on top:
+
+* :class:`MaskedLM` (plain, and conditional-tag when the tokens carry concept-bin tags after
+  <cls>): LM head = dense, GELU, LayerNorm, linear to the 20 residues.
+* :class:`ConceptBottleneckLM`, the paper's CB-pLM as in the official code (lobster ``CBM``,
+  ``LMBaseClassificationHead``, ``LMBaseLinearLMHead``): from the encoder output h,
+
+  .. math::
+      \\hat c = W_2 \\tanh(W_1 h_{\\mathrm{cls}}), \\qquad
+      z_c = [c_1 e_1, \\dots, c_K e_K] \\in \\mathbb{R}^{K E}, \\qquad
+      z_u = \\mathrm{MLP}(h_t) \\in \\mathbb{R}^{K E}, \\qquad
+      \\mathrm{logits}_t = W_{\\mathrm{dec}} [z_c; z_u] + b,
+
+  with c the true concepts in training (teacher forcing) and \\hat c at inference, where an
+  intervention overwrites one entry of c. The loss (official ``_compute_loss``) is
+  ``CE_masked + 0.1 K MSE(c_hat, c) + 0.1 mean_t |cos(z_c, z_u)|``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import kernels
+from papers.cbplm.data import AMINO_ACIDS
+from papers.cbplm.tokens import PAD
+
+N_AA = len(AMINO_ACIDS)
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block: x + Attn(LN(x)), then x + FF(LN(x))."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln_1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln_2 = nn.LayerNorm(d_model)
+        self.ff = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        y = kernels.attention(q, k, v, bias=keep)  # keep (B, 1, 1, T): True = attend (not padding)
+        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.ff(self.ln_2(x))
+
+
+class Encoder(nn.Module):
+    """Token + learned position embeddings, pre-LN blocks, final LayerNorm; (B, T) -> (B, T, C)."""
+
+    def __init__(self, vocab: int, max_tokens: int, d_model: int, n_layers: int, n_heads: int, d_ff: int):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d_model)
+        self.pos = nn.Embedding(max_tokens, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        T = tokens.shape[1]
+        keep = (tokens != PAD)[:, None, None, :]  # (B, 1, 1, T)
+        x = self.tok(tokens) + self.pos(torch.arange(T, device=tokens.device))  # (B, T, C)
+        for block in self.blocks:
+            x = block(x, keep)
+        return self.ln_f(x)
+
+
+def _mlp_head(d_model: int, out: int) -> nn.Sequential:
+    """dense, GELU, LayerNorm, linear (lobster LMBaseLMHead / LMBaseMLP)."""
+    return nn.Sequential(nn.Linear(d_model, d_model), nn.GELU(), nn.LayerNorm(d_model), nn.Linear(d_model, out))
+
+
+def _init(module: nn.Module) -> None:
+    """BERT initialisation: N(0, 0.02) weights, zero biases."""
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+
+class MaskedLM(nn.Module):
+    """Plain masked LM; with concept-bin tags in its tokens, the conditional-tag baseline."""
+
+    def __init__(self, vocab: int, max_tokens: int, d_model: int, n_layers: int, n_heads: int, d_ff: int):
+        super().__init__()
+        self.encoder = Encoder(vocab, max_tokens, d_model, n_layers, n_heads, d_ff)
+        self.lm_head = _mlp_head(d_model, N_AA)
+        _init(self)
+
+    def forward(self, tokens: torch.Tensor) -> dict:
+        return {"logits": self.lm_head(self.encoder(tokens))}  # (B, T, 20)
+
+
+class ConceptBottleneckLM(nn.Module):
+    """CB-pLM: concept head on <cls>, bottleneck [z_c; z_u], one linear layer to the residues."""
+
+    def __init__(self, vocab: int, max_tokens: int, d_model: int, n_layers: int, n_heads: int, d_ff: int,
+                 n_concepts: int, concept_emb: int):
+        super().__init__()
+        K, E = n_concepts, concept_emb
+        self.encoder = Encoder(vocab, max_tokens, d_model, n_layers, n_heads, d_ff)
+        self.concept_head = nn.Sequential(nn.Linear(d_model, d_model), nn.Tanh(), nn.Linear(d_model, K))
+        self.unknown = _mlp_head(d_model, K * E)  # z_u, as wide as z_c (official token_unk)
+        self.decoder = nn.Linear(2 * K * E, N_AA)  # the linear concepts(+unknown)-to-tokens map
+        _init(self)
+        self.concept_emb = nn.Parameter(torch.empty(K, E))  # e_k, one learned vector per concept
+        nn.init.trunc_normal_(self.concept_emb, std=1.0 / math.sqrt(E))  # as the official CBM
+
+    def forward(self, tokens: torch.Tensor, concepts: torch.Tensor | None = None,
+                intervene: tuple[int, torch.Tensor] | None = None) -> dict:
+        """`concepts` (B, K): teacher forcing (training); None: use the predicted c_hat.
+        `intervene` = (k, value (B,)): overwrite concept k before the bottleneck."""
+        h = self.encoder(tokens)  # (B, T, C)
+        B, T, _ = h.shape
+        c_hat = self.concept_head(h[:, 0])  # (B, K) from <cls>
+        c = c_hat if concepts is None else concepts
+        if intervene is not None:
+            k, value = intervene
+            c = c.clone()
+            c[:, k] = value
+        z_c = (c[:, :, None] * self.concept_emb).flatten(1)  # (B, K E)
+        z_c = z_c[:, None, :].expand(B, T, -1)  # the same at every position
+        z_u = self.unknown(h)  # (B, T, K E)
+        logits = self.decoder(torch.cat([z_c, z_u], dim=-1))  # (B, T, 20)
+        return {"logits": logits, "concepts": c_hat, "z_c": z_c, "z_u": z_u}
+
+    def concept_token_weights(self) -> torch.Tensor:
+        """d logit_a / d c_k = W_dec[a, block k] . e_k, shape (20, K): how each concept moves each residue."""
+        K, E = self.concept_emb.shape
+        w = self.decoder.weight[:, : K * E].view(N_AA, K, E)  # (20, K, E)
+        return (w * self.concept_emb).sum(-1)
+
+
+# ---- losses ----------------------------------------------------------------------------------
+def masked_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over masked positions; targets are residue indices 0..19."""
+    return F.cross_entropy(logits[mask], targets[mask])
+
+
+def orthogonality_loss(z_c: torch.Tensor, z_u: torch.Tensor) -> torch.Tensor:
+    """mean over (B, T) of |cos(z_c, z_u)| (official orthogonality_loss, eps 1e-6)."""
+    return F.cosine_similarity(z_c, z_u, dim=-1, eps=1e-6).abs().mean()
+
+
+def concept_loss(c_hat: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """K * MSE(c_hat, c) (official overall_concept_loss)."""
+    return c.shape[1] * F.mse_loss(c_hat, c)
+
+
+def cb_loss(out: dict, targets, mask, concepts, concept_weight: float, orthogonality_weight: float) -> tuple:
+    """CB-pLM training loss and its parts: CE + w_c K MSE + w_o |cos|."""
+    ce = masked_ce(out["logits"], targets, mask)
+    lc = concept_loss(out["concepts"], concepts)
+    lo = orthogonality_loss(out["z_c"], out["z_u"])
+    return ce + concept_weight * lc + orthogonality_weight * lo, {"ce": ce, "concept": lc, "orthogonality": lo}

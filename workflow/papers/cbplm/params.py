@@ -1,0 +1,100 @@
+"""Parameters of P7 cbplm, checked when the workflow is parsed (before any job runs)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from papers.common.params import from_config
+
+SLUG = "cbplm"
+MODELS = ("cb", "plain", "tag")  # CB-pLM, plain masked LM, conditional-tag masked LM
+CONCEPTS = ("gravy", "charge", "aromaticity", "instability_index", "helix_fraction", "isoelectric_point")
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """One encoder size for all three models (the paper's smallest CB-pLM is 24M parameters:
+    official MLM_24M = 10 layers, 12 heads, width 408, feed-forward 2048)."""
+
+    d_model: int = 408
+    n_layers: int = 10
+    n_heads: int = 12
+    d_ff: int = 2048
+    concept_emb: int = 2  # official: config.concept_emb = 2 (width of each concept's embedding)
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    """Optimisation; defaults from the official LobsterCBMPMLM where it sets them."""
+
+    steps: int = 10_000  # official num_training_steps default
+    warmup_steps: int = 1_000  # official num_warmup_steps default
+    batch_size: int = 32
+    lr: float = 1e-3  # official lr
+    betas: tuple = (0.9, 0.98)  # official beta1, beta2
+    eps: float = 1e-12  # official eps
+    weight_decay: float = 0.01  # torch AdamW default (the official code does not set it)
+    mask_prob: float = 0.15  # official mask_percentage; every selected residue becomes <mask>
+    concept_weight: float = 0.1  # official concept_hp (times the number of concepts, as there)
+    orthogonality_weight: float = 0.1  # official orthogonality_hp
+    log_every: int = 50
+
+
+@dataclass(frozen=True)
+class InterventionParams:
+    """Single-concept intervention: set one concept, regenerate masked residues, re-measure."""
+
+    target_sd: float = 2.0  # the target value of the concept, +- this many standard deviations
+    edit_fraction: float = 0.15  # fraction of residues masked and regenerated (the training mask rate)
+    sequences: int = 500  # held-out sequences intervened on
+
+
+@dataclass(frozen=True)
+class ClaimParams:
+    """Thresholds of the claims, fixed before any run."""
+
+    min_ratio: float = 2.0  # (a) CB change / tag change; "several times", the paper ~3x
+    ppl_tolerance: float = 0.05  # (b) CB perplexity at most this much (relative) above the plain model's
+    min_kd_rank_correlation: float = 0.5  # (c) Spearman of the GRAVY weights with Kyte-Doolittle, every seed
+
+
+@dataclass(frozen=True)
+class Params:
+    seeds: int = 3
+    sequences: str | None = None  # FASTA or TSV/CSV with a `sequence` column; None = aaanalysis benchmarks
+    files: tuple = ("SEQ_SOLUBLE", "SEQ_CAPSID", "SEQ_TAIL", "SEQ_DISULFIDE", "SEQ_LOCATION")
+    min_length: int = 30
+    max_length: int = 512  # official max_length
+    max_sequences: int | None = None  # keep at most this many (after filtering, a seeded shuffle)
+    test_fraction: float = 0.1
+    concepts: tuple = ("gravy", "charge", "aromaticity", "instability_index", "helix_fraction")
+    tag_bins: int = 10  # bins (quantiles of the training set) per concept for the conditional-tag model
+    models: tuple = MODELS
+    model: ModelParams = field(default_factory=ModelParams)
+    train: TrainParams = field(default_factory=TrainParams)
+    intervention: InterventionParams = field(default_factory=InterventionParams)
+    claims: ClaimParams = field(default_factory=ClaimParams)
+
+    def check(self) -> None:
+        """Cross-field rules the schema cannot state."""
+        unknown = sorted(set(self.concepts) - set(CONCEPTS))
+        if unknown:
+            raise ValueError(f"cbplm.concepts: unknown {unknown} (known: {', '.join(CONCEPTS)})")
+        for needed in ("gravy", "charge"):  # claim (c) reads their weights
+            if needed not in self.concepts:
+                raise ValueError(f"cbplm.concepts must include '{needed}' (claim (c) reads its weights)")
+        if "charge" in self.concepts and "isoelectric_point" in self.concepts:
+            raise ValueError("cbplm.concepts: keep one of charge and isoelectric_point (they correlate, r = 0.68)")
+        if set(self.models) != set(MODELS):
+            raise ValueError(f"cbplm.models must be {list(MODELS)} (the claims compare all three)")
+        if self.min_length > self.max_length:
+            raise ValueError(f"cbplm.min_length ({self.min_length}) exceeds max_length ({self.max_length})")
+        if self.model.d_model % self.model.n_heads:
+            raise ValueError(f"cbplm.model.d_model ({self.model.d_model}) must be a multiple of n_heads ({self.model.n_heads})")
+        if self.train.warmup_steps >= self.train.steps:
+            raise ValueError(f"cbplm.train.warmup_steps ({self.train.warmup_steps}) must be below steps ({self.train.steps})")
+
+
+def parse(cfg) -> Params:
+    params = from_config(Params, cfg, where=SLUG)
+    params.check()
+    return params

@@ -1,0 +1,115 @@
+"""Peak memory and time of a forward pass, against circuit size (the paper's scalability study).
+
+CPU tensors have no allocator statistics in torch, so :class:`PeakMemory` counts them itself: a
+``TorchDispatchMode`` that sees every tensor an op creates, adds its storage's bytes when it is
+first seen and subtracts them when the storage is freed (a ``weakref.finalize`` on the storage,
+whose Python object torch keeps alive exactly as long as the storage). Tensors that existed
+before (parameters, the circuit, the preallocated history table) are not counted, so the peak is
+that of the activations the pass creates: on a GPU, what ``torch.cuda.max_memory_allocated``
+reports above the model and data. Ops inside a fused custom op are hidden from the mode, so the
+measurement runs the models on the plain-torch references (every intermediate visible).
+"""
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+class PeakMemory(TorchDispatchMode):
+    """Live and peak bytes of the tensor storages created inside the ``with`` block."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+        self._seen = set()
+
+    def _free(self, key, nbytes):
+        self.live -= nbytes
+        self._seen.discard(key)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                storage = t.untyped_storage()
+                key, nbytes = storage.data_ptr(), storage.nbytes()
+                if nbytes == 0 or key in self._seen:
+                    continue  # a view or an in-place result: storage already counted
+                self._seen.add(key)
+                self.live += nbytes
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(storage, self._free, key, nbytes)
+        return out
+
+
+def forward_cost(model, ex, *, partitioned: bool, track_memory: bool = True):
+    """(peak activation bytes, seconds) of one forward pass with autograd on, as in training.
+
+    The partitioned pass gets its history table preallocated (the official code keeps it in host
+    memory); its size, 2 N d floats, is reported beside the peak. Time is measured in a separate
+    pass without the memory tracker.
+    """
+    model.eval()
+    model.set_fused(False)
+    N, d = ex.plan.num_nodes, model.d
+    history = (torch.zeros(N, d), torch.zeros(N, d)) if partitioned else None
+    gc.collect()
+    start = time.perf_counter()
+    out = model.embed(ex.plan, ex.pi_vec, partitioned=partitioned, history=history)
+    seconds = time.perf_counter() - start
+    del out
+    if not track_memory:
+        model.set_fused(True)
+        return float("nan"), seconds
+    gc.collect()
+    with PeakMemory() as pm:
+        out = model.embed(ex.plan, ex.pi_vec, partitioned=partitioned, history=history)
+        del out
+    model.set_fused(True)
+    return pm.peak, seconds
+
+
+def fused_vs_unfused(model, ex, *, device: str, repeats: int):
+    """Claim (c): inference time and peak memory of the forward pass with the fused graph-attention
+    kernel (``kernels.gat_attention``, Triton on CUDA) against the unfused torch reference.
+
+    On CUDA: median of `repeats` timed passes (CUDA events) after a warm-up, and
+    ``torch.cuda.max_memory_allocated`` above what was allocated before the pass. Elsewhere the
+    same passes run (the code path is exercised) but both arms run the reference.
+    """
+    model = model.to(device).eval()
+    ex = ex.to(device)
+    rows = []
+    for fused in (True, False):
+        model.set_fused(fused)
+        with torch.no_grad():
+            model.embed(ex.plan, ex.pi_vec)  # warm-up (Triton compilation, allocator)
+            times = []
+            for _ in range(repeats):
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                    base = torch.cuda.memory_allocated()
+                    torch.cuda.reset_peak_memory_stats()
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    out = model.embed(ex.plan, ex.pi_vec)
+                    end.record()
+                    torch.cuda.synchronize()
+                    times.append(start.elapsed_time(end) / 1e3)
+                    peak = torch.cuda.max_memory_allocated() - base
+                else:
+                    t0 = time.perf_counter()
+                    with PeakMemory() as pm:
+                        out = model.embed(ex.plan, ex.pi_vec)
+                    times.append(time.perf_counter() - t0)
+                    peak = pm.peak
+                del out
+        rows.append({"fused": fused, "seconds": float(np.median(times)), "peak_bytes": int(peak)})
+    model.set_fused(True)
+    return rows

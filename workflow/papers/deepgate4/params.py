@@ -1,0 +1,131 @@
+"""Parameters of P5 deepgate4, checked when the workflow is parsed (before any job runs).
+
+Defaults are the official code's (zyzheng17/DeepGate4-ICLR-25: ``src/config.py``,
+``run/train_large.sh``, ``src/models/*.py``, ``src/dg_datasets/data_preparation.py``,
+``simulator/simulator.cpp``) where a CPU allows them; config/config.yaml overrides what differs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from papers.common.params import from_config
+
+SLUG = "deepgate4"
+ARM_KINDS = ("circuit", "gat")
+ATTENTIONS = ("gat", "dot", "dense")
+
+
+@dataclass(frozen=True)
+class DataParams:
+    """Circuits and labels (``data_preparation.py``, ``simulator.cpp``)."""
+
+    netlists: str | None = None  # folder of .v / .bench netlists; None = circuitgraph's packaged ones
+    train: tuple = ("c432", "c499", "c880", "c1355", "c1908", "c2670", "c3540", "c5315", "c7552", "s13207",
+                    "ctrl", "dec", "int2float", "router")
+    generated: dict = field(default_factory=lambda: {"adder": [8, 16], "multiplier": [4, 6], "comparator": [8, 16],
+                                                     "mux": [3, 4]})
+    test: dict = field(default_factory=lambda: {"ITC99": ["b17_C", "b20_C", "b22_C"], "EPFL": ["cavlc", "i2c"]})
+    scaling: tuple = ("c5315", "c7552", "s38584", "b20_Cg", "b22_Cg", "b17_Cg")
+    patterns: int = 15000  # random input patterns of the simulation (official: 15000)
+    max_pairs: int = 1000  # truth-table pairs kept per circuit
+    pair_candidates: int = 40000  # same-cover candidate pairs drawn per circuit
+    max_prob_gap: float = 0.1  # official: |p_i - p_j| <= 0.1
+    extreme: tuple = (0.2, 0.8)  # official: keep distance <= 0.2 or >= 0.8
+    min_nodes: int = 30  # official NO_NODES lower bound (smaller circuits are skipped)
+    seed: int = 0  # simulation and pair sampling
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """Sizes (official: hidden 128, mlp_hidden 128, 12 GAT layers with 4 heads, dropout 0.1)."""
+
+    hidden: int = 128
+    mlp_hidden: int = 128
+    heads: int = 4
+    dropout: float = 0.1
+    max_degree: int = 4999  # official nn.Embedding(5000, hidden) for out_and / out_not
+    window_levels: int = 6  # official areas: 8-hop cones every k_hop - 2 = 6 levels
+    areas_per_batch: int = 256  # official mini_batch_size
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    epochs: int = 200  # official run/train_large.sh
+    lr: float = 1e-4  # official run/train_large.sh
+    batch_nodes: int = 4000  # small circuits are merged into unions of at most this many nodes
+    device: str = "auto"  # training and evaluation: auto (CUDA when present) | cpu | cuda
+
+
+@dataclass(frozen=True)
+class ScalingParams:
+    """Claim (b): peak memory and time of a forward pass against circuit size."""
+
+    areas_per_batch: int = 16  # mini-batch of the partitioned pass in this study
+    hidden: int = 128
+    layers: int = 12
+    linear_min_exponent: float = 0.9  # full graph: "at least linear" if the fitted exponent >= this
+    sublinear_max_exponent: float = 1.0  # partitioned: "sub-linear" if the fitted exponent < this
+
+
+@dataclass(frozen=True)
+class KernelParams:
+    """Claim (c): fused graph-attention kernel against the unfused reference (GPU only)."""
+
+    device: str = "cuda"
+    circuit: str = "b17_Cg"
+    repeats: int = 5
+    min_reduction: float = 0.0  # holds if runtime and memory both drop by more than this fraction
+
+
+@dataclass(frozen=True)
+class Params:
+    seeds: int = 1
+    arms: dict = field(default_factory=lambda: {
+        "deepgate2": {"kind": "circuit", "layers": 0, "attention": "gat", "local_encoding": False, "partitioned": False},
+        "gat": {"kind": "gat", "layers": 9, "partitioned": False},
+        "plain_gt": {"kind": "circuit", "layers": 12, "attention": "dense", "local_encoding": False, "partitioned": False},
+        "deepgate4": {"kind": "circuit", "layers": 12, "attention": "gat", "local_encoding": True, "partitioned": True},
+    })
+    method: str = "deepgate4"  # the arm claim (a) is about; the others are the baselines
+    min_improvement: float = 0.0  # claim (a): relative error reduction over the best baseline must exceed this
+    data: DataParams = field(default_factory=DataParams)
+    model: ModelParams = field(default_factory=ModelParams)
+    train: TrainParams = field(default_factory=TrainParams)
+    scaling: ScalingParams = field(default_factory=ScalingParams)
+    kernel: KernelParams = field(default_factory=KernelParams)
+
+    def check(self) -> None:
+        if self.method not in self.arms:
+            raise ValueError(f"deepgate4.method: {self.method!r} is not one of the arms {sorted(self.arms)}")
+        if len(self.arms) < 2:
+            raise ValueError("deepgate4.arms: claim (a) needs the method and at least one baseline")
+        for name, arm in self.arms.items():
+            kind = arm.get("kind")
+            if kind not in ARM_KINDS:
+                raise ValueError(f"deepgate4.arms.{name}.kind must be one of {ARM_KINDS}, got {kind!r}")
+            if kind == "circuit" and arm.get("attention") not in ATTENTIONS:
+                raise ValueError(f"deepgate4.arms.{name}.attention must be one of {ATTENTIONS}")
+            if kind == "gat" and arm.get("partitioned"):
+                raise ValueError(f"deepgate4.arms.{name}: the GAT baseline has no partitioned update")
+        if (2 * self.model.hidden) % self.model.heads:
+            raise ValueError(f"deepgate4.model.heads ({self.model.heads}) must divide 2 x hidden ({2 * self.model.hidden})")
+        if (2 * self.scaling.hidden) % self.model.heads:
+            raise ValueError(f"deepgate4.scaling.hidden: 2 x hidden must be divisible by model.heads ({self.model.heads})")
+        if len(self.data.scaling) < 2:
+            raise ValueError("deepgate4.data.scaling: the exponent fit needs at least two circuits")
+        if not self.data.test:
+            raise ValueError("deepgate4.data.test: at least one held-out family is needed")
+        overlap = set(self.data.train) & {c for cs in self.data.test.values() for c in cs}
+        if overlap:
+            raise ValueError(f"deepgate4.data: circuits both in train and test: {sorted(overlap)}")
+        if self.kernel.circuit not in self.data.scaling:
+            raise ValueError(f"deepgate4.kernel.circuit ({self.kernel.circuit}) must be one of data.scaling")
+        lo, hi = self.data.extreme
+        if not 0 <= lo <= hi <= 1:
+            raise ValueError(f"deepgate4.data.extreme must satisfy 0 <= lo <= hi <= 1, got {list(self.data.extreme)}")
+
+
+def parse(cfg) -> Params:
+    params = from_config(Params, cfg, where=SLUG)
+    params.check()
+    return params

@@ -1,0 +1,151 @@
+"""Training and evaluation loops: a straight function each (official ``dg4_trainer.py``).
+
+Losses as in the official trainer: L1 on the signal probability of each gate and L1 on the
+truth-table distance of each sampled pair, summed with weight 1. Full-graph models take one
+optimizer step per circuit batch; DeepGate4 with the partitioned update takes one per
+mini-batch of areas (the official ``mini_batch`` loop), its history table carrying the gates
+computed before.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .aig import PI
+from .partition import Plan, pi_vectors, plan_circuit
+
+
+class Example:
+    """A circuit (or a disjoint union of circuits) with labels and its plan."""
+
+    def __init__(self, name, gate, fanin, level, prob, pairs, tt, *, hidden, window_levels, areas_per_batch,
+                 pi_seed, partitioned=True):
+        self.name = name
+        self.plan: Plan = plan_circuit(name, gate, fanin, level, window_levels=window_levels,
+                                       areas_per_batch=areas_per_batch, partitioned=partitioned)
+        pis = np.flatnonzero(gate == PI)
+        vec = np.zeros((gate.size, hidden), dtype=np.float32)
+        vec[pis] = pi_vectors(pis.size, hidden, pi_seed)
+        self.pi_vec = torch.from_numpy(vec)
+        self.prob = torch.tensor(np.asarray(prob), dtype=torch.float32)
+        self.gates = torch.from_numpy(np.flatnonzero(gate != PI))
+        self.pairs = torch.as_tensor(np.asarray(pairs, dtype=np.int64).reshape(2, -1))
+        self.tt = torch.tensor(np.asarray(tt), dtype=torch.float32)
+
+    def to(self, device) -> Example:
+        ex = object.__new__(Example)
+        ex.__dict__.update({k: (v.to(device) if hasattr(v, "to") else v) for k, v in self.__dict__.items()})
+        return ex
+
+
+def device(name: str) -> torch.device:
+    """`auto`: CUDA when present, else the CPU."""
+    return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else ("cpu" if name == "auto" else name))
+
+
+def union(circuits):
+    """Disjoint union of circuits (dicts of numpy arrays): the official 'merge_small' batches.
+    Levels are kept, so the circuits' windows line up."""
+    off = np.cumsum([0] + [c["gate"].size for c in circuits])
+    cat = lambda k: np.concatenate([c[k] for c in circuits])
+    fanin = np.concatenate([np.where(c["fanin"] >= 0, c["fanin"] + o, -1) for c, o in zip(circuits, off)])
+    pairs = np.concatenate([c["pairs"] + o for c, o in zip(circuits, off)], 1)
+    return {"name": "+".join(c["name"] for c in circuits), "gate": cat("gate"), "fanin": fanin,
+            "level": cat("level"), "prob": cat("prob"), "pairs": pairs, "tt": cat("tt")}
+
+
+def pack(circuits, max_nodes: int):
+    """Group circuits sorted by depth into unions of at most `max_nodes` nodes (or one circuit)."""
+    groups, cur, size = [], [], 0
+    for c in sorted(circuits, key=lambda c: (int(c["level"].max()), c["name"])):
+        if cur and size + c["gate"].size > max_nodes:
+            groups.append(cur)
+            cur, size = [], 0
+        cur.append(c)
+        size += c["gate"].size
+    if cur:
+        groups.append(cur)
+    return [union(g) for g in groups]
+
+
+def train(model, examples, *, partitioned: bool, epochs: int, lr: float, seed: int, log=print):
+    """Adam on the summed L1 losses; returns one row of metrics per epoch."""
+    rng = np.random.default_rng(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    rows = []
+    for epoch in range(epochs):
+        model.train()
+        totals = {"prob": [], "tt": []}
+        for i in rng.permutation(len(examples)):
+            ex = examples[i]
+            if partitioned:
+                _train_partitioned(model, ex, opt, totals)
+                continue
+            _, hf = model.embed(ex.plan, ex.pi_vec)
+            prob, tt = model.heads(hf, ex.pairs)
+            l_prob = F.l1_loss(prob[ex.gates], ex.prob[ex.gates])
+            l_tt = F.l1_loss(tt, ex.tt) if ex.tt.numel() else prob.sum() * 0
+            opt.zero_grad()
+            (l_prob + l_tt).backward()
+            opt.step()
+            totals["prob"].append(l_prob.item())
+            totals["tt"].append(l_tt.item())
+        mean = lambda xs: float(np.mean(xs)) if xs else float("nan")
+        row = {"epoch": epoch, "train/prob_l1": mean(totals["prob"]), "train/tt_l1": mean(totals["tt"])}
+        rows.append(row)
+        log(f"epoch {epoch}: prob {row['train/prob_l1']:.4f} tt {row['train/tt_l1']:.4f}")
+    return rows
+
+
+def _train_partitioned(model, ex: Example, opt, totals):
+    """One pass of the partitioned update over a circuit: a step per mini-batch of areas.
+
+    The probability loss covers the gates computed for the first time; a pair is used in the
+    first mini-batch where both of its gates are available, the one computed earlier read from
+    the history table (no gradient), as in the official trainer.
+    """
+    N, dev = ex.plan.num_nodes, ex.pi_vec.device
+    done = torch.zeros(N, dtype=torch.bool, device=dev)
+    used = torch.zeros(ex.pairs.shape[1], dtype=torch.bool, device=dev)
+    is_gate = torch.zeros(N, dtype=torch.bool, device=dev)
+    is_gate[ex.gates] = True
+
+    def on_sub(sub, hs, hf, hs_table, hf_table):
+        new = sub.new
+        local = torch.full((N,), -1, dtype=torch.long, device=dev)
+        local[new] = torch.arange(new.numel(), device=dev)
+        first = ~done[new] & is_gate[new]
+        avail = done.clone()
+        avail[new] = True
+        take = ~used & avail[ex.pairs[0]] & avail[ex.pairs[1]] & ((local[ex.pairs[0]] >= 0) | (local[ex.pairs[1]] >= 0))
+        terms = []
+        if first.any():
+            prob = torch.sigmoid(model.heads.prob(hf[first])).squeeze(-1)
+            l_prob = F.l1_loss(prob, ex.prob[new[first]])
+            terms.append(l_prob)
+            totals["prob"].append(l_prob.item())
+        if take.any():
+            p = ex.pairs[:, take]
+            emb = lambda v: torch.where((local[v] >= 0)[:, None], hf[local[v].clamp(min=0)], hf_table[v])
+            tt = torch.sigmoid(model.heads.tt(torch.cat([emb(p[0]), emb(p[1])], -1))).squeeze(-1)
+            l_tt = F.l1_loss(tt, ex.tt[take])
+            terms.append(l_tt)
+            totals["tt"].append(l_tt.item())
+            used[take] = True
+        done[new] = True
+        if terms:
+            opt.zero_grad()
+            sum(terms).backward()
+            opt.step()
+
+    model.embed(ex.plan, ex.pi_vec, partitioned=True, on_sub=on_sub)
+
+
+@torch.no_grad()
+def predict(model, ex: Example, *, partitioned: bool):
+    """Predicted probability of every gate and distance of every pair (eval mode)."""
+    model.eval()
+    _, hf = model.embed(ex.plan, ex.pi_vec, partitioned=partitioned)
+    prob, tt = model.heads(hf, ex.pairs)
+    return prob, tt

@@ -1,0 +1,137 @@
+"""The paper's quantities, computed from the members' class probabilities P (M, N, C) on a test set with labels y (N,).
+
+Notation: member m predicts p_m(x) in the simplex; the ensemble of M members predicts the mean
+p̄_M(x) = (1/M) sum_m p_m(x) (the paper's deep ensemble averages probabilities); its accuracy is
+mean_n [argmax_c p̄_M(x_n)_c = y_n] and its loss is the NLL, mean_n -log p̄_M(x_n)_{y_n}.
+
+- :func:`curves`: accuracy, NLL and the Jensen gap of the ensemble at every M = 1 ... M_max.
+- :func:`equivalence_test`: the test of distributional equivalence of the members' outputs.
+- :func:`estimate`: the estimator that predicts accuracy and NLL at every M from K members.
+
+The official code (yipei-wang/DeepEnsembleDemystified) could not be read from this machine; the test
+and the estimator follow the paper's statement of distributional equivalence and its per-sample
+statistical view as written in the docstrings below, which say where we chose a detail ourselves.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+
+def true_class(P: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """p_m(x_n)_{y_n}: (M, N) from P (M, N, C)."""
+    return np.take_along_axis(P, y[None, :, None], axis=2)[..., 0]
+
+
+def member_metrics(P: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each member's test accuracy (M,) and NLL (M,)."""
+    return (P.argmax(2) == y).mean(1), -np.log(true_class(P, y)).mean(1)
+
+
+def curves(P: np.ndarray, y: np.ndarray, orderings: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """The ensemble at every size M = 1 ... M_max, averaged over random orderings of the members.
+
+    Each ordering is a random permutation pi of the members; the ensemble of size M is its first M
+    members (nested, as one would grow an ensemble). Per M, averaged over the orderings:
+
+        acc(M), nll(M)          the ensemble's accuracy and NLL
+        member_nll(M)           (1/M) sum_{m <= M} NLL(p_m), the mean loss of the members it averages
+        jensen_gap(M)           member_nll(M) - nll(M) >= 0 (Jensen's inequality: -log is convex)
+        member_acc(M)           the members' mean accuracy; acc(M) - member_acc(M) is the same gap
+                                for the 0-1 loss, which is not convex (Jensen's inequality says nothing)
+
+    The first ordering is the identity, so with orderings = 1 the curve is that of members 0, 1, 2, ...
+    """
+    M = len(P)
+    acc_m, nll_m = member_metrics(P, y)
+    rng = np.random.default_rng(seed)
+    sizes = np.arange(1, M + 1)
+    out = {k: np.zeros(M) for k in ("acc", "nll", "member_acc", "member_nll")}
+    for r in range(orderings):
+        pi = np.arange(M) if r == 0 else rng.permutation(M)
+        p_bar = np.cumsum(P[pi], axis=0) / sizes[:, None, None]  # (M, N, C): ensemble of the first M
+        out["acc"] += (p_bar.argmax(2) == y).mean(1)
+        out["nll"] += -np.log(true_class(p_bar, y)).mean(1)
+        out["member_acc"] += np.cumsum(acc_m[pi]) / sizes
+        out["member_nll"] += np.cumsum(nll_m[pi]) / sizes
+    out = {k: v / orderings for k, v in out.items()}
+    out["jensen_gap"] = out["member_nll"] - out["nll"]
+    out["M"] = sizes
+    return out
+
+
+def disagreement(P: np.ndarray) -> float:
+    """Mean over member pairs i < j of the fraction of test points where their predicted classes differ."""
+    pred = P.argmax(2)  # (M, N)
+    M = len(pred)
+    pairs = [(pred[i] != pred[j]).mean() for i in range(M) for j in range(i + 1, M)]
+    return float(np.mean(pairs))
+
+
+def equivalence_test(P: np.ndarray, y: np.ndarray, alpha: float) -> dict:
+    """Do the members' outputs form one distribution? Two-sample Kolmogorov-Smirnov tests, every pair.
+
+    The paper's distributional equivalence: members i and j predict differently point by point, but the
+    distribution of their outputs over the data is the same. The output tested is the probability of
+    the true class, s_m(x) = p_m(x)_y, the quantity that accuracy and NLL are made of.
+
+    Statistic, per pair i < j: D_ij = sup_t |F_i(t) - F_j(t)|, with F_m the empirical CDF of
+    {s_m(x_n)}_{n=1..N} over the N test points.
+    Null distribution: under H0 (F_i = F_j, two independent samples of size N) D_ij has the two-sample
+    Kolmogorov distribution; p_ij is its upper tail at the observed D_ij (scipy.stats.ks_2samp, exact
+    for N <= 10,000, else asymptotic). The two samples share the test points, and members agree on most
+    of them, so they are positively dependent, which makes this p-value conservative (too large).
+    Ensemble decision: H0 for all pairs at once (the members are equivalent) is rejected at level alpha
+    when the Bonferroni p-value P_pairs * min_ij p_ij <= alpha (P_pairs = M (M - 1) / 2), valid under any
+    dependence between the pairs. We also report the fraction of pairs with p_ij <= alpha (about alpha,
+    or below, under H0) and the median p_ij.
+    """
+    s = true_class(P, y)  # (M, N)
+    M = len(s)
+    d, p = [], []
+    for i in range(M):
+        for j in range(i + 1, M):
+            r = stats.ks_2samp(s[i], s[j])
+            d.append(r.statistic)
+            p.append(r.pvalue)
+    d, p = np.array(d), np.array(p)
+    p_bonferroni = float(min(1.0, len(p) * p.min()))
+    return {"pairs": int(len(p)), "max_ks": float(d.max()), "median_ks": float(np.median(d)),
+            "min_p": float(p.min()), "median_p": float(np.median(p)), "fraction_rejected": float((p <= alpha).mean()),
+            "p_bonferroni": p_bonferroni, "equivalent": bool(p_bonferroni > alpha)}
+
+
+def estimate(P: np.ndarray, y: np.ndarray, sizes) -> dict[str, np.ndarray]:
+    """Predict the ensemble's accuracy and NLL at every size M from the K members in P (K, N, C).
+
+    Distributional equivalence makes the members' outputs at one test point x i.i.d. draws of one random
+    variable, so the ensemble's output there is a mean of M i.i.d. draws: by the central limit theorem
+    it is about normal with the members' mean and 1/M of their variance. Per test point, from the K
+    members (sample mean, sample variance with ddof = 1):
+
+    Accuracy. The margin d_m(x) = p_m(x)_y - p_m(x)_{c*}, c* the runner-up class of the K-member mean;
+    the ensemble is right when its mean margin is positive:
+        acc_hat(M) = mean_n Phi(sqrt(M) mu_d(x_n) / sigma_d(x_n))      (Phi: standard normal CDF)
+    (sigma_d = 0: 1 if mu_d > 0, 1/2 if mu_d = 0, 0 otherwise).
+
+    NLL. Second-order expansion of -log around the mean mu = E p_m(x)_y, with Var p̄_M = sigma^2 / M:
+        E[-log p̄_M] = -log mu + sigma^2 / (2 M mu^2) + O(M^-2).
+    The plug-in mu_hat is itself a K-member mean, so -log mu_hat already carries sigma^2 / (2 K mu^2);
+    removing it (our finite-K correction, from the same expansion) gives
+        nll_hat(M) = mean_n [-log mu_hat(x_n) + sigma_hat^2(x_n) / (2 mu_hat(x_n)^2) (1/M - 1/K)],
+    which equals the K-member ensemble's NLL at M = K.
+    """
+    K = len(P)
+    sizes = np.asarray(sizes, dtype=float)
+    mean = P.mean(0)  # (N, C)
+    s = true_class(P, y)  # (K, N)
+    runner_up = np.where(np.arange(P.shape[2]) == y[:, None], -np.inf, mean).argmax(1)  # (N,)
+    d = s - true_class(P, runner_up)  # (K, N)
+    mu_d, sd_d = d.mean(0), d.std(0, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(sd_d > 0, mu_d / sd_d, np.sign(mu_d) * np.inf)  # (N,)
+    acc = np.array([np.where(np.isnan(z), 0.5, stats.norm.cdf(np.sqrt(m) * z)).mean() for m in sizes])
+    mu, var = s.mean(0), s.var(0, ddof=1)
+    curvature = var / (2 * mu**2)  # (N,)
+    nll = np.array([(-np.log(mu) + curvature * (1 / m - 1 / K)).mean() for m in sizes])
+    return {"M": sizes.astype(int), "acc": acc, "nll": nll}

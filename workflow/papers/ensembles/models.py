@@ -1,0 +1,98 @@
+"""Ensemble members: G MLPs trained side by side (one batched module), and the paper's width-k ResNet18.
+
+Every model here maps a group of inputs x (G, B, ...) to logits (G, B, C), member g seeing its own
+mini-batch x[g], so one training loop serves both (a ResNet is a group of one).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class GroupMLP(nn.Module):
+    """G independent MLPs d_in -> width (x depth, ReLU) -> d_out, stored as stacked weights (G, fan_in, fan_out).
+
+    Member g is initialised from its own generator as sklearn's MLPClassifier does (Glorot uniform:
+    weights and biases ~ U(-b, b), b = gain * sqrt(6 / (fan_in + fan_out))), so its function depends on its
+    seed only and not on which other members share the group. The loss of the group is the sum of the
+    members' losses, so each member's gradient, and Adam's element-wise update, are its own.
+    """
+
+    def __init__(self, generators: list[torch.Generator], d_in: int, width: int, depth: int, d_out: int,
+                 gain: float = 1.0):
+        super().__init__()
+        dims = [d_in] + [width] * depth + [d_out]
+        self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
+        for fan_in, fan_out in zip(dims[:-1], dims[1:]):
+            bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+            w = torch.stack([torch.empty(fan_in, fan_out).uniform_(-bound, bound, generator=g) for g in generators])
+            b = torch.stack([torch.empty(1, fan_out).uniform_(-bound, bound, generator=g) for g in generators])
+            self.weights.append(nn.Parameter(w))  # (G, fan_in, fan_out)
+            self.biases.append(nn.Parameter(b))  # (G, 1, fan_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.flatten(2)  # (G, B, d_in)
+        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
+            h = torch.baddbmm(b, h, w)  # (G, B, fan_out)
+            if i < len(self.weights) - 1:
+                h = F.relu(h)
+        return h  # (G, B, d_out)
+
+
+class PreActBlock(nn.Module):
+    """BN-ReLU-conv3x3-BN-ReLU-conv3x3 with an identity (or 1x1-conv) shortcut (He et al. 2016)."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int):
+        super().__init__()
+        self.bn1, self.conv1 = nn.BatchNorm2d(c_in), nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.bn2, self.conv2 = nn.BatchNorm2d(c_out), nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.shortcut = nn.Conv2d(c_in, c_out, 1, stride, bias=False) if stride != 1 or c_in != c_out else None
+
+    def forward(self, x):
+        h = F.relu(self.bn1(x))
+        skip = self.shortcut(h) if self.shortcut is not None else x
+        h = self.conv1(h)
+        h = self.conv2(F.relu(self.bn2(h)))
+        return h + skip
+
+
+class ResNet18(nn.Module):
+    """Pre-activation ResNet18 whose four stages have k, 2k, 4k, 8k channels (k = 64 is the usual ResNet18).
+
+    The paper varies k in {10, 20, 40, 80, 160}, the width family of Nakkiran et al.'s deep double descent.
+    Input (G=1, B, 3 * 32 * 32) flattened images; output (1, B, n_classes).
+    """
+
+    def __init__(self, k: int, n_classes: int):
+        super().__init__()
+        self.stem = nn.Conv2d(3, k, 3, 1, 1, bias=False)
+        stages, c_in = [], k
+        for i, c_out in enumerate([k, 2 * k, 4 * k, 8 * k]):
+            stride = 1 if i == 0 else 2
+            stages += [PreActBlock(c_in, c_out, stride), PreActBlock(c_out, c_out, 1)]
+            c_in = c_out
+        self.stages = nn.Sequential(*stages)
+        self.bn = nn.BatchNorm2d(c_in)
+        self.head = nn.Linear(c_in, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g, b = x.shape[:2]
+        h = self.stages(self.stem(x.reshape(g * b, 3, 32, 32)))  # (G*B, 8k, 4, 4)
+        h = F.adaptive_avg_pool2d(F.relu(self.bn(h)), 1).flatten(1)  # (G*B, 8k)
+        return self.head(h).reshape(g, b, -1)
+
+
+def build(arch: str, generators: list[torch.Generator], *, d_in: int, width: int, depth: int, n_classes: int,
+          gain: float) -> nn.Module:
+    """A group model for the members whose generators are given (resnet18: exactly one member)."""
+    if arch == "mlp":
+        return GroupMLP(generators, d_in, width, depth, n_classes, gain)
+    if arch == "resnet18":
+        assert len(generators) == 1, "a ResNet group holds one member"
+        with torch.random.fork_rng():  # PyTorch's default init, drawn from the member's seed
+            torch.manual_seed(int(torch.randint(2**62, (1,), generator=generators[0])))
+            return ResNet18(width, n_classes)
+    raise ValueError(f"unknown arch {arch!r}")

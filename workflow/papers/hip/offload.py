@@ -1,0 +1,137 @@
+"""KV-cache offloading during decoding, simulated (the paper's KV cache offloading).
+
+The full KV cache lives in host memory; the GPU keeps the attention sinks and the sliding
+window (always needed) and an LRU cache of other keys. Every ``refresh_interval`` decoding
+steps HiP recomputes its mask with the last ``refresh_interval`` queries as one query block
+(the official runner's "prefix query"); in between, the mask is reused. A step reads:
+
+* at a refresh, the representative key blocks the tree search scores at each level
+  (:func:`trace_tree`, which also returns the chosen blocks);
+* every step, the ``mask_k`` keys of the current mask (block-sparse attention).
+
+A read of a key that is not resident is a miss (a host-to-GPU copy). The LRU holds
+``s * b * log2(T_blocks / b + 1)`` key blocks with ``b = 2 mask_k / block_k`` (the official
+``perform_lru`` budget, ``lru_budget_log_scale = s``), so it grows as ``log T``; the
+simulation measures its hit rate and the working set (distinct non-resident keys read per
+refresh interval), the quantity that must fit on the GPU.
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import torch
+
+import kernels
+from papers.hip.methods import HiPConfig
+
+
+def search_range(Tq: int, Tk: int, cfg: HiPConfig) -> tuple[int, int]:
+    """``(ns, w_lo)``: the search range ``[ns, w_lo)`` in key blocks of the query block made of
+    the last Tq of Tk positions (sink blocks before it, window blocks after it)."""
+    nkb = -(-Tk // cfg.block_k)
+    ns = min(-(-cfg.sink // cfg.block_k), nkb)
+    return ns, max(min(max(Tk - Tq - cfg.window, 0), Tk) // cfg.block_k, ns)
+
+
+def trace_tree(q: torch.Tensor, k: torch.Tensor, cfg: HiPConfig) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """HiP's tree search (Algorithm 1) for one query block, every level exposed.
+
+    q (H, Tq, D): the last Tq queries (one block; positions Tk - Tq .. Tk - 1); k (H, Tk, D).
+    The same steps as ``kernels.hip_select`` (which hides the levels): the search range
+    ``[ns, w_lo)`` is cut into ``n`` chunks; ``ceil(log2(ceil(L / n)))`` times every chunk is
+    halved, each half scored by its centre block (``max q . k`` over every
+    ``block_stride_q``-th query and the block's keys), and the ``n`` best halves kept (ties:
+    lower position). Returns ``(tree, visited)``: tree (H, n) chosen blocks (-1 padded),
+    visited a list over levels of (H, 2n) scored representative blocks (-1 = empty half).
+    """
+    H, Tq, D = q.shape
+    Tk, bk, n = k.shape[1], cfg.block_k, cfg.n
+    ns, w_lo = search_range(Tq, Tk, cfg)
+    L = w_lo - ns
+    if L <= n:  # nothing to prune: the whole search range is kept
+        tree = torch.full((H, n), -1, dtype=torch.int64)
+        tree[:, :L] = torch.arange(ns, w_lo)
+        return tree, []
+    qs = q[:, 0:Tq:cfg.block_stride_q].float()  # (H, NQ, D): the scored queries
+    i = torch.arange(n)
+    start = ((L * i) // n).expand(H, n)  # n equal chunks, positions in the search range
+    size = ((L * (i + 1)) // n - (L * i) // n).expand(H, n)
+    visited = []
+    for _ in range(math.ceil(math.log2(-(-L // n)))):
+        left = size // 2
+        h_start = torch.stack([start, start + left], -1).flatten(-2)  # (H, 2n): left_0, right_0, ...
+        h_size = torch.stack([left, size - left], -1).flatten(-2)
+        rep = ns + h_start + h_size // 2  # centre block of each half
+        keys = rep[..., None] * bk + torch.arange(bk)  # (H, 2n, bk)
+        kg = torch.gather(k.float(), 1, keys.clamp(max=Tk - 1).flatten(1)[..., None].expand(-1, -1, D))
+        s = torch.einsum("hqd,hjd->hqj", qs, kg).amax(1).view(H, 2 * n, bk)  # max over queries
+        s = s.masked_fill((keys >= Tk) | (h_size[..., None] == 0), float("-inf")).amax(-1)  # (H, 2n)
+        visited.append(torch.where(h_size > 0, rep, -1))
+        top = torch.sort(torch.sort(s, dim=-1, descending=True, stable=True).indices[:, :n], dim=-1).values
+        start, size = torch.gather(h_start, 1, top), torch.gather(h_size, 1, top)
+    return torch.where(size > 0, start + ns, -1), visited
+
+
+def lru_capacity(T: int, cfg: HiPConfig, scale: float) -> int:
+    """Key blocks the LRU may hold at context T: ``s * b * log2(T_blocks / b + 1)``, b = 2n
+    (the official budget), at most the T_blocks that exist."""
+    b, nkb = 2 * cfg.n, -(-T // cfg.block_k)
+    return min(math.ceil(scale * b * math.log2(nkb / b + 1)), nkb)
+
+
+class LRU:
+    """A least-recently-used set of key blocks with a capacity; counts hits and misses."""
+
+    def __init__(self, capacity: int):
+        self.capacity, self.blocks = capacity, OrderedDict()
+        self.hits = self.misses = 0
+
+    def read(self, blocks) -> None:
+        for b in blocks:
+            if b in self.blocks:
+                self.blocks.move_to_end(b)
+                self.hits += 1
+            else:
+                self.misses += 1
+                self.blocks[b] = None
+                if len(self.blocks) > self.capacity:
+                    self.blocks.popitem(last=False)
+
+
+def simulate_decode(q: torch.Tensor, k: torch.Tensor, T: int, steps: int, refresh: int, cfg: HiPConfig,
+                    scale: float) -> dict:
+    """Decode positions ``T - steps .. T - 1`` of one layer; q, k (H, >= T, D) from the model.
+
+    One LRU of :func:`lru_capacity` (T) blocks per head; sink and window blocks are resident
+    and not counted. The first refresh interval warms the caches up and is not counted.
+    Returns the hit rate, the working set (distinct blocks read per refresh interval, mean
+    over heads and intervals), the LRU capacity, and the share of refreshes whose traced
+    mask equals ``kernels.hip_select``'s (1.0: the trace is HiP's own search).
+    """
+    H = q.shape[0]
+    caches = [LRU(lru_capacity(T, cfg, scale)) for _ in range(H)]
+    first, working, agree = T - steps, [], []
+    for r0 in range(first, T, refresh):
+        qb, kb = q[:, r0 - refresh + 1: r0 + 1], k[:, : r0 + 1]  # the last `refresh` queries
+        mask, visited = trace_tree(qb, kb, cfg)
+        chosen = kernels.hip_select(qb[None], kb[None], **{**cfg.select_kwargs(), "block_q": refresh})[0, :, 0]
+        ns, w_lo = search_range(refresh, r0 + 1, cfg)
+        for h in range(H):
+            ours, theirs = mask[h][mask[h] >= 0], chosen[h][(chosen[h] >= ns) & (chosen[h] < w_lo)]
+            agree.append(sorted(ours.tolist()) == sorted(theirs.tolist()))
+        reads = [set() for _ in range(H)]
+        for t in range(r0, min(r0 + refresh, T)):
+            for h in range(H):
+                blocks = [int(b) for lvl in visited for b in lvl[h] if b >= 0] if t == r0 else []
+                blocks += [int(b) for b in mask[h] if b >= 0]  # block-sparse attention
+                caches[h].read(blocks)
+                reads[h].update(blocks)
+        if r0 == first:  # warm-up interval
+            for c in caches:
+                c.hits = c.misses = 0
+        else:
+            working.append(sum(len(r) for r in reads) / H)
+    hits, misses = sum(c.hits for c in caches), sum(c.misses for c in caches)
+    return {"hit_rate": hits / max(hits + misses, 1), "working_set_blocks": sum(working) / max(len(working), 1),
+            "capacity_blocks": caches[0].capacity, "mask_agreement": sum(agree) / len(agree)}

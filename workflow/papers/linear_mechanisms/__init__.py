@@ -1,0 +1,19 @@
+"""P10 linear_mechanisms: Three Mechanisms of Feature Learning in a Linear Network (Xu and Ziyin, ICLR 2025;
+arXiv 2401.07085). No official code was found.
+
+Reproduced: the exact finite-width learning dynamics of the one-hidden-layer linear network
+f(x) = kappa (u.w) x on one-dimensional data, checked against simulated gradient descent; the phase
+diagram over width, init scale, output scale and the ratio of layer-wise learning rates (relative NTK
+change, change of cos(u, w), norm ratios); the kernel regime in NTK parameterisation against
+width-independent feature learning in mean-field parameterisation; the three mechanisms of feature
+learning (alignment, disalignment, rescaling), each where the phase diagram puts it; and the nonlinear
+check (a two-layer tanh MLP on real images: larger init, smaller NTK change, worse test accuracy).
+
+Deviations: the paper's text could not be read here, so the closed form (for any learning-rate ratio),
+the phase boundaries and the operational definitions of the mechanisms are derived by us from the model
+(exact.py, phase.py say which statements are ours). The nonlinear check uses sklearn's digits (MNIST-1D
+at the full scale) instead of the paper's larger tasks.
+
+Modules: :mod:`.exact` (model, closed form, gradient descent), :mod:`.phase` (phase diagram and labels),
+:mod:`.mlp` (the nonlinear check), :mod:`.params`, :mod:`.stages` (the DAG's stages), :mod:`.figures`.
+"""

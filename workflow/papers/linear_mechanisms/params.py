@@ -1,0 +1,146 @@
+"""Parameters of P10 linear_mechanisms, checked when the workflow is parsed (before any job runs).
+
+The paper gives no table of hyperparameters that we could read; defaults are ours and say so. Its axes
+(width, init scale, output scale, ratio of layer-wise learning rates) are the grid's axes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass, field
+
+from papers.common.params import from_config
+from papers.linear_mechanisms.phase import HYPER, MECHANISMS
+
+SLUG = "linear_mechanisms"
+DATASETS = ("digits", "mnist1d")
+
+
+@dataclass(frozen=True)
+class Data:
+    """1-D regression data, y = slope x + noise, x ~ N(0, 1) (the paper's setting is any 1-D data)."""
+
+    samples: int = 256
+    slope: float = 1.0
+    noise: float = 0.1
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Hyperparameter points: the product of the four lists (a panel has two with several values)."""
+
+    widths: tuple = (1000,)
+    sigmas: tuple = (1.0,)
+    kappa_exponents: tuple = (0.5,)  # kappa = width ** -exponent; 0.5 = NTK, 1 = mean-field
+    lr_ratios: tuple = (1.0,)  # eta_u / eta_w
+
+    def points(self) -> list[dict]:
+        lists = (self.widths, self.sigmas, self.kappa_exponents, self.lr_ratios)
+        return [dict(zip(HYPER, values)) for values in itertools.product(*lists)]
+
+    def axes(self) -> list[str]:
+        """The hyperparameters this grid varies (those with more than one value)."""
+        lists = (self.widths, self.sigmas, self.kappa_exponents, self.lr_ratios)
+        return [name for name, values in zip(HYPER, lists) if len(values) > 1]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """How a learned state is labelled (phase.classify); set before any run."""
+
+    kernel_ntk: float = 0.02
+    cos_change: float = 0.1
+    rescale_dir: float = 0.05
+    rescale_norm: float = 0.1
+
+
+@dataclass(frozen=True)
+class Nonlinear:
+    """The nonlinear check: two-layer tanh MLP, NTK parameterisation, full-batch GD on MSE."""
+
+    seeds: int = 3
+    dataset: str = "digits"  # the paper uses larger real tasks; digits ship with scikit-learn
+    path: str | None = None  # digits CSV (None: the copy inside scikit-learn)
+    train_size: int = 1000
+    test_size: int = 797
+    hidden: int = 128
+    init_scales: tuple = (0.25, 0.5, 1.0, 2.0, 4.0)
+    steps: int = 1000
+    lr_factor: float = 0.5
+    power_iterations: int = 20
+    probe: int = 200
+    accuracy_margin: float = 0.01
+
+
+@dataclass(frozen=True)
+class Params:
+    seeds: int = 3
+    data: Data = field(default_factory=Data)
+    # claim (a) and the mechanism points: GD at step h (flow time per step = h / top curvature) and h / 2
+    trajectory_step: float = 0.01
+    trajectory_records: int = 200
+    points: dict = field(default_factory=dict)  # mechanism name -> Grid of one point
+    # the phase diagram: GD per grid point until converged
+    phase_step: float = 0.02
+    converge_tol: float = 1e-4
+    min_steps: int = 200
+    max_steps: int = 20000
+    panels: dict = field(default_factory=dict)  # panel name -> Grid
+    phase_panels: tuple = ()  # the panels that run (one job each)
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    # claims (set before looking)
+    error_tolerance: float = 0.02
+    order_min: float = 1.5
+    scaling_panel: str = "width_kappa"
+    ntk_exponent: float = 0.5
+    mean_field_exponent: float = 1.0
+    ntk_slope_max: float = -0.5
+    mean_field_min: float = 0.1
+    mean_field_spread_max: float = 2.0
+    agreement_min: float = 0.7
+    nonlinear: Nonlinear = field(default_factory=Nonlinear)
+
+    def check(self) -> None:
+        if set(self.points) != set(MECHANISMS):
+            raise ValueError(f"{SLUG}.points must name exactly {', '.join(MECHANISMS)}; got {', '.join(self.points)}")
+        for name, grid in self.points.items():
+            if len(grid.points()) != 1:
+                raise ValueError(f"{SLUG}.points.{name} must be a single point (one value per list)")
+        for name, grid in self.panels.items():
+            if len(grid.axes()) > 2:
+                raise ValueError(f"{SLUG}.panels.{name} varies {grid.axes()}: at most two hyperparameters")
+        unknown = [name for name in self.phase_panels if name not in self.panels]
+        if unknown or not self.phase_panels:
+            raise ValueError(f"{SLUG}.phase_panels must name some of panels ({', '.join(self.panels)}); got {list(self.phase_panels)}")
+        if self.scaling_panel not in self.phase_panels:
+            raise ValueError(f"{SLUG}.scaling_panel '{self.scaling_panel}' is not one of phase_panels: {list(self.phase_panels)}")
+        panel = self.panels[self.scaling_panel]
+        for key in ("ntk_exponent", "mean_field_exponent"):
+            if getattr(self, key) not in panel.kappa_exponents:
+                raise ValueError(f"{SLUG}.{key} = {getattr(self, key)} is not among "
+                                 f"panels.{self.scaling_panel}.kappa_exponents {list(panel.kappa_exponents)}")
+        if len(panel.widths) < 2:
+            raise ValueError(f"{SLUG}.panels.{self.scaling_panel} needs at least two widths (claim b)")
+        nl = self.nonlinear
+        if nl.dataset not in DATASETS:
+            raise ValueError(f"{SLUG}.nonlinear.dataset must be one of {DATASETS}, got {nl.dataset!r}")
+        if nl.dataset == "digits" and nl.train_size + nl.test_size > 1797:
+            raise ValueError(f"{SLUG}.nonlinear: train_size + test_size = {nl.train_size + nl.test_size} > 1797 digits")
+        if nl.probe > nl.train_size:
+            raise ValueError(f"{SLUG}.nonlinear.probe ({nl.probe}) exceeds train_size ({nl.train_size})")
+        if len(nl.init_scales) < 2:
+            raise ValueError(f"{SLUG}.nonlinear.init_scales needs at least two scales (claim d)")
+
+
+def _grids(raw, where: str) -> dict:
+    return {name: from_config(Grid, value, f"{where}.{name}") for name, value in (raw or {}).items()}
+
+
+def parse(cfg) -> Params:
+    cfg = dict(cfg)
+    points, panels = cfg.pop("points", {}), cfg.pop("panels", {})
+    params = from_config(Params, cfg, where=SLUG)
+    params = dataclasses.replace(params, points=_grids(points, f"{SLUG}.points"), panels=_grids(panels, f"{SLUG}.panels"))
+    params.check()
+    return params

@@ -1,0 +1,19 @@
+"""P14 neural_fdm: Real-time design of architectural structures with differentiable mechanics and
+neural networks (Pastrana, Medina, de Oliveira, Adriaenssens and Adams, ICLR 2025; arXiv 2409.02606).
+Official code: arpastrana/neural_fdm (JAX, jax_fdm; read at PrincetonLIPS/neural_fdm).
+
+Reproduced: the paper's model, an MLP encoder that maps a target shape to force densities q (signs
+fixed per bar) followed by a differentiable force density solver that returns a shape in
+equilibrium; its fully neural baseline (MLP decoder with a residual penalty); and direct
+optimisation of q per shape. Both tasks of the paper: masonry shells (Bezier-patch targets in shape
+families) and cable-net towers (elliptical, twisted compression rings), each in and out of
+distribution; shape error, equilibrium residual, sign constraints and cost per shape.
+
+Deviations: far fewer training steps than the paper's 10,000 (a CPU budget of minutes), larger
+learning rates, smaller towers at the default scale; the force density method is our torch port
+(batched Cholesky or LU with an adjoint backward, segment-sum assembly), not jax_fdm.
+
+Modules: :mod:`.shapes` (structures and target generators), :mod:`.fdm` (the solver),
+:mod:`.models` (encoder, decoders, losses), :mod:`.tasks` (a task in one object), :mod:`.train`,
+:mod:`.direct` (direct optimisation), :mod:`.params`, :mod:`.stages` (the DAG's stages).
+"""

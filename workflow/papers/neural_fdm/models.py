@@ -1,0 +1,114 @@
+"""The paper's model and its fully neural baseline, and the task losses (official ``models.py``, ``losses.py``).
+
+Both models share the encoder: an MLP maps a target shape X to force densities
+
+.. math::
+    q = s \\odot (\\mathrm{softplus}(\\mathrm{MLP}(X)) + \\tau),
+
+with s the sign of each bar (-1 compression, +1 tension) and tau >= 0 a lower bound on |q|, so
+that the sign constraints hold by construction. The decoders differ:
+
+- hybrid (the paper's model): the force density method, X_hat = FDM(q, X_supports, P) (:mod:`.fdm`);
+  the prediction is in equilibrium by construction.
+- neural (the baseline): an MLP decoder maps (q, supports, loads) to the free nodes; it is trained
+  with the equilibrium residual as a penalty (a physics-informed loss), so equilibrium is only
+  approximate.
+"""
+from __future__ import annotations
+
+from itertools import pairwise
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from papers.neural_fdm.fdm import FDM
+
+
+def mlp(d_in: int, width: int, depth: int, d_out: int) -> nn.Sequential:
+    """`depth` linear layers (the last one d_out wide) with ELU between them (equinox's MLP(depth))."""
+    dims = [d_in] + [width] * (depth - 1) + [d_out]
+    layers = []
+    for i, (a, b) in enumerate(pairwise(dims)):
+        layers.append(nn.Linear(a, b))
+        if i < len(dims) - 2:
+            layers.append(nn.ELU())
+    return nn.Sequential(*layers)
+
+
+class Encoder(nn.Module):
+    """Target shape -> force densities q (B, E), signs fixed per bar, inactive bars at 0."""
+
+    def __init__(self, fdm: FDM, inputs: torch.Tensor, width: int, depth: int, shift: float):
+        super().__init__()
+        self.register_buffer("inputs", inputs)  # node indices the encoder sees (towers: the compression rings)
+        self.register_buffer("signs", fdm.signs * fdm.active)  # (E,) +-1, 0 where inactive
+        self.net = mlp(3 * len(inputs), width, depth, len(fdm.signs))
+        self.shift = shift  # tau
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x (B, N, 3) -> q (B, E)
+        h = self.net(x[:, self.inputs].flatten(1))
+        return (F.softplus(h) + self.shift) * self.signs
+
+
+class Hybrid(nn.Module):
+    """The paper's model: MLP encoder, force density decoder."""
+
+    def __init__(self, fdm: FDM, encoder: Encoder):
+        super().__init__()
+        self.fdm, self.encoder = fdm, encoder
+
+    def forward(self, x: torch.Tensor, loads: torch.Tensor):  # -> X_hat (B, N, 3), q (B, E)
+        q = self.encoder(x)
+        return self.fdm.equilibrium(q, x, loads), q
+
+
+class Neural(nn.Module):
+    """The fully neural baseline: MLP encoder, MLP decoder from (q, supports, loads_z) to the free nodes."""
+
+    def __init__(self, fdm: FDM, encoder: Encoder, width: int, depth: int):
+        super().__init__()
+        self.fdm, self.encoder = fdm, encoder
+        n_in = len(fdm.signs) + 3 * len(fdm.supports) + fdm.num_nodes  # official MLPDecoderXL inputs
+        self.decoder = mlp(n_in, width, depth, 3 * fdm.num_free)
+
+    def forward(self, x: torch.Tensor, loads: torch.Tensor):
+        q = self.encoder(x)
+        h = torch.cat([q, x[:, self.fdm.supports].flatten(1), loads[..., 2]], 1)
+        x_hat = x.clone()
+        x_hat[:, self.fdm.free] = self.decoder(h).view(len(x), -1, 3)
+        return x_hat, q
+
+
+def mlp_flops(module: nn.Module) -> int:
+    """Floating-point operations of one forward pass per shape: 2 per weight of every linear layer."""
+    return sum(2 * m.weight.numel() for m in module.modules() if isinstance(m, nn.Linear))
+
+
+# ---- losses ------------------------------------------------------------------------------------
+def shape_error(task: str, x: torch.Tensor, x_hat: torch.Tensor, tower_levels=None) -> torch.Tensor:
+    """Per-shape error (B,) as the official losses, summed over the compared coordinates.
+
+    shells: L1 over every coordinate. towers: squared error over the compression rings' xyz plus
+    the tension rings' heights z (``tower_levels`` = (ring node indices, tension node indices)).
+    """
+    if task == "shell":
+        return (x - x_hat).abs().flatten(1).sum(1)
+    rings, tension = tower_levels
+    return ((x[:, rings] - x_hat[:, rings]) ** 2).flatten(1).sum(1) + ((x[:, tension, 2] - x_hat[:, tension, 2]) ** 2).sum(1)
+
+
+def residual_norm(fdm: FDM, q: torch.Tensor, x_hat: torch.Tensor, loads: torch.Tensor) -> torch.Tensor:
+    """||r_free||_2 per shape (B,): the paper's physics loss and equilibrium metric."""
+    r = fdm.residual(q, x_hat, loads)[:, fdm.free]
+    return torch.sqrt((r ** 2).flatten(1).sum(1))
+
+
+def q_variance(q: torch.Tensor) -> torch.Tensor:
+    """The towers' regularizer: variance of the tension q plus variance of the compression q (batch-wide)."""
+    pos, neg = q[q > 0], q[q < 0]
+    out = q.new_zeros(())
+    for part in (pos, neg):
+        if part.numel() > 1:
+            out = out + part.var(unbiased=False)
+    return out

@@ -1,0 +1,153 @@
+"""Parameters of P14 neural_fdm, checked when the workflow is parsed (before any job runs).
+
+Defaults are the official code's (PrincetonLIPS/neural_fdm, ``scripts/bezier.yml``,
+``scripts/tower.yml`` and the README's direct-optimisation section); config/config.yaml scales
+them down for a 2-core CPU and says where it differs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from papers.common.params import from_config
+from papers.neural_fdm.shapes import FAMILIES, SYMMETRIES
+
+SLUG = "neural_fdm"
+TASKS = ("shell", "tower")
+MODELS = ("hybrid", "neural")  # learned arms; direct optimisation runs in the evaluate stage
+DIRECT_METHODS = ("SLSQP", "L-BFGS-B")
+
+
+@dataclass(frozen=True)
+class Train:
+    """Adam on fresh random targets every step (bezier.yml: training, optimizer)."""
+
+    steps: int = 10000
+    batch_size: int = 64
+    lr_hybrid: float = 3.0e-5  # "3.0e-5 (formfinder)"
+    lr_neural: float = 5.0e-5  # "5.0e-5 (others)"
+    clip_norm: float = 0.0  # global gradient norm; 0 = off
+    log_every: int = 100
+
+
+@dataclass(frozen=True)
+class TowerTrain(Train):
+    """tower.yml: batch 16, lr 1e-3 (then 1e-4), gradient clipping at 0.01."""
+
+    batch_size: int = 16
+    lr_hybrid: float = 1.0e-3
+    lr_neural: float = 1.0e-3
+    clip_norm: float = 0.01
+
+
+@dataclass(frozen=True)
+class Direct:
+    """Direct optimisation of q per shape with box bounds on |q| (README: SLSQP for shells, bounds [0, 20],
+    random init; 5000 iterations at most, tol 1e-6)."""
+
+    method: str = "SLSQP"
+    init: float | None = None  # |q| at start; None = uniform in bounds
+    bounds: tuple = (0.0, 20.0)
+    maxiter: int = 5000
+    tol: float = 1e-6
+    shapes: int = 100  # test shapes per split (the paper: a batch of 100)
+
+
+@dataclass(frozen=True)
+class TowerDirect(Direct):
+    """README: L-BFGS-B for towers, lower bound tau = 1, the "expert" init |q| = 1."""
+
+    method: str = "L-BFGS-B"
+    init: float | None = 1.0
+    bounds: tuple = (1.0, 20.0)
+
+
+@dataclass(frozen=True)
+class Shell:
+    """Masonry shells (bezier.yml): a 10 x 10 grid on a 10 x 10 Bezier patch, area load -0.5."""
+
+    grid: int = 10  # num_uv
+    size: float = 10.0
+    load: float = -0.5  # vertical area load (fdm.load)
+    family: str = "saddle"  # bounds of the training and in-distribution test shapes
+    symmetry: str = "double"  # bezier_symmetric_double
+    ood_family: str = "saddle"
+    ood_symmetry: str = "lerp"  # bezier_lerp: half doubly-symmetric, half asymmetric
+    lerp: float = 0.5  # lerp_factor
+    width: int = 256  # hidden_layer_size
+    depth: int = 3  # hidden_layer_num (linear layers, output included)
+    shift: float = 0.0  # tau, the lower bound of |q|
+    residual_weight: float = 1.0  # kappa of the neural model's physics loss
+    train: Train = field(default_factory=Train)
+    direct: Direct = field(default_factory=Direct)
+
+
+@dataclass(frozen=True)
+class Tower:
+    """Cable-net towers (tower.yml): 21 levels of 16 nodes, 3 compression rings, no load."""
+
+    height: float = 10.0
+    ood_height: float = 12.5  # taller towers for the out-of-distribution test (ours)
+    radius: float = 2.0
+    sides: int = 16  # num_sides
+    levels: int = 21  # num_levels
+    rings: int = 3  # num_rings (bottom and top are the supports)
+    radius_range: tuple = (0.5, 1.5)  # ellipse radii as factors of radius (builders.py)
+    twist: float = 15.0  # ring rotation in [-twist, twist] degrees ("twisted")
+    width: int = 256
+    depth: int = 5
+    shift: float = 1.0  # tau
+    residual_weight: float = 1.0
+    regularization: float = 10.0  # weight of the q-variance regularizer
+    train: TowerTrain = field(default_factory=TowerTrain)
+    direct: TowerDirect = field(default_factory=TowerDirect)
+
+
+@dataclass(frozen=True)
+class Params:
+    seeds: int = 1  # training seeds per learned model (the paper reports one trained model per task)
+    tasks: tuple = TASKS
+    models: tuple = MODELS
+    test_seed: int = 90  # predict.py --seed
+    test_shapes: int = 100  # per split (predict.py --batch_size=100)
+    timing_shapes: int = 20  # shapes timed one at a time for the time per shape
+    eq_tolerance: float = 1e-6  # claim (b): max relative residual of an equilibrium shape
+    accuracy_ratio: float = 2.0  # claim (c): hybrid error / direct error at most this
+    speedup: float = 10.0  # claim (c): direct cost / hybrid cost at least this
+    shell: Shell = field(default_factory=Shell)
+    tower: Tower = field(default_factory=Tower)
+
+    def task(self, name: str):
+        return {"shell": self.shell, "tower": self.tower}[name]
+
+    def check(self) -> None:
+        for name in self.tasks:
+            if name not in TASKS:
+                raise ValueError(f"neural_fdm.tasks: unknown task {name!r} (known: {', '.join(TASKS)})")
+        for name in self.models:
+            if name not in MODELS:
+                raise ValueError(f"neural_fdm.models: unknown model {name!r} (known: {', '.join(MODELS)})")
+        s, t = self.shell, self.tower
+        for key, fam in (("family", s.family), ("ood_family", s.ood_family)):
+            if fam not in FAMILIES:
+                raise ValueError(f"neural_fdm.shell.{key}: {fam!r} is not one of {', '.join(FAMILIES)}")
+        for key, sym in (("symmetry", s.symmetry), ("ood_symmetry", s.ood_symmetry)):
+            if sym not in SYMMETRIES:
+                raise ValueError(f"neural_fdm.shell.{key}: {sym!r} is not one of {', '.join(SYMMETRIES)}")
+        if t.levels // (t.rings - 1) < 2:
+            raise ValueError(f"neural_fdm.tower: {t.rings} rings need more than {t.levels} levels")
+        for name in ("shell", "tower"):
+            d = self.task(name).direct
+            if d.method not in DIRECT_METHODS:
+                raise ValueError(f"neural_fdm.{name}.direct.method: {d.method!r} is not one of {DIRECT_METHODS}")
+            if not d.bounds[0] < d.bounds[1]:
+                raise ValueError(f"neural_fdm.{name}.direct.bounds: low must be below high, got {list(d.bounds)}")
+            if d.shapes > self.test_shapes:
+                raise ValueError(f"neural_fdm.{name}.direct.shapes ({d.shapes}) exceeds test_shapes ({self.test_shapes})")
+        if self.timing_shapes > self.test_shapes:
+            raise ValueError(f"neural_fdm.timing_shapes ({self.timing_shapes}) exceeds test_shapes ({self.test_shapes})")
+
+
+def parse(cfg) -> Params:
+    params = from_config(Params, cfg, where=SLUG)
+    params.check()
+    return params

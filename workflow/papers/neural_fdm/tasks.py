@@ -1,0 +1,78 @@
+"""A design task in one object: its structure and solver, its target sampler, its loss.
+
+The losses follow the official ``losses.py``: shells compare every coordinate (L1) and towers the
+compression rings' xyz and the tension rings' heights (squared error) plus 10 x the variance of the
+tension and of the compression force densities; the fully neural model adds kappa x ||r_free||.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from papers.neural_fdm import models, shapes
+from papers.neural_fdm.fdm import FDM
+
+
+@dataclass
+class Task:
+    name: str  # shell | tower
+    p: object  # params.Shell | params.Tower
+    fdm: FDM
+    inputs: torch.Tensor  # node indices the encoder reads
+    levels: tuple | None  # towers: (compression-ring nodes, tension-ring nodes)
+    load: float  # vertical area load
+
+    @property
+    def num_compared(self) -> int:
+        """Coordinates the shape error compares (it is reported per coordinate)."""
+        if self.levels is None:
+            return 3 * self.fdm.num_nodes
+        return 3 * len(self.levels[0]) + len(self.levels[1])
+
+    def sample(self, rng: np.random.Generator, n: int, split: str = "id") -> np.ndarray:
+        """n random targets (n, N, 3) in distribution ("id") or out of it ("ood")."""
+        return shapes.sample_targets(self.name, self.p, rng, n, split)
+
+    def loads(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fdm.area_loads(x, self.load)
+
+    def shape_error(self, x, x_hat) -> torch.Tensor:
+        return models.shape_error(self.name, x, x_hat, self.levels)
+
+    def loss(self, x, x_hat, q, loads, residual_weight: float) -> tuple[torch.Tensor, dict]:
+        """The training (and direct-optimisation) loss, mean over the batch, and its terms."""
+        shape = self.shape_error(x, x_hat).mean()
+        total, terms = shape, {"shape": shape}
+        if residual_weight:
+            res = models.residual_norm(self.fdm, q, x_hat, loads).mean()
+            total = total + residual_weight * res
+            terms["residual"] = res
+        if self.name == "tower" and self.p.regularization:
+            reg = models.q_variance(q)
+            total = total + self.p.regularization * reg
+            terms["regularization"] = reg
+        return total, terms
+
+    def build(self, model: str) -> torch.nn.Module:
+        """A freshly initialised learned model (float32, seed the caller's torch RNG first)."""
+        p = self.p
+        encoder = models.Encoder(self.fdm, self.inputs, p.width, p.depth, p.shift)
+        if model == "hybrid":
+            return models.Hybrid(self.fdm, encoder)
+        return models.Neural(self.fdm, encoder, p.width, p.depth)
+
+
+def build(name: str, params, dtype=torch.float64) -> Task:
+    """The task `name` ("shell" or "tower") from the paper's Params, its solver in `dtype`."""
+    p = params.task(name)
+    if name == "shell":
+        fdm = FDM(shapes.grid_structure(p.grid), dtype)
+        return Task(name, p, fdm, torch.arange(fdm.num_nodes), None, p.load)
+    fdm = FDM(shapes.tube_structure(p.levels, p.sides, p.rings), dtype)
+    idx = np.arange(p.levels * p.sides).reshape(p.levels, p.sides)
+    comp = shapes.ring_levels(p.levels, p.rings)
+    tension = np.setdiff1d(np.arange(p.levels), comp)
+    rings = torch.as_tensor(idx[comp].ravel())
+    return Task(name, p, fdm, rings, (rings, torch.as_tensor(idx[tension].ravel())), 0.0)

