@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The papers whose smoke DAG the tests run (every implemented paper).
 PAPERS = [
     "welfare", "deepgate4", "sam_late", "cbplm", "ensembles", "linear_mechanisms", "sharpening", "uv_sharpness",
-    "neural_fdm", "sbdd_vs", "hip",
+    "neural_fdm", "sbdd_vs", "hip", "orion",
 ]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 

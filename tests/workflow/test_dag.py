@@ -42,6 +42,8 @@ FANNED_OUT = {
     "deepgate4_train": (1, 2, 3),  # one per seed
     "sbdd_vs_generate": (2, 2, 2),  # one per target
     "sbdd_vs_evaluate": (2, 2, 2),  # one per target
+    "orion_train": (1, 2, 9),  # model sizes x seeds
+    "orion_evaluate": (1, 2, 9),  # one per trained model
 }
 
 

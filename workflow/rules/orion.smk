@@ -1,1 +1,136 @@
-# P1 orion: not implemented yet (see the open issue).
+# P1 orion: retrieval tasks decompose into request processing and retrieval (request-patching).
+# prepare (vocabulary, held-out prompts, patching pairs, injected stories) -> train (per model size and seed)
+# -> evaluate (per model: accuracy gate, request-patching sweep, oversight) -> report.
+# Code: workflow/papers/orion/ (stages.py holds the functions these rules call).
+
+ORION = f"{RESULTS}/orion"
+ORION_CFG = config["orion"]
+ORION_MODELS = [m["name"] for m in ORION_CFG["models"]]
+ORION_RUNS = dict(model=ORION_MODELS, seed=range(ORION_CFG["seeds"]))
+
+
+rule orion_prepare:
+    output:
+        vocab=f"{ORION}/prepare/vocab.json",
+        test=f"{ORION}/prepare/test.parquet",
+        pairs=f"{ORION}/prepare/pairs.parquet",
+        injection=f"{ORION}/prepare/injection.parquet",
+    params:
+        call="papers.orion.stages:prepare",
+        cfg=ORION_CFG,
+    log:
+        f"{LOGS}/orion/prepare/prepare.log",
+    benchmark:
+        f"{BENCHMARKS}/orion/prepare/prepare.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule orion_train:
+    input:
+        vocab=rules.orion_prepare.output.vocab,
+        test=rules.orion_prepare.output.test,
+    output:
+        checkpoint=f"{ORION}/train/{{model}}_seed{{seed}}.pt",
+        history=f"{ORION}/train/{{model}}_seed{{seed}}_history.parquet",
+    params:
+        call="papers.orion.stages:train",
+        cfg=ORION_CFG,
+        model_name="{model}",
+        seed=lambda w: int(w.seed),
+    log:
+        f"{LOGS}/orion/train/{{model}}_seed{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/orion/train/{{model}}_seed{{seed}}.tsv"
+    wildcard_constraints:
+        model="|".join(ORION_MODELS),
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+        gpu=res("train", "gpu"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule orion_evaluate:
+    input:
+        checkpoint=rules.orion_train.output.checkpoint,
+        vocab=rules.orion_prepare.output.vocab,
+        test=rules.orion_prepare.output.test,
+        pairs=rules.orion_prepare.output.pairs,
+        injection=rules.orion_prepare.output.injection,
+    output:
+        metrics=f"{ORION}/evaluate/{{model}}_seed{{seed}}_accuracy.parquet",
+        sweep=f"{ORION}/evaluate/{{model}}_seed{{seed}}_patching.parquet",
+        oversight=f"{ORION}/evaluate/{{model}}_seed{{seed}}_oversight.parquet",
+    params:
+        call="papers.orion.stages:evaluate",
+        cfg=ORION_CFG,
+        model_name="{model}",
+        seed=lambda w: int(w.seed),
+    log:
+        f"{LOGS}/orion/evaluate/{{model}}_seed{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/orion/evaluate/{{model}}_seed{{seed}}.tsv"
+    wildcard_constraints:
+        model="|".join(ORION_MODELS),
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule orion_report:
+    input:
+        metrics=expand(rules.orion_evaluate.output.metrics, **ORION_RUNS),
+        sweeps=expand(rules.orion_evaluate.output.sweep, **ORION_RUNS),
+        oversights=expand(rules.orion_evaluate.output.oversight, **ORION_RUNS),
+        histories=expand(rules.orion_train.output.history, **ORION_RUNS),
+        benchmarks=[
+            rules.orion_prepare.benchmark,
+            *expand(rules.orion_train.benchmark, **ORION_RUNS),
+            *expand(rules.orion_evaluate.benchmark, **ORION_RUNS),
+        ],
+    output:
+        table_md=report(f"{ORION}/table.md", caption="../report/orion/table.rst", category="orion"),
+        table_csv=f"{ORION}/table.csv",
+        claims=f"{ORION}/claims.json",
+        params_json=f"{ORION}/params.json",
+        report_md=f"{ORION}/report.md",
+        fig_layers=report(f"{ORION}/figures/request_patching.png", caption="../report/orion/layers.rst", category="orion"),
+        fig_oversight=report(f"{ORION}/figures/oversight.png", caption="../report/orion/oversight.rst", category="orion"),
+        fig_training=report(f"{ORION}/figures/training.png", caption="../report/orion/training.rst", category="orion"),
+    params:
+        call="papers.orion.stages:report",
+        cfg=ORION_CFG,
+        scale=SCALE,
+    log:
+        f"{LOGS}/orion/report.log",
+    benchmark:
+        f"{BENCHMARKS}/orion/report.tsv"
+    threads: res("light", "threads")
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule orion:
+    input:
+        paper_outputs("orion"),

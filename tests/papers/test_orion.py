@@ -1,0 +1,227 @@
+"""P1 orion: the tasks' bookkeeping, the model's hooks against closed forms, request-patching on hand-built cases."""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from papers.orion import patching, tasks
+from papers.orion.model import GPT, GPTConfig, last_logits, patched_logits, residuals, rotary, rotary_angles
+from papers.orion.params import parse
+
+WORDS = [f"w{a}{b}{c}" for a in "abcdefgh" for b in "abcdefgh" for c in "abcd"]  # 256 fake lower-case words
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return tasks.build_vocab([w.replace("w", "q") for w in WORDS], pool_size=30, numbers=40, seed=0)
+
+
+# ---- word list --------------------------------------------------------------------------------
+def test_load_words_filters_and_names_bad_lines(tmp_path):
+    path = tmp_path / "words"
+    path.write_bytes("apple\nBob\ncan't\ncafé\nox\nzebra\napple\n".encode())
+    assert tasks.load_words(path, min_len=3, max_len=7) == ["apple", "zebra"]
+    path.write_bytes(b"apple\n\xff\xfe\n")
+    with pytest.raises(ValueError, match=r"words, line 2"):
+        tasks.load_words(path)
+    with pytest.raises(FileNotFoundError, match="wamerican"):
+        tasks.load_words(tmp_path / "missing")
+
+
+def test_vocab_pools_are_disjoint_and_avoid_template_words(vocab):
+    pools = [set(vocab.pools[k]) for k in ("name", "city", "job", "word")]
+    assert all(len(p) == 30 for p in pools)
+    assert sum(len(p) for p in pools) == len(set().union(*pools))
+    template = set().union(*(tasks.family_words(f) for f in tasks.FAMILIES.values()))
+    assert not template & set().union(*pools)
+    assert len(set(vocab.tokens)) == len(vocab.tokens) and vocab.tokens[0] == tasks.PAD
+
+
+@pytest.mark.parametrize("name", list(tasks.FAMILIES))
+def test_style_split_holds_out_new_combinations_of_seen_wordings(name):
+    fam = tasks.FAMILIES[name]
+    train, test = tasks.split_styles(fam, 0.25, seed=3)
+    assert train and test and not set(train) & set(test)
+    assert set(train) | set(test) == set(tasks.styles(fam))
+    for part in (0, 1):
+        wordings = lambda ss: {(j, v) for _, vs in ss for j, v in enumerate(vs)} if part else {p for p, _ in ss}  # noqa: E731
+        assert wordings(test) <= wordings(train)
+    assert tasks.split_styles(fam, 0.25, seed=3) == (train, test)
+
+
+# ---- prompts ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(tasks.FAMILIES))
+def test_prompt_binds_every_key_once_and_answers_the_request(name, vocab):
+    fam = tasks.FAMILIES[name]
+    rng = np.random.default_rng(0)
+    for style in tasks.styles(fam)[:5]:
+        pr = tasks.make_prompt(fam, style, vocab, rng)
+        values = list(pr.bindings.values())
+        assert len(set(values)) == len(fam.keys)
+        for v in values:  # each value appears `repeats` times in the context, nowhere else
+            assert pr.context.count(v) == fam.repeats
+        assert pr.answer == pr.bindings[pr.key]
+        assert pr.answer not in pr.request
+        assert all(t in vocab.index for t in pr.tokens)
+
+
+@pytest.mark.parametrize("name", list(tasks.FAMILIES))
+def test_patch_pair_names_three_different_answers(name, vocab):
+    fam = tasks.FAMILIES[name]
+    _, test = tasks.split_styles(fam, 0.25, seed=0)
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        pair = tasks.patch_pair(fam, test, vocab, rng)
+        assert len({pair["r1c1"], pair["r2c2"], pair["r1c2"]}) == 3
+        x1, x2, x21 = (pair[c].split() for c in ("x1", "x2", "x21"))
+        # x21 is C2 followed by R1: same context prefix as x2, same request suffix as x1
+        r1 = _request_suffix(fam, x1)
+        assert x21[-len(r1):] == r1 and x21[:-len(r1)] == x2[:len(x21) - len(r1)]
+        assert pair["r1c2"] in x2 and pair["r1c1"] in x1 and pair["r1c1"] not in x2
+
+
+def _request_suffix(fam, tokens):
+    """The longest request wording of `fam` that ends `tokens`."""
+    found = [r.split() for key in fam.keys for r in fam.requests[key] if tokens[-len(r.split()):] == r.split()]
+    assert found, f"no request of {fam.name} ends {tokens}"
+    return max(found, key=len)
+
+
+def test_injected_prompt_differs_from_its_clean_twin_by_the_note_only(vocab):
+    _, test = tasks.split_styles(tasks.FAMILIES["story"], 0.25, seed=0)
+    rng = np.random.default_rng(2)
+    for _ in range(10):
+        row = tasks.injected_prompt(test, vocab, rng, "city")
+        clean, injected = row["clean"].split(), row["injected"].split()
+        note = tasks.INJECTION.replace("{k}", row["injected_key"]).split()
+        i = next(i for i in range(len(injected)) if injected[i:i + len(note)] == note)
+        assert injected[:i] + injected[i + len(note):] == clean
+        assert row["injected_key"] != "city" and row["answer"] != row["injected_answer"]
+        assert row["answer"] in clean and row["injected_answer"] in clean
+
+
+def test_training_sequence_marks_the_positions_before_each_answer(vocab):
+    fam = tasks.FAMILIES["quantity"]
+    rng = np.random.default_rng(4)
+    tokens, targets = tasks.training_sequence(fam, tasks.styles(fam)[0], vocab, rng, requests=3)
+    assert len(targets) == 3
+    for t in targets:
+        assert tokens[t + 1] in vocab.pools["number"]  # the next token is an answer
+        req = _request_suffix(fam, tokens[:t + 1])
+        key = next(k for k in fam.keys if k in req)
+        i = tokens.index(tokens[t + 1])  # the answer's first appearance is its binding in the context
+        assert key in tokens[max(0, i - 2):i + 3]
+
+
+# ---- model ------------------------------------------------------------------------------------
+def _tiny_model(seed=0, n_layer=3):
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(vocab_size=23, block_size=32, n_layer=n_layer, n_head=2, n_embd=16)).eval()
+
+
+def test_rotary_scores_depend_on_the_offset_only():
+    cos, sin = rotary_angles(20, 8)
+    q, k = torch.randn(8), torch.randn(8)
+    def score(i, j):  # noqa: E306
+        qi = rotary(q.view(1, 1, 1, 8), cos[i:i + 1], sin[i:i + 1]).flatten()
+        kj = rotary(k.view(1, 1, 1, 8), cos[j:j + 1], sin[j:j + 1]).flatten()
+        return float(qi @ kj)
+    assert score(7, 3) == pytest.approx(score(15, 11), abs=1e-5)
+    assert score(5, 5) == pytest.approx(float(q @ k), abs=1e-5)
+
+
+def test_forward_matches_an_independent_attention_implementation():
+    model = _tiny_model()
+    idx = torch.randint(1, 23, (3, 11))
+    ref_logits = model(idx)
+
+    def sdpa_forward(idx):  # the same weights through torch's own attention
+        x = model.wte(idx)
+        cos, sin = model.cos[:idx.shape[1]], model.sin[:idx.shape[1]]
+        for blk in model.blocks:
+            h = blk.ln_1(x)
+            B, T, C = h.shape
+            q, k, v = blk.attn.c_attn(h).split(C, dim=2)
+            q, k, v = (z.view(B, T, 2, C // 2).transpose(1, 2) for z in (q, k, v))
+            y = torch.nn.functional.scaled_dot_product_attention(rotary(q, cos, sin), rotary(k, cos, sin), v, is_causal=True)
+            x = x + blk.attn.c_proj(y.transpose(1, 2).reshape(B, T, C))
+            x = x + blk.mlp(blk.ln_2(x))
+        return model.lm_head(model.ln_f(x))
+
+    torch.testing.assert_close(ref_logits, sdpa_forward(idx), rtol=1e-4, atol=1e-5)
+
+
+def test_causality_and_right_padding_do_not_change_the_last_token():
+    model = _tiny_model()
+    idx = torch.randint(1, 23, (1, 9))
+    padded = torch.cat([idx, torch.zeros(1, 4, dtype=torch.long)], dim=1)
+    torch.testing.assert_close(last_logits(model, idx, torch.tensor([8])), last_logits(model, padded, torch.tensor([8])))
+
+
+def test_patching_hooks_against_closed_forms():
+    model = _tiny_model()
+    idx1, idx2 = torch.randint(1, 23, (4, 10)), torch.randint(1, 23, (4, 12))
+    pos1, pos2 = torch.tensor([9, 7, 9, 5]), torch.tensor([11, 11, 3, 8])
+    res1, res2 = residuals(model, idx1, pos1), residuals(model, idx2, pos2)
+    assert res1.shape == (4, 4, 16)
+    clean2 = last_logits(model, idx2, pos2)
+    for layer in range(4):  # writing a run's own state back changes nothing
+        torch.testing.assert_close(patched_logits(model, idx2, pos2, layer, res2[layer]), clean2)
+    # at the last layer the patched output is the source's output (nothing after it reads other tokens)
+    torch.testing.assert_close(patched_logits(model, idx2, pos2, 3, res1[3]), last_logits(model, idx1, pos1),
+                               rtol=1e-5, atol=1e-5)
+    # at an inner layer the patch changes the output (and only at the patched token)
+    assert not torch.allclose(patched_logits(model, idx2, pos2, 1, res1[1]), clean2)
+
+
+# ---- request-patching bookkeeping --------------------------------------------------------------
+def _sweep(values):
+    """A sweep table from {layer: (R2(C2), R1(C2), R1(C1))} normalised values."""
+    return pd.DataFrame([{"layer": L, "hypothesis": h, "normalized": v}
+                         for L, vs in values.items() for h, v in zip(patching.HYPOTHESES, vs)])
+
+
+def test_profile_detection():
+    good = _sweep({0: (1, 0, 0), 1: (0.6, 0.3, 0), 2: (0.1, 0.9, 0), 3: (0, 0.2, 0.9), 4: (0, 0, 1)})
+    assert patching.layer_profile(good) == ["R2(C2)", "R2(C2)", "R1(C2)", "R1(C1)", "R1(C1)"]
+    assert patching.is_decomposition_profile(patching.layer_profile(good))
+    assert patching.best_layer(good) == 2
+    skip = _sweep({0: (1, 0, 0), 1: (0.2, 0.1, 0.8), 2: (0, 0, 1)})  # never R1(C2)
+    back = _sweep({0: (1, 0, 0), 1: (0, 1, 0), 2: (0.9, 0, 0), 3: (0, 0, 1)})  # falls back to R2(C2)
+    assert not patching.is_decomposition_profile(patching.layer_profile(skip))
+    assert not patching.is_decomposition_profile(patching.layer_profile(back))
+
+
+def test_request_patching_on_a_model_that_ignores_the_context():
+    """A model whose last-token output depends on nothing but the last token's own state: patching at any
+    layer >= 0 moves x1's output, so R1(C1) is kept fully and the normalised values are exact ratios."""
+    vocab = {t: i for i, t in enumerate(["<pad>", "a", "b", "c", "d", "q"])}
+
+    class Echo(torch.nn.Module):  # logits = the residual itself (V = C); hook sees the one-hot embedding
+        cfg = GPTConfig(vocab_size=6, block_size=8, n_layer=1, n_head=1, n_embd=6)
+
+        def forward(self, idx, hook=None):
+            x = torch.nn.functional.one_hot(idx, 6).float() * 5.0
+            for layer in (0, 1):
+                x = hook(layer, x) if hook is not None else x
+            return x
+
+    pairs = pd.DataFrame({"x1": ["a b c"], "x2": ["b c d"], "x21": ["b c c"], "r1c1": ["c"], "r2c2": ["d"], "r1c2": ["a"]})
+    sweep = patching.request_patching(Echo(), pairs, vocab)
+    p_top = np.exp(5) / (np.exp(5) + 5)
+    r = sweep.set_index(["layer", "hypothesis"])
+    assert r.loc[(1, "R1(C1)"), "normalized"] == pytest.approx(1.0)
+    assert r.loc[(0, "R1(C1)"), "prob"] == pytest.approx(p_top)
+    assert r.loc[(0, "R2(C2)"), "clean_prob"] == pytest.approx(p_top)
+    assert r.loc[(0, "R2(C2)"), "accuracy"] == 0.0
+
+
+def test_params_parse_and_checks():
+    p = parse({})
+    assert p.claims.gate_accuracy == 0.9 and p.claims.keep_fraction == 0.7
+    with pytest.raises(ValueError, match="inject_key"):
+        parse({"inject_key": "color"})
+    with pytest.raises(ValueError, match="multiple of n_head"):
+        parse({"models": [{"name": "bad", "n_layer": 2, "n_embd": 30, "n_head": 4}]})
+    with pytest.raises(KeyError, match="orion.nope"):
+        parse({"nope": 1})

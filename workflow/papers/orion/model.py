@@ -1,0 +1,171 @@
+"""A tiny causal transformer (GPT) whose attention is ``kernels.attention``, with a hook on the residual stream.
+
+The design follows papers/sharpening/model.py (nanoGPT's layout: pre-norm blocks, a head tied to the token
+embedding) with rotary position embeddings (Su et al. 2021) instead of learned ones, as in Pythia and Llama,
+the paper's main model families; what this paper adds is the hook. ``GPT.forward(idx, hook=...)`` calls
+``hook(layer, x)`` on the residual stream x (B, T, C) after the embeddings (layer 0) and after each block
+(layers 1 .. n_layer) and continues with what it returns, so one function reads the stream
+(:func:`residuals`) and another overwrites it at chosen tokens (:func:`patched_logits`): the request-patching
+of the paper (official code: causal_checker/hf_hooks.py, ``residual_steam_hook_fn``, which writes the output
+of a block at the last token).
+
+Shapes: B batch, T time, C = n_embd channels, H heads, D = C / H head size, V vocabulary, L = n_layer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+import kernels
+
+Hook = Callable[[int, torch.Tensor], torch.Tensor]
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate channel pairs (x_i, x_{i + D/2}) of x (B, H, T, D) by angle t * theta_i (RoFormer, Eq. 34)."""
+    x1, x2 = x.chunk(2, dim=-1)  # 2 x (B, H, T, D/2)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def rotary_angles(T: int, D: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of t * base^(-2i/D) for t < T, i < D/2: two (T, D/2) tables."""
+    theta = base ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)  # (D/2,)
+    angle = torch.arange(T, dtype=torch.float32)[:, None] * theta  # (T, D/2)
+    return angle.cos(), angle.sin()
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int
+    block_size: int  # the longest input the position embedding covers
+    n_layer: int = 2
+    n_head: int = 2
+    n_embd: int = 64
+
+
+class CausalSelfAttention(nn.Module):
+    """softmax(q k^T / sqrt(D) + causal mask) v per head (Vaswani et al. 2017), by ``kernels.attention``."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        assert cfg.n_embd % cfg.n_head == 0, "n_embd must be a multiple of n_head"
+        self.n_head = cfg.n_head
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
+        q, k, v = (z.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
+        q, k = rotary(q, cos, sin), rotary(k, cos, sin)  # positions enter through q.k only
+        y = kernels.attention(q, k, v, causal=True)  # (B, H, T, D)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1, self.attn = nn.LayerNorm(cfg.n_embd), CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd)
+        self.mlp = nn.Sequential(nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(), nn.Linear(4 * cfg.n_embd, cfg.n_embd))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), cos, sin)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """A token embedding, n_layer pre-norm blocks with rotary attention, a final LayerNorm, a tied head."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        cos, sin = rotary_angles(cfg.block_size, cfg.n_embd // cfg.n_head)
+        self.register_buffer("cos", cos, persistent=False)  # (block_size, D/2)
+        self.register_buffer("sin", sin, persistent=False)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # weight tying
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2: scaled init of the residual projections
+            if name.endswith("c_proj.weight") or name.endswith("mlp.2.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, idx: torch.Tensor, hook: Hook | None = None) -> torch.Tensor:
+        """Next-token logits (B, T, V) for token ids idx (B, T); `hook(layer, x)` sees and may replace
+        the residual stream x (B, T, C) at layers 0 (embeddings) .. n_layer (last block's output)."""
+        B, T = idx.shape
+        assert T <= self.cfg.block_size, f"length {T} exceeds block_size {self.cfg.block_size}"
+        x = self.wte(idx)  # (B, T, C)
+        if hook is not None:
+            x = hook(0, x)
+        cos, sin = self.cos[:T], self.sin[:T]
+        for layer, block in enumerate(self.blocks, start=1):
+            x = block(x, cos, sin)
+            if hook is not None:
+                x = hook(layer, x)
+        return self.lm_head(self.ln_f(x))  # (B, T, V)
+
+
+# ---- reading and overwriting the residual stream ------------------------------------------------
+@torch.no_grad()
+def residuals(model: GPT, idx: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """The residual stream at token pos[b] of each sequence, at every layer: (L + 1, B, C)."""
+    rows = torch.arange(idx.shape[0])
+    out = []
+
+    def read(layer, x):
+        out.append(x[rows, pos].clone())  # (B, C)
+        return x
+
+    model(idx, hook=read)
+    return torch.stack(out)
+
+
+@torch.no_grad()
+def patched_logits(model: GPT, idx: torch.Tensor, pos: torch.Tensor, layer: int, vectors: torch.Tensor) -> torch.Tensor:
+    """Logits (B, V) at token pos[b] when the residual stream at that token, at `layer`, is overwritten by
+    vectors[b] (B, C) and the forward pass continues from there (the paper's request-patching)."""
+    rows = torch.arange(idx.shape[0])
+
+    def write(at, x):
+        if at == layer:
+            x = x.clone()
+            x[rows, pos] = vectors
+        return x
+
+    return model(idx, hook=write)[rows, pos]
+
+
+@torch.no_grad()
+def last_logits(model: GPT, idx: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """Logits (B, V) at token pos[b] of each (right-padded) sequence."""
+    return model(idx)[torch.arange(idx.shape[0]), pos]
+
+
+def save(model: GPT, path: str | Path, **extra) -> None:
+    """A checkpoint: the config, the weights and whatever the caller adds (optimizer, step, history)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"config": dataclasses.asdict(model.cfg), "model": model.state_dict(), **extra}, path)
+
+
+def load(path: str | Path) -> tuple[GPT, dict]:
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    model = GPT(GPTConfig(**ckpt["config"]))
+    model.load_state_dict(ckpt["model"])
+    model.eval()
+    return model, ckpt

@@ -1,0 +1,102 @@
+"""Parameters of P1 orion, checked when the workflow is parsed (before any job runs).
+
+The paper studies pretrained LMs (18 models, 125M-70B) on its ORION tasks; nothing here is pretrained, so the
+data, model and training defaults are ours (chosen on prototype runs, each field says so); the analysis
+defaults follow the paper and its official code (aVariengien/causal-checker).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from papers.common.params import from_config
+from papers.orion.tasks import FAMILIES
+
+SLUG = "orion"
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """One tiny causal transformer (papers.orion.model); the paper's models are 125M-70B pretrained LMs."""
+
+    name: str = "L2"
+    n_layer: int = 2
+    n_embd: int = 64
+    n_head: int = 2
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    """AdamW on the task mixture; the issue's prototype: warmup then a constant rate, decay 0.1 on matrices."""
+
+    steps: int = 3000
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    max_requests: int = 3  # requests (with answers) per training sequence; the loss is on every answer
+    lm_weight: float = 1.0  # weight of the next-token loss on the other tokens (0 = answers only)
+    eval_every: int = 250  # steps between two held-out accuracy measurements in the history
+    eval_prompts: int = 100  # held-out prompts per family for those measurements
+
+
+@dataclass(frozen=True)
+class ClaimParams:
+    """Thresholds of the claims, fixed before any result was seen."""
+
+    gate_accuracy: float = 0.9  # the issue: a model-task pair is analysed only at test accuracy >= 0.9
+    keep_fraction: float = 0.7  # (a) the paper: "preserving 70% of the original correct token probability"
+    pairs_fraction_min: float = 0.9  # (a) the paper: 98 of 106 pairs (0.92)
+    profile_fraction_min: float = 0.8  # (b) share of pairs whose layer profile is R2(C2) -> R1(C2) -> R1(C1)
+    injection_gain_min: float = 0.5  # (c) accuracy gain under injection (the paper: 0.155 -> 0.975)
+
+
+@dataclass(frozen=True)
+class Params:
+    words: str | None = None  # word list; None = /usr/share/dict/american-english (Debian wamerican)
+    word_length: tuple = (3, 7)  # letters of an entity name (ours)
+    pool_size: int = 60  # words per value pool: names, cities, jobs, other words (ours)
+    numbers: int = 60  # the quantity family's values "10" .. (ours)
+    families: tuple = tuple(FAMILIES)  # the paper has six domains; we build five (no factual recall)
+    test_fraction: float = 0.25  # share of context styles held out for testing (ours)
+    data_seed: int = 0  # value pools, style split and test sets
+    test_prompts: int = 200  # held-out prompts per family for the accuracy gate
+    patch_pairs: int = 100  # (x1, x2) pairs per family and layer (official: nb_inter=100)
+    inject_prompts: int = 200  # injected prompts (the paper: 200 = 100 stories x 2)
+    inject_key: str = "city"  # what the user asks under injection (the paper: where the story is located)
+    inject_prob: float = 0.2  # share of training stories that carry an injected note (ours)
+    seeds: int = 1  # training seeds per model size
+    models: tuple = ({"name": "L2", "n_layer": 2, "n_embd": 64, "n_head": 2},)  # sizes (ours)
+    train: TrainParams = field(default_factory=TrainParams)
+    claims: ClaimParams = field(default_factory=ClaimParams)
+
+    @property
+    def model_names(self) -> list[str]:
+        return [m["name"] for m in self.models]
+
+    def model(self, name: str) -> ModelParams:
+        i = self.model_names.index(name)
+        return from_config(ModelParams, self.models[i], where=f"{SLUG}.models[{i}]")
+
+    def check(self) -> None:
+        unknown = sorted(set(self.families) - set(FAMILIES))
+        if unknown:
+            raise ValueError(f"orion.families: unknown {unknown} (known: {sorted(FAMILIES)})")
+        if "story" not in self.families:
+            raise ValueError("orion.families must include story (the injection experiment uses it)")
+        if self.inject_key not in FAMILIES["story"].keys:
+            raise ValueError(f"orion.inject_key: {self.inject_key!r} is not a story key {FAMILIES['story'].keys}")
+        if not self.word_length[0] <= self.word_length[1]:
+            raise ValueError(f"orion.word_length: min above max in {list(self.word_length)}")
+        if len(set(self.model_names)) != len(self.model_names):
+            raise ValueError(f"orion.models: names repeat in {self.model_names}")
+        for name in self.model_names:
+            m = self.model(name)
+            if m.n_embd % m.n_head:
+                raise ValueError(f"orion.models ({name}): n_embd {m.n_embd} is not a multiple of n_head {m.n_head}")
+
+
+def parse(cfg) -> Params:
+    params = from_config(Params, cfg, where=SLUG)
+    params.check()
+    return params

@@ -1,0 +1,117 @@
+"""Request-patching and the prompt-injection oversight, on a model with a residual-stream hook.
+
+Request-patching (the paper's main experiment; official code: causal_checker/alignement.py and
+demo/causal_checker_sweep.py): for x1 = (C1, R1) and x2 = (C2, R2) of one task family, run x2 but overwrite
+the residual stream at its last token, at layer L, with x1's (same layer, last token). Three hypotheses name
+what the patched run should output:
+
+* R2(C2): the patch did nothing (early layers, before the request is processed);
+* R1(C2): the request of x1 was moved into x2 and the model retrieved from C2 (the decomposition; middle layers);
+* R1(C1): x1's answer itself was moved (late layers, after retrieval).
+
+The metric is the probability of the hypothesis' token normalised by the probability of the correct answer in
+an unpatched run of the prompt that asks it: (C2, R1) for R1(C2), x2 for R2(C2), x1 for R1(C1). As in the
+official analysis (``normalized_metric`` with random_guess = 0 for token probabilities), it is a ratio of means
+over the pairs: mean p_patched / mean p_clean.
+
+Oversight (the paper's prompt-injection application, internal_process_supervision.py in the official code):
+untrusted prompts carry an injected note; the last-token residual of ONE trusted prompt, at one middle layer,
+is written into each of them; accuracy is measured before and after.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from papers.orion.model import GPT, last_logits, patched_logits, residuals
+
+HYPOTHESES = ("R2(C2)", "R1(C2)", "R1(C1)")  # in the order the decomposition predicts as L grows
+
+
+def encode(token_lists, index: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded token ids (B, T) (padding id 0) and the position of each sequence's last token (B,)."""
+    T = max(len(t) for t in token_lists)
+    ids = torch.zeros(len(token_lists), T, dtype=torch.long)
+    for i, tokens in enumerate(token_lists):
+        ids[i, :len(tokens)] = torch.tensor([index[t] for t in tokens])
+    return ids, torch.tensor([len(t) - 1 for t in token_lists])
+
+
+def answer_stats(logits: torch.Tensor, answers: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """p(answer) under softmax(logits) (B,) and whether the answer is the argmax (B,)."""
+    probs = torch.softmax(logits.float(), dim=-1)
+    rows = torch.arange(len(answers))
+    return probs[rows, answers].numpy(), (logits.argmax(-1) == answers).numpy()
+
+
+def accuracy(model: GPT, token_lists, answers, index: dict) -> tuple[float, float]:
+    """Top-1 accuracy and mean probability of the answer at the last token."""
+    ids, pos = encode(token_lists, index)
+    p, hit = answer_stats(last_logits(model, ids, pos), torch.tensor([index[a] for a in answers]))
+    return float(hit.mean()), float(p.mean())
+
+
+def request_patching(model: GPT, pairs: pd.DataFrame, index: dict) -> pd.DataFrame:
+    """The layer sweep over the pairs of one family. `pairs` has the token strings x1, x2, x21 (= (C2, R1))
+    and the answers r1c1, r2c2, r1c2. Returns one row per (layer, hypothesis): the mean patched probability,
+    the mean clean probability, their ratio (the normalised metric), and the patched top-1 accuracy."""
+    tok = {c: [s.split() for s in pairs[c]] for c in ("x1", "x2", "x21")}
+    ids1, pos1 = encode(tok["x1"], index)
+    ids2, pos2 = encode(tok["x2"], index)
+    ids21, pos21 = encode(tok["x21"], index)
+    ans = {h: torch.tensor([index[a] for a in pairs[c]]) for h, c in zip(HYPOTHESES, ("r2c2", "r1c2", "r1c1"))}
+    clean = {  # the unpatched run that asks each hypothesis' question
+        "R2(C2)": answer_stats(last_logits(model, ids2, pos2), ans["R2(C2)"])[0],
+        "R1(C2)": answer_stats(last_logits(model, ids21, pos21), ans["R1(C2)"])[0],
+        "R1(C1)": answer_stats(last_logits(model, ids1, pos1), ans["R1(C1)"])[0],
+    }
+    source = residuals(model, ids1, pos1)  # (L + 1, B, C): x1's last token at every layer
+    rows = []
+    for layer in range(model.cfg.n_layer + 1):
+        logits = patched_logits(model, ids2, pos2, layer, source[layer])  # (B, V)
+        for h in HYPOTHESES:
+            p, hit = answer_stats(logits, ans[h])
+            rows.append({"layer": layer, "hypothesis": h, "prob": float(p.mean()), "clean_prob": float(clean[h].mean()),
+                         "normalized": float(p.mean() / clean[h].mean()), "accuracy": float(hit.mean())})
+    return pd.DataFrame(rows)
+
+
+def best_layer(sweep: pd.DataFrame) -> int:
+    """The layer where R1(C2) keeps the most normalised probability (the paper's L2 layer of a pair)."""
+    r = sweep[sweep.hypothesis == "R1(C2)"].sort_values("layer")
+    return int(r.layer.iloc[int(np.argmax(r.normalized.to_numpy()))])
+
+
+def layer_profile(sweep: pd.DataFrame) -> list[str]:
+    """The dominant hypothesis (largest normalised metric) at each layer, from layer 0 up."""
+    wide = sweep.pivot(index="layer", columns="hypothesis", values="normalized").sort_index()
+    return [str(wide.loc[layer, list(HYPOTHESES)].astype(float).idxmax()) for layer in wide.index]
+
+
+def is_decomposition_profile(profile: list[str]) -> bool:
+    """True if the dominant hypothesis goes R2(C2) -> R1(C2) -> R1(C1) as L grows: never back in that order,
+    starting with R2(C2), ending with R1(C1), and with R1(C2) dominating at one layer at least."""
+    order = [HYPOTHESES.index(h) for h in profile]
+    monotone = all(a <= b for a, b in zip(order, order[1:]))
+    return monotone and order[0] == 0 and order[-1] == 2 and 1 in order
+
+
+def oversight(model: GPT, trusted: list[str], untrusted, answers, injected_answers, index: dict) -> pd.DataFrame:
+    """Accuracy of the untrusted prompts unpatched (layer -1) and with the trusted prompt's last-token residual
+    written at each layer; also the share of outputs that follow the injection."""
+    ids, pos = encode(untrusted, index)
+    ids_t, pos_t = encode([trusted], index)
+    source = residuals(model, ids_t, pos_t)[:, 0]  # (L + 1, C)
+    ans = torch.tensor([index[a] for a in answers])
+    inj = torch.tensor([index[a] for a in injected_answers])
+    rows = []
+    for layer in range(-1, model.cfg.n_layer + 1):
+        if layer < 0:
+            logits = last_logits(model, ids, pos)
+        else:
+            logits = patched_logits(model, ids, pos, layer, source[layer].expand(len(untrusted), -1))
+        _, hit = answer_stats(logits, ans)
+        _, follow = answer_stats(logits, inj)
+        rows.append({"layer": layer, "accuracy": float(hit.mean()), "follows_injection": float(follow.mean())})
+    return pd.DataFrame(rows)

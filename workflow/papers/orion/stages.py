@@ -1,0 +1,310 @@
+"""The orion DAG's stages: prepare (vocabulary, style split, held-out prompts, patching pairs, injected stories)
+-> train (one tiny transformer per size and seed) -> evaluate (accuracy gate, request-patching sweep,
+oversight under injection, per model) -> report. Each function takes its parameters and paths explicitly.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+
+from papers.common.io import read_json, read_parquet, write_json, write_parquet
+from papers.common.progress import progress
+from papers.common.seeding import seed_everything
+from papers.orion import tasks
+from papers.orion.params import SLUG, Params, parse
+
+log = logging.getLogger(__name__)
+
+BLOCK_SIZE = 160  # longest sequence the rotary tables cover (our longest training sequence is ~80 tokens)
+
+
+# ---- prepare -------------------------------------------------------------------------------------
+def prepare(*, cfg, vocab, test, pairs, injection):
+    """The vocabulary and value pools (from the word list), the split of context styles, and the held-out sets:
+    `test` (the accuracy gate), `pairs` (request-patching), `injection` (one trusted prompt, then the
+    untrusted stories with their clean twins)."""
+    p = parse(cfg)
+    words = tasks.load_words(p.words or tasks.DEFAULT_WORDS, min_len=p.word_length[0], max_len=p.word_length[1])
+    voc = tasks.build_vocab(words, pool_size=p.pool_size, numbers=p.numbers, seed=p.data_seed)
+    families = [tasks.FAMILIES[f] for f in p.families]
+    splits = {f.name: tasks.split_styles(f, p.test_fraction, p.data_seed) for f in families}
+    log.info("vocabulary: %d tokens (%d words read from %s)", len(voc), len(words), p.words or tasks.DEFAULT_WORDS)
+    write_json({"tokens": list(voc.tokens), "pools": {k: list(v) for k, v in voc.pools.items()},
+                "styles": {name: {"train": [list(map(_listify, s)) for s in tr], "test": [list(map(_listify, s)) for s in te]}
+                           for name, (tr, te) in splits.items()}}, vocab)
+
+    rng = np.random.default_rng(p.data_seed + 1)  # the pools and split used data_seed itself
+    rows = []
+    for f in families:
+        for _ in range(p.test_prompts):
+            pr = tasks.test_prompt(f, splits[f.name][1], voc, rng)
+            rows.append({"family": f.name, "key": pr.key, "prompt": " ".join(pr.tokens), "answer": pr.answer})
+    write_parquet(pd.DataFrame(rows), test)
+    write_parquet(pd.DataFrame([tasks.patch_pair(f, splits[f.name][1], voc, rng)
+                                for f in families for _ in range(p.patch_pairs)]), pairs)
+    story_test = splits["story"][1]
+    trusted = tasks.make_prompt(tasks.FAMILIES["story"], story_test[rng.integers(len(story_test))], voc, rng,
+                                key=p.inject_key)
+    rows = [{"role": "trusted", "clean": " ".join(trusted.tokens), "injected": " ".join(trusted.tokens),
+             "answer": trusted.answer, "injected_key": "", "injected_answer": trusted.answer}]
+    rows += [{"role": "untrusted", **tasks.injected_prompt(story_test, voc, rng, p.inject_key)}
+             for _ in range(p.inject_prompts)]
+    write_parquet(pd.DataFrame(rows), injection)
+
+
+def _listify(x):
+    return list(x) if isinstance(x, tuple) else x
+
+
+def read_vocab(path) -> tuple[tasks.Vocab, dict]:
+    """The vocabulary and the style split written by :func:`prepare`."""
+    data = read_json(path)
+    voc = tasks.Vocab(tokens=tuple(data["tokens"]), pools={k: tuple(v) for k, v in data["pools"].items()})
+    styles = {name: {part: [(s[0], tuple(s[1])) for s in lst] for part, lst in parts.items()}
+              for name, parts in data["styles"].items()}
+    missing = [f for f in styles if f not in tasks.FAMILIES]
+    if missing:
+        raise ValueError(f"{path}: unknown task families {missing}")
+    return voc, styles
+
+
+# ---- train ---------------------------------------------------------------------------------------
+def train(*, cfg, model_name, seed, vocab, test, checkpoint, history):
+    """Train one model size with one seed on the task mixture; the history records held-out accuracy."""
+    import torch
+
+    from papers.orion import model as gpt
+    from papers.orion import train as trainer
+    from papers.orion.patching import accuracy
+
+    p = parse(cfg)
+    m, t = p.model(model_name), p.train
+    voc, styles = read_vocab(vocab)
+    rng = seed_everything(seed)
+    families = [tasks.FAMILIES[f] for f in p.families]
+    held_out = read_parquet(test).groupby("family").head(t.eval_prompts)
+    held_out = {f: (g.prompt.str.split().tolist(), g.answer.tolist()) for f, g in held_out.groupby("family")}
+    index = voc.index
+
+    def evaluate(model):
+        return {f: accuracy(model, prompts, answers, index)[0] for f, (prompts, answers) in held_out.items()}
+
+    def sample():
+        return trainer.sample_batch(families, {f: s["train"] for f, s in styles.items()}, voc, rng,
+                                    batch_size=t.batch_size, max_requests=t.max_requests, inject_prob=p.inject_prob)
+
+    model = gpt.GPT(gpt.GPTConfig(vocab_size=len(voc), block_size=BLOCK_SIZE, n_layer=m.n_layer, n_head=m.n_head,
+                                  n_embd=m.n_embd))
+    log.info("model %s seed %d: %d parameters", model_name, seed, sum(q.numel() for q in model.parameters()))
+    hist = trainer.train(model, sample, steps=t.steps, lr=t.lr, warmup=t.warmup, weight_decay=t.weight_decay,
+                         grad_clip=t.grad_clip, lm_weight=t.lm_weight, eval_every=t.eval_every, evaluate=evaluate,
+                         progress=lambda it: progress(it, desc=f"train {model_name} seed {seed}", total=t.steps))
+    hist.insert(0, "model", model_name)
+    hist.insert(1, "seed", seed)
+    write_parquet(hist, history)
+    gpt.save(model, checkpoint, model_name=model_name, seed=seed, step=t.steps, rng=torch.get_rng_state())
+
+
+# ---- evaluate ------------------------------------------------------------------------------------
+def evaluate(*, cfg, model_name, seed, checkpoint, vocab, test, pairs, injection, metrics, sweep, oversight):
+    """For one trained model: held-out accuracy per family (the gate), the request-patching sweep per family
+    and layer, and the oversight experiment (trusted-prompt patching at every layer; the layer the report uses
+    is chosen from the story family's sweep, not from these results)."""
+    from papers.orion import model as gpt
+    from papers.orion import patching
+
+    parse(cfg)  # checks the configuration before any work
+    model, _ = gpt.load(checkpoint)
+    voc, _ = read_vocab(vocab)
+    index = voc.index
+    tag = {"model": model_name, "seed": seed, "n_layer": model.cfg.n_layer}
+
+    rows = []
+    for f, g in read_parquet(test).groupby("family", sort=False):
+        acc, prob = patching.accuracy(model, g.prompt.str.split().tolist(), g.answer.tolist(), index)
+        rows.append({**tag, "family": f, "accuracy": acc, "answer_prob": prob, "prompts": len(g)})
+    acc_df = pd.DataFrame(rows)
+
+    frames = []
+    for f, g in read_parquet(pairs).groupby("family", sort=False):
+        frames.append(patching.request_patching(model, g, index).assign(**tag, family=f, pairs=len(g)))
+    sweep_df = pd.concat(frames, ignore_index=True)
+
+    inj = read_parquet(injection)
+    trusted = inj[inj.role == "trusted"].iloc[0]
+    untrusted = inj[inj.role == "untrusted"]
+    chosen = patching.best_layer(sweep_df[sweep_df.family == "story"])
+    frames = []
+    for condition, column in (("injected", "injected"), ("clean", "clean")):
+        frames.append(patching.oversight(model, trusted.clean.split(), untrusted[column].str.split().tolist(),
+                                         untrusted.answer.tolist(), untrusted.injected_answer.tolist(), index)
+                      .assign(condition=condition))
+    over = pd.concat(frames, ignore_index=True).assign(**tag, chosen_layer=chosen)
+
+    write_parquet(acc_df, metrics)
+    write_parquet(sweep_df, sweep)
+    write_parquet(over, oversight)
+    log.info("accuracy: %s; oversight layer %d", dict(zip(acc_df.family, acc_df.accuracy.round(3))), chosen)
+
+
+# ---- report --------------------------------------------------------------------------------------
+TITLE = "P1 orion: Look Before You Leap: a universal emergent decomposition of retrieval tasks in language models"
+
+
+def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, over: pd.DataFrame, gate: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per model-task pair (accuracy, gate, best R1(C2) layer and value, the layer profile) and one
+    row per model for the oversight experiment (accuracy before and after at the chosen layer)."""
+    from papers.orion import patching
+
+    rows = []
+    for (model, seed, family), g in sweep.groupby(["model", "seed", "family"], sort=False):
+        a = acc[(acc.model == model) & (acc.seed == seed) & (acc.family == family)].iloc[0]
+        r = g[g.hypothesis == "R1(C2)"].set_index("layer").normalized
+        profile = patching.layer_profile(g)
+        best = patching.best_layer(g)
+        rows.append({"model": model, "seed": seed, "family": family, "n_layer": int(g.n_layer.iloc[0]),
+                     "accuracy": a.accuracy, "gated": bool(a.accuracy >= gate), "r1c2_max": float(r.max()),
+                     "r1c2_layer": best, "profile": " > ".join(profile),
+                     "decomposition": patching.is_decomposition_profile(profile)})
+    pairs = pd.DataFrame(rows)
+    rows = []
+    for (model, seed), g in over.groupby(["model", "seed"], sort=False):
+        chosen = int(g.chosen_layer.iloc[0])
+        inj, clean = g[g.condition == "injected"].set_index("layer"), g[g.condition == "clean"].set_index("layer")
+        story = pairs[(pairs.model == model) & (pairs.seed == seed) & (pairs.family == "story")]
+        rows.append({"model": model, "seed": seed, "n_layer": int(g.n_layer.iloc[0]), "layer": chosen,
+                     "story_gated": bool(story.gated.iloc[0]) if len(story) else False,
+                     "before": inj.accuracy.loc[-1], "after": inj.accuracy.loc[chosen],
+                     "follows_before": inj.follows_injection.loc[-1], "follows_after": inj.follows_injection.loc[chosen],
+                     "clean_before": clean.accuracy.loc[-1], "clean_after": clean.accuracy.loc[chosen]})
+    return pairs, pd.DataFrame(rows)
+
+
+def _claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame):
+    from papers.common.claims import Claim
+
+    c = p.claims
+    gated = pairs[pairs.gated]
+    n, n_all = len(gated), len(pairs)
+    excluded = ", ".join(f"{r.model}/{r.family} ({r.accuracy:.2f})" for r in pairs[~pairs.gated].itertuples())
+    gate_note = f"pairs below the accuracy gate {c.gate_accuracy} are excluded: {excluded}" if excluded else ""
+    kept = int((gated.r1c2_max >= c.keep_fraction).sum())
+    share = kept / n if n else float("nan")
+    a = Claim(
+        "a", f"Request-patching keeps >= {c.keep_fraction:.0%} of the normalised correct-token probability at some "
+             "layer for nearly every model-task pair.",
+        "98 of 106 model-task pairs (0.92)",
+        {"pairs_kept": kept, "pairs_analysed": n, "pairs_trained": n_all, "share": share,
+         "median_r1c2_max": float(gated.r1c2_max.median()) if n else float("nan")},
+        f"share of gated pairs whose max over layers of p(R1(C2)) / p_clean >= {c.keep_fraction} is at least "
+        f"{c.pairs_fraction_min}: {kept}/{n} = {share:.3g} >= {c.pairs_fraction_min}",
+        bool(n > 0 and share >= c.pairs_fraction_min),
+        note="; ".join(x for x in [gate_note, "no pair passed the accuracy gate" if n == 0 else ""] if x))
+    ok = int(gated.decomposition.sum())
+    share_b = ok / n if n else float("nan")
+    b = Claim(
+        "b", "As the patched layer L grows, the patched output goes R2(C2) -> R1(C2) -> R1(C1).",
+        "early layers R2(C2), middle layers R1(C2), late layers R1(C1) (the paper's layer plots)",
+        {"pairs_with_profile": ok, "pairs_analysed": n, "share": share_b},
+        f"share of gated pairs whose dominant hypothesis per layer (largest normalised probability) starts at R2(C2), "
+        f"ends at R1(C1), passes through R1(C2) and never goes back is at least {c.profile_fraction_min}: "
+        f"{ok}/{n} = {share_b:.3g}",
+        bool(n > 0 and share_b >= c.profile_fraction_min), note=gate_note)
+    g = over[over.story_gated]
+    gains = (g.after - g.before).to_numpy()
+    cc = Claim(
+        "c", "Patching the middle-layer last-token state of one trusted prompt restores accuracy under prompt "
+             "injection.",
+        "15.5% -> 97.5% on Pythia-12b",
+        {"models": len(g), "accuracy_before": g.before.tolist(), "accuracy_after": g.after.tolist(),
+         "layers": g.layer.tolist(), "min_gain": float(gains.min()) if len(gains) else float("nan")},
+        f"for every model whose story task passed the gate, accuracy after - before >= {c.injection_gain_min} "
+        f"(the layer is the story's best request-patching layer): gains {', '.join(f'{x:.3g}' for x in gains) or 'none'}",
+        bool(len(gains) > 0 and (gains >= c.injection_gain_min).all()),
+        note="" if len(gains) else "no model passed the accuracy gate on the story task")
+    return [a, b, cc]
+
+
+def report(*, cfg, scale, metrics, sweeps, oversights, histories, benchmarks, table_md, table_csv, claims,
+           params_json, report_md, fig_layers, fig_oversight, fig_training):
+    """The results table (normalised R1(C2) per model-task pair; oversight per model), three figures, the
+    claims with computed verdicts and the report section."""
+    from papers.common.claims import write_claims
+    from papers.common.io import read_parquets
+    from papers.common.params import to_dict
+    from papers.common.report import write_report
+    from papers.common.tables import to_markdown, write_table
+    from papers.orion import figures
+
+    p = parse(cfg)
+    acc, sweep, over, hist = (read_parquets(x) for x in (metrics, sweeps, oversights, histories))
+    pairs, oversight = summarise(acc, sweep, over, p.claims.gate_accuracy)
+
+    md = pairs.assign(gated=pairs.gated.map({True: "yes", False: "excluded"}),
+                      decomposition=pairs.decomposition.map({True: "yes", False: "no"}))
+    md = md[["model", "seed", "family", "n_layer", "accuracy", "gated", "r1c2_max", "r1c2_layer", "profile", "decomposition"]]
+    md = md.rename(columns={"accuracy": "test accuracy", "gated": f"gate (>= {p.claims.gate_accuracy})",
+                            "r1c2_max": "max_L p(R1(C2)) / p_clean", "r1c2_layer": "at layer L",
+                            "profile": "dominant output, L = 0 ..", "decomposition": "R2(C2) -> R1(C2) -> R1(C1)"})
+    long = [pairs.melt(id_vars=["model", "seed", "family"], value_vars=["accuracy", "r1c2_max", "r1c2_layer"],
+                       var_name="quantity"),
+            oversight.assign(family="story (injected)").melt(
+                id_vars=["model", "seed", "family"], value_vars=["layer", "before", "after", "clean_before", "clean_after"],
+                var_name="quantity")]
+    caption = (f"Request-patching on held-out prompts ({p.patch_pairs} pairs per family and layer): the largest "
+               f"normalised probability of R1(C2) over the patched layers L (the paper's Fig. 3 heat map; paper: >= 0.7 "
+               f"for 98 of 106 pairs), the layer, and the dominant hypothesis at each layer. Pairs below test accuracy "
+               f"{p.claims.gate_accuracy} are not analysed.")
+    write_table(md, table_md, table_csv, caption=caption, csv_df=pd.concat(long, ignore_index=True))
+    over_md = oversight.rename(columns={"layer": "patched layer", "before": "accuracy under injection",
+                                        "after": "after patching", "follows_before": "follows injection",
+                                        "follows_after": "follows after", "clean_before": "clean accuracy",
+                                        "clean_after": "clean after patching"})
+    with open(table_md, "a") as f:
+        f.write(f"\nOversight: {p.inject_prompts} held-out stories asking for the {p.inject_key}, with an injected note "
+                "asking for another attribute; the last-token state of one trusted story is patched in at the layer "
+                "where the story's request-patching peaks (paper: 15.5% -> 97.5% on Pythia-12b).\n\n")
+        f.write(to_markdown(over_md.drop(columns=["story_gated"])))
+
+    figures.layer_profiles(sweep, pairs, fig_layers)
+    figures.oversight(over, oversight, fig_oversight)
+    figures.training(hist, p.claims.gate_accuracy, fig_training)
+
+    claim_list = _claims(p, pairs, oversight)
+    write_claims(claim_list, claims, paper=SLUG, scale=scale)
+    write_json(to_dict(p), params_json)
+    write_report(report_md, title=TITLE, scale=scale, what_was_run=_what_was_run(p), table_md=table_md,
+                 figures=[fig_layers, fig_oversight, fig_training], claims=claim_list, benchmarks=benchmarks,
+                 differences=DIFFERENCES)
+
+
+def _what_was_run(p: Params) -> str:
+    sizes = ", ".join(f"{name} ({p.model(name).n_layer} layers, width {p.model(name).n_embd}, {p.model(name).n_head} heads)"
+                      for name in p.model_names)
+    return (f"Tiny causal transformers ({sizes}; {p.seeds} seed(s) each) trained from scratch for {p.train.steps} steps "
+            f"(batch {p.train.batch_size}, AdamW lr {p.train.lr}, constant after {p.train.warmup} warmup steps) on a "
+            f"mixture of {len(p.families)} ORION-style task families ({', '.join(p.families)}) whose entity names come "
+            f"from Debian's wamerican word list ({p.pool_size} words per pool). Test prompts use held-out context "
+            f"wordings ({p.test_fraction:.0%} of the styles). Each model-task pair with test accuracy >= "
+            f"{p.claims.gate_accuracy} is analysed by request-patching at every layer (the residual stream at the "
+            f"last token of x2 = (C2, R2) overwritten by that of x1 = (C1, R1)), and each model by the oversight "
+            f"experiment: {p.inject_prompts} stories with an injected note, patched from one trusted story.")
+
+
+DIFFERENCES = """\
+This is an analogue of the paper's study, not a replication on its models. The paper analyses 18 pretrained
+language models (GPT-2, Pythia, Falcon, Llama 2; 125M to 70B parameters) on its ORION prompts; no model weights
+can be downloaded here, so we train tiny transformers (thousands of times smaller) on our own ORION-style tasks,
+and they are trained on the very task families they are then analysed on. The families follow the paper's domains
+(question answering over a story, type hints in code, induction, variable binding, translation; no factual recall,
+which needs world knowledge a tiny model does not have) but with word-level tokens and short templated contexts.
+For the injection experiment the models are trained on stories that sometimes carry a note telling the reader to
+answer another attribute, and follow it; a pretrained LM follows injected instructions for the same reason
+(instruction-like text in its training data). The full scale keeps this design with larger models and more steps;
+pointing it at a pretrained causal LM (the paper's setting) needs that model's tokenizer and the paper's prompts.
+Request-patching follows the official code: the residual stream after a block at the last token, normalised by
+the clean probability (ratio of means over pairs); we also draw pairs so that R2(C2), R1(C2) and R1(C1) are three
+different tokens (the official code allows collisions).
+"""
