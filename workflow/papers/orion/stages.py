@@ -304,6 +304,14 @@ For the injection experiment the models are trained on stories that sometimes ca
 answer another attribute, and follow it; a pretrained LM follows injected instructions for the same reason
 (instruction-like text in its training data). The full scale keeps this design with larger models and more steps;
 pointing it at a pretrained causal LM (the paper's setting) needs that model's tokenizer and the paper's prompts.
+The accuracy gate is the weak point at the default scale. In prototype runs before this workflow (2 layers,
+width 64, up to 4,250 steps at lr 1e-3 to 3e-3) the story family reached 1.00 within ~1,000 steps, while the
+four families that need a key bound to its value inside the context (code, induction, quantity, translation)
+stayed near chance (0.2-0.4). A story holds one name, one city and one job from disjoint pools, so a model can
+answer it by the kind of word the request names; binding needs an induction-style circuit (a previous-token
+head, then key matching), whose formation is a known slow plateau that 2 CPU cores did not get past. Pairs below
+the gate are excluded from the claims and listed in each claim's note; where only the story passes, the claims
+rest on it alone, which is far narrower evidence than the paper's 106 model-task pairs.
 Request-patching follows the official code: the residual stream after a block at the last token, normalised by
 the clean probability (ratio of means over pairs); we also draw pairs so that R2(C2), R1(C2) and R1(C1) are three
 different tokens (the official code allows collisions).
