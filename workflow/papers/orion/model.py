@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 import kernels
+from papers.common import checkpoint
 
 Hook = Callable[[int, torch.Tensor], torch.Tensor]
 
@@ -158,14 +159,11 @@ def last_logits(model: GPT, idx: torch.Tensor, pos: torch.Tensor) -> torch.Tenso
 
 
 def save(model: GPT, path: str | Path, **extra) -> None:
-    """A checkpoint: the config, the weights and whatever the caller adds (optimizer, step, history)."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"config": dataclasses.asdict(model.cfg), "model": model.state_dict(), **extra}, path)
+    """A checkpoint: the config, the weights and whatever the caller adds (papers.common.checkpoint)."""
+    checkpoint.save(model, path, **extra)
 
 
 def load(path: str | Path) -> tuple[GPT, dict]:
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    model = GPT(GPTConfig(**ckpt["config"]))
-    model.load_state_dict(ckpt["model"])
-    model.eval()
-    return model, ckpt
+    """The model of a checkpoint written by :func:`save` (in eval mode), and the whole checkpoint."""
+    model, ckpt = checkpoint.load(path, lambda cfg: GPT(GPTConfig(**cfg)))
+    return model.eval(), ckpt

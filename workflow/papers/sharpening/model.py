@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import kernels
+from papers.common import checkpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,14 +140,11 @@ def generate(model: GPT, prefix: torch.Tensor, new_tokens: int, *, greedy: bool 
 
 
 def save(model: GPT, path: str | Path, **extra) -> None:
-    """A checkpoint: the config, the weights and whatever the caller adds (optimizer, step, ...)."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"config": dataclasses.asdict(model.cfg), "model": model.state_dict(), **extra}, path)
+    """A checkpoint: the config, the weights and whatever the caller adds (papers.common.checkpoint)."""
+    checkpoint.save(model, path, **extra)
 
 
 def load(path: str | Path) -> tuple[GPT, dict]:
-    """The model of a checkpoint written by :func:`save`, and the whole checkpoint."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    model = GPT(GPTConfig(**ckpt["config"]))
-    model.load_state_dict(ckpt["model"])
+    """The model of a checkpoint written by :func:`save` and the whole checkpoint."""
+    model, ckpt = checkpoint.load(path, lambda cfg: GPT(GPTConfig(**cfg)))
     return model, ckpt
