@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from papers.orion import patching, tasks
+from papers.orion.lm import WordLM
 from papers.orion.model import GPT, GPTConfig, last_logits, patched_logits, residuals, rotary, rotary_angles
 from papers.orion.params import parse
 
@@ -113,6 +114,21 @@ def test_training_sequence_marks_the_positions_before_each_answer(vocab):
         assert key in tokens[max(0, i - 2):i + 3]
 
 
+def test_copy_sequence_repeats_its_list_and_marks_the_predictable_copies(vocab):
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        tokens, targets = tasks.copy_sequence(vocab, rng, length=(3, 6))
+        head = tasks.COPY_PREFIX.split()
+        n = (len(tokens) - len(head)) // 2
+        first, second = tokens[len(head):len(head) + n], tokens[len(head) + n:]
+        assert tokens[:len(head)] == head and first == second and len(set(first)) == n and 3 <= n <= 6
+        # every target's next token is the word that followed the previous occurrence of the target's token
+        assert targets == list(range(len(head) + n, len(tokens) - 1))
+        for t in targets:
+            j = tokens.index(tokens[t])
+            assert j < t and tokens[j + 1] == tokens[t + 1]
+
+
 # ---- model ------------------------------------------------------------------------------------
 def _tiny_model(seed=0, n_layer=3):
     torch.manual_seed(seed)
@@ -207,7 +223,7 @@ def test_request_patching_on_a_model_that_ignores_the_context():
             return x
 
     pairs = pd.DataFrame({"x1": ["a b c"], "x2": ["b c d"], "x21": ["b c c"], "r1c1": ["c"], "r2c2": ["d"], "r1c2": ["a"]})
-    sweep = patching.request_patching(Echo(), pairs, vocab)
+    sweep = patching.request_patching(WordLM(Echo(), vocab), pairs)
     p_top = np.exp(5) / (np.exp(5) + 5)
     r = sweep.set_index(["layer", "hypothesis"])
     assert r.loc[(1, "R1(C1)"), "normalized"] == pytest.approx(1.0)
@@ -223,5 +239,7 @@ def test_params_parse_and_checks():
         parse({"inject_key": "color"})
     with pytest.raises(ValueError, match="multiple of n_head"):
         parse({"models": [{"name": "bad", "n_layer": 2, "n_embd": 30, "n_head": 4}]})
+    with pytest.raises(ValueError, match="copy_length"):
+        parse({"train": {"copy_length": [9, 3]}})
     with pytest.raises(KeyError, match="orion.nope"):
         parse({"nope": 1})

@@ -7,6 +7,8 @@ ORION = f"{RESULTS}/orion"
 ORION_CFG = config["orion"]
 ORION_MODELS = [m["name"] for m in ORION_CFG["models"]]
 ORION_RUNS = dict(model=ORION_MODELS, seed=range(ORION_CFG["seeds"]))
+# Pretrained LMs (orion.pretrained; full scale): evaluated as they are, no training job.
+ORION_PRETRAINED = [m["name"] for m in ORION_CFG["pretrained"]]
 
 
 rule orion_prepare:
@@ -93,16 +95,50 @@ rule orion_evaluate:
         CALL
 
 
+rule orion_evaluate_pretrained:
+    input:
+        test=rules.orion_prepare.output.test,
+        pairs=rules.orion_prepare.output.pairs,
+        injection=rules.orion_prepare.output.injection,
+    output:
+        metrics=f"{ORION}/evaluate/pretrained_{{name}}_accuracy.parquet",
+        sweep=f"{ORION}/evaluate/pretrained_{{name}}_patching.parquet",
+        oversight=f"{ORION}/evaluate/pretrained_{{name}}_oversight.parquet",
+    params:
+        call="papers.orion.stages:evaluate_pretrained",
+        cfg=ORION_CFG,
+        model_name="{name}",
+    log:
+        f"{LOGS}/orion/evaluate/pretrained_{{name}}.log",
+    benchmark:
+        f"{BENCHMARKS}/orion/evaluate/pretrained_{{name}}.tsv"
+    wildcard_constraints:
+        name="[A-Za-z0-9]+",
+    threads: res("train", "threads")
+    resources:
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+        gpu=res("train", "gpu"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
 rule orion_report:
     input:
-        metrics=expand(rules.orion_evaluate.output.metrics, **ORION_RUNS),
-        sweeps=expand(rules.orion_evaluate.output.sweep, **ORION_RUNS),
-        oversights=expand(rules.orion_evaluate.output.oversight, **ORION_RUNS),
+        metrics=expand(rules.orion_evaluate.output.metrics, **ORION_RUNS)
+        + expand(rules.orion_evaluate_pretrained.output.metrics, name=ORION_PRETRAINED),
+        sweeps=expand(rules.orion_evaluate.output.sweep, **ORION_RUNS)
+        + expand(rules.orion_evaluate_pretrained.output.sweep, name=ORION_PRETRAINED),
+        oversights=expand(rules.orion_evaluate.output.oversight, **ORION_RUNS)
+        + expand(rules.orion_evaluate_pretrained.output.oversight, name=ORION_PRETRAINED),
         histories=expand(rules.orion_train.output.history, **ORION_RUNS),
         benchmarks=[
             rules.orion_prepare.benchmark,
             *expand(rules.orion_train.benchmark, **ORION_RUNS),
             *expand(rules.orion_evaluate.benchmark, **ORION_RUNS),
+            *expand(rules.orion_evaluate_pretrained.benchmark, name=ORION_PRETRAINED),
         ],
     output:
         table_md=report(f"{ORION}/table.md", caption="../report/orion/table.rst", category="orion"),

@@ -59,6 +59,9 @@ def log_to(path: str | None):
         with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(stream):
             try:
                 yield
+            except BaseException:  # the traceback goes to the rule's log too, beside the output that led to it
+                logging.getLogger("papers").exception("stage failed")
+                raise
             finally:
                 root.removeHandler(handler)
 

@@ -7,9 +7,12 @@ defaults follow the paper and its official code (aVariengien/causal-checker).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from papers.common.params import from_config
-from papers.orion.tasks import FAMILIES
+from papers.orion.tasks import COPY_PREFIX, FAMILIES
+
+BLOCK_SIZE = 160  # the longest sequence a model takes (rotary tables); our longest task sequence is ~80 tokens
 
 SLUG = "orion"
 
@@ -36,6 +39,8 @@ class TrainParams:
     grad_clip: float = 1.0
     max_requests: int = 3  # requests (with answers) per training sequence; the loss is on every answer
     lm_weight: float = 1.0  # weight of the next-token loss on the other tokens (0 = answers only)
+    copy_fraction: float = 0.5  # share of copy sequences (words written twice) in a batch (ours; see train.py)
+    copy_length: tuple = (8, 20)  # [min, max] words of a copy sequence's list (ours)
     eval_every: int = 250  # steps between two held-out accuracy measurements in the history
     eval_prompts: int = 100  # held-out prompts per family for those measurements
 
@@ -67,12 +72,22 @@ class Params:
     inject_prob: float = 0.2  # share of training stories that carry an injected note (ours)
     seeds: int = 1  # training seeds per model size
     models: tuple = ({"name": "L2", "n_layer": 2, "n_embd": 64, "n_head": 2},)  # sizes (ours)
+    # Pretrained causal LMs analysed as they are (the paper's setting), each {name, path, dtype}: a local
+    # Hugging Face directory (config.json, weights, tokenizer); none by default, nothing is downloaded.
+    pretrained: tuple = ()
     train: TrainParams = field(default_factory=TrainParams)
     claims: ClaimParams = field(default_factory=ClaimParams)
 
     @property
     def model_names(self) -> list[str]:
         return [m["name"] for m in self.models]
+
+    @property
+    def pretrained_names(self) -> list[str]:
+        return [m["name"] for m in self.pretrained]
+
+    def pretrained_model(self, name: str) -> dict:
+        return dict(self.pretrained[self.pretrained_names.index(name)])
 
     def model(self, name: str) -> ModelParams:
         i = self.model_names.index(name)
@@ -86,10 +101,21 @@ class Params:
             raise ValueError("orion.families must include story (the injection experiment uses it)")
         if self.inject_key not in FAMILIES["story"].keys:
             raise ValueError(f"orion.inject_key: {self.inject_key!r} is not a story key {FAMILIES['story'].keys}")
+        lo, hi = self.train.copy_length
+        if not 1 <= lo <= hi or 2 * hi + len(COPY_PREFIX.split()) > BLOCK_SIZE:
+            raise ValueError(f"orion.train.copy_length: need 1 <= min <= max and 2 max + 2 <= {BLOCK_SIZE}, got "
+                             f"{list(self.train.copy_length)}")
         if not self.word_length[0] <= self.word_length[1]:
             raise ValueError(f"orion.word_length: min above max in {list(self.word_length)}")
         if len(set(self.model_names)) != len(self.model_names):
             raise ValueError(f"orion.models: names repeat in {self.model_names}")
+        names = self.model_names + self.pretrained_names
+        if len(set(names)) != len(names):
+            raise ValueError(f"orion.pretrained: names repeat or clash with orion.models in {names}")
+        for i, spec in enumerate(self.pretrained):
+            if not (Path(spec["path"]) / "config.json").is_file():
+                raise FileNotFoundError(f"orion.pretrained[{i}].path: {spec['path']} is not a Hugging Face model "
+                                        "directory (no config.json)")
         for name in self.model_names:
             m = self.model(name)
             if m.n_embd % m.n_head:

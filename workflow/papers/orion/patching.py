@@ -24,18 +24,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from papers.orion.model import GPT, last_logits, patched_logits, residuals
+from papers.orion.lm import PretrainedLM, WordLM
+
+LM = WordLM | PretrainedLM  # what the functions below run on (papers.orion.lm)
 
 HYPOTHESES = ("R2(C2)", "R1(C2)", "R1(C1)")  # in the order the decomposition predicts as L grows
-
-
-def encode(token_lists, index: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded token ids (B, T) (padding id 0) and the position of each sequence's last token (B,)."""
-    T = max(len(t) for t in token_lists)
-    ids = torch.zeros(len(token_lists), T, dtype=torch.long)
-    for i, tokens in enumerate(token_lists):
-        ids[i, :len(tokens)] = torch.tensor([index[t] for t in tokens])
-    return ids, torch.tensor([len(t) - 1 for t in token_lists])
 
 
 def answer_stats(logits: torch.Tensor, answers: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -45,31 +38,27 @@ def answer_stats(logits: torch.Tensor, answers: torch.Tensor) -> tuple[np.ndarra
     return probs[rows, answers].numpy(), (logits.argmax(-1) == answers).numpy()
 
 
-def accuracy(model: GPT, token_lists, answers, index: dict) -> tuple[float, float]:
+def accuracy(lm: LM, token_lists, answers) -> tuple[float, float]:
     """Top-1 accuracy and mean probability of the answer at the last token."""
-    ids, pos = encode(token_lists, index)
-    p, hit = answer_stats(last_logits(model, ids, pos), torch.tensor([index[a] for a in answers]))
+    p, hit = answer_stats(lm.last_logits(lm.encode(token_lists)), lm.answer_ids(answers))
     return float(hit.mean()), float(p.mean())
 
 
-def request_patching(model: GPT, pairs: pd.DataFrame, index: dict) -> pd.DataFrame:
+def request_patching(lm: LM, pairs: pd.DataFrame) -> pd.DataFrame:
     """The layer sweep over the pairs of one family. `pairs` has the token strings x1, x2, x21 (= (C2, R1))
     and the answers r1c1, r2c2, r1c2. Returns one row per (layer, hypothesis): the mean patched probability,
     the mean clean probability, their ratio (the normalised metric), and the patched top-1 accuracy."""
-    tok = {c: [s.split() for s in pairs[c]] for c in ("x1", "x2", "x21")}
-    ids1, pos1 = encode(tok["x1"], index)
-    ids2, pos2 = encode(tok["x2"], index)
-    ids21, pos21 = encode(tok["x21"], index)
-    ans = {h: torch.tensor([index[a] for a in pairs[c]]) for h, c in zip(HYPOTHESES, ("r2c2", "r1c2", "r1c1"))}
+    x1, x2, x21 = (lm.encode([s.split() for s in pairs[c]]) for c in ("x1", "x2", "x21"))
+    ans = {h: lm.answer_ids(pairs[c]) for h, c in zip(HYPOTHESES, ("r2c2", "r1c2", "r1c1"))}
     clean = {  # the unpatched run that asks each hypothesis' question
-        "R2(C2)": answer_stats(last_logits(model, ids2, pos2), ans["R2(C2)"])[0],
-        "R1(C2)": answer_stats(last_logits(model, ids21, pos21), ans["R1(C2)"])[0],
-        "R1(C1)": answer_stats(last_logits(model, ids1, pos1), ans["R1(C1)"])[0],
+        "R2(C2)": answer_stats(lm.last_logits(x2), ans["R2(C2)"])[0],
+        "R1(C2)": answer_stats(lm.last_logits(x21), ans["R1(C2)"])[0],
+        "R1(C1)": answer_stats(lm.last_logits(x1), ans["R1(C1)"])[0],
     }
-    source = residuals(model, ids1, pos1)  # (L + 1, B, C): x1's last token at every layer
+    source = lm.residuals(x1)  # (L + 1, B, C): x1's last token at every layer
     rows = []
-    for layer in range(model.cfg.n_layer + 1):
-        logits = patched_logits(model, ids2, pos2, layer, source[layer])  # (B, V)
+    for layer in range(lm.n_layer + 1):
+        logits = lm.patched_logits(x2, layer, source[layer])  # (B, V)
         for h in HYPOTHESES:
             p, hit = answer_stats(logits, ans[h])
             rows.append({"layer": layer, "hypothesis": h, "prob": float(p.mean()), "clean_prob": float(clean[h].mean()),
@@ -97,20 +86,18 @@ def is_decomposition_profile(profile: list[str]) -> bool:
     return monotone and order[0] == 0 and order[-1] == 2 and 1 in order
 
 
-def oversight(model: GPT, trusted: list[str], untrusted, answers, injected_answers, index: dict) -> pd.DataFrame:
+def oversight(lm: LM, trusted: list[str], untrusted, answers, injected_answers) -> pd.DataFrame:
     """Accuracy of the untrusted prompts unpatched (layer -1) and with the trusted prompt's last-token residual
     written at each layer; also the share of outputs that follow the injection."""
-    ids, pos = encode(untrusted, index)
-    ids_t, pos_t = encode([trusted], index)
-    source = residuals(model, ids_t, pos_t)[:, 0]  # (L + 1, C)
-    ans = torch.tensor([index[a] for a in answers])
-    inj = torch.tensor([index[a] for a in injected_answers])
+    batch = lm.encode(untrusted)
+    source = lm.residuals(lm.encode([trusted]))[:, 0]  # (L + 1, C)
+    ans, inj = lm.answer_ids(answers), lm.answer_ids(injected_answers)
     rows = []
-    for layer in range(-1, model.cfg.n_layer + 1):
+    for layer in range(-1, lm.n_layer + 1):
         if layer < 0:
-            logits = last_logits(model, ids, pos)
+            logits = lm.last_logits(batch)
         else:
-            logits = patched_logits(model, ids, pos, layer, source[layer].expand(len(untrusted), -1))
+            logits = lm.patched_logits(batch, layer, source[layer].expand(len(untrusted), -1))
         _, hit = answer_stats(logits, ans)
         _, follow = answer_stats(logits, inj)
         rows.append({"layer": layer, "accuracy": float(hit.mean()), "follows_injection": float(follow.mean())})

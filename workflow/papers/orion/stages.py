@@ -13,11 +13,9 @@ from papers.common.io import read_json, read_parquet, write_json, write_parquet
 from papers.common.progress import progress
 from papers.common.seeding import seed_everything
 from papers.orion import tasks
-from papers.orion.params import SLUG, Params, parse
+from papers.orion.params import BLOCK_SIZE, SLUG, Params, parse
 
 log = logging.getLogger(__name__)
-
-BLOCK_SIZE = 160  # longest sequence the rotary tables cover (our longest training sequence is ~80 tokens)
 
 
 # ---- prepare -------------------------------------------------------------------------------------
@@ -77,6 +75,7 @@ def train(*, cfg, model_name, seed, vocab, test, checkpoint, history):
 
     from papers.orion import model as gpt
     from papers.orion import train as trainer
+    from papers.orion.lm import WordLM
     from papers.orion.patching import accuracy
 
     p = parse(cfg)
@@ -89,11 +88,13 @@ def train(*, cfg, model_name, seed, vocab, test, checkpoint, history):
     index = voc.index
 
     def evaluate(model):
-        return {f: accuracy(model, prompts, answers, index)[0] for f, (prompts, answers) in held_out.items()}
+        lm = WordLM(model, index)
+        return {f: accuracy(lm, prompts, answers)[0] for f, (prompts, answers) in held_out.items()}
 
     def sample():
         return trainer.sample_batch(families, {f: s["train"] for f, s in styles.items()}, voc, rng,
-                                    batch_size=t.batch_size, max_requests=t.max_requests, inject_prob=p.inject_prob)
+                                    batch_size=t.batch_size, max_requests=t.max_requests, inject_prob=p.inject_prob,
+                                    copy_fraction=t.copy_fraction, copy_length=t.copy_length)
 
     model = gpt.GPT(gpt.GPTConfig(vocab_size=len(voc), block_size=BLOCK_SIZE, n_layer=m.n_layer, n_head=m.n_head,
                                   n_embd=m.n_embd))
@@ -113,23 +114,40 @@ def evaluate(*, cfg, model_name, seed, checkpoint, vocab, test, pairs, injection
     and layer, and the oversight experiment (trusted-prompt patching at every layer; the layer the report uses
     is chosen from the story family's sweep, not from these results)."""
     from papers.orion import model as gpt
-    from papers.orion import patching
+    from papers.orion.lm import WordLM
 
     parse(cfg)  # checks the configuration before any work
     model, _ = gpt.load(checkpoint)
     voc, _ = read_vocab(vocab)
-    index = voc.index
-    tag = {"model": model_name, "seed": seed, "n_layer": model.cfg.n_layer}
+    _analyse(WordLM(model, voc.index), {"model": model_name, "seed": seed, "n_layer": model.cfg.n_layer},
+             test, pairs, injection, metrics, sweep, oversight)
+
+
+def evaluate_pretrained(*, cfg, model_name, test, pairs, injection, metrics, sweep, oversight):
+    """The same analysis on a pretrained causal LM read from the local directory orion.pretrained[name].path (the
+    paper's setting; full scale). Its tokenizer reads the prompts as text."""
+    from papers.orion.lm import PretrainedLM
+
+    p = parse(cfg)
+    spec = p.pretrained_model(model_name)
+    lm = PretrainedLM(spec["path"], dtype=spec.get("dtype", "float32"))
+    log.info("%s: %d layers from %s on %s", model_name, lm.n_layer, spec["path"], lm.device)
+    _analyse(lm, {"model": model_name, "seed": 0, "n_layer": lm.n_layer}, test, pairs, injection, metrics, sweep,
+             oversight)
+
+
+def _analyse(lm, tag: dict, test, pairs, injection, metrics, sweep, oversight) -> None:
+    from papers.orion import patching
 
     rows = []
     for f, g in read_parquet(test).groupby("family", sort=False):
-        acc, prob = patching.accuracy(model, g.prompt.str.split().tolist(), g.answer.tolist(), index)
+        acc, prob = patching.accuracy(lm, g.prompt.str.split().tolist(), g.answer.tolist())
         rows.append({**tag, "family": f, "accuracy": acc, "answer_prob": prob, "prompts": len(g)})
     acc_df = pd.DataFrame(rows)
 
     frames = []
     for f, g in read_parquet(pairs).groupby("family", sort=False):
-        frames.append(patching.request_patching(model, g, index).assign(**tag, family=f, pairs=len(g)))
+        frames.append(patching.request_patching(lm, g).assign(**tag, family=f, pairs=len(g)))
     sweep_df = pd.concat(frames, ignore_index=True)
 
     inj = read_parquet(injection)
@@ -138,8 +156,8 @@ def evaluate(*, cfg, model_name, seed, checkpoint, vocab, test, pairs, injection
     chosen = patching.best_layer(sweep_df[sweep_df.family == "story"])
     frames = []
     for condition, column in (("injected", "injected"), ("clean", "clean")):
-        frames.append(patching.oversight(model, trusted.clean.split(), untrusted[column].str.split().tolist(),
-                                         untrusted.answer.tolist(), untrusted.injected_answer.tolist(), index)
+        frames.append(patching.oversight(lm, trusted.clean.split(), untrusted[column].str.split().tolist(),
+                                         untrusted.answer.tolist(), untrusted.injected_answer.tolist())
                       .assign(condition=condition))
     over = pd.concat(frames, ignore_index=True).assign(**tag, chosen_layer=chosen)
 
@@ -286,11 +304,20 @@ def _what_was_run(p: Params) -> str:
     return (f"Tiny causal transformers ({sizes}; {p.seeds} seed(s) each) trained from scratch for {p.train.steps} steps "
             f"(batch {p.train.batch_size}, AdamW lr {p.train.lr}, constant after {p.train.warmup} warmup steps) on a "
             f"mixture of {len(p.families)} ORION-style task families ({', '.join(p.families)}) whose entity names come "
-            f"from Debian's wamerican word list ({p.pool_size} words per pool). Test prompts use held-out context "
+            f"from Debian's wamerican word list ({p.pool_size} words per pool), with {p.train.copy_fraction:.0%} of each "
+            f"batch copy sequences (a list of {p.train.copy_length[0]}-{p.train.copy_length[1]} words written twice). "
+            f"{_pretrained_sentence(p)}Test prompts use held-out context "
             f"wordings ({p.test_fraction:.0%} of the styles). Each model-task pair with test accuracy >= "
             f"{p.claims.gate_accuracy} is analysed by request-patching at every layer (the residual stream at the "
             f"last token of x2 = (C2, R2) overwritten by that of x1 = (C1, R1)), and each model by the oversight "
             f"experiment: {p.inject_prompts} stories with an injected note, patched from one trusted story.")
+
+
+def _pretrained_sentence(p: Params) -> str:
+    if not p.pretrained:
+        return "No pretrained LM was listed (orion.pretrained). "
+    return ("Pretrained LMs analysed as they are: " + ", ".join(f"{m['name']} ({m['path']})" for m in p.pretrained)
+            + "; they read the prompts as text and are scored on the first token of each answer. ")
 
 
 DIFFERENCES = """\
@@ -302,16 +329,24 @@ and they are trained on the very task families they are then analysed on. The fa
 which needs world knowledge a tiny model does not have) but with word-level tokens and short templated contexts.
 For the injection experiment the models are trained on stories that sometimes carry a note telling the reader to
 answer another attribute, and follow it; a pretrained LM follows injected instructions for the same reason
-(instruction-like text in its training data). The full scale keeps this design with larger models and more steps;
-pointing it at a pretrained causal LM (the paper's setting) needs that model's tokenizer and the paper's prompts.
-The accuracy gate is the weak point at the default scale. In prototype runs before this workflow (2 layers,
-width 64, up to 4,250 steps at lr 1e-3 to 3e-3) the story family reached 1.00 within ~1,000 steps, while the
-four families that need a key bound to its value inside the context (code, induction, quantity, translation)
-stayed near chance (0.2-0.4). A story holds one name, one city and one job from disjoint pools, so a model can
-answer it by the kind of word the request names; binding needs an induction-style circuit (a previous-token
-head, then key matching), whose formation is a known slow plateau that 2 CPU cores did not get past. Pairs below
-the gate are excluded from the claims and listed in each claim's note; where only the story passes, the claims
-rest on it alone, which is far narrower evidence than the paper's 106 model-task pairs.
+(instruction-like text in its training data). The full scale trains larger models for longer, and analyses any
+pretrained causal LM listed under orion.pretrained (a local Hugging Face directory; nothing is downloaded) as it
+is: it reads our word-level prompts joined by spaces and is scored on the first token of each answer, with the
+residual stream patched after each block as in the official code. No pretrained weights ship with any package,
+so no run here includes one; the tests check that path on a tiny random GPT-2 against Hugging Face's own hidden
+states.
+The accuracy gate and the copy sequences. Trained on the task mixture alone (prototype runs: 2-3 layers, width
+64, up to 4,250 steps at lr 1e-3 to 3e-3), only the story family passed the gate (1.00 within ~1,000 steps): a
+story holds one name, one city and one job from disjoint pools, so a model can answer by the kind of word the
+request names. The families that bind a key to its value inside the context stayed near chance (0.2-0.4): they
+need an induction-style circuit (a previous-token head, then key matching), whose formation is a known slow
+plateau. Half of every training batch is therefore copy sequences, a list of words written twice with the loss
+on the second copy: the repeated text on which Olsson et al. (2022) watch induction heads form, standing in for
+the repeated text a pretrained LM has seen. In a prototype run (2 layers, width 64) copying reached 0.99 by step
+500, and induction (step 1,500), translation and story (2,000) passed the gate; this run's values are in the
+table and the training figure. Copy sequences share no template word, request or key with the tasks (only
+the pools their words come from), so no prompt of the analysis occurs in them. A family still below the gate is excluded and named
+in each claim's note, so the claims rest on fewer model-task pairs than the paper's 106.
 Request-patching follows the official code: the residual stream after a block at the last token, normalised by
 the clean probability (ratio of means over pairs); we also draw pairs so that R2(C2), R1(C2) and R1(C1) are three
 different tokens (the official code allows collisions).
