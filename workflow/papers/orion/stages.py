@@ -344,9 +344,9 @@ plateau. Half of every training batch is therefore copy sequences, a list of wor
 on the second copy: the repeated text on which Olsson et al. (2022) watch induction heads form, standing in for
 the repeated text a pretrained LM has seen. In a prototype run (2 layers, width 64) copying reached 0.99 by step
 500, and induction (step 1,500), translation and story (2,000) passed the gate; this run's values are in the
-table and the training figure. Copy sequences share no template word, request or key with the tasks (only
-the pools their words come from), so no prompt of the analysis occurs in them. A family still below the gate is excluded and named
-in each claim's note, so the claims rest on fewer model-task pairs than the paper's 106.
+table and the training figure. Copy sequences share no request or key with the tasks (only the separator ":"
+and the pools their words come from), so no prompt of the analysis occurs in them. A family still below the
+gate is excluded and named in each claim's note, so the claims rest on fewer model-task pairs than the paper's 106.
 Request-patching follows the official code: the residual stream after a block at the last token, normalised by
 the clean probability (ratio of means over pairs); we also draw pairs so that R2(C2), R1(C2) and R1(C1) are three
 different tokens (the official code allows collisions).
