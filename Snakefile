@@ -31,7 +31,18 @@ include: "workflow/rules/hip.smk"
 include: "workflow/rules/report.smk"
 
 
+# Every rule runs workflow/scripts/call.py, so Snakemake's `code` trigger alone cannot see an edit to
+# a paper's module: each rule also gets a parameter `code`, the hash of what its function can run
+# (papers.common.codehash), and the `params` trigger reruns it, and what follows, when that changes.
+from papers.common.codehash import code_version
+
+for _rule in workflow.rules:
+    if getattr(_rule.params, "call", None):
+        _rule.set_params(code=code_version(_rule.params.call))
+
+
 rule all:
+    """Every selected paper's report, table, figures and claims, and the cross-paper summary."""
     input:
         all_targets(),
     default_target: True

@@ -1,4 +1,5 @@
-"""Fill the README's papers table with the default scale's verdicts: "k of n" claims that hold, per paper.
+"""Fill the README's papers table with the default scale's verdicts per paper, in the four states:
+"holds / does not hold / inconclusive / not measured" counts.
 
 Run after `make run`: `.venv/bin/python scripts/readme_claims.py`. Reads results/default/summary.csv (written
 by the workflow); rewrites only the fourth column of the rows of README.md's papers table.
@@ -16,17 +17,21 @@ ROW = re.compile(r"^\| (P\d+) \| `(\w+)` \| ([^|]*) \| [^|]* \| (.*)$")
 
 
 def main(summary: Path = ROOT / "results" / "default" / "summary.csv", readme: Path = ROOT / "README.md") -> None:
-    held, total = Counter(), Counter()
+    states = ("holds", "does not hold", "inconclusive", "not measured")
+    counts, total = {}, Counter()
     with open(summary, newline="") as f:
         for row in csv.DictReader(f):
+            if row["verdict"] not in states:
+                sys.exit(f"{summary}: claim {row['paper']}/{row['claim']} has verdict {row['verdict']!r}")
             total[row["paper"]] += 1
-            held[row["paper"]] += row["holds"] == "True"
+            counts.setdefault(row["paper"], Counter())[row["verdict"]] += 1
     lines = []
     for line in readme.read_text().splitlines():
         m = ROW.match(line)
         if m and m.group(2) in total:
             slug = m.group(2)
-            line = f"| {m.group(1)} | `{slug}` | {m.group(3)} | {held[slug]} of {total[slug]} | {m.group(4)}"
+            cell = " / ".join(str(counts[slug][s]) for s in states)
+            line = f"| {m.group(1)} | `{slug}` | {m.group(3)} | {cell} | {m.group(4)}"
         lines.append(line)
     readme.write_text("\n".join(lines) + "\n")
     missing = [line for line in lines if "CLAIMS_" in line]

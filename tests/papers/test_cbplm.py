@@ -188,3 +188,56 @@ def test_unigram_perplexity_by_hand():
     got = E.unigram_perplexity(["AAAC"], ["AC", "CA"], [np.array([True, True]), np.array([False, True])])
     f_a, f_c = (3 + 1) / 24, (1 + 1) / 24  # add-one smoothing over the 20 residues
     assert got == pytest.approx(np.exp(-(np.log(f_a) + np.log(f_c) + np.log(f_a)) / 3))
+
+
+# ---- claims (the verdict contract) -------------------------------------------------------------------
+def _claim_inputs(cb_change, tag_change, ppl, seeds=(0, 1, 2), n_seq=40, gravy_scale=2.0):
+    """Synthetic report inputs: per-seed changes with small per-sequence noise, perplexities, weights."""
+    from papers.cbplm.stages import weight_checks
+
+    rng = np.random.default_rng(1)
+    p = parse({})
+    names = list(p.concepts)
+    change = pd.DataFrame([{"seed": s, "model": kind, "concept": c, "sequence": i,
+                            "change": mu + 0.05 * rng.normal() + 0.02 * s}
+                           for s in seeds for kind, mu in (("cb", cb_change), ("tag", tag_change), ("plain", 0.0))
+                           for c in names for i in range(n_seq)])
+    change.loc[change.model == "plain", "change"] = 0.0
+    m = pd.DataFrame([{"seed": s, "model": kind, "metric": "perplexity", "concept": "", "value": v * (1 + 0.002 * s)}
+                      for s in seeds for kind, v in ppl.items()])
+    kd = D.kyte_doolittle()
+    charge = np.array([{"K": 1.0, "R": 2.0, "D": -1.0, "E": -3.0}.get(a, 0.0) for a in D.AMINO_ACIDS])
+    w = pd.concat([pd.DataFrame({"seed": s, "concept": ["gravy"] * 20 + ["charge"] * 20,
+                                 "residue": list(D.AMINO_ACIDS) * 2,
+                                 "weight": np.r_[kd * gravy_scale + rng.normal(0, 0.3, 20), charge + 0.1 * s],
+                                 "kyte_doolittle": np.r_[kd, kd]}) for s in seeds])
+    return p, m, change, w, weight_checks(w)
+
+
+def test_claims_hold_with_their_controls_failing():
+    from papers.cbplm.stages import cbplm_claims
+
+    p, m, change, w, checks = _claim_inputs(1.0, 0.1, {"cb": 17.5, "plain": 17.4, "tag": 17.4, "unigram": 19.5})
+    a, b, c = cbplm_claims(p, m, change, w, checks)
+    assert [x.verdict for x in (a, b, c)] == ["holds"] * 3
+    assert a.control.verdict != "holds" and b.control.verdict == "does not hold" and c.control.verdict != "holds"
+
+
+def test_claims_fail_and_stay_inconclusive_where_they_should():
+    from papers.cbplm.stages import cbplm_claims, shuffled_change
+
+    # CB moves 1.0 SD, the tag model 0.8: CB - 2 x tag < 0 in every seed, so (a) does not hold;
+    # CB-pLM 20% worse than the plain LM: (b) does not hold.
+    p, m, change, w, checks = _claim_inputs(1.0, 0.8, {"cb": 21.0, "plain": 17.4, "tag": 17.4, "unigram": 19.5})
+    a, b, _ = cbplm_claims(p, m, change, w, checks)
+    assert a.verdict == "does not hold" and b.verdict == "does not hold"
+    # One seed: never more than inconclusive.
+    p, m, change, w, checks = _claim_inputs(1.0, 0.1, {"cb": 17.5, "plain": 17.4, "tag": 17.4, "unigram": 19.5},
+                                            seeds=(0,))
+    assert {x.verdict for x in cbplm_claims(p, m, change, w, checks)} == {"inconclusive"}
+    # The shuffled control keeps each change's size, flips signs at random, and is reproducible.
+    s1, s2 = shuffled_change(change), shuffled_change(change)
+    np.testing.assert_array_equal(s1.change, s2.change)
+    np.testing.assert_allclose(s1.change.abs(), change.change.abs())
+    cb = (change.model == "cb").to_numpy()
+    assert 0.4 < (np.sign(s1.change[cb]) != np.sign(change.change[cb])).mean() < 0.6

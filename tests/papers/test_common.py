@@ -1,15 +1,12 @@
 """papers.common: the loaders, the claims contract, parameters and tables."""
 import gzip
-import json
 import pickle
 
-import jsonschema
 import numpy as np
 import pandas as pd
 import pytest
 from dataclasses import dataclass, field
 
-from papers.common.claims import Claim, write_claims
 from papers.common.datasets import load_cifar, load_digits
 from papers.common.params import from_config
 from papers.common.tables import mean_std, write_table
@@ -48,23 +45,6 @@ def test_cifar_loader_folder_and_npz(tmp_path):
     assert load_cifar(npz, "train")[0].shape == (2, 3, 32, 32)  # channel-last accepted
     with pytest.raises(ValueError, match="x_test"):
         load_cifar(npz, "test")
-
-
-def test_claims_need_a_computed_bool_and_validate(tmp_path):
-    with pytest.raises(TypeError, match="holds must be the bool"):
-        Claim("a", "s", "p", 1.0, "c", "yes")
-    claims = [Claim("a", "x rises", "up", {"x": float("nan")}, "x > 0: nan > 0", bool(np.float64(1) > 0))]
-    data = write_claims(claims, tmp_path / "claims.json", paper="demo", scale="smoke")
-    written = json.loads((tmp_path / "claims.json").read_text())
-    assert written["claims"][0]["measured"] == {"x": None} and written["claims"][0]["holds"] is True
-    assert data["claims"][0]["scale"] == "smoke"
-    schema = (tmp_path / "claims.json").read_text()
-    with pytest.raises(jsonschema.ValidationError):
-        from papers.common.claims import validate_claims
-
-        bad = json.loads(schema)
-        del bad["claims"][0]["criterion"]
-        validate_claims(bad)
 
 
 @dataclass(frozen=True)

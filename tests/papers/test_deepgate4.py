@@ -13,7 +13,7 @@ from papers.deepgate4 import model as M
 from papers.deepgate4 import partition as P
 from papers.deepgate4 import train as T
 from papers.deepgate4.params import parse
-from papers.deepgate4.report import errors, fit_exponent, improvements
+from papers.deepgate4.report import deepgate4_claims, errors, fit_exponent, improvements, slope_test
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -385,6 +385,61 @@ def test_improvement_over_the_next_best_baseline():
     imp = improvements(errors(pd.DataFrame(rows)), "m")
     assert imp["F prob"] == pytest.approx(20.0) and imp["F prob next-best"] == "b1"
     assert imp["F tt"] == pytest.approx(100 * (0.15 - 0.2) / 0.15) and imp["F tt next-best"] == "b2"
+
+
+def test_slope_test_interval_covers_the_exponent_and_decides():
+    n = np.array([1e3, 3e3, 1e4, 3e4, 1e5])
+    noise = np.array([1.05, 0.97, 1.02, 0.96, 1.01])
+    ev = slope_test(n, 7 * n**0.4 * noise, threshold=1.0, direction="<")
+    assert ev.replicates == 5 and ev.interval[0] < 0.4 < ev.interval[1] and ev.verdict == "holds"
+    assert slope_test(n, 7 * n**1.2 * noise, threshold=1.0, direction="<").verdict == "does not hold"
+    assert slope_test(n[:2], n[:2], threshold=0.5, direction=">").verdict == "inconclusive"  # 2 circuits
+
+
+def _claims_inputs(method_prob, seeds=3, full_exponent=1.2, kernel=None):
+    import pandas as pd
+
+    rows = []
+    for seed in range(seeds):
+        for arm, prob, tt in [("m", method_prob, 0.10), ("b1", 0.10, 0.25), ("b2", 0.12, 0.15)]:
+            jitter = 1 + 0.02 * (seed - 1)
+            rows.append({"arm": arm, "seed": seed, "family": "F", "prob_err_sum": prob * jitter * 10, "gates": 10,
+                         "tt_err_sum": tt * jitter * 4, "pairs": 4})
+    err = errors(pd.DataFrame(rows))
+    nodes = np.array([1e3, 3e3, 1e4, 3e4, 1e5])
+    wobble = np.array([1.03, 0.98, 1.01, 0.97, 1.02])
+    piv = pd.DataFrame({"circuit": list("abcde"), "nodes": nodes, "full": nodes**full_exponent * wobble,
+                        "partitioned": 1e5 * nodes**0.3 * wobble})
+    cfg = {**_config(), "method": "m", "arms": {"m": {"kind": "circuit", "layers": 1, "attention": "gat"},
+                                              "b1": {"kind": "gat", "layers": 1}, "b2": {"kind": "gat", "layers": 1}},
+           "data": {**_config()["data"], "test": {"F": ["x"]}}}
+    p = parse(cfg)
+    return p, err, improvements(err, "m"), piv, kernel or {"measured": False, "reason": "no GPU in this run",
+                                                           "circuit": "b17_Cg"}
+
+
+def test_claims_decide_on_seed_intervals_and_the_gpu_claim_is_not_measured():
+    a, b, c = deepgate4_claims(*_claims_inputs(method_prob=0.08))
+    assert a.verdict == "holds" and len(a.evidence) == 2 and all(e.replicates == 3 for e in a.evidence)
+    assert a.control.verdict == "not measured"  # no fair control arm yet (issue 23)
+    assert b.verdict == "holds" and b.control.verdict == "does not hold"  # full graph: exponent 1.2, not < 1
+    assert c.verdict == "not measured" and c.evidence is None and "no GPU" in c.note
+    a, _, _ = deepgate4_claims(*_claims_inputs(method_prob=0.11))  # behind b1 on prob
+    assert a.verdict == "does not hold" and "behind the next-best baseline on F prob" in a.note
+    a, _, _ = deepgate4_claims(*_claims_inputs(method_prob=0.08, seeds=2))
+    assert a.verdict == "inconclusive"  # two seeds are too few for a verdict
+
+
+def test_memory_claim_is_inconclusive_when_the_full_graph_is_sublinear_too():
+    _, b, _ = deepgate4_claims(*_claims_inputs(method_prob=0.08, full_exponent=0.95))
+    assert b.control.verdict == "holds" and b.verdict == "inconclusive" and "negative control" in b.note
+
+
+def test_kernel_claim_on_a_gpu_rests_on_one_measurement():
+    kernel = {"measured": True, "device": "GPU", "circuit": "b17_Cg",
+              "runs": [{"fused": True, "seconds": 1.0, "peak_bytes": 50}, {"fused": False, "seconds": 2.0, "peak_bytes": 100}]}
+    _, _, c = deepgate4_claims(*_claims_inputs(method_prob=0.08, kernel=kernel))
+    assert c.measured["runtime reduction %"] == 50.0 and c.verdict == "inconclusive"
 
 
 # ---- configuration ---------------------------------------------------------------------------

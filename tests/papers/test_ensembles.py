@@ -10,7 +10,7 @@ from scipy import stats
 from papers.ensembles import data as data_mod
 from papers.ensembles import ensemble, models
 from papers.ensembles.params import Setting, parse
-from papers.ensembles.stages import first_from
+from papers.ensembles.stages import build_claims, first_from, replicates, setting_summary
 from papers.ensembles.train import augment, log_probs, train_group
 
 
@@ -22,7 +22,7 @@ def _binary(s: np.ndarray) -> np.ndarray:
 def _config(**over):
     setting = {"arch": "mlp", "train_size": 300, "widths": [8], "depths": [1], "init_gain": 1.0, "epochs": 1,
                "batch_size": 32, "lr": 0.001, "weight_decay": 0.0, "augment": False}
-    cfg = {"members": 4, "chosen": "a", "control": "b", "selected": ["a", "b"],
+    cfg = {"members": 4, "pools": 2, "chosen": "a", "control": "b", "selected": ["a", "b"],
            "settings": {"a": dict(setting), "b": {**setting, "widths": [8, 16]}}}
     cfg.update(over)
     return cfg
@@ -208,6 +208,8 @@ def test_params_parse_and_cross_field_rules():
         parse(_config(chosen="b"))  # heterogeneous
     with pytest.raises(ValueError, match="selected"):
         parse(_config(selected=["a", "zzz"]))
+    with pytest.raises(ValueError, match="pools"):
+        parse(_config(pools=3))  # 4 // 3 = 1 member per pool: no ensemble
     with pytest.raises(KeyError, match="settings.a.hidden"):
         parse(_config(settings={"a": {"hidden": 3}}))
 
@@ -223,3 +225,64 @@ def test_augmentation_shifts_and_flips_like_a_loop():
     for i in range(6):
         want = padded[i, :, dy[i, 0]:dy[i, 0] + 32, dx[i, 0]:dx[i, 0] + 32]
         torch.testing.assert_close(out[i], want.flip(-1) if flip[i, 0] else want)
+
+
+# ---- claims ------------------------------------------------------------------------------------
+def test_replicates_pools_and_disjoint_pairs_by_hand():
+    rng = np.random.default_rng(4)
+    s = rng.uniform(0.2, 0.9, size=(4, 30))
+    P, y = _binary(s), np.zeros(30, dtype=int)
+    r = replicates(parse(_config()), P, y)  # 2 pools of 2 members
+    assert r["pool_size"] == 2 and len(r["pools"]) == 2
+    acc_m, _ = ensemble.member_metrics(P, y)
+    pool1 = r["pools"].iloc[1]
+    assert pool1.best_acc == acc_m[2:].max() and pool1.mean_acc == pytest.approx(acc_m[2:].mean())
+    assert pool1.ensemble_nll == pytest.approx(-np.log(s[2:].mean(0)).mean())
+    assert sorted(np.ravel(r["pairs"]).tolist()) == [0, 1, 2, 3]  # a perfect matching: disjoint pairs
+    i, j = r["pairs"][0]
+    assert r["pair_p"][0] == pytest.approx(stats.ks_2samp(s[i], s[j]).pvalue)
+
+
+def _synthetic_evaluation(cfg, pools: dict[str, np.ndarray], tmp_path):
+    """Run the evaluate stage on synthetic member probabilities; return what report() hands build_claims."""
+    import pandas as pd
+
+    from papers.ensembles import stages
+
+    p = parse(cfg)
+    frames, members = [], []
+    for name, s in pools.items():
+        P = _binary(s)
+        for m in range(len(P)):
+            frames.append(pd.DataFrame({"setting": name, "member": m, "sample": np.arange(P.shape[1]), "label": 0,
+                                        "p0": P[m, :, 0], "p1": P[m, :, 1]}))
+            members.append({"setting": name, "member": m, "train_loss": 0.0, "train_acc": 1.0})
+    pd.concat(frames).to_parquet(tmp_path / "probs.parquet")
+    pd.DataFrame(members).to_parquet(tmp_path / "members.parquet")
+    stages.evaluate(cfg=cfg, probs=[str(tmp_path / "probs.parquet")], members=[str(tmp_path / "members.parquet")],
+                    metrics=str(tmp_path / "metrics.json"), curves=str(tmp_path / "curves.parquet"))
+    from papers.common.io import read_json
+
+    m, curves_df = read_json(tmp_path / "metrics.json"), pd.read_parquet(tmp_path / "curves.parquet")
+    rows = {n: setting_summary(n, m[n], curves_df[curves_df.setting == n]) for n in p.settings}
+    reps = {n: replicates(p, _binary(pools[n]), np.zeros(pools[n].shape[1], dtype=int)) for n in p.settings}
+    blocks = {n: {"acc": m[n]["estimator_blocks_acc_max_error"], "nll": m[n]["estimator_blocks_nll_max_error"]}
+              for n in p.settings}
+    return build_claims(p, rows, curves_df, reps, blocks)
+
+
+def test_claim_c_holds_for_iid_members_and_its_heterogeneous_control_does_not(tmp_path):
+    rng = np.random.default_rng(5)
+    N = 400
+    logit = rng.normal(1.0, 1.0, size=N)  # the test points' difficulty, shared by all members
+    same = 1 / (1 + np.exp(-(logit + rng.normal(0, 1.0, size=(32, N)))))  # i.i.d. members
+    shift = np.repeat([-3.0, -1.0, 1.0, 3.0], 8)[:, None]  # four "architectures" in blocks of 8
+    mixed = 1 / (1 + np.exp(-(logit + shift + rng.normal(0, 1.0, size=(32, N)))))
+    cfg = _config(members=32, pools=4, estimator_members=4, orderings=3)
+    claims = {c.id: c for c in _synthetic_evaluation(cfg, {"a": same, "b": mixed}, tmp_path)}
+    assert [c for c in claims] == ["a", "c", "d", "e"]
+    c = claims["c"]
+    assert c.evidence[0].replicates == 16 and c.verdict == "holds"
+    assert c.control.verdict != "holds"
+    assert claims["e"].verdict == "holds"  # averaging noisy i.i.d. members raises accuracy
+    assert claims["a"].control.verdict == "not measured"

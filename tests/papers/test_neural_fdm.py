@@ -200,3 +200,55 @@ def test_params_reject_unknown_keys_and_bad_values():
         parse({"shell": {"family": "blob"}})
     with pytest.raises(ValueError, match="direct.shapes"):
         parse({"test_shapes": 5, "shell": {"direct": {"shapes": 6}}})
+
+
+# ---- claims ------------------------------------------------------------------------------------
+def _metrics(seeds=3, hybrid_err=1.0, neural_err=2.0, neural_res=0.03, hybrid_res=1e-15, direct_err=0.8,
+             shapes=4, direct_shapes=3):
+    """A metrics table as the evaluate stage writes it: per (task, split, model, seed, shape)."""
+    import pandas as pd
+
+    rows = []
+    for task in ("shell", "tower"):
+        for split in ("id", "ood"):
+            for model, err, res, flops in (("hybrid", hybrid_err, hybrid_res, 1e5), ("neural", neural_err, neural_res, 1e5)):
+                for seed in range(seeds):
+                    for shape in range(shapes):
+                        e = err * (1 + 0.03 * (seed - 1)) * (1 + 0.1 * shape)
+                        rows.append({"task": task, "split": split, "model": model, "seed": seed, "shape": shape,
+                                     "shape_error": e, "shape_error_per_coord": e, "residual": res,
+                                     "relative_residual": res * (1 + 0.05 * seed), "sign_ok": True, "flops": flops,
+                                     "stiffness_min_eig": 0.1})
+            for shape in range(direct_shapes):
+                e = direct_err * (1 + 0.1 * shape)
+                rows.append({"task": task, "split": split, "model": "direct", "seed": 0, "shape": shape,
+                             "shape_error": e, "shape_error_per_coord": e, "residual": 1e-15, "relative_residual": 1e-15,
+                             "sign_ok": True, "flops": 1e8 * (1 + 0.2 * shape), "stiffness_min_eig": 0.1,
+                             "nfev": 10, "nit": 9, "success": True})
+    return pd.DataFrame(rows)
+
+
+def _claims(df, seeds=3):
+    from papers.neural_fdm.stages import neural_fdm_claims, summarise
+
+    summary, per_seed = summarise(df)
+    claims, sanity = neural_fdm_claims(parse({"seeds": seeds}), df, summary, per_seed)
+    return {c.id: c for c in claims}, sanity
+
+
+def test_claims_decide_on_seed_intervals_with_the_hybrid_as_equilibrium_control():
+    c, sanity = _claims(_metrics())
+    assert c["a"].verdict == "holds" and len(c["a"].evidence) == 4  # every task x split
+    assert c["b"].verdict == "holds" and c["b"].control.verdict == "does not hold"  # the hybrid is in equilibrium
+    assert sanity == {"hybrid_max_relative_residual": pytest.approx(1e-15 * 1.1), "hybrid_sign_ok_fraction": 1.0}
+    assert c["c"].verdict == "holds" and c["c"].evidence[1].replicates == 3  # cost: one replicate per direct run
+    c, _ = _claims(_metrics(hybrid_err=3.0))  # the hybrid behind: (a) fails; 3.75x direct's error: (c) fails
+    assert c["a"].verdict == "does not hold" and "more accurate in shell_id" in c["a"].note
+    assert c["c"].verdict == "does not hold" and "error ratio" in c["c"].note
+
+
+def test_claims_rest_on_seeds_and_a_broken_residual_makes_the_equilibrium_claim_inconclusive():
+    c, _ = _claims(_metrics(seeds=2), seeds=2)
+    assert c["a"].verdict == c["b"].verdict == "inconclusive"  # two seeds are too few
+    c, _ = _claims(_metrics(hybrid_res=0.03))  # a residual that flags every model cannot tell them apart
+    assert c["b"].control.verdict == "holds" and c["b"].verdict == "inconclusive"

@@ -206,6 +206,40 @@ def test_profile_detection():
     back = _sweep({0: (1, 0, 0), 1: (0, 1, 0), 2: (0.9, 0, 0), 3: (0, 0, 1)})  # falls back to R2(C2)
     assert not patching.is_decomposition_profile(patching.layer_profile(skip))
     assert not patching.is_decomposition_profile(patching.layer_profile(back))
+    # the interior-layer test (claim (b)) ignores the end layers, which are fixed by construction
+    assert patching.is_interior_decomposition(patching.layer_profile(good))
+    assert not patching.is_interior_decomposition(patching.layer_profile(skip))
+    assert not patching.is_interior_decomposition(patching.layer_profile(back))
+    assert patching.is_interior_decomposition(["R1(C1)", "R1(C2)", "R2(C2)"])  # wrong ends: not the claim's business
+    assert not patching.is_interior_decomposition(["R2(C2)", "R1(C1)"])  # no interior layer: cannot hold
+
+
+def _claim_inputs(shares, gains, seeds=3, families=("story", "code")):
+    """pairs and oversight tables as summarise() writes them, for one size L2: per seed, the first `shares[s]`
+    families keep R1(C2) and show the interior profile; the story gain is gains[s]."""
+    pairs, over = [], []
+    for seed in range(seeds):
+        for i, fam in enumerate(families):
+            good = i < shares[seed]
+            pairs.append({"model": "L2", "seed": seed, "family": fam, "n_layer": 3, "accuracy": 1.0, "gated": True,
+                          "r1c2_max": 0.9 if good else 0.1, "r1c2_layer": 1, "profile": "", "decomposition": good,
+                          "interior": good, "ends_by_construction": True})
+        over.append({"model": "L2", "seed": seed, "n_layer": 3, "layer": 1, "story_gated": True, "before": 0.0,
+                     "after": gains[seed]})
+    return pd.DataFrame(pairs), pd.DataFrame(over)
+
+
+def test_claims_decide_on_seeds_and_stay_inconclusive_on_one():
+    from papers.orion.stages import _claims
+
+    p = parse({"seeds": 3})
+    verdicts = lambda claims: [c.verdict for c in claims]  # noqa: E731
+    assert verdicts(_claims(p, *_claim_inputs([2, 2, 2], [0.9, 0.95, 0.92]))) == ["holds"] * 3
+    assert verdicts(_claims(p, *_claim_inputs([0, 0, 0], [0.0, 0.1, 0.05]))) == ["does not hold"] * 3
+    assert verdicts(_claims(p, *_claim_inputs([2, 0, 2], [0.9, 0.0, 0.9]))) == ["inconclusive"] * 3  # straddles
+    one = _claims(parse({}), *_claim_inputs([2], [0.9], seeds=1))  # one seed: never a verdict either way
+    assert verdicts(one) == ["inconclusive"] * 3 and all("replicate" in c.note for c in one)
+    assert all(c.control.verdict == "not measured" for c in one)
 
 
 def test_request_patching_on_a_model_that_ignores_the_context():

@@ -254,3 +254,54 @@ def test_cifar_loader_and_vgg16_bn_on_a_fake_batch(tmp_path):
     xb = data.random_crop_flip(torch.from_numpy(x[:4]))
     with torch.no_grad():
         assert net.eval()(xb).shape == (4, 10)
+
+
+# ---- claims ----------------------------------------------------------------------------------
+def _arms(seeds, rho, acc, eig, robust, noise, rng):
+    """A metrics table (evaluate's) with per-arm means `acc`, `eig`, `robust`, plus seed noise."""
+    import pandas as pd
+
+    rows = []
+    for arm in acc:
+        for seed in range(seeds):
+            rows.append({"arm": arm, "rho": rho if arm in ("sam", "late_sam", "early_sam") else 0.0, "seed": seed,
+                         "test_acc": acc[arm] + noise * rng.normal(), "eig_1": eig[arm] * (1 + 0.02 * rng.normal()),
+                         "robust_acc": robust[arm] + 0.005 * rng.normal(), "train_acc": 0.8})
+    return pd.DataFrame(rows)
+
+
+def _fits(seeds, r2_exp, r2_pow, rate, rng):
+    import pandas as pd
+
+    return pd.DataFrame({"seed": range(seeds), "rate": rate + 0.001 * rng.normal(size=seeds),
+                         "r2_exp": r2_exp + 0.005 * rng.normal(size=seeds),
+                         "r2_pow": r2_pow + 0.005 * rng.normal(size=seeds), "power": 1.0}).set_index("seed")
+
+
+@pytest.mark.parametrize("sam_acc_gain", [0.08, 0.0])
+def test_claims_decide_on_seed_intervals_with_their_controls(sam_acc_gain):
+    from papers.sam_late.stages import sam_late_claims
+
+    rng = np.random.default_rng(0)
+    p = parse({"seeds": 5, "rho": 0.3, "rhos": [0.3]})
+    acc = {"sgd": 0.82, "sam": 0.82 + sam_acc_gain, "late_sam": 0.82 + 0.9 * sam_acc_gain,
+           "early_sam": 0.82 + 0.05 * sam_acc_gain, "adv": 0.8, "late_adv": 0.8}
+    eig = {"sgd": 10.0, "sam": 3.0, "late_sam": 3.5, "early_sam": 9.5, "adv": 8.0, "late_adv": 8.0}
+    robust = {"sgd": 0.2, "sam": 0.3, "late_sam": 0.25, "early_sam": 0.2, "adv": 0.6, "late_adv": 0.55}
+    m = _arms(5, 0.3, acc, eig, robust, noise=0.003, rng=rng)
+    sam_fits = _fits(5, 0.97, 0.8, 0.05, rng)
+    sgd_fits = _fits(5, 0.6, 0.7, 0.01, rng)
+    frac = {"acc": 0.9, "sharpness": 0.93}
+    claims = {c.id: c for c in sam_late_claims(p, m, sam_fits, sgd_fits, [0.01, 0.0, 0.02, 0.01, 0.0],
+                                               [1.5, 2.0, 1.8, 1.2, 1.6], {("late_sam", 0.3): frac,
+                                                                           ("early_sam", 0.3): frac}, 0.875)}
+    assert claims["c"].verdict == "holds" and claims["c"].control.verdict == "does not hold"
+    assert claims["d"].verdict == "holds" and claims["d"].control.verdict == "does not hold"
+    assert claims["e"].verdict == "holds" and claims["e"].control.verdict == "does not hold"
+    assert claims["b"].control.verdict == "not measured"
+    if sam_acc_gain:
+        assert claims["a"].verdict == "holds" and claims["a"].control.verdict == "does not hold"
+        assert claims["b"].verdict == "holds"
+    else:  # no accuracy gap between SAM and SGD: the gap fractions cannot hold, the note says why
+        assert claims["a"].verdict != "holds" and "seed noise" in claims["a"].note
+        assert claims["b"].verdict != "holds"

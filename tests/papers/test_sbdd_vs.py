@@ -275,3 +275,40 @@ def test_params_reject_bad_configurations():
         parse({**cfg, "nope": 1})
     with pytest.raises(ValueError, match="random"):
         parse({**cfg, "generators": ["lm", "optimiser", "known"]})
+
+
+# ---- claims (the verdict contract) ----------------------------------------------------------------------
+def _metrics(seeds=(0, 1, 2), random_auroc=0.5):
+    """Synthetic per-(target, generator, seed) metrics: the known actives screen best, the optimiser docks best."""
+    rng = np.random.default_rng(0)
+    base = {  # generator: (docking, qed, bedroc, auroc)
+        "lm": (-7.0, 0.6, 0.5, 0.9), "optimiser": (-10.0, 0.3, 0.02, 0.4), "brics": (-8.0, 0.5, 0.4, 0.85),
+        "random": (-6.5, 0.65, 0.1, random_auroc), "known": (-7.5, 0.55, 0.9, 0.99)}
+    rows = []
+    for target in ("EGFR", "CDK2"):
+        for s in seeds:
+            for g, (dock, qed, bedroc, auroc) in base.items():
+                e = rng.normal(0, 0.01, 4)
+                rows.append({"target": target, "generator": g, "seed": s, "docking": dock + e[0], "qed": qed + e[1],
+                             "bedroc": bedroc + e[2], "auroc": auroc + e[3], "ef": 30 * bedroc,
+                             "validity": 1.0, "uniqueness": 1.0, "novelty": 1.0, "heavy_atoms": 25.0, "sa": 3.0})
+    return pd.DataFrame(rows)
+
+
+def test_claims_decide_on_seeds_with_controls():
+    from papers.sbdd_vs.report import claims
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    p = parse(yaml.safe_load((root / "config" / "config.yaml").read_text())["sbdd_vs"])
+    out = {c.id: c for c in claims(_metrics(), p)}
+    # docking ranking: optimiser best, known 3rd: rho = -0.1 < 0.5 in every seed; AUROC agrees with BEDROC
+    assert out["a_docking_egfr"].verdict == "holds" and out["a_docking_egfr"].control.verdict == "does not hold"
+    # the known actives beat every generator; random queries beat none
+    assert out["b_cdk2"].verdict == "holds" and out["b_cdk2"].control.verdict == "does not hold"
+    assert out["c_egfr"].verdict == "holds" and out["c_egfr"].control.verdict == "not measured"
+    biased = {c.id: c for c in claims(_metrics(random_auroc=0.28), p)}
+    assert biased["c_cdk2"].verdict == "does not hold" and "decoys" in biased["c_cdk2"].note
+    one = claims(_metrics(seeds=(0,)), p)
+    assert {c.verdict for c in one} == {"inconclusive"}  # one sampling seed is never evidence

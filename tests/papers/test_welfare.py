@@ -4,7 +4,7 @@ import pytest
 
 from papers.welfare import dynamics as dyn
 from papers.welfare.params import Params, parse
-from papers.welfare.stages import crossing_time, load_incomes
+from papers.welfare.stages import crossing_time, flat_returns, load_incomes, prepare
 
 BOUNDS = dyn.Bounds(f_lb=5.0, f_ub=20.0, g_lb=1.0, g_ub=3.0)
 
@@ -110,3 +110,26 @@ def test_simulation_is_vectorised_over_seeds_consistently():
     single = dyn.simulate("util_max_fg", u0[1:2], fs[1:2], fi[1:2], gs[1:2], gi[1:2], BOUNDS, k=2, horizon=30,
                           noise=False, rng=rng)
     np.testing.assert_allclose(batched[1], single[0])
+
+
+def test_flat_returns_control_makes_every_policy_grow_alike(tmp_path):
+    # The negative control removes welfare-dependent returns: without noise, every policy's mean
+    # welfare grows by exactly (K f_mid - (N - K) g_mid) / N per step, so no policy can lead.
+    cfg = {"seeds": 2, "individuals": 12, "budget": 1, "horizon": 20, "short_run": 5, "table_horizons": [5, 20]}
+    prepare(cfg=cfg, population=tmp_path / "pop.parquet", control=tmp_path / "ctl.parquet")
+    import pandas as pd
+
+    pop, ctl = pd.read_parquet(tmp_path / "pop.parquet"), pd.read_parquet(tmp_path / "ctl.parquet")
+    assert (pop.welfare0 == ctl.welfare0).all() and (ctl.f_slope == 0).all() and (ctl.g_slope == 0).all()
+    b = parse(cfg).bounds()
+    assert flat_returns(pop, b).equals(ctl)
+    shape = (2, 12)
+    u0 = ctl.pivot(index="seed", columns="individual", values="welfare0").to_numpy()
+    curves = [dyn.simulate(pol, u0, np.zeros(shape), np.full(shape, ctl.f_icpt[0]), np.zeros(shape),
+                           np.full(shape, ctl.g_icpt[0]), b, k=1, horizon=20, noise=False, rng=np.random.default_rng(0))
+              for pol in dyn.POLICIES]
+    f_mid, g_mid = np.round((b.f_lb + b.f_ub) / 2), np.round((b.g_lb + b.g_ub) / 2)
+    for c in curves:
+        np.testing.assert_allclose(np.diff(c, axis=1), (f_mid - 11 * g_mid) / 12)
+    with pytest.raises(ValueError, match="no knots within"):  # an unsatisfiable rejection rule names its keys
+        prepare(cfg={**cfg, "individuals": 8, "budget": 2}, population=tmp_path / "p.parquet", control=tmp_path / "c.parquet")

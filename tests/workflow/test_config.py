@@ -50,3 +50,30 @@ def test_unimplemented_paper_is_refused(tmp_path):
     result = _dry_run(tmp_path, "--config", "papers=[bodygen]")
     assert result.returncode != 0
     assert "paper 'bodygen' has no section 'bodygen:'" in result.stdout + result.stderr
+
+
+def test_command_line_values_are_typed_by_the_schema(tmp_path):
+    # Snakemake reads the nested form as YAML with string leaves; the workflow types them.
+    ok = _dry_run(tmp_path, "welfare", "--config", "welfare={horizon: 8000, noise: false, table_horizons: [10, 8000]}")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    bad = _dry_run(tmp_path, "welfare", "--config", "welfare={horizon: soon}")
+    assert bad.returncode != 0
+    assert "key 'welfare.horizon': 'soon' is not of type 'integer'" in bad.stderr + bad.stdout
+
+
+def test_a_named_run_writes_to_its_own_folder(tmp_path):
+    result = _dry_run(tmp_path, "welfare", "--config", "run=long_horizon", "welfare={horizon: 8000}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "results/long_horizon/welfare/report.md" in result.stdout
+    assert "results/default/" not in result.stdout
+    bad = _dry_run(tmp_path, "welfare", "--config", "run=../elsewhere")
+    assert bad.returncode != 0 and "key 'run'" in bad.stderr + bad.stdout
+
+
+def test_overrides_are_listed_against_the_scale_defaults():
+    from papers.common.provenance import differences, scale_defaults
+
+    smoke = scale_defaults("smoke")
+    assert smoke["scale"] == "smoke" and smoke["welfare"]["seeds"] == 3  # config/smoke.yaml over config.yaml
+    changed = {**smoke["welfare"], "horizon": 500, "decay_bounds": [10.0, 60.0]}  # a list equal to the default
+    assert differences(changed, smoke["welfare"], "welfare") == {"welfare.horizon": (500, 400)}

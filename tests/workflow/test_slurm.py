@@ -38,7 +38,8 @@ def paper_groups(workdir) -> list[str]:
     listed = snakemake("--list-rules", workdir=workdir, timeout=120)
     assert listed.returncode == 0, listed.stderr
     groups = []
-    for rule in listed.stdout.split():
+    rules = [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]  # "name (docstring)"
+    for rule in rules:
         slug = next((s for s in PAPERS if rule.startswith(f"{s}_")), None)
         if slug:
             groups.append(f"{rule}={slug}")

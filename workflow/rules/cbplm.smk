@@ -8,6 +8,7 @@ CBPLM_RUNS = dict(model=CBPLM_CFG["models"], seed=seeds("cbplm"))  # one trainin
 
 
 rule cbplm_prepare:
+    """Filter and split the protein sequences; annotate their Biopython concepts (raw, standardised, binned)."""
     output:
         sequences=f"{CBPLM}/prepare/sequences.parquet",
         summary=f"{CBPLM}/prepare/summary.json",
@@ -29,6 +30,7 @@ rule cbplm_prepare:
 
 
 rule cbplm_train:
+    """Train one CB-pLM or baseline model for one seed on the prepared sequences."""
     input:
         sequences=rules.cbplm_prepare.output.sequences,
     output:
@@ -57,6 +59,7 @@ rule cbplm_train:
 
 
 rule cbplm_evaluate:
+    """For one seed: held-out perplexity and concept R^2, concept interventions, the CB-pLM's weights."""
     input:
         sequences=rules.cbplm_prepare.output.sequences,
         summary=rules.cbplm_prepare.output.summary,
@@ -88,6 +91,7 @@ CBPLM_SEEDS = dict(seed=CBPLM_RUNS["seed"])
 
 
 rule cbplm_report:
+    """The table, the intervention, concept-weight and training figures, the claims with verdicts, report.md."""
     input:
         summary=rules.cbplm_prepare.output.summary,
         metrics=expand(rules.cbplm_evaluate.output.metrics, **CBPLM_SEEDS),
@@ -129,5 +133,6 @@ rule cbplm_report:
 
 
 rule cbplm:
+    """Everything of paper P7 cbplm: its report, table, figures and claims."""
     input:
         paper_outputs("cbplm"),

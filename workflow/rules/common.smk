@@ -22,10 +22,38 @@ def _validation_message(error):
     return f"invalid configuration at key '{key}': {cause.message}"
 
 
-try:
-    validate(config, "../schemas/config.schema.yaml", set_default=False)
-except WorkflowError as e:
-    raise WorkflowError(_validation_message(e)) from None
+def _typed_from_command_line(config):
+    """Validate `config`, first giving command-line strings the type the schema wants.
+
+    Snakemake reads a nested `--config 'welfare={horizon: 800}'` as YAML with every leaf a string
+    ('800'). Where the schema rejects such a string, the leaf is read again as YAML (800, 0.5, true,
+    [1, 2], null) and validation retried; a value that is still wrong gets the usual message.
+    """
+    import yaml
+
+    for _ in range(1000):  # each pass fixes one leaf; a config has far fewer
+        try:
+            validate(config, "../schemas/config.schema.yaml", set_default=False)
+            return
+        except WorkflowError as e:
+            path = list(getattr(e.__context__, "absolute_path", None) or [])
+            parent, leaf = config, None
+            for key in path[:-1]:
+                parent = parent[key]
+            if path:
+                leaf = parent[path[-1]]
+            if isinstance(leaf, str):
+                try:
+                    typed = yaml.safe_load(leaf)
+                except yaml.YAMLError:
+                    typed = leaf
+                if not isinstance(typed, str):
+                    parent[path[-1]] = typed
+                    continue
+            raise WorkflowError(_validation_message(e)) from None
+
+
+_typed_from_command_line(config)
 
 SCALE = config["scale"]
 PAPERS = config["papers"]
@@ -42,9 +70,22 @@ for _slug in PAPERS:
         raise WorkflowError(f"invalid configuration: {e.args[0]}") from None
 
 # ---- 2. Paths: what a job writes, its log and its benchmark mirror each other ----------------
-RESULTS = f"results/{SCALE}"
-LOGS = f"logs/{SCALE}"
-BENCHMARKS = f"benchmarks/{SCALE}"
+# A run's name (default: the scale) names its folders, so that an experiment
+# (`--config run=my_test welfare='{horizon: 800}'`) never overwrites the reference results.
+RUN = config.get("run") or SCALE
+RESULTS = f"results/{RUN}"
+LOGS = f"logs/{RUN}"
+BENCHMARKS = f"benchmarks/{RUN}"
+
+
+onstart:
+    # Once per run, in the process the user started (not in dry runs, not in cluster jobs): the
+    # commit, command, config files, packages, machine and date, read by every report stage.
+    from papers.common.provenance import write_run_record
+
+    base = os.path.join(workflow.basedir, "config", "config.yaml")  # the Snakefile's own configfile
+    overlays = [os.path.relpath(f) for f in workflow.overwrite_configfiles or []]
+    write_run_record(run=RUN, scale=SCALE, configfiles=[os.path.relpath(base), *overlays])
 # Every rule calls one function of the `papers` package through this script (see its docstring).
 CALL = "../scripts/call.py"
 

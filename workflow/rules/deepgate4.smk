@@ -8,6 +8,7 @@ DG4_CFG = config["deepgate4"]
 
 
 rule deepgate4_prepare:
+    """Read the netlists into AIGs, add generated circuits, label nodes and gate pairs by random simulation."""
     output:
         circuits=f"{DG4}/prepare/circuits.parquet",
         nodes=f"{DG4}/prepare/nodes.parquet",
@@ -30,6 +31,7 @@ rule deepgate4_prepare:
 
 
 rule deepgate4_train:
+    """Train every arm (DeepGate4 and its baselines) for one seed on the training circuits."""
     input:
         circuits=rules.deepgate4_prepare.output.circuits,
         nodes=rules.deepgate4_prepare.output.nodes,
@@ -57,6 +59,7 @@ rule deepgate4_train:
 
 
 rule deepgate4_evaluate:
+    """Signal-probability and truth-table errors of every arm and seed on the held-out circuits."""
     input:
         circuits=rules.deepgate4_prepare.output.circuits,
         nodes=rules.deepgate4_prepare.output.nodes,
@@ -83,6 +86,7 @@ rule deepgate4_evaluate:
 
 
 rule deepgate4_scaling:
+    """Forward-pass memory and time against circuit size, full vs partitioned; the fused kernel on a GPU."""
     input:
         circuits=rules.deepgate4_prepare.output.circuits,
         nodes=rules.deepgate4_prepare.output.nodes,
@@ -108,6 +112,7 @@ rule deepgate4_scaling:
 
 
 rule deepgate4_report:
+    """The table, the error, memory and training figures, the claims with their verdicts, report.md."""
     input:
         circuits=rules.deepgate4_prepare.output.circuits,
         metrics=rules.deepgate4_evaluate.output.metrics,
@@ -151,5 +156,6 @@ rule deepgate4_report:
 
 
 rule deepgate4:
+    """Everything of paper P5 deepgate4: its report, table, figures and claims."""
     input:
         paper_outputs("deepgate4"),

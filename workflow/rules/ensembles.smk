@@ -9,6 +9,7 @@ ENS_JOBS = list(range(_ensembles_parse(ENS_CFG).jobs))
 
 
 rule ensembles_prepare:
+    """Load the digits (random test split) or the user's CIFAR files as one table of images and labels."""
     output:
         data=f"{ENS}/prepare/data.parquet",
     params:
@@ -29,6 +30,7 @@ rule ensembles_prepare:
 
 
 rule ensembles_train:
+    """Train one block of (setting, member) pairs, member m seeded m; save test-set probabilities."""
     input:
         data=rules.ensembles_prepare.output.data,
     output:
@@ -57,6 +59,7 @@ rule ensembles_train:
 
 
 rule ensembles_evaluate:
+    """Per setting: members, the ensemble at every size M, disagreement, the KS equivalence test, the estimator."""
     input:
         probs=expand(rules.ensembles_train.output.probs, job=ENS_JOBS),
         members=expand(rules.ensembles_train.output.members, job=ENS_JOBS),
@@ -81,6 +84,7 @@ rule ensembles_evaluate:
 
 
 rule ensembles_report:
+    """The table, the ensemble-curve, output-distribution and Jensen-gap figures, the claims, report.md."""
     input:
         metrics=rules.ensembles_evaluate.output.metrics,
         curves=rules.ensembles_evaluate.output.curves,
@@ -125,5 +129,6 @@ rule ensembles_report:
 
 
 rule ensembles:
+    """Everything of paper P9 ensembles: its report, table, figures and claims."""
     input:
         paper_outputs("ensembles"),

@@ -8,6 +8,7 @@ HIP_TASKS = ["text", "passkey"]
 
 
 rule hip_prepare:
+    """Read the King James Bible (diatheke or a text file) as UTF-8 bytes; hold out its last part for validation."""
     output:
         train_tokens=f"{HIP}/prepare/kjv_train.parquet",
         val_tokens=f"{HIP}/prepare/kjv_val.parquet",
@@ -29,6 +30,7 @@ rule hip_prepare:
 
 
 rule hip_train_lm:
+    """Train the tiny byte-level language model on the KJV training bytes with dense attention."""
     input:
         train_tokens=rules.hip_prepare.output.train_tokens,
     output:
@@ -53,6 +55,7 @@ rule hip_train_lm:
 
 
 rule hip_train_passkey:
+    """Train a tiny byte-level model with dense attention on synthetic passkey-retrieval prompts."""
     output:
         checkpoint=f"{HIP}/train/passkey.pt",
         history=f"{HIP}/train/passkey_history.parquet",
@@ -75,6 +78,7 @@ rule hip_train_passkey:
 
 
 rule hip_evaluate_text:
+    """Held-out perplexity of every attention method; top-k recall of HiP and random blocks; score locality."""
     input:
         checkpoint=rules.hip_train_lm.output.checkpoint,
         val_tokens=rules.hip_prepare.output.val_tokens,
@@ -99,6 +103,7 @@ rule hip_evaluate_text:
 
 
 rule hip_evaluate_passkey:
+    """Passkey accuracy of every attention method: does a greedy decode reproduce all five digits?"""
     input:
         checkpoint=rules.hip_train_passkey.output.checkpoint,
     output:
@@ -121,6 +126,7 @@ rule hip_evaluate_passkey:
 
 
 rule hip_cost:
+    """Count key scores and time dense attention against HiP for each context length T, on one random head."""
     output:
         table=f"{HIP}/evaluate/cost.parquet",
     params:
@@ -142,6 +148,7 @@ rule hip_cost:
 
 
 rule hip_decode:
+    """Simulate decoding with an offloaded KV cache: HiP's LRU hit rate and working set per context length."""
     input:
         checkpoint=rules.hip_train_lm.output.checkpoint,
         val_tokens=rules.hip_prepare.output.val_tokens,
@@ -165,6 +172,7 @@ rule hip_decode:
 
 
 rule hip_report:
+    """Write hip's results table, four figures, the claims with their verdicts, and report.md."""
     input:
         text=rules.hip_evaluate_text.output.metrics,
         locality=rules.hip_evaluate_text.output.locality,
@@ -211,5 +219,6 @@ rule hip_report:
 
 
 rule hip:
+    """Everything of paper P16 hip: its report, table, figures and claims."""
     input:
         paper_outputs("hip"),

@@ -9,6 +9,7 @@ LM_SEEDS = range(LM_CFG["nonlinear"]["seeds"])
 
 
 rule linear_mechanisms_prepare:
+    """Draw the 1-D regression set (y = slope x + noise) and load the images of the nonlinear check."""
     output:
         regression=f"{LM}/prepare/regression.parquet",
         images=f"{LM}/prepare/images.parquet",
@@ -30,6 +31,7 @@ rule linear_mechanisms_prepare:
 
 
 rule linear_mechanisms_trajectories:
+    """At each mechanism point and seed: GD at steps h and h/2 beside the exact solution."""
     input:
         regression=rules.linear_mechanisms_prepare.output.regression,
     output:
@@ -52,6 +54,7 @@ rule linear_mechanisms_trajectories:
 
 
 rule linear_mechanisms_phase:
+    """One phase-diagram panel: GD to convergence at every point and seed, with the exact states."""
     input:
         regression=rules.linear_mechanisms_prepare.output.regression,
     output:
@@ -77,6 +80,7 @@ rule linear_mechanisms_phase:
 
 
 rule linear_mechanisms_nonlinear:
+    """Train the tanh MLP on real images at every init scale for one seed: NTK change, test accuracy."""
     input:
         images=rules.linear_mechanisms_prepare.output.images,
     output:
@@ -101,6 +105,7 @@ rule linear_mechanisms_nonlinear:
 
 
 rule linear_mechanisms_evaluate:
+    """GD-vs-exact errors, mechanism labels, phase-diagram agreement, width scaling, the MLP check."""
     input:
         regression=rules.linear_mechanisms_prepare.output.regression,
         trajectories=rules.linear_mechanisms_trajectories.output.trajectories,
@@ -126,9 +131,13 @@ rule linear_mechanisms_evaluate:
 
 
 rule linear_mechanisms_report:
+    """The table, the trajectory, phase, width-scaling and nonlinear figures, the claims, report.md."""
     input:
         metrics=rules.linear_mechanisms_evaluate.output.metrics,
         trajectories=rules.linear_mechanisms_trajectories.output.trajectories,
+        # per-seed rows: the claims' intervals are over seeds
+        grids=expand(rules.linear_mechanisms_phase.output.grid, panel=LM_PANELS),
+        runs=expand(rules.linear_mechanisms_nonlinear.output.runs, seed=LM_SEEDS),
         benchmarks=[
             rules.linear_mechanisms_prepare.benchmark,
             rules.linear_mechanisms_trajectories.benchmark,
@@ -181,5 +190,6 @@ rule linear_mechanisms_report:
 
 
 rule linear_mechanisms:
+    """Everything of paper P10 linear_mechanisms: its report, table, figures and claims."""
     input:
         paper_outputs("linear_mechanisms"),

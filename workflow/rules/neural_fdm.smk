@@ -9,6 +9,7 @@ NFDM_RUNS = dict(task=NFDM_CFG["tasks"], model=NFDM_CFG["models"])
 
 
 rule neural_fdm_prepare:
+    """Generate the test target shapes of every task (shells, towers), in and out of distribution."""
     output:
         targets=f"{NFDM}/prepare/targets.parquet",
     params:
@@ -29,6 +30,7 @@ rule neural_fdm_prepare:
 
 
 rule neural_fdm_train:
+    """Train one learned model (encoder + FDM solver, or fully neural) on one task, for every seed."""
     output:
         checkpoint=f"{NFDM}/train/{{task}}_{{model}}.pt",
         history=f"{NFDM}/train/{{task}}_{{model}}_history.parquet",
@@ -55,6 +57,7 @@ rule neural_fdm_train:
 
 
 rule neural_fdm_evaluate:
+    """For one task: the learned models on every test shape and direct optimisation on a few; errors, cost."""
     input:
         targets=rules.neural_fdm_prepare.output.targets,
         checkpoints=expand(rules.neural_fdm_train.output.checkpoint, task="{task}", model=NFDM_CFG["models"]),
@@ -83,6 +86,7 @@ rule neural_fdm_evaluate:
 
 
 rule neural_fdm_report:
+    """The table, the shape-error, training and example-shape figures, the claims with verdicts, report.md."""
     input:
         metrics=expand(rules.neural_fdm_evaluate.output.metrics, task=NFDM_CFG["tasks"]),
         timings=expand(rules.neural_fdm_evaluate.output.timing, task=NFDM_CFG["tasks"]),
@@ -125,5 +129,6 @@ rule neural_fdm_report:
 
 
 rule neural_fdm:
+    """Everything of paper P14 neural_fdm: its report, table, figures and claims."""
     input:
         paper_outputs("neural_fdm"),

@@ -12,6 +12,7 @@ ORION_PRETRAINED = [m["name"] for m in ORION_CFG["pretrained"]]
 
 
 rule orion_prepare:
+    """Build the vocabulary and style split, the held-out prompts, patching pairs and injected stories."""
     output:
         vocab=f"{ORION}/prepare/vocab.json",
         test=f"{ORION}/prepare/test.parquet",
@@ -35,6 +36,7 @@ rule orion_prepare:
 
 
 rule orion_train:
+    """Train one tiny transformer (one model size, one seed) on the retrieval-task mixture."""
     input:
         vocab=rules.orion_prepare.output.vocab,
         test=rules.orion_prepare.output.test,
@@ -64,6 +66,7 @@ rule orion_train:
 
 
 rule orion_evaluate:
+    """For one trained model: held-out accuracy (the gate), the request-patching sweep, the oversight test."""
     input:
         checkpoint=rules.orion_train.output.checkpoint,
         vocab=rules.orion_prepare.output.vocab,
@@ -96,6 +99,7 @@ rule orion_evaluate:
 
 
 rule orion_evaluate_pretrained:
+    """The same accuracy, request-patching and oversight analysis on one local pretrained LM."""
     input:
         test=rules.orion_prepare.output.test,
         pairs=rules.orion_prepare.output.pairs,
@@ -126,6 +130,7 @@ rule orion_evaluate_pretrained:
 
 
 rule orion_report:
+    """The table, the request-patching, oversight and training figures, the claims with verdicts, report.md."""
     input:
         metrics=expand(rules.orion_evaluate.output.metrics, **ORION_RUNS)
         + expand(rules.orion_evaluate_pretrained.output.metrics, name=ORION_PRETRAINED),
@@ -168,5 +173,6 @@ rule orion_report:
 
 
 rule orion:
+    """Everything of paper P1 orion: its report, table, figures and claims."""
     input:
         paper_outputs("orion"),

@@ -3,6 +3,7 @@
 
 
 rule summary:
+    """The cross-paper summary: one row per claim of every selected paper, with its verdict."""
     input:
         claims=[f"{RESULTS}/{slug}/claims.json" for slug in PAPERS],
         reports=[f"{RESULTS}/{slug}/report.md" for slug in PAPERS],

@@ -9,6 +9,7 @@ SL_RHOS = SL_CFG["rhos"]
 
 
 rule sam_late_prepare:
+    """Load the digits or CIFAR-10 train/test split, pixels in [0, 1]; corrupt a share of the training labels."""
     output:
         data=f"{SL}/prepare/data.parquet",
     params:
@@ -29,6 +30,7 @@ rule sam_late_prepare:
 
 
 rule sam_late_train_sgd:
+    """Train SGD throughout for every seed; keep its switch-epoch checkpoint for the late arms to branch from."""
     input:
         data=rules.sam_late_prepare.output.data,
     output:
@@ -54,6 +56,7 @@ rule sam_late_train_sgd:
 
 
 rule sam_late_train_sam:
+    """At one rho, every seed: SAM throughout, late SAM (from SGD's switch checkpoint) and early SAM."""
     input:
         data=rules.sam_late_prepare.output.data,
         sgd=rules.sam_late_train_sgd.output.checkpoints,
@@ -83,6 +86,7 @@ rule sam_late_train_sam:
 
 
 rule sam_late_train_adv:
+    """Every seed: adversarial (PGD) training throughout, and late AT branched from SGD's switch checkpoint."""
     input:
         data=rules.sam_late_prepare.output.data,
         sgd=rules.sam_late_train_sgd.output.checkpoints,
@@ -109,6 +113,7 @@ rule sam_late_train_adv:
 
 
 rule sam_late_evaluate:
+    """Per final network: test accuracy, Hessian sharpness, PGD robust accuracy; loss along w_switch lines."""
     input:
         data=rules.sam_late_prepare.output.data,
         sgd=rules.sam_late_train_sgd.output.checkpoints,
@@ -136,6 +141,7 @@ rule sam_late_evaluate:
 
 
 rule sam_late_report:
+    """The table, the curve, rho-sweep, mechanism and robustness figures, the claims with verdicts, report.md."""
     input:
         metrics=rules.sam_late_evaluate.output.metrics,
         interpolation=rules.sam_late_evaluate.output.interpolation,
@@ -187,5 +193,6 @@ rule sam_late_report:
 
 
 rule sam_late:
+    """Everything of paper P6 sam_late: its report, table, figures and claims."""
     input:
         paper_outputs("sam_late"),

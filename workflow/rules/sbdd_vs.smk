@@ -8,6 +8,7 @@ SBDD_TARGETS = SBDD_CFG["targets"]
 
 
 rule sbdd_vs_prepare:
+    """Per target: actives split by cluster and a library with DUD-E-style decoys; the drug-like set."""
     output:
         actives=expand(f"{SBDD}/prepare/{{target}}_actives.parquet", target=SBDD_TARGETS),
         libraries=expand(f"{SBDD}/prepare/{{target}}_library.parquet", target=SBDD_TARGETS),
@@ -31,6 +32,7 @@ rule sbdd_vs_prepare:
 
 
 rule sbdd_vs_train:
+    """Pretrain the SMILES LM on the drug-like set, then fine-tune one copy per target on its actives."""
     input:
         druglike=rules.sbdd_vs_prepare.output.druglike,
         actives=rules.sbdd_vs_prepare.output.actives,
@@ -57,6 +59,7 @@ rule sbdd_vs_train:
 
 
 rule sbdd_vs_generate:
+    """Every generator's molecules for one target, for every sampling seed."""
     input:
         actives=f"{SBDD}/prepare/{{target}}_actives.parquet",
         druglike=rules.sbdd_vs_prepare.output.druglike,
@@ -86,6 +89,7 @@ rule sbdd_vs_generate:
 
 
 rule sbdd_vs_evaluate:
+    """For one target: docking, QED, SA and screening metrics (EF1%, BEDROC, AUROC) per generator and seed."""
     input:
         library=f"{SBDD}/prepare/{{target}}_library.parquet",
         actives=f"{SBDD}/prepare/{{target}}_actives.parquet",
@@ -114,6 +118,7 @@ rule sbdd_vs_evaluate:
 
 
 rule sbdd_vs_report:
+    """The table, the docking-vs-screening and decoy-bias figures, the claims with verdicts, report.md."""
     input:
         metrics=expand(rules.sbdd_vs_evaluate.output.metrics, target=SBDD_TARGETS),
         records=rules.sbdd_vs_prepare.output.records,
@@ -156,5 +161,6 @@ rule sbdd_vs_report:
 
 
 rule sbdd_vs:
+    """Everything of paper P15 sbdd_vs: its report, table, figures and claims."""
     input:
         paper_outputs("sbdd_vs"),

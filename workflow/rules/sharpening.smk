@@ -8,6 +8,7 @@ SH_CFG = config["sharpening"]
 
 
 rule sharpening_prepare:
+    """Generate the tabular base model, the noisy string-reversal corpus and the sharpening prompts."""
     output:
         tabular_base=f"{SH}/prepare/tabular_base.parquet",
         corpus=f"{SH}/prepare/corpus.parquet",
@@ -30,6 +31,7 @@ rule sharpening_prepare:
 
 
 rule sharpening_tabular:
+    """Level 1: exact best-of-N, SFT- and RL-sharpening on the tabular model; one long RL run."""
     input:
         tabular_base=rules.sharpening_prepare.output.tabular_base,
     output:
@@ -53,6 +55,7 @@ rule sharpening_tabular:
 
 
 rule sharpening_pretrain:
+    """Level 2: pretrain the tiny character-level transformer on the noisy string-reversal corpus."""
     input:
         corpus=rules.sharpening_prepare.output.corpus,
     output:
@@ -77,6 +80,7 @@ rule sharpening_pretrain:
 
 
 rule sharpening_sharpen:
+    """Level 2: sharpen the pretrained transformer by one method (SFT or RL) over every budget and seed."""
     input:
         checkpoint=rules.sharpening_pretrain.output.checkpoint,
         prompts=rules.sharpening_prepare.output.prompts,
@@ -104,6 +108,7 @@ rule sharpening_sharpen:
 
 
 rule sharpening_evaluate:
+    """The base model's accuracies and coverage, and both levels' results in one table."""
     input:
         checkpoint=rules.sharpening_pretrain.output.checkpoint,
         prompts=rules.sharpening_prepare.output.prompts,
@@ -131,6 +136,7 @@ rule sharpening_evaluate:
 
 
 rule sharpening_report:
+    """The table, the best-of-N, sharpening and convergence figures, the claims with verdicts, report.md."""
     input:
         results=rules.sharpening_evaluate.output.results,
         summary=rules.sharpening_evaluate.output.summary,
@@ -177,5 +183,6 @@ rule sharpening_report:
 
 
 rule sharpening:
+    """Everything of paper P11 sharpening: its report, table, figures and claims."""
     input:
         paper_outputs("sharpening"),

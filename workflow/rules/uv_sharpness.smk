@@ -7,6 +7,7 @@ UV_CFG = config["uv_sharpness"]
 
 
 rule uv_sharpness_prepare:
+    """Load sklearn's digits (real 8x8 images, pixels scaled to [0, 1]) for the MLP check."""
     output:
         digits=f"{UV}/prepare/digits.parquet",
     params:
@@ -27,6 +28,7 @@ rule uv_sharpness_prepare:
 
 
 rule uv_sharpness_trajectories:
+    """Run GD on the UV model for every init scale, learning rate and seed; sharpness at every step."""
     output:
         trajectory=f"{UV}/train/uv_trajectories.parquet",
     params:
@@ -47,6 +49,7 @@ rule uv_sharpness_trajectories:
 
 
 rule uv_sharpness_sweep:
+    """Sweep the learning rate over the UV model's (f, Theta) map: period, Lyapunov exponent, orbit."""
     output:
         points=f"{UV}/train/sweep_points.parquet",
         orbits=f"{UV}/train/sweep_orbits.parquet",
@@ -68,6 +71,7 @@ rule uv_sharpness_sweep:
 
 
 rule uv_sharpness_train_mlp:
+    """Train the tanh MLP on the digits by full-batch GD at one learning rate and seed, tracking sharpness."""
     input:
         digits=rules.uv_sharpness_prepare.output.digits,
     output:
@@ -98,6 +102,7 @@ UV_MLP_RUNS = dict(lr=UV_CFG["mlp"]["learning_rates"], seed=range(UV_CFG["mlp"][
 
 
 rule uv_sharpness_evaluate:
+    """Edge-of-stability statistics, period-doubling and chaos thresholds, and the MLP's late sharpness."""
     input:
         trajectory=rules.uv_sharpness_trajectories.output.trajectory,
         points=rules.uv_sharpness_sweep.output.points,
@@ -122,6 +127,7 @@ rule uv_sharpness_evaluate:
 
 
 rule uv_sharpness_report:
+    """The table, the trajectory, bifurcation and MLP figures, the claims with their verdicts, report.md."""
     input:
         metrics=rules.uv_sharpness_evaluate.output.metrics,
         trajectory=rules.uv_sharpness_trajectories.output.trajectory,
@@ -169,5 +175,6 @@ rule uv_sharpness_report:
 
 
 rule uv_sharpness:
+    """Everything of paper P12 uv_sharpness: its report, table, figures and claims."""
     input:
         paper_outputs("uv_sharpness"),

@@ -1,13 +1,16 @@
 # P2 welfare: Rawlsian vs utilitarian policies in long-run welfare dynamics.
-# prepare (populations) -> simulate (one job per policy, seeds vectorised) -> evaluate -> report.
+# prepare (populations) -> simulate (one job per population and policy, seeds vectorised) -> evaluate -> report.
+# Two populations: `heterogeneous` (the paper's) and `flat` (the negative control: f and g flat in welfare).
 # Code: workflow/papers/welfare/ (stages.py holds the functions these rules call).
 
 WELFARE = f"{RESULTS}/welfare"
 
 
 rule welfare_prepare:
+    """Draw each seed's population (initial welfare from real incomes, knots of f and g) and its flat-returns control."""
     output:
         population=f"{WELFARE}/prepare/population.parquet",
+        control=f"{WELFARE}/prepare/control.parquet",
     params:
         call="papers.welfare.stages:prepare",
         cfg=config["welfare"],
@@ -26,20 +29,24 @@ rule welfare_prepare:
 
 
 rule welfare_simulate:
+    """Simulate one policy on one population (the paper's, or the flat-returns control) for every seed."""
     input:
-        population=rules.welfare_prepare.output.population,
+        population=lambda w: rules.welfare_prepare.output.population if w.population == "heterogeneous"
+        else rules.welfare_prepare.output.control,
     output:
-        trajectory=f"{WELFARE}/simulate/{{policy}}.parquet",
+        trajectory=f"{WELFARE}/simulate/{{population}}/{{policy}}.parquet",
     params:
         call="papers.welfare.stages:simulate",
         cfg=config["welfare"],
         policy="{policy}",
+        population_name="{population}",
     log:
-        f"{LOGS}/welfare/simulate/{{policy}}.log",
+        f"{LOGS}/welfare/simulate/{{population}}/{{policy}}.log",
     benchmark:
-        f"{BENCHMARKS}/welfare/simulate/{{policy}}.tsv"
+        f"{BENCHMARKS}/welfare/simulate/{{population}}/{{policy}}.tsv"
     wildcard_constraints:
         policy="|".join(config["welfare"]["policies"]),
+        population="heterogeneous|flat",
     threads: res("train", "threads")
     resources:
         mem_mb=res("train", "mem_mb"),
@@ -51,8 +58,12 @@ rule welfare_simulate:
 
 
 rule welfare_evaluate:
+    """Growth rates, long-run slopes and the crossing time, per policy and seed."""
     input:
-        trajectories=expand(rules.welfare_simulate.output.trajectory, policy=config["welfare"]["policies"]),
+        trajectories=expand(rules.welfare_simulate.output.trajectory, population="heterogeneous",
+                            policy=config["welfare"]["policies"]),
+        control_trajectories=expand(rules.welfare_simulate.output.trajectory, population="flat",
+                                    policy=config["welfare"]["policies"]),
     output:
         metrics=f"{WELFARE}/evaluate/metrics.parquet",
         rates=f"{WELFARE}/evaluate/growth_rates.parquet",
@@ -75,13 +86,15 @@ rule welfare_evaluate:
 
 
 rule welfare_report:
+    """The table, the growth-rate figure, the claims with their verdicts and controls, report.md."""
     input:
         metrics=rules.welfare_evaluate.output.metrics,
         rates=rules.welfare_evaluate.output.rates,
         crossing=rules.welfare_evaluate.output.crossing,
         benchmarks=[
             rules.welfare_prepare.benchmark,
-            *expand(rules.welfare_simulate.benchmark, policy=config["welfare"]["policies"]),
+            *expand(rules.welfare_simulate.benchmark, population=["heterogeneous", "flat"],
+                    policy=config["welfare"]["policies"]),
             rules.welfare_evaluate.benchmark,
         ],
     output:
@@ -110,5 +123,6 @@ rule welfare_report:
 
 
 rule welfare:
+    """Everything of paper P2 welfare: its report, table, figure and claims."""
     input:
         paper_outputs("welfare"),

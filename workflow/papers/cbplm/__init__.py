@@ -6,7 +6,8 @@ the masking; ``model/lm_base/_lm_base.py`` for ``CBM``, ``LMBaseClassificationHe
 ``LMBaseLinearLMHead`` and the encoder).
 
 Reproduced, at a tiny CPU scale: the three headline results of the paper as one table and three
-figures, with computed verdicts on three claims:
+figures, with verdicts computed from intervals over the training seeds, each claim with a negative
+control (shuffled intervention requests, residue frequencies, swapped concepts):
 
 (a) control: intervening on a concept through the bottleneck moves that property of the
     regenerated protein several times more than a conditional-tag LM does (the paper: ~3x);

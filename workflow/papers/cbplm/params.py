@@ -50,11 +50,11 @@ class InterventionParams:
 
 @dataclass(frozen=True)
 class ClaimParams:
-    """Thresholds of the claims, fixed before any run."""
+    """Thresholds of the claims, fixed before any run; each is met by a 95% interval over the seeds."""
 
-    min_ratio: float = 2.0  # (a) CB change / tag change; "several times", the paper ~3x
+    min_ratio: float = 2.0  # (a) CB change - min_ratio x tag change > 0; "several times", the paper ~3x
     ppl_tolerance: float = 0.05  # (b) CB perplexity at most this much (relative) above the plain model's
-    min_kd_rank_correlation: float = 0.5  # (c) Spearman of the GRAVY weights with Kyte-Doolittle, every seed
+    min_kd_rank_correlation: float = 0.5  # (c) mean Spearman of the GRAVY weights with Kyte-Doolittle over seeds
 
 
 @dataclass(frozen=True)

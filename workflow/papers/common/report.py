@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from papers.common.claims import Claim, verdict
+from papers.common.claims import HOLDS, Claim, describe, states_text
 from papers.common.io import ensure_parent
 
 
@@ -33,11 +33,27 @@ def short(value) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
 
 
+def _cell(x) -> str:
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def verdict_cell(verdict: str) -> str:
+    """Bold for every state but "holds", so that what is not evidence for a claim stands out."""
+    return verdict if verdict == HOLDS else f"**{verdict}**"
+
+
 def claims_markdown(claims: list[Claim]) -> str:
-    lines = ["| id | claim | paper | measured | criterion | verdict |", "|---|---|---|---|---|---|"]
+    """The claims table: the measured values, the evidence (effect [interval] vs threshold, replicates),
+    the verdict and the negative control's verdict; notes below (why a claim does not hold)."""
+    lines = ["| id | claim | paper | measured | criterion | evidence | verdict | negative control |",
+             "|---|---|---|---|---|---|---|---|"]
     for c in claims:
-        cells = [c.id, c.statement, c.paper, short(c.measured), c.criterion, f"**{verdict(c.holds)}**"]
-        lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
+        control = f"{c.control.verdict}: {c.control.description}"
+        if c.control.evidence is not None:
+            control += f" ({describe(c.control.evidence)})"
+        cells = [c.id, c.statement, c.paper, short(c.measured), c.criterion, c.describe_evidence(),
+                 verdict_cell(c.verdict), control]
+        lines.append("| " + " | ".join(_cell(x) for x in cells) + " |")
     notes = [f"- ({c.id}) {c.note}" for c in claims if c.note]
     return "\n".join(lines) + "\n" + ("\nNotes:\n" + "\n".join(notes) + "\n" if notes else "")
 
@@ -48,11 +64,16 @@ def write_report(path, *, title: str, scale: str, what_was_run: str, table_md, f
     path = ensure_parent(path)
     seconds, jobs = run_time(benchmarks)
     figure_lines = [f"![{Path(f).stem}]({os.path.relpath(f, path.parent)})" for f in figures]
-    held = sum(c.holds for c in claims)
+    from papers.common import provenance
+
+    head = provenance.markdown()
+    caveat = ("> Smoke scale: a run of seconds that checks the pipeline end to end. Its tiny models and few "
+              "replicates are not evidence for or against any claim; see the default scale.\n\n" if scale == "smoke" else "")
     text = "\n".join([
         f"## {title}",
         "",
-        f"Scale `{scale}`; {held} of {len(claims)} claims hold. Run time: {seconds:.1f} s summed over "
+        caveat + head + ("\n" if head else ""),
+        f"Scale `{scale}`; of {len(claims)} claims: {states_text(c.verdict for c in claims)}. Run time: {seconds:.1f} s summed over "
         f"{jobs} jobs (Snakemake benchmarks; wall time is lower when jobs run side by side).",
         "",
         "### What was run",

@@ -73,10 +73,25 @@ def _fail_once(rule: str) -> None:
         raise RuntimeError(f"{FAIL_ONCE_ENV}: injected failure of rule {rule} (a retry will pass)")
 
 
+def _add_provenance(params_json: str) -> None:
+    """Add this run's provenance and overrides to a report stage's ``params.json``."""
+    from papers.common import provenance
+    from papers.common.io import read_json, write_json
+
+    block = provenance.json_block()
+    if block and os.path.isfile(params_json):
+        write_json({**read_json(params_json), **block}, params_json)
+
+
 def run_stage(smk) -> None:
     """Call the function a rule names, with the rule's paths and params as keyword arguments."""
+    from papers.common import provenance
+
     params = _named(smk.params)
     target = params.pop("call")
+    params.pop("code", None)  # the code's hash, for Snakemake's rerun trigger only (see the Snakefile)
+    parts = target.split(":")[0].split(".")
+    provenance.set_context(dict(smk.config), parts[1] if len(parts) > 2 and parts[0] == "papers" else None)
     kwargs = {**_named(smk.input), **_named(smk.output), **params}
     with log_to(smk.log[0] if smk.log else None):
         limit_threads(smk.threads)
@@ -86,4 +101,6 @@ def run_stage(smk) -> None:
         _fail_once(smk.rule)
         start = time.perf_counter()
         func(**kwargs)
+        if "params_json" in kwargs:
+            _add_provenance(kwargs["params_json"])
         log.info("rule %s: done in %.1f s", smk.rule, time.perf_counter() - start)

@@ -1,4 +1,5 @@
-"""The cross-paper summary: one row per claim of every selected paper, with its verdict and links."""
+"""The cross-paper summary: one row per claim of every selected paper, with its verdict, the evidence
+behind it, its negative control, and links to the paper's report and table."""
 from __future__ import annotations
 
 import os
@@ -6,42 +7,82 @@ from pathlib import Path
 
 import pandas as pd
 
+from papers.common.claims import STATES, count_states
 from papers.common.io import ensure_parent, read_json
-from papers.common.report import short
+from papers.common.report import short, verdict_cell
+
+
+def _evidence_cell(ev: dict | None) -> str:
+    if not ev:
+        return "not measured"
+    lo, hi = ev["interval"]
+    fmt = lambda x: "n/a" if x is None else f"{x:.4g}"  # noqa: E731
+    return f"{fmt(ev['effect'])} [{fmt(lo)}, {fmt(hi)}] {ev['direction']} {fmt(ev['threshold'])} (n={ev['replicates']})"
 
 
 def write_summary(*, claims, reports, summary_md, summary_csv, scale: str) -> None:
     """Aggregate the papers' ``claims.json`` files (list `claims`, same order as `reports`)."""
     rows = []
-    for claims_path, report_path in zip(claims, reports):
+    # A run of a subset of papers must not silently shrink a fuller summary: papers already in this
+    # results folder but not selected now are kept, marked as not rerun.
+    selected = {Path(c).resolve() for c in claims}
+    kept = sorted(p for p in Path(summary_md).parent.glob("*/claims.json") if p.resolve() not in selected)
+    sources = [(c, r, True) for c, r in zip(claims, reports)] + [(p, p.with_name("report.md"), False) for p in kept]
+    for claims_path, report_path, rerun in sources:
         data = read_json(claims_path)
         for c in data["claims"]:
+            ev = c.get("evidence")
             rows.append({
                 "paper": data["paper"],
                 "claim": c["id"],
                 "statement": c["statement"],
                 "paper_value": c["paper"],
                 "measured": short(c["measured"]),
-                "holds": c["holds"],
+                "verdict": c["verdict"],
+                "effect": ev["effect"] if ev else None,
+                "low": ev["interval"][0] if ev else None,
+                "high": ev["interval"][1] if ev else None,
+                "threshold": ev["threshold"] if ev else None,
+                "direction": ev["direction"] if ev else None,
+                "replicates": ev["replicates"] if ev else 0,
+                "evidence": _evidence_cell(ev),
+                "control": c["control"]["description"],
+                "control_verdict": c["control"]["verdict"],
+                "note": c.get("note", ""),
                 "scale": c["scale"],
+                "rerun": rerun,
                 "report": os.path.relpath(report_path, Path(summary_md).parent),
                 "table": os.path.relpath(Path(claims_path).with_name("table.md"), Path(summary_md).parent),
             })
     df = pd.DataFrame(rows)
-    df.to_csv(ensure_parent(summary_csv), index=False)
+    df.to_csv(ensure_parent(summary_csv), index=False, float_format="%.6g")
 
-    held = int(df["holds"].sum())
+    counts = count_states(df["verdict"])
+    papers = list(dict.fromkeys(df["paper"]))
+    old = list(dict.fromkeys(df.loc[~df["rerun"], "paper"]))
+    run = Path(summary_md).parent.name
     lines = [
-        f"# Summary: scale `{scale}`",
+        f"# Summary: run `{run}`" + (f" (scale `{scale}`)" if run != scale else ""),
         "",
-        f"{held} of {len(df)} claims hold across {df['paper'].nunique()} papers. Each verdict is computed "
-        "from measured data by the criterion in the paper's report; a claim that does not hold says why there.",
+        f"{len(df)} claims across {len(papers)} papers ({', '.join(papers)}): "
+        + ", ".join(f"**{counts[s]} {s}**" for s in STATES) + ".",
         "",
-        "| paper | claim | statement | paper says | measured | verdict | table |",
-        "|---|---|---|---|---|---|---|",
+        *([f"Kept from an earlier run in this folder (not selected now): {', '.join(old)}.", ""] if old else []),
+        "Each verdict is computed from measured data: a claim **holds** when the whole interval of its effect "
+        "(over independent replicates) clears the threshold fixed in the config, **does not hold** when the whole "
+        "interval misses it, and is **inconclusive** otherwise, or when fewer than 3 replicates stand behind it, or "
+        "when the same criterion also holds on its negative control (a run where the paper's mechanism is absent). "
+        "**Not measured** (e.g. a GPU-only figure on a CPU) is not a failure. Each paper's report gives the "
+        "criterion, the evidence, the control and, for a claim that does not hold, why.",
+        "",
+        "| paper | claim | statement | paper says | evidence: effect [interval] vs threshold (replicates) | verdict | negative control | table |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    if scale == "smoke":
+        lines[2:2] = ["> The smoke scale checks that the pipeline runs end to end; its tiny runs are not evidence for "
+                      "or against any claim.", ""]
     for r in df.itertuples(index=False):
-        cells = [f"[{r.paper}]({r.report})", r.claim, r.statement, r.paper_value, r.measured,
-                 "holds" if r.holds else "**does not hold**", f"[table]({r.table})"]
+        cells = [f"[{r.paper}]({r.report})", r.claim, r.statement, r.paper_value, r.evidence,
+                 verdict_cell(r.verdict), r.control_verdict, f"[table]({r.table})"]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
     ensure_parent(summary_md).write_text("\n".join(lines) + "\n")

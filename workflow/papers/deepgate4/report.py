@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import NullFormatter
 
-from papers.common.claims import Claim, write_claims
+from papers.common.claims import LEVEL, Claim, Control, Evidence, mean_test, write_claims
 from papers.common.io import read_json, read_parquet, read_parquets, write_json
 from papers.common.params import to_dict
 from papers.common.plotting import savefig, subplots
@@ -172,52 +172,9 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
         ax.set_xlabel("epoch"); ax.legend(fontsize=7)
     savefig(fig, fig_training)
 
-    # --- claims
-    tasks_imp = {k: round(v, 2) for k, v in imp.items() if isinstance(v, float)}
-    all_pos = all(imp[f"{fam} {task}"] > 100 * p.min_improvement for fam in families for task in TASKS)
-    losers = [f"{fam} {task} (vs {imp[f'{fam} {task} next-best']})" for fam in families for task in TASKS
-              if not imp[f"{fam} {task}"] > 100 * p.min_improvement]
-    claim_a = Claim(
-        id="a", statement=f"{p.method} beats the next-best baseline on both tasks on held-out ITC-99 and EPFL circuits",
-        paper="15.5% (ITC99) and 31.1% (EPFL) improvement over the next-best model",
-        measured=tasks_imp,
-        criterion=(f"relative error reduction over the best baseline > {100 * p.min_improvement:g}% for every family "
-                   f"in {families} and both tasks (seed means): " + ", ".join(f"{k} {v:.1f}%" for k, v in tasks_imp.items()
-                                                                              if not k.endswith("mean"))),
-        holds=bool(all_pos),
-        note="" if all_pos else "not better than the next-best baseline on: " + "; ".join(losers))
-    s = p.scaling
-    span = float(piv.nodes.max() / piv.nodes.min())
-    holds_b = (a_part < s.sublinear_max_exponent) and (a_full >= s.linear_min_exponent)
-    claim_b = Claim(
-        id="b", statement="the update strategy's peak memory grows sub-linearly with circuit size while the full-graph "
-                          "model's grows at least linearly",
-        paper="memory complexity reduced to sub-linear",
-        measured={"partitioned exponent": round(a_part, 3), "full-graph exponent": round(a_full, 3),
-                  "sizes": f"{int(piv.nodes.min())}-{int(piv.nodes.max())} nodes ({span:.1f}x)"},
-        criterion=(f"fitted exponent of peak ~ N^a over {len(piv)} circuits: partitioned {a_part:.3f} < "
-                   f"{s.sublinear_max_exponent:g} and full graph {a_full:.3f} >= {s.linear_min_exponent:g}"),
-        holds=bool(holds_b),
-        note=("activations only: the history table (2 N hidden floats) grows linearly; the official code keeps it in "
-              "host memory" + ("" if holds_b else "; the criterion failed")))
+    # --- claims: computed from per-seed errors, per-circuit memory and the kernel run (see deepgate4_claims)
     k = read_json(kernel)
-    if k["measured"]:
-        by = {r["fused"]: r for r in k["runs"]}
-        rt = 100 * (1 - by[True]["seconds"] / by[False]["seconds"])
-        mm = 100 * (1 - by[True]["peak_bytes"] / by[False]["peak_bytes"])
-        holds_c = rt > 100 * p.kernel.min_reduction and mm > 100 * p.kernel.min_reduction
-        claim_c = Claim(id="c", statement="the fused graph-attention kernel lowers runtime and memory against the "
-                                          "unfused path", paper=f"runtime -{PAPER_FUSED['runtime']}%, memory -{PAPER_FUSED['memory']}%",
-                        measured={"runtime reduction %": round(rt, 1), "memory reduction %": round(mm, 1),
-                                  "device": k["device"], "circuit": k["circuit"]},
-                        criterion=f"both reductions > {100 * p.kernel.min_reduction:g}%: runtime {rt:.1f}%, memory {mm:.1f}%",
-                        holds=bool(holds_c))
-    else:
-        claim_c = Claim(id="c", statement="the fused graph-attention kernel lowers runtime and memory against the "
-                                          "unfused path", paper=f"runtime -{PAPER_FUSED['runtime']}%, memory -{PAPER_FUSED['memory']}%",
-                        measured="not measured", criterion="runtime and memory reductions > "
-                        f"{100 * p.kernel.min_reduction:g}% on a GPU", holds=False,
-                        note=f"not measured: {k['reason']} (scaling stage, papers.deepgate4.memory.fused_vs_unfused)")
+    claim_a, claim_b, claim_c = deepgate4_claims(p, err, imp, piv, k)
     claim_list = [claim_a, claim_b, claim_c]
     write_claims(claim_list, claims, paper=SLUG, scale=scale)
     write_json(to_dict(p), params_json)
@@ -272,3 +229,130 @@ counted tensor by tensor (`papers.deepgate4.memory.PeakMemory`). Forward times o
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md,
                  figures=[fig_errors, fig_memory, fig_training], claims=claim_list, benchmarks=benchmarks,
                  differences=differences)
+
+
+# ---- claims ------------------------------------------------------------------------------------
+
+def slope_test(sizes, values, *, threshold: float, direction: str, name: str = "", level: float = LEVEL) -> Evidence:
+    """The exponent a of values ~ sizes^a (least squares on the logs) against `threshold`.
+
+    The interval is the Student t interval of the OLS slope with n - 2 degrees of freedom, n = the
+    number of circuits (the independent units: a forward pass's memory is deterministic for a given
+    circuit, so what varies is the circuit). With 3-5 points a percentile bootstrap over circuits
+    would be too narrow (papers.common.claims.bootstrap_interval), hence the t interval.
+    """
+    from scipy import stats
+
+    x = np.log(np.asarray(sizes, dtype=float))
+    y = np.log(np.asarray(values, dtype=float))
+    n = x.size
+    a, b = np.polyfit(x, y, 1)
+    if n > 2:
+        resid = y - (a * x + b)
+        se = float(np.sqrt(resid @ resid / (n - 2) / ((x - x.mean()) @ (x - x.mean()))))
+        half = float(stats.t.ppf(0.5 + level / 2, n - 2)) * se
+    else:
+        half = 0.0  # two points fit exactly: no interval (and too few replicates for a verdict)
+    return Evidence(float(a), (float(a) - half, float(a) + half), n,
+                    f"OLS slope of log peak on log N, Student t {level:.0%} interval over {n} circuits ({max(n - 2, 0)} dof)",
+                    threshold, direction, name)
+
+
+def relative_reductions(err: pd.DataFrame, method: str, baseline: str, family: str, task: str) -> np.ndarray:
+    """Per seed: (baseline error - method error) / baseline error, pooled over the family's circuits.
+    The arms of one seed are trained in the same job from the same seed, so the arms are paired by seed."""
+    e = err[err.family == family].pivot_table(index="seed", columns="arm", values=task)
+    return ((e[baseline] - e[method]) / e[baseline]).to_numpy()
+
+
+def deepgate4_claims(p, err: pd.DataFrame, imp: dict, piv: pd.DataFrame, k: dict) -> tuple[Claim, Claim, Claim]:
+    """The paper's three claims, decided on intervals over independent replicates.
+
+    (a) per family and task, the per-seed relative error reduction of the method over the next-best
+        baseline (chosen by its seed mean, as the paper picks the next-best model), t interval over
+        seeds, must exceed min_improvement -- at every family x task point of the run;
+    (b) the fitted memory exponents, t interval over the circuits of the study: partitioned below
+        sublinear_max_exponent, full graph above linear_min_exponent; the control applies the
+        sub-linearity criterion to the full-graph pass (the partitioned update absent);
+    (c) the fused kernel, only where it ran (CUDA): otherwise not measured.
+    """
+    families = list(p.data.test)
+    seeds = sorted(err.seed.unique())
+    n = len(seeds)
+    tasks_imp = {key: round(v, 2) for key, v in imp.items() if isinstance(v, float)}
+    ev_a = [mean_test(relative_reductions(err, p.method, imp[f"{fam} {task} next-best"], fam, task),
+                      threshold=p.min_improvement, direction=">", what="seeds",
+                      name=f"{fam} {task} vs {imp[f'{fam} {task} next-best']}")
+            for fam in families for task in TASKS]
+    behind = [f"{fam} {task} (vs {imp[f'{fam} {task} next-best']}, {imp[f'{fam} {task}']:.1f}%)"
+              for fam in families for task in TASKS if not imp[f"{fam} {task}"] > 100 * p.min_improvement]
+    claim_a = Claim(
+        id="a", statement=f"{p.method} beats the next-best baseline on both tasks on held-out ITC-99 and EPFL circuits",
+        paper="15.5% (ITC99) and 31.1% (EPFL) improvement over the next-best model",
+        measured=tasks_imp,
+        criterion=(f"for every held-out family in {families} and both tasks, the {n}-seed 95% interval of the per-seed "
+                   f"relative error reduction of {p.method} over the next-best baseline (the baseline with the lowest "
+                   f"seed-mean error there; arms paired by seed) lies above min_improvement = {p.min_improvement:g} "
+                   "(config: 0 = strictly better, the paper claims an improvement of any size)"),
+        evidence=ev_a,
+        control=Control("not run yet: issue 23 redesigns this experiment; a control would give a model without "
+                        f"{p.method}'s refinement layers the same training budget (e.g. deepgate2 with the partitioned "
+                        "update's one optimiser step per mini-batch) or train the method on shuffled labels, where the "
+                        "same criterion must not hold. The existing baselines differ from the method in both "
+                        "mechanism and budget, so none of them is a fair control"),
+        note=("seed means: " + ("behind the next-best baseline on " + "; ".join(behind) if behind else
+                               "ahead of the next-best baseline everywhere")
+              + ". Known confounds (issue 23): the arms' optimiser-step budgets differ (one step per mini-batch for "
+              f"{p.method}, one per circuit union for the full-graph arms) and the held-out circuits are deeper than "
+              "any training circuit"))
+
+    s = p.scaling
+    span = float(piv.nodes.max() / piv.nodes.min())
+    ev_b = [slope_test(piv.nodes, piv["partitioned"], threshold=s.sublinear_max_exponent, direction="<",
+                       name="partitioned exponent"),
+            slope_test(piv.nodes, piv["full"], threshold=s.linear_min_exponent, direction=">",
+                       name="full-graph exponent")]
+    ctl_b = slope_test(piv.nodes, piv["full"], threshold=s.sublinear_max_exponent, direction="<",
+                       name="full-graph exponent (control)")
+    claim_b = Claim(
+        id="b", statement="the update strategy's peak memory grows sub-linearly with circuit size while the full-graph "
+                          "model's grows at least linearly",
+        paper="memory complexity reduced to sub-linear",
+        measured={"partitioned exponent": round(ev_b[0].effect, 3), "full-graph exponent": round(ev_b[1].effect, 3),
+                  "sizes": f"{int(piv.nodes.min())}-{int(piv.nodes.max())} nodes ({span:.1f}x)"},
+        criterion=(f"the fitted exponent a of peak ~ N^a over the {len(piv)} circuits of the memory study (95% t interval "
+                   f"of the OLS slope over circuits): partitioned below sublinear_max_exponent = {s.sublinear_max_exponent:g} "
+                   f"and full graph above linear_min_exponent = {s.linear_min_exponent:g} (config)"),
+        evidence=ev_b,
+        control=Control("the sub-linearity criterion (exponent interval below sublinear_max_exponent) applied to the "
+                        "full-graph pass of the same model and circuits, where the partitioned update is absent",
+                        ctl_b),
+        note="activations only: the history table (2 N hidden floats) grows linearly; the official code keeps it in "
+             "host memory")
+
+    statement_c = "the fused graph-attention kernel lowers runtime and memory against the unfused path"
+    paper_c = f"runtime -{PAPER_FUSED['runtime']}%, memory -{PAPER_FUSED['memory']}%"
+    if not k["measured"]:
+        claim_c = Claim.not_measured(
+            "c", statement_c, paper_c,
+            f"runtime and peak-memory reductions of the fused kernel over the unfused path > "
+            f"{100 * p.kernel.min_reduction:g}% on a GPU",
+            why=f"not measured: {k['reason']}; the fused kernel runs only on CUDA (scaling stage, "
+                "papers.deepgate4.memory.fused_vs_unfused)")
+    else:
+        by = {r["fused"]: r for r in k["runs"]}
+        rt = 1 - by[True]["seconds"] / by[False]["seconds"]
+        mm = 1 - by[True]["peak_bytes"] / by[False]["peak_bytes"]
+        what = f"measurement (median of {p.kernel.repeats} timed passes) on {k['circuit']}"
+        claim_c = Claim(
+            "c", statement_c, paper_c,
+            {"runtime reduction %": round(100 * rt, 1), "memory reduction %": round(100 * mm, 1),
+             "device": k["device"], "circuit": k["circuit"]},
+            f"runtime and peak-memory reductions of the fused kernel over the unfused path both > "
+            f"min_reduction = {100 * p.kernel.min_reduction:g}% (config)",
+            [mean_test([rt], threshold=p.kernel.min_reduction, direction=">", name="runtime reduction", what=what),
+             mean_test([mm], threshold=p.kernel.min_reduction, direction=">", name="memory reduction", what=what)],
+            Control("not run yet: issue 23 adds an A/A comparison (both arms on the unfused path), where the same "
+                    "criterion must not hold"),
+            note="one circuit and one model: issue 23 adds replicates (circuits) for an interval")
+    return claim_a, claim_b, claim_c

@@ -55,12 +55,14 @@ class Params:
     orderings: int = 50  # random member orderings averaged in the measured curves over M
     estimator_members: int = 4  # K: members the estimator sees (the issue: K = 3-5)
     alpha: float = 0.05  # level of the distributional-equivalence test
-    chosen: str = "converged_300"  # the homogeneous setting claims (a), (b), (d), (e) are judged on
-    control: str = "heterogeneous_300"  # the heterogeneous control of claim (c)
-    monotone_slack: float = 1e-4  # claim (b): NLL(M + 1) <= NLL(M) + slack (Monte Carlo noise)
+    chosen: str = "converged_300"  # the homogeneous setting whose numbers the claims' `measured` show
+    control: str = "heterogeneous_300"  # the heterogeneous negative control of claims (c) and (d)
+    pools: int = 4  # disjoint member pools (members // pools each): the replicates of ensemble-level claims
+    equivalence_share_min: float = 0.5  # claim (c): share of disjoint member pairs the KS test does not reject
+    monotone_slack: float = 1e-4  # sanity check: NLL(M + 1) <= NLL(M) + slack (Monte Carlo noise)
     estimator_rel_tolerance: float = 0.25  # claim (d): |error| <= this x the measured gain ...
     estimator_acc_floor: float = 0.002  # ... but never below this for accuracy (2 of 1000 test images)
-    jensen_overstatement: float = 2.0  # claim (e): control's Jensen gap >= this x its gain over the best member
+    jensen_overstatement: float = 2.0  # sanity check: control's Jensen gap / its gain over the best member
     selected: tuple = ()  # the settings to run, in table order (a config overlay can replace a list)
     settings: Mapping[str, Setting] = field(default_factory=dict)  # after parse(): the selected ones only
 
@@ -86,6 +88,9 @@ class Params:
             raise ValueError(f"{SLUG}.control: setting '{self.control}' must list several widths or depths")
         if not 2 <= self.estimator_members <= self.members:
             raise ValueError(f"{SLUG}.estimator_members must lie in [2, members = {self.members}]")
+        if self.pools < 1 or self.members // self.pools < 2:
+            raise ValueError(f"{SLUG}.pools: {self.pools} pools of members // pools = {self.members // max(self.pools, 1)} "
+                             f"members; each pool must hold at least 2 members (members = {self.members})")
         for name, s in self.settings.items():
             if s.arch not in ARCHS:
                 raise ValueError(f"{SLUG}.settings.{name}.arch: '{s.arch}' is not one of {', '.join(ARCHS)}")

@@ -299,10 +299,10 @@ def _hyper(rec) -> str:
             f"eta_u/eta_w={rec['lr_ratio']:g}")
 
 
-def report(*, cfg, scale, metrics, trajectories, benchmarks, table_md, table_csv, claims, params_json, report_md,
-           fig_trajectories, fig_phase, fig_scaling, fig_nonlinear):
-    from papers.common.claims import Claim, write_claims
-    from papers.common.io import read_json, write_json
+def report(*, cfg, scale, metrics, trajectories, grids, runs, benchmarks, table_md, table_csv, claims, params_json,
+           report_md, fig_trajectories, fig_phase, fig_scaling, fig_nonlinear):
+    from papers.common.claims import write_claims
+    from papers.common.io import read_json, read_parquets, write_json
     from papers.common.params import to_dict
     from papers.common.report import write_report
     from papers.common.tables import write_table
@@ -346,6 +346,8 @@ def report(*, cfg, scale, metrics, trajectories, benchmarks, table_md, table_csv
             "smaller at large init", r.ntk_change, r.ntk_change_std)
         add(f"MLP init scale {r.init_scale:g}: test accuracy", f"{r.test_accuracy:.4f} +- {r.test_accuracy_std:.2g}",
             "worse at large init", r.test_accuracy, r.test_accuracy_std)
+        add(f"MLP init scale {r.init_scale:g}: final training loss (MSE)", f"{r.train_loss:.3g}",
+            "(not a claim: shows whether the run trained to convergence)", r.train_loss)
     caption = (f"Linear network f(x) = kappa (u.w) x on 1-D data (n = {p.data.samples}, y = {p.data.slope:g} x + "
                f"N(0, {p.data.noise:g}^2)); mean +- std over {p.seeds} initialisation seeds; 'predicted' = the exact "
                f"learned state of a typical initialisation (our phase diagram). MLP: {p.nonlinear.dataset}, "
@@ -360,58 +362,9 @@ def report(*, cfg, scale, metrics, trajectories, benchmarks, table_md, table_csv
     figures.scaling(cells, p.scaling_panel, fig_scaling)
     figures.nonlinear(mlp, fig_nonlinear)
 
-    # --- claims
-    ok_a = e["max_coarse"] <= p.error_tolerance and e["ratio"] >= p.order_min
-    ntk_vals, mf_vals = list(sc["ntk"].values()), list(sc["mean_field"].values())
-    mf_min, mf_spread = min(mf_vals), max(mf_vals) / min(mf_vals)
-    ok_b = (sc["ntk_slope"] <= p.ntk_slope_max and ntk_vals[-1] < p.thresholds.kernel_ntk
-            and mf_min >= p.mean_field_min and mf_spread <= p.mean_field_spread_max)
-    labels = {r["point"]: r["measured"] for r in m["points"]}
-    predicted = {r["point"]: r["predicted"] for r in m["points"]}
-    points_ok = all(labels[k] == k and predicted[k] == k for k in labels)
-    ok_c = points_ok and m["agreement"] >= p.agreement_min
-    small, large = mlp.iloc[0], mlp.iloc[-1]
-    ok_d = bool(large.ntk_change < small.ntk_change
-                and large.test_accuracy <= small.test_accuracy - p.nonlinear.accuracy_margin and mlp.diverged.sum() == 0)
-    monotone = bool(np.all(np.diff(mlp.ntk_change) < 0))
-    wrong = [f"{k} measured as {labels[k]}, predicted as {predicted[k]}" for k in labels
-             if labels[k] != k or predicted[k] != k]
-    claims_list = [
-        Claim("a", "The exact solution matches simulated gradient descent at small step size.",
-              "exact solution of the gradient-flow trajectory at any finite width (no number)",
-              {"max_error_h": e["max_coarse"], "max_error_h_half": e["max_fine"], "ratio": e["ratio"],
-               "h": e["coarse_h"], "by_point": e["by_point"]},
-              f"max over mechanism points, seeds and observables (F, K, cos, |u|, |w|) of max_t |GD - exact| / max_t "
-              f"|exact| at h = {e['coarse_h']:g} is <= error_tolerance: {e['max_coarse']:.3g} <= {p.error_tolerance}, "
-              f"and halving h divides it by >= order_min: {e['ratio']:.3g} >= {p.order_min}", ok_a),
-        Claim("b", "In NTK parameterisation the NTK change vanishes as width grows; in mean-field parameterisation it does not.",
-              "kernel regime as d -> infinity at kappa = d^-1/2; width-independent feature learning at kappa = d^-1",
-              {"ntk_by_width": sc["ntk"], "ntk_slope": sc["ntk_slope"], "mean_field_by_width": sc["mean_field"],
-               "mean_field_min": mf_min, "mean_field_spread": mf_spread},
-              f"NTK parameterisation: log-log slope {sc['ntk_slope']:.3g} <= {p.ntk_slope_max} and change at the "
-              f"largest width {ntk_vals[-1]:.3g} < {p.thresholds.kernel_ntk}; mean-field: min over widths "
-              f"{mf_min:.3g} >= {p.mean_field_min} and max/min {mf_spread:.3g} <= {p.mean_field_spread_max}", ok_b),
-        Claim("c", "Each of the three mechanisms (alignment, disalignment, rescaling) appears where the phase diagram puts it.",
-              "learning by alignment, by disalignment and by rescaling, in distinct regions of the phase diagram",
-              {"points_measured": labels, "points_predicted": predicted, "agreement": m["agreement"],
-               "agreement_by_panel": m["agreement_by_panel"], "unconverged_runs": m["phase_unconverged_runs"]},
-              f"each mechanism point is labelled as its mechanism, measured (seed-mean GD) and predicted "
-              f"({points_ok}), and measured = predicted on {m['agreement']:.0%} >= {p.agreement_min:.0%} of the "
-              f"{len(cells)} panel points", ok_c,
-              note=("; ".join(wrong) + ". " if wrong else "") + "The predicted regions are our derivation from the "
-              "exact solution (the paper's own phase boundaries could not be read here)."),
-        Claim("d", "In the nonlinear network a large init scale gives a smaller NTK change and a worse test accuracy.",
-              "large initialisation: closer to the kernel regime and worse performance",
-              {"init_scales": [float(small.init_scale), float(large.init_scale)],
-               "ntk_change": [float(small.ntk_change), float(large.ntk_change)],
-               "test_accuracy": [float(small.test_accuracy), float(large.test_accuracy)],
-               "ntk_change_monotone": monotone, "diverged_runs": int(mlp.diverged.sum())},
-              f"at the largest init scale {large.init_scale:g} vs the smallest {small.init_scale:g}: mean NTK change "
-              f"{large.ntk_change:.3g} < {small.ntk_change:.3g} and mean test accuracy {large.test_accuracy:.4f} <= "
-              f"{small.test_accuracy:.4f} - {p.nonlinear.accuracy_margin}, no run diverged", ok_d,
-              note="" if monotone else "The NTK change is not monotone in the init scale: "
-              + ", ".join(f"{r.init_scale:g}: {r.ntk_change:.3g}" for r in mlp.itertuples()) + "."),
-    ]
+    # --- claims: decided on per-seed values (seeds are the independent replicates), each with a control
+    grid = read_parquets(grids)
+    claims_list = lm_claims(p, m, traj, grid, read_parquets(runs))
     write_claims(claims_list, claims, paper=SLUG, scale=scale)
     write_json({"params": to_dict(p), "moments": m["moments"]}, params_json)
 
@@ -442,3 +395,253 @@ def report(*, cfg, scale, metrics, trajectories, benchmarks, table_md, table_csv
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md,
                  figures=[fig_trajectories, fig_phase, fig_scaling, fig_nonlinear], claims=claims_list,
                  benchmarks=benchmarks, differences=differences)
+
+
+# ---- claims ------------------------------------------------------------------------------------
+# The negative control of claim (a) starts the exact solution from an initialisation no run uses: the
+# seed index shifted by this offset (exact.init draws from (seed, width)).
+CONTROL_SEED_OFFSET = 1_000_000
+# The fixed seed of the permutation of predicted labels across panel cells (control of claim c_phase).
+PERMUTATION_SEED = 0
+# The order in which claim (c)'s control tests each mechanism point against the *next* mechanism's conditions.
+ROTATION = dict(zip(phase.MECHANISMS, phase.MECHANISMS[1:] + phase.MECHANISMS[:1]))
+
+
+def control_trajectories(traj: pd.DataFrame, m2: float, mxy: float, offset: int = CONTROL_SEED_OFFSET) -> pd.DataFrame:
+    """`traj` with its exact_* columns replaced by the exact solution of an independent initialisation
+    (seed + offset) at the same hyperparameters and flow times: the right formula from the wrong start."""
+    out = traj.copy()
+    for (point, seed, h), g in traj.groupby(["point", "seed", "h"]):
+        g = g.sort_values("record")
+        row = g.iloc[0]
+        kappa, eta_u, eta_w = phase.constants(row.width, row.kappa_exponent, row.lr_ratio)
+        g_u, g_w = exact.init(int(seed) + offset, int(row.width))
+        a, b, c = exact.rescaled_gram(row.sigma * g_u, row.sigma * g_w, eta_u, eta_w)
+        problem = dict(kappa=kappa, eta_u=eta_u, eta_w=eta_w, m2=m2, mxy=mxy)
+        S = exact.exponent(g.time.to_numpy(), a, b, c, **problem)
+        gram = exact.gram_at(S, a, b, c, eta_u=eta_u, eta_w=eta_w)
+        gram0 = exact.gram_at(np.zeros(1), a, b, c, eta_u=eta_u, eta_w=eta_w)
+        obs = exact.observables(gram, gram0, kappa=kappa, eta_u=eta_u, eta_w=eta_w)
+        for key in OBSERVABLES:
+            out.loc[g.index, f"exact_{key}"] = obs[key]
+    return out
+
+
+def _error_parts(traj: pd.DataFrame, p, what: str) -> list:
+    """Claim (a)'s test on per-seed errors: max deviation at h below error_tolerance, and halving h
+    dividing it by more than order_min."""
+    from papers.common.claims import mean_test
+
+    per_seed = trajectory_errors(traj).groupby(["h", "seed"]).error.max().unstack("h")
+    coarse, fine = per_seed[p.trajectory_step], per_seed[p.trajectory_step / 2]
+    return [mean_test(coarse, threshold=p.error_tolerance, direction="<", what="seeds",
+                      name=f"{what}: max relative deviation at h = {p.trajectory_step:g}"),
+            mean_test(coarse / fine, threshold=p.order_min, direction=">", what="seeds",
+                      name=f"{what}: deviation at h / deviation at h/2")]
+
+
+def _curve(grid: pd.DataFrame, panel: str, exponent: float) -> pd.DataFrame:
+    """GD's NTK change per seed (rows) and width (columns) at one kappa exponent of a panel."""
+    c = grid[(grid.panel == panel) & np.isclose(grid.kappa_exponent, exponent)]
+    return c.pivot_table(index="seed", columns="width", values="gd_ntk_change", dropna=False).sort_index(axis=1)
+
+
+def _vanishes(curve: pd.DataFrame, p, label: str) -> list:
+    """NTK-parameterisation test: per-seed log-log slope <= ntk_slope_max, change at the largest width < kernel_ntk."""
+    from papers.common.claims import mean_test
+
+    logw = np.log(curve.columns.to_numpy(float))
+    def slope(row):
+        ok = np.isfinite(row) & (row > 0)
+        return np.polyfit(logw[ok], np.log(row[ok]), 1)[0] if ok.sum() >= 2 else np.nan
+
+    slopes = [slope(row) for row in curve.to_numpy(float)]
+    dmax = int(curve.columns.max())
+    return [mean_test(slopes, threshold=p.ntk_slope_max, direction="<", what="seeds",
+                      name=f"{label}: log-log slope of the NTK change with width"),
+            mean_test(curve[curve.columns.max()], threshold=p.thresholds.kernel_ntk, direction="<", what="seeds",
+                      name=f"{label}: NTK change at d = {dmax}")]
+
+
+def _persists(curve: pd.DataFrame, p, label: str) -> list:
+    """Mean-field test: NTK change >= mean_field_min at every width run, max/min over widths <= spread max."""
+    from papers.common.claims import mean_test
+
+    return ([mean_test(curve[d], threshold=p.mean_field_min, direction=">", what="seeds",
+                       name=f"{label}: NTK change at d = {int(d)}") for d in curve.columns]
+            + [mean_test(curve.max(axis=1) / curve.min(axis=1), threshold=p.mean_field_spread_max, direction="<",
+                         what="seeds", name=f"{label}: max / min of the NTK change over widths")])
+
+
+def _mechanism_parts(g: pd.DataFrame, mechanism: str, th, where: str) -> list:
+    """The conditions of phase.classify that define `mechanism`, each a t test over the seeds of `g`."""
+    from papers.common.claims import mean_test
+
+    def test(values, threshold, direction, what):
+        return mean_test(np.asarray(values, float), threshold=threshold, direction=direction, what="seeds",
+                         name=f"{where}, {mechanism}: {what}")
+
+    moved = test(g.gd_ntk_change, th.kernel_ntk, ">", "NTK change")
+    if mechanism == "kernel":
+        return [test(g.gd_ntk_change, th.kernel_ntk, "<", "NTK change")]
+    if mechanism == "rescaling":
+        return [moved, test(g.gd_dir_w, th.rescale_dir, "<", "first-layer turn 1 - cos(w_T, w_0)"),
+                test((g.gd_norm_w - 1).abs(), th.rescale_norm, ">", "| |w_T|/|w_0| - 1 |")]
+    if mechanism == "alignment":
+        return [moved, test(g.gd_cos - g.gd_cos0, th.cos_change, ">", "rise of |cos(u, w)|")]
+    if mechanism == "disalignment":
+        return [moved, test(g.gd_cos0 - g.gd_cos, th.cos_change, ">", "fall of |cos(u, w)|")]
+    raise ValueError(f"no test for mechanism {mechanism!r}")
+
+
+def _seed_labels(df: pd.DataFrame, th: dict) -> list[str]:
+    return [_label(r, "gd_", th) for _, r in df.iterrows()]
+
+
+def lm_claims(p, m: dict, traj: pd.DataFrame, grid: pd.DataFrame, runs: pd.DataFrame) -> list:
+    """The four headline claims (c split in two), decided on per-seed values with their controls.
+
+    `m`: the evaluate stage's metrics; `traj`: the mechanism points' trajectories; `grid`: every panel's
+    rows, one per (point, seed); `runs`: the MLP's rows, one per (seed, init scale).
+    """
+    from papers.common.claims import Claim, Control, mean_test
+
+    th = p.thresholds
+    th_dict = {k: getattr(th, k) for k in ("kernel_ntk", "cos_change", "rescale_dir", "rescale_norm")}
+    e, sc = m["errors"], m["scaling"]
+    n = p.seeds
+
+    # (a) exact solution vs GD; control: the exact solution of an independent initialisation
+    ev_a = _error_parts(traj, p, "GD vs exact")
+    ctl_a = _error_parts(control_trajectories(traj, m["moments"]["m2"], m["moments"]["mxy"]), p,
+                         "GD vs exact from another initialisation")
+    claim_a = Claim(
+        "a", "The exact solution matches simulated gradient descent at small step size.",
+        "exact solution of the gradient-flow trajectory at any finite width (no number)",
+        {"max_error_h": e["max_coarse"], "max_error_h_half": e["max_fine"], "ratio": e["ratio"],
+         "h": e["coarse_h"], "by_point": e["by_point"]},
+        f"per seed, the max over mechanism points and observables (F, K, cos, |u|, |w|) of max_t |GD - exact| / "
+        f"max_t |exact| at h = {p.trajectory_step:g}; its {n}-seed 95% t interval lies below error_tolerance = "
+        f"{p.error_tolerance}, and that of its ratio to the same at h/2 above order_min = {p.order_min} "
+        "(Euler is first order: 2)",
+        ev_a, Control("the wrong start: the exact solution from an independent initialisation (seed + "
+                      f"{CONTROL_SEED_OFFSET}) at the same hyperparameters and flow times; its deviation from GD "
+                      "must not shrink with h", ctl_a),
+        )
+
+    # (b) width scaling: NTK parameterisation vanishes, mean-field persists; control: labels swapped
+    ntk_curve = _curve(grid, p.scaling_panel, p.ntk_exponent)
+    mf_curve = _curve(grid, p.scaling_panel, p.mean_field_exponent)
+    ntk_label, mf_label = f"kappa = d^-{p.ntk_exponent:g}", f"kappa = d^-{p.mean_field_exponent:g}"
+    ev_b = _vanishes(ntk_curve, p, ntk_label) + _persists(mf_curve, p, mf_label)
+    ctl_b = _vanishes(mf_curve, p, mf_label) + _persists(ntk_curve, p, ntk_label)
+    mf_vals = list(sc["mean_field"].values())
+    claim_b = Claim(
+        "b", "In NTK parameterisation the NTK change vanishes as width grows; in mean-field parameterisation it does not.",
+        "kernel regime as d -> infinity at kappa = d^-1/2; width-independent feature learning at kappa = d^-1",
+        {"ntk_by_width": sc["ntk"], "ntk_slope": sc["ntk_slope"], "mean_field_by_width": sc["mean_field"],
+         "mean_field_min": min(mf_vals), "mean_field_spread": max(mf_vals) / min(mf_vals)},
+        f"{n}-seed 95% t intervals, over the widths {[int(d) for d in ntk_curve.columns]} of panel {p.scaling_panel}: "
+        f"at {ntk_label} the per-seed log-log slope lies below ntk_slope_max = {p.ntk_slope_max} and the change at "
+        f"the largest width below thresholds.kernel_ntk = {th.kernel_ntk}; at {mf_label} the change lies above "
+        f"mean_field_min = {p.mean_field_min} at every width and the per-seed max/min below "
+        f"mean_field_spread_max = {p.mean_field_spread_max}",
+        ev_b, Control("the parameterisations swapped: the NTK-side tests run on the mean-field curve and the "
+                      "mean-field tests on the NTK curve (a label-swap control; a width-independent arm is for "
+                      "issue 22)", ctl_b),
+        )
+
+    # (c) each mechanism at its point, per seed; control: each point tested for the next mechanism
+    states = point_states(traj, p.trajectory_step)
+    predicted = {r["point"]: r["predicted"] for r in m["points"]}
+    ev_c, ctl_c, seed_labels = [], [], {}
+    for name in p.points:
+        g = states[states.point == name].sort_values("seed")
+        seed_labels[name] = _seed_labels(g, th_dict)
+        ev_c += _mechanism_parts(g, name, th, f"{name} point")
+        ctl_c += _mechanism_parts(g, ROTATION[name], th, f"{name} point")
+    off = [f"the {k} point is predicted as {v}" for k, v in predicted.items() if v != k]
+    mixed = [f"{k} point per-seed labels {v}" for k, v in seed_labels.items() if any(lab != k for lab in v)]
+    notes_c = off + mixed
+    claim_c = Claim(
+        "c", "Each of the mechanisms (alignment, disalignment, rescaling, and the kernel regime) appears at the point "
+             "our phase diagram puts it.",
+        "learning by alignment, by disalignment and by rescaling, in distinct regions of the phase diagram",
+        {"points_predicted": predicted, "per_seed_labels": seed_labels},
+        f"at each mechanism point, every condition of phase.classify that defines its mechanism (kernel: NTK change "
+        f"< {th.kernel_ntk}; otherwise NTK change > {th.kernel_ntk} and: rescaling, first-layer turn < "
+        f"{th.rescale_dir} and norm change > {th.rescale_norm}; alignment / disalignment, |cos(u, w)| rises / falls "
+        f"by > {th.cos_change}) holds on the {n}-seed 95% t interval of the per-seed learned state",
+        ev_c, Control("shuffled labels: each point tested for the next mechanism in the cycle "
+                      + " -> ".join(list(ROTATION) + [phase.MECHANISMS[0]]), ctl_c),
+        note="; ".join(notes_c + ["the regions are our derivation from the exact solution, not the paper's own "
+                                  "phase boundaries (issue 22)"]))
+
+    # (c_phase) measured = predicted label over the panels, per seed; control: predictions permuted over cells
+    cells = grid.drop_duplicates(["panel", *phase.HYPER])[["panel", *phase.HYPER]].reset_index(drop=True)
+    cells["predicted"] = [_label(r, "pred_", th_dict) for _, r in
+                          grid.drop_duplicates(["panel", *phase.HYPER]).iterrows()]
+    cells["permuted"] = cells.predicted.to_numpy()[np.random.default_rng(PERMUTATION_SEED).permutation(len(cells))]
+    rows = grid.merge(cells, on=["panel", *phase.HYPER], how="left")
+    rows["measured"] = _seed_labels(rows, th_dict)
+    agree = rows.assign(ok=rows.measured == rows.predicted, ok_perm=rows.measured == rows.permuted).groupby("seed")
+    ev_cp = mean_test(agree.ok.mean(), threshold=p.agreement_min, direction=">", what="seeds",
+                      name="share of panel points with measured = predicted label")
+    ctl_cp = mean_test(agree.ok_perm.mean(), threshold=p.agreement_min, direction=">", what="seeds",
+                       name="share with measured = permuted predicted label")
+    claim_cp = Claim(
+        "c_phase", "Over the phase diagram's panels, the measured mechanism is the predicted one.",
+        "mechanisms where the phase diagram puts them",
+        {"agreement_seed_mean_labels": m["agreement"], "agreement_by_panel": m["agreement_by_panel"],
+         "agreement_per_seed": [float(v) for v in agree.ok.mean()], "cells": int(len(cells)),
+         "unconverged_runs": m["phase_unconverged_runs"]},
+        f"per seed, the share of the {len(cells)} panel points ({', '.join(p.phase_panels)}) whose measured label "
+        f"(that seed's GD) equals the predicted label (typical initialisation); its {n}-seed 95% t interval lies "
+        f"above agreement_min = {p.agreement_min}",
+        ev_cp, Control(f"shuffled labels: the predicted labels permuted across the panel points (fixed seed "
+                       f"{PERMUTATION_SEED}), the same share and threshold", ctl_cp),
+        note="labels are read per seed (the old test used seed means); the predicted regions are our derivation, not "
+          "the paper's phase boundaries (issue 22)")
+
+    return [claim_a, claim_b, claim_c, claim_cp, nonlinear_claim(p, runs)]
+
+
+def nonlinear_claim(p, runs: pd.DataFrame):
+    """Claim (d) from the MLP's rows (one per seed and init scale)."""
+    from papers.common.claims import Claim, Control, paired_test
+
+    # (d) the nonlinear network over the whole range of init scales: every step up lowers the NTK change and
+    # the test accuracy (paired by seed: one seed trains every scale), and the largest is worse than the
+    # smallest by accuracy_margin. No control arm exists yet.
+    def by_scale(column):
+        return runs.pivot_table(index="seed", columns="init_scale", values=column, dropna=False).sort_index(axis=1)
+
+    change, acc, loss = by_scale("ntk_change"), by_scale("test_accuracy"), by_scale("train_loss")
+    scales = list(change.columns)
+    nl = p.nonlinear
+    ev_d = ([paired_test(change[a], change[b], threshold=0.0, direction=">", name=f"NTK change at {a:g} - at {b:g}")
+             for a, b in zip(scales, scales[1:])]
+            + [paired_test(acc[a], acc[b], threshold=0.0, direction=">", name=f"test accuracy at {a:g} - at {b:g}")
+               for a, b in zip(scales, scales[1:])]
+            + [paired_test(acc[scales[0]], acc[scales[-1]], threshold=nl.accuracy_margin, direction=">",
+                           name=f"test accuracy at {scales[0]:g} - at {scales[-1]:g}")])
+    diverged = int(runs.diverged.sum())
+    notes_d = ([f"{diverged} runs diverged"] if diverged else []) \
+        + ["final training loss by init scale: " + ", ".join(f"{s:g}: {loss[s].mean():.3g}" for s in scales)
+           + " (a high loss at large scales means under-training, not the kernel regime; issue 22 trains every "
+             "run to convergence)"]
+    return Claim(
+        "d", "In the nonlinear network, the larger the init scale, the smaller the NTK change and the worse the test "
+             "accuracy, over the whole range of init scales run.",
+        "large initialisation: closer to the kernel regime and worse performance",
+        {"init_scales": [float(s) for s in scales], "ntk_change": [float(change[s].mean()) for s in scales],
+         "test_accuracy": [float(acc[s].mean()) for s in scales], "train_loss": [float(loss[s].mean()) for s in scales],
+         "diverged_runs": diverged},
+        f"{nl.seeds}-seed paired 95% t intervals (one seed trains every scale): for every pair of consecutive init "
+        f"scales in {[float(s) for s in scales]}, (NTK change at the smaller - at the larger) > 0 and (test accuracy "
+        f"at the smaller - at the larger) > 0; and test accuracy at the smallest - at the largest > "
+        f"accuracy_margin = {nl.accuracy_margin}",
+        ev_d, Control("not run yet: issue 22 redesigns this experiment; a control would be an arm where the init "
+                      "scale cannot move the network towards the kernel regime (e.g. the first layer frozen, or a "
+                      "mean-field parameterisation), run through the same tests"),
+        note="; ".join(notes_d))

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from papers.common.claims import Claim, write_claims
+from papers.common.claims import Claim, Control, mean_test, paired_test, write_claims
 from papers.common.io import (
     ensure_parent,
     read_json,
@@ -215,24 +215,128 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
                            ignore_index=True), per_seed
 
 
-def paired_direct(df: pd.DataFrame, task: str, split: str) -> dict:
-    """Hybrid vs direct optimisation on the shapes both solved: mean errors, their ratio, the cost ratio."""
-    direct = df[(df.task == task) & (df.split == split) & (df.model == "direct")]
-    shapes = set(direct["shape"])
-    hyb = df[(df.task == task) & (df.split == split) & (df.model == "hybrid") & df["shape"].isin(shapes)]
-    h_err = float(hyb.groupby("seed").shape_error_per_coord.mean().mean())
+def direct_comparison(df: pd.DataFrame, task: str, split: str) -> dict:
+    """Per-replicate values of claim (c): the hybrid's error on the shapes direct optimisation solved,
+    over direct optimisation's error there, per training seed of the hybrid (direct optimisation is one
+    deterministic run per shape); and direct optimisation's cost over the hybrid's, per direct run
+    (each an independent optimisation of its own target; the hybrid's cost per shape is a constant)."""
+    direct = df[(df.task == task) & (df.split == split) & (df.model == "direct")].sort_values("shape")
+    hyb = df[(df.task == task) & (df.split == split) & (df.model == "hybrid") & df["shape"].isin(set(direct["shape"]))]
     d_err = float(direct.shape_error_per_coord.mean())
-    return {"shapes": len(shapes), "hybrid_error": h_err, "direct_error": d_err,
-            "error_ratio": h_err / d_err if d_err > 0 else float("inf"),
-            "cost_ratio": float(direct.flops.mean() / hyb.flops.mean()),
-            "direct_iterations": float(direct.nit.mean()), "direct_converged": float(direct.success.mean())}
+    h_err = hyb.groupby("seed").shape_error_per_coord.mean().sort_index().to_numpy()
+    return {"hybrid_error": h_err, "direct_error": d_err,
+            "error_ratio": h_err / d_err if d_err > 0 else np.full(h_err.shape, np.inf),
+            "cost_ratio": direct.flops.to_numpy(float) / float(hyb.flops.mean())}
+
+
+def neural_fdm_claims(p, df: pd.DataFrame, summary: pd.DataFrame, per_seed: pd.DataFrame) -> tuple[list[Claim], dict]:
+    """The paper's three claims, each over every task x split the run covers, decided on intervals
+    over training seeds (the learned models) or direct-optimisation runs (its cost); and the
+    hybrid's sanity checks (equilibrium and signs, true by construction of the solver and the
+    encoder), which are reported, not claimed."""
+    combos = [(t, s) for t in p.tasks for s in SPLITS]
+    n = p.seeds
+
+    def val(task, split, model, col="shape_error"):
+        sel = summary[(summary.task == task) & (summary.split == split) & (summary.model == model)]
+        return float(sel[col].iloc[0]) if len(sel) else float("nan")
+
+    def seeds_of(task, split, model, col):
+        sel = per_seed[(per_seed.task == task) & (per_seed.split == split) & (per_seed.model == model)]
+        return sel.sort_values("seed")[col].to_numpy(float)
+
+    # (a) hybrid more accurate than the fully neural model: per-seed mean shape error, paired by seed
+    # (both models of a seed train on the same stream of random targets and meet the same test shapes).
+    a_measured = {f"{t}_{s}": {"hybrid": val(t, s, "hybrid"), "neural": val(t, s, "neural")} for t, s in combos}
+    ev_a = [paired_test(seeds_of(t, s, "neural", "shape_error"), seeds_of(t, s, "hybrid", "shape_error"),
+                        threshold=0.0, direction=">", name=f"{t} {s}: neural - hybrid") for t, s in combos]
+    a_behind = [f"{t}_{s}" for t, s in combos if not a_measured[f"{t}_{s}"]["hybrid"] < a_measured[f"{t}_{s}"]["neural"]]
+    note_a = "" if not a_behind else "seed means: the fully neural model is more accurate in " + "; ".join(
+        f"{k} (mean {a_measured[k]['hybrid']:.3g} vs {a_measured[k]['neural']:.3g}, median "
+        f"{val(*k.split('_'), 'hybrid', 'median_error'):.3g} vs {val(*k.split('_'), 'neural', 'median_error'):.3g})"
+        for k in a_behind)
+    if "tower_ood" in a_behind:
+        note_a += (". The hybrid's towers solve an indefinite stiffness matrix K; the median smallest |eigenvalue| of "
+                   f"its K is {val('tower', 'id', 'hybrid', 'stiffness_min_eig'):.3g} in distribution and "
+                   f"{val('tower', 'ood', 'hybrid', 'stiffness_min_eig'):.3g} on the taller towers, so small errors "
+                   "in q there move the solver's shape far off the target; the encoder reads raw, out-of-range "
+                   "heights (issue 23)")
+
+    # (b) the fully neural model's shapes are not in equilibrium; the control applies the same criterion
+    # to the hybrid, whose solver puts every shape in equilibrium.
+    neu_rel = {f"{t}_{s}": val(t, s, "neural", "relative_residual") for t, s in combos}
+    ev_b = [mean_test(seeds_of(t, s, "neural", "relative_residual"), threshold=p.eq_tolerance, direction=">",
+                      name=f"{t} {s}: fully neural", what="seeds") for t, s in combos]
+    ctl_b = [mean_test(seeds_of(t, s, "hybrid", "relative_residual"), threshold=p.eq_tolerance, direction=">",
+                       name=f"{t} {s}: hybrid", what="seeds") for t, s in combos]
+    sanity = {"hybrid_max_relative_residual": float(summary[summary.model == "hybrid"].max_relative_residual.max()),
+              "hybrid_sign_ok_fraction": float(summary[summary.model == "hybrid"].sign_ok.min())}
+
+    # (c) the hybrid against direct optimisation, in distribution.
+    comp = {t: direct_comparison(df, t, "id") for t in p.tasks}
+    c_measured = {t: {"shapes": int(v["cost_ratio"].size), "hybrid_error": float(np.mean(v["hybrid_error"])),
+                      "direct_error": v["direct_error"], "error_ratio": float(np.mean(v["error_ratio"])),
+                      "cost_ratio": float(np.mean(v["cost_ratio"]))} for t, v in comp.items()}
+    ev_c = []
+    for t, v in comp.items():
+        ev_c += [mean_test(v["error_ratio"], threshold=p.accuracy_ratio, direction="<", what="seeds",
+                           name=f"{t}: hybrid error / direct error"),
+                 mean_test(v["cost_ratio"], threshold=p.speedup, direction=">",
+                           what="direct-optimisation runs (one per test shape)", name=f"{t}: direct cost / hybrid cost")]
+    c_behind = [f"{t} error ratio {m['error_ratio']:.3g}" for t, m in c_measured.items() if not m["error_ratio"] <= p.accuracy_ratio]
+    c_behind += [f"{t} cost ratio {m['cost_ratio']:.3g}" for t, m in c_measured.items() if not m["cost_ratio"] >= p.speedup]
+    note_c = (("point estimates miss the thresholds: " + "; ".join(c_behind) + ". " if c_behind else "")
+              + f"Our models train for {p.shell.train.steps} / {p.tower.train.steps} steps (the paper: 10,000); "
+              f"direct optimisation runs on {p.shell.direct.shapes} / {p.tower.direct.shapes} shapes per split")
+
+    claims_list = [
+        Claim("a", "The hybrid model (encoder + force density solver) is more accurate than the fully neural model, "
+              "in and out of distribution, on shells and towers.",
+              "hybrid shape error < fully neural shape error on both tasks, in and out of distribution",
+              a_measured,
+              f"in every task x split ({len(combos)} points), the {n}-seed paired 95% interval of (fully neural - hybrid) "
+              "mean shape error per coordinate lies above 0 (the paper claims the hybrid is more accurate, by any margin)",
+              ev_a,
+              Control("not run yet: issue 23 redesigns this experiment; a control would be the same criterion with an "
+                      "untrained hybrid (random encoder + solver) in the hybrid's place, where it must not hold"),
+              note=note_a),
+        Claim("b", "The fully neural model's shapes are not in equilibrium: its relative residual stays above solver "
+              "precision in every task and split.",
+              "hybrid: residual 0 up to solver precision, all constraints met; fully neural: residual > 0",
+              {"neural_mean_relative_residual": neu_rel, **sanity},
+              f"in every task x split ({len(combos)} points), the {n}-seed 95% interval of the fully neural model's mean "
+              f"relative residual ||r_free|| / ||bar forces at free nodes|| lies above eq_tolerance = {p.eq_tolerance:g} "
+              "(config: float64 solves give ~1e-15)",
+              ev_b,
+              Control("the same criterion on the hybrid, whose force density solver puts every shape in equilibrium "
+                      "(the paper's mechanism for equilibrium present, so a residual above eq_tolerance must not be "
+                      "found)", ctl_b),
+              note=("the hybrid's half of the paper's statement (equilibrium and signs) holds by construction of the "
+                    "solver and the encoder, so it is a sanity check in the report, not a claim: max relative residual "
+                    f"{sanity['hybrid_max_relative_residual']:.3g} (eq_tolerance {p.eq_tolerance:g}), signs kept on "
+                    f"{100 * sanity['hybrid_sign_ok_fraction']:.0f}% of shapes")),
+        Claim("c", "The hybrid's accuracy is comparable to direct optimisation at a small fraction of its cost per "
+              "shape (in distribution).",
+              "comparable accuracy to direct optimisation, in real time instead of seconds per shape",
+              c_measured,
+              f"on every task, in distribution, on the shapes direct optimisation solved: the {n}-seed 95% interval of "
+              f"hybrid error / direct error lies below accuracy_ratio = {p.accuracy_ratio:g}, and the 95% interval over "
+              f"direct-optimisation runs of direct cost / hybrid cost (floating-point operations per shape) lies above "
+              f"speedup = {p.speedup:g} (config)",
+              ev_c,
+              Control("not run yet: issue 23 redesigns this experiment; a control would be the same criterion with "
+                      "no learning (the solver's shape for direct optimisation's initial q, or an untrained encoder), "
+                      "where the accuracy part must not hold"),
+              note=note_c),
+    ]
+    return claims_list, sanity
 
 
 def report(*, cfg, scale, metrics, timings, examples, histories, benchmarks,
            table_md, table_csv, claims, params_json, report_md, fig_errors, fig_training, fig_shapes):
     p = parse(cfg)
     df = read_parquets(metrics)
-    summary, _ = summarise(df)
+    summary, per_seed = summarise(df)
     times = {read_json(path)["task"]: read_json(path)["seconds_per_shape"] for path in timings}
 
     # --- table: our numbers; the paper's direction (its numbers are not available offline)
@@ -260,62 +364,8 @@ def report(*, cfg, scale, metrics, timings, examples, histories, benchmarks,
     _figure_training(read_parquets(histories), fig_training)
     _figure_shapes(read_parquets(examples), p, fig_shapes)
 
-    # --- claims
-    def val(task, split, model, col="shape_error"):
-        sel = summary[(summary.task == task) & (summary.split == split) & (summary.model == model)]
-        return float(sel[col].iloc[0]) if len(sel) else float("nan")
-
-    combos = [(t, s) for t in p.tasks for s in SPLITS]
-    a_measured = {f"{t}_{s}": {"hybrid": val(t, s, "hybrid"), "neural": val(t, s, "neural")} for t, s in combos}
-    a_fail = [k for k, v in a_measured.items() if not v["hybrid"] < v["neural"]]
-    hyb_max = float(summary[summary.model == "hybrid"].max_relative_residual.max())
-    hyb_signs = float(summary[summary.model == "hybrid"].sign_ok.min())
-    neu_rel = {f"{t}_{s}": val(t, s, "neural", "relative_residual") for t, s in combos}
-    neu_min = min(neu_rel.values())
-    paired = {t: paired_direct(df, t, "id") for t in p.tasks}
-    c_ok = {t: v["error_ratio"] <= p.accuracy_ratio and v["cost_ratio"] >= p.speedup for t, v in paired.items()}
-    claims_list = [
-        Claim("a", "The hybrid model (encoder + force density solver) is more accurate than the fully neural model, "
-              "in and out of distribution, on shells and towers.",
-              "hybrid shape error < fully neural shape error on both tasks, in and out of distribution",
-              a_measured,
-              "mean shape error (per coordinate, mean over seeds) of the hybrid < that of the fully neural model "
-              f"in every task x split ({len(combos)} comparisons); failing: {a_fail or 'none'}",
-              not a_fail,
-              note="" if not a_fail else "the fully neural model is more accurate in " + "; ".join(
-                  f"{k} (mean {a_measured[k]['hybrid']:.3g} vs {a_measured[k]['neural']:.3g}, median "
-                  f"{val(*k.split('_'), 'hybrid', 'median_error'):.3g} vs {val(*k.split('_'), 'neural', 'median_error'):.3g})"
-                  for k in a_fail)
-              + (". The hybrid's towers solve an indefinite stiffness matrix K; the median smallest |eigenvalue| of "
-                 f"its K is {val('tower', 'id', 'hybrid', 'stiffness_min_eig'):.3g} in distribution and "
-                 f"{val('tower', 'ood', 'hybrid', 'stiffness_min_eig'):.3g} on the taller towers, so small errors "
-                 "in q there move the solver's shape far off the target" if "tower_ood" in a_fail else "")),
-        Claim("b", "The hybrid's shapes are in equilibrium to solver precision and keep the force-density signs; "
-              "the fully neural model's shapes are not in equilibrium.",
-              "hybrid: residual 0 up to solver precision, all constraints met; fully neural: residual > 0",
-              {"hybrid_max_relative_residual": hyb_max, "hybrid_sign_ok_fraction": hyb_signs,
-               "neural_mean_relative_residual": neu_rel},
-              f"max relative residual of the hybrid over every test shape <= eq_tolerance ({hyb_max:.3g} <= "
-              f"{p.eq_tolerance:g}), every hybrid shape keeps every sign ({hyb_signs:.3g} = 1), and the fully neural "
-              f"model's mean relative residual exceeds eq_tolerance in every task x split (min {neu_min:.3g} > "
-              f"{p.eq_tolerance:g})",
-              hyb_max <= p.eq_tolerance and hyb_signs == 1.0 and neu_min > p.eq_tolerance),
-        Claim("c", "The hybrid's accuracy is comparable to direct optimisation at a small fraction of its cost per "
-              "shape (in distribution).",
-              "comparable accuracy to direct optimisation, in real time instead of seconds per shape",
-              {t: {k: v[k] for k in ("shapes", "hybrid_error", "direct_error", "error_ratio", "cost_ratio")}
-               for t, v in paired.items()},
-              f"on the in-distribution shapes both solved, hybrid error / direct error <= accuracy_ratio "
-              f"({p.accuracy_ratio:g}) and direct cost / hybrid cost (floating-point operations per shape) >= speedup "
-              f"({p.speedup:g}) on every task: "
-              + "; ".join(f"{t}: {v['error_ratio']:.3g}, {v['cost_ratio']:.3g}" for t, v in paired.items()),
-              all(c_ok.values()),
-              note="" if all(c_ok.values()) else
-              "fails on " + ", ".join(t for t, ok in c_ok.items() if not ok) + ": "
-              + "; ".join(f"{t} error ratio {v['error_ratio']:.3g}, cost ratio {v['cost_ratio']:.3g}"
-                          for t, v in paired.items() if not c_ok[t])
-              + f". Our models train for {p.shell.train.steps} / {p.tower.train.steps} steps (the paper: 10,000)."),
-    ]
+    # --- claims: per-seed values, intervals over seeds (see neural_fdm_claims)
+    claims_list, sanity = neural_fdm_claims(p, df, summary, per_seed)
     write_claims(claims_list, claims, paper=SLUG, scale=scale)
     write_json(to_dict(p), params_json)
 
@@ -339,7 +389,10 @@ def report(*, cfg, scale, metrics, timings, examples, histories, benchmarks,
         f"shells, {tw.direct.method} for towers, at most {s.direct.maxiter} / {tw.direct.maxiter} iterations) on the "
         f"first {s.direct.shapes} / {tw.direct.shapes} test shapes of each split. {p.test_shapes} test shapes per "
         f"split, evaluated in float64. Time per shape (median, one shape at a time, 1 CPU thread; wall clock, so "
-        f"it is not in table.csv or claims.json): {timing_text}.")
+        f"it is not in table.csv or claims.json): {timing_text}. Sanity checks (true by construction of the solver "
+        f"and the encoder, so reported here rather than claimed): the hybrid's largest relative residual over every "
+        f"test shape is {sanity['hybrid_max_relative_residual']:.3g} (eq_tolerance {p.eq_tolerance:g}) and "
+        f"{100 * sanity['hybrid_sign_ok_fraction']:.0f}% of its shapes keep every force-density sign.")
     scale_notes = []
     if min(s.train.steps, tw.train.steps) < 10000:
         scale_notes.append(f"the paper trains each model for 10,000 steps; this scale trains {s.train.steps} (shells) and "

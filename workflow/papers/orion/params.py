@@ -52,7 +52,7 @@ class ClaimParams:
     gate_accuracy: float = 0.9  # the issue: a model-task pair is analysed only at test accuracy >= 0.9
     keep_fraction: float = 0.7  # (a) the paper: "preserving 70% of the original correct token probability"
     pairs_fraction_min: float = 0.9  # (a) the paper: 98 of 106 pairs (0.92)
-    profile_fraction_min: float = 0.8  # (b) share of pairs whose layer profile is R2(C2) -> R1(C2) -> R1(C1)
+    profile_fraction_min: float = 0.8  # (b) share of pairs whose interior-layer profile is R2(C2) -> R1(C2) -> R1(C1)
     injection_gain_min: float = 0.5  # (c) accuracy gain under injection (the paper: 0.155 -> 0.975)
 
 

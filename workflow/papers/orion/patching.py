@@ -86,6 +86,19 @@ def is_decomposition_profile(profile: list[str]) -> bool:
     return monotone and order[0] == 0 and order[-1] == 2 and 1 in order
 
 
+def is_interior_decomposition(profile: list[str]) -> bool:
+    """The part of :func:`is_decomposition_profile` that the data can refute: on the interior layers
+    1 .. n_layer - 1 alone, the dominant hypothesis never goes back in the order R2(C2) -> R1(C2) -> R1(C1)
+    and R1(C2) dominates at one interior layer at least.
+
+    The two end layers are left out because they are fixed by construction: at L = 0 the patched state is the
+    embedding of x1's last token alone, which carries nothing of C1 and in most pairs is x2's own last token
+    (both end on the same separator), so the patch changes little or nothing (R2(C2)); at L = n_layer it is
+    x1's final state, which alone sets the output (R1(C1)). A model without interior layers fails."""
+    interior = [HYPOTHESES.index(h) for h in profile[1:-1]]
+    return bool(interior) and all(a <= b for a, b in zip(interior, interior[1:])) and 1 in interior
+
+
 def oversight(lm: LM, trusted: list[str], untrusted, answers, injected_answers) -> pd.DataFrame:
     """Accuracy of the untrusted prompts unpatched (layer -1) and with the trusted prompt's last-token residual
     written at each layer; also the share of outputs that follow the injection."""

@@ -185,7 +185,9 @@ def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, over: pd.DataFrame, gate: 
         rows.append({"model": model, "seed": seed, "family": family, "n_layer": int(g.n_layer.iloc[0]),
                      "accuracy": a.accuracy, "gated": bool(a.accuracy >= gate), "r1c2_max": float(r.max()),
                      "r1c2_layer": best, "profile": " > ".join(profile),
-                     "decomposition": patching.is_decomposition_profile(profile)})
+                     "decomposition": patching.is_decomposition_profile(profile),
+                     "interior": patching.is_interior_decomposition(profile),
+                     "ends_by_construction": profile[0] == patching.HYPOTHESES[0] and profile[-1] == patching.HYPOTHESES[-1]})
     pairs = pd.DataFrame(rows)
     rows = []
     for (model, seed), g in over.groupby(["model", "seed"], sort=False):
@@ -200,48 +202,119 @@ def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, over: pd.DataFrame, gate: 
     return pairs, pd.DataFrame(rows)
 
 
+def _groups(p: Params, names) -> dict[str, str]:
+    """The replicate groups of the claims: each trained size on its own (its replicates are its seeds), and
+    the pretrained LMs together (their replicates are the distinct models, the paper's unit)."""
+    pretrained = set(p.pretrained_names)
+    return {name: ("pretrained LMs" if name in pretrained else name) for name in names}
+
+
+def per_replicate(p: Params, pairs: pd.DataFrame, over: pd.DataFrame) -> pd.DataFrame:
+    """One row per trained (model, seed) or pretrained model: the share of its gated model-task pairs that keep
+    R1(C2) (claim (a)) and that show the interior-layer profile (claim (b)), and the oversight gain on the story
+    task (claim (c)); NaN where nothing passed the gate. `group` names the size (or "pretrained LMs")."""
+    c = p.claims
+    group = _groups(p, pairs.model.unique())
+    rows = []
+    for (model, seed), g in pairs.groupby(["model", "seed"], sort=False):
+        gated = g[g.gated]
+        o = over[(over.model == model) & (over.seed == seed)]
+        story_ok = len(o) and bool(o.story_gated.iloc[0])
+        rows.append({"group": group[model], "model": model, "seed": seed, "pairs_trained": len(g),
+                     "pairs_gated": len(gated),
+                     "share_kept": float((gated.r1c2_max >= c.keep_fraction).mean()) if len(gated) else float("nan"),
+                     "share_interior": float(gated.interior.mean()) if len(gated) else float("nan"),
+                     "gain": float(o.after.iloc[0] - o.before.iloc[0]) if story_ok else float("nan")})
+    return pd.DataFrame(rows)
+
+
 def _claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame):
-    from papers.common.claims import Claim
+    """The three claims, each decided per replicate group (every trained size, and the pretrained LMs together)
+    on the mean over that group's replicates (seeds of a size, or distinct pretrained models): a Student t 95%
+    interval against the config's threshold. Every group the run covers must hold."""
+    from papers.common.claims import Claim, Control, mean_test
 
     c = p.claims
     gated = pairs[pairs.gated]
     n, n_all = len(gated), len(pairs)
-    excluded = ", ".join(f"{r.model}/{r.family} ({r.accuracy:.2f})" for r in pairs[~pairs.gated].itertuples())
-    gate_note = f"pairs below the accuracy gate {c.gate_accuracy} are excluded: {excluded}" if excluded else ""
+    excluded = ", ".join(f"{r.model}/{r.family} seed {r.seed} ({r.accuracy:.2f})" for r in pairs[~pairs.gated].itertuples())
+    gate_note = (f"{n_all - n} of {n_all} trained pairs are below the accuracy gate {c.gate_accuracy} and excluded "
+                 f"({excluded}); issue 20 trains them to the gate instead" if excluded else "")
+    reps = per_replicate(p, pairs, over)
+    groups = list(dict.fromkeys(reps.group))
+
+    def what(group):
+        return "pretrained models" if group == "pretrained LMs" else "seeds"
+
+    def evidence(column, threshold, label):
+        return [mean_test(reps[reps.group == grp][column], threshold=threshold, direction=">", what=what(grp),
+                          name=f"{grp}: {label}") for grp in groups]
+
+    def empty(parts):  # groups where no replicate passed the gate: not measured there
+        return [e.name.split(":")[0] for e in parts if e.replicates == 0]
+
+    def notes(*xs):
+        return "; ".join(x for x in xs if x)
+
+    few = f"seeds per size = {p.seeds}: issue 20 adds seeds (3 or more per size)" if p.seeds < 3 else ""
+    no_control = ("not run yet: issue 20 redesigns this experiment with a control where the decomposition should "
+                  "not appear (a model trained on a task whose request and retrieval cannot be separated, or on "
+                  "shuffled positions), on which the same criterion would be run")
+
     kept = int((gated.r1c2_max >= c.keep_fraction).sum())
-    share = kept / n if n else float("nan")
+    ev_a = evidence("share_kept", c.pairs_fraction_min, f"share of gated pairs with max_L p(R1(C2)) / p_clean >= {c.keep_fraction}")
     a = Claim(
         "a", f"Request-patching keeps >= {c.keep_fraction:.0%} of the normalised correct-token probability at some "
              "layer for nearly every model-task pair.",
         "98 of 106 model-task pairs (0.92)",
-        {"pairs_kept": kept, "pairs_analysed": n, "pairs_trained": n_all, "share": share,
+        {"pairs_kept": kept, "pairs_analysed": n, "pairs_trained": n_all, "share": kept / n if n else float("nan"),
          "median_r1c2_max": float(gated.r1c2_max.median()) if n else float("nan")},
-        f"share of gated pairs whose max over layers of p(R1(C2)) / p_clean >= {c.keep_fraction} is at least "
-        f"{c.pairs_fraction_min}: {kept}/{n} = {share:.3g} >= {c.pairs_fraction_min}",
-        bool(n > 0 and share >= c.pairs_fraction_min),
-        note="; ".join(x for x in [gate_note, "no pair passed the accuracy gate" if n == 0 else ""] if x))
-    ok = int(gated.decomposition.sum())
-    share_b = ok / n if n else float("nan")
+        f"for every model size (replicates: its seeds) and for the pretrained LMs together (replicates: the models), "
+        f"the 95% t interval of the mean per-replicate share of gated model-task pairs whose max over layers of "
+        f"p(R1(C2)) / p_clean is >= keep_fraction = {c.keep_fraction} (the paper's 70%) lies above "
+        f"pairs_fraction_min = {c.pairs_fraction_min} (the paper's 98/106)",
+        ev_a, Control(no_control),
+        note=notes(gate_note, f"no pair passed the gate for {', '.join(empty(ev_a))}" if empty(ev_a) else "", few))
+
+    ok = int(gated.interior.sum())
+    ev_b = evidence("share_interior", c.profile_fraction_min, "share of gated pairs with the interior profile")
+    layers = sorted(set(pairs.n_layer))
     b = Claim(
-        "b", "As the patched layer L grows, the patched output goes R2(C2) -> R1(C2) -> R1(C1).",
+        "b", "On the interior layers (1 .. n_layer - 1), as the patched layer L grows the dominant output goes "
+             "R2(C2) -> R1(C2) -> R1(C1), never back, and R1(C2) dominates at one of them at least.",
         "early layers R2(C2), middle layers R1(C2), late layers R1(C1) (the paper's layer plots)",
-        {"pairs_with_profile": ok, "pairs_analysed": n, "share": share_b},
-        f"share of gated pairs whose dominant hypothesis per layer (largest normalised probability) starts at R2(C2), "
-        f"ends at R1(C1), passes through R1(C2) and never goes back is at least {c.profile_fraction_min}: "
-        f"{ok}/{n} = {share_b:.3g}",
-        bool(n > 0 and share_b >= c.profile_fraction_min), note=gate_note)
+        {"pairs_with_interior_profile": ok, "pairs_analysed": n, "share": ok / n if n else float("nan"),
+         "pairs_with_full_profile": int(gated.decomposition.sum()), "n_layer": layers},
+        f"for every model size (replicates: its seeds) and the pretrained LMs together (replicates: the models), the "
+        f"95% t interval of the mean per-replicate share of gated pairs whose dominant hypothesis per interior layer "
+        f"(largest normalised probability) follows that order and includes R1(C2) lies above profile_fraction_min = "
+        f"{c.profile_fraction_min}. Layers 0 and n_layer are left out: R2(C2) there and R1(C1) at the last layer "
+        f"hold by construction (a sanity check in the report)",
+        ev_b, Control(no_control),
+        note=notes(gate_note,
+                   "with 2-layer models the interior is layer 1 alone, so for them (b) says that R1(C2) dominates "
+                   "at layer 1, close to claim (a); issue 20 trains deeper models (4-8 layers)" if min(layers) <= 2 else "",
+                   f"no pair passed the gate for {', '.join(empty(ev_b))}" if empty(ev_b) else "", few))
+
     g = over[over.story_gated]
     gains = (g.after - g.before).to_numpy()
+    ev_c = evidence("gain", c.injection_gain_min, "accuracy after - before under injection")
+    story_missing = empty(ev_c)
     cc = Claim(
         "c", "Patching the middle-layer last-token state of one trusted prompt restores accuracy under prompt "
              "injection.",
         "15.5% -> 97.5% on Pythia-12b",
         {"models": len(g), "accuracy_before": g.before.tolist(), "accuracy_after": g.after.tolist(),
          "layers": g.layer.tolist(), "min_gain": float(gains.min()) if len(gains) else float("nan")},
-        f"for every model whose story task passed the gate, accuracy after - before >= {c.injection_gain_min} "
-        f"(the layer is the story's best request-patching layer): gains {', '.join(f'{x:.3g}' for x in gains) or 'none'}",
-        bool(len(gains) > 0 and (gains >= c.injection_gain_min).all()),
-        note="" if len(gains) else "no model passed the accuracy gate on the story task")
+        f"for every model size (replicates: its seeds whose story task passed the gate) and the pretrained LMs "
+        f"together, the 95% t interval of the mean accuracy gain after - before on the injected stories (the patch "
+        f"at the story's best request-patching layer) lies above injection_gain_min = {c.injection_gain_min}",
+        ev_c, Control("not run yet: issue 20 redesigns this experiment with models not trained to obey the injected "
+                      "note, and a patch that carries no request (a trusted story asking another attribute), on which "
+                      "the same gain criterion would be run"),
+        note=notes("the trained models are trained to follow the injected note, so their accuracy under injection "
+                   "starts low by design",
+                   f"the story task did not pass the gate for {', '.join(story_missing)}" if story_missing else "", few))
     return [a, b, cc]
 
 
@@ -261,11 +334,14 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, benchmarks, ta
     pairs, oversight = summarise(acc, sweep, over, p.claims.gate_accuracy)
 
     md = pairs.assign(gated=pairs.gated.map({True: "yes", False: "excluded"}),
-                      decomposition=pairs.decomposition.map({True: "yes", False: "no"}))
-    md = md[["model", "seed", "family", "n_layer", "accuracy", "gated", "r1c2_max", "r1c2_layer", "profile", "decomposition"]]
+                      decomposition=pairs.decomposition.map({True: "yes", False: "no"}),
+                      interior=pairs.interior.map({True: "yes", False: "no"}))
+    md = md[["model", "seed", "family", "n_layer", "accuracy", "gated", "r1c2_max", "r1c2_layer", "profile",
+             "decomposition", "interior"]]
     md = md.rename(columns={"accuracy": "test accuracy", "gated": f"gate (>= {p.claims.gate_accuracy})",
                             "r1c2_max": "max_L p(R1(C2)) / p_clean", "r1c2_layer": "at layer L",
-                            "profile": "dominant output, L = 0 ..", "decomposition": "R2(C2) -> R1(C2) -> R1(C1)"})
+                            "profile": "dominant output, L = 0 ..", "decomposition": "R2(C2) -> R1(C2) -> R1(C1)",
+                            "interior": "same, interior layers (claim (b))"})
     long = [pairs.melt(id_vars=["model", "seed", "family"], value_vars=["accuracy", "r1c2_max", "r1c2_layer"],
                        var_name="quantity"),
             oversight.assign(family="story (injected)").melt(
@@ -293,7 +369,7 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, benchmarks, ta
     claim_list = _claims(p, pairs, oversight)
     write_claims(claim_list, claims, paper=SLUG, scale=scale)
     write_json(to_dict(p), params_json)
-    write_report(report_md, title=TITLE, scale=scale, what_was_run=_what_was_run(p), table_md=table_md,
+    write_report(report_md, title=TITLE, scale=scale, what_was_run=_what_was_run(p) + " " + _sanity(pairs), table_md=table_md,
                  figures=[fig_layers, fig_oversight, fig_training], claims=claim_list, benchmarks=benchmarks,
                  differences=DIFFERENCES)
 
@@ -311,6 +387,15 @@ def _what_was_run(p: Params) -> str:
             f"{p.claims.gate_accuracy} is analysed by request-patching at every layer (the residual stream at the "
             f"last token of x2 = (C2, R2) overwritten by that of x1 = (C1, R1)), and each model by the oversight "
             f"experiment: {p.inject_prompts} stories with an injected note, patched from one trusted story.")
+
+
+def _sanity(pairs: pd.DataFrame) -> str:
+    """The end layers of the profile, fixed by construction (not a claim): R2(C2) at L = 0, R1(C1) at L = n_layer."""
+    gated = pairs[pairs.gated]
+    ok = int(gated.ends_by_construction.sum())
+    return (f"Sanity check, not a claim: the dominant output is R2(C2) at L = 0 and R1(C1) at L = n_layer in {ok} of "
+            f"{len(gated)} gated pairs (by construction: at L = 0 the patch is the embedding of the last token, at "
+            f"L = n_layer it is the state that sets the output); claim (b) is therefore tested on the interior layers.")
 
 
 def _pretrained_sentence(p: Params) -> str:

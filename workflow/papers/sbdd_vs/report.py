@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from papers.common.claims import Claim
+from papers.common.claims import Claim, Control, mean_test, unpaired_test
 from papers.common.plotting import savefig, subplots
 from papers.common.tables import mean_std
 from papers.common.tables import write_table as _write_table
@@ -82,55 +82,117 @@ def figure_decoys(m: pd.DataFrame, rec: dict, p, path) -> None:
     savefig(fig, path)
 
 
-def claims(m: pd.DataFrame, p) -> list[Claim]:
+def _per_seed(m: pd.DataFrame, target: str, generator: str, metric: str) -> np.ndarray:
+    """One value per sampling seed (the replicates), in seed order."""
+    g = m[(m.target == target) & (m.generator == generator)].sort_values("seed")
+    return g[metric].to_numpy(float)
+
+
+def seed_rank_correlations(m: pd.DataFrame, target: str, generators, x: str, sign: float, y: str = "bedroc"):
+    """Per sampling seed: Spearman rho between the generators' ranking by `sign` * `x` and by `y`, over the
+    generators with a finite `x` in that seed (NaN with fewer than 3). Returns (rho per seed, generators left out)."""
+    t = m[m.target == target]
+    rhos, left_out = [], set()
+    for _, g in t.groupby("seed", sort=True):
+        g = g.set_index("generator").reindex(list(generators))
+        ok = g[np.isfinite(g[x]) & np.isfinite(g[y])]
+        left_out |= set(g.index) - set(ok.index)
+        rhos.append(screening.rank_correlation(sign * ok[x], ok[y]) if len(ok) >= 3 else float("nan"))
+    return np.array(rhos, dtype=float), sorted(left_out)
+
+
+def upper_bound_check(m: pd.DataFrame, p) -> str:
+    """The known actives as the query set: a sanity check of the library, not a claim. Every decoy has Tanimoto
+    < decoys.max_similarity to every active, the known ones included, while the planted actives are close
+    analogues of the known ones, so a high EF and AUROC of the known actives follow from the decoy filter."""
     c = p.claims
+    lines = []
+    for target in p.targets:
+        ef, auroc = _per_seed(m, target, "known", "ef"), _per_seed(m, target, "known", "auroc")
+        ok = bool(ef.size and np.all(ef >= c.upper_bound_min_ef) and np.all(auroc >= c.upper_bound_min_auroc))
+        lines.append(f"{target}: EF1% {mean_std(ef, 3)}, AUROC {mean_std(auroc, 3)} "
+                     f"({'passes' if ok else 'FAILS'}: EF1% >= {c.upper_bound_min_ef:g} and AUROC >= "
+                     f"{c.upper_bound_min_auroc:g} in every seed)")
+    return ("Sanity check, not a claim: the known actives used as the query set reach " + "; ".join(lines) + ". "
+            f"This is expected by construction (every decoy has Tanimoto < {p.decoys.max_similarity} to every active, "
+            "the known ones included, and the planted hidden actives are analogues of the known ones), so it checks "
+            "the library build, not the paper; a failure would mean the library or the metrics are broken.")
+
+
+def claims(m: pd.DataFrame, p) -> list[Claim]:
+    """Per target: (a) conventional rankings disagree with the screening ranking, (b) the generated sets fall
+    short of the reference ligands, (c) the decoys are unbiased. Replicates: the generators' sampling seeds
+    (one split seed, one decoy seed, one LM training seed: the library and the LM are single draws)."""
+    c = p.claims
+    n = int(m.seed.nunique())
+    others = lambda name: [g for g in p.generators if g != name]  # noqa: E731
     out = []
     for target in p.targets:
         agg = per_generator(m, target, p.generators)
+        rho_ctl, _ = seed_rank_correlations(m, target, p.generators, "auroc", 1.0)
         for metric, sign, paper in (
             ("docking", -1.0, ("SBDD models excel on Vina scores yet fall short on the screening metrics "
                                "(the issue's CDK2 prototype: best docking proxy -9.53 with EF1% 0)")),
             ("qed", 1.0, "high QED and SA do not make generated molecules useful queries"),
         ):
-            # a generator without a valid molecule has no docking score or QED: it is left out of the ranking
+            # a generator without a valid molecule has no docking score or QED: left out of that seed's ranking
+            rho, left_out = seed_rank_correlations(m, target, p.generators, metric, sign)
+            rho_ctl_m, _ = seed_rank_correlations(m, target, [g for g in p.generators if g not in left_out],
+                                                  "auroc", 1.0)
             ranked = agg[np.isfinite(agg[metric])]
-            k, left_out = len(ranked), sorted(set(agg.index) - set(ranked.index))
-            rho = {s: screening.rank_correlation(sign * ranked[metric], ranked[s]) if k >= 3 else float("nan")
-                   for s in ("bedroc", "ef", "auroc")}
-            best_conv = (ranked[metric].idxmin() if sign < 0 else ranked[metric].idxmax()) if k else "none"
-            holds = bool(np.isfinite(rho["bedroc"]) and rho["bedroc"] < c.max_rank_correlation)
+            best_conv = (ranked[metric].idxmin() if sign < 0 else ranked[metric].idxmax()) if len(ranked) else "none"
+            ev = mean_test(rho, threshold=c.max_rank_correlation, direction="<", what="sampling seeds",
+                           name=f"rho({metric}, BEDROC)")
+            ctl = mean_test(rho_ctl_m, threshold=c.max_rank_correlation, direction="<", what="sampling seeds",
+                            name="rho(AUROC, BEDROC)")
+            note = " ".join(filter(None, [
+                f"left out of some seed's ranking (no valid molecule): {', '.join(left_out)}." if left_out else "",
+                ("The docking score is a size-and-shape proxy nearly monotone in heavy-atom count (issue 24), so the "
+                 "docking ranking largely ranks molecule size." if metric == "docking" else ""),
+                f"A rank correlation over {len(p.generators)} generators takes few values and is coarse."]))
             out.append(Claim(
                 f"a_{metric}_{target.lower()}",
                 f"{target}: ranking the generators by {'docking score' if metric == 'docking' else 'QED'} "
                 "disagrees with ranking them by the screening metric (BEDROC).",
                 paper,
-                {"spearman_bedroc": rho["bedroc"], "spearman_ef": rho["ef"], "spearman_auroc": rho["auroc"],
-                 f"best_by_{metric}": best_conv, "best_by_bedroc": agg.bedroc.idxmax(), "generators": k},
-                f"Spearman rho between the {metric} ranking and the BEDROC ranking of the {k} generators "
-                f"(means over seeds) < max_rank_correlation: {rho['bedroc']:.3f} < {c.max_rank_correlation}",
-                holds,
-                note=" ".join(filter(None, [
-                    f"left out (no valid molecule): {', '.join(left_out)}." if left_out else "",
-                    "" if holds else (f"The {metric} and BEDROC rankings agree (rho = {rho['bedroc']:.3f})."
-                                      if np.isfinite(rho["bedroc"]) else "Fewer than 3 generators to rank.")])),
+                {"spearman_bedroc_mean": float(np.nanmean(rho)) if np.isfinite(rho).any() else float("nan"),
+                 "spearman_bedroc_per_seed": [round(float(r), 3) for r in rho],
+                 f"best_by_{metric}": best_conv, "best_by_bedroc": agg.bedroc.idxmax()},
+                f"per sampling seed, Spearman rho between the generators' {metric} ranking and their BEDROC ranking; "
+                f"the {n}-seed 95% interval of its mean lies below max_rank_correlation = {c.max_rank_correlation:g}",
+                ev, Control("a screening metric in place of the conventional one: the generators' AUROC ranking "
+                            "(whole list) against their BEDROC ranking (early recognition), same generators and "
+                            "seeds; both read the same similarity ranking, so they should agree and the test should "
+                            "not hold", ctl),
+                note=note,
             ))
-        ub = agg.loc["known"]
-        holds = bool(ub.ef >= c.upper_bound_min_ef and ub.auroc >= c.upper_bound_min_auroc)
+
+        bedroc = {g: _per_seed(m, target, g, "bedroc") for g in p.generators}
+
+        def beats_all(name):  # BEDROC of `name` above every other generator's, Welch over sampling seeds
+            return [unpaired_test(bedroc[name], bedroc[g], threshold=0.0, direction=">", what="sampling seeds",
+                                  name=f"{name} - {g}") for g in others(name)]
+
         out.append(Claim(
             f"b_{target.lower()}",
-            f"{target}: the known actives, used as the generated set, score high on the screening metrics (upper bound).",
+            f"{target}: the generated sets fall short of the reference ligands: the known actives, used as the "
+            "query set, reach a higher BEDROC than every generator's molecules.",
             "reference ligands retrieve actives well; generated sets fall short of them",
-            {"ef": float(ub.ef), "bedroc": float(ub.bedroc), "auroc": float(ub.auroc),
-             "rank_by_bedroc": int(agg.bedroc.rank(ascending=False)["known"])},
-            f"known actives: EF1% >= {c.upper_bound_min_ef} and AUROC >= {c.upper_bound_min_auroc}: "
-            f"EF1% = {ub.ef:.3g}, AUROC = {ub.auroc:.3f}",
-            holds,
-            note="" if holds else "the hidden actives (other clusters) are too far from the known ones for a "
-                                  "2D similarity search at this scale",
+            {"bedroc_known": float(np.mean(bedroc["known"])),
+             "bedroc_best_generator": max(others("known"), key=lambda g: np.nanmean(bedroc[g])),
+             **{f"bedroc_{g}": float(np.nanmean(bedroc[g])) for g in others("known")}},
+            f"for every other generator, the 95% Welch interval over the {n} sampling seeds of (BEDROC of the known "
+            "actives - BEDROC of the generator) lies above 0 (the paper claims a shortfall, of any size)",
+            beats_all("known"),
+            Control("random drug-like molecules in place of the known actives (queries that are not actives): the "
+                    "same test of the random generator against every other one", beats_all("random")),
+            note=("The decoys are filtered against every active, the known ones included (issue 24), which favours "
+                  "the known actives and the generators that copy or recombine them (lm, brics); the LM is trained "
+                  "once, so its seeds vary sampling only."),
         ))
-        r = m[(m.target == target) & (m.generator == "random")].auroc
-        dev = abs(float(r.mean()) - 0.5)
-        holds = bool(dev <= c.bias_tolerance)
+
+        r = _per_seed(m, target, "random", "auroc")
+        tol = c.bias_tolerance
         out.append(Claim(
             f"c_{target.lower()}",
             f"{target}: the decoys are unbiased: random draws from a drug-like library rank actives no better "
@@ -138,11 +200,19 @@ def claims(m: pd.DataFrame, p) -> list[Claim]:
             "DUD-E-style decoys; the analogue-bias check of the issue",
             {"auroc_random_mean": float(r.mean()), "auroc_random_std": float(r.std(ddof=1)) if len(r) > 1 else 0.0,
              "seeds": len(r)},
-            f"|mean AUROC of the random generator - 0.5| <= bias_tolerance: {dev:.3f} <= {c.bias_tolerance}",
-            holds,
-            note="" if holds else ("random drug-like molecules resemble the actives more than the decoys "
-                                   "(analogue bias in the decoy set)" if r.mean() > 0.5 else
-                                   "random drug-like molecules resemble the decoys more than the actives"),
+            f"the {n}-seed 95% interval of the random generator's mean AUROC lies inside 0.5 +- bias_tolerance = "
+            f"[{0.5 - tol:g}, {0.5 + tol:g}]",
+            [mean_test(r, threshold=0.5 - tol, direction=">", what="sampling seeds", name="AUROC above 0.5 - tol"),
+             mean_test(r, threshold=0.5 + tol, direction="<", what="sampling seeds", name="AUROC below 0.5 + tol")],
+            Control("not run yet: issue 24 redesigns this experiment with decoys drawn from the pool without the "
+                    "DUD-E matching (the recipe absent), where the same test should fail, and with random-query AUROCs "
+                    "over 20+ draws and several split and decoy seeds"),
+            note=(("random drug-like molecules resemble the actives more than the decoys (analogue bias). "
+                   if r.mean() > 0.5 + tol else
+                   "random drug-like molecules resemble the decoys (WEHI/NCI) more than the actives. "
+                   if r.mean() < 0.5 - tol else "")
+                  + "The seeds vary the random draws only: the split and the decoys are one draw each, so the "
+                    "interval leaves out the library's own variation (issue 24)."),
         ))
     return out
 
@@ -195,5 +265,8 @@ Vina's rotatable-bond normalisation); the full scale switches to AutoDock Vina t
 library is built here, DUD-E style, from RDKit's real EGFR and CDK2 actives (hidden clusters) and property-matched,
 dissimilar WEHI and NCI compounds; it is smaller than DUD-E's and its decoys come from a different pool than ZINC.
 Only Morgan-fingerprint similarity is used for the search (the paper also uses a learned embedding). The claims
-are per target and average over the generators' sampling seeds; a rank correlation over five generators is coarse.
+are per target and decided on intervals over the generators' sampling seeds; the split, the decoys and the LM's
+training are single draws, so those intervals leave out their variation. A rank correlation over five generators
+is coarse. The known actives' own EF and AUROC are reported as a sanity check, not a claim: the decoy filter makes
+them high by construction.
 """

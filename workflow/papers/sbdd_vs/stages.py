@@ -272,7 +272,7 @@ def report(*, cfg, scale, metrics, records, lm_history, optimiser_histories, ben
     write_claims(claim_list, claims, paper=SLUG, scale=scale)
     write_json(to_dict(p), params_json)
     opt_hists = {t: read_parquet(path) for t, path in zip(p.targets, optimiser_histories)}
-    write_report(report_md, title=TITLE, scale=scale, what_was_run=rep.what_was_run(p, rec, read_parquet(lm_history),
-                                                                                 opt_hists),
+    what = rep.what_was_run(p, rec, read_parquet(lm_history), opt_hists) + "\n\n" + rep.upper_bound_check(m, p)
+    write_report(report_md, title=TITLE, scale=scale, what_was_run=what,
                  table_md=table_md, figures=[fig_metrics, fig_decoys], claims=claim_list, benchmarks=benchmarks,
                  differences=rep.DIFFERENCES)

@@ -80,9 +80,9 @@ class ClaimParams:
     """Thresholds of the claims, fixed before any result was seen."""
 
     bon_min_gain: float = 0.1  # (a) best-of-N_max minus sampling accuracy, at least
-    monotone_slack: float = 0.02  # (a) a step up in N may lose at most this much accuracy
+    monotone_slack: float = 0.02  # sanity check (not a claim): a step up in N may lose at most this much accuracy
     amortisation_fraction: float = 0.75  # (b) share of best-of-m's gain over sampling that SFT recovers
-    rl_margin: float = 0.05  # (c) RL minus SFT accuracy at the largest budget, at least
+    rl_margin: float = 0.05  # (c) RL minus SFT accuracy at every budget, above
     kl_tolerance: float = 0.05  # (d) KL(pi_RL || pi*_beta) in nats per prompt, at most
 
 

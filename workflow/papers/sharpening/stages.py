@@ -317,7 +317,7 @@ def _curve(df, level, variant, method, budgets) -> list[float]:
 
 def report(*, cfg, scale, results, summary, convergence, history, benchmarks,
            table_md, table_csv, claims, params_json, report_md, fig_bon, fig_sharpening, fig_convergence):
-    from papers.common.claims import Claim, write_claims
+    from papers.common.claims import write_claims
     from papers.common.plotting import savefig, subplots
     from papers.common.report import write_report
     from papers.common.tables import mean_std, write_table
@@ -418,85 +418,8 @@ def report(*, cfg, scale, results, summary, convergence, history, benchmarks,
     ax.legend(fontsize=7)
     savefig(fig, fig_convergence)
 
-    # --- claims
-    claims_list = []
-    # (a) best-of-N beats sampling and improves with N (the LM, both variants)
-    ns = sorted(p.bon_sizes)
-    meas_a, ok_a, words = {}, True, []
-    for variant in p.variants:
-        curve = _curve(df, "lm", variant, "best_of_n", ns)
-        gain = curve[-1] - curve[0]
-        worst_step = float(min(np.diff(curve))) if len(curve) > 1 else 0.0
-        meas_a.update({f"{variant}.best_of_1": curve[0], f"{variant}.best_of_{ns[-1]}": curve[-1],
-                       f"{variant}.worst_step": worst_step})
-        words.append(f"{variant}: gain {gain:.3g}, worst step {worst_step:.3g}")
-        ok_a = ok_a and gain >= c.bon_min_gain and worst_step >= -c.monotone_slack
-    claims_list.append(Claim(
-        "a", "Best-of-N with the self-reward log pi_base beats plain sampling and improves with N.",
-        "best-of-N under the model's own sequence likelihood lifts accuracy over sampling and greedy decoding "
-        "across models and tasks",
-        meas_a,
-        f"for both LM variants: best-of-{ns[-1]} minus sampling accuracy >= {c.bon_min_gain} and no step up in N "
-        f"loses more than {c.monotone_slack} accuracy: "
-        + "; ".join(words),
-        ok_a, note="" if ok_a else "too small a gain over sampling, or a step up in N lost accuracy, in some variant"))
-
-    # (b) SFT-sharpening amortises best-of-m (high coverage), at every budget
-    fracs = {}
-    for m in budgets["lm"]:
-        sample = _mean(df, "lm", "high_coverage", "sample", 1)
-        bon, sft = _mean(df, "lm", "high_coverage", "best_of_n", m), _mean(df, "lm", "high_coverage", "sft", m)
-        fracs[m] = (sft - sample) / (bon - sample) if bon > sample else float("nan")
-    finite = bool(np.isfinite(list(fracs.values())).all())
-    worst = min(fracs.values()) if finite else float("nan")
-    ok_b = finite and worst >= c.amortisation_fraction
-    claims_list.append(Claim(
-        "b", "SFT-sharpening amortises best-of-N: the fine-tuned model's single-sample accuracy approaches "
-        "best-of-N's.",
-        "SFT on best-of-N winners recovers much of best-of-N's gain in one sample (amortisation experiments)",
-        {**{f"recovered.m{m}": f for m, f in fracs.items()},
-         **{f"sft.m{m}": _mean(df, "lm", "high_coverage", "sft", m) for m in budgets["lm"]},
-         **{f"best_of_m.m{m}": _mean(df, "lm", "high_coverage", "best_of_n", m) for m in budgets["lm"]}},
-        f"high-coverage LM, every budget m in {budgets['lm']}: (SFT - sampling) / (best-of-m - sampling) >= "
-        f"{c.amortisation_fraction}; worst {worst:.3g}",
-        ok_b, note="" if ok_b else ("SFT recovers less than the required share of best-of-m's gain at some budget"
-                                    if np.isfinite(worst) else "best-of-m does not beat sampling at some budget, so "
-                                    "there is no gain to amortise")))
-
-    # (c) under low coverage RL beats SFT at the largest matched budget (both levels)
-    meas_c, diff, ok_c, notes = {}, {}, True, []
-    for level, variant in [("lm", "low_coverage"), ("tabular", "tabular")]:
-        m = max(budgets[level])
-        rl, sft = _mean(df, level, variant, "rl", m), _mean(df, level, variant, "sft", m)
-        meas_c.update({f"{variant}.rl.m{m}": rl, f"{variant}.sft.m{m}": sft})
-        for b in budgets[level]:
-            gap = _mean(df, level, variant, "rl", b) - _mean(df, level, variant, "sft", b)
-            meas_c[f"{variant}.rl_minus_sft.m{b}"] = gap
-        diff[variant] = rl - sft
-        if not rl - sft >= c.rl_margin:
-            ok_c = False
-            notes.append(f"{variant}: RL {rl:.3g} vs SFT {sft:.3g} at m = {m}")
-    claims_list.append(Claim(
-        "c", "Under low coverage, RL-sharpening beats SFT-sharpening at a matched sample budget.",
-        "RLHF-sharpening with online exploration bypasses the coverage requirement of SFT-sharpening",
-        meas_c,
-        f"mean over seeds, at the largest budget: RL - SFT >= {c.rl_margin} on the low-coverage LM "
-        f"({diff['low_coverage']:.3g}) and on the tabular model (C_cov = {coverage['tabular']:.3g}; "
-        f"{diff['tabular']:.3g})",
-        ok_c, note="; ".join(notes)))
-
-    # (d) tabular RL converges to the closed-form optimum
-    final_kl = float(conv.kl_to_optimum.iloc[-1])
-    claims_list.append(Claim(
-        "d", "On the tabular model, RL-sharpening converges to the closed-form optimum pi_base^(1+1/beta) / Z.",
-        "the KL-regularised self-reward objective is maximised by pi*_beta proportional to pi_base^(1+1/beta)",
-        {"kl_final": final_kl, "kl_initial": float(conv.kl_to_optimum.iloc[0]),
-         "samples_per_prompt": int(conv.samples_per_prompt.iloc[-1]), "beta": p.beta,
-         "optimum_accuracy": s["tabular"]["optimum_accuracy"]},
-        f"KL(pi_RL || pi*_beta) per prompt after {int(conv.samples_per_prompt.iloc[-1])} samples per prompt "
-        f"<= {c.kl_tolerance} nats: {final_kl:.3g} (from {float(conv.kl_to_optimum.iloc[0]):.3g} at pi_base)",
-        final_kl <= c.kl_tolerance,
-        note="" if final_kl <= c.kl_tolerance else "the run ends farther from the optimum than the tolerance"))
+    # --- claims (each decided on an interval over independent replicates; see sharpening_claims)
+    claims_list = sharpening_claims(p, df, s, conv)
     write_claims(claims_list, claims, paper=SLUG, scale=scale)
     write_json(to_dict(p), params_json)
 
@@ -522,7 +445,7 @@ def report(*, cfg, scale, results, summary, convergence, history, benchmarks,
         f"({p.sharpen.rl_samples_per_prompt} samples per prompt per step, lr {p.sharpen.rl_lr}), {p.sharpen.seeds} "
         f"seeds of sampling and fine-tuning. Accuracies on {p.task.test_prompts} held-out prompts per variant: one "
         f"sample's accuracy is exact (pi(correct | x) by teacher forcing); best-of-N is estimated without bias from "
-        f"one pool of {max(p.bon_sizes)} samples per prompt.")
+        f"one pool of {max(p.bon_sizes)} samples per prompt. " + monotone_check(p, df))
     differences = (
         "The paper is mainly theoretical; its experiments use pretrained LLMs (best-of-N with the sequence "
         "log-likelihood on math and QA benchmarks, and SFT-sharpening for amortisation). Nothing of that runs "
@@ -542,3 +465,142 @@ def report(*, cfg, scale, results, summary, convergence, history, benchmarks,
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md,
                  figures=[fig_bon, fig_sharpening, fig_convergence], claims=claims_list, benchmarks=benchmarks,
                  differences=differences)
+
+
+def monotone_check(p: Params, df: pd.DataFrame) -> str:
+    """A sanity check, not a claim: best-of-N never loses more than claims.monotone_slack accuracy per step up
+    in N. On this task the correct answer is the mode of every prompt's law, so best-of-N under the model's own
+    likelihood improves with N by construction; a failure here points at the estimator, not at the paper."""
+    ns, slack = sorted(p.bon_sizes), p.claims.monotone_slack
+    words = []
+    for variant in p.variants:
+        curve = _curve(df, "lm", variant, "best_of_n", ns)
+        worst = float(min(np.diff(curve))) if len(curve) > 1 else 0.0
+        words.append(f"{LABEL[variant]}: worst step {worst:.3g} ({'ok' if worst >= -slack else 'FAILS'})")
+    return (f"Sanity check, not a claim (true by construction: the correct answer is each prompt's mode): best-of-N "
+            f"loses at most {slack} accuracy per step up in N; " + "; ".join(words) + ".")
+
+
+def sharpening_claims(p: Params, df: pd.DataFrame, s: dict, conv: pd.DataFrame) -> list:
+    """The four claims, decided on intervals over independent replicates (papers.common.claims).
+
+    Replicates: the base language model is one pretrained checkpoint evaluated once, so every quantity of the
+    base model alone (sampling, greedy, best-of-N) rests on one replicate; SFT and RL are repeated over
+    `sharpen.seeds` (LM) and `tabular.seeds` (tabular) independent seeds of sampling and fine-tuning; the
+    convergence run of claim (d) is one run. SFT and RL of one seed index share no random stream, so their
+    comparison is unpaired (Welch).
+    """
+    from papers.common.claims import Claim, Control, mean_test, paired_test, unpaired_test
+
+    c = p.claims
+    budgets = {"tabular": list(p.tabular.budgets), "lm": list(p.sharpen.budgets)}
+    coverage = {"tabular": s["tabular"]["coverage"], **{v: s["lm"][v]["coverage"] for v in p.variants}}
+    few_lm = "; ".join(x for x in [
+        f"the LM is sharpened with {p.sharpen.seeds} seed(s)" if p.sharpen.seeds < 3 else "",
+        f"the tabular model with {p.tabular.seeds} seed(s)" if p.tabular.seeds < 3 else ""] if x)
+
+    # (a) best-of-N beats sampling and greedy decoding (the LM, both variants, at the largest N).
+    N = max(p.bon_sizes)
+    meas_a, ev_a = {}, []
+    for variant in p.variants:
+        bon, sample, greedy = (_cell(df, "lm", variant, m, b) for m, b in (("best_of_n", N), ("sample", 1), ("greedy", 1)))
+        meas_a.update({f"{variant}.sampling": float(sample.mean()), f"{variant}.greedy": float(greedy.mean()),
+                       f"{variant}.best_of_{N}": float(bon.mean())})
+        ev_a += [paired_test(bon, sample, threshold=c.bon_min_gain, direction=">", what="base-model checkpoints",
+                             name=f"{variant}: best-of-{N} - sampling"),
+                 paired_test(bon, greedy, threshold=0.0, direction=">", what="base-model checkpoints",
+                             name=f"{variant}: best-of-{N} - greedy")]
+    greedy_wins = [e.name.split(":")[0] for e in ev_a if "greedy" in e.name and e.effect <= 0]
+    claim_a = Claim(
+        "a", "Best-of-N with the self-reward log pi_base lifts accuracy over plain sampling and over greedy decoding.",
+        "best-of-N under the model's own sequence likelihood lifts accuracy over sampling and greedy decoding "
+        "across models and tasks",
+        meas_a,
+        f"for both LM variants, with the pretrained checkpoints as replicates: best-of-{N} minus sampling accuracy "
+        f"above bon_min_gain = {c.bon_min_gain}, and best-of-{N} minus greedy accuracy above 0 (a lift of any "
+        "size). That best-of-N improves with N is true by construction here (the correct answer is the mode) and "
+        "is reported as a sanity check, not a claim",
+        ev_a,
+        Control("not run yet: issue 20 redesigns this experiment with a task whose sequence mode is not greedy's "
+                "answer, and a control where the self-reward carries no information about correctness (best-of-N "
+                "under a shuffled or random reward), on which the same criterion would be run"),
+        note="; ".join(x for x in [
+            "the base model is one pretrained checkpoint, so its accuracies rest on one replicate; issue 20 adds "
+            "pretraining seeds",
+            (f"greedy decoding is at least as accurate as best-of-{N} in {', '.join(greedy_wins)}: label noise is "
+             "independent per letter, so greedy decoding finds the mode (issue 20 builds a task where it does not)")
+            if greedy_wins else ""] if x))
+
+    # (b) SFT-sharpening amortises best-of-m (high coverage), at every budget.
+    sample = _mean(df, "lm", "high_coverage", "sample", 1)
+    ev_b, meas_b, no_gain = [], {}, []
+    for m in budgets["lm"]:
+        bon, sft = _mean(df, "lm", "high_coverage", "best_of_n", m), _cell(df, "lm", "high_coverage", "sft", m)
+        frac = (sft - sample) / (bon - sample) if bon > sample else np.full(len(sft), np.nan)
+        if not bon > sample:
+            no_gain.append(m)
+        ev_b.append(mean_test(frac, threshold=c.amortisation_fraction, direction=">", what="sharpening seeds",
+                              name=f"m = {m}"))
+        meas_b.update({f"recovered.m{m}": float(np.mean(frac)), f"sft.m{m}": float(sft.mean()),
+                       f"best_of_m.m{m}": bon})
+    claim_b = Claim(
+        "b", "SFT-sharpening amortises best-of-N: the fine-tuned model's single-sample accuracy approaches "
+        "best-of-N's.",
+        "SFT on best-of-N winners recovers much of best-of-N's gain in one sample (amortisation experiments)",
+        meas_b,
+        f"high-coverage LM, every budget m in {budgets['lm']}: the 95% t interval over sharpening seeds of the mean "
+        f"share of best-of-m's gain over sampling that one SFT sample recovers, (SFT - sampling) / (best-of-m - "
+        f"sampling), lies above amortisation_fraction = {c.amortisation_fraction}",
+        ev_b,
+        Control("not run yet: issue 20 redesigns this experiment with SFT on unselected samples (one random sample "
+                "of the pool per prompt instead of the best-of-m winner), on which the same criterion would be run"),
+        note="; ".join(x for x in [
+            f"best-of-m does not beat sampling at m = {no_gain}, so there is no gain to amortise there" if no_gain else "",
+            "sampling and best-of-m come from the one pretrained checkpoint, so the interval covers the sharpening "
+            "seeds only", f"the LM is sharpened with {p.sharpen.seeds} seed(s)" if p.sharpen.seeds < 3 else ""] if x))
+
+    # (c) under low coverage RL beats SFT at matched budgets: every budget the run covers, both levels.
+    def rl_vs_sft(level, variant):
+        return [unpaired_test(_cell(df, level, variant, "rl", m), _cell(df, level, variant, "sft", m),
+                              threshold=c.rl_margin, direction=">", what="seeds per arm", name=f"{variant}, m = {m}")
+                for m in budgets[level]]
+
+    ev_c = rl_vs_sft("lm", "low_coverage") + rl_vs_sft("tabular", "tabular")
+    ctl_c = rl_vs_sft("lm", "high_coverage")
+    meas_c = {f"{e.name.split(',')[0]}.rl_minus_sft.m{e.name.split('= ')[1]}": e.effect for e in ev_c}
+    behind = [e.name for e in ev_c if e.verdict == "does not hold"]
+    claim_c = Claim(
+        "c", "Under low coverage, RL-sharpening beats SFT-sharpening at matched sample budgets, over the whole "
+             "budget range the run covers.",
+        "RLHF-sharpening with online exploration bypasses the coverage requirement of SFT-sharpening",
+        meas_c,
+        f"at every budget m (LM: {budgets['lm']}, tabular: {budgets['tabular']}) of the low-coverage LM "
+        f"(C_cov = {coverage['low_coverage']:.3g}) and of the tabular model (C_cov = {coverage['tabular']:.3g}), "
+        f"the Welch 95% interval of mean RL - mean SFT accuracy over seeds lies above rl_margin = {c.rl_margin}",
+        ev_c,
+        Control(f"the same criterion on the high-coverage LM (C_cov = {coverage['high_coverage']:.3g}), where SFT's "
+                "coverage requirement is met at the larger budgets and the paper's mechanism gives RL no advantage "
+                "there (no high-coverage tabular model is run; issue 20 sweeps the coverage coefficient)", ctl_c),
+        note="; ".join(x for x in [
+            f"the interval lies below the margin at {', '.join(behind)}" if behind else "",
+            "the paper's theorem bounds the budget each method needs, not their order at every budget; issue 20 "
+            "states (c) as SFT's required budget growing with C_cov while RL's does not", few_lm] if x))
+
+    # (d) tabular RL converges to the closed-form optimum (one long run).
+    final_kl, first_kl = float(conv.kl_to_optimum.iloc[-1]), float(conv.kl_to_optimum.iloc[0])
+    samples = int(conv.samples_per_prompt.iloc[-1])
+    base_kl = _cell(df, "tabular", "tabular", "sample", 1, column="kl_to_optimum")  # KL(pi_base || pi*), exact
+    claim_d = Claim(
+        "d", "On the tabular model, RL-sharpening converges to the closed-form optimum pi_base^(1+1/beta) / Z.",
+        "the KL-regularised self-reward objective is maximised by pi*_beta proportional to pi_base^(1+1/beta)",
+        {"kl_final": final_kl, "kl_initial": first_kl, "samples_per_prompt": samples, "beta": p.beta,
+         "optimum_accuracy": s["tabular"]["optimum_accuracy"]},
+        f"KL(pi_RL || pi*_beta) per prompt after {samples} samples per prompt below kl_tolerance = {c.kl_tolerance} "
+        "nats, over the convergence runs (95% t interval of the mean)",
+        mean_test([final_kl], threshold=c.kl_tolerance, direction="<", what="convergence runs"),
+        Control("the same criterion on pi_base itself (no sharpening): KL(pi_base || pi*_beta), exact; if it were "
+                "within the tolerance the test could not tell a converged run from none",
+                mean_test(base_kl, threshold=c.kl_tolerance, direction="<", what="base models (exact, no sampling)")),
+        note="the convergence trace is one RL run, so the claim rests on one replicate; repeating the run over "
+             "seeds would give it an interval")
+    return [claim_a, claim_b, claim_c, claim_d]

@@ -9,7 +9,7 @@ import logging
 import numpy as np
 import pandas as pd
 
-from papers.common.claims import Claim, write_claims
+from papers.common.claims import HOLDS, Claim, Control, decide, mean_test, paired_test, write_claims
 from papers.common.io import read_json, read_parquet, read_parquets, write_json, write_parquet
 from papers.common.params import to_dict
 from papers.common.plotting import savefig, subplots
@@ -124,6 +124,33 @@ def first_ratio(points: pd.DataFrame, condition, run: int = 1) -> float:
     return float(np.nanmedian(found)) if np.isfinite(found).any() else float("nan")
 
 
+def _chaotic(g):
+    return (g.period == 0) & (g.lyapunov > 0) & ~g.diverged
+
+
+# (condition, consecutive points) of each onset; chaos must persist over 3 points (see evaluate)
+ONSETS = {
+    "period_2": (lambda g: g.period == 2, 1),
+    "period_4": (lambda g: g.period == 4, 1),
+    "period_8": (lambda g: g.period == 8, 1),
+    "chaos": (_chaotic, 3),
+    "divergence": (lambda g: g.diverged, 1),
+    "not_period_1": (lambda g: g.period != 1, 1),
+}
+
+
+def onsets_per_seed(points: pd.DataFrame, onset, ratio_column: str = "ratio") -> np.ndarray:
+    """Per seed (in seed order), the smallest ratio where the onset's condition holds on its run of
+    consecutive sweep points; NaN where it never does."""
+    condition, run = onset
+    found = []
+    for _, g in points.sort_values(["seed", ratio_column]).groupby("seed"):
+        hit = condition(g).to_numpy()
+        starts = [i for i in range(len(hit) - run + 1) if hit[i:i + run].all()]
+        found.append(g[ratio_column].iloc[starts[0]] if starts else np.nan)
+    return np.asarray(found, dtype=float)
+
+
 def evaluate(*, cfg, trajectory, points, histories, metrics):
     """EoS statistics of the trajectories, period-doubling thresholds, and the MLP's late sharpness."""
     p = parse(cfg)
@@ -183,10 +210,16 @@ def report(*, cfg, scale, metrics, trajectory, points, orbits, histories, benchm
                      "mean": g.sharpness_over_2_eta.mean(),
                      "std": g.sharpness_over_2_eta.std(ddof=1) if len(g) > 1 else 0.0,
                      "paper": "1 at the edge of stability (r > 1)" if r > 1 else "< 1 (converges to a minimum)"})
+    sweep_pts = read_parquet(points)
     for name in ("period_2", "period_4", "period_8", "chaos", "divergence"):
-        rows.append({"quantity": f"first eta/(2/lambda_min) with {name.replace('_', ' ')}",
-                     "measured": f"{thr[name]:.4g}" if np.isfinite(thr[name] if thr[name] is not None else np.nan) else "not reached",
-                     "mean": thr[name], "std": 0.0, "paper": "period doubling from 1, then chaos (bifurcation diagram)"})
+        per_seed = onsets_per_seed(sweep_pts, ONSETS[name])
+        found = per_seed[np.isfinite(per_seed)]
+        rows.append({"quantity": f"first eta/(2/lambda_min) with {name.replace('_', ' ')} (per seed)",
+                     "measured": (mean_std(found, 4) if found.size else "not reached")
+                                 + (f" ({found.size} of {per_seed.size} seeds)" if 0 < found.size < per_seed.size else ""),
+                     "mean": float(found.mean()) if found.size else float("nan"),
+                     "std": float(found.std(ddof=1)) if found.size > 1 else float("nan"),
+                     "paper": "period doubling from 1, then chaos (bifurcation diagram)"})
     for lr, g in mlp_df.groupby("lr"):
         rows.append({"quantity": f"MLP late sharpness x eta/2 (eta = {lr})",
                      "measured": mean_std(g.late_sharpness * lr / 2, 4), "mean": (g.late_sharpness * lr / 2).mean(),
@@ -242,43 +275,8 @@ def report(*, cfg, scale, metrics, trajectory, points, orbits, histories, benchm
     axes[0, 0].set_title("MLP on digits, full-batch GD")
     savefig(fig, fig_mlp)
 
-    # --- claims
-    eos_rows = eos[eos.ratio > 1]
-    # A run that diverged has no late sharpness (NaN): it counts as infinitely far from 2/eta.
-    dev = (eos_rows.sharpness_over_2_eta - 1).abs().fillna(np.inf)
-    worst_eos = float(dev.max()) if len(dev) else float("nan")
-    order = [thr["period_2"], thr["period_4"], thr["chaos"]]
-    finite = all(v is not None and np.isfinite(v) for v in order)
-    mlp_dev = (mlp_df.late_sharpness * mlp_df.lr / 2 - 1).abs()
-    rose = bool((mlp_df.initial_sharpness < mlp_df.two_over_eta).all())
-    feigenbaum = ((thr["period_4"] - thr["period_2"]) / (thr["period_8"] - thr["period_4"])
-                  if all(thr[k] is not None and np.isfinite(thr[k]) for k in ("period_2", "period_4", "period_8")) else float("nan"))
-    claims_list = [
-        Claim("a", "Edge of stability: for eta > 2/lambda_min the late-time mean sharpness sits at 2/eta.",
-              "sharpness settles at 2/eta (EoS) when eta exceeds 2/lambda_min",
-              {"worst_relative_deviation": worst_eos, "runs": int(len(eos_rows)),
-               "diverged": int(eos_rows.sharpness_over_2_eta.isna().sum())},
-              f"max over EoS runs of |<sharpness> eta/2 - 1| <= eos_tolerance: {worst_eos:.4g} <= {p.eos_tolerance}",
-              len(eos_rows) > 0 and worst_eos <= p.eos_tolerance,
-              note="" if len(eos_rows) else "no trajectory ratio above 1 was configured"),
-        Claim("b", "Period doubling: period 1 -> 2 -> 4 -> chaos as eta grows.",
-              "a period-doubling route to chaos on the EoS manifold",
-              {"period_2": thr["period_2"], "period_4": thr["period_4"], "period_8": thr["period_8"],
-               "chaos": thr["chaos"], "feigenbaum_ratio": feigenbaum,
-               "all_period_1_below_threshold": m["below_threshold_all_period_1"]},
-              "every sweep point below eta = 2/lambda_min has period 1, and the first eta of period 2, of period 4 "
-              "and of chaos (aperiodic with Lyapunov exponent > 0 on 3 consecutive points) increase in that order: "
-              f"{order[0]:.4g} < {order[1]:.4g} < {order[2]:.4g}" if finite else
-              "the first eta of period 2, period 4 and chaos must all be found in the sweep; some were not",
-              finite and bool(m["below_threshold_all_period_1"]) and order[0] < order[1] < order[2]),
-        Claim("c", "A real network's sharpness rises to about 2/eta and stays there.",
-              "progressive sharpening up to 2/eta, then EoS, in real networks",
-              {"worst_relative_deviation": float(mlp_dev.max()), "runs": int(len(mlp_df)),
-               "initial_below_2_over_eta": rose},
-              f"every run starts below 2/eta ({rose}) and its mean sharpness over the last third of training is "
-              f"within mlp.eos_tolerance of 2/eta: max deviation {float(mlp_dev.max()):.4g} <= {p.mlp.eos_tolerance}",
-              rose and float(mlp_dev.max()) <= p.mlp.eos_tolerance),
-    ]
+    # --- claims: intervals over seeds (initial conditions), each with a negative control
+    claims_list = uv_claims(p, m, eos, pts, mlp_df)
     write_claims(claims_list, claims, paper=SLUG, scale=scale)
     write_json(to_dict(p), params_json)
 
@@ -300,3 +298,145 @@ def report(*, cfg, scale, metrics, trajectory, points, orbits, histories, benchm
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md,
                  figures=[fig_trajectories, fig_bifurcation, fig_mlp], claims=claims_list, benchmarks=benchmarks,
                  differences=differences)
+
+
+# ---- claims ----------------------------------------------------------------------------------
+# The fixed seed of the permutation of the sweep's eta labels (claim b's control).
+PERMUTATION_SEED = 0
+
+
+def eos_deviation(sharpness_over_2_eta) -> np.ndarray:
+    """Per run, |<sharpness> eta/2 - 1| capped at 1 (a 100% deviation); a diverged run (NaN) counts as 1.
+
+    The cap keeps a diverged run inside the interval (it is as far from 2/eta as the test can say)
+    without changing on which side of any tolerance below 1 a run falls."""
+    x = np.abs(np.asarray(sharpness_over_2_eta, dtype=float) - 1)
+    return np.where(np.isfinite(x), np.minimum(x, 1.0), 1.0)
+
+
+def _eos_parts(eos: pd.DataFrame, pts: pd.DataFrame, tol: float, keep) -> list:
+    """Claim (a)'s test at every trajectory setting and sweep point whose ratio passes `keep`: the
+    seed-mean capped deviation from 2/eta below `tol` (t interval over seeds)."""
+    parts = []
+    for (s, r), g in eos[keep(eos.ratio)].groupby(["init_scale", "ratio"]):
+        parts.append(mean_test(eos_deviation(g.sort_values("seed").sharpness_over_2_eta), threshold=tol, direction="<",
+                               what="seeds", name=f"trajectory sigma = {s:g}, r = {r:g}"))
+    for r, g in pts[keep(pts.ratio)].groupby("ratio"):
+        parts.append(mean_test(eos_deviation(g.sort_values("seed").sharpness_over_2_eta), threshold=tol, direction="<",
+                               what="seeds", name=f"sweep r = {r:.5g}"))
+    return parts
+
+
+def _route_parts(pts: pd.DataFrame, r_below: float, ratio_column: str = "ratio") -> tuple[list, dict]:
+    """Claim (b)'s tests on per-seed onsets: nothing but period 1 up to the last sweep point below r = 1,
+    then period 2 before period 4 before chaos (paired by seed)."""
+    on = {k: onsets_per_seed(pts, ONSETS[k], ratio_column) for k in ("not_period_1", "period_2", "period_4", "chaos")}
+    return [mean_test(on["not_period_1"], threshold=r_below, direction=">", what="seeds",
+                      name="first r with a period other than 1"),
+            paired_test(on["period_4"], on["period_2"], threshold=0.0, direction=">", name="onset of period 4 - of period 2"),
+            paired_test(on["chaos"], on["period_4"], threshold=0.0, direction=">", name="onset of chaos - of period 4")], on
+
+
+def uv_claims(p, m: dict, eos: pd.DataFrame, pts: pd.DataFrame, mlp_df: pd.DataFrame) -> list:
+    """The three claims, decided on intervals over seeds (UV: initial conditions; MLP: initialisations).
+
+    `eos`: late sharpness x eta/2 per (init scale, ratio, seed) of the trajectories; `pts`: the sweep, one
+    row per (seed, ratio); `mlp_df`: one row per (lr, seed).
+    """
+    # (a) EoS over every ratio above 1 the run covers; control: every ratio below 1 (a stable minimum exists)
+    ev_a = _eos_parts(eos, pts, p.eos_tolerance, lambda r: r > 1)
+    ctl_a = _eos_parts(eos, pts, p.eos_tolerance, lambda r: r < 1)
+    sweep_above = [e for e in ev_a if e.name.startswith("sweep")]
+    ratios_above = sorted(pts.ratio[pts.ratio > 1].unique())
+    def clears(e):  # the interval alone (the verdict also needs 3 seeds)
+        return decide(e.interval, e.threshold, e.direction) == HOLDS
+
+    holds_upto = float("nan")  # the largest sweep ratio r with every sweep point in (1, r] clearing the tolerance
+    for r, e in zip(ratios_above, sweep_above):
+        if not clears(e):
+            break
+        holds_upto = float(r)
+    n_hold = sum(clears(e) for e in sweep_above)
+    dev_traj = eos_deviation(eos[eos.ratio > 1].sharpness_over_2_eta)
+    dev_sweep = eos_deviation(pts[pts.ratio > 1].sharpness_over_2_eta)
+    range_text = (f"every sweep point's interval clears the tolerance from r = 1 up to r = {holds_upto:.4g}"
+                  if np.isfinite(holds_upto) else "the first sweep point above r = 1 already misses the tolerance")
+    failing = [e for e in ev_a if not clears(e)]
+    claim_a = Claim(
+        "a", "Edge of stability: for eta > 2/lambda_min the late-time mean sharpness sits at 2/eta, over the whole "
+             f"range of eta run (r = eta / (2/lambda_min) in (1, {p.sweep_range[1]:g}]).",
+        "sharpness settles at 2/eta (EoS) when eta exceeds 2/lambda_min",
+        {"worst_deviation_trajectories": float(dev_traj.max()) if dev_traj.size else float("nan"),
+         "worst_deviation_sweep": float(dev_sweep.max()) if dev_sweep.size else float("nan"),
+         "sweep_points_above_1": len(sweep_above), "sweep_points_within_tolerance": n_hold,
+         "holds_up_to_r": holds_upto,
+         "diverged_runs": int(eos[eos.ratio > 1].sharpness_over_2_eta.isna().sum() + pts[pts.ratio > 1].diverged.sum())},
+        f"at every trajectory setting with r > 1 ({sorted(set(eos.ratio[eos.ratio > 1]))}, each init scale) and every "
+        f"sweep point with r > 1 ({len(sweep_above)} points), the {p.seeds}-seed 95% t interval of "
+        f"|<sharpness> eta/2 - 1| over the last {p.late_window} steps (capped at 1; a diverged run counts as 1) lies "
+        f"below eos_tolerance = {p.eos_tolerance}",
+        ev_a, Control("below the threshold (r < 1, a stable minimum exists, the EoS mechanism absent): the same test "
+                      "at every trajectory setting and sweep point with r < 1", ctl_a),
+        note=(f"{range_text}; the intervals of {n_hold} of {len(sweep_above)} sweep points above r = 1 clear it"
+              + (f"; first that does not: {failing[0].describe()}" if failing else "")
+              + "; the claim as tested covers the whole sweep, the range where it holds is stated here, not chosen"))
+
+    # (b) the period-doubling route, per seed; control: the same tests with the sweep's eta labels permuted
+    below = pts.ratio[pts.ratio < 1]
+    r_below = float(below.max()) if len(below) else float("nan")
+    ev_b, on = _route_parts(pts, r_below)
+    rng = np.random.default_rng(PERMUTATION_SEED)
+    shuffled = pts.sort_values(["seed", "ratio"]).copy()
+    shuffled["shuffled_ratio"] = np.concatenate([rng.permutation(g.ratio.to_numpy()) for _, g in shuffled.groupby("seed")])
+    ctl_b, _ = _route_parts(shuffled, r_below, ratio_column="shuffled_ratio")
+    missing = [f"{k.replace('_', ' ')} never reached in {int(np.isnan(v).sum())} of {v.size} seeds"
+               for k, v in on.items() if k != "not_period_1" and np.isnan(v).any()]
+    thr = m["thresholds"]
+    feigenbaum = ((thr["period_4"] - thr["period_2"]) / (thr["period_8"] - thr["period_4"])
+                  if all(thr[k] is not None and np.isfinite(thr[k]) for k in ("period_2", "period_4", "period_8")) else float("nan"))
+    notes_b = missing + [
+        "periods are detected among powers of two only, so periodic windows of other periods count as aperiodic "
+        "(chaos also needs a positive Lyapunov exponent); onsets are resolved to the sweep's grid step "
+        f"({(p.sweep_range[1] - p.sweep_range[0]) / (p.sweep_points - 1):.3g} in r) and seeds that reach the same "
+        "attractor give identical onsets, so the interval shows the spread over initial conditions, not the grid "
+        "resolution (issue 22)"]
+    claim_b = Claim(
+        "b", "Period doubling: period 1 -> 2 -> 4 -> chaos as eta grows.",
+        "a period-doubling route to chaos on the EoS manifold",
+        {"onset_per_seed": {k: [float(x) for x in v] for k, v in on.items()},
+         "period_2": thr["period_2"], "period_4": thr["period_4"], "period_8": thr["period_8"], "chaos": thr["chaos"],
+         "feigenbaum_ratio": feigenbaum, "all_period_1_below_threshold": m["below_threshold_all_period_1"]},
+        f"per seed (initial condition), on the sweep of r in {list(p.sweep_range)}: the first r with any period other "
+        f"than 1 lies above the last sweep point below r = 1 ({r_below:.5g}), i.e. every point below 2/lambda_min "
+        "has period 1; and the onsets of period 2, period 4 and chaos (aperiodic with Lyapunov exponent > 0 on 3 "
+        f"consecutive points) increase in that order: {p.seeds}-seed 95% t intervals, the onset differences paired "
+        "by seed, above 0",
+        ev_b, Control(f"permuted keys: the same tests with the sweep's eta labels permuted within each seed "
+                      f"(fixed seed {PERMUTATION_SEED}), so that no route can be read in order", ctl_b),
+        note="; ".join(notes_b))
+
+    # (c) the MLP: starts below 2/eta, ends near it, at every learning rate; control: the untrained network
+    ev_c, ctl_c = [], []
+    for lr, g in mlp_df.sort_values(["lr", "seed"]).groupby("lr"):
+        start, late = g.initial_sharpness * lr / 2, g.late_sharpness * lr / 2
+        ev_c += [mean_test(start, threshold=1.0, direction="<", what="seeds", name=f"eta = {lr:g}: initial sharpness x eta/2"),
+                 mean_test(np.abs(late - 1), threshold=p.mlp.eos_tolerance, direction="<", what="seeds",
+                           name=f"eta = {lr:g}: |late sharpness x eta/2 - 1|")]
+        ctl_c += [mean_test(start, threshold=1.0, direction="<", what="seeds", name=f"eta = {lr:g}: initial sharpness x eta/2"),
+                  mean_test(np.abs(start - 1), threshold=p.mlp.eos_tolerance, direction="<", what="seeds",
+                            name=f"eta = {lr:g}: |initial sharpness x eta/2 - 1|")]
+    mlp_dev = (mlp_df.late_sharpness * mlp_df.lr / 2 - 1).abs()
+    notes_c = (
+        [f"{p.mlp.seeds} MLP seeds per learning rate (issue 22 adds 3+ and more learning rates)"] if p.mlp.seeds < 3 else [])
+    claim_c = Claim(
+        "c", "A real network's sharpness rises to about 2/eta and stays there.",
+        "progressive sharpening up to 2/eta, then EoS, in real networks",
+        {"worst_relative_deviation": float(mlp_dev.max()), "runs": int(len(mlp_df)),
+         "initial_sharpness_x_eta_over_2": float((mlp_df.initial_sharpness * mlp_df.lr / 2).max())},
+        f"at every learning rate {sorted(mlp_df.lr.unique().tolist())}, {p.mlp.seeds}-seed 95% t intervals: the initial "
+        f"sharpness x eta/2 lies below 1 (it starts below 2/eta) and |<sharpness> eta/2 - 1| over the last third of "
+        f"training below mlp.eos_tolerance = {p.mlp.eos_tolerance}",
+        ev_c, Control("the untrained network (no progressive sharpening): the same tests with the initial sharpness in "
+                      "place of the late one", ctl_c),
+        note="; ".join(notes_c))
+    return [claim_a, claim_b, claim_c]

@@ -1,0 +1,56 @@
+"""The committed default-scale verdicts (results/default/*/claims.json) keep the contract: each is
+what its own evidence and control give, so none can have been edited by hand or left stale."""
+import json
+
+import pytest
+
+from papers.common.claims import (FAILS, HOLDS, INCONCLUSIVE, MIN_REPLICATES, NOT_MEASURED, all_of, decide,
+                                  validate_claims)
+from smk import PAPERS, ROOT
+
+COMMITTED = ROOT / "results" / "default"
+
+
+def _recomputed(test: dict) -> str:
+    interval = [float("nan") if x is None else x for x in test["interval"]]
+    threshold = float("nan") if test["threshold"] is None else test["threshold"]
+    raw = decide(interval, threshold, test["direction"])
+    return INCONCLUSIVE if raw in (HOLDS, FAILS) and test["replicates"] < MIN_REPLICATES else raw
+
+
+def _verdict_of(evidence: dict | None) -> str:
+    if evidence is None:
+        return NOT_MEASURED
+    parts = evidence.get("parts") or [evidence]
+    for part in parts:
+        assert part["verdict"] == _recomputed(part), part
+    return all_of([p["verdict"] for p in parts])
+
+
+@pytest.mark.parametrize("slug", PAPERS)
+def test_committed_verdicts_follow_from_their_evidence(slug):
+    path = COMMITTED / slug / "claims.json"
+    data = json.loads(path.read_text())
+    validate_claims(data)
+    assert data["paper"] == slug and data["scale"] == "default"
+    for claim in data["claims"]:
+        where = f"{slug}/{claim['id']}"
+        raw = _verdict_of(claim.get("evidence"))
+        control = claim["control"]
+        assert control["verdict"] == _verdict_of(control.get("evidence")), where
+        expected = INCONCLUSIVE if raw == HOLDS and control["verdict"] == HOLDS else raw
+        assert claim["verdict"] == expected, f"{where}: {claim['verdict']} but its evidence gives {expected}"
+        if claim["verdict"] != HOLDS:
+            assert claim.get("note"), f"{where}: a claim that does not hold says why"
+
+
+def test_summary_counts_every_committed_claim():
+    import csv
+
+    with open(COMMITTED / "summary.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    per_paper = {slug: len(json.loads((COMMITTED / slug / "claims.json").read_text())["claims"]) for slug in PAPERS}
+    assert {r["paper"] for r in rows} == set(PAPERS)
+    assert len(rows) == sum(per_paper.values())
+    for r in rows:
+        assert r["verdict"] in (HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED)
