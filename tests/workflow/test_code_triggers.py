@@ -37,7 +37,7 @@ def test_an_edit_reruns_the_stages_whose_code_it_touches_and_no_other(tmp_path):
     stages = tmp_path / "workflow" / "papers" / "welfare" / "stages.py"
     text = stages.read_text()
     stages.write_text(text.replace('    """The results table, the growth-rate figure,',
-                                   '    assert True\n    """The results table, the growth-rate figure,'))
+                                   '    edited = 1  # a new statement in the report function\n    """The results table, the growth-rate figure,'))
     assert _changed(before, _versions(roots)) == {"papers.welfare.stages:report"}
 
     stages.write_text(text + "\n# a comment at the end of the module: no stage runs it\n")
