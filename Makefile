@@ -21,6 +21,7 @@ test: setup
 smoke: setup
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --configfile config/smoke.yaml
 
+## full-dry-run: the full scale's DAG (its data paths must exist: config/full.yaml names them under data/)
 full-dry-run: setup
 	$(BIN)/snakemake --profile profiles/default --configfile config/full.yaml -n
 
@@ -33,3 +34,8 @@ report: setup
 
 clean:
 	rm -rf results/smoke logs benchmarks .snakemake
+
+## gpu-check: on a CUDA machine, the kernels' tests compiled, their values against the references, the benchmark's ratios
+GPU_CHECK_OUT ?= results/kernels/gpu_check
+gpu-check:
+	scripts/gpu-check.sh $(GPU_CHECK_OUT)

@@ -31,14 +31,31 @@ include: "workflow/rules/hip.smk"
 include: "workflow/rules/report.smk"
 
 
-# Every rule runs workflow/scripts/call.py, so Snakemake's `code` trigger alone cannot see an edit to
-# a paper's module: each rule also gets a parameter `code`, the hash of what its function can run
-# (papers.common.codehash), and the `params` trigger reruns it, and what follows, when that changes.
+# What reruns a stage, through Snakemake's `params` trigger:
+# * its code: every rule runs workflow/scripts/call.py, so Snakemake's `code` trigger alone cannot
+#   see an edit to a paper's module; each rule gets a parameter `code`, the hash of what its function
+#   can run (papers.common.codehash);
+# * its parameters, and only those: a rule's `cfg` (its paper's config section) is cut down to the
+#   part its stage declares in STAGE_PARAMS (papers/<slug>/params.py), so a change to a report's
+#   threshold reruns the report alone. The stage cannot read the rest (papers.common.params.for_stage).
 from papers.common.codehash import code_version
+from papers.common.params import stage_section
 
 for _rule in workflow.rules:
-    if getattr(_rule.params, "call", None):
-        _rule.set_params(code=code_version(_rule.params.call))
+    _call = getattr(_rule.params, "call", None)
+    if not _call:
+        continue
+    _rule.set_params(code=code_version(_call))
+    _slug = _call.split(".")[1] if _call.startswith("papers.") else None
+    if _slug in config and "cfg" in _rule.params.keys() and _rule.name.startswith(f"{_slug}_"):
+        _module = importlib.import_module(f"papers.{_slug}.params")
+        try:
+            _view = stage_section(_module, _rule.name[len(_slug) + 1:], config[_slug], where=_slug)
+        except KeyError as e:
+            raise WorkflowError(f"rule {_rule.name}: {e.args[0]}") from None
+        _index = _rule.params._names["cfg"][0]  # replace in place: the trigger compares every item
+        _rule.params[_index] = _view
+        setattr(_rule.params, "cfg", _view)
 
 
 rule all:

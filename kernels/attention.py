@@ -22,7 +22,8 @@ Conventions, shared by reference and kernels:
 
 from __future__ import annotations
 
-from typing import Optional
+import os
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +31,7 @@ from torch import Tensor
 
 from ._dispatch import cdiv, check_launchable, eager_cpu, force_reference, interpreting, next_pow2, tl, triton, use_triton
 
-__all__ = ["attention", "attention_reference"]
+__all__ = ["attention", "attention_reference", "BlockConfig", "attention_configs"]
 
 
 # ----------------------------------------------------------------------------------------
@@ -390,19 +391,108 @@ def _attn_bwd_dq(Q, K, V, Bias, DO, LSE, Delta, DQ, DS,  #
 # ----------------------------------------------------------------------------------------
 
 
-def _default_blocks(D: int, interpret: bool) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for the forward; the backward uses 64 x 64."""
-    if interpret:
-        return 16, 16, 1, 1
-    if D <= 64:
-        return 128, 64, 4, 3
-    return 128, 64, 8, 3
+class BlockConfig(NamedTuple):
+    """One launch configuration: tile sizes and the compiler's warps / software-pipeline stages."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+# The interpreter runs every program in Python: small tiles, one warp, no pipelining.
+INTERPRET_CONFIG = BlockConfig(16, 16, 1, 1)
+
+# Candidates of the CUDA path, best guess first (used as is when KERNELS_AUTOTUNE=0). The
+# forward keeps a (BLOCK_M, D) query tile resident and streams (BLOCK_N, D) key and value
+# tiles through ``num_stages`` shared-memory buffers (FlashAttention-2, Sec. 3.1-3.3: the
+# outer loop over query tiles is the parallel one). The backward's dK/dV program keeps a
+# key/value tile resident and streams query / dO tiles (Sec. 3.2, Alg. 2).
+FWD_CONFIGS = [
+    BlockConfig(128, 64, 4, 3), BlockConfig(128, 64, 8, 3), BlockConfig(128, 32, 4, 3),
+    BlockConfig(64, 64, 4, 3), BlockConfig(64, 64, 4, 2), BlockConfig(64, 32, 4, 2), BlockConfig(32, 32, 4, 2),
+]
+BWD_CONFIGS = [
+    BlockConfig(64, 64, 4, 2), BlockConfig(64, 64, 8, 2), BlockConfig(32, 64, 4, 2), BlockConfig(64, 32, 4, 2),
+    BlockConfig(32, 32, 4, 2), BlockConfig(32, 32, 4, 1), BlockConfig(16, 32, 4, 1),
+]
+# Decoding (Tq <= 16): a 128-row query tile would be mostly padding; one of 16 rows.
+DECODE_FWD_CONFIGS = [BlockConfig(16, 64, 4, 3), BlockConfig(16, 128, 4, 3), BlockConfig(16, 64, 4, 2),
+                      BlockConfig(16, 32, 4, 2)]
+DECODE_BWD_CONFIGS = [BlockConfig(16, 64, 4, 2), BlockConfig(16, 32, 4, 2), BlockConfig(16, 32, 4, 1)]
+
+DEFAULT_SMEM_BYTES = 99 * 1024  # sm_86/89-class GPUs; an H100 / H200 has 227 KiB per block
+AUTOTUNE_ENV = "KERNELS_AUTOTUNE"  # "0": take the first surviving candidate, no timing
+FP32_PRECISION_ENV = "KERNELS_FP32_PRECISION"  # "ieee": exact fp32 products on CUDA (default "tf32")
+
+
+def smem_bytes(cfg: BlockConfig, D: int, dtype: torch.dtype, phase: str) -> int:
+    """Shared memory a configuration needs, estimated from its tiles (operands only; Triton's
+    layout conversions need a little more, which is why a launch that still overflows is
+    caught and skipped by the tuner)."""
+    block_d = next_pow2(D, 16)
+    esize = torch.empty((), dtype=dtype).element_size()
+    if phase == "fwd":  # resident q tile, num_stages buffers of one k and one v tile
+        return (cfg.block_m + cfg.num_stages * 2 * cfg.block_n) * block_d * esize
+    # backward, dK/dV program: resident k, v tiles, num_stages buffers of q and dO
+    return (2 * cfg.block_n + cfg.num_stages * 2 * cfg.block_m) * block_d * esize
+
+
+def attention_configs(D: int, dtype: torch.dtype, phase: str, *, decode: bool = False,
+                      smem_limit: int = DEFAULT_SMEM_BYTES) -> list[BlockConfig]:
+    """The CUDA candidates for head dim ``D`` and ``dtype`` whose tiles fit ``smem_limit``
+    bytes of shared memory (at D = 128 in fp32, 128 x 64 tiles with 3 stages need 256 KiB:
+    pruned). Never empty: the smallest candidate is kept if nothing fits."""
+    pool = {("fwd", False): FWD_CONFIGS, ("bwd", False): BWD_CONFIGS,
+            ("fwd", True): DECODE_FWD_CONFIGS, ("bwd", True): DECODE_BWD_CONFIGS}[(phase, decode)]
+    fit = [c for c in pool if smem_bytes(c, D, dtype, phase) <= smem_limit]
+    return fit or [min(pool, key=lambda c: smem_bytes(c, D, dtype, phase))]
+
+
+def _smem_limit(device) -> int:
+    try:
+        props = torch.cuda.get_device_properties(device)
+        return int(getattr(props, "shared_memory_per_block_optin", 0)) or DEFAULT_SMEM_BYTES
+    except Exception:  # pragma: no cover - older torch or no CUDA
+        return DEFAULT_SMEM_BYTES
+
+
+_TUNED: dict = {}  # (phase, D, dtype, causal, bias, decode, device) -> BlockConfig
+
+
+def _choose(key, configs, launch) -> BlockConfig:
+    """Autotune once per key: time every candidate with ``triton.testing.do_bench`` and keep the
+    fastest; candidates that fail to compile for lack of resources are skipped."""
+    if key in _TUNED:
+        return _TUNED[key]
+    autotune = os.environ.get(AUTOTUNE_ENV, "1").strip().lower() not in ("0", "false", "")
+    if not autotune or len(configs) == 1:
+        _TUNED[key] = configs[0]
+        return configs[0]
+    import triton.testing
+    from triton.runtime.errors import OutOfResources
+
+    best, best_ms = None, float("inf")
+    for cfg in configs:
+        try:
+            t = triton.testing.do_bench(lambda: launch(cfg), warmup=5, rep=20)
+        except OutOfResources:
+            continue
+        if t < best_ms:
+            best, best_ms = cfg, t
+    _TUNED[key] = best or configs[-1]
+    return _TUNED[key]
 
 
 def _precision(x: Tensor) -> str:
-    # fp32 inputs are multiplied exactly ("ieee"), not in TF32, so that fp32 matches the
-    # reference to ~1e-5; fp16 / bf16 take the tensor-core path regardless.
-    return "ieee" if x.dtype == torch.float32 else "tf32"
+    # fp32 inputs: TF32 tensor-core products on CUDA (10-bit mantissa, ~1e-3 relative, as
+    # torch's allow_tf32), exact "ieee" products in the interpreter or with
+    # KERNELS_FP32_PRECISION=ieee; fp16 / bf16 take the tensor cores regardless.
+    if x.dtype != torch.float32:
+        return "tf32"
+    if interpreting() or os.environ.get(FP32_PRECISION_ENV, "tf32").strip().lower() == "ieee":
+        return "ieee"
+    return "tf32"
 
 
 def _bias_args(bias, shape):
@@ -412,28 +502,43 @@ def _bias_args(bias, shape):
     return bias, bias.stride()
 
 
-def _triton_attention_fwd(q, k, v, bias, causal, scale, *, block_m=None, block_n=None):
-    """Launch :func:`_attn_fwd`. Returns ``(out, lse)`` like the reference."""
+def _triton_attention_fwd(q, k, v, bias, causal, scale, *, config=None, precision=None):
+    """Launch :func:`_attn_fwd`. Returns ``(out, lse)`` like the reference.
+
+    ``config`` (a :class:`BlockConfig`) fixes the tiles; by default the interpreter takes
+    :data:`INTERPRET_CONFIG` and CUDA the autotuned choice among :func:`attention_configs`.
+    ``precision`` overrides the fp32 product precision ("ieee" or "tf32")."""
     check_launchable(q, k, v)
     B, Hq, Tq, D = q.shape
     Hkv, Tk = k.shape[1], k.shape[2]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hq, Tq), dtype=torch.float32, device=q.device)
     bias, sb = _bias_args(bias, (B, Hq, Tq, Tk))
-    bm, bn, warps, stages = _default_blocks(D, interpreting())
-    BLOCK_M, BLOCK_N = block_m or bm, block_n or bn
-    grid = lambda META: (cdiv(Tq, META["BLOCK_M"]), B * Hq)  # noqa: E731
-    _attn_fwd[grid](
-        q, k, v, bias, out, lse,  #
-        *q.stride(), *k.stride(), *v.stride(), *sb, *out.stride(),  #
-        Hq, Tq, Tk, scale,  #
-        GROUP=Hq // Hkv, HEAD_DIM=D, BLOCK_D=next_pow2(D, 16), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,  #
-        CAUSAL=causal, HAS_BIAS=bias is not None, IN_PRECISION=_precision(q),  #
-        num_warps=warps, num_stages=stages)
+    in_precision = precision or _precision(q)
+
+    def launch(cfg):
+        grid = lambda META: (cdiv(Tq, META["BLOCK_M"]), B * Hq)  # noqa: E731
+        _attn_fwd[grid](
+            q, k, v, bias, out, lse,  #
+            *q.stride(), *k.stride(), *v.stride(), *sb, *out.stride(),  #
+            Hq, Tq, Tk, scale,  #
+            GROUP=Hq // Hkv, HEAD_DIM=D, BLOCK_D=next_pow2(D, 16), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,  #
+            CAUSAL=causal, HAS_BIAS=bias is not None, IN_PRECISION=in_precision,  #
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+    if config is None:
+        if interpreting():
+            config = INTERPRET_CONFIG
+        else:
+            decode = Tq <= 16
+            key = ("fwd", D, q.dtype, causal, bias is not None, decode, in_precision, q.device)
+            config = _choose(key, attention_configs(D, q.dtype, "fwd", decode=decode, smem_limit=_smem_limit(q.device)),
+                             launch)
+    launch(config)
     return out, lse
 
 
-def _triton_attention_bwd(do, q, k, v, bias, out, lse, causal, scale, need_dbias, *, block_m=None, block_n=None):
+def _triton_attention_bwd(do, q, k, v, bias, out, lse, causal, scale, need_dbias, *, config=None, precision=None):
     """Launch :func:`_attn_bwd_dkdv` and :func:`_attn_bwd_dq`. Returns ``(dq, dk, dv, dbias)``."""
     check_launchable(q, k, v)
     B, Hq, Tq, D = q.shape
@@ -445,21 +550,30 @@ def _triton_attention_bwd(do, q, k, v, bias, out, lse, causal, scale, need_dbias
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     bias_x, sb = _bias_args(bias, (B, Hq, Tq, Tk))
     ds = torch.zeros((B, Hq, Tq, Tk), dtype=torch.float32, device=q.device) if need_dbias else None
-    interp = interpreting()
-    BLOCK_M = block_m or (16 if interp else 64)
-    BLOCK_N = block_n or (16 if interp else 64)
-    warps, stages = (1, 1) if interp else ((4, 2) if D <= 64 else (8, 2))
-    common = dict(GROUP=Hq // Hkv, HEAD_DIM=D, BLOCK_D=next_pow2(D, 16), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                  CAUSAL=causal, HAS_BIAS=bias is not None, IN_PRECISION=_precision(q),
-                  num_warps=warps, num_stages=stages)
-    _attn_bwd_dkdv[(cdiv(Tk, BLOCK_N), B * Hkv)](
-        q, k, v, bias_x, do, lse, delta, dk, dv,  #
-        *q.stride(), *k.stride(), *v.stride(), *sb, *do.stride(), *dk.stride(), *dv.stride(),  #
-        Hq, Tq, Tk, scale, **common)
-    _attn_bwd_dq[(cdiv(Tq, BLOCK_M), B * Hq)](
-        q, k, v, bias_x, do, lse, delta, dq, ds,  #
-        *q.stride(), *k.stride(), *v.stride(), *sb, *do.stride(), *dq.stride(),  #
-        Hq, Tq, Tk, scale, STORE_DS=need_dbias, **common)
+    in_precision = precision or _precision(q)
+
+    def launch(cfg):
+        common = dict(GROUP=Hq // Hkv, HEAD_DIM=D, BLOCK_D=next_pow2(D, 16), BLOCK_M=cfg.block_m,
+                      BLOCK_N=cfg.block_n, CAUSAL=causal, HAS_BIAS=bias is not None, IN_PRECISION=in_precision,
+                      num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        _attn_bwd_dkdv[(cdiv(Tk, cfg.block_n), B * Hkv)](
+            q, k, v, bias_x, do, lse, delta, dk, dv,  #
+            *q.stride(), *k.stride(), *v.stride(), *sb, *do.stride(), *dk.stride(), *dv.stride(),  #
+            Hq, Tq, Tk, scale, **common)
+        _attn_bwd_dq[(cdiv(Tq, cfg.block_m), B * Hq)](
+            q, k, v, bias_x, do, lse, delta, dq, ds,  #
+            *q.stride(), *k.stride(), *v.stride(), *sb, *do.stride(), *dq.stride(),  #
+            Hq, Tq, Tk, scale, STORE_DS=need_dbias, **common)
+
+    if config is None:
+        if interpreting():
+            config = INTERPRET_CONFIG
+        else:
+            decode = Tq <= 16
+            key = ("bwd", D, q.dtype, causal, bias is not None, decode, in_precision, q.device)
+            config = _choose(key, attention_configs(D, q.dtype, "bwd", decode=decode, smem_limit=_smem_limit(q.device)),
+                             launch)
+    launch(config)
     dbias = ds.sum_to_size(bias.shape).to(bias.dtype) if need_dbias else q.new_empty(0)
     return dq, dk, dv, dbias
 

@@ -12,8 +12,11 @@ launchers, kernels, reference):
 
 Both then compute ``out_i = sum_{j -> i} softmax_j(s_ij + bias_ij) v_j`` over the incoming
 edges of each destination ``i``. The forward walks the graph in CSR order (edges grouped
-by destination), one program per block of destination rows, one edge per row and step,
-with an online softmax (running max ``m_i``, normaliser ``l_i``, ``acc``). The backward
+by destination), one program per block of destination rows and all heads, one edge per
+row and step, with an online softmax (running max ``m_i``, normaliser ``l_i``, ``acc``).
+Row blocks are degree-aware: rows are taken in order of decreasing degree
+(:func:`degree_order`), so a block loops to its own rows' largest degree rather than to
+that of whatever hub shares its id range (DeepGate4's AIGs: fan-in 2, skewed fan-out). The backward
 is deterministic without float atomics: a CSR pass computes ``dq`` and the per-edge
 ``p`` and ``dS`` into an ``(E, H)`` buffer, a CSC pass (edges grouped by source, via the
 permutation ``csc_eid``) sums ``dk`` and ``dv`` in a fixed order.
@@ -166,18 +169,30 @@ def _bias_eh(edge_bias, H):
 
 @triton.jit
 def _graph_edge_score(q, k, sm_scale, negative_slope, GAT: tl.constexpr):
-    # (BLOCK_M, BLOCK_D) x 2 -> (BLOCK_M,) scores in natural-log units, and z for GAT
+    # (BLOCK_M, BLOCK_H, BLOCK_D) x 2 -> (BLOCK_M, BLOCK_H) scores in natural-log units, and z for GAT
     if GAT:
-        z = tl.sum(q + k, 1)  # width-1 features: padded columns are 0 in both
+        z = tl.sum(q + k, 2)  # width-1 features: padded columns are 0 in both
         s = tl.where(z > 0, z, z * negative_slope)
     else:
-        z = tl.sum(q * k, 1)
+        z = tl.sum(q * k, 2)
         s = z * sm_scale
     return s, z
 
 
+# Scheduling, shared by the three kernels (degree-aware, all heads in one program):
+# * a program owns BLOCK_M rows taken from `Order`, the rows sorted by degree (largest
+#   first), not BLOCK_M consecutive node ids: step r handles the r-th edge of every row, so
+#   a block loops to the largest degree *of its own rows*, which sorting makes close to each
+#   row's degree. With consecutive ids a block of fan-in-2 AIG gates that holds one node of
+#   fan-out 1000 would run 1000 steps for 63 idle rows. Largest first also starts the long
+#   programs early (longest-processing-time order), so they do not form a tail at the end;
+# * the H heads of a row are one (BLOCK_H, BLOCK_D) tile: a program reads the row's edge
+#   list (rowptr, col) once for all heads, and each gathered source row of k / v is one
+#   contiguous (H, D) read instead of H strided ones.
+
+
 @triton.jit
-def _graph_attn_fwd(Q, K, V, Bias, Rowptr, Col, Out, LSE,  #
+def _graph_attn_fwd(Q, K, V, Bias, Rowptr, Col, Order, Out, LSE,  #
                     stride_qn, stride_qh, stride_qd,  #
                     stride_kn, stride_kh, stride_kd,  #
                     stride_vn, stride_vh, stride_vc,  #
@@ -185,55 +200,59 @@ def _graph_attn_fwd(Q, K, V, Bias, Rowptr, Col, Out, LSE,  #
                     stride_on, stride_oh, stride_oc,  #
                     N_dst, H, sm_scale, negative_slope,  #
                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, V_DIM: tl.constexpr, BLOCK_C: tl.constexpr,  #
-                    BLOCK_M: tl.constexpr, GAT: tl.constexpr, HAS_BIAS: tl.constexpr):
-    # BLOCK_M destination rows per program; step r handles the r-th incoming edge of every
-    # row (rows with fewer edges are masked), so the loop runs max in-degree of the block.
-    off_h = tl.program_id(1).to(tl.int64)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    mask_m = offs_m < N_dst
-    start = tl.load(Rowptr + offs_m, mask=mask_m, other=0)
-    deg = tl.load(Rowptr + offs_m + 1, mask=mask_m, other=0) - start
+                    BLOCK_H: tl.constexpr, BLOCK_M: tl.constexpr, GAT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    offs_b = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask_m = offs_b < N_dst
+    rows = tl.load(Order + offs_b, mask=mask_m, other=0)  # destination nodes of this block
+    start = tl.load(Rowptr + rows, mask=mask_m, other=0)
+    deg = tl.load(Rowptr + rows + 1, mask=mask_m, other=0) - start
     max_deg = tl.max(deg, 0)
+    offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
     offs_c = tl.arange(0, BLOCK_C)
-    mask_d = offs_d < HEAD_DIM
-    mask_c = offs_c < V_DIM
-    q = tl.load(Q + offs_m[:, None].to(tl.int64) * stride_qn + off_h * stride_qh + offs_d[None, :] * stride_qd,
-                mask=mask_m[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
-    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_C], dtype=tl.float32)
+    mask_h = offs_h < H
+    mask_hd = mask_h[:, None] & (offs_d < HEAD_DIM)[None, :]  # (BLOCK_H, BLOCK_D)
+    mask_hc = mask_h[:, None] & (offs_c < V_DIM)[None, :]
+    hd_k = offs_h[:, None] * stride_kh + offs_d[None, :] * stride_kd
+    hc_v = offs_h[:, None] * stride_vh + offs_c[None, :] * stride_vc
+    row3 = rows[:, None, None].to(tl.int64)
+    q = tl.load(Q + row3 * stride_qn + (offs_h[:, None] * stride_qh + offs_d[None, :] * stride_qd)[None, :, :],
+                mask=mask_m[:, None, None] & mask_hd[None, :, :], other=0.0).to(tl.float32)  # (M, H, D)
+    m_i = tl.zeros([BLOCK_M, BLOCK_H], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M, BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_H, BLOCK_C], dtype=tl.float32)
     for r in range(0, max_deg):
         valid = r < deg
         e = start + r
-        j = tl.load(Col + e, mask=valid, other=0)
-        k = tl.load(K + j[:, None] * stride_kn + off_h * stride_kh + offs_d[None, :] * stride_kd,
-                    mask=valid[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
-        s, z = _graph_edge_score(q, k, sm_scale, negative_slope, GAT)
+        j = tl.load(Col + e, mask=valid, other=0)[:, None, None]
+        k = tl.load(K + j * stride_kn + hd_k[None, :, :], mask=valid[:, None, None] & mask_hd[None, :, :],
+                    other=0.0).to(tl.float32)
+        s, z = _graph_edge_score(q, k, sm_scale, negative_slope, GAT)  # (M, H)
         if HAS_BIAS:
-            s += tl.load(Bias + e * stride_be + off_h * stride_bh, mask=valid, other=0.0).to(tl.float32)
-        s = tl.where(valid, s * 1.4426950408889634, float("-inf"))  # 1/ln(2): exp2 below
-        # -- online softmax, one edge per row --
+            s += tl.load(Bias + e[:, None] * stride_be + offs_h[None, :] * stride_bh,
+                         mask=valid[:, None] & mask_h[None, :], other=0.0).to(tl.float32)
+        s = tl.where(valid[:, None], s * 1.4426950408889634, float("-inf"))  # 1/ln(2): exp2 below
+        # -- online softmax, one edge per row and head --
         m_new = tl.maximum(m_i, s)
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf)
         alpha = tl.math.exp2(m_i - m_safe)
         p = tl.math.exp2(s - m_safe)
         l_i = l_i * alpha + p
-        v = tl.load(V + j[:, None] * stride_vn + off_h * stride_vh + offs_c[None, :] * stride_vc,
-                    mask=valid[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
-        acc = acc * alpha[:, None] + p[:, None] * v
+        v = tl.load(V + j * stride_vn + hc_v[None, :, :], mask=valid[:, None, None] & mask_hc[None, :, :],
+                    other=0.0).to(tl.float32)
+        acc = acc * alpha[:, :, None] + p[:, :, None] * v
         m_i = m_new
     empty = l_i == 0.0  # no incoming edge: out 0, lse -inf
     l_safe = tl.where(empty, 1.0, l_i)
-    acc = acc / l_safe[:, None]
+    acc = acc / l_safe[:, :, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
-    tl.store(LSE + offs_m.to(tl.int64) * H + off_h, lse, mask=mask_m)
-    tl.store(Out + offs_m[:, None].to(tl.int64) * stride_on + off_h * stride_oh + offs_c[None, :] * stride_oc,
-             acc.to(Out.type.element_ty), mask=mask_m[:, None] & mask_c[None, :])
+    tl.store(LSE + rows[:, None].to(tl.int64) * H + offs_h[None, :], lse, mask=mask_m[:, None] & mask_h[None, :])
+    tl.store(Out + row3 * stride_on + (offs_h[:, None] * stride_oh + offs_c[None, :] * stride_oc)[None, :, :],
+             acc.to(Out.type.element_ty), mask=mask_m[:, None, None] & mask_hc[None, :, :])
 
 
 @triton.jit
-def _graph_attn_bwd_dst(Q, K, V, Bias, Rowptr, Col, DO, LSE, Delta, DQ, P, G, DBias,  #
+def _graph_attn_bwd_dst(Q, K, V, Bias, Rowptr, Col, Order, DO, LSE, Delta, DQ, P, G, DBias,  #
                         stride_qn, stride_qh, stride_qd,  #
                         stride_kn, stride_kh, stride_kd,  #
                         stride_vn, stride_vh, stride_vc,  #
@@ -242,98 +261,114 @@ def _graph_attn_bwd_dst(Q, K, V, Bias, Rowptr, Col, DO, LSE, Delta, DQ, P, G, DB
                         stride_dqn, stride_dqh, stride_dqd,  #
                         N_dst, H, sm_scale, negative_slope,  #
                         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, V_DIM: tl.constexpr, BLOCK_C: tl.constexpr,  #
-                        BLOCK_M: tl.constexpr, GAT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_DBIAS: tl.constexpr):
+                        BLOCK_H: tl.constexpr, BLOCK_M: tl.constexpr, GAT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                        STORE_DBIAS: tl.constexpr):
     # CSR pass: recompute p_ij from the saved lse, dS_ij = p_ij (do_i . v_j - delta_i);
-    # accumulate dq_i; write p_ij and g_ij = dS_ij * ds/d(pre-activation) per edge for the
-    # CSC pass (and dS_ij itself = dbias_ij).
-    off_h = tl.program_id(1).to(tl.int64)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    mask_m = offs_m < N_dst
-    start = tl.load(Rowptr + offs_m, mask=mask_m, other=0)
-    deg = tl.load(Rowptr + offs_m + 1, mask=mask_m, other=0) - start
+    # accumulate dq_i; write p_ij and g_ij = dS_ij * ds/d(pre-activation) per edge and head
+    # for the CSC pass (and dS_ij itself = dbias_ij).
+    offs_b = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask_m = offs_b < N_dst
+    rows = tl.load(Order + offs_b, mask=mask_m, other=0)
+    start = tl.load(Rowptr + rows, mask=mask_m, other=0)
+    deg = tl.load(Rowptr + rows + 1, mask=mask_m, other=0) - start
     max_deg = tl.max(deg, 0)
+    offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
     offs_c = tl.arange(0, BLOCK_C)
-    mask_d = offs_d < HEAD_DIM
-    mask_c = offs_c < V_DIM
-    row = offs_m[:, None].to(tl.int64)
-    q = tl.load(Q + row * stride_qn + off_h * stride_qh + offs_d[None, :] * stride_qd,
-                mask=mask_m[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
-    do = tl.load(DO + row * stride_don + off_h * stride_doh + offs_c[None, :] * stride_doc,
-                 mask=mask_m[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
-    lse = tl.load(LSE + offs_m.to(tl.int64) * H + off_h, mask=mask_m, other=0.0) * 1.4426950408889634
-    delta = tl.load(Delta + offs_m.to(tl.int64) * H + off_h, mask=mask_m, other=0.0)
-    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    mask_h = offs_h < H
+    mask_hd = mask_h[:, None] & (offs_d < HEAD_DIM)[None, :]
+    mask_hc = mask_h[:, None] & (offs_c < V_DIM)[None, :]
+    mask_mh = mask_m[:, None] & mask_h[None, :]
+    hd_k = offs_h[:, None] * stride_kh + offs_d[None, :] * stride_kd
+    hc_v = offs_h[:, None] * stride_vh + offs_c[None, :] * stride_vc
+    row3 = rows[:, None, None].to(tl.int64)
+    row_h = rows[:, None].to(tl.int64) * H + offs_h[None, :]
+    q = tl.load(Q + row3 * stride_qn + (offs_h[:, None] * stride_qh + offs_d[None, :] * stride_qd)[None, :, :],
+                mask=mask_m[:, None, None] & mask_hd[None, :, :], other=0.0).to(tl.float32)
+    do = tl.load(DO + row3 * stride_don + (offs_h[:, None] * stride_doh + offs_c[None, :] * stride_doc)[None, :, :],
+                 mask=mask_m[:, None, None] & mask_hc[None, :, :], other=0.0).to(tl.float32)
+    lse = tl.load(LSE + row_h, mask=mask_mh, other=0.0) * 1.4426950408889634
+    delta = tl.load(Delta + row_h, mask=mask_mh, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_H, BLOCK_D], dtype=tl.float32)
     for r in range(0, max_deg):
         valid = r < deg
         e = start + r
-        j = tl.load(Col + e, mask=valid, other=0)
-        k = tl.load(K + j[:, None] * stride_kn + off_h * stride_kh + offs_d[None, :] * stride_kd,
-                    mask=valid[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
+        j = tl.load(Col + e, mask=valid, other=0)[:, None, None]
+        k = tl.load(K + j * stride_kn + hd_k[None, :, :], mask=valid[:, None, None] & mask_hd[None, :, :],
+                    other=0.0).to(tl.float32)
         s, z = _graph_edge_score(q, k, sm_scale, negative_slope, GAT)
+        e_h = e[:, None] * H + offs_h[None, :]
+        valid_h = valid[:, None] & mask_h[None, :]
         if HAS_BIAS:
-            s += tl.load(Bias + e * stride_be + off_h * stride_bh, mask=valid, other=0.0).to(tl.float32)
-        p = tl.where(valid, tl.math.exp2(s * 1.4426950408889634 - lse), 0.0)
-        v = tl.load(V + j[:, None] * stride_vn + off_h * stride_vh + offs_c[None, :] * stride_vc,
-                    mask=valid[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
-        ds = p * (tl.sum(do * v, 1) - delta)
+            s += tl.load(Bias + e[:, None] * stride_be + offs_h[None, :] * stride_bh, mask=valid_h,
+                         other=0.0).to(tl.float32)
+        p = tl.where(valid_h, tl.math.exp2(s * 1.4426950408889634 - lse), 0.0)  # (M, H)
+        v = tl.load(V + j * stride_vn + hc_v[None, :, :], mask=valid[:, None, None] & mask_hc[None, :, :],
+                    other=0.0).to(tl.float32)
+        ds = p * (tl.sum(do * v, 2) - delta)
         if GAT:
             g = ds * tl.where(z > 0, 1.0, negative_slope)  # LeakyReLU'
-            dq += g[:, None]
+            dq += g[:, :, None]
         else:
             g = ds * sm_scale
-            dq += g[:, None] * k
-        tl.store(P + e * H + off_h, p, mask=valid)
-        tl.store(G + e * H + off_h, g, mask=valid)
+            dq += g[:, :, None] * k
+        tl.store(P + e_h, p, mask=valid_h)
+        tl.store(G + e_h, g, mask=valid_h)
         if STORE_DBIAS:
-            tl.store(DBias + e * H + off_h, ds, mask=valid)
-    tl.store(DQ + row * stride_dqn + off_h * stride_dqh + offs_d[None, :] * stride_dqd,
-             dq.to(DQ.type.element_ty), mask=mask_m[:, None] & mask_d[None, :])
+            tl.store(DBias + e_h, ds, mask=valid_h)
+    tl.store(DQ + row3 * stride_dqn + (offs_h[:, None] * stride_dqh + offs_d[None, :] * stride_dqd)[None, :, :],
+             dq.to(DQ.type.element_ty), mask=mask_m[:, None, None] & mask_hd[None, :, :])
 
 
 @triton.jit
-def _graph_attn_bwd_src(Q, DO, Colptr, CscEid, Dst, P, G, DK, DV,  #
+def _graph_attn_bwd_src(Q, DO, Colptr, CscEid, Dst, Order, P, G, DK, DV,  #
                         stride_qn, stride_qh, stride_qd,  #
                         stride_don, stride_doh, stride_doc,  #
                         stride_dkn, stride_dkh, stride_dkd,  #
                         stride_dvn, stride_dvh, stride_dvc,  #
                         N_src, H,  #
                         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, V_DIM: tl.constexpr, BLOCK_C: tl.constexpr,  #
-                        BLOCK_M: tl.constexpr, GAT: tl.constexpr):
+                        BLOCK_H: tl.constexpr, BLOCK_M: tl.constexpr, GAT: tl.constexpr):
     # CSC pass: each source row sums over its outgoing edges in a fixed order:
-    # dv_j = sum_i p_ij do_i, dk_j = sum_i g_ij q_i (GAT: sum_i g_ij).
-    off_h = tl.program_id(1).to(tl.int64)
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    mask_m = offs_m < N_src
-    start = tl.load(Colptr + offs_m, mask=mask_m, other=0)
-    deg = tl.load(Colptr + offs_m + 1, mask=mask_m, other=0) - start
+    # dv_j = sum_i p_ij do_i, dk_j = sum_i g_ij q_i (GAT: sum_i g_ij). Rows come sorted by
+    # out-degree (AIG fan-out is the skewed side: a few nodes feed hundreds of gates).
+    offs_b = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask_m = offs_b < N_src
+    rows = tl.load(Order + offs_b, mask=mask_m, other=0)
+    start = tl.load(Colptr + rows, mask=mask_m, other=0)
+    deg = tl.load(Colptr + rows + 1, mask=mask_m, other=0) - start
     max_deg = tl.max(deg, 0)
+    offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
     offs_c = tl.arange(0, BLOCK_C)
-    mask_d = offs_d < HEAD_DIM
-    mask_c = offs_c < V_DIM
-    dk = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_M, BLOCK_C], dtype=tl.float32)
+    mask_h = offs_h < H
+    mask_hd = mask_h[:, None] & (offs_d < HEAD_DIM)[None, :]
+    mask_hc = mask_h[:, None] & (offs_c < V_DIM)[None, :]
+    hd_q = offs_h[:, None] * stride_qh + offs_d[None, :] * stride_qd
+    hc_do = offs_h[:, None] * stride_doh + offs_c[None, :] * stride_doc
+    dk = tl.zeros([BLOCK_M, BLOCK_H, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_M, BLOCK_H, BLOCK_C], dtype=tl.float32)
     for r in range(0, max_deg):
         valid = r < deg
         e = tl.load(CscEid + start + r, mask=valid, other=0)
-        i = tl.load(Dst + e, mask=valid, other=0)
-        p = tl.load(P + e * H + off_h, mask=valid, other=0.0)
-        g = tl.load(G + e * H + off_h, mask=valid, other=0.0)
-        do = tl.load(DO + i[:, None] * stride_don + off_h * stride_doh + offs_c[None, :] * stride_doc,
-                     mask=valid[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
-        dv += p[:, None] * do
+        i = tl.load(Dst + e, mask=valid, other=0)[:, None, None]
+        valid_h = valid[:, None] & mask_h[None, :]
+        p = tl.load(P + e[:, None] * H + offs_h[None, :], mask=valid_h, other=0.0)
+        g = tl.load(G + e[:, None] * H + offs_h[None, :], mask=valid_h, other=0.0)
+        do = tl.load(DO + i * stride_don + hc_do[None, :, :], mask=valid[:, None, None] & mask_hc[None, :, :],
+                     other=0.0).to(tl.float32)
+        dv += p[:, :, None] * do
         if GAT:
-            dk += g[:, None]
+            dk += g[:, :, None]
         else:
-            q = tl.load(Q + i[:, None] * stride_qn + off_h * stride_qh + offs_d[None, :] * stride_qd,
-                        mask=valid[:, None] & mask_d[None, :], other=0.0).to(tl.float32)
-            dk += g[:, None] * q
-    row = offs_m[:, None].to(tl.int64)
-    tl.store(DK + row * stride_dkn + off_h * stride_dkh + offs_d[None, :] * stride_dkd,
-             dk.to(DK.type.element_ty), mask=mask_m[:, None] & mask_d[None, :])
-    tl.store(DV + row * stride_dvn + off_h * stride_dvh + offs_c[None, :] * stride_dvc,
-             dv.to(DV.type.element_ty), mask=mask_m[:, None] & mask_c[None, :])
+            q = tl.load(Q + i * stride_qn + hd_q[None, :, :], mask=valid[:, None, None] & mask_hd[None, :, :],
+                        other=0.0).to(tl.float32)
+            dk += g[:, :, None] * q
+    row3 = rows[:, None, None].to(tl.int64)
+    tl.store(DK + row3 * stride_dkn + (offs_h[:, None] * stride_dkh + offs_d[None, :] * stride_dkd)[None, :, :],
+             dk.to(DK.type.element_ty), mask=mask_m[:, None, None] & mask_hd[None, :, :])
+    tl.store(DV + row3 * stride_dvn + (offs_h[:, None] * stride_dvh + offs_c[None, :] * stride_dvc)[None, :, :],
+             dv.to(DV.type.element_ty), mask=mask_m[:, None, None] & mask_hc[None, :, :])
 
 
 @triton.jit
@@ -364,32 +399,53 @@ def _segment_sum_fwd(Src, Perm, Segptr, Out,  #
 # ----------------------------------------------------------------------------------------
 
 
-def _rows_per_program(block_m):
-    return block_m or (16 if interpreting() else 64)
+def _rows_per_program(block_m, H=1, width=1):
+    """Rows per program: 16 in the interpreter; on CUDA 64, fewer when the (rows, heads, width)
+    fp32 accumulator would exceed ~8K values (64 registers a thread at 4 warps)."""
+    if block_m:
+        return block_m
+    if interpreting():
+        return 16
+    return max(16, min(64, 8192 // (next_pow2(H) * next_pow2(width))))
 
 
-def _triton_graph_fwd(q, k, v, bias, rowptr, col, scale, negative_slope, gat, *, block_m=None):
+def degree_order(ptr: Tensor) -> Tensor:
+    """Node ids sorted by degree, largest first (stable: equal degrees keep id order), from a
+    CSR / CSC pointer. The kernels take their row blocks in this order."""
+    return torch.argsort(ptr[1:] - ptr[:-1], descending=True, stable=True)
+
+
+def _graph_meta(q, v, block_m):
+    N_dst, H, D = q.shape
+    C = v.shape[-1]
+    return dict(HEAD_DIM=D, BLOCK_D=next_pow2(D), V_DIM=C, BLOCK_C=next_pow2(C), BLOCK_H=next_pow2(H),
+                BLOCK_M=_rows_per_program(block_m, H, max(D, C)), num_warps=1 if interpreting() else 4)
+
+
+def _triton_graph_fwd(q, k, v, bias, rowptr, col, scale, negative_slope, gat, *, block_m=None, order=None):
+    """Launch :func:`_graph_attn_fwd` over row blocks in degree order (``order``: default
+    :func:`degree_order`; any permutation of the rows gives the same result)."""
     check_launchable(q, k, v)
     N_dst, H, D = q.shape
     C = v.shape[-1]
     out = torch.empty((N_dst, H, C), dtype=v.dtype, device=v.device)
     lse = torch.empty((N_dst, H), dtype=torch.float32, device=v.device)
-    BLOCK_M = _rows_per_program(block_m)
+    order = degree_order(rowptr) if order is None else order
+    meta = _graph_meta(q, v, block_m)
     sb = bias.stride() if bias is not None else (0, 0)
-    _graph_attn_fwd[(cdiv(N_dst, BLOCK_M), H)](
-        q, k, v, bias, rowptr, col, out, lse,  #
+    _graph_attn_fwd[(cdiv(N_dst, meta["BLOCK_M"]),)](
+        q, k, v, bias, rowptr, col, order, out, lse,  #
         *q.stride(), *k.stride(), *v.stride(), *sb, *out.stride(),  #
         N_dst, H, scale, negative_slope,  #
-        HEAD_DIM=D, BLOCK_D=next_pow2(D), V_DIM=C, BLOCK_C=next_pow2(C), BLOCK_M=BLOCK_M,  #
-        GAT=gat, HAS_BIAS=bias is not None, num_warps=1 if interpreting() else 4)
+        GAT=gat, HAS_BIAS=bias is not None, **meta)
     return out, lse
 
 
 def _triton_graph_bwd(do, q, k, v, bias, out, lse, rowptr, col, dst, colptr, csc_eid, scale, negative_slope,
-                      gat, need_dbias, *, block_m=None):
+                      gat, need_dbias, *, block_m=None, row_order=None, col_order=None):
     check_launchable(q, k, v)
     N_dst, H, D = q.shape
-    N_src, C, E = k.shape[0], v.shape[-1], col.numel()
+    N_src, E = k.shape[0], col.numel()
     do = do.contiguous()
     delta = (do.float() * out.float()).sum(-1)  # (N_dst, H)
     lse = lse.float().contiguous()
@@ -397,19 +453,19 @@ def _triton_graph_bwd(do, q, k, v, bias, out, lse, rowptr, col, dst, colptr, csc
     g = torch.empty((E, H), dtype=torch.float32, device=q.device)
     dbias = torch.empty((E, H), dtype=torch.float32, device=q.device) if need_dbias else None
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    BLOCK_M = _rows_per_program(block_m)
+    row_order = degree_order(rowptr) if row_order is None else row_order
+    col_order = degree_order(colptr) if col_order is None else col_order
+    meta = _graph_meta(q, v, block_m)
     sb = bias.stride() if bias is not None else (0, 0)
-    meta = dict(HEAD_DIM=D, BLOCK_D=next_pow2(D), V_DIM=C, BLOCK_C=next_pow2(C), BLOCK_M=BLOCK_M, GAT=gat,
-                num_warps=1 if interpreting() else 4)
-    _graph_attn_bwd_dst[(cdiv(N_dst, BLOCK_M), H)](
-        q, k, v, bias, rowptr, col, do, lse, delta, dq, p, g, dbias,  #
+    _graph_attn_bwd_dst[(cdiv(N_dst, meta["BLOCK_M"]),)](
+        q, k, v, bias, rowptr, col, row_order, do, lse, delta, dq, p, g, dbias,  #
         *q.stride(), *k.stride(), *v.stride(), *sb, *do.stride(), *dq.stride(),  #
         N_dst, H, scale, negative_slope,  #
-        HAS_BIAS=bias is not None, STORE_DBIAS=need_dbias, **meta)
-    _graph_attn_bwd_src[(cdiv(N_src, BLOCK_M), H)](
-        q, do, colptr, csc_eid, dst, p, g, dk, dv,  #
+        GAT=gat, HAS_BIAS=bias is not None, STORE_DBIAS=need_dbias, **meta)
+    _graph_attn_bwd_src[(cdiv(N_src, meta["BLOCK_M"]),)](
+        q, do, colptr, csc_eid, dst, col_order, p, g, dk, dv,  #
         *q.stride(), *do.stride(), *dk.stride(), *dv.stride(),  #
-        N_src, H, **meta)
+        N_src, H, GAT=gat, **meta)
     dbias = dbias.to(bias.dtype) if need_dbias else q.new_empty(0)
     return dq, dk, dv, dbias
 
@@ -423,7 +479,7 @@ def _triton_segment_sum(src, index, num_segments, *, block_m=None, block_f=None)
     segptr = torch.zeros(num_segments + 1, dtype=torch.int64, device=src.device)
     segptr[1:] = torch.cumsum(torch.bincount(index, minlength=num_segments), 0)
     out = torch.empty((num_segments, F), dtype=src.dtype, device=src.device)
-    BLOCK_M = _rows_per_program(block_m)
+    BLOCK_M = block_m or (16 if interpreting() else 64)
     BLOCK_F = block_f or min(next_pow2(F), 16 if interpreting() else 128)
     _segment_sum_fwd[(cdiv(num_segments, BLOCK_M), cdiv(F, BLOCK_F))](
         x, perm, segptr, out, *x.stride(), *out.stride(), num_segments, F,

@@ -474,6 +474,17 @@ def _bsa_fwd(Q, K, V, Blocks, Out,  #
 # ----------------------------------------------------------------------------------------
 
 
+def gpu_block_half(block_k: int) -> int:
+    """Halves scored per step of the selection kernel on CUDA: a 128-key tile (64 halves at
+    the default block_k = 2). The interpreter uses 16."""
+    return max(16, 128 // block_k)
+
+
+def gpu_block_sel(block_k: int) -> int:
+    """Selected key blocks gathered per step of the block-sparse kernel on CUDA: 64 keys."""
+    return max(1, 64 // block_k)
+
+
 def _triton_hip_tree(q, k, *, block_q, block_stride_q, block_k, mask_k, sink, window, causal, block_half=None):
     """Launch :func:`_hip_select_fwd`; returns ``(tree, geometry)`` like the reference."""
     check_launchable(q, k)
@@ -490,7 +501,7 @@ def _triton_hip_tree(q, k, *, block_q, block_stride_q, block_k, mask_k, sink, wi
     sizes = torch.zeros((rows, 2 * n), dtype=torch.int32, device=q.device)
     scores = torch.empty((rows, 2 * n), dtype=torch.float32, device=q.device)
     tree = torch.empty((B, H, g["NQB"], n), dtype=torch.int32, device=q.device)
-    BLOCK_HALF = block_half or (16 if interpreting() else max(16, 128 // block_k))
+    BLOCK_HALF = block_half or (16 if interpreting() else gpu_block_half(block_k))
     BLOCK_HALF = max(min(BLOCK_HALF, next_pow2(2 * n)), cdiv(16, block_k))  # tl.dot needs >= 16 columns
     _hip_select_fwd[(g["NQB"], B * H)](
         q, k, tree, starts, sizes, scores,  #
@@ -514,7 +525,7 @@ def _triton_block_sparse_attention(q, k, v, blocks, *, block_q, block_k, causal,
                          f"block_k={block_k} a power of two")
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     n_sel = blocks.shape[-1]
-    BLOCK_SEL = block_sel or max(1, (16 if interpreting() else 64) // block_k)
+    BLOCK_SEL = block_sel or (max(1, 16 // block_k) if interpreting() else gpu_block_sel(block_k))
     BLOCK_SEL = max(BLOCK_SEL, cdiv(16, block_k))  # tl.dot needs >= 16 columns
     _bsa_fwd[(cdiv(Tq, block_q), B * Hq)](
         q, k, v, blocks, out,  #

@@ -7,10 +7,27 @@
 # not stick. It writes /etc/slurm/slurm.conf and gres.conf (Debian's default paths, where sbatch,
 # squeue and scontrol look) and keeps state and logs under $SLURM_LOCAL_DIR (default /var/lib/slurm-local).
 # Needs root: munged runs as the munge user and slurmd as root.
+# Refuses to run where a SLURM configuration it did not write exists, or SLURM daemons run under
+# one: it is for a throwaway machine (CI, a container), never for a host that is part of a cluster.
 set -euo pipefail
 
 DIR=${SLURM_LOCAL_DIR:-/var/lib/slurm-local}
-CONF=/etc/slurm/slurm.conf
+CONF=${SLURM_CONF:-/etc/slurm/slurm.conf}  # SLURM_CONF: where SLURM's own tools look, too
+MARKER="# Written by scripts/slurm-local.sh"
+
+only_our_own() {
+    # A configuration this script did not write belongs to a real cluster: do not overwrite it,
+    # and do not stop daemons that run under it.
+    if [ -e "$CONF" ] && ! head -n 1 "$CONF" | grep -qF "$MARKER"; then
+        echo "slurm-local: $CONF exists and was not written by this script; refusing to overwrite it" \
+             "or to stop SLURM daemons (use a throwaway machine or container)" >&2
+        exit 1
+    fi
+    if [ ! -e "$CONF" ] && { pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null; }; then
+        echo "slurm-local: SLURM daemons run without $CONF (another configuration); refusing to stop them" >&2
+        exit 1
+    fi
+}
 PACKAGES=(slurmctld slurmd slurm-client munge)
 
 need_root() {
@@ -37,9 +54,9 @@ write_config() {
     # The node line comes from slurmd -C (the machine's real CPUs and memory), renamed localhost.
     local node
     node=$(slurmd -C | head -n 1 | sed -e 's/^NodeName=[^ ]*/NodeName=localhost/' -e 's/ Boards=[^ ]*//')
-    mkdir -p /etc/slurm "$DIR"
+    mkdir -p "$(dirname "$CONF")" "$DIR"
     cat > "$CONF" <<EOF
-# Written by scripts/slurm-local.sh: a one-node test cluster. Do not use on a real cluster.
+$MARKER: a one-node test cluster. Do not use on a real cluster.
 ClusterName=local
 SlurmctldHost=localhost
 SlurmUser=root
@@ -72,7 +89,7 @@ GresTypes=gpu
 $node Gres=gpu:1 State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
-    echo "Name=gpu File=/dev/null" > /etc/slurm/gres.conf
+    echo "Name=gpu File=/dev/null" > "$(dirname "$CONF")/gres.conf"
 }
 
 stop_daemons() {
@@ -85,6 +102,7 @@ stop_daemons() {
 }
 
 up() {
+    only_our_own
     need_root
     install_packages
     stop_daemons
@@ -110,6 +128,7 @@ up() {
 }
 
 down() {
+    only_our_own
     need_root
     stop_daemons
     pkill -x munged 2>/dev/null || true

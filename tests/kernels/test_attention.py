@@ -3,15 +3,24 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from kernels_testing import GRAD_TOL, TOL, TRITON_DEVICE, needs_gpu, needs_triton
+from kernels_testing import DEVICES, GRAD_TOL, OP_GRAD_TOL, OP_TOL, TOL, TRITON_DEVICE, needs_gpu, needs_triton
 from torch.nn.attention.bias import causal_lower_right
 
 import kernels
 from kernels.attention import (
+    BWD_CONFIGS,
+    DECODE_BWD_CONFIGS,
+    DECODE_FWD_CONFIGS,
+    FWD_CONFIGS,
+    INTERPRET_CONFIG,
+    BlockConfig,
     _attention_bwd_reference,
     _attention_fwd_reference,
+    _bias_to_float,
     _triton_attention_bwd,
     _triton_attention_fwd,
+    attention_configs,
+    smem_bytes,
 )
 
 
@@ -137,19 +146,80 @@ def test_gradcheck_float64():
     assert torch.autograd.gradcheck(lambda q, k, v: kernels.attention(q, k, v), (q, k, v))
 
 
-@pytest.mark.parametrize("with_bias", [False, True])
-def test_opcheck(with_bias):
-    q, k, v = [t.requires_grad_() for t in _inputs(1, 4, 2, 9, 11, 8)]
-    bias = torch.randn(2, 1, 9, 11, requires_grad=True) if with_bias else None
+# Through the registration: torch.ops.kernels.attention_fwd's forward and the backward that
+# register_autograd attached to it (kernels::attention_bwd), not the eager CPU bypass of
+# `attention`. On CUDA, float64 runs the reference inside the CUDA implementation; the fp32
+# test below then exercises the Triton kernels behind the same registration.
+
+
+def _op_out(q, k, v, bias=None, causal=False, scale=0.5):
+    return torch.ops.kernels.attention_fwd(q, k, v, bias, causal, scale)[0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("Hq,Hkv,Tq,Tk,causal,with_bias", [
+    (4, 2, 5, 6, True, True),  # grouped-query, Tq < Tk, bias
+    (2, 2, 1, 7, True, False),  # decoding: one query
+    (2, 1, 6, 4, True, False),  # Tq > Tk: rows without keys (zero output, zero gradient)
+    (2, 2, 5, 5, False, True),
+])
+def test_gradcheck_through_the_registered_op(device, Hq, Hkv, Tq, Tk, causal, with_bias):
+    q, k, v = [t.to(device, torch.float64).requires_grad_() for t in _inputs(1, Hq, Hkv, Tq, Tk, 3)]
+    args = [q, k, v]
     if with_bias:
-        q, k, v = [t.detach().expand(2, -1, -1, -1).contiguous().requires_grad_() for t in (q, k, v)]
+        args.append(torch.randn(1, Hq, Tq, Tk, dtype=torch.float64, device=device, requires_grad=True))
+    fn = lambda q, k, v, b=None: _op_out(q, k, v, b, causal)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, args)
+
+
+def _cuda(*values):
+    return pytest.param(*values, marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))
+
+
+@pytest.mark.parametrize("device,dtype", [("cpu", torch.float32), _cuda("cuda", torch.float32),
+                                          _cuda("cuda", torch.float16), _cuda("cuda", torch.bfloat16)])
+def test_registered_op_values_and_grads_match_the_reference(device, dtype):
+    # CPU: the registered CPU kernel and backward; CUDA: the Triton kernels (TF32 for fp32)
+    q, k, v = [t.requires_grad_() for t in _inputs(2, 4, 2, 70, 90, 32, dtype, device)]
+    bias = torch.randn(1, 4, 70, 90, device=device, requires_grad=True)
+    out = _op_out(q, k, v, bias, True, 0.2)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v, bias)]
+    ref = kernels.attention_reference(*leaves[:3], causal=True, bias=leaves[3], scale=0.2)
+    torch.testing.assert_close(out.float(), ref.float(), **OP_TOL[dtype])
+    do = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v, bias), do)
+    grads_ref = torch.autograd.grad(ref, leaves, do)
+    for name, a, b in zip(["dq", "dk", "dv", "dbias"], grads, grads_ref):
+        torch.testing.assert_close(a.float(), b.float(), **OP_GRAD_TOL[dtype], msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("Tq,Tk,with_bias", [(9, 11, False), (9, 11, True), (1, 13, False)])
+def test_opcheck_on_device(device, Tq, Tk, with_bias):
+    q, k, v = [t.to(device).requires_grad_() for t in _inputs(2, 4, 2, Tq, Tk, 16)]
+    bias = torch.randn(2, 1, Tq, Tk, device=device, requires_grad=True) if with_bias else None
     torch.library.opcheck(torch.ops.kernels.attention_fwd.default, (q, k, v, bias, True, 0.5))
-    # the backward op has no autograd of its own (no double backward): plain inputs
     q, k, v = q.detach(), k.detach(), v.detach()
     bias = None if bias is None else bias.detach()
-    out, lse = _attention_fwd_reference(q, k, v, bias, True, 0.5)
+    out, lse = torch.ops.kernels.attention_fwd(q, k, v, bias, True, 0.5)
     args = (torch.randn_like(out), q, k, v, bias, out, lse, True, 0.5, with_bias)
     torch.library.opcheck(torch.ops.kernels.attention_bwd.default, args)
+
+
+def test_configs_fit_shared_memory():
+    # what the CUDA path may launch: every candidate fits the budget it is given, the
+    # 128 x 64 x 3-stage fp32 tile at D = 128 (256 KiB) does not survive, none is empty
+    for D in (16, 64, 128, 256):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for phase in ("fwd", "bwd"):
+                for limit in (99 * 1024, 227 * 1024):
+                    cfgs = attention_configs(D, dtype, phase, smem_limit=limit)
+                    assert cfgs
+                    if D <= 128:
+                        assert all(smem_bytes(c, D, dtype, phase) <= limit for c in cfgs)
+    assert smem_bytes(BlockConfig(128, 64, 4, 3), 128, torch.float32, "fwd") == 256 * 1024
+    assert BlockConfig(128, 64, 4, 3) not in attention_configs(128, torch.float32, "fwd", smem_limit=227 * 1024)
+    assert BlockConfig(128, 64, 4, 3) in attention_configs(128, torch.bfloat16, "fwd", smem_limit=227 * 1024)
 
 
 # ---------------------------------------------------------------------------- Triton
@@ -172,14 +242,14 @@ def test_triton_matches_reference(B, Hq, Hkv, Tq, Tk, D, causal, bias_kind, dtyp
     if bias is not None:
         bias = bias.to(TRITON_DEVICE)
         bias[..., 0, :] = float("-inf")  # a row masked out by the bias alone
-    out, lse = _triton_attention_fwd(q, k, v, bias, causal, 0.3, block_m=16, block_n=16)
+    out, lse = _triton_attention_fwd(q, k, v, bias, causal, 0.3, config=INTERPRET_CONFIG, precision="ieee")
     out_ref, lse_ref = _attention_fwd_reference(q, k, v, bias, causal, 0.3)
     torch.testing.assert_close(out.float(), out_ref.float(), **TOL[dtype])
     assert torch.equal(torch.isinf(lse), torch.isinf(lse_ref))
     torch.testing.assert_close(lse.nan_to_num(0, 0, 0), lse_ref.float().nan_to_num(0, 0, 0), **TOL[dtype])
     do = torch.randn_like(out)
     need_dbias = bias is not None
-    grads = _triton_attention_bwd(do, q, k, v, bias, out, lse, causal, 0.3, need_dbias, block_m=16, block_n=16)
+    grads = _triton_attention_bwd(do, q, k, v, bias, out, lse, causal, 0.3, need_dbias, config=INTERPRET_CONFIG, precision="ieee")
     grads_ref = _attention_bwd_reference(do, q, k, v, bias, out_ref, lse_ref, causal, 0.3, need_dbias)
     for name, a, b in zip(["dq", "dk", "dv", "dbias"], grads, grads_ref):
         torch.testing.assert_close(a.float(), b.float(), **GRAD_TOL[dtype], msg=lambda m: f"{name}: {m}")
@@ -188,8 +258,75 @@ def test_triton_matches_reference(B, Hq, Hkv, Tq, Tk, D, causal, bias_kind, dtyp
 @needs_triton
 def test_triton_uniform_scores():
     q, k, v = _inputs(1, 1, 1, 21, 21, 16, device=TRITON_DEVICE)
-    out, _ = _triton_attention_fwd(torch.zeros_like(q), k, v, None, True, 1.0, block_m=16, block_n=16)
+    out, _ = _triton_attention_fwd(torch.zeros_like(q), k, v, None, True, 1.0, config=INTERPRET_CONFIG, precision="ieee")
     torch.testing.assert_close(out, v.cumsum(2) / torch.arange(1, 22, device=TRITON_DEVICE).view(1, 1, 21, 1))
+
+
+# The tile sizes the CUDA path launches, run in the interpreter (warps and stages do not
+# exist there; the tiles, masks and loop bounds are what these tests check).
+def _tiles(configs):
+    return sorted({(c.block_m, c.block_n) for c in configs})
+
+
+GPU_FWD_TILES = _tiles(FWD_CONFIGS)
+GPU_BWD_TILES = _tiles(BWD_CONFIGS)
+
+
+def _check_triton(q, k, v, bias, causal, scale, fwd_tiles, bwd_tiles, dtype):
+    out_ref, lse_ref = _attention_fwd_reference(q, k, v, bias, causal, scale)
+    # and the reference against SDPA where SDPA's conventions are ours (every row sees a key)
+    if bias is None and not causal:
+        sdpa = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=scale, enable_gqa=True)
+        torch.testing.assert_close(out_ref.float(), sdpa, **TOL[dtype])
+    for bm, bn in fwd_tiles:
+        out, lse = _triton_attention_fwd(q, k, v, bias, causal, scale, config=BlockConfig(bm, bn, 1, 1),
+                                         precision="ieee")
+        torch.testing.assert_close(out.float(), out_ref.float(), **TOL[dtype], msg=lambda m: f"fwd {bm}x{bn}: {m}")
+    do = torch.randn_like(out_ref)
+    need_dbias = bias is not None
+    grads_ref = _attention_bwd_reference(do, q, k, v, bias, out_ref, lse_ref, causal, scale, need_dbias)
+    for bm, bn in bwd_tiles:
+        grads = _triton_attention_bwd(do, q, k, v, bias, out_ref, lse_ref.float(), causal, scale, need_dbias,
+                                      config=BlockConfig(bm, bn, 1, 1), precision="ieee")
+        for name, a, b in zip(["dq", "dk", "dv", "dbias"], grads, grads_ref):
+            torch.testing.assert_close(a.float(), b.float(), **GRAD_TOL[dtype],
+                                       msg=lambda m: f"{name} {bm}x{bn}: {m}")
+
+
+@needs_triton
+@pytest.mark.parametrize("Hq,Hkv,Tq,Tk,D,causal,bias_kind,dtype", [
+    (2, 1, 140, 140, 64, True, "float", torch.float16),  # grouped-query, ragged last tiles of 128 / 64
+    (2, 1, 70, 190, 128, True, None, torch.float32),  # Tq != Tk, D = 128
+    (2, 2, 150, 90, 64, False, "bool", torch.float32),  # Tq > Tk, padding mask
+])
+def test_triton_at_the_gpu_tiles(Hq, Hkv, Tq, Tk, D, causal, bias_kind, dtype):
+    q, k, v = _inputs(1, Hq, Hkv, Tq, Tk, D, dtype, TRITON_DEVICE)
+    bias = _bias(bias_kind, 1, Hq, Tq, Tk)
+    bias = _bias_to_float(bias.to(TRITON_DEVICE), q) if bias is not None else None
+    if bias is not None:
+        bias = bias.float()
+    _check_triton(q, k, v, bias, causal, D ** -0.5, GPU_FWD_TILES, GPU_BWD_TILES, dtype)
+
+
+@needs_triton
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("Hq,Hkv,D", [(4, 1, 64), (2, 1, 128)])
+def test_triton_decode(Hq, Hkv, D, causal):
+    # one query against a cache of 200 keys (Tq = 1, Tq != Tk), at the decode tiles
+    q, k, v = _inputs(1, Hq, Hkv, 1, 200, D, torch.float16, TRITON_DEVICE)
+    _check_triton(q, k, v, None, causal, D ** -0.5, _tiles(DECODE_FWD_CONFIGS), _tiles(DECODE_BWD_CONFIGS),
+                  torch.float16)
+
+
+@needs_triton
+@pytest.mark.parametrize("D", [256])
+def test_triton_large_head_dim(D):
+    # D = 256 at the tiles that fit an H200's 227 KiB (the others are pruned); grouped, bias
+    q, k, v = _inputs(1, 2, 1, 80, 96, D, torch.float16, TRITON_DEVICE)
+    bias = torch.randn(1, 2, 80, 96, device=TRITON_DEVICE)
+    fwd = _tiles(attention_configs(D, torch.float16, "fwd", smem_limit=227 * 1024))
+    bwd = _tiles(attention_configs(D, torch.float16, "bwd", smem_limit=227 * 1024))
+    _check_triton(q, k, v, bias, True, D ** -0.5, fwd, bwd, torch.float16)
 
 
 @needs_gpu

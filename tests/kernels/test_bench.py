@@ -33,5 +33,23 @@ def test_bench_smoke(tmp_path):
     if device == "cpu":
         fits = {r["method"]: float(r["value"]) for r in rows if r["metric"] == "exponent"}
         assert abs(fits["dense-key-scores"] - 2) < 1e-6
+    timed = {(r["suite"], r["method"], r["size"], r["D"]) for r in rows if r["metric"] == "fwd_tflops"}
+    checked = {(r["suite"], r["method"], r["size"], r["D"]) for r in rows if r["metric"] == "max_rel_err"}
+    assert timed and timed <= checked
+    assert {r["method"].split(":")[1] for r in rows if r["metric"] == "fwd_tflops"} >= {
+        "causal", "non-causal", "causal-gqa4", "non-causal-bias", "decode"}
+    assert any(r["method"] == "pyg-TransformerConv" for r in rows)
     recall = [float(r["value"]) for r in rows if r["metric"] == "topk_recall"]
     assert recall and 0 <= recall[0] <= 1
+
+
+def test_bench_checks_what_it_times(tmp_path):
+    # every (method, family, size, D) with a timing has a correctness row next to it, and the
+    # check raises on a wrong result instead of reporting it
+    import pytest
+
+    with pytest.raises(AssertionError, match="bench correctness"):
+        bench._check_close("wrong", torch.ones(3), torch.zeros(3), torch.float32)
+    assert bench._check_close("right", torch.ones(3), torch.ones(3) + 1e-4, torch.float32) < 1e-3
+    families = {f[0] for f in bench.ATTN_FAMILIES}
+    assert {"causal", "non-causal", "causal-gqa4", "non-causal-bias"} <= families

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 import torch
-from kernels_testing import TOL, TRITON_DEVICE, needs_gpu, needs_triton
+from kernels_testing import DEVICES, TOL, TRITON_DEVICE, needs_gpu, needs_triton
 
 import kernels
 from kernels.bench import smooth_keys  # keys that vary smoothly along T
@@ -17,6 +17,8 @@ from kernels.hip import (
     _triton_block_sparse_attention,
     _triton_hip_tree,
     _virtual_to_real,
+    gpu_block_half,
+    gpu_block_sel,
 )
 
 SMALL = dict(block_q=32, block_stride_q=2, block_k=2, mask_k=16, sink=4, window=32)
@@ -157,6 +159,47 @@ def test_triton_block_sparse_matches_reference(dtype, causal):
     out = _triton_block_sparse_attention(q, k, v, blocks, block_q=32, block_k=2, causal=causal, scale=0.2)
     ref = kernels.block_sparse_attention_reference(q, k, v, blocks, block_q=32, block_k=2, causal=causal, scale=0.2)
     torch.testing.assert_close(out.float(), ref.float(), **TOL[dtype])
+
+
+@needs_triton
+@pytest.mark.parametrize("Hq,Hkv,Tq,Tk,mask_k", [
+    (1, 1, 1024, 1024, 512),  # the paper's defaults, long enough that the tree prunes (L > n)
+    (2, 1, 64, 1100, 512),  # one query block at the end of a longer cache (Tq != Tk)
+])
+def test_triton_hip_defaults_at_the_gpu_tiles(Hq, Hkv, Tq, Tk, mask_k):
+    # block_q = 64, block_stride_q = 2, block_k = 2, sink = 16, window = 256 and the CUDA
+    # path's BLOCK_HALF (64 halves) and BLOCK_SEL (32 blocks), in the interpreter
+    g = torch.Generator().manual_seed(0)
+    q = torch.randint(-2, 3, (1, Hq, Tq, 16), generator=g).to(TRITON_DEVICE, torch.float32)
+    k = torch.randint(-2, 3, (1, Hkv, Tk, 16), generator=g).to(TRITON_DEVICE, torch.float32)
+    v = _randn(1, Hkv, Tk, 16, seed=2, device=TRITON_DEVICE)
+    kw = dict(block_q=64, block_stride_q=2, block_k=2, mask_k=mask_k, sink=16, window=256, causal=True)
+    tree, geo = _triton_hip_tree(q, k, **kw, block_half=gpu_block_half(2))
+    tree_ref, _, _ = _tree_search_reference(q, k, **kw)
+    assert int(geo["L"].max()) > mask_k // 2  # something was pruned
+    blocks = _assemble(tree, geo)
+    assert torch.equal(blocks, _assemble(tree_ref.to(tree.device), geo))
+    assert torch.equal(blocks, kernels.hip_select_reference(q, k, **kw).to(blocks.device))
+    out = _triton_block_sparse_attention(q, k, v, blocks, block_q=64, block_k=2, causal=True, scale=0.25,
+                                         block_sel=gpu_block_sel(2))
+    ref = kernels.block_sparse_attention_reference(q, k, v, blocks, block_q=64, block_k=2, causal=True, scale=0.25)
+    torch.testing.assert_close(out, ref, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_hip_ops_through_the_registration(device):
+    # forward-only ops: opcheck (schema, fake, no autograd registered) on each device, and the
+    # op's values against the references (CUDA: the Triton kernels)
+    q, k, v = (_randn(1, 2, 130, 16, seed=s).to(device) for s in range(3))
+    k, v = k[:, :1], v[:, :1]
+    torch.library.opcheck(torch.ops.kernels.hip_select.default, (q, k, 32, 2, 2, 16, 4, 32, True))
+    blocks = torch.ops.kernels.hip_select(q, k, 32, 2, 2, 16, 4, 32, True)
+    assert torch.equal(blocks.cpu(), kernels.hip_select_reference(q.cpu(), k.cpu(), **SMALL))
+    torch.library.opcheck(torch.ops.kernels.block_sparse_attention.default, (q, k, v, blocks, 32, 2, True, 0.25))
+    out = torch.ops.kernels.block_sparse_attention(q, k, v, blocks, 32, 2, True, 0.25)
+    ref = kernels.block_sparse_attention_reference(q.cpu(), k.cpu(), v.cpu(), blocks.cpu(), block_q=32, block_k=2,
+                                                   scale=0.25)
+    torch.testing.assert_close(out.cpu(), ref, atol=3e-5, rtol=3e-5)
 
 
 @needs_gpu

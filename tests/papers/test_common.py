@@ -8,7 +8,9 @@ import pytest
 from dataclasses import dataclass, field
 
 from papers.common.datasets import load_cifar, load_digits
-from papers.common.params import from_config
+import types
+
+from papers.common.params import ALL, StageConfig, UndeclaredParameter, for_stage, from_config, stage_section, to_dict
 from papers.common.tables import mean_std, write_table
 
 
@@ -64,6 +66,34 @@ def test_from_config_builds_nested_dataclasses_and_names_unknown_keys():
     assert p == _Outer(3, (4, 5), _Inner(0.5))
     with pytest.raises(KeyError, match="demo.inner.lrr"):
         from_config(_Outer, {"inner": {"lrr": 1}}, where="demo")
+
+
+def _paper(stage_params):
+    """A stand-in for a paper's params module: its Params class and its STAGE_PARAMS."""
+    return types.SimpleNamespace(Params=_Outer, STAGE_PARAMS=stage_params, __file__="demo/params.py")
+
+
+def test_a_stage_is_given_the_parameters_it_declares_and_reads_no_other():
+    section = {"seeds": 3, "inner": {"lr": 0.5}}  # `sizes` is not configured: its default applies
+    paper = _paper({"train": ("seeds", "sizes"), "report": ALL})
+    assert stage_section(paper, "train", section, "demo") == {"seeds": 3}  # what the rerun trigger sees
+    assert stage_section(paper, "report", section, "demo") == section
+    with pytest.raises(KeyError, match="stage 'plot' has no entry in STAGE_PARAMS in demo/params.py"):
+        stage_section(paper, "plot", section, "demo")
+    with pytest.raises(KeyError, match="names lrr"):
+        stage_section(_paper({"train": ("lrr",)}), "train", section, "demo")
+
+    # The stage gets the whole section, but reading `inner` (configured, not declared) is refused:
+    # a change to it would not rerun the stage, so reading it would give stale results.
+    full = from_config(_Outer, section, where="demo")
+    view = for_stage(full, StageConfig(section, readable={"seeds": 3}, rule="demo_train"))
+    assert (view.seeds, view.sizes) == (3, (1, 2))
+    with pytest.raises(UndeclaredParameter, match="rule demo_train reads parameter 'inner'"):
+        view.inner
+    assert to_dict(view) == {"seeds": 3, "sizes": [1, 2]}  # what a checkpoint records
+    assert "inner" not in repr(view)
+    # Outside a rule (tests, notebooks) a plain mapping gives the parameters unchanged.
+    assert for_stage(full, section) is full and to_dict(full)["inner"] == {"lr": 0.5}
 
 
 def test_tables(tmp_path):

@@ -260,10 +260,11 @@ def test_control_trajectories_recompute_the_exact_solution_and_differ_from_anoth
     assert trajectory_errors(other).error.max() > 10 * trajectory_errors(traj).error.max()
 
 
-def _runs(change: dict, acc: dict, seeds=3, noise=1e-3):
+def _runs(change: dict, acc: dict, seeds=3, noise=1e-3, converged=True):
     rng = np.random.default_rng(0)
-    return pd.DataFrame([{"seed": s, "init_scale": k, "ntk_change": change[k] + noise * rng.normal(),
-                          "test_accuracy": acc[k] + noise * rng.normal(), "train_loss": 0.01, "diverged": False}
+    return pd.DataFrame([{"seed": s, "arm": "scale", "init_scale": k, "ntk_change": change[k] + noise * rng.normal(),
+                          "test_accuracy": acc[k] + noise * rng.normal(), "train_loss": 0.01, "diverged": False,
+                          "converged": converged}
                          for s in range(seeds) for k in change])
 
 
@@ -273,12 +274,59 @@ def test_nonlinear_claim_is_decided_over_the_whole_range_of_init_scales():
     p = parse({**_cfg(), "nonlinear": {**_cfg()["nonlinear"], "init_scales": [0.25, 1.0, 4.0]}})
     falling = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.2, 4.0: 0.05}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}))
     assert falling.verdict == "holds"
+    assert falling.control.verdict == "does not hold"  # the scales scrambled: the trend is gone
     # the end points still compare the right way, but the NTK change rises from 1 to 4: the range fails
     rising = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.15, 4.0: 0.5}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}))
     assert rising.verdict == "does not hold" and "NTK change at 1 - at 4" in rising.note
-    assert rising.control.verdict == "not measured"
     two_seeds = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.2, 4.0: 0.05}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}, seeds=2))
     assert two_seeds.verdict == "inconclusive"
+    # runs that did not converge are left out and named, not silently used
+    unconverged = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.2, 4.0: 0.05}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7},
+                                           converged=False))
+    assert unconverged.verdict == "not measured" and "did not converge" in unconverged.note
+
+
+def test_derangement_moves_every_scale():
+    from papers.linear_mechanisms.stages import _derangement
+
+    for n in (2, 3, 5, 7):
+        perm = _derangement(n, 0)
+        assert sorted(perm) == list(range(n)) and all(i != j for i, j in enumerate(perm))
+
+
+def test_layer_alignment_is_the_cosine_for_vectors_and_training_converges():
+    gen = torch.Generator().manual_seed(0)
+    u, w = torch.randn(7, generator=gen, dtype=torch.float64), torch.randn(7, generator=gen, dtype=torch.float64)
+    cos = abs(float(u @ w / (u.norm() * w.norm())))
+    assert mlp.layer_alignment(w[:, None], u[None, :]) == pytest.approx(cos, rel=1e-12)
+    x = torch.randn(40, 5, generator=gen)
+    y = (x @ torch.randn(5, 3, generator=gen)).argmax(1)  # a learnable rule
+    res = mlp.train(x, y, x, y, scale=0.5, hidden=16, steps=3000, lr_factor=0.5, power_iterations=10, probe=10,
+                    seed=0, converge_accuracy=1.0)
+    assert res["converged"] and 0 < res["steps_run"] < 3000 and res["test_accuracy"] == 1.0
+    slow = mlp.train(x, y, x, y, scale=0.5, hidden=16, steps=100, lr_factor=0.5, power_iterations=10, probe=10,
+                     seed=0, converge_accuracy=1.0, lr_ratio=1e6)
+    assert not slow["converged"] and slow["steps_run"] == 100 and slow["dir_w"] < 1e-6  # first layer frozen
+
+
+def test_nonlinear_mechanisms_claim_and_its_rotation_control():
+    from papers.linear_mechanisms.stages import nonlinear_mechanisms_claims
+
+    p = parse(_cfg())
+    nl = p.nonlinear
+    state = {"alignment": dict(alignment0=0.1, alignment=0.3, dir_w=0.5, norm_w=1.5),
+             "disalignment": dict(alignment0=0.1, alignment=0.05, dir_w=0.5, norm_w=0.9),
+             "rescaling": dict(alignment0=0.1, alignment=0.1, dir_w=0.001, norm_w=1.3)}
+    scale_of = {"alignment": min(nl.init_scales), "disalignment": max(nl.init_scales), "rescaling": nl.rescaling_scale}
+    rows = [{"seed": s, "arm": "rescaling" if k == "rescaling" else "scale", "init_scale": scale_of[k],
+             "ntk_change": 0.5 + 0.01 * s, "train_loss": 0.01, "converged": True, "diverged": False,
+             **{key: v * (1 + 0.001 * s) for key, v in state[k].items()}} for s in range(3) for k in state]
+    claims = nonlinear_mechanisms_claims(p, pd.DataFrame(rows))
+    assert [c.id for c in claims] == ["e_alignment", "e_disalignment", "e_rescaling"]
+    assert all(c.verdict == "holds" and c.control.verdict != "holds" for c in claims)
+    rows = [{**r, "converged": r["arm"] != "rescaling"} for r in rows]  # the rescaling arm never converged
+    claims = nonlinear_mechanisms_claims(p, pd.DataFrame(rows))
+    assert [c.verdict for c in claims] == ["holds", "holds", "not measured"] and "did not reach" in claims[2].note
 
 
 def _cfg():

@@ -143,6 +143,71 @@ def test_split_keeps_clusters_whole_and_plants_round_robin():
     assert planted.cluster.value_counts().tolist() == [2, 2, 2]  # round-robin over the hidden clusters
 
 
+def test_split_plants_only_actives_dissimilar_to_the_known_ones():
+    # clusters 0-3: cluster c holds a chain of length c + 2 and the same chain with an N; clusters 4-5: rings
+    smiles = ["CCCCCCCCO", "CCCCCCCCN", "CCCCCCCCCO", "CCCCCCCCCN", "c1ccc2ccccc2c1", "c1ccc2ncccc2c1",
+              "C1CCC2CCCCC2C1", "C1CCC2NCCCC2C1", "CC(=O)Nc1ccc(O)cc1", "CC(=O)Nc1ccc(N)cc1",
+              "OC(=O)c1ccccc1O", "NC(=O)c1ccccc1O"]
+    act = pd.DataFrame({"smiles": smiles, "id": [f"a{i}" for i in range(12)], "cluster": [i // 2 for i in range(12)]})
+    fps = chem.fingerprints([Chem.MolFromSmiles(s) for s in smiles], radius=2, bits=2048)
+    for seed in range(4):
+        out = data.split_by_cluster(act, hidden_fraction=0.5, max_hidden=10, seed=seed, fps=fps,
+                                    max_known_similarity=0.4)
+        known = [f for f, r in zip(fps, out.role) if r == "known"]
+        planted = out[out.planted]
+        assert len(planted) > 0 and (planted.role == "hidden").all()
+        sims = chem.max_similarity([fps[i] for i in planted.index], known)
+        np.testing.assert_allclose(sims, planted.known_similarity)
+        assert (sims < 0.4).all()
+        hidden = out[out.role == "hidden"]  # every hidden active under the cap is planted (max_hidden is large)
+        assert set(hidden.index[hidden.known_similarity < 0.4]) == set(planted.index)
+    with pytest.raises(ValueError, match="no hidden active"):
+        data.split_by_cluster(act, hidden_fraction=0.5, max_hidden=10, seed=0, fps=fps, max_known_similarity=0.0)
+
+
+def test_exclude_and_unmatched_decoys():
+    df = pd.DataFrame({"smiles": ["CCO", "CCN", "CCC"], "id": ["a", "b", "c"]})
+    assert data.exclude(df, {"CCN", "CCCl"}).id.tolist() == ["a", "c"]
+    pool = pd.DataFrame({"smiles": [f"C{i}" for i in range(10)], "id": [f"p{i}" for i in range(10)]})
+    sim = np.linspace(0, 0.9, 10)  # p0 .. p3 are below 0.3
+    d = data.unmatched_decoys(pool, sim, 3, max_similarity=0.3, seed=0)
+    assert len(d) == 3 and d.id.is_unique and set(d.id) <= {"p0", "p1", "p2", "p3"}
+    with pytest.raises(ValueError, match="unmatched"):
+        data.unmatched_decoys(pool, sim, 5, max_similarity=0.3, seed=0)
+
+
+def test_no_decoy_reaches_the_generators(tmp_path):
+    """The prepare stage drops every decoy-pool compound from the drug-like set (LM pretraining, random draws and
+    the optimiser's starts and fragments all come from it), and plants only split-stringent actives."""
+    import yaml
+    from papers.sbdd_vs import stages
+
+    pool_smiles = data.read_smiles(data.packaged_decoy_pool()[0], limit=300).smiles.tolist()
+    (tmp_path / "pool.smi").write_text("".join(f"{s} p{i}\n" for i, s in enumerate(pool_smiles)))
+    druglike = data.read_smiles(data.packaged_druglike()[0], limit=60).smiles.tolist() + pool_smiles[:25]
+    (tmp_path / "druglike.smi").write_text("".join(f"{s} d{i}\n" for i, s in enumerate(druglike)))
+    root = Path(__file__).resolve().parents[2]
+    cfg = yaml.safe_load((root / "config" / "config.yaml").read_text())["sbdd_vs"]
+    cfg = {**cfg, "targets": ["CDK2"], "seeds": 2,
+           "data": {**cfg["data"], "actives": {"CDK2": None}, "decoy_pool": [str(tmp_path / "pool.smi")],
+                    "druglike": [str(tmp_path / "druglike.smi")]},
+           "split": {**cfg["split"], "max_hidden": 3}, "decoys": {**cfg["decoys"], "per_active": 5}}
+    out = {k: str(tmp_path / f"{k}.parquet") for k in ("actives", "library", "druglike")}
+    stages.prepare(cfg=cfg, actives=[out["actives"]], libraries=[out["library"]], druglike=out["druglike"],
+                   records=str(tmp_path / "records.json"))
+    dl = set(pd.read_parquet(out["druglike"]).smiles)
+    lib = pd.read_parquet(out["library"])
+    decoys = set(lib[lib.active == 0].smiles)
+    assert decoys and not decoys & dl  # no decoy (DUD-E or unmatched) is a molecule a generator may use
+    assert not set(pool_smiles) & dl
+    assert len(dl) >= 50
+    act = pd.read_parquet(out["actives"])
+    assert sorted(lib.replicate.unique()) == [0, 1] == sorted(act.replicate.unique())
+    for r, a in act.groupby("replicate"):
+        assert (a[a.planted].known_similarity < cfg["split"]["max_known_similarity"]).all()
+        assert set(lib[(lib.replicate == r) & (lib.active == 1)].smiles) == set(a[a.planted].smiles)
+
+
 def test_decoys_are_dissimilar_matched_and_used_once():
     props = {"mw": 300.0, "logp": 2.0, "hbd": 1, "hba": 4, "rotb": 3, "charge": 0}
     planted = pd.DataFrame([{"id": "x", **props}, {"id": "y", **props, "mw": 500.0}])
@@ -279,36 +344,42 @@ def test_params_reject_bad_configurations():
 
 # ---- claims (the verdict contract) ----------------------------------------------------------------------
 def _metrics(seeds=(0, 1, 2), random_auroc=0.5):
-    """Synthetic per-(target, generator, seed) metrics: the known actives screen best, the optimiser docks best."""
+    """Synthetic per-(target, generator, replicate) metrics: the known actives screen best, the optimiser docks best;
+    and random-query AUROCs per replicate and draw (DUD-E decoys at `random_auroc`, unmatched ones at 0.3)."""
     rng = np.random.default_rng(0)
     base = {  # generator: (docking, qed, bedroc, auroc)
         "lm": (-7.0, 0.6, 0.5, 0.9), "optimiser": (-10.0, 0.3, 0.02, 0.4), "brics": (-8.0, 0.5, 0.4, 0.85),
-        "random": (-6.5, 0.65, 0.1, random_auroc), "known": (-7.5, 0.55, 0.9, 0.99)}
-    rows = []
+        "random": (-6.5, 0.65, 0.1, 0.5), "known": (-7.5, 0.55, 0.9, 0.99)}
+    rows, bias = [], []
     for target in ("EGFR", "CDK2"):
         for s in seeds:
             for g, (dock, qed, bedroc, auroc) in base.items():
                 e = rng.normal(0, 0.01, 4)
-                rows.append({"target": target, "generator": g, "seed": s, "docking": dock + e[0], "qed": qed + e[1],
+                rows.append({"target": target, "generator": g, "seed": s, "docking": dock + e[0],
+                             "docking_per_atom": (dock + e[0]) / 25, "qed": qed + e[1],
                              "bedroc": bedroc + e[2], "auroc": auroc + e[3], "ef": 30 * bedroc,
                              "validity": 1.0, "uniqueness": 1.0, "novelty": 1.0, "heavy_atoms": 25.0, "sa": 3.0})
-    return pd.DataFrame(rows)
+            for lib, centre in (("dude", random_auroc), ("unmatched", 0.3)):
+                bias += [{"target": target, "replicate": s, "library": lib, "draw": d,
+                          "auroc": centre + rng.normal(0, 0.01)} for d in range(20)]
+    return pd.DataFrame(rows), pd.DataFrame(bias)
 
 
-def test_claims_decide_on_seeds_with_controls():
+def test_claims_decide_on_replicates_with_controls():
     from papers.sbdd_vs.report import claims
 
     import yaml
 
     root = Path(__file__).resolve().parents[2]
     p = parse(yaml.safe_load((root / "config" / "config.yaml").read_text())["sbdd_vs"])
-    out = {c.id: c for c in claims(_metrics(), p)}
-    # docking ranking: optimiser best, known 3rd: rho = -0.1 < 0.5 in every seed; AUROC agrees with BEDROC
+    out = {c.id: c for c in claims(*_metrics(), p)}
+    # docking per atom: optimiser best, known 3rd: rho = -0.3 < 0.5 in every replicate; AUROC agrees with BEDROC
     assert out["a_docking_egfr"].verdict == "holds" and out["a_docking_egfr"].control.verdict == "does not hold"
     # the known actives beat every generator; random queries beat none
     assert out["b_cdk2"].verdict == "holds" and out["b_cdk2"].control.verdict == "does not hold"
-    assert out["c_egfr"].verdict == "holds" and out["c_egfr"].control.verdict == "not measured"
-    biased = {c.id: c for c in claims(_metrics(random_auroc=0.28), p)}
+    # random queries at chance on the DUD-E decoys; the unmatched decoys (control) are biased
+    assert out["c_egfr"].verdict == "holds" and out["c_egfr"].control.verdict == "does not hold"
+    biased = {c.id: c for c in claims(*_metrics(random_auroc=0.28), p)}
     assert biased["c_cdk2"].verdict == "does not hold" and "decoys" in biased["c_cdk2"].note
-    one = claims(_metrics(seeds=(0,)), p)
-    assert {c.verdict for c in one} == {"inconclusive"}  # one sampling seed is never evidence
+    one = claims(*_metrics(seeds=(0,)), p)
+    assert {c.verdict for c in one} == {"inconclusive"}  # one replicate is never evidence

@@ -133,3 +133,61 @@ def test_flat_returns_control_makes_every_policy_grow_alike(tmp_path):
         np.testing.assert_allclose(np.diff(c, axis=1), (f_mid - 11 * g_mid) / 12)
     with pytest.raises(ValueError, match="no knots within"):  # an unsatisfiable rejection rule names its keys
         prepare(cfg={**cfg, "individuals": 8, "budget": 2}, population=tmp_path / "p.parquet", control=tmp_path / "c.parquet")
+
+
+def test_regimes_follow_the_theorem_conditions():
+    # survival: K f_lb > (N-K) g_ub; with the official f_lb = a N g_ub / K, that is a > 1 - K/N.
+    assert dyn.regime(dyn.Bounds.official(50, 1, 10, 60, 4.0, 0.5), 50, 1) == dyn.SURVIVAL
+    assert dyn.regime(dyn.Bounds.official(20, 1, 10, 60, 0.96, 0.5), 20, 1) == dyn.SURVIVAL  # 0.96 > 0.95
+    assert dyn.regime(dyn.Bounds.official(50, 1, 10, 60, 0.96, 0.5), 50, 1) == dyn.INTERMEDIATE  # 0.96 < 0.98
+    ruin = dyn.Bounds.official(50, 1, 20, 60, 0.01, 0.2)  # f = [30, 830], 830 < 49 * 20
+    assert dyn.regime(ruin, 50, 1) == dyn.RUIN
+    pred = dyn.predicted(ruin, 50, 1)
+    assert pred["winner"] == "utilitarian"
+    assert pred["rawlsian"] == pytest.approx((30 - 49 * 60) / 50) == pred["random"]
+    assert pred["utilitarian"] == pytest.approx((830 - 49 * 60) / 50)
+    assert dyn.predicted(dyn.Bounds.official(50, 1, 10, 60, 0.5, 0.5), 50, 1)["winner"] is None
+
+
+def test_ruin_without_noise_rawlsian_sinks_to_the_lower_plateau():
+    # Everyone on the lower plateaus (f = f_lb, g = g_ub at any welfare here): the Rawlsian mean falls at
+    # exactly the ruin rate (K f_lb - (N-K) g_ub) / N.
+    b = dyn.Bounds(f_lb=1.0, f_ub=4.0, g_lb=1.0, g_ub=3.0)  # ruin: 1 * 4 < 5 * 1
+    n, k = 6, 1
+    assert dyn.regime(b, n, k) == dyn.RUIN
+    u0 = np.full((1, n), -1e6)
+    ones = np.ones((1, n))
+    mean = dyn.simulate("rawlsian_min_u", u0, 0 * ones, -1e9 * ones, 0 * ones, 1e9 * ones, b, k=k, horizon=40,
+                        noise=False, rng=np.random.default_rng(0))
+    np.testing.assert_allclose(np.diff(mean[0]), dyn.predicted(b, n, k)["rawlsian"])
+
+
+def test_binned_incomes_spread_n_over_the_bins():
+    p = Params(individuals=10, income_bins=(0.0, 10.0, 20.0, 40.0), income_scale=1.0)
+    incomes = np.array([1.0, 2, 3, 4, 5, 11, 12, 13, 14, 30])  # counts 5, 4, 1
+    u0 = __import__("papers.welfare.stages", fromlist=["x"]).initial_welfare(p, incomes, 10, np.random.default_rng(0))
+    assert u0.size == 10 and np.all(np.diff(u0) >= 0)
+    assert np.histogram(u0, bins=p.income_bins)[0].tolist() == [5, 4, 1]
+    assert np.all(u0 == np.floor(u0))
+
+
+def test_sweep_claims_decide_per_point():
+    import pandas as pd
+
+    from papers.welfare.stages import sweep_claims
+
+    cfg_points = ({"individuals": 50, "budget": 1, "decay_bounds": (10.0, 60.0), "return_bound_factors": (4.0, 0.5)},)
+    p = Params(seeds=5, sweep_points=cfg_points)
+    pt = p.sweep()[0]
+    rng = np.random.default_rng(0)
+    rows = []
+    for pop in ("heterogeneous", "flat"):
+        for pol in dyn.POLICIES:
+            fam = dyn.family(pol)
+            rate = pt[fam] if pop == "heterogeneous" else 200.0
+            for s in range(5):
+                rows.append({"point": 0, "population": pop, "policy": pol, "seed": s,
+                             "long_run_slope": rate + rng.normal(0, 0.5)})
+    claims = {c.id: c for c in sweep_claims(p, p.sweep(), pd.DataFrame(rows))}
+    assert claims["d"].verdict == "holds" and claims["d"].control.verdict != "holds"
+    assert claims["e"].verdict == "holds" and claims["e"].control.verdict == "does not hold"

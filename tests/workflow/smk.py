@@ -21,3 +21,17 @@ def snakemake(*args: str, workdir: Path, timeout: int = 900) -> subprocess.Compl
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("TRITON_INTERPRET", None)  # set by tests/conftest.py for the kernel tests only
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+# The data the full scale reads from user-given paths (config/full.yaml), relative to the workdir.
+# The workflow checks at parse time that they exist; the dry-run tests give it empty stand-ins.
+FULL_SCALE_DATA = {"files": ["data/uniref50.fasta", "data/pg19_books.txt"], "folders": ["data/cifar-10-batches-py"]}
+
+
+def full_scale_stand_ins(workdir: Path) -> None:
+    """Empty files and folders where config/full.yaml expects the user's data."""
+    for folder in FULL_SCALE_DATA["folders"]:
+        (workdir / folder).mkdir(parents=True, exist_ok=True)
+    for file in FULL_SCALE_DATA["files"]:
+        (workdir / file).parent.mkdir(parents=True, exist_ok=True)
+        (workdir / file).touch()

@@ -18,6 +18,10 @@ def _dry_run(tmp_path, *args):
         ("uv_sharpness:\n  mlp:\n    learning_rates: []\n", "key 'uv_sharpness.mlp.learning_rates'"),
         ("welfare:\n  budget: 50\n", "welfare.budget must satisfy 1 <= K < N = 50"),
         ("welfare:\n  short_run: 100000\n", "welfare.short_run: 100000 must lie in [1, horizon"),
+        # Input paths are checked at parse time, not by the job that reads them (after submission).
+        ("sam_late:\n  data:\n    path: no/cifar-10-batches-py\n",
+         "key 'sam_late.data.path': no such file or directory: 'no/cifar-10-batches-py'"),
+        ("sbdd_vs:\n  data:\n    decoy_pool: [no_such.smi]\n", "key 'sbdd_vs.data.decoy_pool[0]': no such file"),
     ],
 )
 def test_bad_config_fails_before_any_job_and_names_the_key(tmp_path, overlay, message):
@@ -27,6 +31,13 @@ def test_bad_config_fails_before_any_job_and_names_the_key(tmp_path, overlay, me
     assert result.returncode != 0
     assert message in result.stderr + result.stdout
     assert not (tmp_path / "results").exists()
+
+
+def test_an_input_path_that_exists_passes(tmp_path):
+    (tmp_path / "incomes.csv").write_text("income\n10\n20\n")
+    (tmp_path / "mine.yaml").write_text("welfare:\n  incomes: incomes.csv\n")  # relative to the workdir
+    result = _dry_run(tmp_path, "--configfile", str(tmp_path / "mine.yaml"))
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 def test_missing_key_is_named(tmp_path):

@@ -89,3 +89,20 @@ def test_smoke_dag_through_slurm(cluster, smoke_runs, tmp_path):
     assert all("uv_sharpness" in j.get("Comment", "") or GPU_RULE in j.get("Comment", "") for j in gpu_jobs), gpu_jobs
     failed = [j for j in jobs if j.get("JobState") in ("FAILED", "NODE_FAIL")]
     assert len(failed) == 1, [(j.get("Comment"), j.get("JobState")) for j in jobs]
+    # The retry asked for twice the memory and time of the failed attempt (job_resources in common.smk).
+    retry = min((j for j in jobs if j.get("Comment") == failed[0].get("Comment") and int(j["JobId"]) > int(failed[0]["JobId"])),
+                key=lambda j: int(j["JobId"]))
+    assert _megabytes(retry["MinMemoryNode"]) == 2 * _megabytes(failed[0]["MinMemoryNode"]), (failed[0], retry)
+    assert _minutes(retry["TimeLimit"]) == 2 * _minutes(failed[0]["TimeLimit"]), (failed[0], retry)
+
+
+def _megabytes(text: str) -> int:
+    """scontrol's memory field ("4000M", "4G") in MB."""
+    return int(float(text[:-1]) * {"M": 1, "G": 1024, "T": 1024 ** 2}[text[-1]])
+
+
+def _minutes(text: str) -> int:
+    """scontrol's TimeLimit ("01:00:00", "1-00:00:00", "00:15:00") in minutes."""
+    days, _, clock = text.rpartition("-")
+    h, m, s = (int(x) for x in clock.split(":"))
+    return int(days or 0) * 1440 + h * 60 + m + (s > 0)

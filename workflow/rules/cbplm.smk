@@ -21,8 +21,7 @@ rule cbplm_prepare:
         f"{BENCHMARKS}/cbplm/prepare/sequences.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -47,11 +46,9 @@ rule cbplm_train:
         f"{BENCHMARKS}/cbplm/train/{{model}}_seed{{seed}}.tsv"
     wildcard_constraints:
         model="|".join(CBPLM_RUNS["model"]),
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -76,11 +73,9 @@ rule cbplm_evaluate:
         f"{LOGS}/cbplm/evaluate/seed{{seed}}.log",
     benchmark:
         f"{BENCHMARKS}/cbplm/evaluate/seed{{seed}}.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -124,8 +119,7 @@ rule cbplm_report:
         f"{BENCHMARKS}/cbplm/report.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -57,6 +57,15 @@ _typed_from_command_line(config)
 
 SCALE = config["scale"]
 PAPERS = config["papers"]
+
+# Every data path the selected papers read must exist now, not when their prepare job runs (on a
+# cluster, after submission). The schemas mark such values `input: true` (papers.common.inputs).
+from papers.common.inputs import missing_inputs
+
+_missing = missing_inputs(config, os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"), PAPERS)
+if _missing:
+    raise WorkflowError("invalid configuration: " + "; ".join(f"key '{k}': {m}" for k, m in _missing))
+
 for _slug in PAPERS:
     if _slug not in config:
         raise WorkflowError(
@@ -104,8 +113,31 @@ def seeds(slug):
 
 
 def res(kind, key):
-    """A resource of a kind of job (`light`, `train`, ...) from config `resources`."""
+    """A resource of a kind of job (`light`, `train`, `gpu`) from config `resources`."""
     return config["resources"][kind][key]
+
+
+def _per_attempt(value):
+    # A retry after an out-of-memory kill or a timeout asks for more: attempt n gets n times the first.
+    return lambda wildcards, attempt: value * attempt
+
+
+def job_resources(kind):
+    """What a job of `kind` asks a scheduler for, from config `resources.<kind>`.
+
+    Memory and run time grow with each retry; the `gpu` kind asks for its GPUs; `partition` and
+    `gres`, where the config names them, send all jobs of the kind there with one edit (null
+    leaves the profile's default partition).
+    """
+    spec = config["resources"][kind]
+    asked = {"mem_mb": _per_attempt(spec["mem_mb"]), "runtime": _per_attempt(spec["runtime"])}
+    if kind == "gpu":
+        asked["gpu"] = spec["gpu"]
+    if spec.get("partition"):
+        asked["slurm_partition"] = spec["partition"]
+    if spec.get("gres"):
+        asked["gres"] = spec["gres"]
+    return asked
 
 
 def paper_outputs(slug):

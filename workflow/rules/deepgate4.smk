@@ -22,8 +22,7 @@ rule deepgate4_prepare:
         f"{BENCHMARKS}/deepgate4/prepare/circuits.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -47,11 +46,9 @@ rule deepgate4_train:
         f"{LOGS}/deepgate4/train/seed{{seed}}.log",
     benchmark:
         f"{BENCHMARKS}/deepgate4/train/seed{{seed}}.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -77,8 +74,7 @@ rule deepgate4_evaluate:
         f"{BENCHMARKS}/deepgate4/evaluate/metrics.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -100,11 +96,9 @@ rule deepgate4_scaling:
         f"{LOGS}/deepgate4/scaling/memory.log",
     benchmark:
         f"{BENCHMARKS}/deepgate4/scaling/memory.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -147,8 +141,7 @@ rule deepgate4_report:
         f"{BENCHMARKS}/deepgate4/report.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -21,8 +21,7 @@ rule ensembles_prepare:
         f"{BENCHMARKS}/ensembles/prepare/data.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -47,11 +46,9 @@ rule ensembles_train:
         f"{BENCHMARKS}/ensembles/train/job{{job}}.tsv"
     wildcard_constraints:
         job=r"\d+",
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -75,8 +72,7 @@ rule ensembles_evaluate:
         f"{BENCHMARKS}/ensembles/evaluate/metrics.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -120,8 +116,7 @@ rule ensembles_report:
         f"{BENCHMARKS}/ensembles/report.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:

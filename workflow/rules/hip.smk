@@ -21,8 +21,7 @@ rule hip_prepare:
         f"{BENCHMARKS}/hip/prepare/kjv.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -43,11 +42,9 @@ rule hip_train_lm:
         f"{LOGS}/hip/train/lm.log",
     benchmark:
         f"{BENCHMARKS}/hip/train/lm.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -66,11 +63,9 @@ rule hip_train_passkey:
         f"{LOGS}/hip/train/passkey.log",
     benchmark:
         f"{BENCHMARKS}/hip/train/passkey.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -94,8 +89,7 @@ rule hip_evaluate_text:
         f"{BENCHMARKS}/hip/evaluate/text.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -117,8 +111,7 @@ rule hip_evaluate_passkey:
         f"{BENCHMARKS}/hip/evaluate/passkey.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -136,11 +129,9 @@ rule hip_cost:
         f"{LOGS}/hip/evaluate/cost.log",
     benchmark:
         f"{BENCHMARKS}/hip/evaluate/cost.tsv"
-    threads: res("light", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
-        gpu=res("light", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -163,8 +154,7 @@ rule hip_decode:
         f"{BENCHMARKS}/hip/evaluate/offload.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -210,8 +200,7 @@ rule hip_report:
         f"{BENCHMARKS}/hip/report.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:

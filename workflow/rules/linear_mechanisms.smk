@@ -22,8 +22,7 @@ rule linear_mechanisms_prepare:
         f"{BENCHMARKS}/linear_mechanisms/prepare/data.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -45,8 +44,7 @@ rule linear_mechanisms_trajectories:
         f"{BENCHMARKS}/linear_mechanisms/train/trajectories.tsv"
     threads: res("train", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
+        **job_resources("train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -71,8 +69,7 @@ rule linear_mechanisms_phase:
         panel="|".join(LM_PANELS),
     threads: res("train", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
+        **job_resources("train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -93,11 +90,9 @@ rule linear_mechanisms_nonlinear:
         f"{LOGS}/linear_mechanisms/train/nonlinear_seed{{seed}}.log",
     benchmark:
         f"{BENCHMARKS}/linear_mechanisms/train/nonlinear_seed{{seed}}.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -122,8 +117,7 @@ rule linear_mechanisms_evaluate:
         f"{BENCHMARKS}/linear_mechanisms/evaluate/metrics.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -181,8 +175,7 @@ rule linear_mechanisms_report:
         f"{BENCHMARKS}/linear_mechanisms/report.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -21,8 +21,7 @@ rule neural_fdm_prepare:
         f"{BENCHMARKS}/neural_fdm/prepare/targets.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -48,8 +47,7 @@ rule neural_fdm_train:
         model="|".join(NFDM_CFG["models"]),
     threads: res("train", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
+        **job_resources("train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -77,8 +75,7 @@ rule neural_fdm_evaluate:
         task="|".join(NFDM_CFG["tasks"]),
     threads: res("train", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
+        **job_resources("train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -120,8 +117,7 @@ rule neural_fdm_report:
         f"{BENCHMARKS}/neural_fdm/report.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -27,8 +27,7 @@ rule orion_prepare:
         f"{BENCHMARKS}/orion/prepare/prepare.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -54,11 +53,9 @@ rule orion_train:
         f"{BENCHMARKS}/orion/train/{{model}}_seed{{seed}}.tsv"
     wildcard_constraints:
         model="|".join(ORION_MODELS),
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -90,8 +87,7 @@ rule orion_evaluate:
         model="|".join(ORION_MODELS),
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -118,11 +114,9 @@ rule orion_evaluate_pretrained:
         f"{BENCHMARKS}/orion/evaluate/pretrained_{{name}}.tsv"
     wildcard_constraints:
         name="[A-Za-z0-9]+",
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -164,8 +158,7 @@ rule orion_report:
         f"{BENCHMARKS}/orion/report.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:

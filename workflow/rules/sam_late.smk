@@ -21,8 +21,7 @@ rule sam_late_prepare:
         f"{BENCHMARKS}/sam_late/prepare/data.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -44,11 +43,9 @@ rule sam_late_train_sgd:
         f"{LOGS}/sam_late/train/sgd.log",
     benchmark:
         f"{BENCHMARKS}/sam_late/train/sgd.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -74,11 +71,9 @@ rule sam_late_train_sam:
         f"{BENCHMARKS}/sam_late/train/sam_rho{{rho}}.tsv"
     wildcard_constraints:
         rho="|".join(str(r) for r in SL_RHOS),
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -101,11 +96,9 @@ rule sam_late_train_adv:
         f"{LOGS}/sam_late/train/adv.log",
     benchmark:
         f"{BENCHMARKS}/sam_late/train/adv.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -129,11 +122,9 @@ rule sam_late_evaluate:
         f"{LOGS}/sam_late/evaluate/metrics.log",
     benchmark:
         f"{BENCHMARKS}/sam_late/evaluate/metrics.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -184,8 +175,7 @@ rule sam_late_report:
         f"{BENCHMARKS}/sam_late/report.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -8,7 +8,7 @@ SBDD_TARGETS = SBDD_CFG["targets"]
 
 
 rule sbdd_vs_prepare:
-    """Per target: actives split by cluster and a library with DUD-E-style decoys; the drug-like set."""
+    """Per target and replicate: a similarity-stringent split, DUD-E decoys (and unmatched ones), the drug-like set."""
     output:
         actives=expand(f"{SBDD}/prepare/{{target}}_actives.parquet", target=SBDD_TARGETS),
         libraries=expand(f"{SBDD}/prepare/{{target}}_library.parquet", target=SBDD_TARGETS),
@@ -23,8 +23,7 @@ rule sbdd_vs_prepare:
         f"{BENCHMARKS}/sbdd_vs/prepare/records.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -32,7 +31,7 @@ rule sbdd_vs_prepare:
 
 
 rule sbdd_vs_train:
-    """Pretrain the SMILES LM on the drug-like set, then fine-tune one copy per target on its actives."""
+    """Pretrain the SMILES LM on the drug-like set, then fine-tune one copy per target and replicate on its known actives."""
     input:
         druglike=rules.sbdd_vs_prepare.output.druglike,
         actives=rules.sbdd_vs_prepare.output.actives,
@@ -47,11 +46,9 @@ rule sbdd_vs_train:
         f"{LOGS}/sbdd_vs/train/lm.log",
     benchmark:
         f"{BENCHMARKS}/sbdd_vs/train/lm.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -59,7 +56,7 @@ rule sbdd_vs_train:
 
 
 rule sbdd_vs_generate:
-    """Every generator's molecules for one target, for every sampling seed."""
+    """Every generator's molecules for one target, for every replicate."""
     input:
         actives=f"{SBDD}/prepare/{{target}}_actives.parquet",
         druglike=rules.sbdd_vs_prepare.output.druglike,
@@ -80,8 +77,7 @@ rule sbdd_vs_generate:
         target="|".join(SBDD_TARGETS),
     threads: res("train", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
+        **job_resources("train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -89,14 +85,16 @@ rule sbdd_vs_generate:
 
 
 rule sbdd_vs_evaluate:
-    """For one target: docking, QED, SA and screening metrics (EF1%, BEDROC, AUROC) per generator and seed."""
+    """For one target: docking, QED, SA, EF1%, BEDROC, AUROC per generator and replicate; the decoy-bias check."""
     input:
         library=f"{SBDD}/prepare/{{target}}_library.parquet",
         actives=f"{SBDD}/prepare/{{target}}_actives.parquet",
         records=rules.sbdd_vs_prepare.output.records,
         generated=rules.sbdd_vs_generate.output.generated,
+        druglike=rules.sbdd_vs_prepare.output.druglike,
     output:
         metrics=f"{SBDD}/evaluate/{{target}}.parquet",
+        bias=f"{SBDD}/evaluate/{{target}}_bias.parquet",
     params:
         call="papers.sbdd_vs.stages:evaluate",
         cfg=SBDD_CFG,
@@ -109,8 +107,7 @@ rule sbdd_vs_evaluate:
         target="|".join(SBDD_TARGETS),
     threads: res("train", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
+        **job_resources("train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -121,6 +118,7 @@ rule sbdd_vs_report:
     """The table, the docking-vs-screening and decoy-bias figures, the claims with verdicts, report.md."""
     input:
         metrics=expand(rules.sbdd_vs_evaluate.output.metrics, target=SBDD_TARGETS),
+        bias=expand(rules.sbdd_vs_evaluate.output.bias, target=SBDD_TARGETS),
         records=rules.sbdd_vs_prepare.output.records,
         lm_history=rules.sbdd_vs_train.output.history,
         optimiser_histories=expand(rules.sbdd_vs_generate.output.optimiser_history, target=SBDD_TARGETS),
@@ -152,8 +150,7 @@ rule sbdd_vs_report:
         f"{BENCHMARKS}/sbdd_vs/report.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -22,8 +22,7 @@ rule sharpening_prepare:
         f"{BENCHMARKS}/sharpening/prepare/data.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -46,8 +45,7 @@ rule sharpening_tabular:
         f"{BENCHMARKS}/sharpening/train/tabular.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -68,11 +66,9 @@ rule sharpening_pretrain:
         f"{LOGS}/sharpening/train/base.log",
     benchmark:
         f"{BENCHMARKS}/sharpening/train/base.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -96,11 +92,9 @@ rule sharpening_sharpen:
         f"{BENCHMARKS}/sharpening/train/sharpen_{{method}}.tsv"
     wildcard_constraints:
         method="|".join(SHARPENING_METHODS),
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -127,8 +121,7 @@ rule sharpening_evaluate:
         f"{BENCHMARKS}/sharpening/evaluate/results.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -174,8 +167,7 @@ rule sharpening_report:
         f"{BENCHMARKS}/sharpening/report.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -19,8 +19,7 @@ rule uv_sharpness_prepare:
         f"{BENCHMARKS}/uv_sharpness/prepare/digits.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -40,8 +39,7 @@ rule uv_sharpness_trajectories:
         f"{BENCHMARKS}/uv_sharpness/train/uv_trajectories.tsv"
     threads: res("train", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
+        **job_resources("train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -62,8 +60,7 @@ rule uv_sharpness_sweep:
         f"{BENCHMARKS}/uv_sharpness/train/sweep.tsv"
     threads: res("train", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
+        **job_resources("train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -87,11 +84,9 @@ rule uv_sharpness_train_mlp:
         f"{BENCHMARKS}/uv_sharpness/train/mlp_lr{{lr}}_seed{{seed}}.tsv"
     wildcard_constraints:
         lr="|".join(str(lr) for lr in UV_CFG["mlp"]["learning_rates"]),
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        gpu=res("train", "gpu"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -102,10 +97,11 @@ UV_MLP_RUNS = dict(lr=UV_CFG["mlp"]["learning_rates"], seed=range(UV_CFG["mlp"][
 
 
 rule uv_sharpness_evaluate:
-    """Edge-of-stability statistics, period-doubling and chaos thresholds, and the MLP's late sharpness."""
+    """EoS statistics and early-time sharpness changes, whether seeds share attractors, the MLP's late sharpness."""
     input:
         trajectory=rules.uv_sharpness_trajectories.output.trajectory,
         points=rules.uv_sharpness_sweep.output.points,
+        orbits=rules.uv_sharpness_sweep.output.orbits,
         histories=expand(rules.uv_sharpness_train_mlp.output.history, **UV_MLP_RUNS),
     output:
         metrics=f"{UV}/evaluate/metrics.json",
@@ -118,8 +114,7 @@ rule uv_sharpness_evaluate:
         f"{BENCHMARKS}/uv_sharpness/evaluate/metrics.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -166,8 +161,7 @@ rule uv_sharpness_report:
         f"{BENCHMARKS}/uv_sharpness/report.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -1,5 +1,6 @@
 # P2 welfare: Rawlsian vs utilitarian policies in long-run welfare dynamics.
-# prepare (populations) -> simulate (one job per population and policy, seeds vectorised) -> evaluate -> report.
+# prepare (populations) -> simulate (one job per population and policy, seeds vectorised) -> evaluate -> report;
+# sweep (one job per policy: every point of the sweep over the theorems' conditions, seeds vectorised) -> report.
 # Two populations: `heterogeneous` (the paper's) and `flat` (the negative control: f and g flat in welfare).
 # Code: workflow/papers/welfare/ (stages.py holds the functions these rules call).
 
@@ -20,8 +21,7 @@ rule welfare_prepare:
         f"{BENCHMARKS}/welfare/prepare/population.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -49,8 +49,30 @@ rule welfare_simulate:
         population="heterogeneous|flat",
     threads: res("train", "threads")
     resources:
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
+        **job_resources("train"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule welfare_sweep:
+    """Simulate one policy at every point of the sweep over the theorems' conditions (N, K, f and g bounds), with its flat control."""
+    output:
+        trajectory=f"{WELFARE}/sweep/{{policy}}.parquet",
+    params:
+        call="papers.welfare.stages:sweep",
+        cfg=config["welfare"],
+        policy="{policy}",
+    log:
+        f"{LOGS}/welfare/sweep/{{policy}}.log",
+    benchmark:
+        f"{BENCHMARKS}/welfare/sweep/{{policy}}.tsv"
+    wildcard_constraints:
+        policy="|".join(config["welfare"]["policies"]),
+    threads: res("train", "threads")
+    resources:
+        **job_resources("train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -77,8 +99,7 @@ rule welfare_evaluate:
         f"{BENCHMARKS}/welfare/evaluate/metrics.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -91,19 +112,24 @@ rule welfare_report:
         metrics=rules.welfare_evaluate.output.metrics,
         rates=rules.welfare_evaluate.output.rates,
         crossing=rules.welfare_evaluate.output.crossing,
+        sweep_trajectories=expand(rules.welfare_sweep.output.trajectory, policy=config["welfare"]["policies"]),
         benchmarks=[
             rules.welfare_prepare.benchmark,
             *expand(rules.welfare_simulate.benchmark, population=["heterogeneous", "flat"],
                     policy=config["welfare"]["policies"]),
             rules.welfare_evaluate.benchmark,
+            *expand(rules.welfare_sweep.benchmark, policy=config["welfare"]["policies"]),
         ],
     output:
         table_md=report(f"{WELFARE}/table.md", caption="../report/welfare/table.rst", category="welfare"),
         table_csv=f"{WELFARE}/table.csv",
+        sweep_csv=f"{WELFARE}/sweep_table.csv",
         claims=f"{WELFARE}/claims.json",
         params_json=f"{WELFARE}/params.json",
         report_md=f"{WELFARE}/report.md",
         figure=report(f"{WELFARE}/figures/growth_rate.png", caption="../report/welfare/growth_rate.rst", category="welfare"),
+        phase_figure=report(f"{WELFARE}/figures/phase_diagram.png", caption="../report/welfare/phase_diagram.rst",
+                            category="welfare"),
     params:
         call="papers.welfare.stages:report",
         cfg=config["welfare"],
@@ -114,8 +140,7 @@ rule welfare_report:
         f"{BENCHMARKS}/welfare/report.tsv"
     threads: res("light", "threads")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:

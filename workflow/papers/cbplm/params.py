@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from papers.common.params import from_config
+from papers.common.params import ALL, for_stage, from_config
 
 SLUG = "cbplm"
 MODELS = ("cb", "plain", "tag")  # CB-pLM, plain masked LM, conditional-tag masked LM
@@ -94,7 +94,22 @@ class Params:
             raise ValueError(f"cbplm.train.warmup_steps ({self.train.warmup_steps}) must be below steps ({self.train.steps})")
 
 
+
+# The parameters each stage reads. Its rule receives only these, so a change to another parameter
+# does not rerun the stage; papers.common.params.for_stage keeps the stage from reading any other.
+# A report writes every parameter to params.json, so it reads them all.
+STAGE_PARAMS = {
+    "prepare": (
+        "sequences", "files", "min_length", "max_length", "max_sequences", "test_fraction", "concepts",
+        "tag_bins",
+    ),
+    "train": ("max_length", "concepts", "tag_bins", "model", "train"),
+    "evaluate": ("max_length", "concepts", "tag_bins", "models", "model", "train", "intervention"),
+    "report": ALL,
+}
+
+
 def parse(cfg) -> Params:
     params = from_config(Params, cfg, where=SLUG)
     params.check()
-    return params
+    return for_stage(params, cfg)

@@ -4,10 +4,19 @@ Each paper defines ``@dataclass(frozen=True) class Params`` whose fields cite th
 paper's section or table, or the official code) and whose defaults are the paper's own values;
 the config of a scale overrides what differs. :func:`from_config` builds it and names any key it
 does not know, so a typo fails before any work, with the key in the message.
+
+Each stage reads only part of the parameters, and says which in its paper's ``STAGE_PARAMS``
+(``{"prepare": ("seeds", "data"), ..., "report": ALL}``). The workflow gives each rule only that part
+as its ``cfg`` parameter (:func:`stage_section`), so a change to another parameter (a report's
+threshold, say) does not rerun the stage; and the stage sees its parameters through
+:func:`for_stage`, which refuses to read a configured parameter it did not declare, so the
+declaration cannot silently fall behind the code.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 from typing import Any, Mapping, TypeVar
 
 T = TypeVar("T")
@@ -53,8 +62,21 @@ def _dataclass_type(cls, name):
 
 
 def to_dict(params) -> dict:
-    """A dataclass as plain JSON-ready data (tuples become lists)."""
-    return _thaw(dataclasses.asdict(params))
+    """A dataclass as plain JSON-ready data (tuples become lists); a stage's view gives what it may read."""
+    hidden = getattr(type(params), "_hidden_fields", frozenset())
+    return _thaw({f.name: _plain(getattr(params, f.name))
+                  for f in dataclasses.fields(params) if f.name not in hidden})
+
+
+def _plain(value):
+    """What dataclasses.asdict does to a field's value: nested dataclasses become dicts."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _thaw(value):
@@ -63,3 +85,78 @@ def _thaw(value):
     if isinstance(value, dict):
         return {k: _thaw(v) for k, v in value.items()}
     return value
+
+
+# ---- What one stage may read ------------------------------------------------------------------
+ALL = "all"  # a stage that reads every parameter (a report writes them all to params.json)
+
+
+def stage_section(module, stage: str, section: Mapping[str, Any], where: str) -> dict:
+    """The part of a paper's config `section` that `stage` reads, as its paper declares it.
+
+    `module` is the paper's ``params`` module; its ``STAGE_PARAMS[stage]`` is :data:`ALL` or the
+    names of the fields the stage reads. Raises KeyError naming the file when the stage or a field
+    is not declared, so the workflow stops at parse time.
+    """
+    source = f"STAGE_PARAMS in {module.__file__}"
+    try:
+        keys = module.STAGE_PARAMS[stage]
+    except (AttributeError, KeyError):
+        raise KeyError(f"{where}: stage '{stage}' has no entry in {source}") from None
+    if keys == ALL:
+        return dict(section)
+    fields = {f.name for f in dataclasses.fields(module.Params)}
+    unknown = sorted(set(keys) - fields)
+    if unknown:
+        raise KeyError(f"{where}: {source}['{stage}'] names {', '.join(unknown)}, not parameters of {where}")
+    return {k: section[k] for k in keys if k in section}
+
+
+class StageConfig(dict):
+    """A paper's whole config section as one rule's stage receives it.
+
+    `readable` is the part the rule was given (its ``cfg`` parameter, :func:`stage_section`): only
+    changes to those values rerun the stage, so :func:`for_stage` lets the stage read those and the
+    parameters that are not configured at all (their defaults), and nothing else.
+    """
+
+    def __init__(self, section: Mapping[str, Any], readable, rule: str):
+        super().__init__(section)
+        self.hidden = frozenset(set(section) - set(readable))
+        self.rule = rule
+
+
+class UndeclaredParameter(LookupError):
+    """A stage read a parameter that its rule does not receive (see :class:`StageConfig`)."""
+
+
+@functools.lru_cache(maxsize=None)
+def _guarded(cls: type, hidden: frozenset, rule: str) -> type:
+    """A subclass of dataclass `cls` whose instances refuse to read the fields in `hidden`."""
+
+    def __getattribute__(self, name):
+        if name in hidden:
+            raise UndeclaredParameter(
+                f"rule {rule} reads parameter '{name}', which its rule does not receive: add it to this "
+                f"stage's entry in STAGE_PARAMS (the paper's params.py), or a change to it would not rerun "
+                f"the stage")
+        return object.__getattribute__(self, name)
+
+    def __repr__(self):
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.name not in hidden)
+        return f"{cls.__name__}({shown}, ... {len(hidden)} not read by {rule})"
+
+    return type(cls.__name__, (cls,), {"__getattribute__": __getattribute__, "__repr__": __repr__,
+                                      "__hash__": None, "_hidden_fields": hidden})
+
+
+def for_stage(params: T, cfg: Mapping[str, Any]) -> T:
+    """`params` as a stage may read them: unchanged for a plain mapping (a test, a notebook); for a
+    :class:`StageConfig`, a copy that raises :class:`UndeclaredParameter` on reading a parameter the
+    stage's rule was not given. A paper's ``parse`` returns this, after its checks across fields."""
+    hidden = frozenset(getattr(cfg, "hidden", ())) & {f.name for f in dataclasses.fields(params)}
+    if not hidden:
+        return params
+    view = copy.copy(params)
+    object.__setattr__(view, "__class__", _guarded(type(params), hidden, cfg.rule))
+    return view

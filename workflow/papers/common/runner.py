@@ -13,7 +13,10 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+
+from papers.common.params import StageConfig
 
 log = logging.getLogger("papers")
 
@@ -91,7 +94,11 @@ def run_stage(smk) -> None:
     target = params.pop("call")
     params.pop("code", None)  # the code's hash, for Snakemake's rerun trigger only (see the Snakefile)
     parts = target.split(":")[0].split(".")
-    provenance.set_context(dict(smk.config), parts[1] if len(parts) > 2 and parts[0] == "papers" else None)
+    slug = parts[1] if len(parts) > 2 and parts[0] == "papers" else None
+    provenance.set_context(dict(smk.config), slug)
+    if slug in smk.config and isinstance(params.get("cfg"), Mapping):
+        # The stage gets its paper's whole section but may read only what its rule was given.
+        params["cfg"] = StageConfig(smk.config[slug], readable=params["cfg"], rule=smk.rule)
     kwargs = {**_named(smk.input), **_named(smk.output), **params}
     with log_to(smk.log[0] if smk.log else None):
         limit_threads(smk.threads)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from papers.common.params import from_config
+from papers.common.params import ALL, for_stage, from_config
 
 SLUG = "deepgate4"
 ARM_KINDS = ("circuit", "gat")
@@ -125,7 +125,20 @@ class Params:
             raise ValueError(f"deepgate4.data.extreme must satisfy 0 <= lo <= hi <= 1, got {list(self.data.extreme)}")
 
 
+
+# The parameters each stage reads. Its rule receives only these, so a change to another parameter
+# does not rerun the stage; papers.common.params.for_stage keeps the stage from reading any other.
+# A report writes every parameter to params.json, so it reads them all.
+STAGE_PARAMS = {
+    "prepare": ("data",),
+    "train": ("arms", "data", "model", "train"),
+    "evaluate": ("arms", "method", "data", "model", "train"),
+    "scaling": ("arms", "method", "data", "model", "scaling", "kernel"),
+    "report": ALL,
+}
+
+
 def parse(cfg) -> Params:
     params = from_config(Params, cfg, where=SLUG)
     params.check()
-    return params
+    return for_stage(params, cfg)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from papers.common.params import from_config
+from papers.common.params import ALL, for_stage, from_config
 
 SLUG = "ensembles"
 ARCHS = ("mlp", "resnet18")
@@ -109,15 +109,27 @@ class Params:
                                      f"{pool} digits left after test_size = {self.test_size}")
 
 
+
+# The parameters each stage reads. Its rule receives only these, so a change to another parameter
+# does not rerun the stage; papers.common.params.for_stage keeps the stage from reading any other.
+# A report writes every parameter to params.json, so it reads them all.
+STAGE_PARAMS = {
+    "prepare": ("data", "test_size", "data_seed"),
+    "train": ("members", "members_per_job", "settings"),
+    "evaluate": ("data_seed", "orderings", "estimator_members", "alpha", "settings"),
+    "report": ALL,
+}
+
+
 def parse(cfg) -> Params:
     """Params from the config section; `settings` keeps the `selected` ones, in that order."""
-    cfg = dict(cfg)
+    section = dict(cfg)
     every = {name: from_config(Setting, s, where=f"{SLUG}.settings.{name}")
-             for name, s in (cfg.pop("settings", None) or {}).items()}
-    params = from_config(Params, cfg, where=SLUG)
+             for name, s in (section.pop("settings", None) or {}).items()}
+    params = from_config(Params, section, where=SLUG)
     unknown = [name for name in params.selected if name not in every]
     if unknown:
         raise ValueError(f"{SLUG}.selected: {', '.join(unknown)} not in {SLUG}.settings ({', '.join(every)})")
     params = Params(**{**params.__dict__, "settings": {name: every[name] for name in params.selected}})
     params.check()
-    return params
+    return for_stage(params, cfg)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from papers.common.params import from_config
+from papers.common.params import ALL, for_stage, from_config
 from papers.hip import data
 from papers.hip.methods import HiPConfig
 
@@ -158,7 +158,23 @@ class Params:
             raise ValueError("hip.cost.lengths and hip.offload.lengths need two or more values to fit an exponent")
 
 
+
+# The parameters each stage reads. Its rule receives only these, so a change to another parameter
+# does not rerun the stage; papers.common.params.for_stage keeps the stage from reading any other.
+# A report writes every parameter to params.json, so it reads them all.
+STAGE_PARAMS = {
+    "prepare": ("data",),
+    "train_lm": ("seed", "device", "lm", "lm_train"),
+    "train_passkey": ("seed", "device", "passkey_model", "passkey_train", "passkey"),
+    "evaluate_text": ("seed", "device", "lm_train", "hip", "eval"),
+    "evaluate_passkey": ("seed", "device", "passkey_train", "passkey", "hip", "eval"),
+    "cost": ("seed", "hip", "cost"),
+    "decode": ("seed", "device", "hip", "offload"),
+    "report": ALL,
+}
+
+
 def parse(cfg) -> Params:
     params = from_config(Params, cfg, where=SLUG)
     params.check()
-    return params
+    return for_stage(params, cfg)

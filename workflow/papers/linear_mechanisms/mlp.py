@@ -48,19 +48,46 @@ def ntk(W: torch.Tensor, U: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return readout + inner * (x @ x.T) / d_in
 
 
+def layer_alignment(W: torch.Tensor, U: torch.Tensor) -> float:
+    """||U W||_F / (||U||_F ||W||_F) in [0, 1]: the two layers' alignment.
+
+    With one input and one output (W = w (h, 1), U = u^T (1, h)) it is |u.w| / (|u| |w|) = |cos(u, w)|, the
+    linear model's alignment; in general it is 1 when the readout's rows lie in the span of the first layer's
+    top left singular vector and ~ 1/sqrt(h) for independent random layers.
+    """
+    return float(torch.linalg.norm(U @ W) / (torch.linalg.norm(U) * torch.linalg.norm(W)))
+
+
+def layer_state(W, U, W0, U0) -> dict:
+    """The quantities a mechanism is read from, in the network's layers (the linear model's, see phase.summarise):
+    layer alignment before and after, first-layer turn 1 - cos(W_T, W_0) and norm ratio |W_T| / |W_0| (Frobenius)."""
+    def turn(a, b):
+        return float(1 - (a * b).sum() / (torch.linalg.norm(a) * torch.linalg.norm(b)))
+
+    return {"alignment0": layer_alignment(W0, U0), "alignment": layer_alignment(W, U),
+            "dir_w": turn(W, W0), "norm_w": float(torch.linalg.norm(W) / torch.linalg.norm(W0)),
+            "dir_u": turn(U, U0), "norm_u": float(torch.linalg.norm(U) / torch.linalg.norm(U0))}
+
+
 def train(x_train, y_train, x_test, y_test, *, scale: float, hidden: int, steps: int, lr_factor: float,
-          power_iterations: int, probe: int, seed: int, progress=None) -> dict:
-    """Full-batch GD on L = mean_j |f(x_j) - onehot(y_j)|^2 / 2 from init scale `scale`.
+          power_iterations: int, probe: int, seed: int, converge_accuracy: float = 1.0, lr_ratio: float = 1.0,
+          progress=None) -> dict:
+    """Full-batch GD on L = mean_j |f(x_j) - onehot(y_j)|^2 / 2 from init scale `scale`, until converged.
 
     The learning rate is lr_factor x 2 / lambda_max, lambda_max the top Hessian eigenvalue at
-    initialisation (power iteration), so every init scale trains at the same relative step.
+    initialisation (power iteration), so every init scale trains at the same relative step. `lr_ratio`
+    (readout / first layer, the linear model's eta_u / eta_w) divides the first layer's rate by it (which
+    cannot raise the preconditioned sharpness, so the step stays stable). Training stops once the training
+    accuracy reaches `converge_accuracy` (converged: the training set is fit), or after `steps` steps (not
+    converged: reported, not used by the claims).
     Returns the NTK change ||K_T - K_0||_F / ||K_0||_F on the first `probe` training points, the test
-    accuracy, the final training loss and the learning rate.
+    accuracy, the final training loss, the steps run, whether it converged, and the layers' state (layer_state).
     """
     gen = torch.Generator().manual_seed(seed)
     classes = int(max(y_train.max(), y_test.max())) + 1
     target = torch.nn.functional.one_hot(y_train, classes).to(x_train.dtype)
     W, U = init(gen, x_train.shape[1], hidden, classes, scale, dtype=x_train.dtype)
+    W0, U0 = W.clone(), U.clone()
     W.requires_grad_(True)
     U.requires_grad_(True)
     params = [W, U]
@@ -70,19 +97,31 @@ def train(x_train, y_train, x_test, y_test, *, scale: float, hidden: int, steps:
 
     lam, _ = top_eigenvalue(loss_fn, params, iters=power_iterations, generator=gen)
     lr = lr_factor * 2 / abs(lam)
+    rates = (lr / lr_ratio, lr)  # (first layer W, readout U)
     x_probe = x_train[:probe]
     with torch.no_grad():
         k0 = ntk(W, U, x_probe)
-    it = range(steps) if progress is None else progress(range(steps))
-    for _ in it:
-        grads = torch.autograd.grad(loss_fn(), params)
+    converged, taken = False, 0
+    it = range(steps + 1) if progress is None else progress(range(steps + 1))
+    for k in it:
+        out = forward(W, U, x_train)  # (n, C)
+        if float((out.argmax(1) == y_train).float().mean()) >= converge_accuracy:
+            converged = True
+            break
+        loss = 0.5 * ((out - target) ** 2).sum(1).mean()
+        if not torch.isfinite(loss) or k == steps:
+            break
+        grads = torch.autograd.grad(loss, params)
         with torch.no_grad():
-            for p, g in zip(params, grads):
-                p -= lr * g
+            for p, g, rate in zip(params, grads, rates):
+                p -= rate * g
+        taken += 1
     with torch.no_grad():
         k_t = ntk(W, U, x_probe)
         accuracy = float((forward(W, U, x_test).argmax(1) == y_test).float().mean())
         loss = float(loss_fn())
+        state = layer_state(W, U, W0, U0)
     change = float(torch.linalg.norm(k_t - k0) / torch.linalg.norm(k0))
-    return {"ntk_change": change, "test_accuracy": accuracy, "train_loss": loss, "lr": lr,
-            "sharpness0": float(lam), "diverged": bool(not np.isfinite(loss))}
+    return {"ntk_change": change, "test_accuracy": accuracy, "train_loss": loss, "lr": lr, "lr_ratio": lr_ratio,
+            "sharpness0": float(lam), "steps_run": taken, "converged": converged,
+            "diverged": bool(not np.isfinite(loss)), **state}

@@ -9,7 +9,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
-from papers.common.params import from_config
+from papers.common.params import ALL, for_stage, from_config
 from papers.linear_mechanisms.phase import HYPER, MECHANISMS
 
 SLUG = "linear_mechanisms"
@@ -66,11 +66,21 @@ class Nonlinear:
     test_size: int = 797
     hidden: int = 128
     init_scales: tuple = (0.25, 0.5, 1.0, 2.0, 4.0)
-    steps: int = 1000
+    steps: int = 4000  # the most GD steps a run may take; it stops earlier once converged
+    # converged: the training accuracy reached converge_accuracy (1: the training set is fit)
+    converge_accuracy: float = 1.0
     lr_factor: float = 0.5
     power_iterations: int = 20
     probe: int = 200
     accuracy_margin: float = 0.01
+    # the rescaling arm: one more run per seed at this init scale with the first layer's rate divided by
+    # rescaling_lr_ratio (readout / first layer; the linear model's rescaling point has eta_u / eta_w = 100)
+    rescaling_scale: float = 1.0
+    rescaling_lr_ratio: float = 100.0
+    # claim (e): the layer alignment ||U W|| / (||U|| ||W||) rises (alignment) / falls (disalignment) by more than
+    # this fraction of its initial value (the linear model's cos_change = 0.1, made relative: at h hidden units
+    # the initial alignment is ~ 1/sqrt(h), far below 0.1)
+    alignment_change: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -137,10 +147,28 @@ def _grids(raw, where: str) -> dict:
     return {name: from_config(Grid, value, f"{where}.{name}") for name, value in (raw or {}).items()}
 
 
+
+# The parameters each stage reads. Its rule receives only these, so a change to another parameter
+# does not rerun the stage; papers.common.params.for_stage keeps the stage from reading any other.
+# A report writes every parameter to params.json, so it reads them all.
+STAGE_PARAMS = {
+    "prepare": ("data", "nonlinear"),
+    "trajectories": (
+        "seeds", "trajectory_step", "trajectory_records", "points", "converge_tol", "min_steps", "max_steps",
+    ),
+    "phase": ("seeds", "phase_step", "converge_tol", "min_steps", "max_steps", "panels"),
+    "nonlinear": ("nonlinear",),
+    "evaluate": (
+        "trajectory_step", "points", "thresholds", "scaling_panel", "ntk_exponent", "mean_field_exponent",
+    ),
+    "report": ALL,
+}
+
+
 def parse(cfg) -> Params:
-    cfg = dict(cfg)
-    points, panels = cfg.pop("points", {}), cfg.pop("panels", {})
-    params = from_config(Params, cfg, where=SLUG)
+    section = dict(cfg)
+    points, panels = section.pop("points", {}), section.pop("panels", {})
+    params = from_config(Params, section, where=SLUG)
     params = dataclasses.replace(params, points=_grids(points, f"{SLUG}.points"), panels=_grids(panels, f"{SLUG}.panels"))
     params.check()
-    return params
+    return for_stage(params, cfg)

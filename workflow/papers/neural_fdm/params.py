@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from papers.common.params import from_config
+from papers.common.params import ALL, for_stage, from_config
 from papers.neural_fdm.shapes import FAMILIES, SYMMETRIES
 
 SLUG = "neural_fdm"
@@ -147,7 +147,18 @@ class Params:
             raise ValueError(f"neural_fdm.timing_shapes ({self.timing_shapes}) exceeds test_shapes ({self.test_shapes})")
 
 
+# The parameters each stage reads. Its rule receives only these, so a change to another parameter
+# does not rerun the stage; papers.common.params.for_stage keeps the stage from reading any other.
+# A report writes every parameter to params.json, so it reads them all.
+STAGE_PARAMS = {
+    "prepare": ("tasks", "test_seed", "test_shapes", "shell", "tower"),
+    "train": ("seeds", "shell", "tower"),
+    "evaluate": ("test_seed", "timing_shapes", "shell", "tower"),
+    "report": ALL,
+}
+
+
 def parse(cfg) -> Params:
     params = from_config(Params, cfg, where=SLUG)
     params.check()
-    return params
+    return for_stage(params, cfg)

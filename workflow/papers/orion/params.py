@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from papers.common.params import from_config
+from papers.common.params import ALL, for_stage, from_config
 from papers.orion.tasks import COPY_PREFIX, FAMILIES
 
 BLOCK_SIZE = 160  # the longest sequence a model takes (rotary tables); our longest task sequence is ~80 tokens
@@ -122,7 +122,23 @@ class Params:
                 raise ValueError(f"orion.models ({name}): n_embd {m.n_embd} is not a multiple of n_head {m.n_head}")
 
 
+
+# The parameters each stage reads. Its rule receives only these, so a change to another parameter
+# does not rerun the stage; papers.common.params.for_stage keeps the stage from reading any other.
+# A report writes every parameter to params.json, so it reads them all.
+STAGE_PARAMS = {
+    "prepare": (
+        "words", "word_length", "pool_size", "numbers", "families", "test_fraction", "data_seed",
+        "test_prompts", "patch_pairs", "inject_prompts", "inject_key",
+    ),
+    "train": ("families", "inject_prob", "models", "train"),
+    "evaluate": (),
+    "evaluate_pretrained": ("pretrained",),
+    "report": ALL,
+}
+
+
 def parse(cfg) -> Params:
     params = from_config(Params, cfg, where=SLUG)
     params.check()
-    return params
+    return for_stage(params, cfg)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from papers.common.params import from_config
+from papers.common.params import ALL, for_stage, from_config
 
 SLUG = "sam_late"
 
@@ -115,7 +115,33 @@ class Params:
             raise ValueError("sam_late.model vgg16_bn needs data.source cifar10 (32x32 colour images)")
 
 
+
+# The parameters each stage reads. Its rule receives only these, so a change to another parameter
+# does not rerun the stage; papers.common.params.for_stage keeps the stage from reading any other.
+# A report writes every parameter to params.json, so it reads them all.
+STAGE_PARAMS = {
+    "prepare": ("data",),
+    "train_sgd": (
+        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "batch_size", "lr", "momentum",
+        "weight_decay", "lr_milestones", "lr_gamma", "label_smoothing", "augment", "escape_steps",
+    ),
+    "train_sam": (
+        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "batch_size", "lr", "momentum",
+        "weight_decay", "lr_milestones", "lr_gamma", "label_smoothing", "augment", "escape_steps",
+    ),
+    "train_adv": (
+        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "batch_size", "lr", "momentum",
+        "weight_decay", "lr_milestones", "lr_gamma", "augment", "attack", "escape_steps",
+    ),
+    "evaluate": (
+        "seeds", "data", "model", "hidden", "rho", "attack", "hessian_samples", "lanczos_iters",
+        "eigenvalues", "interpolation_range", "interpolation_points", "interpolation_samples",
+    ),
+    "report": ALL,
+}
+
+
 def parse(cfg) -> Params:
     params = from_config(Params, cfg, where=SLUG)
     params.check()
-    return params
+    return for_stage(params, cfg)

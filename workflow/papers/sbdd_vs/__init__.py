@@ -12,8 +12,11 @@ Deviations: the published SBDD models and their pocket data cannot be had offlin
 of different natures stand in (:mod:`.generators`: a SMILES LM fine-tuned on known actives, a GA that
 climbs the docking score, BRICS recombination, random draws, and the known actives as the upper
 bound). The screening library is built DUD-E style from RDKit's real EGFR and CDK2 actives and from
-WEHI/NCI compounds (:mod:`.data`); the docking score is a shape-and-size proxy against the real DUD-E
-pocket, with AutoDock Vina (dockstring) at the full scale (:mod:`.docking`).
+WEHI/NCI compounds (:mod:`.data`), in independent replicates: each a similarity-stringent cluster split
+(planted actives dissimilar to the known ones) with decoys property-matched to the planted actives and
+dissimilar to them; the decoy pool is kept out of everything the generators see. The docking score is
+a shape-and-size proxy against the real DUD-E pocket (claim (a) uses it per heavy atom), with AutoDock
+Vina (dockstring) at the full scale (:mod:`.docking`).
 
 Modules: :mod:`.chem` (RDKit), :mod:`.data`, :mod:`.docking`, :mod:`.lm` (the transformer),
 :mod:`.generators`, :mod:`.screening` (the paper's metrics), :mod:`.params`, :mod:`.stages`, :mod:`.report`.

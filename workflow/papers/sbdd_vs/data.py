@@ -136,13 +136,18 @@ def add_properties(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # ---- split --------------------------------------------------------------------------------------
-def split_by_cluster(actives: pd.DataFrame, *, hidden_fraction: float, max_hidden: int, seed: int) -> pd.DataFrame:
+def split_by_cluster(actives: pd.DataFrame, *, hidden_fraction: float, max_hidden: int, seed: int,
+                     fps: list | None = None, max_known_similarity: float = 1.0) -> pd.DataFrame:
     """Mark each active ``known`` or ``hidden`` by cluster, and pick the hidden ones to plant.
 
-    A random `hidden_fraction` of the clusters is hidden; up to `max_hidden` of their actives are
-    planted in the library, drawn round-robin over the hidden clusters so that as many chemotypes
-    as possible are represented (DUD-E likewise keeps cluster representatives). Returns `actives`
-    with columns ``role`` (known | hidden) and ``planted`` (bool).
+    A random `hidden_fraction` of the clusters is hidden. A hidden active may be planted only if its
+    maximum Tanimoto similarity to every known active (`fps`: fingerprints aligned with `actives`) is
+    below `max_known_similarity` (a similarity-stringent split: the planted actives are not analogues
+    of what a generator saw). Up to `max_hidden` of the eligible ones are planted, drawn round-robin
+    over the hidden clusters so that as many chemotypes as possible are represented (DUD-E likewise
+    keeps cluster representatives). Returns `actives` with columns ``role`` (known | hidden),
+    ``known_similarity`` (max Tanimoto to a known active; NaN for the known ones, or without `fps`)
+    and ``planted`` (bool).
     """
     rng = np.random.default_rng(seed)
     clusters = np.array(sorted(actives.cluster.unique()))
@@ -154,23 +159,38 @@ def split_by_cluster(actives: pd.DataFrame, *, hidden_fraction: float, max_hidde
     hidden = set(clusters[:n_hidden].tolist())
     out = actives.copy()
     out["role"] = np.where(out.cluster.isin(hidden), "hidden", "known")
-    queues = [list(rng.permutation(out.index[out.cluster == c].to_numpy())) for c in clusters[:n_hidden]]
+    out["known_similarity"] = np.nan
+    if fps is not None:
+        is_hidden = (out.role == "hidden").to_numpy()
+        known_fps = [f for f, h in zip(fps, is_hidden) if not h]
+        out.loc[is_hidden, "known_similarity"] = chem.max_similarity([f for f, h in zip(fps, is_hidden) if h], known_fps)
+    eligible = (out.role == "hidden") & ~(out.known_similarity >= max_known_similarity)  # NaN (no fps): eligible
+    queues = [list(rng.permutation(np.array(out.index[(out.cluster == c) & eligible]))) for c in clusters[:n_hidden]]
     planted = []
     while len(planted) < max_hidden and any(queues):
         for q in queues:
             if q and len(planted) < max_hidden:
                 planted.append(q.pop(0))
+    if not planted:
+        raise ValueError(f"split seed {seed}: no hidden active has Tanimoto < {max_known_similarity} to every known "
+                         "active; raise split.max_known_similarity or change the split")
     out["planted"] = out.index.isin(planted)
     return out
+
+
+def exclude(df: pd.DataFrame, smiles) -> pd.DataFrame:
+    """The rows of `df` whose (canonical) SMILES is not in `smiles`: keeps one set of molecules out of another."""
+    return df[~df.smiles.isin(set(smiles))].reset_index(drop=True)
 
 
 # ---- decoys -------------------------------------------------------------------------------------
 def select_decoys(planted: pd.DataFrame, pool: pd.DataFrame, pool_max_sim: np.ndarray, *, per_active: int,
                   max_similarity: float, seed: int) -> pd.DataFrame:
-    """DUD-E-style decoys: property-matched to each planted active, dissimilar to every active.
+    """DUD-E-style decoys: property-matched to each planted active, dissimilar to the planted actives.
 
-    Candidates are the pool compounds whose maximum Tanimoto similarity to any active of the target
-    (`pool_max_sim`) is below `max_similarity`. Distance to an active: Euclidean over the matching
+    Candidates are the pool compounds whose maximum Tanimoto similarity to the planted actives
+    (`pool_max_sim`) is below `max_similarity`; the known actives play no part (a filter against
+    them would push the decoys away from the known actives and so favour them as queries). Distance to an active: Euclidean over the matching
     properties, each scaled by its standard deviation among the candidates, plus 10 per unit of
     net-charge difference (charge matches wherever the pool allows). Actives take turns (seeded
     order) picking their nearest unassigned candidate, `per_active` rounds, so no decoy serves two
@@ -203,3 +223,14 @@ def select_decoys(planted: pd.DataFrame, pool: pd.DataFrame, pool_max_sim: np.nd
     rows = cand.iloc[[j for j, _ in assigned]].copy()
     rows["decoy_for"] = planted.id.to_numpy()[[i for _, i in assigned]]
     return rows.reset_index(drop=True)
+
+
+def unmatched_decoys(pool: pd.DataFrame, pool_max_sim: np.ndarray, n: int, *, max_similarity: float,
+                     seed: int) -> pd.DataFrame:
+    """The negative control of the DUD-E recipe: `n` pool compounds dissimilar to the planted actives
+    (the same filter) drawn at random, with no property matching."""
+    cand = pool[pool_max_sim < max_similarity].reset_index(drop=True)
+    if len(cand) < n:
+        raise ValueError(f"only {len(cand)} dissimilar pool compounds for {n} unmatched decoys")
+    idx = np.random.default_rng(seed).choice(len(cand), size=n, replace=False)
+    return cand.iloc[np.sort(idx)].reset_index(drop=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from papers.common.params import from_config
+from papers.common.params import ALL, for_stage, from_config
 
 SLUG = "sbdd_vs"
 TARGETS = ("EGFR", "CDK2")  # the targets whose actives ship in RDKit's wheel (and dockstring has pockets for)
@@ -30,19 +30,26 @@ class DataParams:
 
 @dataclass(frozen=True)
 class SplitParams:
-    """Actives split by cluster: "known" (a generator may see them) and "hidden" (planted in the library)."""
+    """Actives split by cluster: "known" (a generator may see them) and "hidden" (planted in the library).
+
+    Replicate r (r = 0 .. seeds-1) splits with seed ``seed + r``: the replicates are independent libraries."""
 
     hidden_fraction: float = 0.5  # fraction of clusters whose actives are hidden
     max_hidden: int = 40  # hidden actives planted per target, drawn round-robin over hidden clusters
+    # a planted active's max Tanimoto (Morgan) to every known active stays below this (similarity-stringent split;
+    # ECFP4 Tanimoto 0.4 is the usual line below which two molecules are not called analogues)
+    max_known_similarity: float = 0.4
     seed: int = 0
 
 
 @dataclass(frozen=True)
 class DecoyParams:
-    """DUD-E's recipe: property-matched, topologically dissimilar decoys."""
+    """DUD-E's recipe: property-matched to the planted actives and topologically dissimilar to them.
+
+    Replicate r draws with seed ``seed + r``."""
 
     per_active: int = 50  # DUD-E: 50 decoys per active
-    max_similarity: float = 0.3  # max Tanimoto (Morgan) of a decoy to any active of the target
+    max_similarity: float = 0.3  # max Tanimoto (Morgan) of a decoy to any planted active of the library
     seed: int = 0
 
 
@@ -114,6 +121,7 @@ class ScreenParams:
 
     ef_fraction: float = 0.01  # EF1%
     bedroc_alpha: float = 80.5  # the paper's BEDROC alpha
+    random_draws: int = 20  # random drug-like query sets per library replicate (the decoy-bias check, claim c)
 
 
 @dataclass(frozen=True)
@@ -123,14 +131,14 @@ class ClaimParams:
     max_rank_correlation: float = 0.5  # (a) mean per-seed rho(docking or QED ranking, BEDROC ranking) below this
     upper_bound_min_ef: float = 10.0  # sanity check (report): known actives' EF1% at least this
     upper_bound_min_auroc: float = 0.75  # sanity check (report): known actives' AUROC at least this
-    bias_tolerance: float = 0.1  # (c) the random generator's mean AUROC inside 0.5 +- this
+    bias_tolerance: float = 0.1  # (c) random queries' mean AUROC (over library replicates) inside 0.5 +- this
 
 
 @dataclass(frozen=True)
 class Params:
     targets: tuple = TARGETS
     generators: tuple = GENERATORS
-    seeds: int = 3  # sampling seeds of every generator
+    seeds: int = 3  # replicates: replicate r has split seed split.seed + r, decoy seed decoys.seed + r, sampling seed r
     n_generate: int = 100  # molecules per generator, target and seed (SBDD benchmarks sample 100 per pocket)
     data: DataParams = field(default_factory=DataParams)
     split: SplitParams = field(default_factory=SplitParams)
@@ -166,7 +174,20 @@ class Params:
             raise ValueError(f"sbdd_vs.lm.d_model ({self.lm.d_model}) must be a multiple of n_head ({self.lm.n_head})")
 
 
+
+# The parameters each stage reads. Its rule receives only these, so a change to another parameter
+# does not rerun the stage; papers.common.params.for_stage keeps the stage from reading any other.
+# A report writes every parameter to params.json, so it reads them all.
+STAGE_PARAMS = {
+    "prepare": ("targets", "seeds", "data", "split", "decoys", "fingerprint", "docking", "screen"),
+    "train": ("targets", "seeds", "lm"),
+    "generate": ("generators", "seeds", "n_generate", "lm", "optimiser", "brics", "docking"),
+    "evaluate": ("n_generate", "fingerprint", "docking", "screen"),
+    "report": ALL,
+}
+
+
 def parse(cfg) -> Params:
     params = from_config(Params, cfg, where=SLUG)
     params.check()
-    return params
+    return for_stage(params, cfg)

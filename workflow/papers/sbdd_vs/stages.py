@@ -11,7 +11,7 @@ import logging
 
 import numpy as np
 import pandas as pd
-from rdkit import Chem
+from rdkit import Chem, DataStructs
 
 from papers.common.claims import write_claims
 from papers.common.io import (
@@ -55,9 +55,47 @@ def _read_files(paths, *, on_bad, limit, bad, counts) -> pd.DataFrame:
 
 
 # ---- prepare ------------------------------------------------------------------------------------
+def _library(act: pd.DataFrame, pool: pd.DataFrame, pool_fps, p, replicate: int):
+    """One library replicate of one target: a similarity-stringent split of the actives (split seed
+    split.seed + replicate), the planted hidden actives, their DUD-E decoys (decoy seed decoys.seed +
+    replicate) and, for the decoy-bias control, as many unmatched decoys."""
+    split = data.split_by_cluster(act, hidden_fraction=p.split.hidden_fraction, max_hidden=p.split.max_hidden,
+                                  seed=p.split.seed + replicate, fps=_fps(act.smiles, p),
+                                  max_known_similarity=p.split.max_known_similarity)
+    planted = split[split.planted]
+    pool_max_sim = chem.max_similarity(pool_fps, _fps(planted.smiles, p))  # (n_pool,) to the planted actives
+    seed = p.decoys.seed + replicate
+    decoys = data.select_decoys(planted, pool, pool_max_sim, per_active=p.decoys.per_active,
+                                max_similarity=p.decoys.max_similarity, seed=seed)
+    unmatched = data.unmatched_decoys(pool, pool_max_sim, len(decoys), max_similarity=p.decoys.max_similarity,
+                                      seed=seed)
+    cols = ["smiles", "id", "active", "decoy_for", *chem.PROPERTIES]
+    actives_ = planted.assign(active=1, decoy_for="")[cols]
+    parts = []
+    for name, dec in (("dude", decoys), ("unmatched", unmatched.assign(decoy_for=""))):
+        lib = pd.concat([actives_, dec.assign(active=0)[cols]], ignore_index=True)
+        lib = lib.sample(frac=1.0, random_state=seed).reset_index(drop=True)  # ties keep this order
+        parts.append(lib.assign(replicate=replicate, library=name))
+    check = {
+        "replicate": replicate, "split_seed": p.split.seed + replicate, "decoy_seed": seed,
+        "known": int((split.role == "known").sum()), "hidden": int((split.role == "hidden").sum()),
+        "eligible": int(((split.role == "hidden") & (split.known_similarity < p.split.max_known_similarity)).sum()),
+        "planted": len(planted), "planted_clusters": int(planted.cluster.nunique()), "decoys": len(decoys),
+        "planted_known_similarity_max": float(planted.known_similarity.max()),
+        "dissimilar_candidates": int((pool_max_sim < p.decoys.max_similarity).sum()),
+        # property bias: AUROC of ranking the library by each matching property alone (0.5 = matched)
+        "property_auroc": {lib_name: {prop: screening.screening_metrics(
+            lib[prop].to_numpy(float), lib.active.to_numpy(), ef_fraction=p.screen.ef_fraction,
+            alpha=p.screen.bedroc_alpha)["auroc"] for prop in chem.PROPERTIES}
+            for lib_name, lib in zip(("dude", "unmatched"), parts)},
+    }
+    return split.assign(replicate=replicate), pd.concat(parts, ignore_index=True), check
+
+
 def prepare(*, cfg, actives, libraries, druglike, records):
-    """Per target: actives split by cluster and a screening library (planted hidden actives + DUD-E-style
-    decoys); the drug-like set the generators draw from. `records` reports every malformed record."""
+    """Per target and library replicate: actives split by cluster (similarity-stringent) and a screening
+    library (planted hidden actives + DUD-E decoys, and an unmatched-decoy control); the drug-like set the
+    generators draw from, with every decoy-pool compound removed. `records` reports every malformed record."""
     p = parse(cfg)
     on_bad = p.data.on_bad_record
     bad, counts = [], []
@@ -71,7 +109,6 @@ def prepare(*, cfg, actives, libraries, druglike, records):
     pool = _read_files(p.data.decoy_pool or data.packaged_decoy_pool(), on_bad=on_bad, limit=p.data.pool_limit,
                        bad=bad, counts=counts)
     pool = data.add_properties(pool.drop_duplicates("smiles").reset_index(drop=True))
-    pool_fps = _fps(pool.smiles, p)
 
     all_actives, checks = {}, {}
     for target in p.targets:
@@ -81,46 +118,39 @@ def prepare(*, cfg, actives, libraries, druglike, records):
         counts.append({"file": path, "kept": len(act), "malformed": len(bad) - before})
         all_actives[target] = act.drop_duplicates("smiles").reset_index(drop=True)
 
-    # No active of any target may leak into what generators train on or draw from.
+    # No active of any target may leak into what generators train on or draw from, and no decoy either:
+    # the decoy pool leaves the drug-like set (and an active the decoy pool).
     active_smiles = set().union(*(set(a.smiles) for a in all_actives.values()))
-    leaked = int(dl.smiles.isin(active_smiles).sum())
-    dl = dl[~dl.smiles.isin(active_smiles)].drop_duplicates("smiles").reset_index(drop=True)
+    dl = dl.drop_duplicates("smiles")
+    leaked, n_dl = int(dl.smiles.isin(active_smiles).sum()), len(dl)
+    dl = data.exclude(data.exclude(dl, active_smiles), pool.smiles)
+    pool_in_druglike = n_dl - leaked - len(dl)
+    pool = data.exclude(pool, active_smiles)
     write_parquet(dl, druglike)
+    pool_fps = _fps(pool.smiles, p)
 
     for target, act_path, lib_path in zip(p.targets, actives, libraries):
-        act = data.add_properties(data.split_by_cluster(all_actives[target], hidden_fraction=p.split.hidden_fraction,
-                                                        max_hidden=p.split.max_hidden, seed=p.split.seed))
-        pool_max_sim = chem.max_similarity(pool_fps, _fps(act.smiles, p))  # (n_pool,) to every active
-        planted = act[act.planted]
-        decoys = data.select_decoys(planted, pool, pool_max_sim, per_active=p.decoys.per_active,
-                                    max_similarity=p.decoys.max_similarity, seed=p.decoys.seed)
-        lib = pd.concat([planted.assign(active=1, decoy_for=""), decoys.assign(active=0, cluster=-1)],
-                        ignore_index=True)
-        lib = lib[["smiles", "id", "active", "decoy_for", *chem.PROPERTIES]]
-        lib = lib.sample(frac=1.0, random_state=p.decoys.seed).reset_index(drop=True)  # ties keep this order
-        write_parquet(act, act_path)
-        write_parquet(lib, lib_path)
-        checks[target] = {
-            "pocket": dataclasses.asdict(docking.pocket_for(target, p.docking)),
-            "actives": len(act), "clusters": int(act.cluster.nunique()),
-            "known": int((act.role == "known").sum()), "hidden": int((act.role == "hidden").sum()),
-            "planted": len(planted), "decoys": len(decoys),
-            "dissimilar_candidates": int((pool_max_sim < p.decoys.max_similarity).sum()),
-            # property bias: AUROC of ranking the library by each matching property alone (0.5 = matched)
-            "property_auroc": {prop: screening.screening_metrics(lib[prop].to_numpy(float), lib.active.to_numpy(),
-                                                                 ef_fraction=p.screen.ef_fraction,
-                                                                 alpha=p.screen.bedroc_alpha)["auroc"]
-                               for prop in chem.PROPERTIES},
-        }
-        log.info("%s: %s", target, checks[target])
+        act = data.add_properties(all_actives[target])
+        splits, libs, reps = [], [], []
+        for r in range(p.seeds):
+            split, lib, check = _library(act, pool, pool_fps, p, r)
+            splits.append(split)
+            libs.append(lib)
+            reps.append(check)
+            log.info("%s replicate %d: %s", target, r, check)
+        write_parquet(pd.concat(splits, ignore_index=True), act_path)
+        write_parquet(pd.concat(libs, ignore_index=True), lib_path)
+        checks[target] = {"pocket": dataclasses.asdict(docking.pocket_for(target, p.docking)),
+                          "actives": len(act), "clusters": int(act.cluster.nunique()), "replicates": reps}
     write_json({"on_bad_record": on_bad, "files": counts, "malformed": [vars(b) for b in bad],
-                "druglike": len(dl), "druglike_actives_removed": leaked, "pool": len(pool), "targets": checks},
-               records)
+                "druglike": len(dl), "druglike_actives_removed": leaked, "druglike_pool_removed": pool_in_druglike,
+                "pool": len(pool), "targets": checks}, records)
 
 
 # ---- train --------------------------------------------------------------------------------------
 def train(*, cfg, druglike, actives, pretrained, finetuned, history):
-    """The SMILES LM: pretrained on the drug-like set, then one copy fine-tuned per target on its known actives."""
+    """The SMILES LM: pretrained on the drug-like set, then one copy fine-tuned per target and library replicate on
+    that replicate's known actives (so that no copy sees the actives planted in its library)."""
     import torch
 
     from papers.sbdd_vs import lm
@@ -129,8 +159,10 @@ def train(*, cfg, druglike, actives, pretrained, finetuned, history):
     q = p.lm
     seed_everything(q.seed)
     dl = read_parquet(druglike).smiles.tolist()
-    known = {t: read_parquet(path).query("role == 'known'").smiles.tolist() for t, path in zip(p.targets, actives)}
-    vocab = lm.Vocab.from_smiles(dl + [s for ks in known.values() for s in ks])
+    act = {t: read_parquet(path) for t, path in zip(p.targets, actives)}
+    known = {(t, r): a[(a.replicate == r) & (a.role == "known")].smiles.tolist() for t, a in act.items()
+             for r in range(p.seeds)}
+    vocab = lm.Vocab.from_smiles(dl + [s for a in act.values() for s in a.smiles])
 
     def encode(smiles):
         rows = [vocab.encode(s, q.max_tokens) for s in smiles]
@@ -143,23 +175,28 @@ def train(*, cfg, druglike, actives, pretrained, finetuned, history):
     gen = torch.Generator().manual_seed(q.seed)
     losses = lm.train(model, encode(dl), steps=q.pretrain_steps, batch=q.batch, lr=q.lr, generator=gen,
                       progress=lambda it: progress(it, desc="pretrain", total=q.pretrain_steps))
-    rows = [{"phase": "pretrain", "target": "", "step": i + 1, "loss": v} for i, v in enumerate(losses)]
+    rows = [{"phase": "pretrain", "target": "", "replicate": -1, "step": i + 1, "loss": v} for i, v in enumerate(losses)]
     config = {"vocab": vocab.itos, "d_model": q.d_model, "n_layer": q.n_layer, "n_head": q.n_head,
               "block_size": q.max_tokens + 2}
     torch.save({"model": model.state_dict(), "config": config, "step": q.pretrain_steps}, pretrained)
     base = {k: v.clone() for k, v in model.state_dict().items()}
     for target, path in zip(p.targets, finetuned):
-        model.load_state_dict(base)
-        gen = torch.Generator().manual_seed(q.seed)
-        losses = lm.train(model, encode(known[target]), steps=q.finetune_steps, batch=q.batch, lr=q.finetune_lr,
-                          generator=gen, progress=functools.partial(progress, desc=f"finetune {target}",
-                                                                    total=q.finetune_steps))
-        rows += [{"phase": "finetune", "target": target, "step": i + 1, "loss": v} for i, v in enumerate(losses)]
-        torch.save({"model": model.state_dict(), "config": config, "step": q.finetune_steps, "target": target}, path)
+        states = []
+        for r in range(p.seeds):
+            model.load_state_dict(base)
+            gen = torch.Generator().manual_seed(q.seed)
+            losses = lm.train(model, encode(known[target, r]), steps=q.finetune_steps, batch=q.batch,
+                              lr=q.finetune_lr, generator=gen,
+                              progress=functools.partial(progress, desc=f"finetune {target} {r}", total=q.finetune_steps))
+            rows += [{"phase": "finetune", "target": target, "replicate": r, "step": i + 1, "loss": v}
+                     for i, v in enumerate(losses)]
+            states.append({k: v.clone() for k, v in model.state_dict().items()})
+        torch.save({"models": states, "config": config, "step": q.finetune_steps, "target": target}, path)
     write_parquet(pd.DataFrame(rows), history)
 
 
-def _load_lm(path):
+def _load_lm(path, replicate: int):
+    """The LM fine-tuned on library replicate `replicate`'s known actives."""
     import torch
 
     from papers.sbdd_vs import lm
@@ -168,7 +205,7 @@ def _load_lm(path):
     c = ckpt["config"]
     model = lm.SmilesGPT(len(c["vocab"]), d_model=c["d_model"], n_layer=c["n_layer"], n_head=c["n_head"],
                          block_size=c["block_size"])
-    model.load_state_dict(ckpt["model"])
+    model.load_state_dict(ckpt["models"][replicate])
     return model, lm.Vocab(c["vocab"])
 
 
@@ -178,13 +215,16 @@ def _pocket(records, target) -> docking.Pocket:
 
 
 def generate(*, cfg, target, actives, druglike, records, checkpoint, generated, optimiser_history):
-    """Every generator's molecules for one target, for every sampling seed."""
+    """Every generator's molecules for one target, for every replicate (seed): the generators that use actives
+    see that replicate's known ones only."""
     p = parse(cfg)
-    known = read_parquet(actives).query("role == 'known'").smiles.tolist()
+    act = read_parquet(actives)
     dl = read_parquet(druglike).smiles.tolist()
     fitness = docking.Scorer(target, p.optimiser.fitness, p.docking, _pocket(records, target))
-    rows, hist, model = [], [], None
+    rows, hist = [], []
     for seed in range(p.seeds):
+        known = act[(act.replicate == seed) & (act.role == "known")].smiles.tolist()
+        model = None
         for name in p.generators:
             rng = _rng(seed, target, name)
             if name == "known":
@@ -207,7 +247,7 @@ def generate(*, cfg, target, actives, druglike, records, checkpoint, generated, 
                 from papers.sbdd_vs import lm
 
                 if model is None:
-                    model, vocab = _load_lm(checkpoint)
+                    model, vocab = _load_lm(checkpoint, seed)
                 out = lm.sample(model, vocab, p.n_generate, temperature=p.lm.temperature,
                                 generator=torch.Generator().manual_seed(int(rng.integers(2**31))))
             log.info("%s %s seed %d: %d molecules", target, name, seed, len(out))
@@ -217,18 +257,44 @@ def generate(*, cfg, target, actives, druglike, records, checkpoint, generated, 
 
 
 # ---- evaluate -----------------------------------------------------------------------------------
-def evaluate(*, cfg, target, library, actives, records, generated, metrics):
-    """Conventional metrics and the paper's screening metrics of every (generator, seed) of one target."""
-    p = parse(cfg)
-    lib = read_parquet(library)
-    known = set(read_parquet(actives).query("role == 'known'").smiles)
-    lib_fps = _fps(lib.smiles, p)
+def random_query_auroc(lib: pd.DataFrame, lib_fps, druglike_fps, *, n: int, draws: int, rng: np.random.Generator,
+                       p) -> list[float]:
+    """The decoy-bias check: AUROC of ranking `lib` by max Tanimoto to `draws` random sets of `n` drug-like
+    molecules (queries that are not actives; 0.5 when the decoys are as close to them as the actives are)."""
+    sets = [rng.choice(len(druglike_fps), size=min(n, len(druglike_fps)), replace=False) for _ in range(draws)]
+    used = np.unique(np.concatenate(sets))
+    col = {j: k for k, j in enumerate(used)}
+    sim = np.array([DataStructs.BulkTanimotoSimilarity(fp, [druglike_fps[j] for j in used]) for fp in lib_fps])
     active = lib.active.to_numpy()
+    return [screening.screening_metrics(sim[:, [col[j] for j in s]].max(axis=1), active,
+                                        ef_fraction=p.screen.ef_fraction, alpha=p.screen.bedroc_alpha)["auroc"]
+            for s in sets]
+
+
+def evaluate(*, cfg, target, library, actives, records, generated, druglike, metrics, bias):
+    """Conventional metrics and the paper's screening metrics of every (generator, seed) of one target, each
+    screened against its seed's library replicate; and the random-query AUROCs of every replicate's DUD-E and
+    unmatched decoys (`bias`)."""
+    p = parse(cfg)
+    libs = read_parquet(library)
+    act = read_parquet(actives)
     gen = read_parquet(generated)
+    dl_fps = _fps(read_parquet(druglike).smiles, p)
     scorer = docking.Scorer(target, p.docking.engine, p.docking, _pocket(records, target))
     dock_cache: dict[str, float] = {}
-    rows = []
+    rows, bias_rows, screens = [], [], {}
+    for r in sorted(libs.replicate.unique()):
+        for name in ("dude", "unmatched"):
+            lib = libs[(libs.replicate == r) & (libs.library == name)].reset_index(drop=True)
+            lib_fps = _fps(lib.smiles, p)
+            screens[int(r), name] = (lib_fps, lib.active.to_numpy())
+            rng = np.random.default_rng([int(r), TARGETS.index(target), len(GENERATORS), ("dude", "unmatched").index(name)])
+            aurocs = random_query_auroc(lib, lib_fps, dl_fps, n=p.n_generate, draws=p.screen.random_draws, rng=rng, p=p)
+            bias_rows += [{"target": target, "replicate": int(r), "library": name, "draw": i, "auroc": v}
+                          for i, v in enumerate(aurocs)]
     for (name, seed), g in progress(gen.groupby(["generator", "seed"], sort=False), desc=f"evaluate {target}"):
+        known = set(act[(act.replicate == seed) & (act.role == "known")].smiles)
+        lib_fps, active = screens[int(seed), "dude"]
         parsed = [chem.parse_smiles(s) for s in g.raw]
         valid = [chem.canonical(m) for m in parsed if m is not None]
         unique = sorted(set(valid))
@@ -244,19 +310,20 @@ def evaluate(*, cfg, target, library, actives, records, generated, metrics):
             "novelty": float(np.mean([s not in known for s in unique])) if unique else float("nan"),
             "heavy_atoms": float(np.mean([m.GetNumHeavyAtoms() for m in mols])) if mols else float("nan"),
             "docking": float(np.nanmean([dock_cache[s] for s in unique])) if unique else float("nan"),
+            # ligand efficiency: the docking score per heavy atom, the size-normalised score (Hopkins et al. 2004)
+            "docking_per_atom": (float(np.nanmean([dock_cache[s] / m.GetNumHeavyAtoms() for s, m in zip(unique, mols)]))
+                                 if unique else float("nan")),
             "qed": float(np.mean([chem.qed(m) for m in mols])) if mols else float("nan"),
             "sa": float(np.mean([chem.sa_score(m) for m in mols])) if mols else float("nan"),
             **vs,
         })
     write_parquet(pd.DataFrame(rows), metrics)
+    write_parquet(pd.DataFrame(bias_rows, columns=["target", "replicate", "library", "draw", "auroc"]), bias)
 
 
 # ---- report -------------------------------------------------------------------------------------
 TITLE = "P15 sbdd_vs: Evaluating structure-based drug design models by ligand-based virtual screening"
-METRICS = ("validity", "uniqueness", "novelty", "heavy_atoms", "docking", "qed", "sa", "ef", "bedroc", "auroc")
-
-
-def report(*, cfg, scale, metrics, records, lm_history, optimiser_histories, benchmarks,
+def report(*, cfg, scale, metrics, bias, records, lm_history, optimiser_histories, benchmarks,
            table_md, table_csv, claims, params_json, report_md, fig_metrics, fig_decoys):
     from papers.sbdd_vs import (
         report as rep,  # matplotlib: only this stage pays its import
@@ -264,11 +331,12 @@ def report(*, cfg, scale, metrics, records, lm_history, optimiser_histories, ben
 
     p = parse(cfg)
     m = read_parquets(metrics)
+    b = read_parquets(bias)
     rec = read_json(records)
     rep.write_table(m, p, table_md, table_csv)
     rep.figure_metrics(m, p, fig_metrics)
-    rep.figure_decoys(m, rec, p, fig_decoys)
-    claim_list = rep.claims(m, p)
+    rep.figure_decoys(b, rec, p, fig_decoys)
+    claim_list = rep.claims(m, b, p)
     write_claims(claim_list, claims, paper=SLUG, scale=scale)
     write_json(to_dict(p), params_json)
     opt_hists = {t: read_parquet(path) for t, path in zip(p.targets, optimiser_histories)}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from papers.common.params import from_config
+from papers.common.params import ALL, for_stage, from_config
 
 SLUG = "sharpening"
 METHODS = ("sft", "rl")
@@ -124,7 +124,21 @@ class Params:
             raise ValueError("sharpening.tabular.convergence_samples_per_step must be at least 2")
 
 
+
+# The parameters each stage reads. Its rule receives only these, so a change to another parameter
+# does not rerun the stage; papers.common.params.for_stage keeps the stage from reading any other.
+# A report writes every parameter to params.json, so it reads them all.
+STAGE_PARAMS = {
+    "prepare": ("seed", "tabular", "task"),
+    "tabular": ("seed", "beta", "bon_sizes", "tabular"),
+    "pretrain": ("seed", "task", "model", "pretrain"),
+    "sharpen": ("seed", "beta", "task", "sharpen"),
+    "evaluate": ("seed", "beta", "bon_sizes", "task", "sharpen"),
+    "report": ALL,
+}
+
+
 def parse(cfg) -> Params:
     params = from_config(Params, cfg, where=SLUG)
     params.check()
-    return params
+    return for_stage(params, cfg)

@@ -7,6 +7,9 @@ Reproduced: Fig. 1(a) as a table (mean welfare growth rate per policy at several
 figure (growth rate against time), with computed verdicts on three claims: a utilitarian policy
 leads in the short run, the Rawlsian policy leads in the long run (with the crossing time), and
 the long-run rates match the theoretical (K f_ub - (N-K) g_lb)/N and (K f_ub - (N-K) g_ub)/N.
+A sweep over the theorems' conditions (Sec. 3: survival K f_lb > (N-K) g_ub, ruin K f_ub < (N-K) g_lb,
+and points where neither holds) checks the predicted winner and rates at every point (claims c-e)
+and draws a phase diagram (predicted vs observed winner).
 
 Deviation: the initial welfare comes from the Engel (1857) household incomes that ship in
 statsmodels, not from SIPP 2014 (not installable offline); see `stages.report` for the wording.

@@ -141,3 +141,61 @@ def late_slope(mean_welfare, window: float):
     y = mean_welfare[..., start:]
     tc = t - t.mean()
     return ((y - y.mean(axis=-1, keepdims=True)) * tc).sum(axis=-1) / (tc**2).sum()
+
+
+# ---- The theorems' conditions (Sec. 3) ---------------------------------------------------------
+# With K treated per step, the mean welfare changes by (K f - (N - K) g) / N. The paper's two
+# conditions bound this drift at the extreme plateaus (the official code states them for its
+# figures: "f^- > (N-1) g^+ ensures the positivity" in ruin_condition.py, and the Rawlsian / greedy
+# "expected zeta" rates of multi_budget_real_initial_linear.py and ruin_condition.py):
+#
+# * survival: K f_lb > (N - K) g_ub. Even at the worst plateau a treatment outweighs the others'
+#   decay, so the Rawlsian policy keeps everyone rising to the upper plateau (f_ub, g_lb) and wins:
+#   Rawlsian (K f_ub - (N-K) g_lb) / N > utilitarian (K f_ub - (N-K) g_ub) / N.
+# * ruin: K f_ub < (N - K) g_lb. Even at the best plateau the drift is negative, so a policy that
+#   spreads its treatments lets everyone sink to the lower plateau (f_lb, g_ub): Rawlsian
+#   (K f_lb - (N-K) g_ub) / N, while the utilitarian one keeps its K favourites climbing at f_ub:
+#   (K f_ub - (N-K) g_ub) / N, which wins by K (f_ub - f_lb) / N.
+# * neither ("intermediate"): the theorems make no prediction; the winner depends on where the
+#   population starts relative to the root of the drift.
+#
+# The random policy. Treated with probability K / N each step, an individual at welfare U drifts by
+# d(U) = (K f(U) - (N - K) g(U)) / N in expectation, the same function the Rawlsian cohort follows.
+# Under survival d > 0 everywhere, so everyone rises to the upper plateau; under ruin d < 0
+# everywhere, so everyone sinks to the lower one: in both theorem regimes random has the Rawlsian
+# long-run rate (they differ only in the transient). Rawlsian and random can part only in the
+# intermediate regime, where random lets those who start below the root of d sink while a Rawlsian
+# policy lifts them with everyone else (if the cohort sits above the root) or drags everyone down.
+SURVIVAL, RUIN, INTERMEDIATE = "survival", "ruin", "intermediate"
+
+
+def regime(bounds: Bounds, n: int, k: int) -> str:
+    """Which of the paper's conditions (Sec. 3) holds at (bounds, N, K)."""
+    if k * bounds.f_lb > (n - k) * bounds.g_ub:
+        return SURVIVAL
+    if k * bounds.f_ub < (n - k) * bounds.g_lb:
+        return RUIN
+    return INTERMEDIATE
+
+
+def predicted(bounds: Bounds, n: int, k: int) -> dict:
+    """The theory's long-run prediction at (bounds, N, K): winner and the rate of every policy family.
+
+    Returns ``{"regime", "winner" ("rawlsian" | "utilitarian" | None), "rawlsian", "utilitarian",
+    "random"}`` (rates are NaN in the intermediate regime, where no theorem applies).
+    """
+    kind = regime(bounds, n, k)
+    up = (k * bounds.f_ub - (n - k) * bounds.g_lb) / n
+    down = (k * bounds.f_lb - (n - k) * bounds.g_ub) / n
+    util = (k * bounds.f_ub - (n - k) * bounds.g_ub) / n
+    if kind == SURVIVAL:
+        return {"regime": kind, "winner": "rawlsian", "rawlsian": up, "utilitarian": util, "random": up}
+    if kind == RUIN:
+        return {"regime": kind, "winner": "utilitarian", "rawlsian": down, "utilitarian": util, "random": down}
+    nan = float("nan")
+    return {"regime": kind, "winner": None, "rawlsian": nan, "utilitarian": nan, "random": nan}
+
+
+def family(policy: str) -> str:
+    """'rawlsian', 'utilitarian' or 'random'."""
+    return "rawlsian" if policy in RAWLSIAN else "utilitarian" if policy in UTILITARIAN else "random"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from papers.common.params import from_config
+from papers.common.params import ALL, for_stage, from_config
 from papers.welfare import dynamics as dyn
 
 SLUG = "welfare"
@@ -29,6 +29,22 @@ class Params:
     short_run: int = 10
     long_run_window: float = 0.5
     rate_tolerance: float = 0.05
+    # The sweep over the theorems' conditions (Sec. 3): each point sets N, K, the g bounds and the
+    # factors of the f bounds; the regime (survival, ruin, neither) follows from them (dynamics.regime).
+    sweep_points: tuple = ()
+    sweep_horizon: int = 2000
+    # Income bin edges (income units): None draws N incomes; edges draw N individuals spread over the
+    # bins in proportion to their counts, uniformly within each bin (the official read_data's scheme).
+    income_bins: tuple | None = None
+
+    def sweep(self) -> list[dict]:
+        """The sweep points, each with its Bounds and the theory's prediction."""
+        out = []
+        for i, pt in enumerate(self.sweep_points):
+            n, k = int(pt["individuals"]), int(pt["budget"])
+            b = dyn.Bounds.official(n, k, *pt["decay_bounds"], *pt["return_bound_factors"])
+            out.append({"point": i, "individuals": n, "budget": k, "bounds": b, **dyn.predicted(b, n, k)})
+        return out
 
     def bounds(self) -> dyn.Bounds:
         g_lb, g_ub = self.decay_bounds
@@ -44,9 +60,40 @@ class Params:
                 raise ValueError(f"welfare.{key}: {value} must lie in [1, horizon = {self.horizon}]")
         if not (set(self.policies) & set(dyn.RAWLSIAN) and set(self.policies) & set(dyn.UTILITARIAN)):
             raise ValueError("welfare.policies needs at least one Rawlsian and one utilitarian policy")
+        for i, pt in enumerate(self.sweep_points):
+            if set(pt) != {"individuals", "budget", "decay_bounds", "return_bound_factors"}:
+                raise ValueError(f"welfare.sweep_points[{i}]: keys must be individuals, budget, decay_bounds, "
+                                 f"return_bound_factors, got {', '.join(map(str, pt))}")
+            if not 1 <= pt["budget"] < pt["individuals"]:
+                raise ValueError(f"welfare.sweep_points[{i}]: budget must satisfy 1 <= K < N")
+        if not 1 <= self.short_run <= self.sweep_horizon:
+            raise ValueError(f"welfare.short_run: {self.short_run} must lie in [1, sweep_horizon = {self.sweep_horizon}]")
+        if self.income_bins is not None and (len(self.income_bins) < 2 or list(self.income_bins) != sorted(self.income_bins)):
+            raise ValueError("welfare.income_bins: at least two increasing edges, or null")
+
+
+
+# The parameters each stage reads. Its rule receives only these, so a change to another parameter
+# does not rerun the stage; papers.common.params.for_stage keeps the stage from reading any other.
+# A report writes every parameter to params.json, so it reads them all.
+STAGE_PARAMS = {
+    "prepare": (
+        "seeds", "incomes", "income_scale", "income_bins", "individuals", "budget", "decay_bounds",
+        "return_bound_factors", "return_knots", "decay_knots",
+    ),
+    "sweep": (
+        "seeds", "incomes", "income_scale", "income_bins", "return_knots", "decay_knots", "noise", "sweep_points",
+        "sweep_horizon", "short_run", "long_run_window",
+    ),
+    "simulate": (
+        "seeds", "individuals", "budget", "horizon", "decay_bounds", "return_bound_factors", "noise",
+    ),
+    "evaluate": ("horizon", "table_horizons", "short_run", "long_run_window"),
+    "report": ALL,
+}
 
 
 def parse(cfg) -> Params:
     params = from_config(Params, cfg, where=SLUG)
     params.check()
-    return params
+    return for_stage(params, cfg)

@@ -1,0 +1,147 @@
+"""Numerical check of the CUDA path: ``python -m kernels.gpu_check OUT_DIR`` (run by
+``scripts/gpu-check.sh``; needs a CUDA device).
+
+Every registered op's CUDA implementation (Triton) against its torch reference, through the
+public functions and autograd, in bf16 / fp16 / fp32 (TF32 products) at D = 64 and 128 with
+grouped-query heads, an additive bias and Tq != Tk; then ``torch.library.opcheck`` on CUDA
+tensors. Writes ``OUT_DIR/gpu_check.csv`` (one row per comparison: the max absolute error,
+the bound, pass/fail) and exits non-zero if a comparison fails.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import kernels
+
+# bound on max |ours - reference| / (1 + max |reference|), per dtype (fp32: TF32 products)
+BOUND = {torch.bfloat16: 4e-2, torch.float16: 6e-3, torch.float32: 6e-3}
+GRAD_BOUND = {torch.bfloat16: 8e-2, torch.float16: 2e-2, torch.float32: 2e-2}
+
+
+def _err(a, b):
+    a, b = a.detach().float(), b.detach().float()
+    return float((a - b).abs().max()) / (1.0 + float(b.abs().max()))
+
+
+def check_attention(rows):
+    # (B, Hq, Hkv, Tq, Tk, causal, bias)
+    cases = [(2, 8, 8, 1024, 1024, True, False), (2, 8, 2, 1024, 1024, True, True),
+             (2, 8, 2, 300, 1500, True, True), (2, 8, 1, 1, 2048, True, False),
+             (2, 8, 2, 700, 500, False, True)]
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for D in (64, 128):
+            for B, Hq, Hkv, Tq, Tk, causal, with_bias in cases:
+                g = torch.Generator().manual_seed(0)
+                q = torch.randn(B, Hq, Tq, D, generator=g).cuda().to(dtype).requires_grad_()
+                k, v = (torch.randn(B, Hkv, Tk, D, generator=g).cuda().to(dtype).requires_grad_() for _ in range(2))
+                bias = torch.randn(1, Hq, Tq, Tk, generator=g).cuda().requires_grad_() if with_bias else None
+                out = kernels.attention(q, k, v, causal=causal, bias=bias)
+                leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+                b_ref = bias.detach().requires_grad_() if with_bias else None
+                ref = kernels.attention_reference(*leaves, causal=causal, bias=b_ref)
+                do = torch.randn_like(out)
+                grads = torch.autograd.grad(out, [q, k, v] + ([bias] if with_bias else []), do)
+                grads_ref = torch.autograd.grad(ref, leaves + ([b_ref] if with_bias else []), do.float())
+                name = f"attention B={B} Hq={Hq} Hkv={Hkv} Tq={Tq} Tk={Tk} D={D} causal={causal} bias={with_bias}"
+                _row(rows, name, dtype, "out", _err(out, ref), BOUND[dtype])
+                for gname, a, r in zip(("dq", "dk", "dv", "dbias"), grads, grads_ref):
+                    _row(rows, name, dtype, gname, _err(a, r), GRAD_BOUND[dtype])
+
+
+def check_hip(rows):
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for D in (64, 128):
+            g = torch.Generator().manual_seed(1)
+            q = torch.randn(1, 8, 4096, D, generator=g).cuda().to(dtype)
+            k, v = (torch.randn(1, 2, 4096, D, generator=g).cuda().to(dtype) for _ in range(2))
+            blocks = kernels.hip_select(q, k)
+            out = kernels.block_sparse_attention(q, k, v, blocks)
+            ref = kernels.block_sparse_attention_reference(q.float(), k.float(), v.float(), blocks)
+            _row(rows, f"block_sparse_attention T=4096 D={D} GQA", dtype, "out", _err(out, ref), BOUND[dtype])
+            if dtype == torch.float32:  # selection: exact ties aside, the reference's choice
+                same = float((blocks == kernels.hip_select_reference(q, k)).float().mean())
+                _row(rows, f"hip_select T=4096 D={D} GQA", dtype, "agreement", 1 - same, 1e-2)
+
+
+def check_graph(rows):
+    N, H = 20000, 4
+    g = torch.Generator().manual_seed(2)
+    src = (torch.rand(3 * N, generator=g) * N).long()
+    dst = torch.randint(0, N, (3 * N,), generator=g)
+    ei = torch.stack([src, dst]).cuda()
+    lay = kernels.graph_layout(ei, N, N)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for D in (64, 128):
+            q, k, v = (torch.randn(N, H, D, generator=g).cuda().to(dtype).requires_grad_() for _ in range(3))
+            bias = torch.randn(ei.shape[1], H, generator=g).cuda().requires_grad_()
+            out = kernels.graph_attention(q, k, v, lay, edge_bias=bias)
+            leaves = [t.detach().float().requires_grad_() for t in (q, k, v, bias)]
+            ref = kernels.graph_attention_reference(*leaves[:3], ei, edge_bias=leaves[3])
+            do = torch.randn_like(out)
+            grads = torch.autograd.grad(out, (q, k, v, bias), do)
+            grads_ref = torch.autograd.grad(ref, leaves, do.float())
+            name = f"graph_attention N={N} E={ei.shape[1]} H={H} D={D}"
+            _row(rows, name, dtype, "out", _err(out, ref), BOUND[dtype])
+            for gname, a, r in zip(("dq", "dk", "dv", "dbias"), grads, grads_ref):
+                _row(rows, name, dtype, gname, _err(a, r), GRAD_BOUND[dtype])
+
+
+def check_opcheck(rows, dev="cuda"):
+    q, k, v = (torch.randn(2, 4, 70, 64, device=dev) for _ in range(3))
+    k, v = k[:, :2].contiguous(), v[:, :2].contiguous()
+    bias = torch.randn(1, 4, 70, 70, device=dev)
+    for args in [(q, k, v, None, True, 0.125), (q, k, v, bias, False, 0.125)]:
+        args = tuple(a.requires_grad_() if isinstance(a, torch.Tensor) else a for a in args)
+        torch.library.opcheck(torch.ops.kernels.attention_fwd.default, args)
+    lay = kernels.graph_layout(torch.randint(0, 50, (2, 300), device=dev), 50, 50)
+    qg, kg, vg = (torch.randn(50, 2, 16, device=dev).requires_grad_() for _ in range(3))
+    torch.library.opcheck(torch.ops.kernels.graph_attention_fwd.default,
+                          (qg, kg, vg, None, lay.rowptr, lay.col, lay.dst, lay.colptr, lay.csc_eid, 0.25, 0.2, False))
+    torch.library.opcheck(torch.ops.kernels.segment_sum.default,
+                          (torch.randn(300, 8, device=dev).requires_grad_(), torch.randint(0, 40, (300,), device=dev), 40))
+    qh, kh = torch.randn(1, 2, 512, 64, device=dev), torch.randn(1, 1, 512, 64, device=dev)
+    torch.library.opcheck(torch.ops.kernels.hip_select.default, (qh, kh, 64, 2, 2, 128, 16, 64, True))
+    blocks = kernels.hip_select(qh, kh, mask_k=128, window=64)
+    torch.library.opcheck(torch.ops.kernels.block_sparse_attention.default, (qh, kh, kh, blocks, 64, 2, True, 0.125))
+    _row(rows, "opcheck attention_fwd, graph_attention_fwd, segment_sum, hip_select, block_sparse_attention",
+         torch.float32, "opcheck", 0.0, 0.0)
+
+
+def _row(rows, name, dtype, what, err, bound):
+    ok = err <= bound
+    rows.append(dict(check=name, dtype=str(dtype).replace("torch.", ""), quantity=what, error=f"{err:.3g}",
+                     bound=bound, ok=ok))
+    print(f"  {'ok  ' if ok else 'FAIL'} {name} {str(dtype).replace('torch.', '')} {what}: {err:.3g} (bound {bound})",
+          flush=True)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    out_dir = Path(argv[0] if argv else "results/kernels/gpu_check")
+    if not torch.cuda.is_available():
+        print("kernels.gpu_check: no CUDA device; nothing to check")
+        return 2
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"kernels.gpu_check on {torch.cuda.get_device_name()} (torch {torch.__version__})")
+    rows, t0 = [], time.time()
+    for check in (check_attention, check_hip, check_graph, check_opcheck):
+        check(rows)
+    path = out_dir / "gpu_check.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    failed = [r for r in rows if not r["ok"]]
+    print(f"{len(rows) - len(failed)}/{len(rows)} comparisons within bounds in {time.time() - t0:.0f} s; "
+          f"wrote {path}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
