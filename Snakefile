@@ -28,6 +28,8 @@ include: "workflow/rules/sharpening.smk"
 include: "workflow/rules/neural_fdm.smk"
 include: "workflow/rules/sbdd_vs.smk"
 include: "workflow/rules/hip.smk"
+include: "workflow/rules/symspace.smk"
+include: "workflow/rules/profilebfn.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -526,16 +526,19 @@ def _triton_attention_fwd(q, k, v, bias, causal, scale, *, config=None, precisio
             CAUSAL=causal, HAS_BIAS=bias is not None, IN_PRECISION=in_precision,  #
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
-    if config is None:
-        if interpreting():
-            config = INTERPRET_CONFIG
-        else:
-            decode = Tq <= 16
-            key = ("fwd", D, q.dtype, causal, bias is not None, decode, in_precision, q.device)
-            config = _choose(key, attention_configs(D, q.dtype, "fwd", decode=decode, smem_limit=_smem_limit(q.device)),
-                             launch)
-    launch(config)
+    launch(config or _pick_config("fwd", q, causal, bias, in_precision, launch))
     return out, lse
+
+
+def _pick_config(phase, q, causal, bias, in_precision, launch):
+    """The launch configuration of one phase ("fwd" or "bwd"): the interpreter's small tiles, else the
+    autotuned choice for this head size, dtype, masking and decode-or-prefill (cached per key)."""
+    if interpreting():
+        return INTERPRET_CONFIG
+    D, decode = q.shape[-1], q.shape[2] <= 16
+    key = (phase, D, q.dtype, causal, bias is not None, decode, in_precision, q.device)
+    configs = attention_configs(D, q.dtype, phase, decode=decode, smem_limit=_smem_limit(q.device))
+    return _choose(key, configs, launch)
 
 
 def _triton_attention_bwd(do, q, k, v, bias, out, lse, causal, scale, need_dbias, *, config=None, precision=None):
@@ -565,15 +568,7 @@ def _triton_attention_bwd(do, q, k, v, bias, out, lse, causal, scale, need_dbias
             *q.stride(), *k.stride(), *v.stride(), *sb, *do.stride(), *dq.stride(),  #
             Hq, Tq, Tk, scale, STORE_DS=need_dbias, **common)
 
-    if config is None:
-        if interpreting():
-            config = INTERPRET_CONFIG
-        else:
-            decode = Tq <= 16
-            key = ("bwd", D, q.dtype, causal, bias is not None, decode, in_precision, q.device)
-            config = _choose(key, attention_configs(D, q.dtype, "bwd", decode=decode, smem_limit=_smem_limit(q.device)),
-                             launch)
-    launch(config)
+    launch(config or _pick_config("bwd", q, causal, bias, in_precision, launch))
     dbias = ds.sum_to_size(bias.shape).to(bias.dtype) if need_dbias else q.new_empty(0)
     return dq, dk, dv, dbias
 

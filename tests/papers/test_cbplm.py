@@ -10,7 +10,8 @@ from papers.cbplm import tokens as T
 from papers.cbplm import evaluate as E
 from papers.cbplm.model import ConceptBottleneckLM, Encoder, MaskedLM, concept_loss, orthogonality_loss
 from papers.cbplm.params import parse
-from papers.cbplm.stages import weight_checks
+from papers.cbplm.report import weight_checks
+from papers.cbplm.stages import _derangement
 from papers.cbplm.train import length_batches, lr_lambda
 
 K, E_W = 3, 2
@@ -104,29 +105,118 @@ def test_concepts_by_hand():
     assert helix == pytest.approx(3 / 7)  # A, K, E of E, M, A, L, K
     assert D.concept_values("KKKKRRRR", ["charge"])[0] > 7 > 0 > D.concept_values("DDDDEEEE", ["charge"])[0] + 7
     assert kd["I"] == 4.5 and kd["R"] == -4.5  # Kyte & Doolittle 1982
+    seq = "NPGSDVIYFAKKMW"  # turn residues N P G S D; sheet residues V I Y F W L T (Biopython >= 1.82)
+    turn, sheet = D.concept_values(seq, ["turn_fraction", "sheet_fraction"])
+    assert turn == pytest.approx(5 / 14) and sheet == pytest.approx(5 / 14)  # N P G S D; V I Y F W
+    # Vihinen's windowed flexibility: weights 0.25..1 on both sides plus the centre sum to 5.25, the
+    # normaliser, so a homopolymer scores its residue's own value (Vihinen et al. 1994: Ala 0.984, Gly 1.031).
+    assert D.concept_values("A" * 30, ["flexibility"])[0] == pytest.approx(0.984)
+    assert D.concept_values("G" * 40, ["flexibility"])[0] == pytest.approx(1.031)
 
 
-def test_intervention_on_a_hand_built_model_regenerates_the_known_residues():
-    # Decoder reads only concept 0 (embedding [1, 0]) with weights = Kyte-Doolittle: setting the
-    # concept to +2 makes I (most hydrophobic) the argmax at every masked position, -2 makes R.
+def _kd_model():
+    """CB-pLM whose decoder reads only concept 0 (embedding [1, 0]) with weights = Kyte-Doolittle."""
     model = tiny_cb()
     with torch.no_grad():
         model.decoder.weight.zero_()
         model.decoder.bias.zero_()
         model.concept_emb.copy_(torch.tensor([[1.0, 0.0]] * K))
         model.decoder.weight[:, 0] = torch.tensor(D.kyte_doolittle(), dtype=torch.float32)
+    return model
+
+
+def test_intervention_on_a_hand_built_model_regenerates_the_known_residues():
+    # Setting concept 0 to +2 makes I (most hydrophobic) the argmax at every masked position, -2 makes R.
+    model = _kd_model()
     seqs = np.array(["ACDEFGHKLM", "NPQRSTVWY"], dtype=object)
     masks = [np.array([1, 0, 1, 0, 0, 0, 0, 0, 0, 1], bool), np.array([0, 1, 0, 0, 0, 0, 0, 0, 1], bool)]
     bins = np.zeros((2, K), dtype=np.int64)
-    up = E.regenerate(model, "cb", seqs, bins, masks, 4, concept=0, target=2.0)
-    down = E.regenerate(model, "cb", seqs, bins, masks, 4, concept=0, target=-2.0)
+    up = E.regenerate(model, "cb", seqs, bins, masks, 4, temperature=0, concept=0, target=2.0)
+    down = E.regenerate(model, "cb", seqs, bins, masks, 4, temperature=0, concept=0, target=-2.0)
     assert up == ["ICIEFGHKLI", "NIQRSTVWI"]
     assert down == ["RCREFGHKLR", "NRQRSTVWR"]
-    # The change in GRAVY, measured as the intervention measures it, is positive up and down.
-    z = np.zeros((2, 1))
-    iv = E.intervene({"cb": model}, seqs, z + D.concept_matrix(seqs, ["gravy"]), bins[:, :1], masks, ["gravy"],
-                     np.zeros(1), np.ones(1), np.zeros((3, 1)), 2.0, 4)
+    # The change in GRAVY, measured as the intervention measures it, is positive up and down; at a
+    # low temperature sampling is the argmax.
+    z = D.concept_matrix(seqs, ["gravy"])
+    iv = E.intervene({"cb": model}, seqs, z, bins[:, :1], {(0, 1): masks, (0, -1): masks}, ["gravy"],
+                     np.zeros(1), np.ones(1), [(-20.0, 20.0)], [(0, 3)], 4, temperature=0.05, seed=0)
     assert (iv.delta > 0).all() and set(iv.changed) == {3, 2}
+
+
+def test_sampling_follows_the_softmax_and_is_reproducible():
+    # A decoder with zero weights and bias b samples residue a with probability softmax(b / t)_a.
+    model = _kd_model()
+    with torch.no_grad():
+        model.decoder.weight.zero_()
+        model.decoder.bias.copy_(torch.linspace(-2, 2, 20))
+    seqs = np.array(["A" * 30] * 140, dtype=object)  # tiny_cb holds 40 tokens
+    masks = [np.ones(30, bool)] * 140
+    bins = np.zeros((140, K), dtype=np.int64)
+    draws = E.regenerate(model, "cb", seqs, bins, masks, 4, torch.Generator().manual_seed(3), temperature=2.0)
+    freq = np.bincount(np.concatenate([D.residue_index(x) for x in draws]), minlength=20) / 4200
+    want = torch.softmax(torch.linspace(-2, 2, 20) / 2.0, 0).numpy()
+    np.testing.assert_allclose(freq, want, atol=0.015)  # 4200 draws: binomial sd <= 0.008
+    again = E.regenerate(model, "cb", seqs, bins, masks, 4, torch.Generator().manual_seed(3), temperature=2.0)
+    assert draws == again
+
+
+def test_attribution_is_gradient_times_input_against_the_mask_embedding():
+    # Independent check: a_t is the derivative of c_hat_k along (x_t - x_mask) at residue t, which a
+    # central finite difference on the embedding of that one position gives.
+    model = tiny_cb(seed=2).double()
+    seqs = np.array(["ACDKLWMV", "MKVQ"], dtype=object)
+    attr = E.attribution(model, seqs, concept=1)
+    tokens, n_prefix = T.encode(seqs)
+    mask_emb = model.encoder.tok.weight[T.MASK].detach()
+    eps = 1e-5
+    for i, seq in enumerate(seqs):
+        for t in range(len(seq)):
+            pos = n_prefix + t
+
+            def c_at(e):
+                def shift(m, inp, out):
+                    out = out.clone()
+                    out[i, pos] += e * (out[i, pos] - mask_emb)
+                    return out
+                h = model.encoder.tok.register_forward_hook(shift)
+                with torch.no_grad():
+                    value = model(tokens)["concepts"][i, 1].item()
+                h.remove()
+                return value
+
+            assert attr[i][t] == pytest.approx((c_at(eps) - c_at(-eps)) / (2 * eps), rel=1e-4, abs=1e-8)
+
+
+def test_edit_masks_pick_the_residues_that_oppose_the_push():
+    a = [np.array([0.5, -1.0, 2.0, 0.1]), np.array([3.0, -2.0, 0.0])]
+    up, down = E.edit_masks(a, 0.5, +1), E.edit_masks(a, 0.5, -1)
+    assert up[0].tolist() == [False, True, False, True]  # the two most negative: 1, 3
+    assert down[0].tolist() == [True, False, True, False]  # the two most positive: 2, 0
+    assert up[1].tolist() == [False, True, True] and down[1].tolist() == [True, False, True]  # round(1.5) = 2
+    assert E.edit_masks([np.array([1.0, 2.0])], 0.01, +1)[0].sum() == 1  # at least one residue
+
+
+def test_tag_model_adds_its_tags_at_every_position():
+    # The conditional-tag LM's input = token + position embedding + the sum of its K tag embeddings.
+    torch.manual_seed(0)
+    model = MaskedLM(T.vocab_size(K, 4), 40, 16, 1, 2, 32, n_tags=K).eval()
+    tags = T.tag_token(np.arange(K)[None, :], np.array([[0, 3, 1]]), 4)
+    tokens, _ = T.encode(["MKWA"], tags)
+    enc = model.encoder
+    seen = []
+    h = enc.blocks[0].register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
+    with torch.no_grad():
+        model(tokens)
+        want = enc.tok(tokens) + enc.pos(torch.arange(tokens.shape[1])) + enc.tok.weight[torch.from_numpy(tags[0])].sum(0)
+    h.remove()
+    torch.testing.assert_close(seen[0], want)
+    plain = MaskedLM(T.vocab_size(K, 4), 40, 16, 1, 2, 32).eval()
+    assert plain.n_tags == 0
+
+
+def test_derangement_pairs_every_protein_with_another():
+    other = _derangement(50, np.random.default_rng(0))
+    assert sorted(other.tolist()) == list(range(50)) and (other != np.arange(50)).all()
 
 
 def test_tag_model_reads_its_prefix():
@@ -136,7 +226,7 @@ def test_tag_model_reads_its_prefix():
     seen = []
     model.encoder.tok.register_forward_hook(lambda m, i, o: seen.append(i[0].clone()))
     E.regenerate(model, "tag", np.array(["ACDE"], dtype=object), np.array([[1, 1, 1]]), [np.array([1, 0, 0, 0], bool)],
-                 4, concept=2, target_bin=3)
+                 4, temperature=0, concept=2, target_bin=3)
     assert seen[0][0, 1:4].tolist() == T.tag_token(np.arange(3), np.array([1, 1, 3]), 4).tolist()
 
 
@@ -182,6 +272,10 @@ def test_batches_lr_and_params():
         parse({"concepts": ["gravy", "charge", "isoelectric_point"]})
     with pytest.raises(ValueError, match="gravy"):
         parse({"concepts": ["charge", "aromaticity"]})
+    with pytest.raises(ValueError, match="cbplm.claims.min_gain_share"):
+        parse({"claims": {"min_gain_share": 1.5}})
+    with pytest.raises(ValueError, match="cbplm.intervention.temperature"):
+        parse({"intervention": {"temperature": -1.0}})
 
 
 def test_unigram_perplexity_by_hand():
@@ -191,53 +285,83 @@ def test_unigram_perplexity_by_hand():
 
 
 # ---- claims (the verdict contract) -------------------------------------------------------------------
-def _claim_inputs(cb_change, tag_change, ppl, seeds=(0, 1, 2), n_seq=40, gravy_scale=2.0):
-    """Synthetic report inputs: per-seed changes with small per-sequence noise, perplexities, weights."""
-    from papers.cbplm.stages import weight_checks
-
+def _claim_inputs(cb_change, tag_change, floor, ppl, seeds=(0, 1, 2), n_seq=40, tag_gap=0.05, cb_shuffled=None):
+    """Synthetic report inputs: per-sequence changes around each model's mean (the plain LM's = the floor),
+    per-seed perplexities (tag LM with shuffled tags `tag_gap` worse; CB-pLM fed other concepts at
+    `cb_shuffled`), the CB-pLM's weights."""
     rng = np.random.default_rng(1)
     p = parse({})
     names = list(p.concepts)
     change = pd.DataFrame([{"seed": s, "model": kind, "concept": c, "sequence": i,
                             "change": mu + 0.05 * rng.normal() + 0.02 * s}
-                           for s in seeds for kind, mu in (("cb", cb_change), ("tag", tag_change), ("plain", 0.0))
+                           for s in seeds for kind, mu in (("cb", cb_change), ("tag", tag_change), ("plain", floor))
                            for c in names for i in range(n_seq)])
-    change.loc[change.model == "plain", "change"] = 0.0
-    m = pd.DataFrame([{"seed": s, "model": kind, "metric": "perplexity", "concept": "", "value": v * (1 + 0.002 * s)}
-                      for s in seeds for kind, v in ppl.items()])
+    values = dict(ppl, tag_shuffled=ppl["tag"] * (1 + tag_gap), cb_true=ppl["cb"] * 0.98,
+                  cb_shuffled=cb_shuffled or ppl["unigram"])
+    metric_of = {"tag_shuffled": ("tag", "perplexity_shuffled_tags"), "cb_true": ("cb", "perplexity_true_concepts"),
+                 "cb_shuffled": ("cb", "perplexity_shuffled_concepts")}
+    m = pd.DataFrame([{"seed": s, "model": metric_of.get(key, (key, "perplexity"))[0],
+                       "metric": metric_of.get(key, (key, "perplexity"))[1], "concept": "", "value": v * (1 + 0.002 * s)}
+                      for s in seeds for key, v in values.items()])
     kd = D.kyte_doolittle()
     charge = np.array([{"K": 1.0, "R": 2.0, "D": -1.0, "E": -3.0}.get(a, 0.0) for a in D.AMINO_ACIDS])
     w = pd.concat([pd.DataFrame({"seed": s, "concept": ["gravy"] * 20 + ["charge"] * 20,
                                  "residue": list(D.AMINO_ACIDS) * 2,
-                                 "weight": np.r_[kd * gravy_scale + rng.normal(0, 0.3, 20), charge + 0.1 * s],
+                                 "weight": np.r_[kd * 2.0 + rng.normal(0, 0.3, 20), charge + 0.1 * s],
                                  "kyte_doolittle": np.r_[kd, kd]}) for s in seeds])
     return p, m, change, w, weight_checks(w)
 
 
-def test_claims_hold_with_their_controls_failing():
-    from papers.cbplm.stages import cbplm_claims
+GOOD_PPL = {"cb": 17.5, "plain": 17.4, "tag": 17.3, "unigram": 19.5}
 
-    p, m, change, w, checks = _claim_inputs(1.0, 0.1, {"cb": 17.5, "plain": 17.4, "tag": 17.4, "unigram": 19.5})
-    a, b, c = cbplm_claims(p, m, change, w, checks)
+
+def test_claims_hold_with_their_controls_failing():
+    from papers.cbplm.report import cbplm_claims
+
+    # Floor 0.3 SD; CB 1.3 (excess 1.0), tag 0.5 (excess 0.2): ratio 5 > 2.
+    a, b, c = cbplm_claims(*_claim_inputs(1.3, 0.5, 0.3, GOOD_PPL))
     assert [x.verdict for x in (a, b, c)] == ["holds"] * 3
+    assert a.measured["ratio_of_excesses"] == pytest.approx(5.0, rel=0.05)
+    parts = {e.name for e in a.evidence}
+    assert "CB excess / tag excess" in parts  # the tag excess is told from 0, so the ratio is tested
     assert a.control.verdict != "holds" and b.control.verdict == "does not hold" and c.control.verdict != "holds"
+    # (b) by hand: share = (log 19.5 - log 17.5) / (log 19.5 - log 17.4), seed 0 exactly
+    share = (np.log(19.5) - np.log(17.5)) / (np.log(19.5) - np.log(17.4))
+    assert b.evidence[1].effect == pytest.approx(share, rel=1e-3)
 
 
 def test_claims_fail_and_stay_inconclusive_where_they_should():
-    from papers.cbplm.stages import cbplm_claims, shuffled_change
+    from papers.cbplm.report import cbplm_claims, concept_ratios, excess_over_floor, shuffled_change
 
-    # CB moves 1.0 SD, the tag model 0.8: CB - 2 x tag < 0 in every seed, so (a) does not hold;
-    # CB-pLM 20% worse than the plain LM: (b) does not hold.
-    p, m, change, w, checks = _claim_inputs(1.0, 0.8, {"cb": 21.0, "plain": 17.4, "tag": 17.4, "unigram": 19.5})
-    a, b, _ = cbplm_claims(p, m, change, w, checks)
+    # CB excess 1.0, tag excess 0.8: CB - 2 x tag < 0 in every seed, so (a) does not hold; CB-pLM keeps
+    # (log 19.5 - log 19) / (log 19.5 - log 17.4) = 23% of the plain LM's gain: (b) does not hold.
+    a, b, _ = cbplm_claims(*_claim_inputs(1.3, 1.1, 0.3, dict(GOOD_PPL, cb=19.0)))
     assert a.verdict == "does not hold" and b.verdict == "does not hold"
+    # The tag LM does not move the concept above the floor: no ratio is tested or reported per concept.
+    p, m, change, w, checks = _claim_inputs(1.3, 0.3, 0.3, GOOD_PPL)
+    a, _, _ = cbplm_claims(p, m, change, w, checks)
+    assert "CB excess / tag excess" not in {e.name for e in a.evidence} and "not measured" in a.note
+    assert all(v.startswith("not measured") for v in concept_ratios(excess_over_floor(change), p.concepts).values())
+    # A tag LM that ignores its tags (shuffled tags cost nothing) is no baseline: (a) cannot hold.
+    a, _, _ = cbplm_claims(*_claim_inputs(1.3, 0.5, 0.3, GOOD_PPL, tag_gap=-0.01))
+    assert a.verdict == "does not hold"
     # One seed: never more than inconclusive.
-    p, m, change, w, checks = _claim_inputs(1.0, 0.1, {"cb": 17.5, "plain": 17.4, "tag": 17.4, "unigram": 19.5},
-                                            seeds=(0,))
-    assert {x.verdict for x in cbplm_claims(p, m, change, w, checks)} == {"inconclusive"}
+    assert {x.verdict for x in cbplm_claims(*_claim_inputs(1.3, 0.5, 0.3, GOOD_PPL, seeds=(0,)))} == {"inconclusive"}
     # The shuffled control keeps each change's size, flips signs at random, and is reproducible.
     s1, s2 = shuffled_change(change), shuffled_change(change)
     np.testing.assert_array_equal(s1.change, s2.change)
     np.testing.assert_allclose(s1.change.abs(), change.change.abs())
     cb = (change.model == "cb").to_numpy()
     assert 0.4 < (np.sign(s1.change[cb]) != np.sign(change.change[cb])).mean() < 0.6
+
+
+def test_excess_over_floor_by_hand():
+    from papers.cbplm.report import excess_over_floor, paired_change
+
+    iv = pd.DataFrame({"seed": 0, "concept": "gravy", "sequence": 0,
+                       "model": ["cb", "cb", "tag", "tag", "plain", "plain"],
+                       "direction": [1, -1] * 3, "z_after": [2.0, -1.0, 0.5, 0.1, 0.3, 0.1]})
+    row = excess_over_floor(paired_change(iv)).iloc[0]
+    # (z_up - z_down) / 2: cb 1.5, tag 0.2, plain 0.1
+    assert (row.cb, row.tag, row.plain) == pytest.approx((1.5, 0.2, 0.1))
+    assert (row.cb_excess, row.tag_excess) == pytest.approx((1.4, 0.1))

@@ -104,3 +104,26 @@ def test_tables(tmp_path):
                 csv_df=pd.DataFrame({"arm": ["a", "b"], "mean": [1.0, 2.0 / 3.0]}))
     assert (tmp_path / "t.md").read_text().startswith("Cap.\n\n| arm | value |\n|---|---|\n| a | 1 +- 0 |")
     assert (tmp_path / "t.csv").read_text() == "arm,mean\na,1\nb,0.666667\n"
+
+
+def test_run_times_are_summed_from_benchmark_files_and_set_against_the_budget(tmp_path):
+    from papers.common.summary import time_table
+
+    header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+
+    def bench(name, seconds, cpu):
+        path = tmp_path / f"{name}.tsv"
+        path.write_text(header + f"{seconds}\t0:00:00\t1\t1\t1\t1\t0\t0\t50\t{cpu}\n")
+        return path
+
+    jobs = {
+        "fast": [bench("f1", 100.0, 90.0), bench("f2", 50.5, 40.0)],  # 150.5 s <= 360
+        "contended": [bench("c1", 400.0, 200.0)],  # over in wall time, within in CPU time
+        "slow": [bench("s1", 500.0, 450.0), bench("s2", 500.0, 480.0)],  # its own budget, 900: over
+    }
+    times = time_table(jobs, {"default": 360, "slow": 900}).set_index("paper")
+    assert times.loc["fast", "seconds"] == 150.5 and times.loc["fast", "cpu_seconds"] == 130.0
+    assert times.loc["fast", "jobs"] == 2 and times.loc["fast", "within_budget"] == "yes"
+    assert times.loc["contended", "within_budget"] == "over in wall time, within in CPU time"
+    assert times.loc["slow", "budget_seconds"] == 900 and times.loc["slow", "within_budget"] == "over"
+    assert set(time_table(jobs, {}).within_budget) == {"no budget"}  # a scale without budgets (full)

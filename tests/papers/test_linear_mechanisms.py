@@ -278,6 +278,8 @@ def test_nonlinear_claim_is_decided_over_the_whole_range_of_init_scales():
     # the end points still compare the right way, but the NTK change rises from 1 to 4: the range fails
     rising = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.15, 4.0: 0.5}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}))
     assert rising.verdict == "does not hold" and "NTK change at 1 - at 4" in rising.note
+    assert "lowest at init scale 1 " in rising.note and "not monotone" in rising.note
+    assert "not monotone" not in falling.note
     two_seeds = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.2, 4.0: 0.05}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}, seeds=2))
     assert two_seeds.verdict == "inconclusive"
     # runs that did not converge are left out and named, not silently used
@@ -307,6 +309,18 @@ def test_layer_alignment_is_the_cosine_for_vectors_and_training_converges():
     slow = mlp.train(x, y, x, y, scale=0.5, hidden=16, steps=100, lr_factor=0.5, power_iterations=10, probe=10,
                      seed=0, converge_accuracy=1.0, lr_ratio=1e6)
     assert not slow["converged"] and slow["steps_run"] == 100 and slow["dir_w"] < 1e-6  # first layer frozen
+
+
+def test_step_cap_is_a_cap_not_a_length():
+    # nonlinear.steps only bounds a run: a run that converges before it stops there, and raising the cap
+    # (as the default config did, 4000 -> 20000) leaves its result unchanged, bit for bit
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(40, 5, generator=gen)
+    y = (x @ torch.randn(5, 3, generator=gen)).argmax(1)
+    kw = dict(scale=0.5, hidden=16, lr_factor=0.5, power_iterations=10, probe=10, seed=0, converge_accuracy=1.0)
+    short, long = mlp.train(x, y, x, y, steps=3000, **kw), mlp.train(x, y, x, y, steps=20000, **kw)
+    assert short["converged"] and short["steps_run"] < 3000
+    assert short == long
 
 
 def test_nonlinear_mechanisms_claim_and_its_rotation_control():

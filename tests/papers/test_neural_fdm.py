@@ -1,13 +1,14 @@
 """P14 neural_fdm: the force density method against closed forms and a dense solve, its adjoint
 gradient against finite differences, the target generators' symmetries, the encoder's sign
-constraints, and direct optimisation recovering force densities it can reach exactly."""
+constraints and height normalisation, the condition-number guard, the learning-rate search, and
+direct optimisation recovering force densities it can reach exactly."""
 import numpy as np
 import pytest
 import torch
-from papers.neural_fdm import shapes, tasks
+from papers.neural_fdm import models, shapes, tasks
 from papers.neural_fdm.direct import optimize
 from papers.neural_fdm.fdm import FDM
-from papers.neural_fdm.models import Encoder, mlp_flops, q_variance
+from papers.neural_fdm.models import Encoder, log_condition, mlp_flops, q_variance
 from papers.neural_fdm.params import parse
 
 
@@ -169,6 +170,85 @@ def test_encoder_keeps_the_sign_constraints():
     assert mlp_flops(enc.net) == 2 * sum(m.weight.numel() for m in enc.net if isinstance(m, torch.nn.Linear))
 
 
+def test_height_normalised_encoder_lets_the_solver_scale_a_taller_tower_exactly():
+    # With no load the equilibrium is linear in the supports: a tower stretched in z by 1.25 is presented to the
+    # height-normalised encoder exactly as the original, so the hybrid returns the original shape stretched.
+    p = parse({"tower": {"levels": 7, "sides": 5, "normalise_height": True}})
+    t = tasks.build("tower", p)
+    torch.manual_seed(0)
+    net = t.build("hybrid").double()
+    x = torch.as_tensor(t.sample(np.random.default_rng(0), 3))
+    tall = x.clone()
+    tall[..., 2] *= 1.25
+    with torch.no_grad():
+        (xh, q), (xt, qt) = net(x, t.loads(x)), net(tall, t.loads(tall))
+    torch.testing.assert_close(qt, q, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(xt[..., :2], xh[..., :2], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(xt[..., 2], 1.25 * xh[..., 2], rtol=1e-10, atol=1e-10)
+    raw = tasks.build("tower", parse({"tower": {"levels": 7, "sides": 5}}))
+    torch.manual_seed(0)
+    net_raw = raw.build("hybrid").double()
+    with torch.no_grad():
+        assert not torch.allclose(net_raw.encoder(tall), net_raw.encoder(x))  # raw heights: another input
+
+
+def test_log_condition_matches_numpy_and_the_inertia_flags_a_jump_across_a_singular_k():
+    t = tasks.build("tower", parse({"tower": {"levels": 7, "sides": 6}}))
+    s = t.fdm.structure
+    q = torch.as_tensor(np.random.default_rng(0).uniform(1, 2, (2, len(s.edges))) * s.signs * s.active)
+    k = t.fdm.stiffness(q).numpy()
+    np.testing.assert_allclose(log_condition(t.fdm, q).numpy(), np.log10(np.linalg.cond(k)), rtol=1e-8)
+    # uniform |q|: the same spectrum up to scale, cond ~ 10^1.5, far below the 1e4 limit
+    u = torch.as_tensor(s.signs * s.active)[None]
+    assert float(log_condition(t.fdm, u)) < 3 and float(log_condition(t.fdm, 2 * u)) == pytest.approx(float(log_condition(t.fdm, u)))
+    assert bool(t.admissible(torch.cat([u, 3 * u]), 1e4).all()) and not bool(t.admissible(u, 10.0)[0])
+    # a compression ring far stiffer than the cables: K gains negative eigenvalues (q crossed a singular K)
+    stiff = u.clone()
+    stiff[0, (t.fdm.signs < 0) & t.fdm.active] *= 50.0
+    neg, ok = models.spectrum_check(t.fdm, torch.cat([u, stiff]), 1e4)
+    assert neg[1] > neg[0] == int((np.linalg.eigvalsh(t.fdm.stiffness(u).numpy()) < 0).sum())
+    # shells are all in compression: -K is positive definite for any q < 0, every eigenvalue is negative
+    shell = tasks.build("shell", parse({"shell": {"grid": 5}}))
+    qs = torch.as_tensor(np.random.default_rng(1).uniform(0.1, 5, (3, len(shell.fdm.signs)))) * shell.fdm.signs * shell.fdm.active
+    assert models.spectrum_check(shell.fdm, qs, 1e4)[0].tolist() == [shell.fdm.num_free] * 3
+
+
+def test_the_guard_undoes_a_step_that_jumps_across_a_singular_k():
+    from papers.neural_fdm.train import GUARD_SHAPES, train
+
+    t = tasks.build("tower", parse({"tower": {"levels": 7, "sides": 5, "width": 16, "depth": 2}}), dtype=torch.float32)
+    kw = dict(seed=0, steps=1, batch_size=GUARD_SHAPES, lr=1.0, clip_norm=0.0, residual_weight=0.0, log_every=1)
+    x = torch.as_tensor(t.sample(np.random.default_rng([0, 2]), GUARD_SHAPES), dtype=torch.float32)  # train's batch
+    torch.manual_seed(0)
+    init = t.build("hybrid")
+    free, hist = train(t, "hybrid", guard=False, **kw)  # one huge step: the inertia of K changes
+    with torch.no_grad():
+        before = models.spectrum_check(t.fdm, init.encoder(x), 1e4)[0]
+        after = models.spectrum_check(t.fdm, free.encoder(x), 1e4)[0]
+    assert not torch.equal(before, after)
+    guarded, hist = train(t, "hybrid", guard=True, **kw)  # the same step, undone
+    assert int(hist.rejected.iloc[0]) == 1
+    for a, b in zip(guarded.parameters(), init.parameters()):
+        torch.testing.assert_close(a, b)
+    _, hist = train(t, "hybrid", guard=True, **{**kw, "lr": 1e-4})  # a small step keeps the inertia
+    assert int(hist.rejected.iloc[0]) == 0
+
+
+def test_learning_rate_search_picks_the_lowest_validation_error_and_flags_failed_solves():
+    from papers.neural_fdm.train import search_lr, validation_error
+
+    t = tasks.build("shell", parse({"shell": {"grid": 4, "width": 8, "depth": 2}}), dtype=torch.float32)
+    x_val = torch.as_tensor(t.sample(np.random.default_rng(9), 4), dtype=torch.float32)
+    kw = dict(batch_size=4, clip_norm=0.0, residual_weight=0.0, log_every=1)
+    lr, table = search_lr(t, "hybrid", grid=(1e-3, 1e-9), x_val=x_val, seeds=(5, 6), steps=5, condition_limit=1e4, **kw)
+    assert list(table.lr) == [1e-9, 1e-9, 1e-3, 1e-3] and list(table.seed) == [5, 6, 5, 6]
+    assert lr == table.groupby("lr").validation_error.max().idxmin() and table.chosen.sum() == 2
+    torch.manual_seed(0)
+    net = t.build("hybrid")
+    assert np.isfinite(validation_error(t, net, x_val, 1e4))
+    assert validation_error(t, net, x_val, 1.0) == np.inf  # every K above a limit of 1: every solve fails
+
+
 def test_q_variance_is_the_sum_of_the_two_variances():
     q = torch.tensor([[1.0, 3.0, -2.0, 0.0], [2.0, 2.0, -4.0, 0.0]])
     assert float(q_variance(q)) == pytest.approx(np.var([1, 3, 2, 2]) + np.var([-2, -4]))
@@ -200,31 +280,37 @@ def test_params_reject_unknown_keys_and_bad_values():
         parse({"shell": {"family": "blob"}})
     with pytest.raises(ValueError, match="direct.shapes"):
         parse({"test_shapes": 5, "shell": {"direct": {"shapes": 6}}})
+    with pytest.raises(ValueError, match="tune_seed"):
+        parse({"seeds": 3, "tune_seed": 2})
+    with pytest.raises(ValueError, match="validation_seed"):
+        parse({"validation_seed": 90, "test_seed": 90})
 
 
 # ---- claims ------------------------------------------------------------------------------------
 def _metrics(seeds=3, hybrid_err=1.0, neural_err=2.0, neural_res=0.03, hybrid_res=1e-15, direct_err=0.8,
-             shapes=4, direct_shapes=3):
+             shapes=4, direct_shapes=3, untrained_err=5.0):
     """A metrics table as the evaluate stage writes it: per (task, split, model, seed, shape)."""
     import pandas as pd
 
     rows = []
     for task in ("shell", "tower"):
         for split in ("id", "ood"):
-            for model, err, res, flops in (("hybrid", hybrid_err, hybrid_res, 1e5), ("neural", neural_err, neural_res, 1e5)):
+            for model, err, res, flops in (("hybrid", hybrid_err, hybrid_res, 1e5), ("neural", neural_err, neural_res, 1e5),
+                                           ("untrained", untrained_err, hybrid_res, 1e5)):
                 for seed in range(seeds):
                     for shape in range(shapes):
                         e = err * (1 + 0.03 * (seed - 1)) * (1 + 0.1 * shape)
                         rows.append({"task": task, "split": split, "model": model, "seed": seed, "shape": shape,
                                      "shape_error": e, "shape_error_per_coord": e, "residual": res,
                                      "relative_residual": res * (1 + 0.05 * seed), "sign_ok": True, "flops": flops,
-                                     "stiffness_min_eig": 0.1})
+                                     "stiffness_min_eig": 0.1, "log_condition": 2.0, "negative_eigs": 5,
+                                     "failed": False})
             for shape in range(direct_shapes):
                 e = direct_err * (1 + 0.1 * shape)
                 rows.append({"task": task, "split": split, "model": "direct", "seed": 0, "shape": shape,
                              "shape_error": e, "shape_error_per_coord": e, "residual": 1e-15, "relative_residual": 1e-15,
                              "sign_ok": True, "flops": 1e8 * (1 + 0.2 * shape), "stiffness_min_eig": 0.1,
-                             "nfev": 10, "nit": 9, "success": True})
+                             "log_condition": 2.0, "negative_eigs": 5, "failed": False, "nfev": 10, "nit": 9, "success": True})
     return pd.DataFrame(rows)
 
 
@@ -239,12 +325,28 @@ def _claims(df, seeds=3):
 def test_claims_decide_on_seed_intervals_with_the_hybrid_as_equilibrium_control():
     c, sanity = _claims(_metrics())
     assert c["a"].verdict == "holds" and len(c["a"].evidence) == 4  # every task x split
+    assert c["a"].control.verdict == "does not hold"  # the untrained hybrid is worse than the neural model
+    assert c["c"].control.verdict == "does not hold"  # ... and far from direct optimisation
     assert c["b"].verdict == "holds" and c["b"].control.verdict == "does not hold"  # the hybrid is in equilibrium
     assert sanity == {"hybrid_max_relative_residual": pytest.approx(1e-15 * 1.1), "hybrid_sign_ok_fraction": 1.0}
     assert c["c"].verdict == "holds" and c["c"].evidence[1].replicates == 3  # cost: one replicate per direct run
     c, _ = _claims(_metrics(hybrid_err=3.0))  # the hybrid behind: (a) fails; 3.75x direct's error: (c) fails
     assert c["a"].verdict == "does not hold" and "more accurate in shell_id" in c["a"].note
     assert c["c"].verdict == "does not hold" and "error ratio" in c["c"].note
+    c, _ = _claims(_metrics(untrained_err=1.5))  # a baseline worse than no learning: (a) cannot be told apart
+    assert c["a"].control.verdict == "holds" and c["a"].verdict == "inconclusive"
+    assert "the control's criterion holds on its own at shell id" in c["a"].note
+
+
+def test_claim_a_rests_on_medians_so_a_few_failed_solves_do_not_decide_it():
+    df = _metrics()
+    bad = (df.model == "hybrid") & (df["shape"] == 0)
+    df.loc[bad, ["shape_error", "shape_error_per_coord"]] = 1e6  # one wild shape of four per seed
+    df.loc[bad, "failed"] = True
+    c, _ = _claims(df)
+    assert c["a"].verdict == "holds"
+    assert c["a"].measured["tower_ood"]["hybrid"]["failure_rate"] == pytest.approx(0.25)
+    assert c["a"].measured["tower_ood"]["hybrid"]["mean"] > 1e5
 
 
 def test_claims_rest_on_seeds_and_a_broken_residual_makes_the_equilibrium_claim_inconclusive():

@@ -358,6 +358,9 @@ def _metrics(seeds=(0, 1, 2), random_auroc=0.5):
                 rows.append({"target": target, "generator": g, "seed": s, "docking": dock + e[0],
                              "docking_per_atom": (dock + e[0]) / 25, "qed": qed + e[1],
                              "bedroc": bedroc + e[2], "auroc": auroc + e[3], "ef": 30 * bedroc,
+                             # in the embedding's space every generator but random screens alike (no shortfall)
+                             "bedroc_emb": (0.1 if g == "random" else 0.5) + e[2], "auroc_emb": auroc,
+                             "ef_emb": 15.0,
                              "validity": 1.0, "uniqueness": 1.0, "novelty": 1.0, "heavy_atoms": 25.0, "sa": 3.0})
             for lib, centre in (("dude", random_auroc), ("unmatched", 0.3)):
                 bias += [{"target": target, "replicate": s, "library": lib, "draw": d,
@@ -377,9 +380,38 @@ def test_claims_decide_on_replicates_with_controls():
     assert out["a_docking_egfr"].verdict == "holds" and out["a_docking_egfr"].control.verdict == "does not hold"
     # the known actives beat every generator; random queries beat none
     assert out["b_cdk2"].verdict == "holds" and out["b_cdk2"].control.verdict == "does not hold"
+    # the same test in the embedding's space reads its own column: there the known actives beat no one
+    assert out["b_cdk2_emb"].verdict != "holds" and out["b_cdk2_emb"].evidence[0].name.startswith("bedroc_emb")
     # random queries at chance on the DUD-E decoys; the unmatched decoys (control) are biased
     assert out["c_egfr"].verdict == "holds" and out["c_egfr"].control.verdict == "does not hold"
     biased = {c.id: c for c in claims(*_metrics(random_auroc=0.28), p)}
     assert biased["c_cdk2"].verdict == "does not hold" and "decoys" in biased["c_cdk2"].note
     one = claims(*_metrics(seeds=(0,)), p)
     assert {c.verdict for c in one} == {"inconclusive"}  # one replicate is never evidence
+
+
+def test_lm_embedding_is_a_unit_mean_of_hidden_states_independent_of_its_batch(one_thread):
+    import torch
+    from papers.sbdd_vs import lm, screening
+
+    smiles = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C" * 80]  # the last is cut to the model's context
+    vocab = lm.Vocab.from_smiles(smiles[:3])
+    torch.manual_seed(0)
+    model = lm.SmilesGPT(len(vocab.itos), d_model=16, n_layer=2, n_head=2, block_size=12)
+    emb = lm.embed(model, vocab, smiles, batch=2)
+    assert emb.shape == (4, 16)
+    torch.testing.assert_close(emb.norm(dim=1), torch.ones(4))
+    for i, s in enumerate(smiles):  # alone in its batch: the same vector (causal attention, padding last)
+        torch.testing.assert_close(lm.embed(model, vocab, [s])[0], emb[i], rtol=1e-5, atol=1e-6)
+    # the mean over tokens and EOS of the last hidden states, by hand for "CCO"
+    ids = torch.tensor([[vocab.stoi[lm.BOS], *(vocab.stoi[t] for t in "CCO"), vocab.stoi[lm.EOS]]])
+    with torch.no_grad():
+        by_hand = torch.nn.functional.normalize(model.hidden(ids)[0, 1:].mean(0), dim=0)
+    torch.testing.assert_close(emb[0], by_hand, rtol=1e-5, atol=1e-6)
+    # an unknown token is left out: "CCOBr" embeds like "CCO" (Br not in the vocabulary)
+    torch.testing.assert_close(lm.embed(model, vocab, ["CCOBr"])[0], emb[0], rtol=1e-5, atol=1e-6)
+    # screening by max cosine: the brute-force maximum of dot products
+    lib, q = emb.double().numpy(), emb[[1, 2]].double().numpy()
+    expected = [max(float(np.dot(a, b)) for b in q) for a in lib]
+    np.testing.assert_allclose(screening.max_cosine(lib, q), expected, rtol=1e-12)
+    assert screening.max_cosine(lib, q[:0]).tolist() == [0.0] * 4

@@ -34,7 +34,7 @@ FANNED_OUT = {
     "sam_late_train_sam": (1, 3, 3),  # one per rho of the sweep
     "linear_mechanisms_phase": (1, 3, 3),  # one per phase-diagram panel
     "linear_mechanisms_nonlinear": (1, 3, 5),  # one per init scale
-    "cbplm_train": (3, 9, 9),  # models x seeds
+    "cbplm_train": (1, 3, 3),  # one per seed (the three models inside)
     "cbplm_evaluate": (1, 3, 3),  # one per seed
     "sharpening_sharpen": (2, 2, 2),  # SFT and RL
     "ensembles_train": (1, 16, 96),  # chunks of members per setting
@@ -45,6 +45,9 @@ FANNED_OUT = {
     "sbdd_vs_evaluate": (2, 2, 2),  # one per target
     "orion_train": (1, 2, 9),  # model sizes x seeds
     "orion_evaluate": (1, 2, 9),  # one per trained model
+    "profilebfn_train": (1, 3, 5),  # one per training seed
+    "profilebfn_evaluate": (1, 3, 5),  # one per training seed (every arm and family inside)
+    "symspace_train": (1, 3, 5),  # one per seed (every arm, control and metric inside)
 }
 
 

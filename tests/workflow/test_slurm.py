@@ -1,5 +1,11 @@
 """The cluster profile against a real SLURM: a one-node cluster from Debian's packages
-(scripts/slurm-local.sh) runs the smoke DAG of every paper through profiles/ci-slurm.
+(scripts/slurm-local.sh) runs the smoke DAG of a few papers through profiles/ci-slurm.
+
+The submission path is the same for every paper (one group job per paper, resources from
+job_resources in common.smk), so the papers below stand for all of them: the one whose rule is made
+to fail, the one with the GPU rule, and one that trains a torch model on packaged data. What each
+paper's rules ask SLURM for is checked for every rule by tests/workflow/test_cluster_resources.py,
+and every paper's smoke DAG runs locally in test_dag.py.
 
 Checked: the run completes and its tables equal the local run's; a GPU rule reaches SLURM with a
 GPU request; a job that fails once is retried and the run completes. The cluster is brought down
@@ -10,11 +16,12 @@ import subprocess
 
 import pytest
 
-from smk import PAPERS, ROOT, SNAKEMAKE, snakemake
+from smk import ROOT, SNAKEMAKE, snakemake
 
 SLURM = ROOT / "scripts" / "slurm-local.sh"
 GPU_RULE = "uv_sharpness_train_mlp"  # profiles/ci-slurm gives it the fake GPU
 FAILING_RULE = "welfare_prepare"
+SLURM_PAPERS = ["welfare", "uv_sharpness", "sam_late"]
 
 pytestmark = [
     pytest.mark.slow,
@@ -40,7 +47,7 @@ def paper_groups(workdir) -> list[str]:
     groups = []
     rules = [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]  # "name (docstring)"
     for rule in rules:
-        slug = next((s for s in PAPERS if rule.startswith(f"{s}_")), None)
+        slug = next((s for s in SLURM_PAPERS if rule.startswith(f"{s}_")), None)
         if slug:
             groups.append(f"{rule}={slug}")
     return groups
@@ -65,14 +72,14 @@ def test_smoke_dag_through_slurm(cluster, smoke_runs, tmp_path):
     cmd = ["timeout", "-k", "10", "1500", SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
            "--profile", str(ROOT / "profiles" / "ci-slurm"),
            "--configfile", str(ROOT / "config" / "smoke.yaml"),
-           "--groups", *paper_groups(workdir)]
+           "--groups", *paper_groups(workdir), "--config", f"papers=[{','.join(SLURM_PAPERS)}]"]
     env.pop("TRITON_INTERPRET", None)
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1600, env=env)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-6000:]
 
     # The same tables as the local smoke run.
-    for slug in PAPERS:
+    for slug in SLURM_PAPERS:
         local = (smoke_runs[0] / "results" / "smoke" / slug / "table.csv").read_bytes()
         remote = (workdir / "results" / "smoke" / slug / "table.csv").read_bytes()
         assert local == remote, f"{slug}: the SLURM run's table differs from the local run's"
@@ -83,7 +90,7 @@ def test_smoke_dag_through_slurm(cluster, smoke_runs, tmp_path):
 
     # Every job went through SLURM; the GPU rule's job asked for a GPU, and no other job did.
     jobs = [j for j in slurm_jobs() if j.get("WorkDir") == str(workdir)]
-    assert len(jobs) >= len(PAPERS) + 1  # one group job per paper, plus the retried one
+    assert len(jobs) >= len(SLURM_PAPERS) + 1  # one group job per paper, plus the retried one
     gpu_jobs = [j for j in jobs if "gpu" in (j.get("TresPerJob", "") + j.get("TresPerNode", ""))]
     assert gpu_jobs, "no job was submitted with a GPU request"
     assert all("uv_sharpness" in j.get("Comment", "") or GPU_RULE in j.get("Comment", "") for j in gpu_jobs), gpu_jobs

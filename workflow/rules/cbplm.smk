@@ -1,10 +1,10 @@
 # P7 cbplm: Concept Bottleneck protein language models (CB-pLM) against a plain and a conditional-tag masked LM.
-# prepare (sequences + Biopython concepts) -> train (one job per model and seed) -> evaluate (per seed) -> report.
+# prepare (sequences + Biopython concepts) -> train (the three models, per seed) -> evaluate (per seed) -> report.
 # Code: workflow/papers/cbplm/ (stages.py holds the functions these rules call).
 
 CBPLM = f"{RESULTS}/cbplm"
 CBPLM_CFG = config["cbplm"]
-CBPLM_RUNS = dict(model=CBPLM_CFG["models"], seed=seeds("cbplm"))  # one training job per model and seed
+CBPLM_SEEDS = dict(seed=seeds("cbplm"))  # one training and one evaluation job per seed
 
 
 rule cbplm_prepare:
@@ -29,23 +29,21 @@ rule cbplm_prepare:
 
 
 rule cbplm_train:
-    """Train one CB-pLM or baseline model for one seed on the prepared sequences."""
+    # One job per seed, not per model: a job's start-up costs about what a tiny model's training does.
+    """Train the three models (CB-pLM, plain, conditional-tag) of one seed on the same batches and masks."""
     input:
         sequences=rules.cbplm_prepare.output.sequences,
     output:
-        checkpoint=f"{CBPLM}/train/{{model}}_seed{{seed}}.pt",
-        history=f"{CBPLM}/train/{{model}}_seed{{seed}}.parquet",
+        checkpoints=expand(f"{CBPLM}/train/{{model}}_seed{{seed}}.pt", model=CBPLM_CFG["models"], allow_missing=True),
+        histories=expand(f"{CBPLM}/train/{{model}}_seed{{seed}}.parquet", model=CBPLM_CFG["models"], allow_missing=True),
     params:
         call="papers.cbplm.stages:train",
         cfg=CBPLM_CFG,
-        model="{model}",
         seed=lambda w: int(w.seed),
     log:
-        f"{LOGS}/cbplm/train/{{model}}_seed{{seed}}.log",
+        f"{LOGS}/cbplm/train/seed{{seed}}.log",
     benchmark:
-        f"{BENCHMARKS}/cbplm/train/{{model}}_seed{{seed}}.tsv"
-    wildcard_constraints:
-        model="|".join(CBPLM_RUNS["model"]),
+        f"{BENCHMARKS}/cbplm/train/seed{{seed}}.tsv"
     threads: res("gpu", "threads")
     resources:
         **job_resources("gpu"),
@@ -60,7 +58,7 @@ rule cbplm_evaluate:
     input:
         sequences=rules.cbplm_prepare.output.sequences,
         summary=rules.cbplm_prepare.output.summary,
-        checkpoints=expand(rules.cbplm_train.output.checkpoint, model=CBPLM_RUNS["model"], allow_missing=True),
+        checkpoints=rules.cbplm_train.output.checkpoints,
     output:
         metrics=f"{CBPLM}/evaluate/seed{{seed}}_metrics.parquet",
         interventions=f"{CBPLM}/evaluate/seed{{seed}}_interventions.parquet",
@@ -82,9 +80,6 @@ rule cbplm_evaluate:
         CALL
 
 
-CBPLM_SEEDS = dict(seed=CBPLM_RUNS["seed"])
-
-
 rule cbplm_report:
     """The table, the intervention, concept-weight and training figures, the claims with verdicts, report.md."""
     input:
@@ -92,10 +87,10 @@ rule cbplm_report:
         metrics=expand(rules.cbplm_evaluate.output.metrics, **CBPLM_SEEDS),
         interventions=expand(rules.cbplm_evaluate.output.interventions, **CBPLM_SEEDS),
         weights=expand(rules.cbplm_evaluate.output.weights, **CBPLM_SEEDS),
-        histories=expand(rules.cbplm_train.output.history, **CBPLM_RUNS),
+        histories=expand(rules.cbplm_train.output.histories, **CBPLM_SEEDS),
         benchmarks=[
             rules.cbplm_prepare.benchmark,
-            *expand(rules.cbplm_train.benchmark, **CBPLM_RUNS),
+            *expand(rules.cbplm_train.benchmark, **CBPLM_SEEDS),
             *expand(rules.cbplm_evaluate.benchmark, **CBPLM_SEEDS),
         ],
     output:

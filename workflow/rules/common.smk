@@ -152,3 +152,11 @@ def all_targets():
     for slug in PAPERS:
         targets += paper_outputs(slug)
     return targets
+
+
+def paper_benchmarks(slug):
+    """The benchmark files of a paper's jobs: those its report rule reads, and the report's own
+    (for the summary's run times; call it after the paper's rules are included)."""
+    report_rule = getattr(rules, f"{slug}_report")
+    # plain strings: the rule's file objects keep a reference to the rule, which cannot be pickled
+    return [str(path) for path in (*report_rule.input.benchmarks, report_rule.benchmark)]

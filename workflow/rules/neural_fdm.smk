@@ -1,6 +1,7 @@
 # P14 neural_fdm: a neural encoder + a differentiable force density solver for shells and towers.
-# prepare (test targets) -> train (per task and learned model, seeds inside) -> evaluate (per task:
-# learned models and direct optimisation) -> report.
+# prepare (test targets) -> train (per task and learned model: the learning-rate search both models
+# share, then every seed) -> evaluate (per task: learned models, the untrained control and direct
+# optimisation) -> report.
 # Code: workflow/papers/neural_fdm/ (stages.py holds the functions these rules call).
 
 NFDM = f"{RESULTS}/neural_fdm"
@@ -29,10 +30,11 @@ rule neural_fdm_prepare:
 
 
 rule neural_fdm_train:
-    """Train one learned model (encoder + FDM solver, or fully neural) on one task, for every seed."""
+    """Train one learned model (encoder + FDM solver, or fully neural) on one task: the shared learning-rate search, then every seed."""
     output:
         checkpoint=f"{NFDM}/train/{{task}}_{{model}}.pt",
         history=f"{NFDM}/train/{{task}}_{{model}}_history.parquet",
+        search=f"{NFDM}/train/{{task}}_{{model}}_lr_search.parquet",
     params:
         call="papers.neural_fdm.stages:train",
         cfg=NFDM_CFG,
@@ -55,7 +57,7 @@ rule neural_fdm_train:
 
 
 rule neural_fdm_evaluate:
-    """For one task: the learned models on every test shape and direct optimisation on a few; errors, cost."""
+    """For one task: learned models, the untrained hybrid (control) and direct optimisation; errors, failed solves, cost."""
     input:
         targets=rules.neural_fdm_prepare.output.targets,
         checkpoints=expand(rules.neural_fdm_train.output.checkpoint, task="{task}", model=NFDM_CFG["models"]),
@@ -89,6 +91,7 @@ rule neural_fdm_report:
         timings=expand(rules.neural_fdm_evaluate.output.timing, task=NFDM_CFG["tasks"]),
         examples=expand(rules.neural_fdm_evaluate.output.examples, task=NFDM_CFG["tasks"]),
         histories=expand(rules.neural_fdm_train.output.history, **NFDM_RUNS),
+        searches=expand(rules.neural_fdm_train.output.search, **NFDM_RUNS),
         benchmarks=[
             rules.neural_fdm_prepare.benchmark,
             *expand(rules.neural_fdm_train.benchmark, **NFDM_RUNS),

@@ -3,16 +3,20 @@
 
 
 rule summary:
-    """The cross-paper summary: one row per claim of every selected paper, with its verdict."""
+    """The cross-paper summary: one row per claim of every selected paper, with its verdict; run times against the budget."""
     input:
         claims=[f"{RESULTS}/{slug}/claims.json" for slug in PAPERS],
         reports=[f"{RESULTS}/{slug}/report.md" for slug in PAPERS],
+        benchmarks=[path for slug in PAPERS for path in paper_benchmarks(slug)],
     output:
         summary_md=report(f"{RESULTS}/summary.md", caption="../report/summary.rst", category="summary"),
         summary_csv=f"{RESULTS}/summary.csv",
+        job_times_csv=f"{RESULTS}/job_times.csv",
     params:
         call="papers.common.summary:write_summary",
         scale=SCALE,
+        job_benchmarks={slug: paper_benchmarks(slug) for slug in PAPERS},
+        time_budget=config["time_budget"].get(SCALE, {}),
     log:
         f"{LOGS}/summary.log",
     benchmark:

@@ -85,13 +85,14 @@ rule sbdd_vs_generate:
 
 
 rule sbdd_vs_evaluate:
-    """For one target: docking, QED, SA, EF1%, BEDROC, AUROC per generator and replicate; the decoy-bias check."""
+    """For one target: docking, QED, SA, and EF1%, BEDROC, AUROC (Morgan and LM embedding) per generator and replicate; the decoy-bias check."""
     input:
         library=f"{SBDD}/prepare/{{target}}_library.parquet",
         actives=f"{SBDD}/prepare/{{target}}_actives.parquet",
         records=rules.sbdd_vs_prepare.output.records,
         generated=rules.sbdd_vs_generate.output.generated,
         druglike=rules.sbdd_vs_prepare.output.druglike,
+        pretrained=rules.sbdd_vs_train.output.pretrained,
     output:
         metrics=f"{SBDD}/evaluate/{{target}}.parquet",
         bias=f"{SBDD}/evaluate/{{target}}_bias.parquet",

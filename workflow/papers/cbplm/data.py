@@ -29,8 +29,9 @@ def concept_values(sequence: str, names) -> list[float]:
     """Biopython's descriptors of one sequence, in the order of `names` (raw units).
 
     gravy: mean Kyte-Doolittle hydropathy; charge: net charge at pH 7; aromaticity: fraction of
-    F, W, Y; instability_index: Guruprasad et al.; helix_fraction: fraction of E, M, A, L, K
-    (Biopython >= 1.82); isoelectric_point.
+    F, W, Y; instability_index: Guruprasad et al.; helix_fraction, turn_fraction, sheet_fraction:
+    Biopython's (>= 1.82) propensity groups E M A L K, N P G S D, V I Y F W L T; flexibility: mean of
+    Vihinen's windowed flexibility (Biopython ``flexibility``, 9-residue windows); isoelectric_point.
     """
     from Bio.SeqUtils.ProtParam import ProteinAnalysis
 
@@ -41,6 +42,9 @@ def concept_values(sequence: str, names) -> list[float]:
         "aromaticity": pa.aromaticity,
         "instability_index": pa.instability_index,
         "helix_fraction": lambda: pa.secondary_structure_fraction()[0],
+        "turn_fraction": lambda: pa.secondary_structure_fraction()[1],
+        "sheet_fraction": lambda: pa.secondary_structure_fraction()[2],
+        "flexibility": lambda: float(np.mean(pa.flexibility())),
         "isoelectric_point": pa.isoelectric_point,
     }
     return [float(get[n]()) for n in names]

@@ -1,15 +1,21 @@
 """Held-out perplexity, concept R^2, single-concept interventions and the concept-to-token weights.
 
 Every model of a seed is scored on the same held-out sequences with the same masked positions.
-An intervention (the paper's control experiment, official ``intervene_on_sequences``) masks a
-fraction of the residues, asks the model for the masked residues under a changed concept, takes
-the argmax at each masked position, and measures the concept of the new sequence with Biopython:
+An intervention (the paper's control experiment, Sec. 4.1, official ``intervene_on_sequences``)
+masks the residues that CB-pLM's gradient attribution says oppose the push most, asks the model for
+them under a changed concept, draws each from the model's distribution, and measures the concept of
+the new sequence with Biopython:
 
-* CB-pLM: the concept k fed to the bottleneck is set to +-target_sd (standardised units); the
-  other concepts are the model's own predictions (as the official code at inference);
-* conditional-tag: concept k's tag becomes the bin that holds +-target_sd; the others keep the
-  true bins of the sequence;
-* plain masked LM: no handle, the same regeneration (the change that masking alone causes).
+* CB-pLM: the concept k fed to the bottleneck is set to its training minimum or maximum (the
+  official 0 / 1 of the [0, 1]-normalised concept); the other concepts are the model's own
+  predictions (as the official code at inference);
+* conditional-tag: concept k's tag becomes the lowest or highest bin; the others keep the sequence's
+  true bins;
+* plain masked LM: no handle; it redraws the same residues (up and down independently), so its
+  change is the drift that regenerating attribution-chosen residues causes: the noise floor.
+
+The official code takes the argmax; we sample (temperature 1), so the plain LM's drift is a
+measured floor and not zero by construction.
 """
 from __future__ import annotations
 
@@ -94,10 +100,53 @@ def r_squared(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
     return 1 - sse / sst
 
 
+def attribution(model, seqs, concept: int) -> list[np.ndarray]:
+    """Per residue, how much it pushes CB-pLM's predicted concept `concept` up (the official
+    ``intervene_on_sequences`` attribution: gradient x input against the <mask> embedding),
+
+    .. math:: a_t = \\sum_d \\frac{\\partial \\hat c_k}{\\partial x_{t,d}} (x_{t,d} - x^{\\mathrm{mask}}_d),
+
+    with x the token embeddings (before positions are added). One array per sequence, its residues only.
+    """
+    model.eval()
+    emb_table = model.encoder.tok
+    out = []
+    for s in _batches(len(seqs)):
+        tokens, n_prefix = T.encode(seqs[s])
+        captured = []
+        hook = emb_table.register_forward_hook(lambda m, i, o: captured.append(o))
+        try:
+            with torch.enable_grad():
+                c_hat = model(tokens.to(_device(model)))["concepts"][:, concept]  # (B,)
+                x = captured[0]  # (B, T, C)
+                (grad,) = torch.autograd.grad(c_hat.sum(), x)  # sequences do not interact: one sum suffices
+        finally:
+            hook.remove()
+        a = (grad * (x.detach() - emb_table.weight[T.MASK].detach())).sum(-1).cpu().numpy()  # (B, T)
+        out += [a[i, n_prefix:n_prefix + len(q)] for i, q in enumerate(seqs[s])]
+    return out
+
+
+def edit_masks(attributions, fraction: float, direction: int) -> list[np.ndarray]:
+    """The residues to regenerate for a push `direction` (+1 up, -1 down): the round(fraction x length)
+    (at least 1) residues whose attribution opposes the push most (official ``_create_intervene_mask``:
+    ascending sort for a positive intervention, descending for a negative one)."""
+    masks = []
+    for a in attributions:
+        n = max(1, int(round(fraction * len(a))))
+        order = np.argsort(direction * a, kind="stable")  # most opposed first
+        m = np.zeros(len(a), dtype=bool)
+        m[order[:n]] = True
+        masks.append(m)
+    return masks
+
+
 @torch.no_grad()
-def regenerate(model, kind, seqs, bins, masks, n_bins, concept: int | None = None, target: float = 0.0,
+def regenerate(model, kind, seqs, bins, masks, n_bins, generator: torch.Generator | None = None,
+               temperature: float = 1.0, concept: int | None = None, target: float = 0.0,
                target_bin: int = 0) -> list[str]:
-    """Sequences whose masked residues are replaced by the argmax under the intervention."""
+    """Sequences whose masked residues are redrawn under the intervention: sampled from
+    softmax(logits / temperature) with `generator`, or the argmax when temperature = 0 (official)."""
     model.eval()
     out = []
     for s in _batches(len(seqs)):
@@ -110,28 +159,41 @@ def regenerate(model, kind, seqs, bins, masks, n_bins, concept: int | None = Non
         if kind == "cb" and concept is not None:
             kwargs["intervene"] = (concept, torch.full((tokens.shape[0],), float(target), device=_device(model)))
         logits = model(tokens.masked_fill(mask, T.MASK).to(_device(model)), **kwargs)["logits"].cpu()  # (B, T, 20)
-        new = torch.where(mask, logits.argmax(-1) + T.AA_OFFSET, tokens)
+        if temperature == 0:
+            drawn = logits[mask].argmax(-1)
+        else:  # on the CPU, so that a seeded generator gives the same draws on any device
+            drawn = torch.multinomial(torch.softmax(logits[mask].double() / temperature, -1), 1, generator=generator)[:, 0]
+        new = tokens.clone()
+        new[mask] = drawn + T.AA_OFFSET
         out += T.decode(new, n_prefix, [len(x) for x in seqs[s]])
     return out
 
 
-def intervene(models: dict, seqs, z, bins, masks, names, mean, std, edges, target_sd: float, n_bins: int) -> pd.DataFrame:
-    """For each model, concept and direction: the standardised change of the concept, signed so
-    that positive = the requested direction. One row per (model, concept, direction, sequence)."""
+def intervene(models: dict, seqs, z, bins, masks: dict, names, mean, std, targets, target_bins, n_bins: int,
+              temperature: float, seed: int) -> pd.DataFrame:
+    """The paper's single-concept intervention (Sec. 4.1; official ``intervene_on_sequences``) for
+    every model, concept and direction, on the same residues for every model.
+
+    `masks[(k, direction)]`: the residues to regenerate (chosen by CB-pLM's attribution);
+    `targets[k]` = (low, high): the concept's value for a push down / up (standardised units; the
+    training extremes, i.e. the official 0 / 1 of the [0, 1]-normalised concept); `target_bins[k]`
+    the tag model's bins for the same. The plain LM has no handle: it redraws the same residues, so
+    its change is the drift that regeneration alone causes (the noise floor). One row per
+    (model, concept, direction, sequence); `delta` is the change signed so that positive = requested.
+    """
     rows = []
-    for kind, model in models.items():
-        plain_regen = regenerate(model, kind, seqs, bins, masks, n_bins) if kind == "plain" else None
+    for m_i, (kind, model) in enumerate(models.items()):
         for k, name in enumerate(names):
-            for direction in (+1, -1):
-                target = direction * target_sd
-                target_bin = int(np.searchsorted(edges[:, k], target, side="right"))
-                new = plain_regen if plain_regen is not None else regenerate(
-                    model, kind, seqs, bins, masks, n_bins, concept=k, target=target, target_bin=target_bin)
+            for d_i, direction in enumerate((+1, -1)):
+                # One stream per (seed, model, concept, direction): reruns draw the same residues.
+                gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, m_i, k, d_i]).generate_state(1)[0]))
+                handle = {} if kind == "plain" else {"concept": k, "target": targets[k][d_i == 0],
+                                                     "target_bin": int(target_bins[k][d_i == 0])}
+                new = regenerate(model, kind, seqs, bins, masks[(k, direction)], n_bins, gen, temperature, **handle)
                 z_new = (D.concept_matrix(new, [name])[:, 0] - mean[k]) / std[k]
-                delta = direction * (z_new - z[:, k])
                 rows.append(pd.DataFrame({
                     "model": kind, "concept": name, "direction": direction, "sequence": np.arange(len(seqs)),
-                    "z_before": z[:, k], "z_after": z_new, "delta": delta,
+                    "z_before": z[:, k], "z_after": z_new, "delta": direction * (z_new - z[:, k]),
                     "changed": [sum(a != b for a, b in zip(x, y)) for x, y in zip(seqs, new)],
                 }))
     return pd.concat(rows, ignore_index=True)

@@ -4,7 +4,11 @@ All share one encoder (pre-LayerNorm transformer, ESM-2 style as lobster's LMBas
 ``kernels.attention`` with the padding mask as bias) and differ only in what sits on top:
 
 * :class:`MaskedLM` (plain, and conditional-tag when the tokens carry concept-bin tags after
-  <cls>): LM head = dense, GELU, LayerNorm, linear to the 20 residues.
+  <cls>): LM head = dense, GELU, LayerNorm, linear to the 20 residues. The conditional-tag LM
+  (``n_tags`` = K) also adds the sum of its K tag embeddings to every position's input, as a
+  class-conditional LM adds its class embedding: a shallow encoder trained briefly barely reads
+  prefix tokens through attention (issue 24: with prefix tags alone, shuffling them cost 0.1 of
+  perplexity), and a baseline that ignores its handle is no baseline.
 * :class:`ConceptBottleneckLM`, the paper's CB-pLM as in the official code (lobster ``CBM``,
   ``LMBaseClassificationHead``, ``LMBaseLinearLMHead``): from the encoder output h,
 
@@ -64,10 +68,14 @@ class Encoder(nn.Module):
         self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff) for _ in range(n_layers))
         self.ln_f = nn.LayerNorm(d_model)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, n_tags: int = 0) -> torch.Tensor:
+        """`n_tags` > 0: tokens[:, 1:1 + n_tags] are condition tags whose summed embedding is added at
+        every position (the conditional-tag LM)."""
         T = tokens.shape[1]
         keep = (tokens != PAD)[:, None, None, :]  # (B, 1, 1, T)
         x = self.tok(tokens) + self.pos(torch.arange(T, device=tokens.device))  # (B, T, C)
+        if n_tags:
+            x = x + self.tok(tokens[:, 1:1 + n_tags]).sum(1, keepdim=True)  # (B, 1, C), broadcast over T
         for block in self.blocks:
             x = block(x, keep)
         return self.ln_f(x)
@@ -90,14 +98,16 @@ def _init(module: nn.Module) -> None:
 class MaskedLM(nn.Module):
     """Plain masked LM; with concept-bin tags in its tokens, the conditional-tag baseline."""
 
-    def __init__(self, vocab: int, max_tokens: int, d_model: int, n_layers: int, n_heads: int, d_ff: int):
+    def __init__(self, vocab: int, max_tokens: int, d_model: int, n_layers: int, n_heads: int, d_ff: int,
+                 n_tags: int = 0):
         super().__init__()
+        self.n_tags = n_tags  # 0: plain masked LM; K: conditional-tag LM (tags after <cls>, also added everywhere)
         self.encoder = Encoder(vocab, max_tokens, d_model, n_layers, n_heads, d_ff)
         self.lm_head = _mlp_head(d_model, N_AA)
         _init(self)
 
     def forward(self, tokens: torch.Tensor) -> dict:
-        return {"logits": self.lm_head(self.encoder(tokens))}  # (B, T, 20)
+        return {"logits": self.lm_head(self.encoder(tokens, self.n_tags))}  # (B, T, 20)
 
 
 class ConceptBottleneckLM(nn.Module):

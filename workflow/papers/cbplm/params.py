@@ -7,7 +7,8 @@ from papers.common.params import ALL, for_stage, from_config
 
 SLUG = "cbplm"
 MODELS = ("cb", "plain", "tag")  # CB-pLM, plain masked LM, conditional-tag masked LM
-CONCEPTS = ("gravy", "charge", "aromaticity", "instability_index", "helix_fraction", "isoelectric_point")
+CONCEPTS = ("gravy", "charge", "aromaticity", "instability_index", "helix_fraction", "turn_fraction",
+            "sheet_fraction", "flexibility", "isoelectric_point")  # papers.cbplm.data.concept_values
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,11 @@ class TrainParams:
 
 @dataclass(frozen=True)
 class InterventionParams:
-    """Single-concept intervention: set one concept, regenerate masked residues, re-measure."""
+    """Single-concept intervention (Sec. 4.1; official ``intervene_on_sequences``): set one concept to
+    its training extreme, regenerate the residues CB-pLM's attribution picks, re-measure."""
 
-    target_sd: float = 2.0  # the target value of the concept, +- this many standard deviations
-    edit_fraction: float = 0.15  # fraction of residues masked and regenerated (the training mask rate)
+    edit_fraction: float = 0.15  # residues regenerated per sequence (official `edits` is a count; the mask rate)
+    temperature: float = 1.0  # sampled decoding (official: argmax = 0), so the plain LM's drift is measured
     sequences: int = 500  # held-out sequences intervened on
 
 
@@ -52,8 +54,8 @@ class InterventionParams:
 class ClaimParams:
     """Thresholds of the claims, fixed before any run; each is met by a 95% interval over the seeds."""
 
-    min_ratio: float = 2.0  # (a) CB change - min_ratio x tag change > 0; "several times", the paper ~3x
-    ppl_tolerance: float = 0.05  # (b) CB perplexity at most this much (relative) above the plain model's
+    min_ratio: float = 2.0  # (a) CB excess change / tag excess change over the floor; "several times", paper ~3x
+    min_gain_share: float = 0.9  # (b) share of the plain LM's log-perplexity gain over residue frequencies kept
     min_kd_rank_correlation: float = 0.5  # (c) mean Spearman of the GRAVY weights with Kyte-Doolittle over seeds
 
 
@@ -83,13 +85,17 @@ class Params:
             if needed not in self.concepts:
                 raise ValueError(f"cbplm.concepts must include '{needed}' (claim (c) reads its weights)")
         if "charge" in self.concepts and "isoelectric_point" in self.concepts:
-            raise ValueError("cbplm.concepts: keep one of charge and isoelectric_point (they correlate, r = 0.68)")
+            raise ValueError("cbplm.concepts: keep one of charge and isoelectric_point (they correlate, r = 0.89)")
+        if self.intervention.temperature < 0:
+            raise ValueError(f"cbplm.intervention.temperature ({self.intervention.temperature}) must be >= 0 (0 = argmax)")
         if set(self.models) != set(MODELS):
             raise ValueError(f"cbplm.models must be {list(MODELS)} (the claims compare all three)")
         if self.min_length > self.max_length:
             raise ValueError(f"cbplm.min_length ({self.min_length}) exceeds max_length ({self.max_length})")
         if self.model.d_model % self.model.n_heads:
             raise ValueError(f"cbplm.model.d_model ({self.model.d_model}) must be a multiple of n_heads ({self.model.n_heads})")
+        if not 0 < self.claims.min_gain_share <= 1:
+            raise ValueError(f"cbplm.claims.min_gain_share ({self.claims.min_gain_share}) must be in (0, 1]")
         if self.train.warmup_steps >= self.train.steps:
             raise ValueError(f"cbplm.train.warmup_steps ({self.train.warmup_steps}) must be below steps ({self.train.steps})")
 
@@ -103,7 +109,7 @@ STAGE_PARAMS = {
         "sequences", "files", "min_length", "max_length", "max_sequences", "test_fraction", "concepts",
         "tag_bins",
     ),
-    "train": ("max_length", "concepts", "tag_bins", "model", "train"),
+    "train": ("max_length", "concepts", "tag_bins", "models", "model", "train"),
     "evaluate": ("max_length", "concepts", "tag_bins", "models", "model", "train", "intervention"),
     "report": ALL,
 }

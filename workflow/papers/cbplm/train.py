@@ -25,7 +25,9 @@ def build(kind: str, p: Params) -> torch.nn.Module:
     """One of the three models; all share the encoder size of `p.model`."""
     m, K = p.model, len(p.concepts)
     args = (T.vocab_size(K, p.tag_bins), max_tokens(p), m.d_model, m.n_layers, m.n_heads, m.d_ff)
-    return ConceptBottleneckLM(*args, n_concepts=K, concept_emb=m.concept_emb) if kind == "cb" else MaskedLM(*args)
+    if kind == "cb":
+        return ConceptBottleneckLM(*args, n_concepts=K, concept_emb=m.concept_emb)
+    return MaskedLM(*args, n_tags=K if kind == "tag" else 0)
 
 
 def tags(bins: np.ndarray, n_bins: int) -> np.ndarray:

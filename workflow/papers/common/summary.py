@@ -9,7 +9,7 @@ import pandas as pd
 
 from papers.common.claims import STATES, count_states
 from papers.common.io import ensure_parent, read_json
-from papers.common.report import short, verdict_cell
+from papers.common.report import job_times, short, verdict_cell
 
 
 def _evidence_cell(ev: dict | None) -> str:
@@ -20,8 +20,47 @@ def _evidence_cell(ev: dict | None) -> str:
     return f"{fmt(ev['effect'])} [{fmt(lo)}, {fmt(hi)}] {ev['direction']} {fmt(ev['threshold'])} (n={ev['replicates']})"
 
 
-def write_summary(*, claims, reports, summary_md, summary_csv, scale: str) -> None:
-    """Aggregate the papers' ``claims.json`` files (list `claims`, same order as `reports`)."""
+def time_table(job_benchmarks: dict, time_budget: dict) -> pd.DataFrame:
+    """Per paper: its jobs' summed wall and CPU time (benchmark files, `job_benchmarks` = {slug: paths})
+    against its budget (`time_budget`: seconds by slug, `default` for the others; none: no budget)."""
+    rows = []
+    for slug, paths in job_benchmarks.items():
+        t = job_times(paths)
+        budget = time_budget.get(slug, time_budget.get("default"))
+        if budget is None:
+            within = "no budget"
+        elif t["seconds"] <= budget:
+            within = "yes"
+        elif t["cpu_seconds"] <= budget:  # the wall time includes waiting for cores other work held
+            within = "over in wall time, within in CPU time"
+        else:
+            within = "over"
+        rows.append({"paper": slug, "jobs": t["jobs"], "seconds": t["seconds"], "cpu_seconds": t["cpu_seconds"],
+                     "budget_seconds": budget, "within_budget": within})
+    return pd.DataFrame(rows, columns=["paper", "jobs", "seconds", "cpu_seconds", "budget_seconds", "within_budget"])
+
+
+def _time_lines(times: pd.DataFrame) -> list[str]:
+    if times.empty:
+        return []
+    fmt = lambda x: "-" if x is None or pd.isna(x) else f"{x:.0f}"  # noqa: E731
+    lines = ["", "## Run time per paper", "",
+             "Summed over each paper's jobs, from Snakemake's benchmark files: the wall time each job ran (`s`) "
+             "and the CPU time its processes used (`cpu_time`). Wall time above CPU time means the job waited for "
+             "cores that other work held, so it overstates the paper's cost. Budgets: `time_budget` in the config.",
+             "", "| paper | jobs | summed job time (s) | CPU time (s) | budget (s) | within budget |",
+             "|---|---|---|---|---|---|"]
+    for r in times.itertuples(index=False):
+        lines.append(f"| {r.paper} | {r.jobs} | {fmt(r.seconds)} | {fmt(r.cpu_seconds)} | {fmt(r.budget_seconds)} | "
+                     f"{r.within_budget} |")
+    return lines
+
+
+def write_summary(*, claims, reports, summary_md, summary_csv, scale: str, benchmarks=(), job_benchmarks=None,
+                  time_budget=None, job_times_csv=None) -> None:
+    """Aggregate the papers' ``claims.json`` files (list `claims`, same order as `reports`), and their
+    run time against the budget (`job_benchmarks`: {slug: benchmark files}; `benchmarks`, the same
+    files as one list, is the rule's input only)."""
     rows = []
     # A run of a subset of papers must not silently shrink a fuller summary: papers already in this
     # results folder but not selected now are kept, marked as not rerun.
@@ -85,4 +124,8 @@ def write_summary(*, claims, reports, summary_md, summary_csv, scale: str) -> No
         cells = [f"[{r.paper}]({r.report})", r.claim, r.statement, r.paper_value, r.evidence,
                  verdict_cell(r.verdict), r.control_verdict, f"[table]({r.table})"]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
+    times = time_table(dict(job_benchmarks or {}), dict(time_budget or {}))
+    if job_times_csv:
+        times.to_csv(ensure_parent(job_times_csv), index=False, float_format="%.6g")
+    lines += _time_lines(times)
     ensure_parent(summary_md).write_text("\n".join(lines) + "\n")

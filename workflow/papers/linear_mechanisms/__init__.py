@@ -9,10 +9,12 @@ width-independent feature learning in mean-field parameterisation; the three mec
 learning (alignment, disalignment, rescaling), each where the phase diagram puts it; and the nonlinear
 check (a two-layer tanh MLP on real images: larger init, smaller NTK change, worse test accuracy).
 
-Deviations: the paper's text could not be read here, so the closed form (for any learning-rate ratio),
+Deviations: the paper's text past Section 1 could not be read here (stages.PAPER_SEARCH says what was
+searched), so the closed form (for any learning-rate ratio),
 the phase boundaries and the operational definitions of the mechanisms are derived by us from the model
-(exact.py, phase.py say which statements are ours). The nonlinear check uses sklearn's digits (MNIST-1D
-at the full scale) instead of the paper's larger tasks.
+(exact.py, phase.py say which statements are ours). The nonlinear check uses sklearn's digits (300 training images at the
+default scale, so every run can be trained to convergence in its time budget; MNIST-1D at the full scale)
+instead of the paper's larger tasks.
 
 Modules: :mod:`.exact` (model, closed form, gradient descent), :mod:`.phase` (phase diagram and labels),
 :mod:`.mlp` (the nonlinear check), :mod:`.params`, :mod:`.stages` (the DAG's stages), :mod:`.figures`.

@@ -6,7 +6,9 @@ learning rates beta = eta_u / eta_w (we set eta_u = sqrt(beta), eta_w = 1 / sqrt
 only sets the clock of gradient flow).
 
 Prediction (derived here from eqs. (1)-(3) of :mod:`.exact`; the paper's own phase boundaries could not be
-read here). The rescaled Gram scalars of a random initialisation are a = |u~0|^2 ~ d sigma^2 / eta_u,
+read here: the stored copy of arXiv 2401.07085 answers every search (phase diagram, kernel / feature learning
+phase, alignment, disalignment, rescaling, learning-rate ratio, width limits; stages.PAPER_SEARCH lists them)
+with its abstract and the start of Section 1 only, so claims (c) and (c_phase) test these regions). The rescaled Gram scalars of a random initialisation are a = |u~0|^2 ~ d sigma^2 / eta_u,
 b = |w~0|^2 ~ d sigma^2 / eta_w (their typical values) and c = sqrt(a b) cos(u0, w0), where cos^2(u0, w0)
 of two independent Gaussian vectors in R^d is Beta(1/2, (d - 1)/2). Averaging the exact learned state over
 that law (quantiles, both signs) gives a deterministic phase diagram. Its regimes are set by three numbers

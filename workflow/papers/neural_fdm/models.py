@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -37,17 +38,30 @@ def mlp(d_in: int, width: int, depth: int, d_out: int) -> nn.Sequential:
 
 
 class Encoder(nn.Module):
-    """Target shape -> force densities q (B, E), signs fixed per bar, inactive bars at 0."""
+    """Target shape -> force densities q (B, E), signs fixed per bar, inactive bars at 0.
 
-    def __init__(self, fdm: FDM, inputs: torch.Tensor, width: int, depth: int, shift: float):
+    With `normalise_height` the encoder reads z as a fraction of the target's height, (z - z_0) / H with
+    z_0 and H the lowest support and the supports' height span: a target is presented as a designer draws
+    it, its scale given by the supports, which the decoder receives as they are.
+    """
+
+    def __init__(self, fdm: FDM, inputs: torch.Tensor, width: int, depth: int, shift: float,
+                 normalise_height: bool = False):
         super().__init__()
         self.register_buffer("inputs", inputs)  # node indices the encoder sees (towers: the compression rings)
         self.register_buffer("signs", fdm.signs * fdm.active)  # (E,) +-1, 0 where inactive
+        self.register_buffer("supports", fdm.supports)
         self.net = mlp(3 * len(inputs), width, depth, len(fdm.signs))
         self.shift = shift  # tau
+        self.normalise_height = normalise_height
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x (B, N, 3) -> q (B, E)
-        h = self.net(x[:, self.inputs].flatten(1))
+        inp = x[:, self.inputs]  # (B, I, 3)
+        if self.normalise_height:
+            zs = x[:, self.supports, 2]  # (B, S)
+            z0, span = zs.min(1).values, zs.max(1).values - zs.min(1).values  # (B,)
+            inp = torch.cat([inp[..., :2], ((inp[..., 2] - z0[:, None]) / span[:, None])[..., None]], -1)
+        h = self.net(inp.flatten(1))
         return (F.softplus(h) + self.shift) * self.signs
 
 
@@ -102,6 +116,21 @@ def residual_norm(fdm: FDM, q: torch.Tensor, x_hat: torch.Tensor, loads: torch.T
     """||r_free||_2 per shape (B,): the paper's physics loss and equilibrium metric."""
     r = fdm.residual(q, x_hat, loads)[:, fdm.free]
     return torch.sqrt((r ** 2).flatten(1).sum(1))
+
+
+def log_condition(fdm: FDM, q: torch.Tensor) -> torch.Tensor:
+    """log10 of the condition number of K = C_f^T diag(q) C_f per shape (B,): max |eig| / min |eig|."""
+    eig = torch.linalg.eigvalsh(fdm.stiffness(q)).abs()  # (B, Nf)
+    return torch.log10(eig.max(1).values) - torch.log10(eig.min(1).values)
+
+
+def spectrum_check(fdm: FDM, q: torch.Tensor, condition_limit: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per shape (B,): the inertia of K(q) (its number of negative eigenvalues; it changes only where q
+    crosses a singular K) and whether cond(K) <= `condition_limit`."""
+    eig = torch.linalg.eigvalsh(fdm.stiffness(q))  # (B, Nf) ascending
+    mag = eig.abs()
+    cond_ok = torch.log10(mag.max(1).values) - torch.log10(mag.min(1).values) <= float(np.log10(condition_limit))
+    return (eig < 0).sum(1), cond_ok
 
 
 def q_variance(q: torch.Tensor) -> torch.Tensor:

@@ -77,6 +77,7 @@ class Shell:
     depth: int = 3  # hidden_layer_num (linear layers, output included)
     shift: float = 0.0  # tau, the lower bound of |q|
     residual_weight: float = 1.0  # kappa of the neural model's physics loss
+    guard: bool = False  # the hybrid's training undoes steps that cross a singular K (ours; official: none)
     train: Train = field(default_factory=Train)
     direct: Direct = field(default_factory=Direct)
 
@@ -98,6 +99,10 @@ class Tower:
     shift: float = 1.0  # tau
     residual_weight: float = 1.0
     regularization: float = 10.0  # weight of the q-variance regularizer
+    # The encoder reads heights as fractions of the target's height (ours; the official encoder reads raw
+    # coordinates): a taller tower is presented as a designer draws it, its height given by its supports.
+    normalise_height: bool = False
+    guard: bool = False  # the hybrid's training undoes steps that cross a singular K (ours; official: none)
     train: TowerTrain = field(default_factory=TowerTrain)
     direct: TowerDirect = field(default_factory=TowerDirect)
 
@@ -113,6 +118,20 @@ class Params:
     eq_tolerance: float = 1e-6  # claim (b): max relative residual of an equilibrium shape
     accuracy_ratio: float = 2.0  # claim (c): hybrid error / direct error at most this
     speedup: float = 10.0  # claim (c): direct cost / hybrid cost at least this
+    # A solve fails when cond(K) exceeds this (or its shape is not finite); the hybrid's training guard undoes
+    # steps that take cond(K) above it or change the inertia of K (ours: float32 training solves keep >= 3 of
+    # their 7 digits below 1e4).
+    condition_limit: float = 1.0e4
+    # The learning-rate search, the same for every learned model: each rate of lr_grid trains tune_steps
+    # steps from each of tune_seeds seeds (tune_seed, tune_seed + 1, ...); the rate whose worst seed has the
+    # lowest median shape error on validation_shapes targets drawn from validation_seed (never the test
+    # set) trains every seed. Empty grid: lr_hybrid / lr_neural.
+    lr_grid: tuple = ()
+    tune_steps: int = 1000
+    tune_seeds: int = 2
+    tune_seed: int = 1000
+    validation_seed: int = 91
+    validation_shapes: int = 50
     shell: Shell = field(default_factory=Shell)
     tower: Tower = field(default_factory=Tower)
 
@@ -143,8 +162,13 @@ class Params:
                 raise ValueError(f"neural_fdm.{name}.direct.bounds: low must be below high, got {list(d.bounds)}")
             if d.shapes > self.test_shapes:
                 raise ValueError(f"neural_fdm.{name}.direct.shapes ({d.shapes}) exceeds test_shapes ({self.test_shapes})")
+        if self.tune_seed < self.seeds:
+            raise ValueError(f"neural_fdm.tune_seed ({self.tune_seed}) must not be a training seed (0 .. {self.seeds - 1})")
+        if self.validation_seed == self.test_seed:
+            raise ValueError("neural_fdm.validation_seed must differ from test_seed (the search must not see the test set)")
         if self.timing_shapes > self.test_shapes:
             raise ValueError(f"neural_fdm.timing_shapes ({self.timing_shapes}) exceeds test_shapes ({self.test_shapes})")
+
 
 
 # The parameters each stage reads. Its rule receives only these, so a change to another parameter
@@ -152,8 +176,9 @@ class Params:
 # A report writes every parameter to params.json, so it reads them all.
 STAGE_PARAMS = {
     "prepare": ("tasks", "test_seed", "test_shapes", "shell", "tower"),
-    "train": ("seeds", "shell", "tower"),
-    "evaluate": ("test_seed", "timing_shapes", "shell", "tower"),
+    "train": ("seeds", "shell", "tower", "condition_limit", "lr_grid", "tune_steps", "tune_seeds", "tune_seed",
+              "validation_seed", "validation_shapes"),
+    "evaluate": ("seeds", "test_seed", "timing_shapes", "condition_limit", "shell", "tower"),
     "report": ALL,
 }
 

@@ -55,10 +55,15 @@ class Task:
             terms["regularization"] = reg
         return total, terms
 
+    def admissible(self, q: torch.Tensor, condition_limit: float) -> torch.Tensor:
+        """(B,) bool: cond(K(q)) <= condition_limit (else the solve counts as failed)."""
+        return models.spectrum_check(self.fdm, q, condition_limit)[1]
+
     def build(self, model: str) -> torch.nn.Module:
         """A freshly initialised learned model (float32, seed the caller's torch RNG first)."""
         p = self.p
-        encoder = models.Encoder(self.fdm, self.inputs, p.width, p.depth, p.shift)
+        encoder = models.Encoder(self.fdm, self.inputs, p.width, p.depth, p.shift,
+                                 normalise_height=getattr(p, "normalise_height", False))
         if model == "hybrid":
             return models.Hybrid(self.fdm, encoder)
         return models.Neural(self.fdm, encoder, p.width, p.depth)

@@ -93,12 +93,16 @@ class SmilesGPT(nn.Module):
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
 
-    def forward(self, idx):  # idx: (B, T) token ids
+    def hidden(self, idx):  # idx: (B, T) token ids
+        """The last layer's normalised hidden states, (B, T, C): what the head reads."""
         T = idx.shape[1]
         x = self.tok(idx) + self.pos(torch.arange(T, device=idx.device))  # (B, T, C)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x))  # (B, T, vocab)
+        return self.ln_f(x)
+
+    def forward(self, idx):
+        return self.head(self.hidden(idx))  # (B, T, vocab)
 
 
 def loss_fn(model: SmilesGPT, batch: torch.Tensor) -> torch.Tensor:
@@ -146,3 +150,32 @@ def sample(model: SmilesGPT, vocab: Vocab, n: int, *, temperature: float, genera
             break
     # a sequence that never ended is not a molecule (an empty string parses as invalid)
     return [vocab.decode(row.tolist()) if finished else "" for row, finished in zip(idx, done.tolist())]
+
+
+@torch.no_grad()
+def embed(model: SmilesGPT, vocab: Vocab, smiles, *, batch: int = 256) -> torch.Tensor:
+    """A learned embedding per molecule: the mean of the LM's last hidden states over its tokens and EOS
+    (BOS and padding left out), scaled to unit length, so that a dot product is a cosine similarity.
+    Returns (N, C).
+
+    A token the vocabulary lacks is left out and a SMILES longer than the model's context is cut to it,
+    so every library compound gets an embedding. Attention is causal and padding comes last, so a
+    molecule's embedding does not depend on the others in its batch.
+    """
+    model.eval()
+    limit = model.block_size - 2
+    rows = []
+    for s in smiles:
+        ids = [vocab.stoi[t] for t in tokenize(s) if t in vocab.stoi and t not in (PAD, BOS, EOS)][:limit]
+        rows.append([vocab.stoi[BOS], *ids, vocab.stoi[EOS]])
+    out = []
+    for start in range(0, len(rows), batch):
+        chunk = rows[start:start + batch]
+        width = max(len(r) for r in chunk)
+        idx = torch.tensor([r + [0] * (width - len(r)) for r in chunk], dtype=torch.long)  # (b, T)
+        h = model.hidden(idx)  # (b, T, C)
+        keep = (idx != 0).float()
+        keep[:, 0] = 0.0  # BOS carries no information about the molecule
+        mean = (h * keep[..., None]).sum(1) / keep.sum(1, keepdim=True)  # (b, C)
+        out.append(F.normalize(mean, dim=-1))
+    return torch.cat(out) if out else torch.empty(0, model.ln_f.normalized_shape[0])

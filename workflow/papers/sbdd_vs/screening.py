@@ -1,9 +1,10 @@
 """The paper's model-level metric: ligand-based virtual screening with the generated molecules.
 
 A generator's molecules are the query set. Every library compound (hidden actives + decoys) is
-scored by its maximum Tanimoto similarity to the generated set (Morgan fingerprints); the library
-is ranked by that score and the ranking judged by EF at 1%, BEDROC (alpha = 80.5) and AUROC, all
-from RDKit's ``rdkit.ML.Scoring.Scoring``.
+scored by its maximum similarity to the generated set: Tanimoto on Morgan fingerprints, and, as a
+learned representation beside them, the cosine of the SMILES LM's embeddings (:func:`max_cosine`);
+the library is ranked by that score and the ranking judged by EF at 1%, BEDROC (alpha = 80.5) and
+AUROC, all from RDKit's ``rdkit.ML.Scoring.Scoring``.
 """
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ def screening_metrics(scores: np.ndarray, active: np.ndarray, *, ef_fraction: fl
         "bedroc": float(Scoring.CalcBEDROC(ranked, 1, alpha)),
         "auroc": float(Scoring.CalcAUC(ranked, 1)),
     }
+
+
+def max_cosine(library, queries) -> np.ndarray:
+    """For every library embedding (rows of `library`, unit length), its largest cosine similarity to any
+    of `queries` (unit length). Shape (len(library),); zeros when there is no query."""
+    library, queries = np.asarray(library, dtype=np.float64), np.asarray(queries, dtype=np.float64)
+    if len(queries) == 0:
+        return np.zeros(len(library))
+    return (library @ queries.T).max(axis=1)
 
 
 def rank_correlation(x, y) -> float:

@@ -162,7 +162,9 @@ def train(*, cfg, druglike, actives, pretrained, finetuned, history):
     act = {t: read_parquet(path) for t, path in zip(p.targets, actives)}
     known = {(t, r): a[(a.replicate == r) & (a.role == "known")].smiles.tolist() for t, a in act.items()
              for r in range(p.seeds)}
-    vocab = lm.Vocab.from_smiles(dl + [s for a in act.values() for s in a.smiles])
+    # The vocabulary is the drug-like set's: a token seen only in actives (planted ones included) would tell
+    # the model that it exists. A known active with such a token cannot be encoded and is left out (logged).
+    vocab = lm.Vocab.from_smiles(dl)
 
     def encode(smiles):
         rows = [vocab.encode(s, q.max_tokens) for s in smiles]
@@ -195,8 +197,9 @@ def train(*, cfg, druglike, actives, pretrained, finetuned, history):
     write_parquet(pd.DataFrame(rows), history)
 
 
-def _load_lm(path, replicate: int):
-    """The LM fine-tuned on library replicate `replicate`'s known actives."""
+def _load_lm(path, replicate: int | None = None):
+    """The LM fine-tuned on library replicate `replicate`'s known actives, or (replicate None, `path` the
+    pretrained checkpoint) the LM pretrained on the drug-like set alone."""
     import torch
 
     from papers.sbdd_vs import lm
@@ -205,7 +208,7 @@ def _load_lm(path, replicate: int):
     c = ckpt["config"]
     model = lm.SmilesGPT(len(c["vocab"]), d_model=c["d_model"], n_layer=c["n_layer"], n_head=c["n_head"],
                          block_size=c["block_size"])
-    model.load_state_dict(ckpt["models"][replicate])
+    model.load_state_dict(ckpt["model"] if replicate is None else ckpt["models"][replicate])
     return model, lm.Vocab(c["vocab"])
 
 
@@ -271,11 +274,19 @@ def random_query_auroc(lib: pd.DataFrame, lib_fps, druglike_fps, *, n: int, draw
             for s in sets]
 
 
-def evaluate(*, cfg, target, library, actives, records, generated, druglike, metrics, bias):
+def evaluate(*, cfg, target, library, actives, records, generated, druglike, pretrained, metrics, bias):
     """Conventional metrics and the paper's screening metrics of every (generator, seed) of one target, each
-    screened against its seed's library replicate; and the random-query AUROCs of every replicate's DUD-E and
-    unmatched decoys (`bias`)."""
+    screened against its seed's library replicate, with Morgan fingerprints and with a learned embedding
+    (the pretrained SMILES LM's, :func:`lm.embed`; columns ``*_emb``); and the random-query AUROCs of every
+    replicate's DUD-E and unmatched decoys (`bias`).
+
+    The embedding comes from the LM pretrained on the drug-like set alone, one fixed representation for
+    every generator and replicate: it has seen no active, and no generator is screened in its own space.
+    """
+    from papers.sbdd_vs import lm
+
     p = parse(cfg)
+    encoder, vocab = _load_lm(pretrained)
     libs = read_parquet(library)
     act = read_parquet(actives)
     gen = read_parquet(generated)
@@ -287,14 +298,15 @@ def evaluate(*, cfg, target, library, actives, records, generated, druglike, met
         for name in ("dude", "unmatched"):
             lib = libs[(libs.replicate == r) & (libs.library == name)].reset_index(drop=True)
             lib_fps = _fps(lib.smiles, p)
-            screens[int(r), name] = (lib_fps, lib.active.to_numpy())
+            lib_emb = lm.embed(encoder, vocab, lib.smiles).numpy() if name == "dude" else None
+            screens[int(r), name] = (lib_fps, lib_emb, lib.active.to_numpy())
             rng = np.random.default_rng([int(r), TARGETS.index(target), len(GENERATORS), ("dude", "unmatched").index(name)])
             aurocs = random_query_auroc(lib, lib_fps, dl_fps, n=p.n_generate, draws=p.screen.random_draws, rng=rng, p=p)
             bias_rows += [{"target": target, "replicate": int(r), "library": name, "draw": i, "auroc": v}
                           for i, v in enumerate(aurocs)]
     for (name, seed), g in progress(gen.groupby(["generator", "seed"], sort=False), desc=f"evaluate {target}"):
         known = set(act[(act.replicate == seed) & (act.role == "known")].smiles)
-        lib_fps, active = screens[int(seed), "dude"]
+        lib_fps, lib_emb, active = screens[int(seed), "dude"]
         parsed = [chem.parse_smiles(s) for s in g.raw]
         valid = [chem.canonical(m) for m in parsed if m is not None]
         unique = sorted(set(valid))
@@ -304,6 +316,8 @@ def evaluate(*, cfg, target, library, actives, records, generated, druglike, met
                 dock_cache[s] = scorer(m)
         vs = screening.screening_metrics(chem.max_similarity(lib_fps, _fps(unique, p)), active,
                                          ef_fraction=p.screen.ef_fraction, alpha=p.screen.bedroc_alpha)
+        emb = screening.screening_metrics(screening.max_cosine(lib_emb, lm.embed(encoder, vocab, unique).numpy()),
+                                          active, ef_fraction=p.screen.ef_fraction, alpha=p.screen.bedroc_alpha)
         rows.append({
             "target": target, "generator": name, "seed": int(seed), "n": len(g),
             "validity": len(valid) / max(len(g), 1), "uniqueness": len(unique) / max(len(valid), 1),
@@ -316,6 +330,7 @@ def evaluate(*, cfg, target, library, actives, records, generated, druglike, met
             "qed": float(np.mean([chem.qed(m) for m in mols])) if mols else float("nan"),
             "sa": float(np.mean([chem.sa_score(m) for m in mols])) if mols else float("nan"),
             **vs,
+            **{f"{k}_emb": v for k, v in emb.items()},
         })
     write_parquet(pd.DataFrame(rows), metrics)
     write_parquet(pd.DataFrame(bias_rows, columns=["target", "replicate", "library", "draw", "auroc"]), bias)

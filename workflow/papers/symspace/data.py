@@ -1,0 +1,167 @@
+"""The data sets: EEG-like SPD covariances, region covariances of sklearn's digits, a noisy tree in the ball.
+
+All are generated offline with a known ground truth (the paper's BCIC-IV-2a, MAMEM-SSVEP-II and
+ImageNet/CIFAR come from user-given paths at the full scale: :func:`load_trials_npz`).
+"""
+from __future__ import annotations
+
+import logging
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+from papers.symspace.params import parse
+
+log = logging.getLogger(__name__)
+
+
+def prepare(*, cfg, data):
+    """Every seed's EEG-like subjects (or the user's EEG files) and noisy tree; the digits' region covariances.
+
+    Written as one pickle of numpy arrays (the matrices do not fit Parquet's columns), read by :func:`read_prepared`.
+    """
+    p = parse(cfg)
+    if p.eeg_files:
+        real = [load_trials_npz(path, p.eeg["windows"], p.eeg["shrink"]) for path in p.eeg_files]
+        eeg = {seed: real for seed in range(p.seeds)}
+    else:
+        eeg = {seed: eeg_like(p.eeg, seed) for seed in range(p.seeds)}
+    prepared = {"eeg": eeg, "digits": digits(p.digits["eps"]),
+                "tree": {seed: noisy_tree(p.tree, seed) for seed in range(p.seeds)}}
+    with open(data, "wb") as fh:
+        pickle.dump(prepared, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    log.info("prepared %d seeds: %d EEG subjects, digits, tree", p.seeds, len(eeg[0]))
+
+
+def read_prepared(path: str) -> dict:
+    """What :func:`prepare` wrote (a file of this workflow's own making, so unpickling it is safe)."""
+    with open(path, "rb") as fh:
+        return pickle.load(fh)
+
+
+def covariance(x: np.ndarray, shrink: float) -> np.ndarray:
+    """Sample covariance over the last axis (..., C, T) -> (..., C, C), shrunk towards its scaled identity."""
+    x = x - x.mean(-1, keepdims=True)
+    cov = x @ np.swapaxes(x, -1, -2) / x.shape[-1]
+    c = cov.shape[-1]
+    scale = np.trace(cov, axis1=-2, axis2=-1)[..., None, None] / c
+    return (1 - shrink) * cov + shrink * scale * np.eye(c)
+
+
+def eeg_like(e, seed: int) -> dict:
+    """Multichannel trials from a mixing model (issue 27, Data (1)), per subject and session.
+
+    Per subject a fixed random forward matrix A (channels x sources); each trial has `windows`
+    windows of `samples` samples; sources are white with log-normal power per trial, and in one window
+    per trial (a jittered event onset) the class's source gains `class_gain` in power (class k drives
+    source k). Session 2 sees the forward matrix perturbed by `session_shift` (electrodes moved) and
+    its own noise. x = A s + noise. Returns per subject each session's window covariances (N, W, C, C)
+    and labels: session 1 trains ("train"), session 2 evaluates ("test").
+    """
+    rng = np.random.default_rng([seed, 1])
+    c, w, n_cls = e["channels"], e["windows"], e["classes"]
+    if n_cls > c:
+        raise ValueError(f"symspace.eeg.classes = {n_cls} exceeds eeg.channels = {c} (class k drives source k)")
+    per = e["trials_per_class"]
+    tokens = np.empty((e["subjects"], 2, n_cls * per, w, c, c))
+    labels = np.tile(np.repeat(np.arange(n_cls), per), (e["subjects"], 2, 1))
+    for s in range(e["subjects"]):
+        forward = rng.normal(size=(c, c)) / np.sqrt(c) + np.eye(c)
+        for session in range(2):
+            mix = forward @ (np.eye(c) + e["session_shift"] * rng.normal(size=(c, c)) / np.sqrt(c)) if session else forward
+            n = n_cls * per
+            power = np.exp(e["power_spread"] * rng.normal(size=(n, 1, c)))  # (N, 1, sources)
+            power = np.repeat(power, w, axis=1)  # (N, W, sources)
+            onset = rng.integers(0, w, size=n)
+            power[np.arange(n), onset, labels[s, session]] *= e["class_gain"]
+            src = rng.normal(size=(n, w, c, e["samples"])) * np.sqrt(power)[..., None]
+            x = mix @ src + e["noise"] * rng.normal(size=(n, w, c, e["samples"]))
+            tokens[s, session] = covariance(x, e["shrink"])
+    return [{name: {"tokens": tokens[s, k], "labels": labels[s, k]} for k, name in enumerate(("train", "test"))}
+            for s in range(e["subjects"])]
+
+
+def region_covariances(images: np.ndarray, eps: float) -> np.ndarray:
+    """5 x 5 region-covariance descriptors of images (N, H, W): features (x, y, I, |I_x|, |I_y|) per pixel
+    (Tuzel et al. 2006), plus eps I so that every matrix is SPD."""
+    n, hgt, wid = images.shape
+    yy, xx = np.meshgrid(np.arange(hgt, dtype=float), np.arange(wid, dtype=float), indexing="ij")
+    ix = np.abs(np.gradient(images, axis=2))
+    iy = np.abs(np.gradient(images, axis=1))
+    feats = np.stack([np.broadcast_to(xx, images.shape), np.broadcast_to(yy, images.shape), images, ix, iy], axis=1)
+    return covariance(feats.reshape(n, 5, hgt * wid), 0.0) + eps * np.eye(5)
+
+
+def digits(eps: float) -> dict:
+    """sklearn's 8 x 8 digits (1797 images, shipped in its wheel), scaled to [0, 1], as region covariances."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return {"spd": region_covariances(d.images / 16.0, eps), "labels": d.target.astype(int)}
+
+
+def noisy_tree(t, seed: int) -> dict:
+    """Nodes of a full tree embedded in the Poincare disk, perturbed by hyperbolic noise (Data (3)).
+
+    Node at depth r sits at hyperbolic radius r * `edge_length` in the middle of its angular sector
+    (the root's sector is the circle, each child gets 1 / `branching` of its parent's); its position is
+    then Mobius-moved by a tangent vector of hyperbolic length ~ `noise` (x (+) tanh(|v|/2) v/|v|). The
+    label is the node's ancestor at depth `label_depth`. Nodes above that depth are dropped.
+    """
+    rng = np.random.default_rng([seed, 3])
+    pts, labels = [], []
+    sectors = [(0.0, 2 * np.pi, -1)]  # (start, width, ancestor at label_depth)
+    for depth in range(1, t["depth"] + 1):
+        nxt = []
+        for start, width, anc in sectors:
+            for i in range(t["branching"]):
+                nxt.append((start + i * width / t["branching"], width / t["branching"],
+                            len(nxt) if depth == t["label_depth"] else anc))
+        sectors = nxt
+        if depth >= t["label_depth"]:
+            for start, width, anc in sectors:
+                angle = start + width / 2
+                r = np.tanh(depth * t["edge_length"] / 2)
+                pts.append([r * np.cos(angle), r * np.sin(angle)])
+                labels.append(anc)
+    x = np.asarray(pts)
+    v = t["noise"] * rng.normal(size=x.shape)
+    norm = np.linalg.norm(v, axis=1, keepdims=True)
+    u = np.tanh(norm / 2) * v / np.maximum(norm, 1e-15)
+    return {"points": _mobius_add_np(x, u), "labels": np.asarray(labels)}
+
+
+def _mobius_add_np(x, y):
+    xy, x2, y2 = (x * y).sum(1, keepdims=True), (x * x).sum(1, keepdims=True), (y * y).sum(1, keepdims=True)
+    return ((1 + 2 * xy + y2) * x + (1 - x2) * y) / (1 + 2 * xy + x2 * y2)
+
+
+def load_trials_npz(path: str, windows: int, shrink: float) -> dict:
+    """Real EEG at the full scale: one subject per .npz with `trials` (N, channels, time), `labels` (N,) and
+    `session` (N,; 0 = training session, 1 = evaluation session), e.g. BCIC-IV-2a exported with MNE.
+    Returns each session's window covariances (N, windows, C, C) and labels. Names the file and the
+    key or record at fault."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{path}: no such file (symspace.eeg_files)")
+    with np.load(p) as f:
+        for key in ("trials", "labels", "session"):
+            if key not in f:
+                raise ValueError(f"{path}: missing array '{key}' (has {', '.join(f.files)})")
+        trials, labels, session = f["trials"], f["labels"], f["session"]
+    if trials.ndim != 3:
+        raise ValueError(f"{path}: 'trials' must be (trials, channels, time), got shape {trials.shape}")
+    if not (len(labels) == len(session) == len(trials)):
+        raise ValueError(f"{path}: {len(trials)} trials but {len(labels)} labels and {len(session)} session entries")
+    bad = np.flatnonzero(~np.isfinite(trials).all(axis=(1, 2)))
+    if bad.size:
+        raise ValueError(f"{path}: record {bad[0]}: trial holds a non-finite value")
+    bad = np.flatnonzero(~np.isin(session, (0, 1)))
+    if bad.size:
+        raise ValueError(f"{path}: record {bad[0]}: session {session[bad[0]]!r} is not 0 or 1")
+    n, c, t = trials.shape
+    usable = t // windows * windows
+    tokens = covariance(trials[:, :, :usable].reshape(n, c, windows, usable // windows).transpose(0, 2, 1, 3), shrink)
+    return {name: {"tokens": tokens[session == k], "labels": labels[session == k].astype(int)}
+            for k, name in enumerate(("train", "test"))}

@@ -1,0 +1,263 @@
+"""Layers on SPD(n) and on the Poincare ball built on the Busemann point-to-hyperplane distance, and the baselines.
+
+Paper: Nguyen et al., ICLR 2025. Sec. 4.1: multinomial logistic regression whose logit for class k is
+the (scaled) signed distance of the input to the class's hyperplane; Sec. 4.2: an FC layer whose
+outputs are distances to learned hyperplanes; Sec. 4.3: an attention whose weights come from those
+distances and whose aggregation is a weighted Frechet mean. Baselines: LogEig + linear, SPDNet
+(Huang & Van Gool 2017: BiMap, ReEig, LogEig), a Euclidean MLP on vectorised matrices, and on the ball
+a Euclidean MLR and Ganea et al.'s (2018) gyroplane MLR.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from papers.symspace import geometry as geo
+
+
+def sym(x: torch.Tensor) -> torch.Tensor:
+    return (x + x.transpose(-1, -2)) / 2
+
+
+def triu_vec(x: torch.Tensor) -> torch.Tensor:
+    """The upper triangle of (..., n, n) as (..., n(n+1)/2), off-diagonal entries times sqrt 2 (an isometry)."""
+    n = x.shape[-1]
+    i, j = torch.triu_indices(n, n)
+    scale = torch.where(i == j, 1.0, 2 ** 0.5).to(x.dtype)
+    return x[..., i, j] * scale
+
+
+def spd_param(s: torch.Tensor) -> torch.Tensor:
+    """exp(sym(S)): an unconstrained parameter mapped onto SPD(n)."""
+    return geo.sym_funcm(sym(s), "exp")
+
+
+def orthogonal_param(a: torch.Tensor) -> torch.Tensor:
+    """matrix_exp of the skew part of A: an unconstrained parameter mapped onto SO(n)."""
+    return torch.linalg.matrix_exp(a - a.transpose(-1, -2))
+
+
+class InputCache:
+    """Remember fn(x) of the last input x, for parameter-free maps of a fixed input.
+
+    Full-batch training feeds the same tensor at every step; its LogEig (or its token logarithms, or
+    the uniform Frechet mean of fixed tokens) then needs computing once, not once per step.
+    """
+
+    def __init__(self):
+        self.key, self.value = None, None
+
+    def __call__(self, x: torch.Tensor, fn):
+        if x is not self.key:
+            with torch.no_grad():
+                self.key, self.value = x, fn(x)
+        return self.value
+
+
+class LogEig(nn.Module):
+    """X -> vec(log X) (the tangent space at the identity)."""
+
+    def forward(self, x):  # (B, n, n) -> (B, n(n+1)/2)
+        return triu_vec(geo.sym_funcm(x, "log"))
+
+
+class BiMap(nn.Module):
+    """X -> W^T X W with W (n, m) kept semi-orthogonal by a QR retraction of the free parameter."""
+
+    def __init__(self, n: int, m: int, generator: torch.Generator):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n, m, generator=generator, dtype=torch.float64))
+
+    def forward(self, x):
+        w, _ = torch.linalg.qr(self.weight)  # (n, m), orthonormal columns
+        return w.transpose(0, 1) @ x @ w
+
+
+class ReEig(nn.Module):
+    """Eigenvalues clamped from below at eps (SPDNet's non-linearity)."""
+
+    def __init__(self, eps: float = 1e-4):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x):
+        return geo.sym_funcm(x, (lambda ev: ev.clamp_min(self.eps), lambda ev: (ev > self.eps).to(ev.dtype)))
+
+
+class BusemannDistance(nn.Module):
+    """Signed distances of X in SPD(n) to K hyperplanes (Sec. 3.3 closed form), scaled by |a_k|.
+
+    Hyperplane k: base point P_k = exp(S_k), rotation R_k = exp(skew A_k), and normal direction
+    h_k = sort_desc(a_k) / |a_k|_{alpha,beta} (decreasing entries: the Weyl chamber in which the
+    reversed-Cholesky closed form holds). Output (B, K):
+
+        v_k(X) = -|a_k|_{alpha,beta} B_{h_k}(R_k^T P_k^-1/2 X P_k^-1/2 R_k) = <sort(a_k), log diag D_k>_{alpha,beta}.
+    """
+
+    def __init__(self, n: int, k: int, alpha: float, beta: float, generator: torch.Generator):
+        super().__init__()
+        if not (alpha > 0 and alpha + n * beta > 0):
+            raise ValueError(f"symspace: (alpha, beta) = ({alpha}, {beta}) is not a Riemannian metric on SPD({n}): "
+                             "needs alpha > 0 and alpha + n beta > 0")
+        self.alpha, self.beta = alpha, beta
+        self.s = nn.Parameter(0.01 * torch.randn(k, n, n, generator=generator, dtype=torch.float64))
+        self.r = nn.Parameter(0.01 * torch.randn(k, n, n, generator=generator, dtype=torch.float64))
+        self.a = nn.Parameter(0.1 * torch.randn(k, n, generator=generator, dtype=torch.float64))
+
+    def forward(self, x):  # (B, n, n) -> (B, K)
+        # exp(S)^-1/2 = exp(-S/2); matrix_exp, not eigh, whose gradient blows up at the repeated
+        # eigenvalues of the initial S ~ 0.
+        p_inv_sqrt = torch.linalg.matrix_exp(-sym(self.s) / 2)  # (K, n, n)
+        rot = orthogonal_param(self.r)  # (K, n, n)
+        y = geo.spd_to_base(x.unsqueeze(1), p_inv_sqrt, rot)  # (B, K, n, n)
+        h = torch.sort(self.a, dim=-1, descending=True).values  # (K, n), unnormalised: the scale is |a|
+        return geo.ab_inner(h, geo.log_diag_udu(sym(y)), self.alpha, self.beta)
+
+
+class LogEigLinear(nn.Module):
+    def __init__(self, n, classes, generator):
+        super().__init__()
+        self.head = nn.Linear(n * (n + 1) // 2, classes, dtype=torch.float64)
+        _init(self.head, generator)
+        self.log_eig = InputCache()
+
+    def forward(self, x):
+        return self.head(self.log_eig(x, LogEig()))
+
+
+class SPDNet(nn.Module):
+    """BiMap -> ReEig -> LogEig -> linear."""
+
+    def __init__(self, n, m, classes, generator):
+        super().__init__()
+        self.bimap, self.reeig = BiMap(n, m, generator), ReEig()
+        self.head = nn.Linear(m * (m + 1) // 2, classes, dtype=torch.float64)
+        _init(self.head, generator)
+
+    def forward(self, x):
+        return self.head(LogEig()(self.reeig(self.bimap(x))))
+
+
+class EuclideanMLP(nn.Module):
+    """Vectorised X (upper triangle) -> hidden ReLU layer -> logits; inputs standardised by training statistics."""
+
+    def __init__(self, n, hidden, classes, generator, mean, std):
+        super().__init__()
+        self.register_buffer("mean", mean)
+        self.register_buffer("std", std)
+        self.net = nn.Sequential(nn.Linear(n * (n + 1) // 2, hidden, dtype=torch.float64), nn.ReLU(),
+                                 nn.Linear(hidden, classes, dtype=torch.float64))
+        for layer in (self.net[0], self.net[2]):
+            _init(layer, generator)
+
+    def forward(self, x):
+        return self.net((triu_vec(x) - self.mean) / self.std)
+
+
+class BusemannMLR(nn.Module):
+    """MLR on SPD(n) whose logits are the Busemann signed distances to one hyperplane per class (Sec. 4.1)."""
+
+    def __init__(self, n, classes, alpha, beta, generator):
+        super().__init__()
+        self.dist = BusemannDistance(n, classes, alpha, beta, generator)
+
+    def forward(self, x):
+        return self.dist(x)
+
+
+def frechet_mean(x: torch.Tensor, w: torch.Tensor, iters: int, logs: torch.Tensor | None = None) -> torch.Tensor:
+    """Weighted affine-invariant Frechet (Karcher) mean by `iters` fixed-point steps (Sec. 4.3).
+
+    x: (..., T, n, n) points, w: (..., Q, T) weights summing to 1 over T -> (..., Q, n, n):
+    M <- M^1/2 exp(sum_t w_t log(M^-1/2 X_t M^-1/2)) M^1/2, started at the weighted log-Euclidean mean.
+    `logs`: log x when the caller has it already.
+    """
+    logs = geo.sym_funcm(x, "log") if logs is None else logs  # (..., T, n, n)
+    m = geo.sym_funcm(torch.einsum("...qt,...tij->...qij", w, logs), "exp")  # (..., Q, n, n)
+    for _ in range(iters):
+        m_sqrt, m_isqrt = geo.sym_funcm(m, "sqrt"), geo.sym_funcm(m, "rsqrt")
+        inner = m_isqrt.unsqueeze(-3) @ x.unsqueeze(-4) @ m_isqrt.unsqueeze(-3)  # (..., Q, T, n, n)
+        step = torch.einsum("...qt,...qtij->...qij", w, geo.sym_funcm(sym(inner), "log"))
+        m = sym(m_sqrt @ geo.sym_funcm(step, "exp") @ m_sqrt)
+    return m
+
+
+class SPDAttentionNet(nn.Module):
+    """A set of T SPD tokens -> class logits (Sec. 4.3 attention, then the Busemann MLR).
+
+    q_i, k_j = Busemann FC layers of the tokens (distances to `dim` learned hyperplanes, Sec. 4.2);
+    a_ij = softmax_j(-|q_i - k_j|^2 / sqrt(dim)); token i's output is the a_i-weighted Frechet mean of
+    the tokens; the outputs are pooled by their uniform Frechet mean and classified. ``attention=False``
+    is the same network without the attention: the tokens are pooled directly.
+    ``shuffle_weights`` (evaluation only): each query's weights permuted at random over the tokens,
+    the control of claim (e).
+    """
+
+    def __init__(self, n, classes, dim, alpha, beta, iters, attention, generator):
+        super().__init__()
+        self.attention, self.iters, self.dim = attention, iters, dim
+        if attention:
+            self.query = BusemannDistance(n, dim, alpha, beta, generator)
+            self.key = BusemannDistance(n, dim, alpha, beta, generator)
+        self.mlr = BusemannMLR(n, classes, alpha, beta, generator)
+        self.shuffle_weights: torch.Generator | None = None
+        self.token_logs, self.pooled_tokens = InputCache(), InputCache()
+
+    def forward(self, tokens):  # (B, T, n, n)
+        b, t, n, _ = tokens.shape
+        if self.attention:
+            q = self.query(tokens.reshape(b * t, n, n)).reshape(b, t, self.dim)
+            k = self.key(tokens.reshape(b * t, n, n)).reshape(b, t, self.dim)
+            att = torch.softmax(-torch.cdist(q, k) ** 2 / self.dim ** 0.5, dim=-1)  # (B, T, T)
+            if self.shuffle_weights is not None:
+                perm = torch.argsort(torch.rand(b, t, t, generator=self.shuffle_weights, dtype=torch.float64), dim=-1)
+                att = torch.gather(att, -1, perm)
+            logs = self.token_logs(tokens, lambda x: geo.sym_funcm(x, "log"))
+            tokens = frechet_mean(tokens, att, self.iters, logs)  # (B, T, n, n)
+        uniform = torch.full((b, 1, t), 1.0 / t, dtype=tokens.dtype)
+        if self.attention:
+            pooled = frechet_mean(tokens, uniform, self.iters)[:, 0]  # (B, n, n)
+        else:  # the raw tokens' mean does not depend on any parameter
+            pooled = self.pooled_tokens(tokens, lambda x: frechet_mean(x, uniform, self.iters)[:, 0])
+        return self.mlr(pooled)
+
+
+# ---- Poincare-ball heads -----------------------------------------------------------------------
+class EuclideanMLR(nn.Module):
+    def __init__(self, d, classes, generator):
+        super().__init__()
+        self.head = nn.Linear(d, classes, dtype=torch.float64)
+        _init(self.head, generator)
+
+    def forward(self, x):
+        return self.head(x)
+
+
+class BallMLR(nn.Module):
+    """MLR on the ball: `busemann` (logit |a_k| s_{p_k,a_k}(x), Sec. 3.2) or `ganea` (Ganea et al. eq. 25:
+    lambda_{p_k} |a_k| times the signed gyroplane distance)."""
+
+    def __init__(self, d, classes, kind, generator):
+        super().__init__()
+        self.kind = kind
+        self.p = nn.Parameter(0.01 * torch.randn(classes, d, generator=generator, dtype=torch.float64))
+        self.a = nn.Parameter(0.1 * torch.randn(classes, d, generator=generator, dtype=torch.float64))
+
+    def _p(self):  # keep base points inside the ball
+        norm = self.p.norm(dim=-1, keepdim=True)
+        return self.p * (torch.tanh(norm) / norm.clamp_min(1e-15))
+
+    def forward(self, x):
+        p, a_norm = self._p(), self.a.norm(dim=-1)
+        if self.kind == "busemann":
+            return a_norm * geo.ball_horocycle(x, p, self.a)
+        lam = 2 / (1 - (p * p).sum(-1))
+        return lam * a_norm * geo.ball_gyroplane(x, p, self.a)
+
+
+def _init(linear: nn.Linear, generator: torch.Generator) -> None:
+    """Deterministic initialisation from the model's own generator (not the global RNG)."""
+    bound = 1 / linear.in_features ** 0.5
+    with torch.no_grad():
+        linear.weight.copy_((torch.rand(linear.weight.shape, generator=generator, dtype=torch.float64) * 2 - 1) * bound)
+        linear.bias.zero_()

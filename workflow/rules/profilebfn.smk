@@ -1,0 +1,127 @@
+# P17 profilebfn: profile Bayesian flow networks for protein family design, trained on single sequences.
+# prepare (families, training set, Potts families, HMMs) -> train (one job per seed) -> evaluate (one job
+# per seed: every arm on every family) -> report.
+# Code: workflow/papers/profilebfn/ (stages.py holds the functions these rules call, report.py the report).
+
+PROFILEBFN = f"{RESULTS}/profilebfn"
+PROFILEBFN_CFG = config["profilebfn"]
+
+
+rule profilebfn_prepare:
+    """Held-out Pfam families, the single-sequence training set (minus hits of those families), Potts families, HMMs."""
+    output:
+        families=f"{PROFILEBFN}/prepare/families.parquet",
+        training=f"{PROFILEBFN}/prepare/training.parquet",
+        contacts=f"{PROFILEBFN}/prepare/contacts.parquet",
+        hmms=f"{PROFILEBFN}/prepare/families.hmm",
+        meta=f"{PROFILEBFN}/prepare/meta.json",
+    params:
+        call="papers.profilebfn.stages:prepare",
+        cfg=PROFILEBFN_CFG,
+    log:
+        f"{LOGS}/profilebfn/prepare/families.log",
+    benchmark:
+        f"{BENCHMARKS}/profilebfn/prepare/families.tsv"
+    threads: res("light", "threads")
+    resources:
+        **job_resources("light"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule profilebfn_train:
+    """Train the network on single sequences with the continuous-time Bayesian-flow loss, one seed."""
+    input:
+        training=rules.profilebfn_prepare.output.training,
+    output:
+        checkpoint=f"{PROFILEBFN}/train/{{seed}}.pt",
+        curve=f"{PROFILEBFN}/train/{{seed}}_loss.parquet",
+    params:
+        call="papers.profilebfn.stages:train",
+        cfg=PROFILEBFN_CFG,
+        seed="{seed}",
+    log:
+        f"{LOGS}/profilebfn/train/{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/profilebfn/train/{{seed}}.tsv"
+    threads: res("train", "threads")
+    resources:
+        **job_resources("train"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule profilebfn_evaluate:
+    """Generate from every family's profile with every arm (trained, untrained, profile, HMM, copies) and measure."""
+    input:
+        checkpoint=rules.profilebfn_train.output.checkpoint,
+        families=rules.profilebfn_prepare.output.families,
+        contacts=rules.profilebfn_prepare.output.contacts,
+        hmms=rules.profilebfn_prepare.output.hmms,
+        meta=rules.profilebfn_prepare.output.meta,
+    output:
+        metrics=f"{PROFILEBFN}/evaluate/{{seed}}.parquet",
+        generated=f"{PROFILEBFN}/evaluate/{{seed}}_sequences.parquet",
+    params:
+        call="papers.profilebfn.stages:evaluate",
+        cfg=PROFILEBFN_CFG,
+        seed="{seed}",
+    log:
+        f"{LOGS}/profilebfn/evaluate/{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/profilebfn/evaluate/{{seed}}.tsv"
+    threads: res("train", "threads")
+    resources:
+        **job_resources("train"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule profilebfn_report:
+    """The table, the figure, the claims with their verdicts and controls, report.md."""
+    input:
+        metrics=expand(rules.profilebfn_evaluate.output.metrics, seed=seeds("profilebfn")),
+        curves=expand(rules.profilebfn_train.output.curve, seed=seeds("profilebfn")),
+        families=rules.profilebfn_prepare.output.families,
+        contacts=rules.profilebfn_prepare.output.contacts,
+        meta=rules.profilebfn_prepare.output.meta,
+        benchmarks=[
+            rules.profilebfn_prepare.benchmark,
+            *expand(rules.profilebfn_train.benchmark, seed=seeds("profilebfn")),
+            *expand(rules.profilebfn_evaluate.benchmark, seed=seeds("profilebfn")),
+        ],
+    output:
+        table_md=report(f"{PROFILEBFN}/table.md", caption="../report/profilebfn/table.rst", category="profilebfn"),
+        table_csv=f"{PROFILEBFN}/table.csv",
+        claims=f"{PROFILEBFN}/claims.json",
+        params_json=f"{PROFILEBFN}/params.json",
+        report_md=f"{PROFILEBFN}/report.md",
+        figure=report(f"{PROFILEBFN}/figures/summary.png", caption="../report/profilebfn/summary.rst",
+                      category="profilebfn"),
+    params:
+        call="papers.profilebfn.report:report",
+        cfg=PROFILEBFN_CFG,
+        scale=SCALE,
+    log:
+        f"{LOGS}/profilebfn/report.log",
+    benchmark:
+        f"{BENCHMARKS}/profilebfn/report.tsv"
+    threads: res("light", "threads")
+    resources:
+        **job_resources("light"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule profilebfn:
+    """Everything of paper P17 profilebfn: its report, table, figure and claims."""
+    input:
+        paper_outputs("profilebfn"),
