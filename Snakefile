@@ -30,6 +30,8 @@ include: "workflow/rules/sbdd_vs.smk"
 include: "workflow/rules/hip.smk"
 include: "workflow/rules/symspace.smk"
 include: "workflow/rules/profilebfn.smk"
+include: "workflow/rules/flexpert.smk"
+include: "workflow/rules/infoprop.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -245,6 +245,8 @@ def test_partition_covers_every_gate_and_attends_to_in_window_fanin_cones(c432, 
         want = {(int(v), int(u)) for u in new for v in nx.ancestors(sub_g, u) | {u}}
         got = {(int(new[j]), int(new[i])) for j, i in full.att.T.tolist()}
         assert got == want  # source v in the in-window fan-in cone of destination u, self loops included
+        want_io = want | {(int(v), int(u)) for u in new for v in nx.descendants(sub_g, u)}
+        assert {(int(new[j]), int(new[i])) for j, i in full.att_io.T.tolist()} == want_io  # fan-in or fan-out cone
         for sub in batches:
             bnew = set(sub.new.tolist())
             seen[list(bnew)] = True
@@ -270,6 +272,50 @@ def test_partitioned_update_equals_the_full_graph_pass(example, attention):
     torch.testing.assert_close(hs_p, hs, rtol=1e-5, atol=1e-5)
 
 
+def test_fanout_cones_and_global_attention_see_other_keys_than_the_partitioned_pass(example):
+    """With fan-out cones (or a global window) a gate's keys can lie in another mini-batch: the two passes differ."""
+    for arm in ({"attention": "gat", "cone": "fanin_fanout"}, {"attention": "global"}):
+        torch.manual_seed(0)
+        model = M.build({"kind": "circuit", "layers": 1, "local_encoding": False, **arm},
+                        hidden=8, mlp_hidden=8, heads=2, dropout=0.0, max_degree=8)
+        with torch.no_grad():
+            _, hf = model.embed(example.plan, example.pi_vec)
+            _, hf_p = model.embed(example.plan, example.pi_vec, partitioned=True)
+        assert (hf - hf_p).abs().max() > 1e-4
+
+
+def test_global_attention_is_a_softmax_over_the_gates_of_the_same_circuit():
+    """The global layer against an explicit per-head softmax(q k^T / sqrt(C)) v restricted to one circuit of a union."""
+    torch.manual_seed(0)
+    layer = M.RefineLayer(8, 2, 16, "global", 0.0)
+    n = 7
+    part = torch.tensor([0, 0, 1, 1, 1, 0, 1])
+    sub = type("S", (), {"part": part})()
+    x = torch.randn(n, 8)
+    q, k, v = layer.qkv(x).view(n, 3, 2, 4).unbind(1)
+    want = torch.empty(n, 2, 4)
+    for i in range(n):
+        same = part == part[i]
+        for h in range(2):
+            w = torch.softmax(q[i, h] @ k[same, h].T / 2.0, 0)
+            want[i, h] = w @ v[same, h]
+    torch.testing.assert_close(layer.attend(x, sub), layer.out(want.reshape(n, 8)), rtol=1e-5, atol=1e-5)
+
+
+def test_normalised_level_is_relative_to_each_circuit_of_a_union(c432):
+    small = A.GENERATORS["adder"](4)
+    to = lambda g, name: {"name": name, "gate": g.gate, "fanin": g.fanin, "level": g.level,
+                          "prob": np.zeros(g.num_nodes, np.float32), "pairs": np.zeros((2, 0), np.int64),
+                          "tt": np.zeros(0, np.float32)}
+    u = T.union([to(c432, "c432"), to(small, "adder4")])
+    plan = P.plan_circuit("u", u["gate"], u["fanin"], u["level"], window_levels=6, areas_per_batch=8, part=u["part"])
+    frac = plan.level_frac.numpy()
+    n = c432.num_nodes
+    np.testing.assert_allclose(frac[:n], c432.level / c432.level.max(), rtol=1e-6)
+    np.testing.assert_allclose(frac[n:], small.level / small.level.max(), rtol=1e-6)
+    assert frac.max() == 1.0 and frac.min() == 0.0
+
+
 def test_partitioned_training_step_runs_and_changes_the_model(c432):
     rng = np.random.default_rng(0)
     sim = A.simulate(c432, 4, rng)
@@ -282,9 +328,34 @@ def test_partitioned_training_step_runs_and_changes_the_model(c432):
     model = M.build({"kind": "circuit", "layers": 1, "attention": "gat", "local_encoding": True},
                     hidden=8, mlp_hidden=8, heads=2, dropout=0.0, max_degree=8)
     before = [p.detach().clone() for p in model.parameters()]
-    rows = T.train(model, [ex], partitioned=True, epochs=1, lr=1e-2, seed=0, log=lambda *_: None)
-    assert np.isfinite(rows[0]["train/prob_l1"]) and np.isfinite(rows[0]["train/tt_l1"])
+    rows = T.train(model, [ex], [ex], partitioned=True, steps=60, lr=1e-2, eval_every=20, patience=5, seed=0,
+                   log=lambda *_: None)
+    assert all(np.isfinite(r["train/prob_l1"]) for r in rows)  # every step has new gates;
+    assert any(np.isfinite(r["train/tt_l1"]) for r in rows)  # pairs once both gates are computed
     assert any(not torch.equal(x, y) for x, y in zip(before, model.parameters()))
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_every_arm_gets_the_step_budget_and_early_stopping_keeps_the_best_weights(c432, partitioned):
+    rng = np.random.default_rng(0)
+    sim = A.simulate(c432, 4, rng)
+    prob = A.signal_probability(sim)
+    ex = T.Example("c432", c432.gate, c432.fanin, c432.level, prob, np.zeros((2, 0)), np.zeros(0), hidden=8,
+                   window_levels=6, areas_per_batch=8, pi_seed=0)
+    build = lambda: M.build({"kind": "circuit", "layers": 0, "attention": "gat", "local_encoding": False},
+                            hidden=8, mlp_hidden=8, heads=2, dropout=0.0, max_degree=8)
+    torch.manual_seed(0)
+    rows = T.train(build(), [ex], [ex], partitioned=partitioned, steps=7, lr=1e-3, eval_every=2, patience=100,
+                   seed=0, log=lambda *_: None)
+    assert [r["step"] for r in rows] == [2, 4, 6, 7]  # the budget, counted in optimiser steps, whatever a step is
+    torch.manual_seed(0)
+    model = build()
+    rows = T.train(model, [ex], [ex], partitioned=partitioned, steps=50, lr=0.5, eval_every=1, patience=2, seed=0,
+                   log=lambda *_: None)  # a huge learning rate: validation error soon stops improving
+    best = min(rows, key=lambda r: r["val/overall"])
+    assert rows[-1]["step"] < 50 and rows[-1]["best_step"] == best["step"]
+    assert all(r["val/overall"] >= best["val/overall"] for r in rows[-2:])  # stopped after `patience` misses
+    assert sum(T.validation_error(model, [ex], partitioned=partitioned)) == pytest.approx(best["val/overall"], rel=1e-5)
 
 
 def test_dense_arm_gradients_stay_finite_with_padded_areas(example):
@@ -308,7 +379,8 @@ def test_gat_refinement_attention_matches_pyg_gatconv():
     keep = src != dst
     edges = torch.cat([torch.stack([src[keep], dst[keep]]), torch.arange(n).repeat(2, 1)], 1)
     edges = torch.unique(edges, dim=1)
-    sub = P.Sub(torch.arange(n), 0, [], edges, P.kernels.graph_layout(edges, n, n), None, None, None)
+    layout = P.kernels.graph_layout(edges, n, n)
+    sub = P.Sub(torch.arange(n), 0, [], edges, layout, None, None, None, edges, layout, torch.zeros(n, dtype=torch.long))
     conv = pyg.GATConv(width, width // heads, heads=heads, add_self_loops=False)
     with torch.no_grad():
         conv.lin.weight.copy_(layer.lin.weight)
@@ -385,6 +457,9 @@ def test_improvement_over_the_next_best_baseline():
     imp = improvements(errors(pd.DataFrame(rows)), "m")
     assert imp["F prob"] == pytest.approx(20.0) and imp["F prob next-best"] == "b1"
     assert imp["F tt"] == pytest.approx(100 * (0.15 - 0.2) / 0.15) and imp["F tt next-best"] == "b2"
+    # the overall figure: sums 0.28 (m), 0.35 (b1), 0.27 (b2): next-best by overall is b2
+    assert imp["F overall"] == pytest.approx(100 * (0.27 - 0.28) / 0.27) and imp["F overall next-best"] == "b2"
+    assert improvements(errors(pd.DataFrame(rows)), "m", exclude=["b2"])["F overall next-best"] == "b1"
 
 
 def test_slope_test_interval_covers_the_exponent_and_decides():
@@ -396,12 +471,12 @@ def test_slope_test_interval_covers_the_exponent_and_decides():
     assert slope_test(n[:2], n[:2], threshold=0.5, direction=">").verdict == "inconclusive"  # 2 circuits
 
 
-def _claims_inputs(method_prob, seeds=3, full_exponent=1.2, kernel=None):
+def _claims_inputs(method_prob, seeds=3, full_exponent=1.2, kernel=None, control_prob=0.13):
     import pandas as pd
 
     rows = []
     for seed in range(seeds):
-        for arm, prob, tt in [("m", method_prob, 0.10), ("b1", 0.10, 0.25), ("b2", 0.12, 0.15)]:
+        for arm, prob, tt in [("m", method_prob, 0.10), ("b1", 0.10, 0.25), ("b2", 0.12, 0.15), ("c", control_prob, 0.2)]:
             jitter = 1 + 0.02 * (seed - 1)
             rows.append({"arm": arm, "seed": seed, "family": "F", "prob_err_sum": prob * jitter * 10, "gates": 10,
                          "tt_err_sum": tt * jitter * 4, "pairs": 4})
@@ -410,22 +485,26 @@ def _claims_inputs(method_prob, seeds=3, full_exponent=1.2, kernel=None):
     wobble = np.array([1.03, 0.98, 1.01, 0.97, 1.02])
     piv = pd.DataFrame({"circuit": list("abcde"), "nodes": nodes, "full": nodes**full_exponent * wobble,
                         "partitioned": 1e5 * nodes**0.3 * wobble})
-    cfg = {**_config(), "method": "m", "arms": {"m": {"kind": "circuit", "layers": 1, "attention": "gat"},
-                                              "b1": {"kind": "gat", "layers": 1}, "b2": {"kind": "gat", "layers": 1}},
+    cfg = {**_config(), "method": "m", "control": "c",
+           "arms": {"m": {"kind": "circuit", "layers": 1, "attention": "gat"}, "b1": {"kind": "gat", "layers": 1},
+                    "b2": {"kind": "gat", "layers": 1}, "c": {"kind": "circuit", "layers": 0, "attention": "gat"}},
            "data": {**_config()["data"], "test": {"F": ["x"]}}}
     p = parse(cfg)
-    return p, err, improvements(err, "m"), piv, kernel or {"measured": False, "reason": "no GPU in this run",
+    return p, err, improvements(err, "m", exclude=["c"]), piv, kernel or {"measured": False, "reason": "no GPU in this run",
                                                            "circuit": "b17_Cg"}
 
 
 def test_claims_decide_on_seed_intervals_and_the_gpu_claim_is_not_measured():
-    a, b, c = deepgate4_claims(*_claims_inputs(method_prob=0.08))
-    assert a.verdict == "holds" and len(a.evidence) == 2 and all(e.replicates == 3 for e in a.evidence)
-    assert a.control.verdict == "not measured"  # no fair control arm yet (issue 23)
+    a, b, c = deepgate4_claims(*_claims_inputs(method_prob=0.08))  # overall 0.18 against b2's 0.27
+    assert a.verdict == "holds" and len(a.evidence) == 1 and a.evidence[0].replicates == 3
+    assert a.evidence[0].effect == pytest.approx((0.27 - 0.18) / 0.27)
+    assert a.control.verdict == "does not hold"  # the control arm (overall 0.33) is behind b2
     assert b.verdict == "holds" and b.control.verdict == "does not hold"  # full graph: exponent 1.2, not < 1
     assert c.verdict == "not measured" and c.evidence is None and "no GPU" in c.note
-    a, _, _ = deepgate4_claims(*_claims_inputs(method_prob=0.11))  # behind b1 on prob
+    a, _, _ = deepgate4_claims(*_claims_inputs(method_prob=0.18))  # overall 0.28 > b2's 0.27
     assert a.verdict == "does not hold" and "behind the next-best baseline on F prob" in a.note
+    a, _, _ = deepgate4_claims(*_claims_inputs(method_prob=0.08, control_prob=0.05))
+    assert a.control.verdict == "holds" and a.verdict == "inconclusive"  # the control beats b2 too: vacuous
     a, _, _ = deepgate4_claims(*_claims_inputs(method_prob=0.08, seeds=2))
     assert a.verdict == "inconclusive"  # two seeds are too few for a verdict
 
@@ -470,5 +549,11 @@ def test_cross_field_rules_are_checked():
         parse({**cfg, "method": "nope"})
     with pytest.raises(ValueError, match="both in train and test"):
         parse({**cfg, "data": {**cfg["data"], "train": ["cavlc"]}})
+    with pytest.raises(ValueError, match="both in train and val"):
+        parse({**cfg, "data": {**cfg["data"], "train": ["c3540"]}})
+    with pytest.raises(ValueError, match="control"):
+        parse({**cfg, "control": cfg["method"]})
+    with pytest.raises(ValueError, match="cone"):
+        parse({**cfg, "arms": {**cfg["arms"], "deepgate4": {**cfg["arms"]["deepgate4"], "cone": "fanout"}}})
     with pytest.raises(KeyError, match="deepgate4.typo"):
         parse({**cfg, "typo": 1})

@@ -1,5 +1,6 @@
 """P9 ensembles: the ensemble quantities, the equivalence test and the estimator against hand-computed
-cases, closed forms and Monte Carlo; the batched members against members trained alone."""
+cases, closed forms and Monte Carlo; the batched members against members trained alone and against torch's
+own layers and optimiser; the claims on synthetic members whose answer is known."""
 import pickle
 
 import numpy as np
@@ -10,8 +11,9 @@ from scipy import stats
 from papers.ensembles import data as data_mod
 from papers.ensembles import ensemble, models
 from papers.ensembles.params import Setting, parse
-from papers.ensembles.stages import build_claims, first_from, replicates, setting_summary
-from papers.ensembles.train import augment, log_probs, train_group
+from papers.ensembles.report import build_claims
+from papers.ensembles.stages import matching, val_chosen, versus_chosen
+from papers.ensembles.train import Adam, augment, cosine_lr, log_probs, shift_digits, train_group
 
 
 def _binary(s: np.ndarray) -> np.ndarray:
@@ -20,10 +22,11 @@ def _binary(s: np.ndarray) -> np.ndarray:
 
 
 def _config(**over):
-    setting = {"arch": "mlp", "train_size": 300, "widths": [8], "depths": [1], "init_gain": 1.0, "epochs": 1,
-               "batch_size": 32, "lr": 0.001, "weight_decay": 0.0, "augment": False}
-    cfg = {"members": 4, "pools": 2, "chosen": "a", "control": "b", "selected": ["a", "b"],
-           "settings": {"a": dict(setting), "b": {**setting, "widths": [8, 16]}}}
+    setting = {"arch": "cnn", "widths": [4], "depths": [1], "init_gain": 1.0, "epochs": 2,
+               "batch_size": 32, "lr": 0.01, "weight_decay": 0.0, "augment": True}
+    cfg = {"replicates": 3, "members": 4, "estimator_members": 2, "snapshots": 2, "members_per_job": 8,
+           "chosen": "a", "control": "b", "selected": ["a", "b"],
+           "settings": {"a": dict(setting), "b": {**setting, "widths": [4, 8]}}}
     cfg.update(over)
     return cfg
 
@@ -65,38 +68,36 @@ def test_identical_members_have_no_jensen_gap_and_no_gain():
     np.testing.assert_allclose(c["acc"], c["acc"][0])
 
 
-def test_first_from():
-    assert first_from(np.array([False, True, True])) == 2
-    assert first_from(np.array([True, False, True, True])) == 3
-    assert first_from(np.array([True, True])) == 1
-    assert first_from(np.array([True, False])) is None
-
-
 # ---- equivalence test --------------------------------------------------------------------------
 def test_ks_statistic_by_hand():
     s = np.array([[0.1, 0.2, 0.3, 0.4, 0.45], [0.5, 0.6, 0.7, 0.8, 0.9]])
-    r = ensemble.equivalence_test(_binary(s), np.zeros(5, dtype=int), alpha=0.05)
-    assert r["max_ks"] == 1.0 and r["pairs"] == 1
-    assert r["min_p"] == pytest.approx(stats.ks_2samp(s[0], s[1]).pvalue)  # 2 / C(10, 5) = 0.0079
+    p = ensemble.equivalence_pvalues(_binary(s), np.zeros(5, dtype=int), [(0, 1)])
+    assert p[0] == pytest.approx(2 / 252)  # D = 1: exact two-sided tail 2 / C(10, 5) = 0.0079
+    assert p[0] == pytest.approx(stats.ks_2samp(s[0], s[1]).pvalue)
 
 
-def test_equivalence_test_accepts_one_distribution_and_rejects_two():
+def test_equivalence_accepts_one_distribution_and_rejects_two():
     rng = np.random.default_rng(2)
-    same = rng.beta(5, 1, size=(8, 600))  # 8 members, one output distribution
     y = np.zeros(600, dtype=int)
-    r = ensemble.equivalence_test(_binary(same), y, alpha=0.05)
-    assert r["equivalent"] and r["pairs"] == 28
+    same = rng.beta(5, 1, size=(8, 600))  # 8 members, one output distribution
     mixed = np.concatenate([rng.beta(5, 1, size=(4, 600)), rng.beta(3, 1, size=(4, 600))])
-    r = ensemble.equivalence_test(_binary(mixed), y, alpha=0.05)
-    assert not r["equivalent"] and r["p_bonferroni"] <= 0.05
+    pairs = [(m, m + 4) for m in range(4)]  # across the two halves
+    assert (ensemble.equivalence_pvalues(_binary(same), y, pairs) > 0.05).all()
+    assert (ensemble.equivalence_pvalues(_binary(mixed), y, pairs) <= 0.05).all()
 
 
-def test_equivalence_test_level_under_the_null():
-    # Independent members with one distribution: the Bonferroni test rejects in at most ~alpha of trials.
+def test_equivalence_level_under_the_null():
+    # Independent members with one distribution: a pair's test rejects at level alpha in about alpha of trials.
     rng = np.random.default_rng(3)
-    rejected = [not ensemble.equivalence_test(_binary(rng.uniform(size=(4, 200))), np.zeros(200, dtype=int),
-                                              alpha=0.1)["equivalent"] for _ in range(100)]
-    assert np.mean(rejected) <= 0.16  # alpha = 0.1, binomial sd 0.03
+    s = rng.uniform(size=(400, 200))
+    p = ensemble.equivalence_pvalues(_binary(s), np.zeros(200, dtype=int), matching(400, 0))
+    assert abs(np.mean(p <= 0.1) - 0.1) < 0.065  # 200 pairs: binomial sd 0.021, 3 sd
+
+
+def test_matching_is_a_perfect_matching():
+    pairs = matching(10, 3)
+    assert len(pairs) == 5 and sorted(np.ravel(pairs).tolist()) == list(range(10))
+    assert matching(10, 3) == pairs and matching(10, 4) != pairs
 
 
 # ---- estimator ---------------------------------------------------------------------------------
@@ -150,15 +151,72 @@ def test_glorot_init_bounds_and_shapes():
     assert net(torch.zeros(3, 5, 64)).shape == (3, 5, 10)
 
 
+def test_group_cnn_equals_torch_conv_layers_member_by_member():
+    # An independent implementation of member g: torch's Conv2d / Linear modules holding g's weights.
+    gens = [torch.Generator().manual_seed(i) for i in range(3)]
+    net = models.GroupCNN(gens, k=4, d_out=10)
+    x = torch.rand(3, 5, 64)
+    out = net(x)  # (3, 5, 10)
+    for g in range(3):
+        conv1, conv2 = torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.Conv2d(4, 8, 3, padding=1)
+        with torch.no_grad():
+            conv1.weight.copy_(net.w1[4 * g:4 * g + 4]); conv1.bias.copy_(net.b1[4 * g:4 * g + 4])
+            conv2.weight.copy_(net.w2[8 * g:8 * g + 8]); conv2.bias.copy_(net.b2[8 * g:8 * g + 8])
+        h = torch.nn.functional.max_pool2d(torch.relu(conv1(x[g].reshape(5, 1, 8, 8))), 2)
+        h = torch.nn.functional.max_pool2d(torch.relu(conv2(h)), 2).flatten(1)  # (5, 32): channel-major
+        torch.testing.assert_close(out[g], h @ net.w3[g] + net.b3[g])
+    bound = np.sqrt(6 / (9 + 36))  # conv1: fan_in 1 x 3 x 3, fan_out 4 x 3 x 3
+    assert net.w1.abs().max() <= bound and net.w1.abs().max() > 0.8 * bound
+
+
+def test_adam_and_cosine_schedule_equal_torch_optim():
+    torch.manual_seed(0)
+    w0 = torch.randn(4, 3)
+    ours, ref = w0.clone().requires_grad_(), w0.clone().requires_grad_()
+    opt, opt_ref = Adam([ours], lr=0.05, weight_decay=0.01), torch.optim.Adam([ref], lr=0.05, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt_ref, T_max=5)
+    target = torch.randn(4, 3)
+    for epoch in range(5):
+        opt.lr = cosine_lr(0.05, epoch, 5)
+        assert opt.lr == pytest.approx(opt_ref.param_groups[0]["lr"])
+        for _ in range(3):
+            for w, o in ((ours, opt), (ref, opt_ref)):
+                o.zero_grad()
+                ((w - target) ** 3).abs().sum().backward()
+                o.step()
+        sched.step()
+    torch.testing.assert_close(ours, ref)
+
+
 def test_members_trained_together_equal_members_trained_alone():
     g = torch.Generator().manual_seed(0)
     x, y = torch.rand(70, 64, generator=g), torch.randint(0, 10, (70,), generator=g)
-    s = Setting(widths=(16,), depths=(2,), epochs=3, batch_size=16)
-    both, _ = train_group(s, [3, 7], 16, 2, x, y, 10)
-    alone, _ = train_group(s, [7], 16, 2, x, y, 10)
-    torch.testing.assert_close(log_probs(both, x, 2)[1], log_probs(alone, x, 1)[0], rtol=1e-5, atol=1e-6)
-    again, _ = train_group(s, [3, 7], 16, 2, x, y, 10)
-    assert torch.equal(log_probs(both, x, 2), log_probs(again, x, 2))  # deterministic
+    for s, width, depth in ((Setting(arch="mlp", widths=(16,), depths=(2,), epochs=3, batch_size=16), 16, 2),
+                            (Setting(arch="cnn", widths=(4,), epochs=3, batch_size=16, augment=True), 4, 1)):
+        both, *_ = train_group(s, [3, 7], width, depth, x, y, 10)
+        alone, *_ = train_group(s, [7], width, depth, x, y, 10)
+        torch.testing.assert_close(log_probs(both, x, 2)[1], log_probs(alone, x, 1)[0], rtol=1e-4, atol=1e-5)
+        again, *_ = train_group(s, [3, 7], width, depth, x, y, 10)
+        assert torch.equal(log_probs(both, x, 2), log_probs(again, x, 2))  # deterministic
+
+
+def test_snapshots_are_the_last_epochs_of_one_run():
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.rand(40, 64, generator=g), torch.randint(0, 10, (40,), generator=g)
+    s = Setting(arch="cnn", widths=(4,), epochs=4, batch_size=16)
+    model, loss, acc, snaps = train_group(s, [5], 4, 1, x, y, 10, snapshot_x=x[:7], snapshots=3)
+    assert snaps.shape == (3, 7, 10) and loss.shape == acc.shape == (1,)
+    torch.testing.assert_close(snaps[-1], log_probs(model, x[:7], 1)[0].exp())  # the last snapshot: the model
+    assert not torch.allclose(snaps[0], snaps[-1])
+
+
+def test_digit_shifts_like_a_loop():
+    x = torch.rand(6, 64, generator=torch.Generator().manual_seed(2))
+    out = shift_digits(x, torch.Generator().manual_seed(5)).reshape(6, 8, 8)
+    dy, dx = torch.randint(0, 3, (2, 6, 1), generator=torch.Generator().manual_seed(5))
+    padded = torch.nn.functional.pad(x.reshape(6, 8, 8), (1, 1, 1, 1))
+    for i in range(6):
+        torch.testing.assert_close(out[i], padded[i, dy[i, 0]:dy[i, 0] + 8, dx[i, 0]:dx[i, 0] + 8])
 
 
 def test_resnet18_and_augmentation_shapes():
@@ -171,18 +229,21 @@ def test_resnet18_and_augmentation_shapes():
     # the full scale's path: one ResNet member, augmented mini-batches, then its test probabilities
     s = Setting(arch="resnet18", widths=(2,), epochs=1, batch_size=4, augment=True)
     images, labels = torch.rand(8, 3072), torch.arange(8) % 10
-    model, train_loss = train_group(s, [0], 2, 1, images, labels, 10)
+    model, train_loss, *_ = train_group(s, [0], 2, 1, images, labels, 10)
     lp = log_probs(model, images, 1)
     assert lp.shape == (1, 8, 10) and torch.isfinite(train_loss).all()
     torch.testing.assert_close(lp.exp().sum(-1), torch.ones(1, 8, dtype=torch.float64))
 
 
 # ---- data and parameters -----------------------------------------------------------------------
-def test_digits_split_and_cifar_loaders(tmp_path):
-    df = data_mod.digits(test_size=1000, seed=0)
-    assert (df.split == "test").sum() == 1000 and (df.split == "train").sum() == 797
-    x, y = data_mod.arrays(df, "train", 300)
-    assert x.shape == (300, 64) and 0 <= x.min() and x.max() <= 1 and set(y) <= set(range(10))
+def test_digits_splits_per_replicate_and_cifar_loaders(tmp_path):
+    df = data_mod.digits(train_size=200, val_size=300, replicates=2, seed=0)
+    for r in range(2):
+        counts = df[f"split{r}"].value_counts()
+        assert (counts["train"], counts["val"], counts["test"]) == (200, 300, 1297)
+    assert (df.split0 != df.split1).any()  # independent splits
+    x, y = data_mod.arrays(df, 1, "train")
+    assert x.shape == (200, 64) and 0 <= x.min() and x.max() <= 1 and set(y) <= set(range(10))
 
     folder = tmp_path / "cifar-10-batches-py"
     folder.mkdir()
@@ -190,26 +251,32 @@ def test_digits_split_and_cifar_loaders(tmp_path):
     for name, n in [*((f"data_batch_{i}", 4) for i in range(1, 6)), ("test_batch", 3)]:
         with open(folder / name, "wb") as f:
             pickle.dump({b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), b"labels": list(range(n))}, f)
-    df = data_mod.cifar(folder)
-    assert (df.split == "train").sum() == 20 and (df.split == "test").sum() == 3 and df.shape[1] == 3074
+    df = data_mod.cifar(folder, train_size=None, val_size=5, replicates=2, seed=0)
+    counts = df.split1.value_counts()
+    assert (counts["train"], counts["val"], counts["test"]) == (15, 5, 3) and df.shape[1] == 3072 + 3
+    assert (df.split0.iloc[-3:] == "test").all()  # the official test images
 
     bad = tmp_path / "bad.npz"
     np.savez(bad, x_train=np.zeros((2, 28, 28)), y_train=np.zeros(2), x_test=np.zeros((1, 28, 28)), y_test=np.zeros(1))
     with pytest.raises(ValueError, match="bad.npz.*x_train"):
-        data_mod.cifar(bad)
+        data_mod.cifar(bad, None, 1, 1, 0)
 
 
 def test_params_parse_and_cross_field_rules():
     p = parse(_config())
-    assert list(p.settings) == ["a", "b"] and p.jobs == 1
-    assert p.job_members(0)[:2] == [("a", 0), ("a", 1)]
-    assert [p.settings["b"].architecture(m, 4) for m in range(4)] == [(8, 1), (8, 1), (16, 1), (16, 1)]
+    assert list(p.settings) == ["a", "b"] and p.jobs == 3 and p.held_out == 2  # 3 x 2 x 4 triples, 8 a job
+    assert p.job_members(0)[:2] == [(0, "a", 0), (0, "a", 1)] and p.job_members(2)[-1] == (2, "b", 3)
+    assert [p.settings["b"].architecture(m, 4) for m in range(4)] == [(4, 1), (4, 1), (8, 1), (8, 1)]
     with pytest.raises(ValueError, match="chosen"):
         parse(_config(chosen="b"))  # heterogeneous
     with pytest.raises(ValueError, match="selected"):
         parse(_config(selected=["a", "zzz"]))
-    with pytest.raises(ValueError, match="pools"):
-        parse(_config(pools=3))  # 4 // 3 = 1 member per pool: no ensemble
+    with pytest.raises(ValueError, match="estimator_members"):
+        parse(_config(estimator_members=3))  # leaves 1 held-out member: no curve
+    with pytest.raises(ValueError, match="snapshots"):
+        parse(_config(snapshots=5))  # more snapshots than epochs
+    with pytest.raises(ValueError, match="test set"):
+        parse(_config(train_size=1000, val_size=700))
     with pytest.raises(KeyError, match="settings.a.hidden"):
         parse(_config(settings={"a": {"hidden": 3}}))
 
@@ -228,61 +295,77 @@ def test_augmentation_shifts_and_flips_like_a_loop():
 
 
 # ---- claims ------------------------------------------------------------------------------------
-def test_replicates_pools_and_disjoint_pairs_by_hand():
-    rng = np.random.default_rng(4)
-    s = rng.uniform(0.2, 0.9, size=(4, 30))
-    P, y = _binary(s), np.zeros(30, dtype=int)
-    r = replicates(parse(_config()), P, y)  # 2 pools of 2 members
-    assert r["pool_size"] == 2 and len(r["pools"]) == 2
-    acc_m, _ = ensemble.member_metrics(P, y)
-    pool1 = r["pools"].iloc[1]
-    assert pool1.best_acc == acc_m[2:].max() and pool1.mean_acc == pytest.approx(acc_m[2:].mean())
-    assert pool1.ensemble_nll == pytest.approx(-np.log(s[2:].mean(0)).mean())
-    assert sorted(np.ravel(r["pairs"]).tolist()) == [0, 1, 2, 3]  # a perfect matching: disjoint pairs
-    i, j = r["pairs"][0]
-    assert r["pair_p"][0] == pytest.approx(stats.ks_2samp(s[i], s[j]).pvalue)
+def test_validation_chosen_member_and_ensemble_by_hand():
+    # 3 members, 2 validation and 3 test images (true class 0)
+    s_val = np.array([[0.9, 0.4], [0.6, 0.7], [0.8, 0.45]])  # val accuracy 1/2, 1, 1/2
+    s_test = np.array([[0.9, 0.9, 0.9], [0.3, 0.6, 0.4], [0.7, 0.2, 0.8]])
+    by_acc, by_nll = val_chosen(_binary(s_val), np.zeros(2, dtype=int))
+    assert by_acc == 1 and by_nll == int(np.argmin(-np.log(s_val).mean(1)))
+    r = versus_chosen(_binary(s_val), np.zeros(2, dtype=int), _binary(s_test), np.zeros(3, dtype=int))
+    assert r["chosen_acc"] == pytest.approx(1 / 3) and r["best_on_test_acc"] == 1.0  # the test set would pick 0
+    assert r["ensemble_acc"] == 1.0  # mean true-class probabilities 0.63, 0.57, 0.7: all right
+    assert r["ensemble_nll"] == pytest.approx(-np.log(s_test.mean(0)).mean())
+    assert r["chosen_nll"] == pytest.approx(-np.log(s_test[1]).mean())  # member 1 has the lowest val NLL
 
 
-def _synthetic_evaluation(cfg, pools: dict[str, np.ndarray], tmp_path):
-    """Run the evaluate stage on synthetic member probabilities; return what report() hands build_claims."""
+def _long(P, y, **keys):
     import pandas as pd
 
+    frame = pd.DataFrame({"sample": np.arange(len(y)), "label": y, "p0": P[:, 0], "p1": P[:, 1]})
+    for k, v in keys.items():
+        frame[k] = v
+    return frame
+
+
+def _synthetic_claims(cfg, make, tmp_path):
+    """Run the evaluate stage on synthetic members (make(setting, replicate, rng) -> true-class probabilities
+    (M, N_val + N_test) and the snapshots' (S, N_val + N_test)); return the claims report() builds from it."""
+    import pandas as pd
+
+    from papers.common.io import read_json
     from papers.ensembles import stages
 
     p = parse(cfg)
-    frames, members = [], []
-    for name, s in pools.items():
-        P = _binary(s)
-        for m in range(len(P)):
-            frames.append(pd.DataFrame({"setting": name, "member": m, "sample": np.arange(P.shape[1]), "label": 0,
-                                        "p0": P[m, :, 0], "p1": P[m, :, 1]}))
-            members.append({"setting": name, "member": m, "train_loss": 0.0, "train_acc": 1.0})
-    pd.concat(frames).to_parquet(tmp_path / "probs.parquet")
+    rng = np.random.default_rng(7)
+    n_val = 200
+    probs, snaps, members = [], [], []
+    for name in p.settings:
+        for r in range(p.replicates):
+            s, s_snap = make(name, r, rng)
+            for split, sl in (("val", slice(0, n_val)), ("test", slice(n_val, None))):
+                y = np.zeros(s[:, sl].shape[1], dtype=int)
+                probs += [_long(_binary(s[m, sl]), y, replicate=r, setting=name, member=m, split=split)
+                          for m in range(len(s))]
+                snaps += [_long(_binary(s_snap[t, sl]), y, replicate=r, setting=name, member=0, snapshot=t, split=split)
+                          for t in range(len(s_snap))]
+            members += [{"replicate": r, "setting": name, "member": m, "train_loss": 0.0, "train_acc": 1.0}
+                        for m in range(len(s))]
+    for key, frames in (("probs", probs), ("snaps", snaps)):
+        pd.concat(frames).to_parquet(tmp_path / f"{key}.parquet")
     pd.DataFrame(members).to_parquet(tmp_path / "members.parquet")
     stages.evaluate(cfg=cfg, probs=[str(tmp_path / "probs.parquet")], members=[str(tmp_path / "members.parquet")],
-                    metrics=str(tmp_path / "metrics.json"), curves=str(tmp_path / "curves.parquet"))
-    from papers.common.io import read_json
-
-    m, curves_df = read_json(tmp_path / "metrics.json"), pd.read_parquet(tmp_path / "curves.parquet")
-    rows = {n: setting_summary(n, m[n], curves_df[curves_df.setting == n]) for n in p.settings}
-    reps = {n: replicates(p, _binary(pools[n]), np.zeros(pools[n].shape[1], dtype=int)) for n in p.settings}
-    blocks = {n: {"acc": m[n]["estimator_blocks_acc_max_error"], "nll": m[n]["estimator_blocks_nll_max_error"]}
-              for n in p.settings}
-    return build_claims(p, rows, curves_df, reps, blocks)
+                    snapshots=[str(tmp_path / "snaps.parquet")], metrics=str(tmp_path / "metrics.json"),
+                    curves=str(tmp_path / "curves.parquet"))
+    return {c.id: c for c in build_claims(p, read_json(tmp_path / "metrics.json"), pd.read_parquet(tmp_path / "curves.parquet"))}
 
 
-def test_claim_c_holds_for_iid_members_and_its_heterogeneous_control_does_not(tmp_path):
-    rng = np.random.default_rng(5)
-    N = 400
-    logit = rng.normal(1.0, 1.0, size=N)  # the test points' difficulty, shared by all members
-    same = 1 / (1 + np.exp(-(logit + rng.normal(0, 1.0, size=(32, N)))))  # i.i.d. members
-    shift = np.repeat([-3.0, -1.0, 1.0, 3.0], 8)[:, None]  # four "architectures" in blocks of 8
-    mixed = 1 / (1 + np.exp(-(logit + shift + rng.normal(0, 1.0, size=(32, N)))))
-    cfg = _config(members=32, pools=4, estimator_members=4, orderings=3)
-    claims = {c.id: c for c in _synthetic_evaluation(cfg, {"a": same, "b": mixed}, tmp_path)}
-    assert [c for c in claims] == ["a", "c", "d", "e"]
-    c = claims["c"]
-    assert c.evidence[0].replicates == 16 and c.verdict == "holds"
-    assert c.control.verdict != "holds"
-    assert claims["e"].verdict == "holds"  # averaging noisy i.i.d. members raises accuracy
-    assert claims["a"].control.verdict == "not measured"
+def test_claims_on_iid_members_and_their_controls(tmp_path):
+    # Homogeneous: i.i.d. members around a shared difficulty per image (the paper's distributional
+    # equivalence); their average is right more often than any one member. Snapshots: one member's function
+    # with a negligible wobble. Heterogeneous: two "architectures" whose outputs are shifted apart.
+    def make(name, r, rng):
+        logit = rng.normal(1.0, 0.5, size=600)  # this replicate's images
+        noise = rng.normal(0, 1.5, size=(16, 600))  # members disagree: the ensemble gains ~0.2 in accuracy
+        shift = np.repeat([-1.5, 1.5], 8)[:, None] if name == "b" else 0.0
+        s = 1 / (1 + np.exp(-(logit + shift + noise)))
+        s_snap = 1 / (1 + np.exp(-(logit + noise[0] + rng.normal(0, 1e-3, size=(2, 600)))))
+        return s, s_snap
+
+    cfg = _config(replicates=4, members=16, estimator_members=4, snapshots=2, orderings=5)
+    claims = _synthetic_claims(cfg, make, tmp_path)
+    assert list(claims) == ["a", "b", "c", "d"]
+    assert claims["a"].verdict == "holds" and claims["a"].control.verdict != "holds"
+    assert claims["c"].evidence[0].replicates == 4 * 8 and claims["c"].verdict == "holds"
+    assert claims["c"].control.verdict == "does not hold"  # cross-architecture pairs are told apart
+    assert len(claims["b"].evidence) == 12 and claims["b"].control.verdict != "holds"  # one evidence per M
+    assert claims["d"].control.verdict != "holds"

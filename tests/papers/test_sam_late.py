@@ -142,6 +142,20 @@ def test_gap_fraction():
     assert analysis.gap_fraction(0.8, 0.9, 0.875) == pytest.approx(0.75)
     assert analysis.gap_fraction(6.0, 1.0, 2.0) == pytest.approx(0.8)  # sharpness: lower is the full arm
     assert np.isnan(analysis.gap_fraction(1.0, 1.0, 2.0))
+    per_seed = analysis.gap_fraction([0.8, 0.7, 0.5], [0.9, 0.8, 0.5], [0.85, 0.9, 0.6])  # paired by seed
+    np.testing.assert_allclose(per_seed[:2], [0.5, 2.0])
+    assert np.isnan(per_seed[2])  # no gap for that seed: no share
+
+
+def test_distance_and_the_point_at_a_distance_towards_another_state():
+    a = {"w": torch.zeros(2), "b": torch.zeros(1), "n": torch.tensor(3)}
+    b = {"w": torch.tensor([3.0, 0.0]), "b": torch.tensor([4.0]), "n": torch.tensor(7)}
+    assert analysis.state_distance(a, b) == pytest.approx(5.0)  # the 3-4-5 triangle over all floating tensors
+    c = analysis.toward(a, b, 2.0)
+    assert analysis.state_distance(a, c) == pytest.approx(2.0)
+    torch.testing.assert_close(c["w"], torch.tensor([1.2, 0.0]))
+    torch.testing.assert_close(c["b"], torch.tensor([1.6]))
+    assert int(c["n"]) == 3
 
 
 def test_interpolation_ends_are_the_two_states():
@@ -225,6 +239,23 @@ def test_a_late_arm_branched_from_the_sgd_checkpoint_equals_the_run_from_scratch
     assert list(esc.step) == [1, 2, 3] and (esc.distance > 0).all()
 
 
+def test_a_sweep_arm_branched_at_its_own_switch_equals_the_run_from_scratch():
+    p, t = _tiny(epochs=6, late_epochs=2, late_sweep=[4])
+    assert p.switch_epochs == [2, 4]
+    _, _, sgd_ckpts = train(_net(), t, p, arm="sgd", rho=p.rho, seed=0)
+    assert sgd_ckpts[2]["epoch"] == 2 and sgd_ckpts["switch"]["epoch"] == 4
+    scratch, branched = _net(), _net(1)
+    h_scratch, _, _ = train(scratch, t, p, arm="late_sam", rho=p.rho, seed=0, switch=2)
+    h_branch, esc, _ = train(branched, t, p, arm="late_sam", rho=p.rho, seed=0, start=sgd_ckpts[2], switch=2,
+                             track=True)
+    assert list(h_scratch.rule) == ["sgd", "sgd", "sam", "sam", "sam", "sam"]
+    for a, b in zip(scratch.parameters(), branched.parameters()):
+        torch.testing.assert_close(a, b)
+    assert list(h_branch.epoch) == [2, 3, 4, 5] and len(esc) == p.escape_steps
+    with pytest.raises(ValueError, match="late_sweep"):
+        parse({"epochs": 10, "late_epochs": 2, "late_sweep": [2]})
+
+
 def test_sam_arms_leave_sgd_weights_and_early_sam_differs_from_sgd():
     p, t = _tiny()
     nets = {}
@@ -261,12 +292,14 @@ def _arms(seeds, rho, acc, eig, robust, noise, rng):
     """A metrics table (evaluate's) with per-arm means `acc`, `eig`, `robust`, plus seed noise."""
     import pandas as pd
 
+    from papers.sam_late.params import is_sam_arm
+
     rows = []
     for arm in acc:
         for seed in range(seeds):
-            rows.append({"arm": arm, "rho": rho if arm in ("sam", "late_sam", "early_sam") else 0.0, "seed": seed,
+            rows.append({"arm": arm, "rho": rho if is_sam_arm(arm) else 0.0, "seed": seed,
                          "test_acc": acc[arm] + noise * rng.normal(), "eig_1": eig[arm] * (1 + 0.02 * rng.normal()),
-                         "robust_acc": robust[arm] + 0.005 * rng.normal(), "train_acc": 0.8})
+                         "robust_acc": robust[arm] + 0.005 * rng.normal(), "train_acc": 0.8, "distance": 1.0})
     return pd.DataFrame(rows)
 
 
@@ -283,25 +316,32 @@ def test_claims_decide_on_seed_intervals_with_their_controls(sam_acc_gain):
     from papers.sam_late.stages import sam_late_claims
 
     rng = np.random.default_rng(0)
-    p = parse({"seeds": 5, "rho": 0.3, "rhos": [0.3]})
+    p = parse({"seeds": 5, "rho": 0.3, "rhos": [0.3], "epochs": 160, "late_epochs": 10, "late_sweep": [40]})
     acc = {"sgd": 0.82, "sam": 0.82 + sam_acc_gain, "late_sam": 0.82 + 0.9 * sam_acc_gain,
-           "early_sam": 0.82 + 0.05 * sam_acc_gain, "adv": 0.8, "late_adv": 0.8}
-    eig = {"sgd": 10.0, "sam": 3.0, "late_sam": 3.5, "early_sam": 9.5, "adv": 8.0, "late_adv": 8.0}
-    robust = {"sgd": 0.2, "sam": 0.3, "late_sam": 0.25, "early_sam": 0.2, "adv": 0.6, "late_adv": 0.55}
+           "late_sam_k40": 0.82 + 0.95 * sam_acc_gain, "early_sam": 0.82 + 0.05 * sam_acc_gain, "adv": 0.8,
+           "late_adv": 0.8}
+    eig = {"sgd": 10.0, "sam": 3.0, "late_sam": 3.5, "late_sam_k40": 3.2, "early_sam": 9.5, "adv": 8.0,
+           "late_adv": 8.0}
+    robust = {"sgd": 0.2, "sam": 0.3, "late_sam": 0.25, "late_sam_k40": 0.25, "early_sam": 0.2, "adv": 0.6,
+              "late_adv": 0.55}
     m = _arms(5, 0.3, acc, eig, robust, noise=0.003, rng=rng)
     sam_fits = _fits(5, 0.97, 0.8, 0.05, rng)
     sgd_fits = _fits(5, 0.6, 0.7, 0.01, rng)
-    frac = {"acc": 0.9, "sharpness": 0.93}
-    claims = {c.id: c for c in sam_late_claims(p, m, sam_fits, sgd_fits, [0.01, 0.0, 0.02, 0.01, 0.0],
-                                               [1.5, 2.0, 1.8, 1.2, 1.6], {("late_sam", 0.3): frac,
-                                                                           ("early_sam", 0.3): frac}, 0.875)}
+    late_barriers = [0.01, 0.0, 0.02, 0.01, 0.0]
+    claims = {c.id: c for c in sam_late_claims(p, m, sam_fits, sgd_fits, late_barriers, [1.5, 2.0, 1.8, 1.2, 1.6])}
     assert claims["c"].verdict == "holds" and claims["c"].control.verdict == "does not hold"
     assert claims["d"].verdict == "holds" and claims["d"].control.verdict == "does not hold"
     assert claims["e"].verdict == "holds" and claims["e"].control.verdict == "does not hold"
-    assert claims["b"].control.verdict == "not measured"
+    # (b)'s control: two late-SAM arms (both end with SAM), so the "much less" test must fail
+    assert claims["b"].control.verdict == "does not hold"
     if sam_acc_gain:
         assert claims["a"].verdict == "holds" and claims["a"].control.verdict == "does not hold"
+        assert len(claims["a"].evidence) == 2 + 2 * 2  # the two gaps, then both shares at K = 10 and K = 40
         assert claims["b"].verdict == "holds"
     else:  # no accuracy gap between SAM and SGD: the gap fractions cannot hold, the note says why
         assert claims["a"].verdict != "holds" and "seed noise" in claims["a"].note
         assert claims["b"].verdict != "holds"
+    # a control line as long as late SAM's that shows no barrier either makes (d) vacuous: inconclusive
+    flat = {c.id: c for c in sam_late_claims(p, m, sam_fits, sgd_fits, late_barriers, [0.0] * 5)}
+    assert flat["d"].control.verdict == "holds" and flat["d"].verdict == "inconclusive"
+    assert "cannot tell one valley from two" in flat["d"].note

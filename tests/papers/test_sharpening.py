@@ -1,6 +1,7 @@
-"""P11 sharpening: the tabular model's closed forms against brute-force enumeration, the policy-gradient
-estimator against finite differences, the best-of-N pool estimator against all subsets, and the tiny
-transformer's cache and causality."""
+"""P11 sharpening: the task's ground truth (sequence mode, greedy answer, coverage) against brute-force
+enumeration of its law, the tabular model's closed forms against enumeration, the policy-gradient estimator
+against finite differences, the best-of-N pool estimator against all subsets, held-out prompts kept out of
+pretraining, the tiny transformer's cache and causality, and the claims' decisions on synthetic results."""
 import itertools
 import math
 from pathlib import Path
@@ -15,7 +16,7 @@ from papers.sharpening import lm, task
 from papers.sharpening import tabular as tb
 from papers.sharpening.model import GPT, GPTConfig, generate, token_logprobs
 from papers.sharpening.params import parse
-from papers.sharpening.stages import read_tabular_base
+from papers.sharpening import stages
 
 
 def _random_chain(seed=0, X=2, L=4, V=3, concentration=0.7):
@@ -83,15 +84,51 @@ def test_the_closed_form_optimum_maximises_the_kl_regularised_self_reward(beta):
         assert (objective(other) <= value + 1e-12).all()
 
 
-def test_base_of_the_experiment_has_the_closed_form_coverage_and_best_of_n():
-    rho, L = 0.45, 8
-    base = tb.make_base(np.random.default_rng(0), 5, L, 6, rho)
-    y_star, lp_star = tb.mode(base)
-    np.testing.assert_allclose(np.exp(lp_star), rho ** L)
-    np.testing.assert_array_equal(tb.greedy(base), y_star)  # one modal probability: greedy is the mode
-    assert tb.coverage(base) == pytest.approx(rho ** -L)
-    for n in (1, 16, 256):
-        assert tb.bon_accuracy(base, n) == pytest.approx(1 - (1 - rho ** L) ** n)
+@pytest.mark.parametrize("atomic", [False, True])
+def test_pair_chain_has_the_stated_mode_greedy_answer_and_coverage(atomic):
+    """Enumerating every sequence: y* is the unique mode with pi(y*) = a^K in both structures, greedy decoding
+    misses it exactly on the prompts whose branching probability is below 1/2, C_cov and best-of-N as stated."""
+    K, V, levels = 2, 6, (0.3, 0.7)  # 3 decoy tokens: y* is the mode iff a > 1/4
+    base, y_star, a = tb.make_pair_chain(np.random.default_rng(0), 4, K, V, levels, atomic=atomic)
+    lp, ys = _brute(base)
+    np.testing.assert_allclose(np.exp(lp).sum(1), 1.0, rtol=1e-12)
+    np.testing.assert_array_equal(ys[lp.argmax(1)], y_star)
+    np.testing.assert_allclose(np.exp(lp.max(1)), a ** K)
+    second = np.sort(lp, 1)[:, -2]
+    assert (second < lp.max(1)).all()  # unique mode
+    branch = a ** K if atomic else a
+    np.testing.assert_array_equal((tb.greedy(base) == y_star).all(1), branch > 0.5)
+    assert tb.coverage(base) == pytest.approx(np.mean(a ** -K))
+    for n in (1, 16):
+        assert tb.bon_accuracy(base, n) == pytest.approx(np.mean(1 - (1 - a ** K) ** n))
+
+
+def test_task_law_mode_greedy_and_coverage_by_enumeration():
+    """The LM task's corpus law (task.py): a distribution; its mode is the reversal; greedy's first letters are
+    the argmax of the first letter's marginal; sampling follows it; C_cov = E[a^-K]."""
+    A, levels = 4, (0.3, 0.7)
+    answers = ["".join(t) for t in itertools.product(task.letters(A), repeat=4)]
+    rng = np.random.default_rng(0)
+    for prompt in ["abcd", "bdca"]:
+        p = np.exp([task.log_prob(prompt, y, A, levels) for y in answers])
+        assert p.sum() == pytest.approx(1.0)
+        assert answers[int(p.argmax())] == task.sequence_mode(prompt, A, levels) == prompt[::-1]
+        assert p.max() == pytest.approx(task.reliability(prompt, levels) ** 2)
+        first = {c: p[[y[0] == c for y in answers]].sum() for c in task.letters(A)}
+        assert max(first, key=first.get) == task.greedy_first_letters(prompt, A, levels)[0]
+        draws = [task.noisy_answer(rng, prompt, A, levels) for _ in range(20000)]
+        freq = np.array([draws.count(y) for y in answers]) / len(draws)
+        np.testing.assert_allclose(freq, p, atol=0.01)
+    assert task.greedy_first_letters("abcd", A, levels) != "db"  # a = 0.3: greedy writes the decoy letters
+    assert task.greedy_first_letters("bdca", A, levels) == "ad"  # a = 0.7: greedy is right
+    assert task.coverage(["abcd", "bdca"], levels, 2) == pytest.approx((0.3 ** -2 + 0.7 ** -2) / 2)
+    entropies = []  # per letter, one prompt of each level
+    for prompt in ["abcd", "bdca"]:
+        p = np.exp([task.log_prob(prompt, y, A, levels) for y in answers])
+        entropies.append(-(p[p > 0] * np.log(p[p > 0])).sum() / 4)
+    assert task.entropy_per_letter(A, levels) == pytest.approx(np.mean(entropies))
+    with pytest.raises(ValueError, match="decoy"):
+        task.sequence_mode("abcd", A, (0.1,))
 
 
 def test_sampling_matches_the_chain_and_best_of_n_matches_its_formula():
@@ -108,9 +145,18 @@ def test_sampling_matches_the_chain_and_best_of_n_matches_its_formula():
 
 def test_sft_fits_the_winner_exactly():
     base = _random_chain(8, X=6)
-    sft = tb.sft_sharpen(base, 5, np.random.default_rng(0))
-    winner = tb.best_of_n(base, 5, np.random.default_rng(0))  # same draws
-    np.testing.assert_allclose(tb.prob_of(sft, winner), 1.0)
+    winner = tb.best_of_n(base, 5, np.random.default_rng(0))
+    np.testing.assert_allclose(tb.prob_of(tb.sft_sharpen(base, winner), winner), 1.0)
+
+
+def test_required_budget_and_slope_read_the_whole_curve():
+    assert tb.required_budget([4, 8, 16], [0.2, 0.9, 0.5], 0.8) == 8  # the first budget reaching the target
+    assert tb.required_budget([4, 8], [0.2, 0.5], 0.8) == math.inf
+    cov = np.array([2.0, 8.0, 32.0])
+    slopes = stages.budget_slopes(np.array([[4.0, 16.0, 64.0], [64.0, 64.0, 64.0], [4.0, 16.0, np.inf]]), cov, cap=128)
+    np.testing.assert_allclose(slopes[:2], [1.0, 0.0], atol=1e-12)
+    true = stages.budget_slopes(np.array([[4.0, 16.0, 256.0]]), cov, cap=128)[0]
+    assert 0 < slopes[2] < true  # a never-reached budget counts as the cap: growth is understated, not invented
 
 
 def test_policy_gradient_is_unbiased():
@@ -144,16 +190,38 @@ def test_rl_sharpening_approaches_the_optimum():
     assert tb.kl(kept[1600], star).mean() > trace[-1][1]
 
 
-def test_tabular_loader_names_the_bad_row(tmp_path):
-    logp = tb.make_base(np.random.default_rng(0), 2, 2, 3, 0.5)
-    x, t, a, v = np.meshgrid(*(np.arange(s) for s in logp.shape), indexing="ij")
-    df = pd.DataFrame({"x": x.ravel(), "t": t.ravel(), "a": a.ravel(), "v": v.ravel(), "logp": logp.ravel()})
-    df.to_parquet(tmp_path / "ok.parquet")
-    np.testing.assert_allclose(read_tabular_base(tmp_path / "ok.parquet"), logp)
-    df.loc[7, "logp"] = 0.0
-    df.to_parquet(tmp_path / "bad.parquet")
-    with pytest.raises(ValueError, match=r"bad.parquet, row 6"):
-        read_tabular_base(tmp_path / "bad.parquet")
+def _small_cfg():
+    cfg = yaml.safe_load((Path(__file__).parents[2] / "config" / "config.yaml").read_text())["sharpening"]
+    return {**cfg, "task": {**cfg["task"], "pretrain_examples": 3000, "train_prompts": 100, "test_prompts": 100}}
+
+
+def test_held_out_prompts_never_reach_pretraining_or_training(tmp_path):
+    """prepare() draws held-out and training prompts first and keeps them out of the corpus: checked here
+    independently of its own check, and check_held_out must catch a leak."""
+    cfg = _small_cfg()
+    stages.prepare(cfg=cfg, corpus=tmp_path / "corpus.parquet", prompts=tmp_path / "prompts.parquet")
+    p = parse(cfg)
+    corpus = stages.read_corpus(tmp_path / "corpus.parquet", p)
+    prompts = stages.read_prompts(tmp_path / "prompts.parquet", p)
+    test, train = prompts[prompts.split == "test"], prompts[prompts.split == "train"]
+    assert len(test) == len(train) == 200 and prompts.prompt.is_unique
+    assert not set(test.prompt) & (set(corpus.prompt) | set(train.prompt))
+    assert not set(train.prompt) & set(corpus.prompt)
+    assert (corpus.prompt.str.len() == 4).sum() > 300  # the corpus does hold prompts of the held-out length
+    leak = pd.concat([corpus, pd.DataFrame({"prompt": [test.prompt.iloc[0]], "target": [test.answer.iloc[0]]})])
+    with pytest.raises(ValueError, match="test_in_corpus"):
+        stages.check_held_out(leak, prompts)
+
+
+def test_loaders_name_the_file_and_row(tmp_path):
+    p = parse(_small_cfg())
+    pd.DataFrame({"prompt": ["abcd", "abc"], "target": ["dcba", "cba"]}).to_parquet(tmp_path / "c.parquet")
+    with pytest.raises(ValueError, match=r"c.parquet, row 1, column prompt"):
+        stages.read_corpus(tmp_path / "c.parquet", p)
+    pd.DataFrame({"variant": ["high_coverage"], "split": ["test"], "prompt": ["abcd"], "answer": ["abdc"]}).to_parquet(
+        tmp_path / "p.parquet")
+    with pytest.raises(ValueError, match=r"p.parquet, row 0: answer is not the reversed prompt"):
+        stages.read_prompts(tmp_path / "p.parquet", p)
 
 
 # ---- the language-model level ------------------------------------------------------------------------------
@@ -225,19 +293,16 @@ def test_rl_sharpening_reports_every_budget_and_raises_the_self_reward():
 
 
 # ---- task and parameters -----------------------------------------------------------------------------------
-def test_task_encoding_and_noise_rate():
-    rng = np.random.default_rng(0)
-    df = task.random_prompts(rng, 5, [3, 5], 4)
-    assert (df.answer == df.prompt.map(lambda s: s[::-1])).all()
-    enc = task.encode_prompts(df.prompt, 6)
-    assert [task.decode(r).lstrip("_") for r in enc] == [p + "|" for p in df.prompt]
-    noisy = task.corrupt(rng, ["abcd" * 500], 4, 0.5)[0]
-    changed = np.mean([a != b for a, b in zip(noisy, "abcd" * 500)])
-    assert changed == pytest.approx(0.5 * (1 - 1 / 4), abs=0.03)
-    assert task.per_letter_correct(8, 0.5) == pytest.approx(0.5625)
+def test_task_encoding():
+    prompts = task.distinct_prompts(np.random.default_rng(0), 5, 4, 4)
+    assert len(set(prompts)) == 5
+    enc = task.encode_prompts(prompts, 6)
+    assert [task.decode(r).lstrip("_") for r in enc] == [p + "|" for p in prompts]
+    with pytest.raises(ValueError, match="only 16 exist"):
+        task.distinct_prompts(np.random.default_rng(0), 17, 2, 4)
 
 
-def test_default_config_parses_and_bad_budgets_fail():
+def test_default_config_parses_and_bad_values_fail():
     cfg = yaml.safe_load((Path(__file__).parents[2] / "config" / "config.yaml").read_text())["sharpening"]
     p = parse(cfg)
     assert p.variants == ("high_coverage", "low_coverage") and math.isclose(p.beta, 0.1)
@@ -245,46 +310,64 @@ def test_default_config_parses_and_bad_budgets_fail():
         parse({**cfg, "sharpen": {**cfg["sharpen"], "budgets": [4, 128]}})
     with pytest.raises(ValueError, match="multiple"):
         parse({**cfg, "tabular": {**cfg["tabular"], "budgets": [6]}})
+    with pytest.raises(ValueError, match="levels"):  # no level below 1/2: greedy would find the mode
+        parse({**cfg, "task": {**cfg["task"], "levels": [0.6, 0.7]}})
 
 
-def _claim_data(rl_low, rl_high, sft=0.3, seeds=3, budgets=(4, 16), tab_budgets=(4, 64)):
-    """A results table as evaluate() writes it: RL accuracy rl_low (low coverage, tabular) and rl_high (high
-    coverage) per seed against SFT's `sft`, with a little seed noise; base model rows on seed 0 only."""
-    from papers.sharpening.stages import _rows
-
-    rows = []
-    for variant in ("high_coverage", "low_coverage"):
-        rows += [{"level": "lm", "variant": variant, "method": "sample", "budget": 1, "seed": 0, "accuracy": 0.1},
-                 {"level": "lm", "variant": variant, "method": "greedy", "budget": 1, "seed": 0, "accuracy": 1.0}]
-        rows += [{"level": "lm", "variant": variant, "method": "best_of_n", "budget": n, "seed": 0,
-                  "accuracy": 0.1 + 0.1 * i} for i, n in enumerate((1, 2, 4, 8, 16))]
-    for level, variant, rl, ms in [("lm", "low_coverage", rl_low, budgets), ("lm", "high_coverage", rl_high, budgets),
-                                   ("tabular", "tabular", rl_low, tab_budgets)]:
-        for m in ms:
+def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3):
+    """A results table as evaluate() writes it. Tabular: budgets 4 .. 256, K = 1 .. 3 (C_cov 2, 8, 32); each
+    method's curve jumps to accuracy 1 at its required budget. LM: best-of-N rising by `bon_gain` per step, its
+    shuffled control flat at sampling, SFT recovering 90% of the gain, RL 0.2 above SFT at low coverage."""
+    budgets, rows = [4, 8, 16, 32, 64, 128, 256], []
+    for structure, reqs in [("compositional", {"sft": sft_req, "rl": rl_req}),
+                            ("atomic", {"sft": sft_req, "rl": atomic_rl_req})]:
+        for j, K in enumerate((1, 2, 3)):
             for seed in range(seeds):
-                rows += [{"level": level, "variant": variant, "method": "sft", "budget": m, "seed": seed,
-                          "accuracy": sft + 0.01 * seed},
-                         {"level": level, "variant": variant, "method": "rl", "budget": m, "seed": seed,
-                          "accuracy": rl + 0.01 * seed}]
-    rows.append({"level": "tabular", "variant": "tabular", "method": "sample", "budget": 1, "seed": 0,
-                 "accuracy": 0.01, "kl_to_optimum": 2.0})
-    s = {"tabular": {"coverage": 600.0, "optimum_accuracy": 0.5},
-         "lm": {"high_coverage": {"coverage": 10.0}, "low_coverage": {"coverage": 100.0}}}
-    conv = pd.DataFrame({"samples_per_prompt": [0, 800], "kl_to_optimum": [2.0, 0.01]})
-    return _rows(rows), s, conv
+                common = {"level": "tabular", "variant": structure, "pairs": K, "seed": seed,
+                          "coverage": 2.0 * 4 ** j}
+                rows.append({**common, "method": "sample", "budget": 1, "accuracy": 0.1})
+                for method, req in reqs.items():
+                    rows += [{**common, "method": method, "budget": m, "accuracy": float(m >= req[j] * (1 + seed % 2))}
+                             for m in budgets]
+    for variant in ("high_coverage", "low_coverage"):
+        for seed in range(seeds):
+            common = {"level": "lm", "variant": variant, "seed": seed, "coverage": 10.0}
+            rows += [{**common, "method": "sample", "budget": 1, "accuracy": 0.1},
+                     {**common, "method": "greedy", "budget": 1, "accuracy": 0.3},
+                     {**common, "method": "sft_unselected", "budget": 1, "accuracy": 0.1 + 0.001 * seed}]
+            for i, n in enumerate((1, 2, 4, 8)):
+                bon = 0.1 + bon_gain * i + 0.002 * seed
+                rows += [{**common, "method": "best_of_n", "budget": n, "accuracy": bon},
+                         {**common, "method": "best_of_n_shuffled", "budget": n,
+                          "accuracy": 0.1 + 0.003 * ((i + seed) % 2)}]
+                if n in (4, 8):
+                    sft = 0.1 + 0.9 * (bon - 0.1)
+                    rows += [{**common, "method": "sft", "budget": n, "accuracy": sft},
+                             {**common, "method": "rl", "budget": n,
+                              "accuracy": sft + (0.2 if variant == "low_coverage" else 0.0) + 0.001 * seed}]
+    conv = pd.DataFrame({"seed": [0, 0, 1, 1, 2, 2], "samples_per_prompt": [0, 800] * 3,
+                         "kl_to_optimum": [2.0, 0.01, 2.1, 0.012, 1.9, 0.011]})
+    return stages._rows(rows), conv
 
 
-def test_claims_decide_on_seeds_and_the_control_can_veto():
-    from papers.sharpening.stages import sharpening_claims
-
-    cfg = {"bon_sizes": [1, 2, 4, 8, 16], "tabular": {"budgets": [4, 64]}, "sharpen": {"budgets": [4, 16]}}
+def test_claims_decide_on_replicates_and_the_controls_can_fail():
+    cfg = {"bon_sizes": [1, 2, 4, 8], "sharpen": {"budgets": [4, 8]},
+           "tabular": {"pairs": [1, 2, 3], "budgets": [4, 8, 16, 32, 64, 128, 256], "seeds": 3},
+           "pretrain": {"seeds": 3}}
     p = parse(cfg)
-    claims = {c.id: c for c in sharpening_claims(p, *_claim_data(rl_low=0.8, rl_high=0.3))}
+    grows, flat = [4, 16, 64], [16, 16, 16]
+    claims = {c.id: c for c in stages.sharpening_claims(p, *_claim_frame(grows, flat, atomic_rl_req=grows))}
+    assert claims["a"].verdict == "holds" and claims["a"].control.verdict == "does not hold"
+    assert claims["b"].verdict == "holds" and claims["b"].control.verdict == "does not hold"
     assert claims["c"].verdict == "holds" and claims["c"].control.verdict == "does not hold"
-    assert claims["a"].verdict == "inconclusive" and "greedy" in claims["a"].note  # one checkpoint; greedy wins
-    assert claims["d"].verdict == "inconclusive" and claims["d"].control.verdict == "inconclusive"
-    # RL ahead on the high-coverage control too: the coverage mechanism is not what the test sees
-    vetoed = {c.id: c for c in sharpening_claims(p, *_claim_data(rl_low=0.8, rl_high=0.8))}
+    assert claims["d"].verdict == "holds" and claims["d"].control.verdict == "does not hold"
+    assert claims["e"].verdict == "holds" and claims["e"].control.verdict == "does not hold"
+    # RL's budget grows with coverage like SFT's: (c) fails on its RL part
+    both_grow = {c.id: c for c in stages.sharpening_claims(p, *_claim_frame(grows, grows, atomic_rl_req=grows))}
+    assert both_grow["c"].verdict == "does not hold" and "RL" in both_grow["c"].note
+    # RL flat on the atomic control too: the criterion cannot tell the mechanism from its absence
+    vetoed = {c.id: c for c in stages.sharpening_claims(p, *_claim_frame(grows, flat, atomic_rl_req=flat))}
     assert vetoed["c"].control.verdict == "holds" and vetoed["c"].verdict == "inconclusive"
-    behind = {c.id: c for c in sharpening_claims(p, *_claim_data(rl_low=0.1, rl_high=0.3))}
-    assert behind["c"].verdict == "does not hold" and "low_coverage, m = 4" in behind["c"].note
+    # best-of-N flat in N: (a) fails
+    no_gain = {c.id: c for c in stages.sharpening_claims(p, *_claim_frame(grows, flat, grows, bon_gain=0.0))}
+    assert no_gain["a"].verdict == "does not hold"

@@ -31,13 +31,13 @@ FANNED_OUT = {
     "welfare_simulate": (12, 12, 12),  # one per policy and population (the paper's and the flat-returns control)
     "welfare_sweep": (6, 6, 6),  # one per policy (sweep points, seeds and the flat control inside)
     "uv_sharpness_train_mlp": (1, 12, 15),  # learning rates x seeds
-    "sam_late_train_sam": (1, 3, 3),  # one per rho of the sweep
+    "sam_late_train_sam": (1, 2, 3),  # one per rho of the sweep
     "linear_mechanisms_phase": (1, 3, 3),  # one per phase-diagram panel
     "linear_mechanisms_nonlinear": (1, 3, 5),  # one per init scale
     "cbplm_train": (1, 3, 3),  # one per seed (the three models inside)
     "cbplm_evaluate": (1, 3, 3),  # one per seed
     "sharpening_sharpen": (2, 2, 2),  # SFT and RL
-    "ensembles_train": (1, 16, 96),  # chunks of members per setting
+    "ensembles_train": (1, 5, 144),  # blocks of (replicate, setting, member) triples
     "neural_fdm_train": (4, 4, 4),  # tasks x models
     "neural_fdm_evaluate": (2, 2, 2),  # one per task
     "deepgate4_train": (1, 3, 3),  # one per seed
@@ -48,6 +48,10 @@ FANNED_OUT = {
     "profilebfn_train": (1, 3, 5),  # one per training seed
     "profilebfn_evaluate": (1, 3, 5),  # one per training seed (every arm and family inside)
     "symspace_train": (1, 3, 5),  # one per seed (every arm, control and metric inside)
+    "infoprop_prepare": (1, 3, 5),  # one per seed
+    "infoprop_train": (1, 3, 5),  # one per seed
+    "infoprop_evaluate": (1, 3, 5),  # one per seed (every propagation scheme inside)
+    "flexpert_train": (1, 3, 5),  # one per seed (predictors, controls and designers inside)
 }
 
 

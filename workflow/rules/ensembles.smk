@@ -1,6 +1,7 @@
 # P9 ensembles: homogeneous deep ensembles through distributional equivalence.
-# prepare (data) -> train (blocks of members_per_job (setting, member) pairs) -> evaluate -> report.
-# Code: workflow/papers/ensembles/ (stages.py holds the functions these rules call).
+# prepare (data, one split per replicate) -> train (per replicate, blocks of members_per_job (setting, member)
+# pairs) -> evaluate -> report. Code: workflow/papers/ensembles/ (stages.py and report.py hold the functions
+# these rules call).
 from papers.ensembles.params import parse as _ensembles_parse
 
 ENS = f"{RESULTS}/ensembles"
@@ -9,7 +10,7 @@ ENS_JOBS = list(range(_ensembles_parse(ENS_CFG).jobs))
 
 
 rule ensembles_prepare:
-    """Load the digits (random test split) or the user's CIFAR files as one table of images and labels."""
+    """Load the digits or the user's CIFAR files as one table with a train/val/test split per replicate."""
     output:
         data=f"{ENS}/prepare/data.parquet",
     params:
@@ -29,12 +30,13 @@ rule ensembles_prepare:
 
 
 rule ensembles_train:
-    """Train one block of (setting, member) pairs, member m seeded m; save test-set probabilities."""
+    """Train one block of (replicate, setting, member) triples; save validation and test probabilities."""
     input:
         data=rules.ensembles_prepare.output.data,
     output:
         probs=f"{ENS}/train/job{{job}}_probs.parquet",
         members=f"{ENS}/train/job{{job}}_members.parquet",
+        snapshots=f"{ENS}/train/job{{job}}_snapshots.parquet",
         checkpoint=f"{ENS}/train/job{{job}}.pt",
     params:
         call="papers.ensembles.stages:train",
@@ -56,10 +58,11 @@ rule ensembles_train:
 
 
 rule ensembles_evaluate:
-    """Per setting: members, the ensemble at every size M, disagreement, the KS equivalence test, the estimator."""
+    """Per setting and replicate: ensemble vs chosen member, curves over M vs the estimator, KS pair tests."""
     input:
         probs=expand(rules.ensembles_train.output.probs, job=ENS_JOBS),
         members=expand(rules.ensembles_train.output.members, job=ENS_JOBS),
+        snapshots=expand(rules.ensembles_train.output.snapshots, job=ENS_JOBS),
     output:
         metrics=f"{ENS}/evaluate/metrics.json",
         curves=f"{ENS}/evaluate/curves.parquet",
@@ -80,7 +83,7 @@ rule ensembles_evaluate:
 
 
 rule ensembles_report:
-    """The table, the ensemble-curve, output-distribution and Jensen-gap figures, the claims, report.md."""
+    """The table, the ensemble-curve, output-distribution and chosen-member figures, the claims, report.md."""
     input:
         metrics=rules.ensembles_evaluate.output.metrics,
         curves=rules.ensembles_evaluate.output.curves,
@@ -105,9 +108,11 @@ rule ensembles_report:
             caption="../report/ensembles/distributions.rst",
             category="ensembles",
         ),
-        fig_jensen=report(f"{ENS}/figures/jensen_gap.png", caption="../report/ensembles/jensen.rst", category="ensembles"),
+        fig_chosen=report(
+            f"{ENS}/figures/ensemble_vs_chosen.png", caption="../report/ensembles/chosen.rst", category="ensembles"
+        ),
     params:
-        call="papers.ensembles.stages:report",
+        call="papers.ensembles.report:report",
         cfg=ENS_CFG,
         scale=SCALE,
     log:

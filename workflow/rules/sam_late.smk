@@ -53,7 +53,7 @@ rule sam_late_train_sgd:
 
 
 rule sam_late_train_sam:
-    """At one rho, every seed: SAM throughout, late SAM (from SGD's switch checkpoint) and early SAM."""
+    """At one rho, every seed: SAM throughout and late SAM; at the main rho early SAM and the switch sweep too."""
     input:
         data=rules.sam_late_prepare.output.data,
         sgd=rules.sam_late_train_sgd.output.checkpoints,
@@ -165,6 +165,9 @@ rule sam_late_report:
             f"{SL}/figures/mechanism.png", caption="../report/sam_late/mechanism.rst", category="sam_late"
         ),
         fig_robust=report(f"{SL}/figures/robust.png", caption="../report/sam_late/robust.rst", category="sam_late"),
+        fig_switch=report(
+            f"{SL}/figures/switch_sweep.png", caption="../report/sam_late/switch.rst", category="sam_late"
+        ),
     params:
         call="papers.sam_late.stages:report",
         cfg=SL_CFG,

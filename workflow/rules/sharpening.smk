@@ -1,16 +1,17 @@
 # P11 sharpening: self-improvement as sharpening, SFT- against RL-sharpening, on two levels.
-# prepare -> tabular (level 1, exact model) | pretrain -> sharpen (per method) (level 2, tiny transformer)
+# prepare -> pretrain -> sharpen (per method) (level 2, tiny transformers) | tabular (level 1, exact sweep)
 # -> evaluate -> report. Code: workflow/papers/sharpening/ (stages.py holds the functions these rules call).
 from papers.sharpening.params import METHODS as SHARPENING_METHODS
 
 SH = f"{RESULTS}/sharpening"
 SH_CFG = config["sharpening"]
+# Pretrained LMs (sharpening.pretrained.models; full scale): evaluated as they are, no training job.
+SH_PRETRAINED = [m["name"] for m in SH_CFG["pretrained"]["models"]]
 
 
 rule sharpening_prepare:
-    """Generate the tabular base model, the noisy string-reversal corpus and the sharpening prompts."""
+    """Generate the sharpening prompts and, from other prompts, the noisy reversal corpus."""
     output:
-        tabular_base=f"{SH}/prepare/tabular_base.parquet",
         corpus=f"{SH}/prepare/corpus.parquet",
         prompts=f"{SH}/prepare/prompts.parquet",
     params:
@@ -30,9 +31,7 @@ rule sharpening_prepare:
 
 
 rule sharpening_tabular:
-    """Level 1: exact best-of-N, SFT- and RL-sharpening on the tabular model; one long RL run."""
-    input:
-        tabular_base=rules.sharpening_prepare.output.tabular_base,
+    """Level 1: the exact coverage sweep of SFT- and RL-sharpening; long RL runs to the optimum."""
     output:
         curves=f"{SH}/train/tabular.parquet",
         convergence=f"{SH}/train/tabular_convergence.parquet",
@@ -53,9 +52,10 @@ rule sharpening_tabular:
 
 
 rule sharpening_pretrain:
-    """Level 2: pretrain the tiny character-level transformer on the noisy string-reversal corpus."""
+    """Level 2: pretrain one tiny character-level transformer per seed on the noisy corpus."""
     input:
         corpus=rules.sharpening_prepare.output.corpus,
+        prompts=rules.sharpening_prepare.output.prompts,
     output:
         checkpoint=f"{SH}/train/base.pt",
         history=f"{SH}/train/pretrain_history.parquet",
@@ -76,7 +76,7 @@ rule sharpening_pretrain:
 
 
 rule sharpening_sharpen:
-    """Level 2: sharpen the pretrained transformer by one method (SFT or RL) over every budget and seed."""
+    """Level 2: sharpen every pretrained transformer by one method (SFT or RL) over every budget."""
     input:
         checkpoint=rules.sharpening_pretrain.output.checkpoint,
         prompts=rules.sharpening_prepare.output.prompts,
@@ -102,11 +102,10 @@ rule sharpening_sharpen:
 
 
 rule sharpening_evaluate:
-    """The base model's accuracies and coverage, and both levels' results in one table."""
+    """The base models' accuracies, best-of-N curves and coverage; both levels' results in one table."""
     input:
         checkpoint=rules.sharpening_pretrain.output.checkpoint,
         prompts=rules.sharpening_prepare.output.prompts,
-        tabular_base=rules.sharpening_prepare.output.tabular_base,
         tabular_curves=rules.sharpening_tabular.output.curves,
         sharpened=expand(rules.sharpening_sharpen.output.results, method=SHARPENING_METHODS),
     output:
@@ -128,6 +127,29 @@ rule sharpening_evaluate:
         CALL
 
 
+rule sharpening_pretrained:
+    """The paper's own setting: best-of-N of one local pretrained LM on the user's GSM-style prompts."""
+    input:
+        prompts=lambda w: SH_CFG["pretrained"]["prompts"],
+    output:
+        results=f"{SH}/evaluate/pretrained_{{name}}.parquet",
+    params:
+        call="papers.sharpening.stages:pretrained",
+        cfg=SH_CFG,
+        name=lambda w: w.name,
+    log:
+        f"{LOGS}/sharpening/evaluate/pretrained_{{name}}.log",
+    benchmark:
+        f"{BENCHMARKS}/sharpening/evaluate/pretrained_{{name}}.tsv"
+    threads: res("gpu", "threads")
+    resources:
+        **job_resources("gpu"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
 rule sharpening_report:
     """The table, the best-of-N, sharpening and convergence figures, the claims with verdicts, report.md."""
     input:
@@ -135,12 +157,14 @@ rule sharpening_report:
         summary=rules.sharpening_evaluate.output.summary,
         convergence=rules.sharpening_tabular.output.convergence,
         history=rules.sharpening_pretrain.output.history,
+        pretrained=expand(rules.sharpening_pretrained.output.results, name=SH_PRETRAINED),
         benchmarks=[
             rules.sharpening_prepare.benchmark,
             rules.sharpening_tabular.benchmark,
             rules.sharpening_pretrain.benchmark,
             *expand(rules.sharpening_sharpen.benchmark, method=SHARPENING_METHODS),
             rules.sharpening_evaluate.benchmark,
+            *expand(rules.sharpening_pretrained.benchmark, name=SH_PRETRAINED),
         ],
     output:
         table_md=report(f"{SH}/table.md", caption="../report/sharpening/table.rst", category="sharpening"),

@@ -4,8 +4,10 @@ Read bottom-up: :class:`CircuitModel` runs a circuit's windows (the full graph, 
 partitioned update with a history table); per window it runs the DeepGate2 tokenizer level by
 level (:class:`Tokenizer`), then refinement layers (:class:`RefineLayer`): DeepGate4's GAT-based
 sparse transformer (``attention="gat"``, the official ``Sparse_Transformer`` with
-``GATConv``), a dot-product sparse transformer (``"dot"``) or the plain dense transformer of
-DeepGate3 (``"dense"``, the same fan-in-cone mask computed as a dense matrix). Official code:
+``GATConv``), a dot-product sparse transformer (``"dot"``), the plain dense transformer of
+DeepGate3 (``"dense"``, the same fan-in-cone mask computed as a dense matrix) or a global
+transformer (``"global"``: every gate of a window attends to every gate of it, no cone mask).
+Official code:
 zyzheng17/DeepGate4-ICLR-25, ``src/models/{dg4,dg2,plain_tf_linear,plain_tf,tfmlp}.py``.
 """
 from __future__ import annotations
@@ -104,12 +106,16 @@ class RefineLayer(nn.Module):
     projection, scores LeakyReLU(a_src . x_j + a_dst . x_i), heads concatenated, a bias), through
     ``kernels.gat_attention``; ``"dot"``: dot-product scores through ``kernels.graph_attention``;
     ``"dense"``: DeepGate3's plain transformer, softmax(q k^T / sqrt(d) + mask) v over each area
-    with the cone as a dense boolean mask, through ``kernels.attention``. Then x = LN(x + att), x = LN(x + FFN(x)).
+    with the cone as a dense boolean mask, through ``kernels.attention``; ``"global"``: the same
+    softmax over all gates of the window (of the same circuit in a union of circuits), no mask.
+    ``cone`` (gat, dot): ``fanin`` attends to the fan-in cone (the official ``global_virtual_edge``),
+    ``fanin_fanout`` to the fan-in and the fan-out cone (the paper, Sec. 3.3).
+    Then x = LN(x + att), x = LN(x + FFN(x)).
     """
 
-    def __init__(self, width: int, heads: int, d_ff: int, attention: str, dropout: float):
+    def __init__(self, width: int, heads: int, d_ff: int, attention: str, dropout: float, cone: str = "fanin"):
         super().__init__()
-        self.attention, self.heads = attention, heads
+        self.attention, self.heads, self.cone = attention, heads, cone
         self.fused = True  # False: the unfused torch references of the kernels (claim c)
         c = width // heads
         if attention == "gat":
@@ -129,17 +135,25 @@ class RefineLayer(nn.Module):
     def attend(self, x: Tensor, sub: Sub) -> Tensor:
         n, width = x.shape
         H, C = self.heads, width // self.heads
+        if self.attention in ("gat", "dot"):
+            edges, layout = (sub.att_io, sub.att_io_layout) if self.cone == "fanin_fanout" else (sub.att, sub.att_layout)
         if self.attention == "gat":
             h = self.lin(x).view(n, H, C)
             if self.fused:
-                a = kernels.gat_attention(h, None, self.att_src, self.att_dst, sub.att_layout)
+                a = kernels.gat_attention(h, None, self.att_src, self.att_dst, layout)
             else:
-                a = kernels.gat_attention_reference(h, None, self.att_src, self.att_dst, sub.att)
+                a = kernels.gat_attention_reference(h, None, self.att_src, self.att_dst, edges)
             return a.reshape(n, width) + self.bias
         q, k, v = self.qkv(x).view(n, 3, H, C).unbind(1)  # (n, H, C) each
         if self.attention == "dot":
             fn = kernels.graph_attention if self.fused else kernels.graph_attention_reference
-            a = fn(q, k, v, sub.att_layout if self.fused else sub.att)
+            a = fn(q, k, v, layout if self.fused else edges)
+            return self.out(a.reshape(n, width))
+        if self.attention == "global":
+            fn = kernels.attention if self.fused else kernels.attention_reference
+            same = (sub.part[:, None] == sub.part[None, :])[None, None]  # (1, 1, n, n): one circuit of a union
+            q, k, v = (t.transpose(0, 1)[None] for t in (q, k, v))  # (1, H, n, C) each
+            a = fn(q, k, v, bias=same)[0].transpose(0, 1)  # (n, H, C)
             return self.out(a.reshape(n, width))
         # dense: per area (root cone), as DeepGate3's per-area masked attention; gates in several
         # areas get identical outputs (a cone is closed), one copy is read back through area_pick
@@ -172,23 +186,28 @@ class CircuitModel(nn.Module):
     ``hs_init``) and a learned PI function vector (hf; the official code derives it from two
     virtual NOT gates), plus DeepGate4's encodings in hs: the global one, a sinusoid of the
     forward level through a linear layer, and the local one, embeddings of the numbers of AND and
-    NOT fanouts (official ``abs_pe_embedding``, ``out_and``, ``out_not``). The tokenizer runs
+    NOT fanouts (official ``abs_pe_embedding``, ``out_and``, ``out_not``). ``level_encoding``:
+    ``absolute`` encodes the level itself (the paper); ``normalised`` encodes
+    ``level_scale * level / depth`` (depth of the gate's own circuit), a relative position that
+    stays in the trained range on deeper circuits (a difference from the paper). The tokenizer runs
     over the window's levels; the refinement layers over [hf, hs] of the window's gates, added
     back as a residual (official ``hf = hf + hf_tf``).
     """
 
     def __init__(self, *, hidden: int, mlp_hidden: int, refine_layers: int, heads: int, attention: str,
-                 local_encoding: bool, dropout: float, max_degree: int):
+                 local_encoding: bool, dropout: float, max_degree: int, cone: str = "fanin",
+                 level_encoding: str = "absolute", level_scale: float = 100.0):
         super().__init__()
         d = hidden
         self.d, self.local_encoding, self.max_degree = d, local_encoding, max_degree
+        self.level_encoding, self.level_scale = level_encoding, level_scale
         self.tokenizer = Tokenizer(d)
         self.hf_pi = nn.Parameter(torch.randn(d) / math.sqrt(d))
         if local_encoding:
             self.level_proj = nn.Linear(d, d)
             self.out_and = nn.Embedding(max_degree + 1, d)
             self.out_not = nn.Embedding(max_degree + 1, d)
-        self.refine = nn.ModuleList(RefineLayer(2 * d, heads, 4 * d, attention, dropout)
+        self.refine = nn.ModuleList(RefineLayer(2 * d, heads, 4 * d, attention, dropout, cone)
                                     for _ in range(refine_layers))
         self.heads = Heads(d, mlp_hidden)
 
@@ -203,7 +222,8 @@ class CircuitModel(nn.Module):
         hf = torch.where(is_pi, self.hf_pi.expand(new.numel(), -1), torch.zeros(new.numel(), self.d, device=new.device))
         if self.local_encoding:
             clamp = lambda t: t.clamp(max=self.max_degree)
-            hs = hs + self.level_proj(sinusoid(plan.level[new], self.d)) \
+            pos = plan.level[new] if self.level_encoding == "absolute" else self.level_scale * plan.level_frac[new]
+            hs = hs + self.level_proj(sinusoid(pos, self.d)) \
                 + self.out_and(clamp(plan.fanout_and[new])) + self.out_not(clamp(plan.fanout_not[new]))
         return hs, hf
 
@@ -276,10 +296,12 @@ class GAT(nn.Module):
         return x, x
 
 
-def build(arm: dict, *, hidden: int, mlp_hidden: int, heads: int, dropout: float, max_degree: int) -> nn.Module:
+def build(arm: dict, *, hidden: int, mlp_hidden: int, heads: int, dropout: float, max_degree: int,
+          level_encoding: str = "absolute", level_scale: float = 100.0) -> nn.Module:
     """A model from an arm's config (`kind`: circuit | gat)."""
     if arm["kind"] == "gat":
         return GAT(hidden=hidden, mlp_hidden=mlp_hidden, layers=arm["layers"])
     return CircuitModel(hidden=hidden, mlp_hidden=mlp_hidden, refine_layers=arm["layers"], heads=heads,
                         attention=arm["attention"], local_encoding=arm["local_encoding"], dropout=dropout,
-                        max_degree=max_degree)
+                        max_degree=max_degree, cone=arm.get("cone", "fanin"), level_encoding=level_encoding,
+                        level_scale=level_scale)

@@ -12,7 +12,9 @@ from papers.common.params import ALL, for_stage, from_config
 
 SLUG = "deepgate4"
 ARM_KINDS = ("circuit", "gat")
-ATTENTIONS = ("gat", "dot", "dense")
+ATTENTIONS = ("gat", "dot", "dense", "global")
+CONES = ("fanin", "fanin_fanout")
+LEVEL_ENCODINGS = ("absolute", "normalised")
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class DataParams:
                     "ctrl", "dec", "int2float", "router")
     generated: dict = field(default_factory=lambda: {"adder": [8, 16], "multiplier": [4, 6], "comparator": [8, 16],
                                                      "mux": [3, 4]})
+    val: tuple = ("c3540", "multiplier8")  # validation circuits (early stopping), neither trained on nor tested
     test: dict = field(default_factory=lambda: {"ITC99": ["b17_C", "b20_C", "b22_C"], "EPFL": ["cavlc", "i2c"]})
     scaling: tuple = ("c5315", "c7552", "s38584", "b20_Cg", "b22_Cg", "b17_Cg")
     patterns: int = 15000  # random input patterns of the simulation (official: 15000)
@@ -46,11 +49,15 @@ class ModelParams:
     max_degree: int = 4999  # official nn.Embedding(5000, hidden) for out_and / out_not
     window_levels: int = 6  # official areas: 8-hop cones every k_hop - 2 = 6 levels
     areas_per_batch: int = 256  # official mini_batch_size
+    level_encoding: str = "absolute"  # official: sinusoid of the level itself; normalised: of level / depth
+    level_scale: float = 100.0  # normalised encoding: positions level_scale * level / depth
 
 
 @dataclass(frozen=True)
 class TrainParams:
-    epochs: int = 200  # official run/train_large.sh
+    steps: int = 20000  # optimiser steps per arm (the same for every arm); official: 200 epochs
+    eval_every: int = 500  # validation every this many steps
+    patience: int = 5  # early stopping: evaluations without improvement
     lr: float = 1e-4  # official run/train_large.sh
     batch_nodes: int = 4000  # small circuits are merged into unions of at most this many nodes
     device: str = "auto"  # training and evaluation: auto (CUDA when present) | cpu | cuda
@@ -86,7 +93,8 @@ class Params:
         "plain_gt": {"kind": "circuit", "layers": 12, "attention": "dense", "local_encoding": False, "partitioned": False},
         "deepgate4": {"kind": "circuit", "layers": 12, "attention": "gat", "local_encoding": True, "partitioned": True},
     })
-    method: str = "deepgate4"  # the arm claim (a) is about; the others are the baselines
+    method: str = "deepgate4"  # the arm claim (a) is about; the others but `control` are the baselines
+    control: str | None = None  # claim (a)'s negative control: an arm without the method's mechanism
     min_improvement: float = 0.0  # claim (a): relative error reduction over the best baseline must exceed this
     data: DataParams = field(default_factory=DataParams)
     model: ModelParams = field(default_factory=ModelParams)
@@ -97,14 +105,20 @@ class Params:
     def check(self) -> None:
         if self.method not in self.arms:
             raise ValueError(f"deepgate4.method: {self.method!r} is not one of the arms {sorted(self.arms)}")
-        if len(self.arms) < 2:
+        if self.control is not None and (self.control not in self.arms or self.control == self.method):
+            raise ValueError(f"deepgate4.control: {self.control!r} must be an arm other than the method")
+        if len(set(self.arms) - {self.method, self.control}) < 1:
             raise ValueError("deepgate4.arms: claim (a) needs the method and at least one baseline")
+        if self.model.level_encoding not in LEVEL_ENCODINGS:
+            raise ValueError(f"deepgate4.model.level_encoding must be one of {LEVEL_ENCODINGS}")
         for name, arm in self.arms.items():
             kind = arm.get("kind")
             if kind not in ARM_KINDS:
                 raise ValueError(f"deepgate4.arms.{name}.kind must be one of {ARM_KINDS}, got {kind!r}")
             if kind == "circuit" and arm.get("attention") not in ATTENTIONS:
                 raise ValueError(f"deepgate4.arms.{name}.attention must be one of {ATTENTIONS}")
+            if arm.get("cone", "fanin") not in CONES:
+                raise ValueError(f"deepgate4.arms.{name}.cone must be one of {CONES}, got {arm.get('cone')!r}")
             if kind == "gat" and arm.get("partitioned"):
                 raise ValueError(f"deepgate4.arms.{name}: the GAT baseline has no partitioned update")
         if (2 * self.model.hidden) % self.model.heads:
@@ -115,9 +129,13 @@ class Params:
             raise ValueError("deepgate4.data.scaling: the exponent fit needs at least two circuits")
         if not self.data.test:
             raise ValueError("deepgate4.data.test: at least one held-out family is needed")
-        overlap = set(self.data.train) & {c for cs in self.data.test.values() for c in cs}
-        if overlap:
-            raise ValueError(f"deepgate4.data: circuits both in train and test: {sorted(overlap)}")
+        test = {c for cs in self.data.test.values() for c in cs}
+        for a, b, names in (("train", "test", set(self.data.train) & test), ("train", "val", set(self.data.train) & set(self.data.val)),
+                            ("val", "test", set(self.data.val) & test)):
+            if names:
+                raise ValueError(f"deepgate4.data: circuits both in {a} and {b}: {sorted(names)}")
+        if not self.data.val:
+            raise ValueError("deepgate4.data.val: early stopping needs at least one validation circuit")
         if self.kernel.circuit not in self.data.scaling:
             raise ValueError(f"deepgate4.kernel.circuit ({self.kernel.circuit}) must be one of data.scaling")
         lo, hi = self.data.extreme

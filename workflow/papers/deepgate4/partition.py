@@ -19,6 +19,11 @@ the sparse attention, restricted to each gate's fan-in cone inside its window (t
 areas' ``global_virtual_edge``: fan-in cone plus the gate itself), sees the same keys. The
 partitioned forward therefore equals the full-graph forward (a unit test checks it); only memory
 differs. A gate shared by two mini-batches of a window is computed twice, identically.
+
+Each Sub also carries the fan-in-and-fan-out edges (``att_io``: u attends to v when v is in u's
+fan-in cone or u in v's, inside the Sub), the attention the paper describes for its sparse
+transformer (Sec. 3.3). A gate's fan-out cone can leave its mini-batch, so with these edges the
+partitioned pass sees fewer keys than the full-graph pass: it no longer equals it exactly.
 """
 from __future__ import annotations
 
@@ -40,7 +45,10 @@ class Sub:
     nodes (n_ctx + n_new,) global ids, context first; steps: per level of the new gates,
     (and_dst (a,), and_src (a, 2), not_dst (b,), not_src (b, 1)) in local indices;
     att: (2, E) attention edges among the new gates (local new-gate indices: source in the
-    destination's in-window fan-in cone, self loops included) and its CSR/CSC layout; areas
+    destination's in-window fan-in cone, self loops included) and its CSR/CSC layout; att_io,
+    att_io_layout: the same with the fan-out cones added (source in the destination's fan-in or
+    fan-out cone); part (n_new,): the circuit of each new gate in a union (a global attention
+    stays inside its circuit); areas
     (A, L): the root cones as local new-gate indices, -1 padded, with their cone masks
     area_mask (A, L, L) (True: row attends to column) and area_pick (n_new,), the position
     in the flattened (A * L) of one area holding each gate (the dense attention's layout).
@@ -54,6 +62,9 @@ class Sub:
     areas: torch.Tensor
     area_mask: torch.Tensor
     area_pick: torch.Tensor
+    att_io: torch.Tensor
+    att_io_layout: kernels.GraphLayout
+    part: torch.Tensor
 
     @property
     def new(self) -> torch.Tensor:
@@ -62,8 +73,10 @@ class Sub:
     def to(self, device) -> Sub:
         steps = [tuple(t.to(device) for t in step) for step in self.steps]
         layout = kernels.GraphLayout(*(t.to(device) for t in self.att_layout))
+        io_layout = kernels.GraphLayout(*(t.to(device) for t in self.att_io_layout))
         return Sub(self.nodes.to(device), self.n_ctx, steps, self.att.to(device), layout, self.areas.to(device),
-                   self.area_mask.to(device), self.area_pick.to(device))
+                   self.area_mask.to(device), self.area_pick.to(device), self.att_io.to(device), io_layout,
+                   self.part.to(device))
 
 
 @dataclass
@@ -74,6 +87,7 @@ class Plan:
     num_nodes: int
     gate: torch.Tensor  # (N,) long
     level: torch.Tensor  # (N,) long
+    level_frac: torch.Tensor  # (N,) float: level / depth of the node's own circuit, in [0, 1]
     fanout_and: torch.Tensor  # (N,) long: AND gates among the fanouts (the official out_and)
     fanout_not: torch.Tensor  # (N,) long: NOT gates among the fanouts (the official out_not)
     edge_index: torch.Tensor  # (2, E): fanin -> gate
@@ -82,8 +96,8 @@ class Plan:
     def to(self, device) -> Plan:
         t = lambda x: x.to(device)
         windows = [(full.to(device), [b.to(device) for b in batches]) for full, batches in self.windows]
-        return Plan(self.name, self.num_nodes, t(self.gate), t(self.level), t(self.fanout_and), t(self.fanout_not),
-                    t(self.edge_index), windows)
+        return Plan(self.name, self.num_nodes, t(self.gate), t(self.level), t(self.level_frac), t(self.fanout_and),
+                    t(self.fanout_not), t(self.edge_index), windows)
 
     def work(self, partitioned: bool):
         """The Subs in processing order: one per window, or one per mini-batch of areas."""
@@ -107,7 +121,7 @@ def _reach(fanin_local: np.ndarray, n: int, hops: int) -> sp.csr_matrix:
     return R.tocsr()
 
 
-def _sub(new: np.ndarray, gate, level, fanin, R_new: sp.csr_matrix, roots: np.ndarray) -> Sub:
+def _sub(new: np.ndarray, gate, level, fanin, R_new: sp.csr_matrix, roots: np.ndarray, part: np.ndarray) -> Sub:
     """Build a Sub for the new gates `new` (sorted by level); R_new = R restricted to them;
     roots: positions in `new` of the roots whose areas (cones) cover `new`."""
     fi = fanin[new]
@@ -128,6 +142,9 @@ def _sub(new: np.ndarray, gate, level, fanin, R_new: sp.csr_matrix, roots: np.nd
     coo = R_new.tocoo()
     att = torch.from_numpy(np.stack([coo.col, coo.row]).astype(np.int64))  # source v -> destination u
     layout = kernels.graph_layout(att, new.size, new.size)
+    io = (R_new + R_new.T).tocoo()  # fan-in or fan-out cone (R is reflexive: self loops once)
+    att_io = torch.from_numpy(np.stack([io.col, io.row]).astype(np.int64))
+    io_layout = kernels.graph_layout(att_io, new.size, new.size)
     cones = [R_new[r].indices for r in roots]
     L = max(c.size for c in cones)
     areas = np.full((len(cones), L), -1, dtype=np.int64)
@@ -139,12 +156,18 @@ def _sub(new: np.ndarray, gate, level, fanin, R_new: sp.csr_matrix, roots: np.nd
         pick[c] = a * L + np.arange(c.size)
     mask[:, np.arange(L), np.arange(L)] = True  # padding rows see themselves only (no empty row); never read
     return Sub(torch.from_numpy(nodes), int(ctx.size), steps, att, layout, torch.from_numpy(areas),
-               torch.from_numpy(mask), torch.from_numpy(pick))
+               torch.from_numpy(mask), torch.from_numpy(pick), att_io, io_layout,
+               torch.from_numpy(part[new].astype(np.int64)))
 
 
-def plan_circuit(name, gate, fanin, level, *, window_levels: int, areas_per_batch: int, partitioned: bool = True) -> Plan:
-    """Windows, areas and mini-batches of one circuit (numpy arrays from :mod:`.aig`)."""
+def plan_circuit(name, gate, fanin, level, *, window_levels: int, areas_per_batch: int, partitioned: bool = True,
+                 part=None) -> Plan:
+    """Windows, areas and mini-batches of one circuit (numpy arrays from :mod:`.aig`); `part` (N,):
+    which circuit of a disjoint union each node belongs to (None: one circuit)."""
     n = gate.size
+    part = np.zeros(n, dtype=np.int64) if part is None else np.asarray(part, dtype=np.int64)
+    depth = np.maximum(_part_max(part, level), 1)
+    level_frac = (level / depth).astype(np.float32)
     window = level // window_levels
     fanout_and = np.bincount(fanin[gate == AND].reshape(-1), minlength=n)
     fanout_not = np.bincount(fanin[gate == NOT][:, 0], minlength=n)
@@ -159,17 +182,25 @@ def plan_circuit(name, gate, fanin, level, *, window_levels: int, areas_per_batc
         has_fanout = np.zeros(nodes.size, dtype=bool)
         has_fanout[fl[fl >= 0]] = True
         roots = np.flatnonzero(~has_fanout)
-        full = _sub(nodes, gate, level, fanin, R, roots)
+        full = _sub(nodes, gate, level, fanin, R, roots, part)
         batches = []
         if partitioned:
             for i in range(0, roots.size, areas_per_batch):
                 members = np.unique(R[roots[i:i + areas_per_batch]].indices)  # union of the areas
                 batches.append(_sub(nodes[members], gate, level, fanin, R[members][:, members],
-                                    np.searchsorted(members, roots[i:i + areas_per_batch])))
+                                    np.searchsorted(members, roots[i:i + areas_per_batch]), part))
         windows.append((full, batches))
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a).astype(np.int64))
     edges = np.stack([fanin.reshape(-1), np.repeat(np.arange(n), 2)])
-    return Plan(name, n, t(gate), t(level), t(fanout_and), t(fanout_not), t(edges[:, edges[0] >= 0]), windows)
+    return Plan(name, n, t(gate), t(level), torch.from_numpy(level_frac), t(fanout_and), t(fanout_not),
+                t(edges[:, edges[0] >= 0]), windows)
+
+
+def _part_max(part: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """Per node, the largest level (depth) of its own circuit."""
+    depth = np.zeros(int(part.max()) + 1, dtype=np.int64)
+    np.maximum.at(depth, part, level)
+    return depth[part]
 
 
 def pi_vectors(num_pi: int, dim: int, seed: int) -> np.ndarray:

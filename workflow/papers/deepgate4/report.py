@@ -15,6 +15,9 @@ from papers.deepgate4.params import SLUG, parse
 
 TITLE = "P5 deepgate4: DeepGate4: scalable graph transformer for circuits"
 TASKS = {"prob": "Prob (signal probability L1)", "tt": "TTDis (truth-table distance L1)"}
+# The paper's overall figure: the sum of the task errors (its "Overall" column), reduced relative to the
+# next-best model's overall error; here the sum of our two tasks' pooled L1 errors.
+OVERALL = "overall"
 PAPER_IMPROVEMENT = {"ITC99": 15.5, "EPFL": 31.1}  # the paper's abstract: over the next-best model
 PAPER_FUSED = {"runtime": 35.1, "memory": 46.8}  # the paper's abstract: Fused-DeepGate4 reductions
 
@@ -26,27 +29,27 @@ def fit_exponent(sizes, values) -> tuple[float, float]:
 
 
 def errors(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Pooled errors per arm, seed and family: sum of absolute errors over gates (pairs) / count."""
+    """Pooled errors per arm, seed and family: sum of absolute errors over gates (pairs) / count,
+    and the overall error, their sum (the paper's overall figure)."""
     g = metrics.groupby(["arm", "seed", "family"], sort=False)[["prob_err_sum", "gates", "tt_err_sum", "pairs"]].sum()
     out = pd.DataFrame({"prob": g.prob_err_sum / g.gates, "tt": g.tt_err_sum / g.pairs.where(g.pairs > 0)})
+    out[OVERALL] = out.prob + out.tt
     return out.reset_index()
 
 
-def improvements(err: pd.DataFrame, method: str) -> dict:
-    """Relative error reduction (%) of the method over the best baseline, per family and task
-    (seed means), and its mean over the tasks per family."""
-    means = err.groupby(["arm", "family"], sort=False)[list(TASKS)].mean()
+def improvements(err: pd.DataFrame, method: str, exclude=()) -> dict:
+    """Relative error reduction (%) of the method over the best baseline (the arms but the method
+    and `exclude`), per family and metric (each task and the overall error), on seed means; the
+    next-best baseline is picked per metric by its seed-mean error, as the paper picks it."""
+    means = err.groupby(["arm", "family"], sort=False)[[*TASKS, OVERALL]].mean()
     out = {}
     for fam in err.family.unique():
-        per_task = []
-        for task in TASKS:
-            base = means.xs(fam, level="family")[task].drop(method)
+        for task in (*TASKS, OVERALL):
+            base = means.xs(fam, level="family")[task].drop([method, *exclude], errors="ignore")
             best_arm = base.idxmin()
             imp = 100 * (base[best_arm] - means.loc[(method, fam), task]) / base[best_arm]
             out[f"{fam} {task}"] = float(imp)
             out[f"{fam} {task} next-best"] = best_arm
-            per_task.append(imp)
-        out[f"{fam} mean"] = float(np.mean(per_task))
     return out
 
 
@@ -57,15 +60,16 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
     err = errors(read_parquet(metrics))
     arms = list(p.arms)
     families = list(p.data.test)
-    imp = improvements(err, p.method)
+    imp = improvements(err, p.method, exclude=[p.control] if p.control else [])
+    metrics_cols = (*TASKS, OVERALL)
 
     # --- table 1: held-out errors, mean +- std over seeds
     rows, csv_rows = [], []
     for arm in arms:
-        row = {"model": arm}
+        row = {"model": arm + (" (control)" if arm == p.control else "")}
         for fam in families:
             e = err[(err.arm == arm) & (err.family == fam)]
-            for task in TASKS:
+            for task in metrics_cols:
                 row[f"{fam} {task}"] = mean_std(e[task], 3)
                 csv_rows.append({"table": "errors", "row": arm, "column": f"{fam}/{task}_l1",
                                  "mean": e[task].mean(), "std": e[task].std(ddof=1) if len(e) > 1 else 0.0})
@@ -73,11 +77,12 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
     imp_row = {"model": f"{p.method}: error reduction over the next-best (%)"}
     paper_row = {"model": "paper: improvement over the next-best (%)"}
     for fam in families:
-        for task in TASKS:
+        for task in metrics_cols:
             imp_row[f"{fam} {task}"] = f"{imp[f'{fam} {task}']:.1f} (vs {imp[f'{fam} {task} next-best']})"
             csv_rows.append({"table": "improvement", "row": p.method, "column": f"{fam}/{task}",
                              "mean": imp[f"{fam} {task}"], "std": 0.0})
-            paper_row[f"{fam} {task}"] = f"{PAPER_IMPROVEMENT[fam]} (overall)" if fam in PAPER_IMPROVEMENT else "n/a"
+            paper_row[f"{fam} {task}"] = (f"{PAPER_IMPROVEMENT[fam]}" if fam in PAPER_IMPROVEMENT and task == OVERALL
+                                          else "")
     rows += [imp_row, paper_row]
     errors_md = pd.DataFrame(rows)
 
@@ -114,10 +119,26 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
         circ_rows.append(row)
     circ_md = pd.DataFrame(circ_rows)
 
+    # --- table 4: the training budgets (equal optimiser steps, early stopping) and their wall time
+    hist_df = read_parquets(histories)
+    last = hist_df.sort_values("step").groupby(["arm", "seed"]).last().reset_index()
+    budget_rows = []
+    for arm in arms:
+        h = last[last.arm == arm]
+        budget_rows.append({"model": arm, "steps taken": mean_std(h.step, 3), "best step (kept)": mean_std(h.best_step, 3),
+                            "training (s)": mean_std(h.train_seconds, 3), "validation (s)": mean_std(h.val_seconds, 3),
+                            "s per step": f"{(h.train_seconds / h.step).mean():.3g}"})
+        csv_rows += [{"table": "budget", "row": arm, "column": c, "mean": float(h[c].mean()),
+                      "std": float(h[c].std(ddof=1)) if len(h) > 1 else 0.0}
+                     for c in ("step", "best_step")]
+    budget_md = pd.DataFrame(budget_rows)
+
     seeds = sorted(err.seed.unique())
     caption = (f"Held-out errors (lower is better), mean +- std over {len(seeds)} seed(s); L1 of the signal "
                f"probability over every AND/NOT gate and of the truth-table distance over the sampled pairs, "
-               f"pooled per family. The paper reports the overall improvement of DeepGate4 over the next-best model.")
+               f"pooled per family, and the overall error, their sum. The paper reports the overall improvement of "
+               f"DeepGate4 over the next-best model (its overall column); the per-task reductions are beside it. "
+               f"{p.control} is claim (a)'s negative control, not a baseline.")
     write_table(errors_md, table_md, table_csv, caption=caption, csv_df=pd.DataFrame(csv_rows))
     mem_caption = (f"Peak activation memory of one forward pass (autograd on) of the {p.method} model "
                    f"(hidden {p.scaling.hidden}, {p.scaling.layers} refinement layers), full graph against the "
@@ -125,13 +146,19 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
                    f"peak ~ N^a: full {a_full:.2f}, partitioned {a_part:.2f}.")
     circ_caption = ("Per held-out circuit (seed means): L1 errors of every model; the family values above pool "
                     "the gates (pairs) of these circuits, so large circuits weigh most.")
+    budget_caption = (f"Training budgets: every arm at most {p.train.steps} optimiser steps (one per circuit union for "
+                      f"the full-graph arms, one per mini-batch of areas for the partitioned update), validation every "
+                      f"{p.train.eval_every} steps on {', '.join(p.data.val)}, stopped after {p.train.patience} "
+                      f"evaluations without improvement, best weights kept; wall time on this machine (mean +- std "
+                      f"over seeds; it varies with the machine's load).")
     with open(table_md, "a") as f:
+        f.write("\n" + budget_caption + "\n\n" + to_markdown(budget_md))
         f.write("\n" + circ_caption + "\n\n" + to_markdown(circ_md))
         f.write("\n" + mem_caption + "\n\n" + to_markdown(mem_md))
 
     # --- figures
-    fig, axes = subplots(1, len(families) * len(TASKS), width=3.4, height=3.2)
-    for i, (fam, task) in enumerate((f, t) for f in families for t in TASKS):
+    fig, axes = subplots(1, len(families) * len(metrics_cols), width=3.4, height=3.2)
+    for i, (fam, task) in enumerate((f, t) for f in families for t in metrics_cols):
         ax = axes[0, i]
         m = err[err.family == fam].groupby("arm")[task]
         ax.bar(arms, [m.mean()[a] for a in arms], yerr=[m.std(ddof=1)[a] if len(seeds) > 1 else 0 for a in arms],
@@ -161,15 +188,14 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
         ax.xaxis.set_minor_formatter(NullFormatter())
     savefig(fig, fig_memory)
 
-    hist_df = read_parquets(histories)
     fig, axes = subplots(1, 2, width=4.4, height=3.4)
     for arm in arms:
-        h = hist_df[hist_df.arm == arm].groupby("epoch")[["train/prob_l1", "train/tt_l1"]].mean()
-        axes[0, 0].plot(h.index, h["train/prob_l1"], label=arm)
-        axes[0, 1].plot(h.index, h["train/tt_l1"], label=arm)
-    axes[0, 0].set_title("training L1, signal probability"); axes[0, 1].set_title("training L1, TT distance")
+        h = hist_df[hist_df.arm == arm].groupby("step")[["train/prob_l1", "train/tt_l1", "val/overall"]].mean()
+        axes[0, 0].plot(h.index, h["train/prob_l1"] + h["train/tt_l1"], label=arm)
+        axes[0, 1].plot(h.index, h["val/overall"], label=arm)
+    axes[0, 0].set_title("training L1, prob + TT (seed mean)"); axes[0, 1].set_title("validation overall L1")
     for ax in axes[0]:
-        ax.set_xlabel("epoch"); ax.legend(fontsize=7)
+        ax.set_xlabel("optimiser step"); ax.legend(fontsize=7)
     savefig(fig, fig_training)
 
     # --- claims: computed from per-seed errors, per-circuit memory and the kernel run (see deepgate4_claims)
@@ -182,6 +208,7 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
     # --- report
     train_c = info[info.train]
     test_c = info[info.test]
+    val_c = info[info.val]
     cons = read_json(consistency)["max_abs_prob_diff_full_vs_partitioned"]
     mem_time = mem.pivot_table(index="circuit", columns="mode", values="seconds")
     what = f"""
@@ -191,36 +218,50 @@ adders, multipliers, comparators and multiplexers. Labels from bit-parallel rand
 ({p.data.patterns} patterns): every node's signal probability, and the normalised truth-table distance of up to
 {p.data.max_pairs} sampled gate pairs per circuit (the official filters: same PI support, probabilities within
 {p.data.max_prob_gap}, not directly connected, distance <= {p.data.extreme[0]} or >= {p.data.extreme[1]}).
-Training: {len(train_c)} circuits ({int(train_c.nodes.sum())} nodes; {', '.join(train_c.circuit)}); held out:
-{', '.join(f"{r.circuit} ({r.family}, {r.nodes} nodes)" for r in test_c.itertuples())}.
+Training: {len(train_c)} circuits ({int(train_c.nodes.sum())} nodes, depth up to {int(train_c.depth.max())};
+{', '.join(train_c.circuit)}); validation (early stopping): {', '.join(f"{r.circuit} (depth {r.depth})" for r in val_c.itertuples())};
+held out: {', '.join(f"{r.circuit} ({r.family}, {r.nodes} nodes, depth {r.depth})" for r in test_c.itertuples())}.
 
-Arms ({', '.join(arms)}), each trained {p.train.epochs} epochs with Adam (lr {p.train.lr}) on the summed L1 losses,
-hidden {p.model.hidden}, {len(seeds)} seed(s): {'; '.join(f"{a}: {v}" for a, v in p.arms.items())}.
+Arms ({', '.join(arms)}), each trained with Adam (lr {p.train.lr}) on the summed L1 losses for at most
+{p.train.steps} optimiser steps (the same budget for every arm), validated every {p.train.eval_every} steps,
+stopped after {p.train.patience} evaluations without improvement, best weights kept; hidden {p.model.hidden},
+{len(seeds)} seed(s) (every arm of a seed starts from that seed): {'; '.join(f"{a}: {v}" for a, v in p.arms.items())}.
 {p.method} uses the partitioned update (windows of {p.model.window_levels} levels, up to {p.model.areas_per_batch}
-fan-in-cone areas per mini-batch, history table) in training and evaluation; a check on the held-out circuits gives
-a maximal |full - partitioned| probability difference of {max(cons.values()) if cons else float('nan'):.2g} (they compute the same function).
+cone areas per mini-batch, history table) in training and evaluation, and the {p.model.level_encoding} level
+encoding; its sparse attention covers the {p.arms[p.method].get('cone', 'fanin').replace('_', ' and ')} cone(s).
+Full-graph against partitioned forward on the held-out circuits, maximal |difference| of the probability:
+{max(cons.values()) if cons else float('nan'):.2g} (0 up to rounding with fan-in cones only; fan-out cones crossing
+mini-batches make them differ).
 
 Scaling: one forward pass with autograd of the {p.method} model on {', '.join(piv.circuit)}; peak activation memory
 counted tensor by tensor (`papers.deepgate4.memory.PeakMemory`). Forward times on this machine (s, full / partitioned):
 {'; '.join(f"{c} {mem_time.loc[c, 'full']:.2f} / {mem_time.loc[c, 'partitioned']:.2f}" for c in piv.circuit)}.
 """
     differences = f"""
-- Scale: hidden {p.model.hidden} (paper 128), {p.train.epochs} epochs (paper 200), lr {p.train.lr} (official 1e-4),
-  refinement layers as listed (official 12), training on {int(train_c.nodes.sum())} nodes of small circuits on one
-  CPU thread; the paper trains on large ITC-99 / EPFL circuits on a GPU. Numbers are therefore far from the paper's.
-- Training budget: every arm gets the same epochs, as in the paper, but {p.method}'s partitioned update takes an
-  optimizer step per mini-batch of areas while the full-graph arms take one per circuit union, so after
-  {p.train.epochs} epochs the baselines are less converged (see the training curves); the paper trains 200 epochs.
+- Scale: hidden {p.model.hidden} (paper 128), at most {p.train.steps} optimiser steps per arm (paper 200 epochs),
+  lr {p.train.lr} (official 1e-4), refinement layers as listed (official 12), training on {int(train_c.nodes.sum())}
+  nodes of small and generated circuits on one CPU thread; the paper trains on large ITC-99 / EPFL circuits on a GPU.
+  Numbers are therefore far from the paper's.
+- Training budget: the same number of optimiser steps for every arm, with early stopping on validation circuits
+  (the paper trains every model the same epochs and has no validation split). A step of a full-graph arm covers a
+  whole circuit union, one of the partitioned update a mini-batch of areas of one level window: at equal steps the
+  partitioned arms see less data, and take much less wall time (table of budgets).
+- Level encoding: {p.model.level_encoding} ({'sinusoid of ' + str(p.model.level_scale) + ' x level / depth of the circuit; the paper encodes the level itself, which on circuits deeper than any training one falls outside the trained range' if p.model.level_encoding == 'normalised' else 'the level itself, as the paper'}).
+- Held-out set: arbiter (EPFL, 23k nodes, no truth-table pair) is replaced by int2float and router (moved out of
+  training); deep generated adders and multipliers make the training circuits as deep as the held-out ones.
+- Overall figure: the sum of our two tasks' errors (the paper's overall column sums more tasks).
 - Tasks: only the two gate-level tasks of the paper's table (signal probability, truth-table distance); the official
   trainer also trains connection, hop-level and path tasks.
 - Data: the held-out ITC-99 circuits are circuitgraph's b17/b20/b22 netlists (the paper's splits of b-circuits and
   the DeepGate3 data set do not ship offline); pairs are sampled among same-support candidates, not enumerated.
 - Partition: windows of {p.model.window_levels} levels with areas = in-window fan-in cones of the window's roots, instead of the
-  official 8-hop cones every 6 levels; this makes the partitioned pass equal the full-graph pass (tested). The sparse
-  attention uses the fan-in cone plus the gate itself, as the official `global_virtual_edge` (fan-out cones unused there too).
+  official 8-hop cones every 6 levels; with fan-in-cone attention this makes the partitioned pass equal the
+  full-graph pass (tested). The method's attention uses fan-in and fan-out cones inside the mini-batch (the paper);
+  the official `global_virtual_edge` uses the fan-in cone only (config `cone: fanin`).
 - Models: DeepGate2's aggregator scores only the source (the official destination term cancels in the softmax); no
   batch norm / dropout in the readouts; PI structural vectors (DeepGate2's hs_init) for all circuit models; the plain
-  transformer (DeepGate3) is computed per area with the cone mask; the GAT baseline is the official one-hot-input GAT.
+  transformer attends globally within each level window of a circuit (DeepGate3 pools sub-circuits instead); the GAT
+  baseline is the official one-hot-input GAT.
 - Memory: measured on CPU tensors with a dispatch-mode counter (activations, unfused references), in the
   memory study with {p.scaling.areas_per_batch} areas per mini-batch (circuits here are at most {int(piv.nodes.max())} nodes, so a
   smaller mini-batch than the official 256 areas keeps the circuits much larger than one mini-batch, as the paper's are).
@@ -279,32 +320,43 @@ def deepgate4_claims(p, err: pd.DataFrame, imp: dict, piv: pd.DataFrame, k: dict
     families = list(p.data.test)
     seeds = sorted(err.seed.unique())
     n = len(seeds)
-    tasks_imp = {key: round(v, 2) for key, v in imp.items() if isinstance(v, float)}
-    ev_a = [mean_test(relative_reductions(err, p.method, imp[f"{fam} {task} next-best"], fam, task),
-                      threshold=p.min_improvement, direction=">", what="seeds",
-                      name=f"{fam} {task} vs {imp[f'{fam} {task} next-best']}")
-            for fam in families for task in TASKS]
-    behind = [f"{fam} {task} (vs {imp[f'{fam} {task} next-best']}, {imp[f'{fam} {task}']:.1f}%)"
-              for fam in families for task in TASKS if not imp[f"{fam} {task}"] > 100 * p.min_improvement]
+    nb = {fam: imp[f"{fam} {OVERALL} next-best"] for fam in families}
+
+    def overall_evidence(arm: str, suffix: str = ""):
+        return [mean_test(relative_reductions(err, arm, nb[fam], fam, OVERALL), threshold=p.min_improvement,
+                          direction=">", what="seeds", name=f"{fam} overall: {arm} vs {nb[fam]}{suffix}")
+                for fam in families]
+
+    ev_a = overall_evidence(p.method)
+    if p.control:
+        ctl_a = Control(f"the same criterion applied to {p.control}, the method without its refinement layers "
+                        "(the GAT-based sparse transformer) but with its encodings, partitioned update and step budget, "
+                        "against the same next-best baselines: where it holds too, the gain is not the transformer's",
+                        overall_evidence(p.control, " (control)"),
+                        {f"{fam} overall": round(100 * float(np.mean(relative_reductions(err, p.control, nb[fam], fam,
+                                                                                           OVERALL))), 2)
+                         for fam in families})
+    else:
+        ctl_a = Control("not run: config `control` is null (no arm without the method's mechanism)")
+    measured = {f"{fam} {t}": round(imp[f"{fam} {t}"], 2) for fam in families for t in (*TASKS, OVERALL)}
+    behind = [f"{fam} {t} (vs {imp[f'{fam} {t} next-best']}, {imp[f'{fam} {t}']:.1f}%)"
+              for fam in families for t in (*TASKS, OVERALL) if not imp[f"{fam} {t}"] > 100 * p.min_improvement]
     claim_a = Claim(
-        id="a", statement=f"{p.method} beats the next-best baseline on both tasks on held-out ITC-99 and EPFL circuits",
+        id="a", statement=f"{p.method} lowers the overall error below the next-best baseline's on held-out ITC-99 and "
+                          "EPFL circuits",
         paper="15.5% (ITC99) and 31.1% (EPFL) improvement over the next-best model",
-        measured=tasks_imp,
-        criterion=(f"for every held-out family in {families} and both tasks, the {n}-seed 95% interval of the per-seed "
-                   f"relative error reduction of {p.method} over the next-best baseline (the baseline with the lowest "
-                   f"seed-mean error there; arms paired by seed) lies above min_improvement = {p.min_improvement:g} "
-                   "(config: 0 = strictly better, the paper claims an improvement of any size)"),
+        measured=measured,
+        criterion=(f"for every held-out family in {families}, the {n}-seed 95% interval of the per-seed relative "
+                   f"reduction of the overall error (probability L1 + truth-table L1, the paper's overall figure) of "
+                   f"{p.method} against the next-best baseline (lowest seed-mean overall error; arms paired by seed, "
+                   f"equal optimiser-step budgets, early stopping on validation circuits) lies above min_improvement = "
+                   f"{p.min_improvement:g} (config: 0 = strictly better, the paper claims an improvement of any size)"),
         evidence=ev_a,
-        control=Control("not run yet: issue 23 redesigns this experiment; a control would give a model without "
-                        f"{p.method}'s refinement layers the same training budget (e.g. deepgate2 with the partitioned "
-                        "update's one optimiser step per mini-batch) or train the method on shuffled labels, where the "
-                        "same criterion must not hold. The existing baselines differ from the method in both "
-                        "mechanism and budget, so none of them is a fair control"),
+        control=ctl_a,
         note=("seed means: " + ("behind the next-best baseline on " + "; ".join(behind) if behind else
-                               "ahead of the next-best baseline everywhere")
-              + ". Known confounds (issue 23): the arms' optimiser-step budgets differ (one step per mini-batch for "
-              f"{p.method}, one per circuit union for the full-graph arms) and the held-out circuits are deeper than "
-              "any training circuit"))
+                               "ahead of the next-best baseline on every task and family")
+              + f". Small scale: {p.train.steps} optimiser steps at most per arm (hidden {p.model.hidden}), far from "
+                "the paper's 200 epochs"))
 
     s = p.scaling
     span = float(piv.nodes.max() / piv.nodes.min())
@@ -327,8 +379,10 @@ def deepgate4_claims(p, err: pd.DataFrame, imp: dict, piv: pd.DataFrame, k: dict
         control=Control("the sub-linearity criterion (exponent interval below sublinear_max_exponent) applied to the "
                         "full-graph pass of the same model and circuits, where the partitioned update is absent",
                         ctl_b),
-        note="activations only: the history table (2 N hidden floats) grows linearly; the official code keeps it in "
-             "host memory")
+        note=(f"activations only: the history table (2 N hidden floats) grows linearly; the official code keeps it in "
+              f"host memory. The intervals rest on {len(piv)} circuits ({max(len(piv) - 2, 0)} degrees of freedom), "
+              f"up to {int(piv.nodes.max())} nodes, the largest that fit the default time budget (config/full.yaml "
+              "adds b18_Cg and b19_Cg)"))
 
     statement_c = "the fused graph-attention kernel lowers runtime and memory against the unfused path"
     paper_c = f"runtime -{PAPER_FUSED['runtime']}%, memory -{PAPER_FUSED['memory']}%"

@@ -34,6 +34,14 @@ def family(name: str) -> str:
     return "EPFL"
 
 
+def generated_kind(name: str) -> str | None:
+    """The generator of a generated circuit's name (``adder16`` -> ``adder``), else None."""
+    for kind in aig.GENERATORS:
+        if name.startswith(kind) and name[len(kind):].isdigit():
+            return kind
+    return None
+
+
 def netlist_path(folder: Path, name: str) -> Path:
     for ext in (".v", ".bench"):
         if (folder / f"{name}{ext}").exists():
@@ -57,6 +65,9 @@ def prepare(*, cfg, circuits, nodes, pairs):
     for kind, widths in p.generated.items():
         for w in widths:
             roles.setdefault(f"{kind}{w}", ["generated", f"generated {kind}({w})", set()])[2].add("train")
+    for name in p.val:
+        fam = "generated" if generated_kind(name) else family(name)
+        roles.setdefault(name, [fam, f"generated {name}" if generated_kind(name) else "", set()])[2].add("val")
     for fam, names in p.test.items():
         for name in names:
             roles.setdefault(name, [fam, "", set()])[2].add("test")
@@ -65,8 +76,8 @@ def prepare(*, cfg, circuits, nodes, pairs):
 
     circuit_rows, node_frames, pair_frames = [], [], []
     for name, (fam, source, role) in progress(roles.items(), desc="circuits"):
-        if fam == "generated":
-            kind = next(k for k in aig.GENERATORS if name.startswith(k))
+        kind = generated_kind(name)
+        if kind is not None and fam == "generated":
             g = aig.GENERATORS[kind](int(name[len(kind):]))
         else:
             path = netlist_path(folder, name)
@@ -78,14 +89,14 @@ def prepare(*, cfg, circuits, nodes, pairs):
             continue
         prob = np.full(g.num_nodes, np.nan)
         a = b = dist = np.zeros(0)
-        if role & {"train", "test"}:
+        if role & {"train", "val", "test"}:
             rng = _circuit_seed(p.seed, name)
             val = aig.simulate(g, math.ceil(p.patterns / 64), rng)
             prob = aig.signal_probability(val)
             a, b, dist = aig.sample_tt_pairs(g, val, prob, rng, max_pairs=p.max_pairs, candidates=p.pair_candidates,
                                              max_prob_gap=p.max_prob_gap, extreme=tuple(p.extreme))
         circuit_rows.append({"circuit": name, "family": fam, "source": source, "train": "train" in role,
-                             "test": "test" in role, "scaling": "scaling" in role, "nodes": g.num_nodes,
+                             "val": "val" in role, "test": "test" in role, "scaling": "scaling" in role, "nodes": g.num_nodes,
                              "pis": int((g.gate == aig.PI).sum()), "pos": int(g.po.sum()),
                              "ands": int((g.gate == aig.AND).sum()), "nots": int((g.gate == aig.NOT).sum()),
                              "depth": int(g.level.max()), "pairs": int(a.size)})
@@ -123,7 +134,7 @@ def _example(c: dict, p, *, hidden: int, areas_per_batch: int, partitioned: bool
 
     return Example(c["name"], c["gate"], c["fanin"], c["level"], c["prob"], c["pairs"], c["tt"], hidden=hidden,
                    window_levels=p.model.window_levels, areas_per_batch=areas_per_batch, pi_seed=p.data.seed,
-                   partitioned=partitioned)
+                   partitioned=partitioned, part=c.get("part"))
 
 
 def _build(p, arm: dict, **override):
@@ -131,31 +142,38 @@ def _build(p, arm: dict, **override):
 
     m = p.model
     kw = {"hidden": m.hidden, "mlp_hidden": m.mlp_hidden, "heads": m.heads, "dropout": m.dropout,
-          "max_degree": m.max_degree}
+          "max_degree": m.max_degree, "level_encoding": m.level_encoding, "level_scale": m.level_scale}
     return build(arm, **{**kw, **override})
 
 
 # ---- train -----------------------------------------------------------------------------------
 def train(*, cfg, circuits, nodes, pairs, seed, checkpoint, history):
-    """Train every arm on the training circuits (merged into unions of at most batch_nodes)."""
+    """Train every arm on the training circuits (merged into unions of at most batch_nodes), the same
+    budget of optimiser steps each, early-stopped on the validation circuits."""
     import torch
 
     from papers.deepgate4 import train as T
 
     p = parse(cfg)
     info = read_parquet(circuits)
-    data = load_circuits(read_parquet(nodes), read_parquet(pairs), info.circuit[info.train].tolist())
+    node_df, pair_df = read_parquet(nodes), read_parquet(pairs)
+    data = load_circuits(node_df, pair_df, info.circuit[info.train].tolist())
+    val_data = load_circuits(node_df, pair_df, info.circuit[info.val].tolist())
     partitioned = any(arm.get("partitioned") for arm in p.arms.values())
     dev = T.device(p.train.device)
-    examples = [_example(u, p, hidden=p.model.hidden, areas_per_batch=p.model.areas_per_batch,
-                         partitioned=partitioned).to(dev) for u in T.pack(data, p.train.batch_nodes)]
-    log.info("%d training circuits in %d unions, on %s", len(data), len(examples), dev)
+    make = lambda c: _example(c, p, hidden=p.model.hidden, areas_per_batch=p.model.areas_per_batch,
+                              partitioned=partitioned).to(dev)
+    examples = [make(u) for u in T.pack(data, p.train.batch_nodes)]
+    val = [make(c) for c in val_data]
+    log.info("%d training circuits in %d unions, %d validation circuits, on %s", len(data), len(examples), len(val), dev)
     states, rows = {}, []
+    t = p.train
     for name, arm in p.arms.items():
         seed_everything(seed)
         model = _build(p, arm).to(dev)
-        curve = T.train(model, examples, partitioned=bool(arm.get("partitioned")), epochs=p.train.epochs,
-                        lr=p.train.lr, seed=seed, log=lambda msg, name=name: log.info("%s %s", name, msg))
+        curve = T.train(model, examples, val, partitioned=bool(arm.get("partitioned")), steps=t.steps, lr=t.lr,
+                        eval_every=t.eval_every, patience=t.patience, seed=seed,
+                        log=lambda msg, name=name: log.info("%s %s", name, msg))
         rows += [{"arm": name, "seed": seed, **r} for r in curve]
         states[name] = {k: v.cpu() for k, v in model.state_dict().items()}
     torch.save({"arms": states, "seed": seed, "config": to_dict(p)}, Path(checkpoint))

@@ -4,9 +4,12 @@ Losses as in the official trainer: L1 on the signal probability of each gate and
 truth-table distance of each sampled pair, summed with weight 1. Full-graph models take one
 optimizer step per circuit batch; DeepGate4 with the partitioned update takes one per
 mini-batch of areas (the official ``mini_batch`` loop), its history table carrying the gates
-computed before.
+computed before. Every arm gets the same number of optimiser steps, with early stopping on
+validation circuits (:func:`train`).
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import torch
@@ -20,10 +23,10 @@ class Example:
     """A circuit (or a disjoint union of circuits) with labels and its plan."""
 
     def __init__(self, name, gate, fanin, level, prob, pairs, tt, *, hidden, window_levels, areas_per_batch,
-                 pi_seed, partitioned=True):
+                 pi_seed, partitioned=True, part=None):
         self.name = name
         self.plan: Plan = plan_circuit(name, gate, fanin, level, window_levels=window_levels,
-                                       areas_per_batch=areas_per_batch, partitioned=partitioned)
+                                       areas_per_batch=areas_per_batch, partitioned=partitioned, part=part)
         pis = np.flatnonzero(gate == PI)
         vec = np.zeros((gate.size, hidden), dtype=np.float32)
         vec[pis] = pi_vectors(pis.size, hidden, pi_seed)
@@ -51,8 +54,9 @@ def union(circuits):
     cat = lambda k: np.concatenate([c[k] for c in circuits])
     fanin = np.concatenate([np.where(c["fanin"] >= 0, c["fanin"] + o, -1) for c, o in zip(circuits, off)])
     pairs = np.concatenate([c["pairs"] + o for c, o in zip(circuits, off)], 1)
+    part = np.concatenate([np.full(c["gate"].size, i, dtype=np.int64) for i, c in enumerate(circuits)])
     return {"name": "+".join(c["name"] for c in circuits), "gate": cat("gate"), "fanin": fanin,
-            "level": cat("level"), "prob": cat("prob"), "pairs": pairs, "tt": cat("tt")}
+            "level": cat("level"), "prob": cat("prob"), "pairs": pairs, "tt": cat("tt"), "part": part}
 
 
 def pack(circuits, max_nodes: int):
@@ -69,36 +73,94 @@ def pack(circuits, max_nodes: int):
     return [union(g) for g in groups]
 
 
-def train(model, examples, *, partitioned: bool, epochs: int, lr: float, seed: int, log=print):
-    """Adam on the summed L1 losses; returns one row of metrics per epoch."""
+class _BudgetSpent(Exception):
+    """Raised after the last optimiser step (budget spent or early stop), from inside a pass."""
+
+
+def validation_error(model, val, *, partitioned: bool) -> tuple[float, float]:
+    """Pooled L1 errors (probability over the gates, distance over the pairs) on the validation circuits."""
+    e_prob = n_prob = e_tt = n_tt = 0.0
+    for ex in val:
+        prob, tt = predict(model, ex, partitioned=partitioned)
+        e_prob += float((prob[ex.gates] - ex.prob[ex.gates]).abs().sum())
+        n_prob += ex.gates.numel()
+        e_tt += float((tt - ex.tt).abs().sum())
+        n_tt += ex.tt.numel()
+    model.train()
+    return e_prob / max(n_prob, 1), (e_tt / n_tt if n_tt else 0.0)
+
+
+def train(model, examples, val, *, partitioned: bool, steps: int, lr: float, eval_every: int, patience: int,
+          seed: int, log=print):
+    """Adam on the summed L1 losses for at most `steps` optimiser steps, with early stopping.
+
+    Every arm gets the same budget of optimiser steps: a full-graph model takes one per circuit
+    union, the partitioned update one per mini-batch of areas (the official ``mini_batch`` loop),
+    passes over the training unions in a seeded random order until the budget is spent. Every
+    `eval_every` steps the validation error (probability L1 + distance L1, the overall error) is
+    measured; training stops after `patience` evaluations without improvement and the weights of
+    the best evaluation are restored. Returns one row per evaluation (step, training and
+    validation losses, seconds spent training and validating so far).
+    """
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    rows = []
-    for epoch in range(epochs):
-        model.train()
-        totals = {"prob": [], "tt": []}
-        for i in rng.permutation(len(examples)):
-            ex = examples[i]
-            if partitioned:
-                _train_partitioned(model, ex, opt, totals)
-                continue
-            _, hf = model.embed(ex.plan, ex.pi_vec)
-            prob, tt = model.heads(hf, ex.pairs)
-            l_prob = F.l1_loss(prob[ex.gates], ex.prob[ex.gates])
-            l_tt = F.l1_loss(tt, ex.tt) if ex.tt.numel() else prob.sum() * 0
-            opt.zero_grad()
-            (l_prob + l_tt).backward()
-            opt.step()
-            totals["prob"].append(l_prob.item())
-            totals["tt"].append(l_tt.item())
+    rows, totals = [], {"prob": [], "tt": []}
+    state = {"step": 0, "best": float("inf"), "best_step": 0, "bad": 0, "weights": None,
+             "t_train": 0.0, "t_val": 0.0, "t0": time.perf_counter()}
+
+    def after_step():
+        state["step"] += 1
+        step = state["step"]
+        if step % eval_every and step < steps:
+            return
+        now = time.perf_counter()
+        state["t_train"] += now - state["t0"]
+        v_prob, v_tt = validation_error(model, val, partitioned=partitioned)
+        state["t_val"] += time.perf_counter() - now
         mean = lambda xs: float(np.mean(xs)) if xs else float("nan")
-        row = {"epoch": epoch, "train/prob_l1": mean(totals["prob"]), "train/tt_l1": mean(totals["tt"])}
+        row = {"step": step, "train/prob_l1": mean(totals["prob"]), "train/tt_l1": mean(totals["tt"]),
+               "val/prob_l1": v_prob, "val/tt_l1": v_tt, "val/overall": v_prob + v_tt,
+               "train_seconds": state["t_train"], "val_seconds": state["t_val"]}
+        totals["prob"].clear()
+        totals["tt"].clear()
+        if row["val/overall"] < state["best"]:
+            state.update(best=row["val/overall"], best_step=step, bad=0,
+                         weights={k: v.detach().clone() for k, v in model.state_dict().items()})
+        else:
+            state["bad"] += 1
+        row["best_step"] = state["best_step"]
         rows.append(row)
-        log(f"epoch {epoch}: prob {row['train/prob_l1']:.4f} tt {row['train/tt_l1']:.4f}")
+        log(f"step {step}: train prob {row['train/prob_l1']:.4f} tt {row['train/tt_l1']:.4f}; "
+            f"val overall {row['val/overall']:.4f} (best at {state['best_step']})")
+        state["t0"] = time.perf_counter()
+        if step >= steps or state["bad"] >= patience:
+            raise _BudgetSpent
+
+    model.train()
+    try:
+        while True:
+            for i in rng.permutation(len(examples)):
+                ex = examples[i]
+                if partitioned:
+                    _train_partitioned(model, ex, opt, totals, after_step)
+                    continue
+                _, hf = model.embed(ex.plan, ex.pi_vec)
+                prob, tt = model.heads(hf, ex.pairs)
+                l_prob = F.l1_loss(prob[ex.gates], ex.prob[ex.gates])
+                l_tt = F.l1_loss(tt, ex.tt) if ex.tt.numel() else prob.sum() * 0
+                opt.zero_grad()
+                (l_prob + l_tt).backward()
+                opt.step()
+                totals["prob"].append(l_prob.item())
+                totals["tt"].append(l_tt.item())
+                after_step()
+    except _BudgetSpent:
+        pass
+    model.load_state_dict(state["weights"])
     return rows
 
 
-def _train_partitioned(model, ex: Example, opt, totals):
+def _train_partitioned(model, ex: Example, opt, totals, after_step=lambda: None):
     """One pass of the partitioned update over a circuit: a step per mini-batch of areas.
 
     The probability loss covers the gates computed for the first time; a pair is used in the
@@ -138,6 +200,7 @@ def _train_partitioned(model, ex: Example, opt, totals):
             opt.zero_grad()
             sum(terms).backward()
             opt.step()
+            after_step()
 
     model.embed(ex.plan, ex.pi_vec, partitioned=True, on_sub=on_sub)
 

@@ -1,4 +1,4 @@
-"""Ensemble members: G MLPs trained side by side (one batched module), and the paper's width-k ResNet18.
+"""Ensemble members: G MLPs or G small CNNs trained side by side (one batched module), and the paper's width-k ResNet18.
 
 Every model here maps a group of inputs x (G, B, ...) to logits (G, B, C), member g seeing its own
 mini-batch x[g], so one training loop serves both (a ResNet is a group of one).
@@ -40,6 +40,45 @@ class GroupMLP(nn.Module):
             if i < len(self.weights) - 1:
                 h = F.relu(h)
         return h  # (G, B, d_out)
+
+
+def _glorot(shape, fan_in: int, fan_out: int, gain: float, generator: torch.Generator) -> torch.Tensor:
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return torch.empty(shape).uniform_(-bound, bound, generator=generator)
+
+
+class GroupCNN(nn.Module):
+    """G independent small CNNs on 8x8 digits, the width-k CNN family of the paper (Sec. 5) in miniature:
+
+        conv3x3(1 -> k) - ReLU - maxpool 2 - conv3x3(k -> 2k) - ReLU - maxpool 2 - linear(2k * 2 * 2 -> C)
+
+    The G members are one grouped convolution (groups = G: member g's channels see only its own input
+    channel block) and one batched matrix product, so each member's function and gradient are its own.
+    Member g's weights and biases are drawn from its own generator, Glorot-uniform
+    U(-b, b), b = gain * sqrt(6 / (fan_in + fan_out)) with fan = channels x 3 x 3 for a convolution.
+    """
+
+    def __init__(self, generators: list[torch.Generator], k: int, d_out: int, gain: float = 1.0):
+        super().__init__()
+        self.k = k
+
+        def glorot(shape, fan_in, fan_out):  # one draw per member, each from its own generator
+            return [_glorot(shape, fan_in, fan_out, gain, g) for g in generators]
+
+        self.w1 = nn.Parameter(torch.cat(glorot((k, 1, 3, 3), 9, 9 * k)))  # (G*k, 1, 3, 3)
+        self.b1 = nn.Parameter(torch.cat(glorot((k,), 9, 9 * k)))  # (G*k,)
+        self.w2 = nn.Parameter(torch.cat(glorot((2 * k, k, 3, 3), 9 * k, 18 * k)))  # (G*2k, k, 3, 3)
+        self.b2 = nn.Parameter(torch.cat(glorot((2 * k,), 9 * k, 18 * k)))  # (G*2k,)
+        self.w3 = nn.Parameter(torch.stack(glorot((8 * k, d_out), 8 * k, d_out)))  # (G, 8k, C)
+        self.b3 = nn.Parameter(torch.stack(glorot((1, d_out), 8 * k, d_out)))  # (G, 1, C)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g, b = x.shape[:2]
+        h = x.transpose(0, 1).reshape(b, g, 8, 8)  # (B, G, 8, 8): member g's images in channel g
+        h = F.max_pool2d(F.relu(F.conv2d(h, self.w1, self.b1, padding=1, groups=g)), 2)  # (B, G*k, 4, 4)
+        h = F.max_pool2d(F.relu(F.conv2d(h, self.w2, self.b2, padding=1, groups=g)), 2)  # (B, G*2k, 2, 2)
+        h = h.reshape(b, g, 8 * self.k).transpose(0, 1)  # (G, B, 8k)
+        return torch.baddbmm(self.b3, h, self.w3)  # (G, B, C)
 
 
 class PreActBlock(nn.Module):
@@ -90,6 +129,9 @@ def build(arch: str, generators: list[torch.Generator], *, d_in: int, width: int
     """A group model for the members whose generators are given (resnet18: exactly one member)."""
     if arch == "mlp":
         return GroupMLP(generators, d_in, width, depth, n_classes, gain)
+    if arch == "cnn":
+        assert d_in == 64, "the CNN takes 8x8 digits"
+        return GroupCNN(generators, width, n_classes, gain)
     if arch == "resnet18":
         assert len(generators) == 1, "a ResNet group holds one member"
         with torch.random.fork_rng():  # PyTorch's default init, drawn from the member's seed

@@ -1,10 +1,15 @@
 """Training a group of members: mini-batch Adam with a cosine schedule, each member its own batch order.
 
+Adam and the schedule are written out (:class:`Adam`, :func:`cosine_lr`): torch.optim's first use imports
+torch._dynamo, seconds per job on a small CPU, for ten lines of arithmetic; a test checks them against torch.optim.
+
 A member's randomness comes from one seed: its generator draws the initialisation, then a fresh
-permutation of the training set every epoch (and, for images, the augmentation). Members of one setting
+permutation of the training set every epoch and the augmentation of every batch. Members of one setting
 are therefore i.i.d. draws from one training pipeline, the paper's homogeneous ensemble.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -27,38 +32,96 @@ def augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return out.reshape(b, -1)
 
 
-def train_group(s: Setting, seeds: list[int], width: int, depth: int, x: torch.Tensor, y: torch.Tensor,
-                n_classes: int, device: str = "cpu", progress=None):
-    """Train the members with `seeds` (one architecture) on (x (N, D), y (N,)); returns (model, train_loss (G,)).
+def shift_digits(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Random shifts of 8x8 digits x (B, 64) by -1, 0 or +1 pixel in each direction (zero padding).
 
-    Each epoch, member g visits the N examples in its own random order, in batches of `batch_size`.
+    No flips: a mirrored digit is another symbol (or none).
+    """
+    b = x.shape[0]
+    img = F.pad(x.reshape(b, 8, 8), (1, 1, 1, 1))  # (B, 10, 10)
+    dy, dx = torch.randint(0, 3, (2, b, 1), generator=generator)  # (B, 1) offsets into the padded image
+    rows, cols = dy + torch.arange(8), dx + torch.arange(8)  # (B, 8)
+    return img[torch.arange(b)[:, None, None], rows[:, :, None], cols[:, None, :]].reshape(b, 64)
+
+
+class Adam:
+    """Adam (Kingma and Ba 2015) with L2 weight decay added to the gradient, as torch.optim.Adam:
+
+        g = grad + wd * theta;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+        theta -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+
+    Element-wise, so the members of a group (stacked parameters) are updated independently.
+    """
+
+    def __init__(self, params, lr: float, weight_decay: float = 0.0, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.params = [q for q in params]
+        self.lr, self.weight_decay, (self.b1, self.b2), self.eps = lr, weight_decay, betas, eps
+        self.m = [torch.zeros_like(q) for q in self.params]
+        self.v = [torch.zeros_like(q) for q in self.params]
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.t += 1
+        c1, c2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t
+        for q, m, v in zip(self.params, self.m, self.v):
+            g = q.grad if self.weight_decay == 0 else q.grad + self.weight_decay * q
+            m.mul_(self.b1).add_(g, alpha=1 - self.b1)
+            v.mul_(self.b2).addcmul_(g, g, value=1 - self.b2)
+            q.addcdiv_(m, (v / c2).sqrt_().add_(self.eps), value=-self.lr / c1)
+
+    def zero_grad(self) -> None:
+        for q in self.params:
+            q.grad = None
+
+
+def cosine_lr(lr: float, epoch: int, epochs: int) -> float:
+    """The learning rate of `epoch` (0-based) annealed from lr to 0 over `epochs` (CosineAnnealingLR, eta_min 0)."""
+    return 0.5 * lr * (1 + math.cos(math.pi * epoch / epochs))
+
+
+def train_group(s: Setting, seeds: list[int], width: int, depth: int, x: torch.Tensor, y: torch.Tensor,
+                n_classes: int, device: str = "cpu", progress=None, snapshot_x: torch.Tensor | None = None,
+                snapshots: int = 0):
+    """Train the members with `seeds` (one architecture) on (x (N, D), y (N,)).
+
+    Each epoch, member g visits the N examples in its own random order, in batches of `batch_size`, each
+    batch augmented from its own generator when `s.augment`. Returns (model, train_loss (G,), train_acc (G,),
+    snaps), with snaps (snapshots, N', C) the class probabilities of the first member on `snapshot_x` (N', D)
+    after each of the last `snapshots` epochs (claim (a)'s control: one run's snapshots), else None.
     """
     gens = [torch.Generator().manual_seed(seed) for seed in seeds]
     model = models.build(s.arch, gens, d_in=x.shape[1], width=width, depth=depth, n_classes=n_classes,
                          gain=s.init_gain).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=s.epochs)
+    opt = Adam(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
     n, g = len(x), len(seeds)
     x, y = x.to(device), y.to(device)
+    shift = shift_digits if x.shape[1] == 64 else augment
     epochs = range(s.epochs) if progress is None else progress(range(s.epochs))
-    model.train()
-    for _ in epochs:
+    snaps = []
+    for epoch in epochs:
+        opt.lr = cosine_lr(s.lr, epoch, s.epochs)
+        model.train()
         order = torch.stack([torch.randperm(n, generator=gen) for gen in gens])  # (G, N)
         for start in range(0, n, s.batch_size):
             idx = order[:, start:start + s.batch_size].to(device)  # (G, B)
             xb = x[idx]  # (G, B, D)
             if s.augment:
-                xb = torch.stack([augment(xb[i], gens[i]) for i in range(g)])
+                xb = torch.stack([shift(xb[i].cpu(), gens[i]).to(device) for i in range(g)])
             logits = model(xb)  # (G, B, C)
             # the sum over members of each member's mean cross-entropy: gradients stay per member
             loss = F.cross_entropy(logits.flatten(0, 1), y[idx].flatten(), reduction="sum") / idx.shape[1]
-            opt.zero_grad(set_to_none=True)
+            opt.zero_grad()
             loss.backward()
             opt.step()
-        sched.step()
+        if snapshot_x is not None and epoch >= s.epochs - snapshots:
+            model.eval()
+            snaps.append(log_probs(model, snapshot_x, g, device)[0].exp())
     model.eval()
-    train_loss = cross_entropy_per_member(model, x.cpu(), y.cpu(), device)
-    return model, train_loss
+    lp = log_probs(model, x, g, device)  # (G, N, C) on the training set
+    train_loss = -lp.gather(2, y.cpu().expand(g, -1).unsqueeze(-1)).squeeze(-1).mean(1)  # (G,)
+    train_acc = (lp.argmax(2) == y.cpu()).double().mean(1)  # (G,)
+    return model, train_loss, train_acc, (torch.stack(snaps) if snaps else None)
 
 
 @torch.no_grad()
@@ -67,9 +130,3 @@ def log_probs(model, x: torch.Tensor, g: int, device: str = "cpu", batch: int = 
     out = [model(x[i:i + batch].to(device).expand(g, -1, -1)).double().log_softmax(-1).cpu()
            for i in range(0, len(x), batch)]
     return torch.cat(out, dim=1)
-
-
-def cross_entropy_per_member(model, x, y, device="cpu") -> torch.Tensor:
-    g = model.weights[0].shape[0] if isinstance(model, models.GroupMLP) else 1
-    lp = log_probs(model, x, g, device)  # (G, N, C)
-    return -lp.gather(2, y.expand(g, -1).unsqueeze(-1)).squeeze(-1).mean(1)  # (G,)

@@ -30,6 +30,16 @@ def interpolate_state(a: dict, b: dict, alpha: float) -> dict:
     return {k: (1 - alpha) * v + alpha * b[k] if v.is_floating_point() else v for k, v in a.items()}
 
 
+def state_distance(a: dict, b: dict) -> float:
+    """||b - a|| over every floating tensor of two state dicts (the weights' Euclidean distance)."""
+    return float(torch.sqrt(sum(((b[k] - v) ** 2).sum() for k, v in a.items() if v.is_floating_point())))
+
+
+def toward(a: dict, b: dict, distance: float) -> dict:
+    """The state at `distance` from a on the straight line to b: a + distance (b - a) / ||b - a||."""
+    return interpolate_state(a, b, distance / state_distance(a, b))
+
+
 @torch.no_grad()
 def loss_along_line(model: nn.Module, a: dict, b: dict, alphas, x, y) -> tuple[np.ndarray, np.ndarray]:
     """Mean cross-entropy and accuracy on (x, y) at each alpha of the line from state a (0) to state b (1)."""
@@ -76,11 +86,15 @@ def escape_fits(step, distance) -> dict:
     return {"rate": rate, "r2_exp": r2_exp, "power": power, "r2_pow": r2_pow}
 
 
-def gap_fraction(baseline: float, full: float, partial: float) -> float:
+def gap_fraction(baseline, full, partial):
     """(partial - baseline) / (full - baseline): the share of the baseline-to-full gap a partial arm closes
-    (1 = as far as the full arm, 0 = no further than the baseline). NaN when the gap is zero."""
+    (1 = as far as the full arm, 0 = no further than the baseline), elementwise over arrays (one entry per
+    seed); NaN where the gap is zero."""
+    baseline, full, partial = (np.asarray(v, dtype=float) for v in (baseline, full, partial))
     gap = full - baseline
-    return float((partial - baseline) / gap) if gap != 0 else float("nan")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(gap != 0, (partial - baseline) / gap, np.nan)
+    return float(share) if share.ndim == 0 else share
 
 
 def robust_accuracy(model: nn.Module, x, y, attack, batch: int = 1000) -> float:

@@ -22,8 +22,19 @@ ARMS = {
     "adv": ("adv", "adv"),
     "late_adv": ("sgd", "adv"),
 }
-SAM_ARMS = ("sam", "late_sam", "early_sam")  # trained once per rho of the sweep
+SAM_ARMS = ("sam", "late_sam", "early_sam")  # trained at the main rho; the other rhos train sam and late_sam
 ADV_ARMS = ("adv", "late_adv")
+
+
+
+def sweep_arm(k: int) -> str:
+    """The name of the late-SAM arm of the switch sweep that takes SAM for the last `k` epochs."""
+    return f"late_sam_k{k}"
+
+
+def is_sam_arm(name: str) -> bool:
+    """Whether arm `name` takes SAM steps (so its rows carry a rho)."""
+    return name in SAM_ARMS or name.startswith("late_sam_k")
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,9 @@ class Params:
     hidden: tuple = (256, 256)  # widths of the MLP's hidden layers (unused by vgg16_bn)
     epochs: int = 160  # --epochs 160
     late_epochs: int = 10  # --start_SAM 150 of 160: SAM (or AT) for the last 10 epochs
+    # The sweep over the switch epoch (Sec. 4, "how late is late enough"): extra late-SAM arms at the
+    # main rho that take SAM for the last K epochs, K in late_sweep (late_epochs itself is the main arm).
+    late_sweep: tuple = ()
     batch_size: int = 128  # --bs 128
     lr: float = 0.01  # --lr 0.01
     momentum: float = 0.9  # --momentum 0.9
@@ -80,14 +94,22 @@ class Params:
     barrier_tolerance: float = 0.05
 
     @property
+    def switch_epochs(self) -> list[int]:
+        """Every epoch a late arm branches from SGD at: the main switch and one per late_sweep point."""
+        return sorted({self.epochs - k for k in (self.late_epochs, *self.late_sweep)})
+
+    @property
     def switch_epoch(self) -> int:
         """The first epoch of the late phase (ERM_to_SAM.py: start_SAM = epochs - late_epochs)."""
         return self.epochs - self.late_epochs
 
-    def rule(self, arm: str, epoch: int) -> str:
-        """The update rule of `arm` at `epoch`: sgd, sam or adv."""
+    def rule(self, arm: str, epoch: int, switch: int | None = None) -> str:
+        """The update rule of `arm` at `epoch`: sgd, sam or adv (a late arm of the sweep passes its `switch`)."""
         before, after = ARMS[arm]
-        switch = self.late_epochs if arm.startswith("early") else self.switch_epoch
+        if arm.startswith("early"):
+            switch = self.late_epochs
+        elif switch is None:
+            switch = self.switch_epoch
         return before if epoch < switch else after
 
     def lr_at(self, epoch: int) -> float:
@@ -98,6 +120,12 @@ class Params:
         """Rules across keys that the schema cannot state."""
         if not 1 <= self.late_epochs < self.epochs:
             raise ValueError(f"sam_late.late_epochs must lie in [1, epochs = {self.epochs}), got {self.late_epochs}")
+        for k in self.late_sweep:
+            if not 1 <= k < self.epochs or k == self.late_epochs:
+                raise ValueError(f"sam_late.late_sweep: each K must lie in [1, epochs = {self.epochs}) and differ "
+                                 f"from late_epochs = {self.late_epochs}, got {list(self.late_sweep)}")
+        if len(set(self.late_sweep)) != len(self.late_sweep):
+            raise ValueError(f"sam_late.late_sweep must not repeat a value, got {list(self.late_sweep)}")
         if self.rho not in self.rhos:
             raise ValueError(f"sam_late.rhos {list(self.rhos)} must include the main rho {self.rho}")
         if len(set(self.rhos)) != len(self.rhos):
@@ -122,20 +150,20 @@ class Params:
 STAGE_PARAMS = {
     "prepare": ("data",),
     "train_sgd": (
-        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "batch_size", "lr", "momentum",
+        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "batch_size", "lr", "momentum",
         "weight_decay", "lr_milestones", "lr_gamma", "label_smoothing", "augment", "escape_steps",
     ),
     "train_sam": (
-        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "batch_size", "lr", "momentum",
-        "weight_decay", "lr_milestones", "lr_gamma", "label_smoothing", "augment", "escape_steps",
+        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "rho", "batch_size", "lr",
+        "momentum", "weight_decay", "lr_milestones", "lr_gamma", "label_smoothing", "augment", "escape_steps",
     ),
     "train_adv": (
         "seeds", "data", "model", "hidden", "epochs", "late_epochs", "batch_size", "lr", "momentum",
         "weight_decay", "lr_milestones", "lr_gamma", "augment", "attack", "escape_steps",
     ),
     "evaluate": (
-        "seeds", "data", "model", "hidden", "rho", "attack", "hessian_samples", "lanczos_iters",
-        "eigenvalues", "interpolation_range", "interpolation_points", "interpolation_samples",
+        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "rho", "attack",
+        "hessian_samples", "lanczos_iters", "eigenvalues", "interpolation_range", "interpolation_points", "interpolation_samples",
     ),
     "report": ALL,
 }

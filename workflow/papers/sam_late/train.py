@@ -54,19 +54,21 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 10
 
 
 def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, start: dict | None = None,
-          track: bool = False, progress=None):
+          switch: int | None = None, track: bool = False, progress=None):
     """Train `model` (in place) as arm `arm` from epoch 0, or from checkpoint `start`.
 
     Args:
         data: tensors x_train (N, ...), y_train (N,) (the noisy labels), x_test, y_test.
         p: the paper's Params (epochs, lr schedule, rule of the arm per epoch, attack, ...).
+        switch: the epoch a late arm switches at (default p.switch_epoch; the sweep's arms pass theirs).
         track: record ||w_t - w_switch|| after each of the first p.escape_steps steps from the switch
-            epoch on (the escape; w_switch = the weights at the start of epoch p.switch_epoch).
+            epoch on (the escape; w_switch = the weights at the start of epoch `switch`).
 
     Returns:
         history (one row per epoch: rule, lr, train_loss, test_loss, test_acc), escape (one row per
-        tracked step: step, distance), and the checkpoints {"switch": at p.switch_epoch,
-        "final": at the end} (the switch one is absent when the run starts after it).
+        tracked step: step, distance), and the checkpoints {"switch": at p.switch_epoch, e: for SGD at
+        every other epoch e of p.switch_epochs (the sweep's branch points), "final": at the end} (those
+        before the run's first epoch are absent).
     """
     params = [q for q in model.parameters() if q.requires_grad]
     optimizers = {rule: torch.optim.SGD(params, lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay)
@@ -81,12 +83,17 @@ def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, s
     n = len(x)
     history, escape, ckpts = [], [], {}
     w_ref, step = None, 0
+    switch = p.switch_epoch if switch is None else switch
+    branch_points = set(p.switch_epochs) if arm == "sgd" else set()  # only SGD runs are branched from
     epochs = range(first, p.epochs)
     for epoch in progress(epochs) if progress else epochs:
         if epoch == p.switch_epoch:
             ckpts["switch"] = checkpoint(model, optimizers, epoch)
-            w_ref = flat_params(model) if track else None
-        rule = p.rule(arm, epoch)
+        elif epoch in branch_points:
+            ckpts[epoch] = checkpoint(model, optimizers, epoch)
+        if epoch == switch and track:
+            w_ref = flat_params(model)
+        rule = p.rule(arm, epoch, switch)
         opt = optimizers["sam" if rule == "sam" else "sgd"]
         for o in optimizers.values():
             for group in o.param_groups:

@@ -8,16 +8,18 @@ mode, i.e. the coverage coefficient C_cov = E_x[1 / pi_base(y*(x) | x)] is small
 (maximising E_pi[log pi_base] - beta KL(pi || pi_base), whose optimum is pi_base^(1 + 1/beta) / Z; with online
 exploration it does not need coverage).
 
-Reproduced, on two levels (the paper's own experiments use pretrained LLMs, which do not run offline):
-(1) an exact tabular model (prompts x token tables), where coverage, best-of-N and the KL-regularised optimum
-are closed forms and the algorithms are checked against them; (2) a tiny character-level transformer
-(:mod:`.model`, attention by ``kernels.attention``) pretrained on noisy string reversal, whose correct answer
-is the mode while a sample is usually wrong, with a high-coverage (short answers) and a low-coverage (long
-answers) variant. Claims: (a) best-of-N beats sampling and improves with N; (b) SFT-sharpening amortises
-best-of-N; (c) under low coverage RL beats SFT at a matched sample budget; (d) tabular RL converges to the
-closed-form optimum.
+Reproduced, on two levels (the paper's own experiments use pretrained LLMs, which do not run offline), on one
+task whose sequence mode is NOT greedy decoding's answer (:mod:`.task`: reversal read as pairs, each pair
+correct with a prompt-dependent probability a(x), else a decoy pair whose first letter fools greedy decoding
+when a(x) < 1/2): (1) an exact tabular version of the task's generator, swept over the number of pairs K
+(so over C_cov = E_x[a(x)^-K]) in a compositional and an atomic form, where coverage, best-of-N and the
+KL-regularised optimum are closed forms; (2) tiny character-level transformers (:mod:`.model`, attention by
+``kernels.attention``), several independently pretrained base models, with 2 pairs (high coverage) and
+4 pairs (low coverage). Claims: (a) best-of-N improves with N and beats sampling and greedy decoding;
+(b) SFT-sharpening amortises best-of-N; (c) SFT's required budget grows with C_cov while RL's does not;
+(d) tabular RL converges to the closed-form optimum; (e) under low coverage RL beats SFT at every budget.
 
-Deviations: synthetic task and tiny model instead of LLMs on benchmarks; RL-sharpening is plain on-policy
+Deviations: synthetic task and tiny models instead of LLMs on benchmarks; RL-sharpening is plain on-policy
 REINFORCE with the KL term, not the paper's exploration-augmented preference algorithm.
 
 Modules: :mod:`.tabular` (level 1), :mod:`.task`, :mod:`.model`, :mod:`.lm` (level 2), :mod:`.params`,

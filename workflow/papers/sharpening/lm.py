@@ -136,15 +136,23 @@ def rl_sharpen(base: GPT, prompts: torch.Tensor, n: int, budgets, *, beta: float
 # ---- evaluation -------------------------------------------------------------------------------------------
 @torch.no_grad()
 def best_of_n_curve(base: GPT, prompts: torch.Tensor, correct: torch.Tensor, sizes, *,
-                    generator: torch.Generator) -> dict:
+                    generator: torch.Generator, shuffle_seed: int = 0) -> dict:
     """Best-of-N under the self-reward for each N in `sizes`, from one pool of max(sizes) samples per prompt:
-    {"accuracy": {N: ...}, "log_pi_base": {N: mean self-reward of the winner}}."""
+    {"accuracy": {N: ...}, "log_pi_base": {N: mean self-reward of the winner}, "shuffled_accuracy": {N: ...}}.
+
+    shuffled_accuracy is the negative control: best-of-N from the same pool when each sample is scored with the
+    self-reward of another sample of its prompt (a random permutation), a reward that carries no information
+    about the sample it is attached to.
+    """
     B, n = correct.shape
     M = max(sizes)
     pool = sample_answers(base, prompts, n, M, generator)  # (B, M, n)
     r = self_reward(base, prompts.repeat_interleave(M, 0), pool.view(-1, n)).view(B, M).numpy()
     ok = (pool == correct[:, None, :]).all(-1).numpy()
-    return {"accuracy": best_of_n_from_pool(r, ok, sizes), "log_pi_base": best_of_n_from_pool(r, r, sizes)}
+    perm = np.random.default_rng(shuffle_seed).permuted(np.tile(np.arange(M), (B, 1)), axis=1)
+    r_shuffled = np.take_along_axis(r, perm, axis=1)
+    return {"accuracy": best_of_n_from_pool(r, ok, sizes), "log_pi_base": best_of_n_from_pool(r, r, sizes),
+            "shuffled_accuracy": best_of_n_from_pool(r_shuffled, ok, sizes)}
 
 
 @torch.no_grad()

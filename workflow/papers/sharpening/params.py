@@ -1,7 +1,7 @@
 """Parameters of P11 sharpening, checked when the workflow is parsed (before any job runs).
 
 The paper is theoretical: its algorithms have no fixed hyperparameters to copy, so the defaults below are
-ours (the issue's tabular prototype for the tabular level), each saying so.
+ours, each saying so.
 """
 from __future__ import annotations
 
@@ -15,32 +15,35 @@ METHODS = ("sft", "rl")
 
 @dataclass(frozen=True)
 class TabularParams:
-    """The exact tabular level (numpy): one Markov-chain table per prompt."""
+    """The exact tabular level (numpy): the task's generator as one Markov-chain table per prompt, swept over
+    the number of pairs K (so over C_cov), in a compositional and an atomic form (papers.sharpening.tabular)."""
 
-    prompts: int = 64  # the issue's prototype: 64 prompts
-    length: int = 8  # L, tokens per sequence (prototype: 8)
-    vocab: int = 6  # V (prototype: 6)
-    modal_prob: float = 0.45  # pi_base of each state's preferred token (prototype: 0.45)
-    seeds: int = 3  # repetitions of the sampled algorithms (the table is fixed by `seed`)
-    budgets: tuple = (4, 16, 64, 256, 1024)  # samples per prompt, shared by SFT and RL
+    prompts: int = 64  # X prompts per base model
+    vocab: int = 8  # V: 4 correct and 4 decoy tokens
+    levels: tuple = (0.3, 0.7)  # a(x) = levels[x mod len(levels)], as in the LM task
+    pairs: tuple = (1, 2, 3, 4, 5)  # K of the coverage sweep: C_cov = E_x[a(x)^-K]
+    seeds: int = 3  # independent base models (fresh y*, decoys) per setting, each sharpened once per method
+    budgets: tuple = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)  # samples per prompt, SFT and RL
     samples_per_step: int = 4  # RL: samples per prompt per policy-gradient step
     lr: float = 0.1  # RL: Adam step size on the logits
-    convergence_samples: int = 16000  # claim (d): samples per prompt of the long RL run
+    target_accuracy: float = 0.8  # claim (c): the required budget is the first budget reaching this accuracy
+    convergence_pairs: int = 4  # claim (d): K of the base models of the long RL runs
+    convergence_samples: int = 16000  # claim (d): samples per prompt of each long RL run (one per seed)
     convergence_samples_per_step: int = 16
     record_every: int = 25  # steps between two KL(pi || pi*) measurements of that run
 
 
 @dataclass(frozen=True)
 class TaskParams:
-    """Noisy string reversal (papers.sharpening.task)."""
+    """Reversal with correlated, prompt-dependent decoy pairs (papers.sharpening.task)."""
 
     alphabet: int = 8
-    noise: float = 0.5  # per-letter label noise; q = 1 - noise + noise / alphabet
-    max_len: int = 8  # longest prompt; pretraining lengths are 1 .. max_len
-    answer_lengths: dict = field(default_factory=lambda: {"high_coverage": 4, "low_coverage": 8})
+    levels: tuple = (0.3, 0.7)  # a(x), set by the prompt's first letter; below 1/2 greedy decoding is wrong
+    max_len: int = 8  # longest prompt; pretraining lengths are the even lengths 2 .. max_len
+    answer_pairs: dict = field(default_factory=lambda: {"high_coverage": 2, "low_coverage": 4})
     pretrain_examples: int = 40000
-    train_prompts: int = 256  # prompts per variant that sharpening samples on
-    test_prompts: int = 256  # held-out prompts per variant for every accuracy
+    train_prompts: int = 256  # prompts per variant that sharpening samples on (never in the corpus)
+    test_prompts: int = 256  # held-out prompts per variant (never in the corpus nor the training prompts)
 
 
 @dataclass(frozen=True)
@@ -48,23 +51,24 @@ class ModelParams:
     """The tiny causal transformer (papers.sharpening.model)."""
 
     n_layer: int = 2
-    n_head: int = 2
-    n_embd: int = 32
+    n_head: int = 4
+    n_embd: int = 64
 
 
 @dataclass(frozen=True)
 class PretrainParams:
-    steps: int = 600
+    seeds: int = 3  # independent base models (initialisation and data order); each is sharpened once per method
+    steps: int = 2000
     batch_size: int = 64
     lr: float = 3e-3  # AdamW peak; linear warm-up then cosine decay to 0
     warmup: int = 50
+    grad_clip: float = 1.0  # largest global gradient norm
 
 
 @dataclass(frozen=True)
 class SharpenParams:
     """SFT- and RL-sharpening of the language model at matched sample budgets."""
 
-    seeds: int = 3  # repetitions of sampling and fine-tuning from the one pretrained checkpoint
     budgets: tuple = (4, 16, 64)  # samples per training prompt
     sft_epochs: int = 16
     sft_batch: int = 32
@@ -76,64 +80,106 @@ class SharpenParams:
 
 
 @dataclass(frozen=True)
+class PretrainedParams:
+    """The paper's own setting (full scale): best-of-N of local pretrained causal LMs on GSM-style math prompts
+    (papers.sharpening.pretrained). Empty `models`: not run."""
+
+    models: tuple = ()  # each {name, path, dtype}: path a local Hugging Face directory
+    prompts: str | None = None  # JSON lines {"question", "answer": "... #### <number>"} (GSM8K's format)
+    questions: int = 200  # the first this many questions of the file
+    bon_sizes: tuple = (1, 2, 4, 8, 16)  # N; the pool holds max(bon_sizes) samples per question
+    max_new_tokens: int = 256
+    template: str = "Question: {question}\nAnswer:"
+    stop: str = "\n\nQuestion:"  # the final number is read from the completion before this
+
+    @property
+    def names(self) -> list[str]:
+        return [m["name"] for m in self.models]
+
+
+@dataclass(frozen=True)
 class ClaimParams:
     """Thresholds of the claims, fixed before any result was seen."""
 
     bon_min_gain: float = 0.1  # (a) best-of-N_max minus sampling accuracy, at least
-    monotone_slack: float = 0.02  # sanity check (not a claim): a step up in N may lose at most this much accuracy
+    bon_step_gain: float = 0.0  # (a) every step up in N lifts accuracy by more than this
     amortisation_fraction: float = 0.75  # (b) share of best-of-m's gain over sampling that SFT recovers
-    rl_margin: float = 0.05  # (c) RL minus SFT accuracy at every budget, above
+    budget_slope: float = 0.5  # (c) d log m_req / d log C_cov: SFT above, RL below
     kl_tolerance: float = 0.05  # (d) KL(pi_RL || pi*_beta) in nats per prompt, at most
+    rl_margin: float = 0.05  # (e) RL minus SFT accuracy at every budget, above
 
 
 @dataclass(frozen=True)
 class Params:
-    seed: int = 0  # the tabular base model, the task's data and the pretraining run
+    seed: int = 0  # the data, the tabular base models and the pretraining runs
     beta: float = 0.1  # KL weight of RL-sharpening; its optimum is pi_base^(1 + 1/beta)
-    bon_sizes: tuple = (1, 2, 4, 8, 16, 32, 64)  # the issue: N = 1 ... 32 (64 = the largest budget)
+    bon_sizes: tuple = (1, 2, 4, 8, 16, 32, 64)  # N of the best-of-N curves (64 = the largest LM budget)
     tabular: TabularParams = field(default_factory=TabularParams)
     task: TaskParams = field(default_factory=TaskParams)
     model: ModelParams = field(default_factory=ModelParams)
     pretrain: PretrainParams = field(default_factory=PretrainParams)
     sharpen: SharpenParams = field(default_factory=SharpenParams)
+    pretrained: PretrainedParams = field(default_factory=PretrainedParams)
     claims: ClaimParams = field(default_factory=ClaimParams)
 
     @property
     def variants(self) -> tuple[str, ...]:
-        return tuple(self.task.answer_lengths)
+        return tuple(self.task.answer_pairs)
+
+    def answer_length(self, variant: str) -> int:
+        return 2 * self.task.answer_pairs[variant]
 
     def check(self) -> None:
         """Cross-field rules the schema cannot state."""
-        t, s = self.task, self.sharpen
-        for name, n in t.answer_lengths.items():
-            if not 1 <= n <= t.max_len:
-                raise ValueError(f"sharpening.task.answer_lengths.{name} = {n} must lie in [1, max_len = {t.max_len}]")
-        if set(t.answer_lengths) != {"high_coverage", "low_coverage"}:
-            raise ValueError("sharpening.task.answer_lengths needs exactly the keys high_coverage and low_coverage")
+        t, s, tp = self.task, self.sharpen, self.tabular
+        for name, k in t.answer_pairs.items():
+            if not 1 <= 2 * k <= t.max_len:
+                raise ValueError(f"sharpening.task.answer_pairs.{name} = {k}: 2 x {k} letters must lie in "
+                                 f"[2, max_len = {t.max_len}]")
+        if set(t.answer_pairs) != {"high_coverage", "low_coverage"}:
+            raise ValueError("sharpening.task.answer_pairs needs exactly the keys high_coverage and low_coverage")
+        # y* must be the unique sequence mode (task.py): every level above 1 / (A + 1); and the mode must differ
+        # from greedy decoding's answer on some prompts: some level below 1/2.
+        for key, levels, decoys in [("task", t.levels, t.alphabet), ("tabular", tp.levels, tp.vocab // 2)]:
+            if not all(1 / (decoys + 1) < a < 1 for a in levels) or not any(a < 0.5 for a in levels):
+                raise ValueError(f"sharpening.{key}.levels {list(levels)}: each must lie in (1 / {decoys + 1}, 1) "
+                                 "(the correct answer is the mode) and one must be below 0.5 (greedy decoding is "
+                                 "wrong there)")
+        if tp.vocab % 2:
+            raise ValueError(f"sharpening.tabular.vocab = {tp.vocab} must be even (half correct, half decoy tokens)")
+        if len(tp.pairs) < 2:
+            raise ValueError("sharpening.tabular.pairs needs at least two settings (claim (c) fits a slope)")
         if max(s.budgets) > max(self.bon_sizes) or not set(s.budgets) <= set(self.bon_sizes):
             raise ValueError(f"sharpening.sharpen.budgets {list(s.budgets)} must all be in bon_sizes "
                              f"{list(self.bon_sizes)} (claim (b) compares SFT with best-of-m at each budget)")
         if 1 not in self.bon_sizes:
             raise ValueError("sharpening.bon_sizes must contain 1 (plain sampling)")
         for key, budgets, k in [("sharpen", s.budgets, s.rl_samples_per_prompt),
-                                ("tabular", self.tabular.budgets, self.tabular.samples_per_step)]:
+                                ("tabular", tp.budgets, tp.samples_per_step)]:
             if k < 2 or any(b % k for b in budgets):
                 raise ValueError(f"sharpening.{key}: every budget {list(budgets)} must be a multiple of the RL "
                                  f"samples per prompt per step ({k}, at least 2 for the leave-one-out baseline)")
-        if self.tabular.convergence_samples_per_step < 2:
+        pt = self.pretrained
+        if pt.models and not pt.prompts:
+            raise ValueError("sharpening.pretrained.prompts must name a GSM-style .jsonl when pretrained.models is set")
+        if len(set(pt.names)) != len(pt.names):
+            raise ValueError(f"sharpening.pretrained.models: names repeat in {pt.names}")
+        if 1 not in pt.bon_sizes or "{question}" not in pt.template:
+            raise ValueError("sharpening.pretrained: bon_sizes must contain 1 and template must contain {question}")
+        if tp.convergence_samples_per_step < 2:
             raise ValueError("sharpening.tabular.convergence_samples_per_step must be at least 2")
-
 
 
 # The parameters each stage reads. Its rule receives only these, so a change to another parameter
 # does not rerun the stage; papers.common.params.for_stage keeps the stage from reading any other.
 # A report writes every parameter to params.json, so it reads them all.
 STAGE_PARAMS = {
-    "prepare": ("seed", "tabular", "task"),
+    "prepare": ("seed", "task"),
     "tabular": ("seed", "beta", "bon_sizes", "tabular"),
     "pretrain": ("seed", "task", "model", "pretrain"),
     "sharpen": ("seed", "beta", "task", "sharpen"),
-    "evaluate": ("seed", "beta", "bon_sizes", "task", "sharpen"),
+    "evaluate": ("seed", "bon_sizes", "task", "sharpen"),
+    "pretrained": ("seed", "pretrained"),
     "report": ALL,
 }
 

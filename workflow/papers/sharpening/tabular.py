@@ -6,9 +6,11 @@ Shapes: X prompts, L positions, V tokens. A model is a table of log-conditionals
 ``logp[x, t, a, v] = log pi(y_t = v | x, y_{t-1} = a)`` of shape (X, L, V, V); at t = 0 there is no
 previous token and the row ``a = 0`` is used (the start state), the other rows at t = 0 are unused.
 
-The paper's objects (its Sections 2 to 4), computed exactly here:
+The base models (:func:`make_pair_chain`) are the language-model task's generator written as such tables,
+with the number of pairs K setting the coverage coefficient. The paper's objects (its Sections 2 to 4),
+computed exactly here:
 - self-reward ``r(y | x) = log pi_base(y | x)`` and its maximiser ``y*(x)`` (Viterbi);
-- the coverage coefficient ``C_cov = E_x[1 / pi_base(y*(x) | x)]``;
+- the coverage coefficient ``C_cov = E_x[1 / pi_base(y*(x) | x)]`` (its Definition of coverage);
 - best-of-N accuracy with the self-reward, ``1 - (1 - pi_base(y* | x))^N`` when y* is unique;
 - the optimum of ``E_pi[log pi_base] - beta KL(pi || pi_base)``, ``pi*_beta ∝ pi_base^(1 + 1/beta)``, which
   is again a Markov chain (backward messages below), and KL divergences between chains.
@@ -19,6 +21,8 @@ gradient, sampling from the current policy: online exploration).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.special import logsumexp
 
@@ -26,13 +30,46 @@ START = 0  # the previous-token index used at t = 0
 
 
 # ---- the base model ------------------------------------------------------------------------------
-def make_base(rng: np.random.Generator, prompts: int, length: int, vocab: int, modal_prob: float) -> np.ndarray:
-    """Each state (x, t, a) prefers one token, drawn uniformly, with probability `modal_prob`; the other
-    V - 1 tokens share the rest equally. y* is then the chain of preferred tokens, pi_base(y*) = rho^L."""
-    pref = rng.integers(vocab, size=(prompts, length, vocab))  # (X, L, V) preferred token per state
-    p = np.full((prompts, length, vocab, vocab), (1.0 - modal_prob) / (vocab - 1))
-    np.put_along_axis(p, pref[..., None], modal_prob, axis=-1)
-    return np.log(p)
+def make_pair_chain(rng: np.random.Generator, prompts: int, pairs: int, vocab: int, levels,
+                    atomic: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tabular version of the language-model task (:mod:`.task`): L = 2K tokens per prompt, a correct
+    answer y*(x) and a reliability a(x) = levels[x mod len(levels)].
+
+    Tokens 0 .. V/2 - 1 are "correct" tokens (y* is drawn from them), V/2 .. V - 1 "decoy" tokens. With
+    h = V/2 decoy tokens:
+
+    - compositional (atomic=False): each pair independently is correct, (y*_2i, y*_2i+1), with probability
+      a(x), else a decoy pair (d_2i, u) with d_2i a fixed decoy token and u uniform over the decoy tokens.
+      pi(y*) = a^K; y* is the mode iff a > 1 / (h + 1); greedy writes d_2i when a < 1/2; the answer can be
+      learned pair by pair.
+    - atomic: the whole answer is y* with probability b = a^K (the same pi(y*), hence the same C_cov), else
+      d_0 followed by L - 1 uniform decoy tokens; y* is the mode iff b > (1 - b) h^-(L-1). No part of y* is
+      more likely than y* itself, so it cannot be assembled part by part.
+
+    Returns (logp (X, L, V, V), y* (X, L), a (X,)); impossible transitions have log-probability -inf.
+    """
+    if vocab < 4 or vocab % 2:
+        raise ValueError(f"vocab = {vocab} must be even and at least 4 (half correct, half decoy tokens)")
+    X, L, h = prompts, 2 * pairs, vocab // 2
+    a = np.asarray(levels, dtype=float)[np.arange(X) % len(levels)]
+    y_star = rng.integers(h, size=(X, L))
+    decoy = h + rng.integers(h, size=(X, L))
+    p = np.zeros((X, L, vocab, vocab))
+    p[:, :, :, :] = 1.0 / vocab  # unreachable states: any law
+    p[:, :, h:, :] = 0.0
+    p[:, :, h:, h:] = 1.0 / h  # after a decoy token: uniform over the decoy tokens
+    xs, prev = np.arange(X)[:, None], np.arange(vocab)[None, :]  # index every row (previous token) at once
+    for t in range(L):
+        if (t == 0) if atomic else (t % 2 == 0):  # a branching point, whatever the previous token
+            prob = (a ** pairs if atomic else a)[:, None]
+            p[:, t] = 0.0
+            p[xs, t, prev, y_star[:, t, None]] = prob
+            p[xs, t, prev, decoy[:, t, None]] = 1.0 - prob
+        else:  # after a correct token the next correct token is certain
+            p[:, t, :h] = 0.0
+            p[xs, t, prev[:, :h], y_star[:, t, None]] = 1.0
+    with np.errstate(divide="ignore"):
+        return np.log(p), y_star, a
 
 
 def normalise(logits: np.ndarray) -> np.ndarray:
@@ -170,21 +207,31 @@ def best_of_n(logp_base: np.ndarray, n: int, rng: np.random.Generator) -> np.nda
     return y[np.arange(len(y)), best]
 
 
-def sft_sharpen(logp_base: np.ndarray, budget: int, rng: np.random.Generator) -> np.ndarray:
-    """SFT-sharpening: maximum likelihood, in the tabular class, on the best-of-`budget` winner of each prompt.
+def sft_sharpen(logp_base: np.ndarray, winners: np.ndarray) -> np.ndarray:
+    """SFT-sharpening: maximum likelihood, in the tabular class, on one best-of-m winner per prompt, winners (X, L)
+    (from :func:`best_of_n`, or the first m samples of a pool).
 
     The MLE conditionals are the winners' transition counts; a state no winner visits keeps pi_base
     (the MLE is undefined there, and sampling never reaches it).
     """
-    y = best_of_n(logp_base, budget, rng)[:, None, :]  # (X, 1, L)
+    y = winners[:, None, :]  # (X, 1, L)
     X, _, L = y.shape
     counts = np.zeros(logp_base.shape)
     prev = np.concatenate([np.full((X, 1, 1), START), y[:, :, :-1]], axis=2)
     np.add.at(counts, (np.arange(X)[:, None, None], np.arange(L)[None, None, :], prev, y), 1.0)
     seen = counts.sum(-1, keepdims=True) > 0
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         mle = np.log(counts / np.where(seen, counts.sum(-1, keepdims=True), 1.0))
     return np.where(seen, mle, logp_base)
+
+
+def required_budget(budgets, accuracies, target: float) -> float:
+    """The smallest budget of a curve whose accuracy reaches `target` (inf if none does): the sample budget an
+    algorithm needs, read off its whole budget curve."""
+    for m, acc in sorted(zip(budgets, accuracies)):
+        if acc >= target:
+            return float(m)
+    return math.inf
 
 
 class Adam:

@@ -1,0 +1,171 @@
+"""P13 infoprop: the propagation step against closed forms and Monte Carlo, the information loss and termination by
+hand, the distances against scipy, the ensemble's likelihood against torch, and bad input."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import stats
+
+from papers.infoprop import propagation as P
+from papers.infoprop import data as D
+from papers.infoprop.model import gaussian_nll, train_ensemble
+from papers.infoprop.params import parse
+from papers.infoprop.report import cut_gap
+from papers.infoprop.stages import cut_errors, wasserstein_1d
+
+
+def _members(mu, s2):
+    """(E,) lists -> (E, 1, 1) tensors: one rollout, one dimension."""
+    return (torch.tensor(mu, dtype=torch.float64)[:, None, None], torch.tensor(s2, dtype=torch.float64)[:, None, None])
+
+
+def test_fused_moments_by_hand():
+    # mu = (0, 3), s2 = (1, 2): mean precision (1 + 1/2) / 2 = 3/4 -> s2 = 4/3; m = 4/3 (0/1 + 3/2) / 2 = 1;
+    # e2 = ((0 - 1)^2 + (3 - 1)^2) / 2 = 5/2; K = (4/3) / (4/3 + 5/2) = 8/23; v = (1 - K) s2 = 15/23 * 4/3 = 20/23.
+    mu, s2 = _members([0.0, 3.0], [1.0, 2.0])
+    m, fused_var, epistemic = P.fuse(mu, s2)
+    assert float(m) == pytest.approx(1.0) and float(fused_var) == pytest.approx(4 / 3)
+    assert float(epistemic) == pytest.approx(2.5)
+    mean, var = P.infoprop_moments(mu, s2, torch.tensor([[4.0]], dtype=torch.float64))
+    assert float(mean) == pytest.approx(1.0 + 8 / 23 * 3.0)  # m + K (z - m) with z = 4
+    assert float(var) == pytest.approx(20 / 23)
+    # The K = 1 control: the draw itself, no variance left.
+    mean1, var1 = P.infoprop_moments(mu, s2, torch.tensor([[4.0]], dtype=torch.float64), unit_gain=True)
+    assert float(mean1) == 4.0 and float(var1) == 0.0
+
+
+def test_marginal_of_the_step_is_the_aleatoric_gaussian():
+    # The paper's model: z ~ N(m, s2 + e2). Then y = m + K (z - m) + sqrt(v) eps is exactly N(m, s2).
+    mu, s2 = _members([0.0, 3.0, -1.0], [1.0, 2.0, 0.5])
+    m, fused_var, epistemic = (float(t) for t in P.fuse(mu, s2))
+    n = 200_000
+    g = torch.Generator().manual_seed(0)
+    z = m + math.sqrt(fused_var + epistemic) * torch.randn(n, 1, generator=g, dtype=torch.float64)
+    mean, var = P.infoprop_moments(mu.expand(-1, n, -1), s2.expand(-1, n, -1), z)
+    y = (mean + var.sqrt() * torch.randn(n, 1, generator=g, dtype=torch.float64)).numpy().ravel()
+    # Five standard errors of the sample mean and of the sample variance of a Gaussian.
+    assert abs(y.mean() - m) < 5 * math.sqrt(fused_var / n)
+    assert abs(y.var(ddof=1) - fused_var) < 5 * fused_var * math.sqrt(2 / (n - 1))
+    assert stats.kstest(y, "norm", args=(m, math.sqrt(fused_var))).pvalue > 1e-3
+    # ... and not N(m, s2 + e2), the random member's own spread.
+    assert stats.kstest(y, "norm", args=(m, math.sqrt(fused_var + epistemic))).pvalue < 1e-6
+
+
+def test_step_with_random_members_keeps_the_first_two_moments():
+    # With equal member variances the random member's draw has mean m and variance s2 + e2, so the step's
+    # marginal has mean m and variance K^2 (s2 + e2) + (1 - K) s2 = s2 exactly (Monte Carlo through P.step).
+    n = 200_000
+    mu, s2 = _members([0.0, 2.0, -1.0, 0.5], [0.7] * 4)
+    m, fused_var, epistemic = (float(t) for t in P.fuse(mu, s2))
+    y, _ = P.step("infoprop", mu.expand(-1, n, -1), s2.expand(-1, n, -1), torch.Generator().manual_seed(1))
+    y = y.numpy().ravel()
+    kurt_term = ((y - y.mean()) ** 4).mean() - y.var() ** 2  # the variance of (y - mean)^2: not Gaussian here
+    assert abs(y.mean() - m) < 5 * math.sqrt(fused_var / n)
+    assert abs(y.var(ddof=1) - fused_var) < 5 * math.sqrt(kurt_term / n)
+    # MBPO's random member keeps the epistemic spread: variance s2 + e2.
+    ymbpo, _ = P.step("mbpo", mu.expand(-1, n, -1), s2.expand(-1, n, -1), torch.Generator().manual_seed(2))
+    assert ymbpo.numpy().var() == pytest.approx(fused_var + epistemic, rel=0.02)
+
+
+def test_unit_gain_control_is_random_member_sampling():
+    mu = torch.randn(5, 64, 3, dtype=torch.float64)
+    s2 = torch.rand(5, 64, 3, dtype=torch.float64) + 0.1
+    y_mbpo, _ = P.step("mbpo", mu, s2, torch.Generator().manual_seed(3))
+    y_k1, var = P.step("infoprop_k1", mu, s2, torch.Generator().manual_seed(3))
+    torch.testing.assert_close(y_k1, y_mbpo)  # same draws: identical samples
+    assert float(var.abs().max()) == 0.0
+
+
+def test_information_loss_and_termination_by_hand():
+    # v = 1 / (2 pi e): 0.5 log2(2 pi e v) = 0, so H = -log2(1e-6) = 19.93 bits; a v below the resolution's cell clips at 0.
+    v = np.array([1 / (2 * math.pi * math.e), 1e-14])
+    np.testing.assert_allclose(P.information_loss(v, 1e-6), [6 * math.log2(10), 0.0])
+    data = np.arange(1, 101, dtype=float)[:, None] * np.ones((1, 2))  # losses 1..100 in both dimensions
+    lam1, lam2 = P.thresholds(data, horizon=10, upper_quantile=0.99, lower_quantile=0.01)
+    np.testing.assert_allclose(lam1, np.quantile(np.arange(1, 101), 0.99))
+    np.testing.assert_allclose(lam2, 10 * np.quantile(np.arange(1, 101), 0.01))
+    losses = np.zeros((3, 4, 2))
+    losses[0] = 1.0  # running sums 1, 2, 3, 4 stay below lambda2 = 3, 5 in dim 0 and 5 in dim 1 ...
+    losses[1, 2, 1] = 7.0  # per-step threshold 6 exceeded at step 2 in dimension 1
+    losses[2, :, 0] = 2.0  # running sum 2, 4, 6 > 5 at step 2
+    stop = P.stop_step(losses, lambda1=np.array([6.0, 6.0]), lambda2=np.array([5.0, 5.0]))
+    np.testing.assert_array_equal(stop, [4, 2, 2])
+
+
+def test_wasserstein_against_scipy():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(3, 40)), rng.standard_t(3, size=(3, 40)) + 0.5
+    ours = wasserstein_1d(x, y, axis=1)
+    ref = [stats.wasserstein_distance(a, b) for a, b in zip(x, y)]
+    np.testing.assert_allclose(ours, ref, rtol=1e-12)
+    with pytest.raises(ValueError, match="equal sample counts"):
+        wasserstein_1d(x, y[:, :10], axis=1)
+
+
+def test_gaussian_nll_against_torch():
+    g = torch.Generator().manual_seed(0)
+    mean, logvar, y = (torch.randn(3, 8, 4, generator=g) for _ in range(3))
+    ref = torch.nn.GaussianNLLLoss(reduction="mean")(mean, y, logvar.exp())  # 0.5 (log var + (y - mu)^2 / var)
+    torch.testing.assert_close(gaussian_nll(mean, logvar, y), 2 * ref)
+
+
+def test_ensemble_recovers_a_known_noise_and_disagrees_off_data():
+    # y = 2 x + N(0, 0.3^2), x in [-1, 1]: every member's variance near 0.09 on the data; members disagree more
+    # far from it (epistemic), where the aleatoric noise is the same.
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, size=(2000, 1))
+    y = 2 * x + 0.3 * rng.standard_normal((2000, 1))
+    m = {"ensemble": 5, "hidden": 32, "layers": 2, "lr": 3e-3, "weight_decay": 0.0, "batch": 128, "epochs": 30,
+         "val_fraction": 0.1, "learn_logvar_bounds": True}
+    torch.manual_seed(0)
+    net, hist = train_ensemble(x, y, m, torch.Generator().manual_seed(0))
+    mu, s2 = net.predict(torch.tensor([[0.0], [0.5], [6.0]], dtype=torch.float32))
+    assert float(s2[:, :2].mean()) == pytest.approx(0.09, rel=0.3)
+    _, _, epistemic = P.fuse(mu.double(), s2.double())
+    assert float(epistemic[2]) > 10 * float(epistemic[:2].max())
+    assert hist[-1]["val_mse"] < hist[0]["val_mse"]
+
+
+def test_cut_gap_by_hand_and_random_cut():
+    err = np.array([[1.0, 1.0], [1.0, 1.0], [3.0, 3.0], [3.0, 3.0]])  # rollouts 2 and 3 have the high error
+    rows = pd.DataFrame([{"seed": 0, "cut": "infoprop", **r} for r in cut_errors(err, np.array([2, 2, 1, 1]))])
+    assert rows.loc[1, "accepted"] == 2 and rows.loc[1, "dropped"] == 2
+    # step 2: dropped error 3, accepted 1: gap 3 / 1 - 1 = 2 (step 1 has no dropped sample).
+    np.testing.assert_allclose(cut_gap(rows, "infoprop", min_group=1), [2.0])
+    np.testing.assert_allclose(cut_gap(rows, "infoprop", min_group=3), [np.nan])
+    # A cut blind to the error: no gap.
+    rows = pd.DataFrame([{"seed": 0, "cut": "random", **r} for r in cut_errors(err, np.array([2, 1, 2, 1]))])
+    np.testing.assert_allclose(cut_gap(rows, "random", min_group=1), [0.0])
+
+
+def test_restore_reproduces_the_simulator_state():
+    env = D.make_env("HalfCheetah-v5")
+    obs, _ = env.reset(seed=0)
+    for _ in range(5):
+        obs, *_ = env.step(env.action_space.sample())
+    after = env.step(np.full(6, 0.3))[0]
+    D.restore(env, obs)
+    np.testing.assert_allclose(env.step(np.full(6, 0.3))[0], after, atol=1e-10)
+
+
+def test_shifted_policies():
+    w = D.policy_matrix(17, 6, 1.0, seed=0)
+    ws = D.shifted_policies(w, 1.0, [0.0, 1.0, 2.0], seed=0)
+    np.testing.assert_array_equal(ws[0], w)  # shift 0 is the logging policy itself
+    np.testing.assert_allclose(ws[2] - w, 2 * (ws[1] - w))  # one direction per seed, scaled by the shift
+    # The direction has the logging matrix's own scale: entries of std gain / sqrt(obs_dim).
+    assert np.std(ws[1] - w) == pytest.approx(1 / np.sqrt(17), rel=0.3)
+
+
+def test_bad_input_names_the_key_or_file(tmp_path):
+    with pytest.raises(KeyError, match="infoprop.rollouts"):
+        parse({"rollouts": {}})
+    with pytest.raises(ValueError, match="long_horizon_steps"):
+        parse({"rollout": {"starts": 4, "samples": 4, "horizon": 10}})  # default steps go to 50
+    with pytest.raises(FileNotFoundError, match="nothere.npz"):
+        D.read_prepared(tmp_path / "nothere.npz")
+    np.savez(tmp_path / "partial.npz", w=np.zeros(2))
+    with pytest.raises(ValueError, match="partial.npz lacks"):
+        D.read_prepared(tmp_path / "partial.npz")

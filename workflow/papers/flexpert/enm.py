@@ -1,0 +1,142 @@
+"""Elastic network models on C-alpha atoms and the per-protein Pearson correlation (paper Sec. 3).
+
+The paper's structure-based flexibility measures are the square fluctuations of an anisotropic (ANM)
+and a Gaussian (GNM) network model, cutoff 16 A, all non-trivial modes, taken as their square root
+(official code: ``data/scripts/get_enm_fluctuations_for_dataset.py`` and ``get_correlation_analysis.py``,
+``np.sqrt(calcSqFlucts(enm))``). ProDy computes them (:func:`anm_fluctuations`, :func:`gnm_fluctuations`);
+:func:`gnm_fluctuations_numpy` and :func:`anm_fluctuations_numpy` are independent numpy implementations
+that the tests hold against ProDy; they compute the profiles of the data set (ProDy's full
+eigendecomposition costs several times an inverse, which the default scale's time budget cannot spare).
+
+GNM (Bahar et al. 1997): the Kirchhoff matrix
+
+.. math::
+    \\Gamma_{ij} = -\\gamma \\,[d_{ij} \\le r_c] \\;(i \\ne j), \\qquad \\Gamma_{ii} = -\\sum_{j \\ne i} \\Gamma_{ij},
+
+and the mean square fluctuation of residue i is proportional to :math:`(\\Gamma^{+})_{ii}`, the diagonal
+of its pseudo-inverse (the zero mode of rigid translation removed).
+
+ANM (Atilgan et al. 2001): the 3N x 3N Hessian with 3 x 3 super-elements
+:math:`H_{ij} = -\\gamma\\, d_{ij} d_{ij}^T / |d_{ij}|^2` for :math:`|d_{ij}| \\le r_c`,
+:math:`H_{ii} = -\\sum_{j \\ne i} H_{ij}`; the square fluctuation of residue i is the trace of the
+i-th 3 x 3 diagonal block of :math:`H^{+}` (six rigid-body modes removed).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _prody():
+    import prody
+
+    prody.confProDy(verbosity="none")
+    return prody
+
+
+# ---- ProDy (the paper's tool) ------------------------------------------------------------------
+def anm_model(coords: np.ndarray, cutoff: float, gamma: float = 1.0, n_modes: int | None = None):
+    """A ProDy ANM on C-alpha coordinates (N, 3) with its modes (default: all 3N - 6 non-trivial)."""
+    prody = _prody()
+    anm = prody.ANM("anm")
+    anm.buildHessian(np.asarray(coords, float), cutoff=float(cutoff), gamma=float(gamma))
+    anm.calcModes(n_modes=3 * len(coords) - 6 if n_modes is None else n_modes)
+    return anm
+
+
+def gnm_model(coords: np.ndarray, cutoff: float, gamma: float = 1.0, n_modes: int | None = None):
+    """A ProDy GNM on C-alpha coordinates with its modes (default: all N - 1 non-trivial)."""
+    prody = _prody()
+    gnm = prody.GNM("gnm")
+    gnm.buildKirchhoff(np.asarray(coords, float), cutoff=float(cutoff), gamma=float(gamma))
+    gnm.calcModes(n_modes=len(coords) - 1 if n_modes is None else n_modes)
+    return gnm
+
+
+def anm_fluctuations(coords: np.ndarray, cutoff: float = 16.0, gamma: float = 1.0) -> np.ndarray:
+    """sqrt of ProDy's ANM square fluctuations per residue, (N,) (the official code's profile)."""
+    return np.sqrt(_prody().calcSqFlucts(anm_model(coords, cutoff, gamma)))
+
+
+def gnm_fluctuations(coords: np.ndarray, cutoff: float = 16.0, gamma: float = 1.0) -> np.ndarray:
+    """sqrt of ProDy's GNM square fluctuations per residue, (N,)."""
+    return np.sqrt(_prody().calcSqFlucts(gnm_model(coords, cutoff, gamma)))
+
+
+# ---- numpy (independent implementation, for the tests) ------------------------------------------
+def kirchhoff(coords: np.ndarray, cutoff: float, gamma: float = 1.0) -> np.ndarray:
+    """The GNM Kirchhoff (connectivity Laplacian) matrix, (N, N)."""
+    d = np.linalg.norm(coords[:, None, :] - coords[None, :, :], axis=-1)
+    contact = (d <= cutoff) & ~np.eye(len(coords), dtype=bool)
+    g = -gamma * contact.astype(float)
+    g[np.diag_indices_from(g)] = -g.sum(1)
+    return g
+
+
+def gnm_fluctuations_numpy(coords: np.ndarray, cutoff: float = 16.0, gamma: float = 1.0) -> np.ndarray:
+    """sqrt(diag(Gamma^+)), with Gamma^+ = (Gamma + u u^T)^{-1} - u u^T for the unit zero mode u = 1 / sqrt(N)
+    (exact when the network is connected; an inverse costs a fraction of a full eigendecomposition)."""
+    g = kirchhoff(np.asarray(coords, float), cutoff, gamma)
+    uu = np.full(g.shape, 1.0 / len(g))
+    sq = np.diag(np.linalg.inv(g + uu) - uu)
+    if not np.all(sq > 0):  # a network in pieces: pseudo-inverse over the non-zero modes
+        w, v = np.linalg.eigh(g)
+        nz = w > 1e-6 * w.max()
+        sq = ((v[:, nz] ** 2) / w[nz]).sum(1)
+    return np.sqrt(sq)
+
+
+def hessian(coords: np.ndarray, cutoff: float, gamma: float = 1.0) -> np.ndarray:
+    """The ANM Hessian, (3N, 3N)."""
+    n = len(coords)
+    r = coords[None, :, :] - coords[:, None, :]  # (N, N, 3): r[i, j] = x_j - x_i
+    d2 = (r ** 2).sum(-1)
+    contact = (d2 <= cutoff ** 2) & ~np.eye(n, dtype=bool)
+    blocks = -gamma * r[..., :, None] * r[..., None, :] / np.where(contact, d2, 1.0)[..., None, None]
+    blocks *= contact[..., None, None]  # (N, N, 3, 3)
+    blocks[np.arange(n), np.arange(n)] = -blocks.sum(1)
+    return blocks.transpose(0, 2, 1, 3).reshape(3 * n, 3 * n)
+
+
+def rigid_body_modes(coords: np.ndarray) -> np.ndarray:
+    """An orthonormal basis (3N, 6) of the ANM's null space: three translations and three rotations
+    about the centroid (the displacement of atom i under rotation about axis a is a x (x_i - c))."""
+    x = coords - coords.mean(0)
+    n = len(x)
+    modes = np.zeros((n, 3, 6))
+    for a in range(3):
+        modes[:, a, a] = 1.0
+        axis = np.eye(3)[a]
+        modes[:, :, 3 + a] = np.cross(axis, x)
+    q, _ = np.linalg.qr(modes.reshape(3 * n, 6))
+    return q
+
+
+def anm_fluctuations_numpy(coords: np.ndarray, cutoff: float = 16.0, gamma: float = 1.0) -> np.ndarray:
+    """sqrt of tr of the 3 x 3 diagonal blocks of H^+, with H^+ = (H + U U^T)^{-1} - U U^T for the
+    rigid-body basis U (exact when the six rigid-body modes are H's only zero modes)."""
+    coords = np.asarray(coords, float)
+    u = rigid_body_modes(coords)
+    uu = u @ u.T
+    h = hessian(coords, cutoff, gamma)
+    sq = np.diag(np.linalg.inv(h + uu) - uu).reshape(-1, 3).sum(1)  # (N,)
+    if not np.all(sq > 0):  # more zero modes than six (a network in pieces, e.g. at a chain break):
+        w, v = np.linalg.eigh(h)  # the pseudo-inverse over the non-zero modes, as ProDy's calcModes
+        nz = w > 1e-6 * w.max()
+        sq = ((v[:, nz] ** 2) / w[nz]).sum(1).reshape(-1, 3).sum(1)
+    return np.sqrt(sq)
+
+
+# ---- comparing profiles ----------------------------------------------------------------------
+def pearson(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson's r of two per-residue profiles (NaN if either is constant)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    a, b = a - a.mean(), b - b.mean()
+    den = np.sqrt((a * a).sum() * (b * b).sum())
+    return float((a * b).sum() / den) if den > 0 else float("nan")
+
+
+def zscore(x: np.ndarray) -> np.ndarray:
+    """(x - mean) / std over one protein: the per-protein normalisation of the targets."""
+    x = np.asarray(x, float)
+    s = x.std()
+    return (x - x.mean()) / (s if s > 0 else 1.0)

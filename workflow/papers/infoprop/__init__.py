@@ -1,0 +1,21 @@
+"""P13 infoprop: Infoprop, on rollouts in model-based reinforcement learning (Frauenknecht et al., ICLR 2025,
+https://arxiv.org/abs/2501.16918).
+
+Official code: Data-Science-in-Mechanical-Engineering/infoprop (on MBRL-Lib) and the JAX port
+dsubhasish09/Infoprop-JAX; read for the propagation step (``gaussian_mlp.py: info_sample_1d``) and the
+thresholds (``infoprop_dyna.py``), nothing copied.
+
+What is reproduced: the Infoprop rollout step (Sec. 4: fuse the ensemble, read a random member's draw as a noisy
+observation of the next state, condition on it with a Kalman gain so that only aleatoric uncertainty propagates),
+its information loss and the termination by lambda1/lambda2 (Sec. 5), against MBPO's random-member sampling and the
+ensemble mean, on a probabilistic ensemble fitted to logged HalfCheetah-v5 transitions; the rollouts are compared
+with the true simulator continued from the same held-out states (claim a), and the transitions Infoprop drops with
+those it keeps (claim b).
+
+How we deviate: no Dyna training (claim c is not measured: SAC on model rollouts for 3+ seeds and two arms does not
+fit the default budget beside the study), one task, a fixed noisy policy with an explicit actuator noise instead of
+a learning agent, a smaller ensemble; the report's "What differs from the paper" lists every difference.
+
+Modules: data.py (the true system, the logged data and the prepare stage), model.py (the ensemble), propagation.py
+(the schemes, information loss, thresholds), stages.py (train, evaluate), report.py (table, figures, claims).
+"""

@@ -1,0 +1,119 @@
+# P13 infoprop: rollouts that separate aleatoric from epistemic uncertainty and stop when information is lost.
+# prepare (logged transitions of a noisy policy, held-out start states and their true continuations; per seed)
+# -> train (the probabilistic ensemble; per seed) -> evaluate (every propagation scheme's rollouts against the
+# true continuations, Infoprop's termination; per seed) -> report.
+# Code: workflow/papers/infoprop/ (data.py, stages.py and report.py hold the functions these rules call).
+
+INFOPROP = f"{RESULTS}/infoprop"
+
+
+rule infoprop_prepare:
+    """Log one seed's transitions of the noisy policy, draw held-out start states and continue the true simulator from them."""
+    output:
+        data=f"{INFOPROP}/prepare/data_{{seed}}.npz",
+    params:
+        call="papers.infoprop.data:prepare",
+        cfg=config["infoprop"],
+        seed="{seed}",
+    log:
+        f"{LOGS}/infoprop/prepare/data_{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/infoprop/prepare/data_{{seed}}.tsv"
+    threads: res("light", "threads")
+    resources:
+        **job_resources("light"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule infoprop_train:
+    """Fit one seed's ensemble of Gaussian MLPs (state delta and reward, Gaussian NLL, learned variance bounds)."""
+    input:
+        data=rules.infoprop_prepare.output.data,
+    output:
+        model=f"{INFOPROP}/train/ensemble_{{seed}}.pt",
+        history=f"{INFOPROP}/train/history_{{seed}}.parquet",
+    params:
+        call="papers.infoprop.stages:train",
+        cfg=config["infoprop"],
+        seed="{seed}",
+    log:
+        f"{LOGS}/infoprop/train/ensemble_{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/infoprop/train/ensemble_{{seed}}.tsv"
+    threads: res("train", "threads")
+    resources:
+        **job_resources("train"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule infoprop_evaluate:
+    """Roll out every propagation scheme from the start states; distances to the true continuations, Infoprop's cuts."""
+    input:
+        data=rules.infoprop_prepare.output.data,
+        model=rules.infoprop_train.output.model,
+    output:
+        curves=f"{INFOPROP}/evaluate/curves_{{seed}}.parquet",
+        cuts=f"{INFOPROP}/evaluate/cuts_{{seed}}.parquet",
+    params:
+        call="papers.infoprop.stages:evaluate",
+        cfg=config["infoprop"],
+        seed="{seed}",
+    log:
+        f"{LOGS}/infoprop/evaluate/curves_{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/infoprop/evaluate/curves_{{seed}}.tsv"
+    threads: res("train", "threads")
+    resources:
+        **job_resources("train"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule infoprop_report:
+    """The rollout-quality table, the figures, the claims with their verdicts and controls, report.md."""
+    input:
+        curves=expand(rules.infoprop_evaluate.output.curves, seed=seeds("infoprop")),
+        cuts=expand(rules.infoprop_evaluate.output.cuts, seed=seeds("infoprop")),
+        histories=expand(rules.infoprop_train.output.history, seed=seeds("infoprop")),
+        benchmarks=[
+            *expand(rules.infoprop_prepare.benchmark, seed=seeds("infoprop")),
+            *expand(rules.infoprop_train.benchmark, seed=seeds("infoprop")),
+            *expand(rules.infoprop_evaluate.benchmark, seed=seeds("infoprop")),
+        ],
+    output:
+        table_md=report(f"{INFOPROP}/table.md", caption="../report/infoprop/table.rst", category="infoprop"),
+        table_csv=f"{INFOPROP}/table.csv",
+        claims=f"{INFOPROP}/claims.json",
+        params_json=f"{INFOPROP}/params.json",
+        report_md=f"{INFOPROP}/report.md",
+        w1_figure=report(f"{INFOPROP}/figures/w1.png", caption="../report/infoprop/w1.rst", category="infoprop"),
+        cut_figure=report(f"{INFOPROP}/figures/cuts.png", caption="../report/infoprop/cuts.rst", category="infoprop"),
+    params:
+        call="papers.infoprop.report:report",
+        cfg=config["infoprop"],
+        scale=SCALE,
+    log:
+        f"{LOGS}/infoprop/report.log",
+    benchmark:
+        f"{BENCHMARKS}/infoprop/report.tsv"
+    threads: res("light", "threads")
+    resources:
+        **job_resources("light"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule infoprop:
+    """Everything of paper P13 infoprop: its report, table, figures and claims."""
+    input:
+        paper_outputs("infoprop"),
