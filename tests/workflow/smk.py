@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # The papers whose smoke DAG the tests run (every implemented paper).
 PAPERS = [
     "welfare", "deepgate4", "sam_late", "cbplm", "ensembles", "linear_mechanisms", "sharpening", "uv_sharpness",
-    "neural_fdm", "sbdd_vs", "hip", "orion", "profilebfn", "symspace", "infoprop", "flexpert",
+    "neural_fdm", "sbdd_vs", "hip", "orion", "profilebfn", "symspace", "infoprop", "flexpert", "bodygen",
+    "adamanip", "eagle",
 ]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
@@ -25,7 +26,7 @@ def snakemake(*args: str, workdir: Path, timeout: int = 900) -> subprocess.Compl
 
 # The data the full scale reads from user-given paths (config/full.yaml), relative to the workdir.
 # The workflow checks at parse time that they exist; the dry-run tests give it empty stand-ins.
-FULL_SCALE_DATA = {"files": ["data/uniref50.fasta", "data/pg19_books.txt", "data/bcic_iv_2a/A01.npz", "data/gsm8k/test.jsonl"], "folders": ["data/cifar-10-batches-py", "data/models/base_lm", "data/atlas/pdb"]}
+FULL_SCALE_DATA = {"files": ["data/uniref50.fasta", "data/pg19_books.txt", "data/bcic_iv_2a/A01.npz", "data/gsm8k/test.jsonl"], "folders": ["data/cifar-10-batches-py", "data/models/base_lm", "data/atlas/pdb", "data/atlas/analysis"]}
 
 
 def full_scale_stand_ins(workdir: Path) -> None:

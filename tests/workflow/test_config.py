@@ -57,10 +57,10 @@ def test_missing_key_is_named(tmp_path):
     assert "key 'welfare': 'seeds' is a required property" in result.stdout + result.stderr
 
 
-def test_unimplemented_paper_is_refused(tmp_path):
-    result = _dry_run(tmp_path, "--config", "papers=[bodygen]")
+def test_unknown_paper_is_refused(tmp_path):
+    result = _dry_run(tmp_path, "--config", "papers=[no_such_paper]")
     assert result.returncode != 0
-    assert "paper 'bodygen' has no section 'bodygen:'" in result.stdout + result.stderr
+    assert "invalid configuration at key 'papers.0': 'no_such_paper' is not one of ['orion'," in result.stdout + result.stderr
 
 
 def test_command_line_values_are_typed_by_the_schema(tmp_path):

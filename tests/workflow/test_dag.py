@@ -43,15 +43,23 @@ FANNED_OUT = {
     "deepgate4_train": (1, 3, 3),  # one per seed
     "sbdd_vs_generate": (2, 2, 2),  # one per target
     "sbdd_vs_evaluate": (2, 2, 2),  # one per target
-    "orion_train": (1, 2, 9),  # model sizes x seeds
-    "orion_evaluate": (1, 2, 9),  # one per trained model
+    "orion_train": (1, 1, 3),  # one per model size (its seeds side by side)
+    "orion_evaluate": (1, 1, 3),  # one per model size
     "profilebfn_train": (1, 3, 5),  # one per training seed
     "profilebfn_evaluate": (1, 3, 5),  # one per training seed (every arm and family inside)
     "symspace_train": (1, 3, 5),  # one per seed (every arm, control and metric inside)
+    "eagle_pretrain": (1, 3, 5),  # one per seed (three experts and the LM)
+    "eagle_train": (1, 3, 5),  # one per seed (every arm, control and round-robin step inside)
     "infoprop_prepare": (1, 3, 5),  # one per seed
     "infoprop_train": (1, 3, 5),  # one per seed
     "infoprop_evaluate": (1, 3, 5),  # one per seed (every propagation scheme inside)
+    "bodygen_train": (1, 3, 5),  # one per seed (every arm and negative control inside)
+    "adamanip_prepare": (1, 3, 5),  # one per seed (every category and demonstration kind inside)
+    "adamanip_train": (2, 6, 10),  # policies x seeds (both demonstration kinds inside)
+    "adamanip_evaluate": (2, 6, 10),  # policies x seeds
     "flexpert_train": (1, 3, 5),  # one per seed (predictors, controls and designers inside)
+    "hip_train_lm": (1, 3, 3),  # one language model per seed
+    "hip_evaluate": (1, 3, 3),  # one per seed (every method, recall and offloading inside)
 }
 
 

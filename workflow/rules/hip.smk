@@ -1,10 +1,10 @@
 # P16 hip: HiP, hierarchically pruned attention, on tiny byte-level models trained with dense attention.
-# prepare (KJV bytes) -> train_lm | train_passkey -> evaluate (text | passkey), cost, decode -> report.
+# prepare (KJV bytes) -> train (one model per seed, KJV with repeated key records) -> evaluate (per seed:
+# retrieval, text loss, top-k recall per layer, offloaded decoding) | cost against T -> report.
 # Code: workflow/papers/hip/ (stages.py holds the functions these rules call).
 
 HIP = f"{RESULTS}/hip"
 HIP_CFG = config["hip"]
-HIP_TASKS = ["text", "passkey"]
 
 
 rule hip_prepare:
@@ -29,19 +29,20 @@ rule hip_prepare:
 
 
 rule hip_train_lm:
-    """Train the tiny byte-level language model on the KJV training bytes with dense attention."""
+    """Train one byte-level language model (one seed) with dense attention on KJV windows with repeated key records."""
     input:
         train_tokens=rules.hip_prepare.output.train_tokens,
     output:
-        checkpoint=f"{HIP}/train/lm.pt",
-        history=f"{HIP}/train/lm_history.parquet",
+        checkpoint=f"{HIP}/train/lm_{{seed}}.pt",
+        history=f"{HIP}/train/lm_history_{{seed}}.parquet",
     params:
         call="papers.hip.stages:train_lm",
         cfg=HIP_CFG,
+        seed="{seed}",
     log:
-        f"{LOGS}/hip/train/lm.log",
+        f"{LOGS}/hip/train/lm_{{seed}}.log",
     benchmark:
-        f"{BENCHMARKS}/hip/train/lm.tsv"
+        f"{BENCHMARKS}/hip/train/lm_{{seed}}.tsv"
     threads: res("gpu", "threads")
     resources:
         **job_resources("gpu"),
@@ -51,64 +52,24 @@ rule hip_train_lm:
         CALL
 
 
-rule hip_train_passkey:
-    """Train a tiny byte-level model with dense attention on synthetic passkey-retrieval prompts."""
-    output:
-        checkpoint=f"{HIP}/train/passkey.pt",
-        history=f"{HIP}/train/passkey_history.parquet",
-    params:
-        call="papers.hip.stages:train_passkey",
-        cfg=HIP_CFG,
-    log:
-        f"{LOGS}/hip/train/passkey.log",
-    benchmark:
-        f"{BENCHMARKS}/hip/train/passkey.tsv"
-    threads: res("gpu", "threads")
-    resources:
-        **job_resources("gpu"),
-    conda:
-        "../../envs/base.yaml"
-    script:
-        CALL
-
-
-rule hip_evaluate_text:
-    """Held-out perplexity of every attention method; top-k recall of HiP and random blocks; score locality."""
+rule hip_evaluate:
+    """One seed's model: retrieval and text loss of every method, top-k recall per layer, offloaded decoding."""
     input:
         checkpoint=rules.hip_train_lm.output.checkpoint,
         val_tokens=rules.hip_prepare.output.val_tokens,
     output:
-        metrics=f"{HIP}/evaluate/text.json",
-        locality=f"{HIP}/evaluate/locality.parquet",
+        retrieval=f"{HIP}/evaluate/retrieval_{{seed}}.parquet",
+        text=f"{HIP}/evaluate/text_{{seed}}.parquet",
+        recall=f"{HIP}/evaluate/recall_{{seed}}.parquet",
+        offload=f"{HIP}/evaluate/offload_{{seed}}.parquet",
     params:
-        call="papers.hip.stages:evaluate_text",
+        call="papers.hip.stages:evaluate",
         cfg=HIP_CFG,
+        seed="{seed}",
     log:
-        f"{LOGS}/hip/evaluate/text.log",
+        f"{LOGS}/hip/evaluate/seed_{{seed}}.log",
     benchmark:
-        f"{BENCHMARKS}/hip/evaluate/text.tsv"
-    threads: res("light", "threads")
-    resources:
-        **job_resources("light"),
-    conda:
-        "../../envs/base.yaml"
-    script:
-        CALL
-
-
-rule hip_evaluate_passkey:
-    """Passkey accuracy of every attention method: does a greedy decode reproduce all five digits?"""
-    input:
-        checkpoint=rules.hip_train_passkey.output.checkpoint,
-    output:
-        metrics=f"{HIP}/evaluate/passkey.json",
-    params:
-        call="papers.hip.stages:evaluate_passkey",
-        cfg=HIP_CFG,
-    log:
-        f"{LOGS}/hip/evaluate/passkey.log",
-    benchmark:
-        f"{BENCHMARKS}/hip/evaluate/passkey.tsv"
+        f"{BENCHMARKS}/hip/evaluate/seed_{{seed}}.tsv"
     threads: res("light", "threads")
     resources:
         **job_resources("light"),
@@ -119,7 +80,7 @@ rule hip_evaluate_passkey:
 
 
 rule hip_cost:
-    """Count key scores and time dense attention against HiP for each context length T, on one random head."""
+    """Count (the reference's own counter) and time HiP and dense attention against T; control: mask_k growing with T."""
     output:
         table=f"{HIP}/evaluate/cost.parquet",
     params:
@@ -138,47 +99,20 @@ rule hip_cost:
         CALL
 
 
-rule hip_decode:
-    """Simulate decoding with an offloaded KV cache: HiP's LRU hit rate and working set per context length."""
-    input:
-        checkpoint=rules.hip_train_lm.output.checkpoint,
-        val_tokens=rules.hip_prepare.output.val_tokens,
-    output:
-        table=f"{HIP}/evaluate/offload.parquet",
-    params:
-        call="papers.hip.stages:decode_offload",
-        cfg=HIP_CFG,
-    log:
-        f"{LOGS}/hip/evaluate/offload.log",
-    benchmark:
-        f"{BENCHMARKS}/hip/evaluate/offload.tsv"
-    threads: res("light", "threads")
-    resources:
-        **job_resources("light"),
-    conda:
-        "../../envs/base.yaml"
-    script:
-        CALL
-
-
 rule hip_report:
     """Write hip's results table, four figures, the claims with their verdicts, and report.md."""
     input:
-        text=rules.hip_evaluate_text.output.metrics,
-        locality=rules.hip_evaluate_text.output.locality,
-        passkey=rules.hip_evaluate_passkey.output.metrics,
+        retrieval=expand(rules.hip_evaluate.output.retrieval, seed=seeds("hip")),
+        text=expand(rules.hip_evaluate.output.text, seed=seeds("hip")),
+        recall=expand(rules.hip_evaluate.output.recall, seed=seeds("hip")),
+        offload=expand(rules.hip_evaluate.output.offload, seed=seeds("hip")),
+        history=expand(rules.hip_train_lm.output.history, seed=seeds("hip")),
         cost=rules.hip_cost.output.table,
-        offload=rules.hip_decode.output.table,
-        lm_history=rules.hip_train_lm.output.history,
-        passkey_history=rules.hip_train_passkey.output.history,
         benchmarks=[
             rules.hip_prepare.benchmark,
-            rules.hip_train_lm.benchmark,
-            rules.hip_train_passkey.benchmark,
-            rules.hip_evaluate_text.benchmark,
-            rules.hip_evaluate_passkey.benchmark,
+            *expand(rules.hip_train_lm.benchmark, seed=seeds("hip")),
+            *expand(rules.hip_evaluate.benchmark, seed=seeds("hip")),
             rules.hip_cost.benchmark,
-            rules.hip_decode.benchmark,
         ],
     output:
         table_md=report(f"{HIP}/table.md", caption="../report/hip/table.rst", category="hip"),

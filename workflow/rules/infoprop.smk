@@ -1,8 +1,9 @@
 # P13 infoprop: rollouts that separate aleatoric from epistemic uncertainty and stop when information is lost.
 # prepare (logged transitions of a noisy policy, held-out start states and their true continuations; per seed)
 # -> train (the probabilistic ensemble; per seed) -> evaluate (every propagation scheme's rollouts against the
-# true continuations, Infoprop's termination; per seed) -> report.
-# Code: workflow/papers/infoprop/ (data.py, stages.py and report.py hold the functions these rules call).
+# true continuations, Infoprop's termination; per seed) -> report; beside them dyna (claim c: SAC on model rollouts of
+# each arm, every seed and arm vectorised in one job for the time budget) -> report.
+# Code: workflow/papers/infoprop/ (data.py, stages.py, dyna.py and report.py hold the functions these rules call).
 
 INFOPROP = f"{RESULTS}/infoprop"
 
@@ -77,13 +78,37 @@ rule infoprop_evaluate:
         CALL
 
 
+rule infoprop_dyna:
+    """SAC on model rollouts, MBPO-style against Infoprop and the K = 1 control, every seed vectorised in one job."""
+    output:
+        returns=f"{INFOPROP}/dyna/returns.parquet",
+        rollout_stats=f"{INFOPROP}/dyna/rollouts.parquet",
+    params:
+        call="papers.infoprop.dyna:dyna",
+        cfg=config["infoprop"],
+    log:
+        f"{LOGS}/infoprop/dyna/dyna.log",
+    benchmark:
+        f"{BENCHMARKS}/infoprop/dyna/dyna.tsv"
+    threads: res("train", "threads")
+    resources:
+        **job_resources("train"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
 rule infoprop_report:
     """The rollout-quality table, the figures, the claims with their verdicts and controls, report.md."""
     input:
         curves=expand(rules.infoprop_evaluate.output.curves, seed=seeds("infoprop")),
         cuts=expand(rules.infoprop_evaluate.output.cuts, seed=seeds("infoprop")),
         histories=expand(rules.infoprop_train.output.history, seed=seeds("infoprop")),
+        dyna_returns=rules.infoprop_dyna.output.returns,
+        dyna_rollouts=rules.infoprop_dyna.output.rollout_stats,
         benchmarks=[
+            rules.infoprop_dyna.benchmark,
             *expand(rules.infoprop_prepare.benchmark, seed=seeds("infoprop")),
             *expand(rules.infoprop_train.benchmark, seed=seeds("infoprop")),
             *expand(rules.infoprop_evaluate.benchmark, seed=seeds("infoprop")),
@@ -96,6 +121,7 @@ rule infoprop_report:
         report_md=f"{INFOPROP}/report.md",
         w1_figure=report(f"{INFOPROP}/figures/w1.png", caption="../report/infoprop/w1.rst", category="infoprop"),
         cut_figure=report(f"{INFOPROP}/figures/cuts.png", caption="../report/infoprop/cuts.rst", category="infoprop"),
+        dyna_figure=report(f"{INFOPROP}/figures/dyna.png", caption="../report/infoprop/dyna.rst", category="infoprop"),
     params:
         call="papers.infoprop.report:report",
         cfg=config["infoprop"],

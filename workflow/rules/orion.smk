@@ -1,12 +1,13 @@
 # P1 orion: retrieval tasks decompose into request processing and retrieval (request-patching).
-# prepare (vocabulary, held-out prompts, patching pairs, injected stories) -> train (per model size and seed)
-# -> evaluate (per model: accuracy gate, request-patching sweep, oversight) -> report.
+# prepare (vocabulary, held-out prompts, patching pairs, injected stories) -> train (per model size: its seeds
+# side by side, each until the accuracy gate) -> evaluate (per size: accuracy, request-patching sweep and its
+# control) -> report. Pretrained LMs (full scale) are evaluated as they are, with the oversight experiment.
 # Code: workflow/papers/orion/ (stages.py holds the functions these rules call).
 
 ORION = f"{RESULTS}/orion"
 ORION_CFG = config["orion"]
 ORION_MODELS = [m["name"] for m in ORION_CFG["models"]]
-ORION_RUNS = dict(model=ORION_MODELS, seed=range(ORION_CFG["seeds"]))
+ORION_SEEDS = range(ORION_CFG["seeds"])
 # Pretrained LMs (orion.pretrained; full scale): evaluated as they are, no training job.
 ORION_PRETRAINED = [m["name"] for m in ORION_CFG["pretrained"]]
 
@@ -35,22 +36,21 @@ rule orion_prepare:
 
 
 rule orion_train:
-    """Train one tiny transformer (one model size, one seed) on the retrieval-task mixture."""
+    """Train every seed of one model size side by side on the task mixture, each until the accuracy gate."""
     input:
         vocab=rules.orion_prepare.output.vocab,
         test=rules.orion_prepare.output.test,
     output:
-        checkpoint=f"{ORION}/train/{{model}}_seed{{seed}}.pt",
-        history=f"{ORION}/train/{{model}}_seed{{seed}}_history.parquet",
+        checkpoints=[f"{ORION}/train/{{model}}_seed{seed}.pt" for seed in ORION_SEEDS],
+        history=f"{ORION}/train/{{model}}_history.parquet",
     params:
         call="papers.orion.stages:train",
         cfg=ORION_CFG,
         model_name="{model}",
-        seed=lambda w: int(w.seed),
     log:
-        f"{LOGS}/orion/train/{{model}}_seed{{seed}}.log",
+        f"{LOGS}/orion/train/{{model}}.log",
     benchmark:
-        f"{BENCHMARKS}/orion/train/{{model}}_seed{{seed}}.tsv"
+        f"{BENCHMARKS}/orion/train/{{model}}.tsv"
     wildcard_constraints:
         model="|".join(ORION_MODELS),
     threads: res("gpu", "threads")
@@ -63,26 +63,23 @@ rule orion_train:
 
 
 rule orion_evaluate:
-    """For one trained model: held-out accuracy (the gate), the request-patching sweep, the oversight test."""
+    """For every seed of one model size: held-out accuracy, request-patching sweep and its control."""
     input:
-        checkpoint=rules.orion_train.output.checkpoint,
+        checkpoints=rules.orion_train.output.checkpoints,
         vocab=rules.orion_prepare.output.vocab,
         test=rules.orion_prepare.output.test,
         pairs=rules.orion_prepare.output.pairs,
-        injection=rules.orion_prepare.output.injection,
     output:
-        metrics=f"{ORION}/evaluate/{{model}}_seed{{seed}}_accuracy.parquet",
-        sweep=f"{ORION}/evaluate/{{model}}_seed{{seed}}_patching.parquet",
-        oversight=f"{ORION}/evaluate/{{model}}_seed{{seed}}_oversight.parquet",
+        metrics=f"{ORION}/evaluate/{{model}}_accuracy.parquet",
+        sweep=f"{ORION}/evaluate/{{model}}_patching.parquet",
     params:
         call="papers.orion.stages:evaluate",
         cfg=ORION_CFG,
         model_name="{model}",
-        seed=lambda w: int(w.seed),
     log:
-        f"{LOGS}/orion/evaluate/{{model}}_seed{{seed}}.log",
+        f"{LOGS}/orion/evaluate/{{model}}.log",
     benchmark:
-        f"{BENCHMARKS}/orion/evaluate/{{model}}_seed{{seed}}.tsv"
+        f"{BENCHMARKS}/orion/evaluate/{{model}}.tsv"
     wildcard_constraints:
         model="|".join(ORION_MODELS),
     threads: res("light", "threads")
@@ -126,17 +123,16 @@ rule orion_evaluate_pretrained:
 rule orion_report:
     """The table, the request-patching, oversight and training figures, the claims with verdicts, report.md."""
     input:
-        metrics=expand(rules.orion_evaluate.output.metrics, **ORION_RUNS)
+        metrics=expand(rules.orion_evaluate.output.metrics, model=ORION_MODELS)
         + expand(rules.orion_evaluate_pretrained.output.metrics, name=ORION_PRETRAINED),
-        sweeps=expand(rules.orion_evaluate.output.sweep, **ORION_RUNS)
+        sweeps=expand(rules.orion_evaluate.output.sweep, model=ORION_MODELS)
         + expand(rules.orion_evaluate_pretrained.output.sweep, name=ORION_PRETRAINED),
-        oversights=expand(rules.orion_evaluate.output.oversight, **ORION_RUNS)
-        + expand(rules.orion_evaluate_pretrained.output.oversight, name=ORION_PRETRAINED),
-        histories=expand(rules.orion_train.output.history, **ORION_RUNS),
+        oversights=expand(rules.orion_evaluate_pretrained.output.oversight, name=ORION_PRETRAINED),
+        histories=expand(rules.orion_train.output.history, model=ORION_MODELS),
         benchmarks=[
             rules.orion_prepare.benchmark,
-            *expand(rules.orion_train.benchmark, **ORION_RUNS),
-            *expand(rules.orion_evaluate.benchmark, **ORION_RUNS),
+            *expand(rules.orion_train.benchmark, model=ORION_MODELS),
+            *expand(rules.orion_evaluate.benchmark, model=ORION_MODELS),
             *expand(rules.orion_evaluate_pretrained.benchmark, name=ORION_PRETRAINED),
         ],
     output:
@@ -146,8 +142,10 @@ rule orion_report:
         params_json=f"{ORION}/params.json",
         report_md=f"{ORION}/report.md",
         fig_layers=report(f"{ORION}/figures/request_patching.png", caption="../report/orion/layers.rst", category="orion"),
-        fig_oversight=report(f"{ORION}/figures/oversight.png", caption="../report/orion/oversight.rst", category="orion"),
         fig_training=report(f"{ORION}/figures/training.png", caption="../report/orion/training.rst", category="orion"),
+        # the oversight experiment runs on pretrained LMs only (claim (c))
+        **({"fig_oversight": report(f"{ORION}/figures/oversight.png", caption="../report/orion/oversight.rst",
+                                    category="orion")} if ORION_PRETRAINED else {}),
     params:
         call="papers.orion.stages:report",
         cfg=ORION_CFG,

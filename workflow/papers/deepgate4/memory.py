@@ -75,18 +75,78 @@ def forward_cost(model, ex, *, partitioned: bool, track_memory: bool = True):
     return pm.peak, seconds
 
 
+def allocator_peak(fn) -> int:
+    """Peak bytes the CPU allocator holds while ``fn()`` runs, above what it held before.
+
+    Read from the allocator's own trace (``torch.profiler`` with ``profile_memory=True``): every
+    allocation is charged to the op that made it (its self memory), every free is a ``[memory]``
+    event; their running sum in time order peaks where the pass held most. Unlike
+    :class:`PeakMemory` it sees inside fused ops and the Triton launcher (the interpreter runs the
+    kernel on CPU tensors); a temporary allocated and freed inside one aten op is netted out, in
+    both arms alike.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    gc.collect()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = fn()
+        del out
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    live = peak = 0
+    for e in events:
+        live += e.cpu_memory_usage if e.name == "[memory]" else e.self_cpu_memory_usage
+        peak = max(peak, live)
+    return int(peak)
+
+
+def gat_kernel_memory(layer, sub, *, seed: int = 0) -> dict:
+    """Claim (c) without a GPU: the bytes one GAT attention of a refinement layer allocates over a
+    mini-batch's cone edges, fused against unfused, each counted by :func:`allocator_peak`.
+
+    Fused: the Triton kernel of ``kernels.gat_attention`` (``_triton_graph_fwd``, run by Triton's
+    interpreter on CPU tensors, so ``TRITON_INTERPRET=1`` must be set before ``kernels`` is
+    imported) with the two per-node score projections it needs; unfused:
+    ``kernels.gat_attention_reference``, which materialises per-edge scores and messages. The
+    control counts the unfused path twice (an A/A comparison: no reduction can appear).
+    """
+    import kernels
+    from kernels.graph import _triton_graph_fwd  # the kernel itself: on CPU the public op runs the reference
+
+    if not kernels._dispatch.interpreting():
+        raise RuntimeError("gat_kernel_memory needs TRITON_INTERPRET=1 set before `import kernels`")
+    edges, layout = (sub.att_io, sub.att_io_layout) if layer.cone == "fanin_fanout" else (sub.att, sub.att_layout)
+    n = layout.rowptr.numel() - 1
+    H, C = layer.heads, layer.att_src.shape[-1]
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(n, H, C, generator=g)  # the layer's projected features lin(x).view(n, H, C)
+    with torch.no_grad():
+        def fused():
+            a_src = (h * layer.att_src).sum(-1, keepdim=True)
+            a_dst = (h * layer.att_dst).sum(-1, keepdim=True)
+            return _triton_graph_fwd(a_dst, a_src, h, None, layout.rowptr, layout.col, 1.0, 0.2, True)[0]
+
+        def unfused():
+            return kernels.gat_attention_reference(h, None, layer.att_src, layer.att_dst, edges)
+
+        err = float((fused() - unfused()).abs().max())
+        return {"nodes": int(n), "edges": int(edges.shape[1]), "heads": H, "channels": C, "max_abs_diff": err,
+                "fused_bytes": allocator_peak(fused), "unfused_bytes": allocator_peak(unfused),
+                "control_bytes": allocator_peak(unfused)}
+
+
 def fused_vs_unfused(model, ex, *, device: str, repeats: int):
-    """Claim (c): inference time and peak memory of the forward pass with the fused graph-attention
-    kernel (``kernels.gat_attention``, Triton on CUDA) against the unfused torch reference.
+    """Claims (c), (d) on a GPU: inference time and peak memory of the forward pass with the fused
+    graph-attention kernel (``kernels.gat_attention``, Triton on CUDA) against the unfused torch
+    reference, and the unfused path once more as the A/A control.
 
     On CUDA: median of `repeats` timed passes (CUDA events) after a warm-up, and
     ``torch.cuda.max_memory_allocated`` above what was allocated before the pass. Elsewhere the
-    same passes run (the code path is exercised) but both arms run the reference.
+    same passes run (the code path is exercised) but every arm runs the reference.
     """
     model = model.to(device).eval()
     ex = ex.to(device)
     rows = []
-    for fused in (True, False):
+    for arm, fused in (("fused", True), ("unfused", False), ("control", False)):
         model.set_fused(fused)
         with torch.no_grad():
             model.embed(ex.plan, ex.pi_vec)  # warm-up (Triton compilation, allocator)
@@ -110,6 +170,6 @@ def fused_vs_unfused(model, ex, *, device: str, repeats: int):
                     times.append(time.perf_counter() - t0)
                     peak = pm.peak
                 del out
-        rows.append({"fused": fused, "seconds": float(np.median(times)), "peak_bytes": int(peak)})
+        rows.append({"arm": arm, "fused": fused, "seconds": float(np.median(times)), "peak_bytes": int(peak)})
     model.set_fused(True)
     return rows

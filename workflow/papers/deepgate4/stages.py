@@ -222,24 +222,31 @@ def evaluate(*, cfg, circuits, nodes, pairs, checkpoints, metrics, consistency):
 # ---- scaling ---------------------------------------------------------------------------------
 def scaling(*, cfg, circuits, nodes, memory, kernel):
     """Claim (b): peak activation memory and time of the method's forward pass (autograd on, as in
-    training) against circuit size, full graph against the partitioned update; claim (c): the
-    fused graph-attention kernel against the unfused reference, where a GPU is present."""
-    import torch
+    training) against circuit size, full graph against the partitioned update; claims (c), (d): the
+    fused graph-attention kernel against the unfused reference on every circuit of the study -- on a
+    GPU the whole forward pass (time and memory); without one the kernel's memory alone, run by
+    Triton's interpreter on the largest mini-batch of each circuit (interpreted time means nothing)."""
+    import os
 
-    from papers.deepgate4.memory import forward_cost, fused_vs_unfused
+    import torch
 
     p = parse(cfg)
     s = p.scaling
+    on_gpu = p.kernel.device == "cuda" and torch.cuda.is_available()
+    if not on_gpu:  # must precede the first `import kernels` of this process (the model imports it)
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+    from papers.deepgate4.memory import forward_cost, fused_vs_unfused, gat_kernel_memory
+
     info = read_parquet(circuits)
     info = info[info.scaling].sort_values(["nodes", "circuit"])
     data = load_circuits(read_parquet(nodes), None, info.circuit.tolist())
     arm = {**p.arms[p.method], "layers": s.layers}
     seed_everything(0)
     model = _build(p, arm, hidden=s.hidden)
-    rows, examples = [], {}
+    rows, kernel_rows = [], []
     for c in progress(data, desc="scaling"):
         ex = _example(c, p, hidden=s.hidden, areas_per_batch=s.areas_per_batch, partitioned=True)
-        examples[c["name"]] = ex
         batches = sum(len(b) for _, b in ex.plan.windows)
         for partitioned in (False, True):
             peak, seconds = forward_cost(model, ex, partitioned=partitioned)
@@ -249,14 +256,26 @@ def scaling(*, cfg, circuits, nodes, memory, kernel):
                          "history_bytes": 2 * ex.plan.num_nodes * s.hidden * 4 if partitioned else 0})
             log.info("%s (%d nodes) %s: peak %.1f MB, %.2f s", c["name"], ex.plan.num_nodes, rows[-1]["mode"],
                      peak / 2**20, seconds)
+        if on_gpu:
+            seed_everything(0)
+            runs = fused_vs_unfused(_build(p, arm, hidden=s.hidden), ex, device="cuda", repeats=p.kernel.repeats)
+            kernel_rows.append({"circuit": c["name"], **{f"{r['arm']}_{m}": r[m] for r in runs
+                                                          for m in ("seconds", "peak_bytes")}})
+        elif model.refine and model.refine[0].attention == "gat":
+            biggest = max((b for _, bs in ex.plan.windows for b in bs), key=lambda b: b.att_io.shape[1])
+            kernel_rows.append({"circuit": c["name"], **gat_kernel_memory(model.refine[0], biggest)})
+            log.info("%s kernel memory: %s", c["name"], kernel_rows[-1])
     write_parquet(pd.DataFrame(rows), memory)
-    if p.kernel.device == "cuda" and torch.cuda.is_available():
-        seed_everything(0)
-        runs = fused_vs_unfused(_build(p, arm, hidden=s.hidden), examples[p.kernel.circuit], device="cuda",
-                                repeats=p.kernel.repeats)
-        result = {"measured": True, "device": torch.cuda.get_device_name(), "circuit": p.kernel.circuit, "runs": runs}
+    if on_gpu:
+        result = {"memory": True, "runtime": True, "device": torch.cuda.get_device_name(), "runs": kernel_rows,
+                  "what": "whole forward pass (batch of the memory study), torch.cuda.max_memory_allocated, "
+                          f"median of {p.kernel.repeats} timed passes"}
+    elif kernel_rows:
+        result = {"memory": True, "runtime": False, "device": "cpu (Triton interpreter)", "runs": kernel_rows,
+                  "what": "one GAT attention over the largest mini-batch's cone edges, CPU allocator trace",
+                  "reason": "no GPU in this run: the interpreter's run time says nothing of the kernel's"}
     else:
-        why = "no GPU in this run" if p.kernel.device == "cuda" else f"kernel.device is {p.kernel.device!r}"
-        result = {"measured": False, "reason": why, "circuit": p.kernel.circuit}
+        why = "the method has no GAT refinement layer"
+        result = {"memory": False, "runtime": False, "device": None, "runs": [], "reason": why}
     write_json(result, kernel)
 

@@ -217,12 +217,25 @@ def kmers(seq: str, k: int) -> set:
 
 
 # ---- AdK: ENM, B-factors and MD RMSF -----------------------------------------------------------------
+def measures_row(structure: str, x: np.ndarray, b: np.ndarray, md: np.ndarray, cutoff: float, gamma: float,
+                 rng: np.random.Generator) -> dict:
+    """One protein's residue-aligned ANM, GNM, B-factor and MD RMSF profiles, as Pearson r between
+    them; also against the RMSF permuted over residues (the negative control: the profile no
+    longer belongs to the residues)."""
+    anm, gnm = enm.anm_fluctuations(x, cutoff, gamma), enm.gnm_fluctuations(x, cutoff, gamma)
+    shuffled = rng.permutation(md)
+    return {"structure": structure, "residues": int(len(md)),
+            "anm_md": enm.pearson(anm, md), "gnm_md": enm.pearson(gnm, md), "b_md": enm.pearson(b, md),
+            "anm_b": enm.pearson(anm, b), "gnm_b": enm.pearson(gnm, b),
+            "anm_md_shuffled": enm.pearson(anm, shuffled), "gnm_md_shuffled": enm.pearson(gnm, shuffled),
+            "b_md_shuffled": enm.pearson(b, shuffled)}
+
+
 def adk_measures(crystals, rmsf_path, cutoff: float, gamma: float, seed: int) -> pd.DataFrame:
-    """Per AdK crystal chain: the residue-aligned ANM, GNM, B-factor and MD RMSF profiles' Pearson r.
+    """Per AdK crystal chain: :func:`measures_row` against the MD C-alpha RMSF.
 
     `crystals`: [path, chain] pairs; `rmsf_path`: a .npy of C-alpha RMSF for residues 1..N (the MD
-    topology's numbering). Also the same correlations against the RMSF permuted over residues (the
-    negative control: the profile no longer belongs to the residues).
+    topology's numbering).
     """
     rmsf = np.load(rmsf_path)
     if rmsf.ndim != 1:
@@ -238,14 +251,55 @@ def adk_measures(crystals, rmsf_path, cutoff: float, gamma: float, seed: int) ->
         if on.sum() < 0.9 * len(rmsf):
             raise ValueError(f"{path} chain {chain}: only {on.sum()} of its residues are numbered 1..{len(rmsf)} "
                              f"as in {rmsf_path}")
-        x, b, md = r["coords"][on], r["bfactor"][on], rmsf[r["resnum"][on] - 1]
-        anm, gnm = enm.anm_fluctuations(x, cutoff, gamma), enm.gnm_fluctuations(x, cutoff, gamma)
-        shuffled = rng.permutation(md)
-        rows.append({"structure": f"{Path(path).name}:{chain}", "residues": int(on.sum()),
-                     "anm_md": enm.pearson(anm, md), "gnm_md": enm.pearson(gnm, md), "b_md": enm.pearson(b, md),
-                     "anm_b": enm.pearson(anm, b), "gnm_b": enm.pearson(gnm, b),
-                     "anm_md_shuffled": enm.pearson(anm, shuffled), "gnm_md_shuffled": enm.pearson(gnm, shuffled),
-                     "b_md_shuffled": enm.pearson(b, shuffled)})
+        rows.append(measures_row(f"{Path(path).name}:{chain}", r["coords"][on], r["bfactor"][on],
+                                 rmsf[r["resnum"][on] - 1], cutoff, gamma, rng))
+    return pd.DataFrame(rows)
+
+
+def read_atlas_tsv(path: Path, column_prefix: str) -> np.ndarray:
+    """The per-residue columns of an ATLAS analysis table whose names start with `column_prefix`
+    (``RMSF_R1..R3``: the three replicate simulations; ``Bfactor``), averaged over columns."""
+    table = pd.read_csv(path, sep="\t")
+    cols = [c for c in table.columns if str(c).startswith(column_prefix)]
+    if not cols:
+        raise ValueError(f"{path}: no column starting with {column_prefix!r} (columns: {list(table.columns)})")
+    values = table[cols].apply(pd.to_numeric, errors="coerce")
+    bad = values.isna().any(axis=1)
+    if bad.any():
+        raise ValueError(f"{path}: line {int(np.flatnonzero(bad)[0]) + 2}: not a number in {cols}")
+    return values.to_numpy(np.float64).mean(axis=1)
+
+
+def atlas_measures(root: str | Path, cutoff: float, gamma: float, seed: int) -> pd.DataFrame:
+    """:func:`measures_row` for every entry of an ATLAS analysis directory (Vander Meersche et al.,
+    NAR 2024; the paper's MD data set): one sub-directory ``<pdb>_<chain>`` per protein chain, with
+    its MD start structure ``<pdb>_<chain>.pdb``, the C-alpha RMSF of its three replicate runs
+    ``<pdb>_<chain>_RMSF.tsv`` (averaged, as Flexpert's targets) and the crystal B-factors
+    ``<pdb>_<chain>_Bfactor.tsv`` (else the PDB file's B column). Rows of the tables follow the
+    structure's residues in order."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: ATLAS directory not found (flexpert.atlas)")
+    entries = sorted(d for d in root.iterdir() if d.is_dir())
+    if not entries:
+        raise ValueError(f"{root}: no ATLAS entry (<pdb>_<chain>/ sub-directory) (flexpert.atlas)")
+    rng = np.random.default_rng([seed, 5])
+    rows = []
+    for d in entries:
+        pdb, rmsf_path, b_path = d / f"{d.name}.pdb", d / f"{d.name}_RMSF.tsv", d / f"{d.name}_Bfactor.tsv"
+        for f in (pdb, rmsf_path):
+            if not f.is_file():
+                raise FileNotFoundError(f"{f}: missing from ATLAS entry {d}")
+        chains = read_chains(pdb, 1, 100_000)
+        if len(chains) != 1:
+            raise ValueError(f"{pdb}: expected one protein chain, found {len(chains)}")
+        r = chains[0]
+        md = read_atlas_tsv(rmsf_path, "RMSF")
+        b = read_atlas_tsv(b_path, "Bfactor") if b_path.is_file() else r["bfactor"]
+        for name, v in (("RMSF", md), ("B-factor", b)):
+            if len(v) != len(r["coords"]):
+                raise ValueError(f"{d}: {len(v)} {name} values for the {len(r['coords'])} residues of {pdb.name}")
+        rows.append(measures_row(d.name, r["coords"], b, md, cutoff, gamma, rng))
     return pd.DataFrame(rows)
 
 
@@ -304,7 +358,10 @@ def prepare(*, cfg, chains, adk, sequences, splits):
 
     crystals, rmsf = (default_adk() if not p.adk["crystals"] else
                       ([tuple(c) for c in p.adk["crystals"]], p.adk["rmsf"]))
-    adk_measures(crystals, rmsf, e["cutoff"], e["gamma"], 0).to_parquet(adk, index=False)
+    md = adk_measures(crystals, rmsf, e["cutoff"], e["gamma"], 0)
+    if p.atlas:  # the full scale's MD data set: its proteins join AdK in claim (a)
+        md = pd.concat([md, atlas_measures(p.atlas, e["cutoff"], e["gamma"], 0)], ignore_index=True)
+    md.to_parquet(adk, index=False)
 
     lm = p.lm
     seqs = read_sequences(p.sequences, lm["files"], d["min_length"], lm["max_length"])

@@ -23,6 +23,8 @@ class Params:
     sequences: str | None = None
     # AdK (claim a): [path, chain] crystal chains and the MD C-alpha RMSF (.npy, residues 1..N); empty = packaged.
     adk: dict = field(default_factory=lambda: {"crystals": [], "rmsf": None})
+    # An ATLAS analysis directory (one <pdb>_<chain>/ per protein): more proteins with MD RMSF for claim (a).
+    atlas: str | None = None
     # ENMs (Sec. 3; official get_enm_fluctuations_for_dataset.py): cutoff 16 A, gamma 1, all modes.
     enm: dict = field(default_factory=lambda: {"cutoff": 16.0, "gamma": 1.0})
     # Chains: length bounds, B-factor informativeness, dedup / cluster identities, held-out share.
@@ -57,7 +59,7 @@ class Params:
 
 
 STAGE_PARAMS = {
-    "prepare": ("seeds", "structure_dirs", "sequences", "adk", "enm", "data", "lm"),
+    "prepare": ("seeds", "structure_dirs", "sequences", "adk", "atlas", "enm", "data", "lm"),
     "pretrain": ("lm",),
     "train": ("predictor", "design", "lm", "data"),
     "evaluate": ("seeds",),

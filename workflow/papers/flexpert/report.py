@@ -76,7 +76,8 @@ def flexpert_claims(p, adk: pd.DataFrame, cryst: pd.DataFrame, pred: pd.DataFram
             "a", stmt_a, "ATLAS comparison of measures (Sec. 3); issue's AdK values: ANM 0.67, GNM 0.50, B 0.62", crit_a,
             f"only {len(adk)} protein with an MD RMSF ships offline (AdK, 4AKE); measured on it: Pearson(ANM, RMSF) = "
             f"{values_a['anm_md']:.3f}, Pearson(GNM, RMSF) = {values_a['gnm_md']:.3f}, Pearson(B, RMSF) = "
-            f"{values_a['b_md']:.3f} (table). One protein is one replicate; the verdict needs {MIN_REPLICATES}.",
+            f"{values_a['b_md']:.3f} (table). One protein is one replicate; the verdict needs {MIN_REPLICATES} "
+            "(config flexpert.atlas adds the proteins of an ATLAS analysis folder).",
             "the RMSF permuted over residues (table: near 0)"))
     else:
         def parts_a(suffix):

@@ -1,14 +1,15 @@
-"""Text for the tiny language models: the King James Bible as bytes, and passkey-retrieval samples.
+"""Text for the tiny language models: the King James Bible as bytes, with key records mixed in.
 
 * The KJV comes from Debian's ``sword-text-kjv`` through ``diatheke`` (public domain, ~860k
   words), or from any UTF-8 text file a user names. It is read as UTF-8 bytes (vocabulary
   256): no tokenizer to ship, and every token is one position, so T counts characters.
-* Passkey retrieval as in the official repository's data set (``hip_research/dataset/
-  passkey.py``): a five-digit key hidden at a random depth of repeated filler text, then a
-  question; the model must copy the key. Shortened for a byte-level model (no chat template,
-  the key sentence once), and the key follows "is: " in both the key sentence and the question:
-  "is " alone also ends three phrases of every filler, which a byte model cannot tell apart
-  (see :func:`passkey_sample`).
+* Far context that matters by construction of the data: key records ``<key NM is 12345>`` (a
+  name of two capital letters, five random digits) are inserted into the text, and each is repeated
+  later (:func:`insert_records`). The first copy's digits are random; the repeat's digits are
+  predictable only by looking back to the first copy, however far away (an associative recall /
+  multi-key retrieval task, as the paper's passkey and RULER tests). ``<`` does not occur in the
+  KJV, so nothing else in the text predicts the digits; the shared ``<key `` prefix is the
+  official passkey prompt's "The pass key is" in small (a long common prefix to match on).
 """
 from __future__ import annotations
 
@@ -22,12 +23,10 @@ import pandas as pd
 KJV_MODULE = "engKJV2006eb"
 KJV_RANGE = "Genesis-Revelation"
 
-# The official passkey data set's filler sentence, verbatim.
-FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
-PREFIX = "Remember the pass key.\n"
-KEY_LINE = "The pass key is: {key}. Remember it. {key} is the pass key. "
-QUERY = "\nWhat is the pass key? The pass key is: "
 KEY_DIGITS = 5
+RECORD = "<key {name} is {key}>"  # 17 bytes; the key starts at byte 11
+KEY_OFFSET = 11
+RECORD_LEN = len(RECORD.format(name="AB", key="0" * KEY_DIGITS))
 
 
 def read_diatheke(module: str = KJV_MODULE, key: str = KJV_RANGE) -> str:
@@ -83,39 +82,104 @@ def load_tokens(path: str | Path) -> np.ndarray:
     return df["token"].to_numpy()
 
 
-# ---- passkey retrieval ---------------------------------------------------------------------------
-def passkey_min_length(key_repeats: int = 1) -> int:
-    """Bytes of a passkey prompt and answer without filler."""
-    return len(PREFIX) + len(KEY_LINE.format(key="0" * KEY_DIGITS)) * key_repeats + len(QUERY) + KEY_DIGITS
 
 
-def passkey_sample(rng: np.random.Generator, length: int, key_repeats: int = 1) -> tuple[np.ndarray, int, int]:
-    """One passkey prompt of about ``length`` bytes followed by its answer.
-
-    Layout as in the official data set: prefix, filler repeated, the key sentence (``key_repeats``
-    times in a row; the official data set repeats its key sentence five times) inserted between
-    two fillers at a uniformly random depth, the question, the five digits. Returns
-    ``(tokens, answer_start, key_start)``: the bytes (the prompt padded with filler to exactly
-    ``length - KEY_DIGITS`` bytes, then the answer), the index of the first answer byte and
-    that of the key sentence.
-    """
-    key = str(rng.integers(10 ** (KEY_DIGITS - 1), 10 ** KEY_DIGITS))
-    key_line = KEY_LINE.format(key=key) * key_repeats
-    room = length - KEY_DIGITS - len(PREFIX) - len(key_line) - len(QUERY)
-    if room < 0:
-        raise ValueError(f"passkey length {length} too short: needs at least {length - room} bytes")
-    n_fill = room // len(FILLER)
-    depth = int(rng.integers(0, n_fill + 1))  # fillers before the key, uniform in 0 .. n_fill
-    pad = FILLER[: room - n_fill * len(FILLER)]  # tops the prompt up to the exact length
-    prompt = PREFIX + FILLER * depth + key_line + FILLER * (n_fill - depth) + pad + QUERY
-    tokens = to_bytes(prompt + key)
-    assert len(tokens) == length, (len(tokens), length)
-    return tokens, length - KEY_DIGITS, len(PREFIX) + depth * len(FILLER)
+# ---- key records: far context that matters by construction ---------------------------------------
+def record_bytes(name: str, key: str) -> np.ndarray:
+    """``<key NM is 12345>`` as bytes."""
+    return to_bytes(RECORD.format(name=name, key=key))
 
 
-def passkey_batch(rng: np.random.Generator, n: int, length: int,
-                  key_repeats: int = 1) -> tuple[np.ndarray, int, np.ndarray]:
-    """(n, length) uint8 prompts with answers, the answer start (the same for all), and the
-    key sentence's start (n,)."""
-    samples = [passkey_sample(rng, length, key_repeats) for _ in range(n)]
-    return np.stack([s[0] for s in samples]), samples[0][1], np.array([s[2] for s in samples])
+def random_names(rng: np.random.Generator, n: int) -> list[str]:
+    """n distinct names of two capital letters."""
+    codes = rng.choice(26 * 26, size=n, replace=False)
+    return [chr(65 + c // 26) + chr(65 + c % 26) for c in codes]
+
+
+def random_key(rng: np.random.Generator) -> str:
+    return str(rng.integers(10 ** (KEY_DIGITS - 1), 10 ** KEY_DIGITS))
+
+
+def _free(taken: list[tuple[int, int]], lo: int, hi: int) -> bool:
+    return all(hi <= a or lo >= b for a, b in taken)
+
+
+def training_sample(rng: np.random.Generator, text: np.ndarray, length: int, max_records: int,
+                    min_gap: int, copy_spans: int = 0, span_len: int = 64,
+                    periodic: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """A random window of ``length`` text bytes with 1 .. ``max_records`` records written over it,
+    each repeated later, at least ``min_gap`` bytes after its first copy ends; and ``copy_spans``
+    passages of ``span_len`` bytes of the window copied again later (a passage quoted twice: the
+    copy is predictable by looking back, which teaches the model to copy -- induction heads --
+    in far fewer steps than the records alone). With probability ``periodic`` the window is a
+    passage repeated with a random period in ``[min_gap, length / 2)`` instead, as the official
+    passkey prompts' repeated filler: every byte after the first period is a copy.
+
+    Returns ``(tokens (length,), recall (length,) bool)``: ``recall`` marks the repeats' key
+    digits, the copied passages past their first 4 bytes and the periodic repeats, the bytes only
+    far context predicts (given extra weight in training)."""
+    if length < 2 * RECORD_LEN + min_gap:
+        raise ValueError(f"a window of {length} bytes cannot hold a record and its repeat {min_gap} bytes later")
+    start = int(rng.integers(0, len(text) - length))
+    x = text[start: start + length].copy()
+    recall = np.zeros(length, dtype=bool)
+    taken: list[tuple[int, int]] = []
+    if rng.random() < periodic:  # a passage of `period` bytes repeated to the end (the official passkey filler)
+        period = int(rng.integers(min_gap, max(length // 2, min_gap + 1)))
+        x = np.resize(x[:period], length)
+        recall[period:] = True
+    names = random_names(rng, max_records)
+    for name in names[: int(rng.integers(1, max_records + 1))]:
+        for _ in range(20):  # rejection sampling of two free places
+            first = int(rng.integers(0, length - 2 * RECORD_LEN - min_gap + 1))
+            repeat = int(rng.integers(first + RECORD_LEN + min_gap, length - RECORD_LEN + 1))
+            if _free(taken, first, first + RECORD_LEN) and _free(taken, repeat, repeat + RECORD_LEN):
+                break
+        else:
+            continue
+        rec = record_bytes(name, random_key(rng))
+        x[first: first + RECORD_LEN] = rec
+        x[repeat: repeat + RECORD_LEN] = rec
+        recall[repeat + KEY_OFFSET: repeat + KEY_OFFSET + KEY_DIGITS] = True
+        taken += [(first, first + RECORD_LEN), (repeat, repeat + RECORD_LEN)]
+    if length >= 2 * span_len + min_gap:
+        for _ in range(copy_spans):
+            for _ in range(20):
+                src = int(rng.integers(0, length - 2 * span_len - min_gap + 1))
+                dst = int(rng.integers(src + span_len + min_gap, length - span_len + 1))
+                if _free(taken, src, src + span_len) and _free(taken, dst, dst + span_len):
+                    break
+            else:
+                continue
+            x[dst: dst + span_len] = x[src: src + span_len]
+            recall[dst + 4: dst + span_len] = True
+            taken += [(src, src + span_len), (dst, dst + span_len)]
+    return x, recall
+
+
+def retrieval_prompt(rng: np.random.Generator, text: np.ndarray, start: int, length: int, n_keys: int,
+                     depth: float) -> tuple[np.ndarray, int, int]:
+    """A retrieval prompt of ``length`` bytes: ``text[start:]`` with ``n_keys`` records written
+    over it, the queried one (the first name) at ``depth`` (0 = the start, 1 = just before the
+    query), the others at uniform random places; it ends with the queried record again, whose
+    five digits are the answer. ``n_keys = 1`` is passkey retrieval; more is multi-key
+    retrieval (the distractors share the format). Returns ``(tokens, answer_start, needle_at)``."""
+    x = text[start: start + length].copy()
+    if len(x) < length:
+        raise ValueError(f"held-out text too short for a prompt of {length} bytes at {start}")
+    query_at = length - RECORD_LEN
+    room = query_at - RECORD_LEN  # last place a record may start before the query
+    needle_at = int(round(depth * room))
+    names = random_names(rng, n_keys)
+    taken = [(needle_at, needle_at + RECORD_LEN), (query_at, length)]
+    key = random_key(rng)
+    x[needle_at: needle_at + RECORD_LEN] = record_bytes(names[0], key)
+    x[query_at:] = record_bytes(names[0], key)
+    for name in names[1:]:
+        for _ in range(100):
+            at = int(rng.integers(0, room + 1))
+            if _free(taken, at, at + RECORD_LEN):
+                break
+        x[at: at + RECORD_LEN] = record_bytes(name, random_key(rng))
+        taken.append((at, at + RECORD_LEN))
+    return x, query_at + KEY_OFFSET, needle_at

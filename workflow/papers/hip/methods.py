@@ -158,27 +158,3 @@ def recall(blocks: torch.Tensor, oracle: torch.Tensor, T: int, cfg: HiPConfig) -
     chosen, best = tree_part(blocks, T, cfg), tree_part(assemble(oracle), T, cfg)
     hits = (chosen & best).sum(-1).float()  # (B, H, NQB)
     return hits[..., pruned] / cfg.n
-
-
-# ---- attention locality (the paper's observation behind the tree search) -----------------------
-def score_autocorrelation(q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor, max_lag: int,
-                          shuffle: torch.Generator | None = None) -> torch.Tensor:
-    """Mean over heads and query rows of the Pearson correlation of ``q_i . k_j`` and
-    ``q_i . k_{j+lag}`` over the keys j <= i, for lag = 1 .. max_lag: (max_lag,).
-
-    q, k (B, H, T, D); ``rows`` are the query positions (each >= 2 max_lag). With a
-    ``shuffle`` generator the keys are permuted first: the no-locality control."""
-    out = []
-    for i in rows.tolist():
-        kk = k[:, :, : i + 1]
-        if shuffle is not None:
-            kk = kk[:, :, torch.randperm(i + 1, generator=shuffle).to(k.device)]
-        s = torch.einsum("bhd,bhjd->bhj", q[:, :, i].float(), kk.float())  # (B, H, i + 1) scores q_i . k_j
-        out.append(torch.stack([_pearson(s[..., :-lag], s[..., lag:]).mean() for lag in range(1, max_lag + 1)]))
-    return torch.stack(out).mean(0)
-
-
-def _pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Pearson correlation of x and y along the last dimension."""
-    x, y = x - x.mean(-1, keepdim=True), y - y.mean(-1, keepdim=True)
-    return (x * y).sum(-1) / (x.norm(dim=-1) * y.norm(dim=-1)).clamp_min(1e-12)

@@ -99,27 +99,43 @@ class LRU:
                     self.blocks.popitem(last=False)
 
 
+def random_mask(H: int, Tq: int, Tk: int, cfg: HiPConfig, generator: torch.Generator) -> torch.Tensor:
+    """(H, n): ``min(n, L)`` distinct key blocks drawn uniformly from the search range, -1 padded
+    (random blocks in place of the tree search: the control of the offloading claim)."""
+    ns, w_lo = search_range(Tq, Tk, cfg)
+    L = w_lo - ns
+    out = torch.full((H, cfg.n), -1, dtype=torch.int64)
+    for h in range(H):
+        pick = torch.randperm(L, generator=generator)[: cfg.n] + ns if L > 0 else torch.empty(0, dtype=torch.int64)
+        out[h, : len(pick)] = pick
+    return out
+
+
 def simulate_decode(q: torch.Tensor, k: torch.Tensor, T: int, steps: int, refresh: int, cfg: HiPConfig,
-                    scale: float) -> dict:
+                    scale: float, generator: torch.Generator | None = None) -> dict:
     """Decode positions ``T - steps .. T - 1`` of one layer; q, k (H, >= T, D) from the model.
 
     One LRU of :func:`lru_capacity` (T) blocks per head; sink and window blocks are resident
     and not counted. The first refresh interval warms the caches up and is not counted.
     Returns the hit rate, the working set (distinct blocks read per refresh interval, mean
     over heads and intervals), the LRU capacity, and the share of refreshes whose traced
-    mask equals ``kernels.hip_select``'s (1.0: the trace is HiP's own search).
+    mask equals ``kernels.hip_select``'s (1.0: the trace is HiP's own search). With a
+    ``generator``, each refresh draws random blocks instead (:func:`random_mask`, the control).
     """
     H = q.shape[0]
     caches = [LRU(lru_capacity(T, cfg, scale)) for _ in range(H)]
     first, working, agree = T - steps, [], []
     for r0 in range(first, T, refresh):
         qb, kb = q[:, r0 - refresh + 1: r0 + 1], k[:, : r0 + 1]  # the last `refresh` queries
-        mask, visited = trace_tree(qb, kb, cfg)
-        chosen = kernels.hip_select(qb[None], kb[None], **{**cfg.select_kwargs(), "block_q": refresh})[0, :, 0]
-        ns, w_lo = search_range(refresh, r0 + 1, cfg)
-        for h in range(H):
-            ours, theirs = mask[h][mask[h] >= 0], chosen[h][(chosen[h] >= ns) & (chosen[h] < w_lo)]
-            agree.append(sorted(ours.tolist()) == sorted(theirs.tolist()))
+        if generator is not None:  # the control: random blocks, nothing scored
+            mask, visited = random_mask(H, refresh, r0 + 1, cfg, generator), []
+        else:
+            mask, visited = trace_tree(qb, kb, cfg)
+            chosen = kernels.hip_select(qb[None], kb[None], **{**cfg.select_kwargs(), "block_q": refresh})[0, :, 0]
+            ns, w_lo = search_range(refresh, r0 + 1, cfg)
+            for h in range(H):
+                ours, theirs = mask[h][mask[h] >= 0], chosen[h][(chosen[h] >= ns) & (chosen[h] < w_lo)]
+                agree.append(sorted(ours.tolist()) == sorted(theirs.tolist()))
         reads = [set() for _ in range(H)]
         for t in range(r0, min(r0 + refresh, T)):
             for h in range(H):
@@ -134,4 +150,5 @@ def simulate_decode(q: torch.Tensor, k: torch.Tensor, T: int, steps: int, refres
             working.append(sum(len(r) for r in reads) / H)
     hits, misses = sum(c.hits for c in caches), sum(c.misses for c in caches)
     return {"hit_rate": hits / max(hits + misses, 1), "working_set_blocks": sum(working) / max(len(working), 1),
-            "capacity_blocks": caches[0].capacity, "mask_agreement": sum(agree) / len(agree)}
+            "capacity_blocks": caches[0].capacity,
+            "mask_agreement": sum(agree) / len(agree) if agree else float("nan")}

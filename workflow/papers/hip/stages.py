@@ -1,6 +1,7 @@
-"""The hip DAG's stages: prepare (KJV bytes) -> train (language model, passkey model) ->
-evaluate (text: perplexity, recall, locality; passkey accuracy), cost against T, decoding
-with an offloaded cache -> report. Each function takes its parameters and paths explicitly.
+"""The hip DAG's stages: prepare (KJV bytes) -> train (one language model per seed, on text with key
+records) -> evaluate (per seed: retrieval and text loss of every method, top-k recall per layer,
+decoding with an offloaded cache), cost against T -> report. Each function takes its parameters
+and paths explicitly.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from papers.common.io import write_json, write_parquet
+from papers.common.io import write_parquet
 from papers.common.params import to_dict
 from papers.common.progress import progress
 from papers.common.seeding import seed_everything
@@ -20,34 +21,9 @@ from papers.hip import evaluate as ev
 from papers.hip import offload as off
 from papers.hip.model import GPT, GPTConfig, load, save
 from papers.hip.params import parse
-from papers.hip.train import text_batches, train
+from papers.hip.train import record_batches, train
 
 log = logging.getLogger(__name__)
-
-
-def _gpt(m, device: str) -> GPT:
-    return GPT(GPTConfig(n_layer=m.n_layer, n_head=m.n_head, n_embd=m.n_embd, rope_base=m.rope_base)).to(device)
-
-
-def _load(checkpoint, device: str) -> GPT:
-    return load(checkpoint)[0].to(device)
-
-
-def _arms(p) -> list[tuple[str, str, methods.HiPConfig]]:
-    """(name, method, HiP config): every method, then the pruned ones with each ablated number of
-    dense layers (named ``<method>@dl<d>``)."""
-    arms = [(m, m, p.hip) for m in methods.METHODS]
-    for d in p.eval.dense_layers_ablation:
-        arms += [(f"{m}@dl{d}", m, dataclasses.replace(p.hip, dense_layers=d)) for m in methods.METHODS[1:]]
-    return arms
-
-
-def _val_windows(tokens: np.ndarray, T: int, n: int) -> torch.Tensor:
-    """The first n non-overlapping windows of T + 1 bytes of the held-out text: (n, T + 1)."""
-    if len(tokens) < n * T + 1:
-        raise ValueError(f"held-out text has {len(tokens)} bytes, fewer than {n} windows of {T} need")
-    x = torch.from_numpy(tokens.astype(np.int64))
-    return torch.stack([x[i * T: i * T + T + 1] for i in range(n)])
 
 
 # ---- prepare -------------------------------------------------------------------------------------
@@ -64,120 +40,117 @@ def prepare(*, cfg, train_tokens, val_tokens):
 
 
 # ---- train ---------------------------------------------------------------------------------------
-def train_lm(*, cfg, train_tokens, checkpoint, history):
-    """The byte-level language model on the KJV, dense attention."""
-    p = parse(cfg)
-    seed_everything(p.seed)
-    model = _gpt(p.lm, p.device)
-    batches = text_batches(data.load_tokens(train_tokens), p.lm_train, torch.Generator().manual_seed(p.seed))
-    hist = train(model, p.lm_train, batches, desc="train lm")
-    save(model.cpu(), checkpoint, train=to_dict(p.lm_train), steps=p.lm_train.steps)
-    write_parquet(hist, history)
-
-
-def train_passkey(*, cfg, checkpoint, history):
-    """The passkey model: prompts of each of ``passkey.train_lengths`` bytes by turns, at
-    ``batch * seq_len / length`` prompts (the same bytes per step). Loss: the mean NLL over all
-    bytes plus ``answer_weight`` x the mean NLL of the key's digits after the question (as
-    weights, normalised by 1 + answer_weight)."""
-    p = parse(cfg)
-    tp = p.passkey_train
-    seed_everything(p.seed)
-    model = _gpt(p.passkey_model, p.device)
-    rng = np.random.default_rng(p.seed)
-
-    def batch(step):
-        T = p.passkey.train_lengths[step % len(p.passkey.train_lengths)]
-        x, answer, _ = data.passkey_batch(rng, tp.batch * tp.seq_len // T, T, p.passkey.key_repeats)
-        B = x.shape[0]
-        w = torch.full((B, T - 1), 1.0 / (B * (T - 1)))  # one weight per predicted byte
-        w[:, answer - 1:] += p.passkey.answer_weight / (B * data.KEY_DIGITS)
-        return torch.from_numpy(x.astype(np.int64)), w
-
-    hist = train(model, tp, batch, desc="train passkey")
-    save(model.cpu(), checkpoint, train=to_dict(tp), steps=tp.steps)
-    write_parquet(hist, history)
+def train_lm(*, cfg, seed, train_tokens, checkpoint, history):
+    """One byte-level language model (seed `seed`) on KJV windows with repeated key records,
+    dense attention."""
+    p, seed = parse(cfg), int(seed)
+    seed_everything(seed)
+    m = p.lm
+    model = GPT(GPTConfig(n_layer=m.n_layer, n_head=m.n_head, n_embd=m.n_embd, rope_base=m.rope_base)).to(p.device)
+    batches = record_batches(data.load_tokens(train_tokens), p.train, np.random.default_rng(seed))
+    hist = train(model, p.train, batches, desc=f"train lm seed {seed}")
+    save(model.cpu(), checkpoint, train=to_dict(p.train), seed=seed)
+    write_parquet(hist.assign(seed=seed), history)
 
 
 # ---- evaluate ------------------------------------------------------------------------------------
-def evaluate_text(*, cfg, checkpoint, val_tokens, metrics, locality):
-    """Held-out perplexity of every method; top-k recall of HiP and random pruning against the
-    oracle, and the score autocorrelation (locality), on the dense pass's q and k."""
-    p = parse(cfg)
-    seed_everything(p.seed)
-    model = _load(checkpoint, p.device)
-    T = p.lm_train.seq_len
-    windows = _val_windows(data.load_tokens(val_tokens), T, p.eval.text_windows)
-    gen = torch.Generator().manual_seed(p.seed)
-    ppl = {}
-    for name, method, cfg_m in progress(_arms(p), desc="perplexity"):
-        nll = ev.nll_by_position(model, windows, method, cfg_m, gen)
-        ppl[name] = {"nll": float(nll.mean()), "ppl": float(nll.mean().exp()), "nll_late": float(nll[T // 2:].mean())}
-        log.info("%s: ppl %.4f", name, ppl[name]["ppl"])
+def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offload):
+    """Everything measured on one trained model (seed `seed`), on held-out text:
 
-    rows, recall = [], {"hip": [], "random": []}
-    probe = torch.linspace(T // 2, T - 1, p.eval.locality_rows).long()
-    for w in range(p.eval.locality_windows):
-        qk = ev.record_qk(model, windows[w: w + 1, :T].to(p.device))
-        for layer, (q, k) in qk.items():
+    * ``retrieval``: per prompt (T, n_keys, needle depth) and method, the answer digits' NLL and
+      whether the greedy decode is right; prompts are the same for every method (paired);
+    * ``text``: per held-out window (no records) and method, the mean NLL of the second half;
+    * ``recall``: per prompt and pruned layer, the recall of the oracle top-n key blocks by HiP
+      and by random blocks, on the model's q, k and on the same keys shuffled (the control);
+    * ``offload``: the decoding simulation per (layer, T) (papers.hip.offload).
+    """
+    p, seed = parse(cfg), int(seed)
+    seed_everything(seed)
+    model = load(checkpoint)[0].to(p.device)
+    val = data.load_tokens(val_tokens)
+    rng = np.random.default_rng(10_000 + seed)  # prompts: disjoint from the training draws
+    gen = torch.Generator().manual_seed(seed)  # random blocks
+
+    # retrieval prompts: every (T, n_keys, depth) cell, `prompts` each, held-out text at random starts
+    prompts = []
+    for T in p.eval.lengths:
+        for n_keys in p.eval.n_keys:
+            for depth in p.eval.depths:
+                for i in range(p.eval.prompts):
+                    start = int(rng.integers(0, len(val) - T))
+                    x, answer, needle = data.retrieval_prompt(rng, val, start, T, n_keys, depth)
+                    prompts.append({"T": T, "n_keys": n_keys, "depth": depth, "prompt": len(prompts),
+                                    "x": x, "answer": answer, "needle_at": needle})
+    rows = []
+    for method in progress(methods.METHODS, desc="retrieval"):
+        for T in p.eval.lengths:
+            group = [q for q in prompts if q["T"] == T]
+            x = torch.from_numpy(np.stack([q["x"] for q in group]).astype(np.int64))
+            nll, correct = ev.answer_scores(model, x, group[0]["answer"], data.KEY_DIGITS, method, p.hip, gen)
+            rows += [{"seed": seed, "method": method, **{k: q[k] for k in ("T", "n_keys", "depth", "prompt",
+                                                                          "needle_at")},
+                      "answer_nll": float(a), "correct": bool(c)} for q, a, c in zip(group, nll, correct)]
+    write_parquet(pd.DataFrame(rows), retrieval)
+
+    # held-out text without records: how much ordinary bytes use far context (the far claim's control)
+    Tt = p.train.seq_len
+    starts = np.linspace(0, len(val) - Tt - 2, p.eval.text_windows).astype(int)
+    windows = torch.from_numpy(np.stack([val[s: s + Tt + 1] for s in starts]).astype(np.int64))
+    rows = []
+    for method in progress(methods.METHODS, desc="text"):
+        late = ev.window_nll(model, windows, method, p.hip, gen)[:, Tt // 2:].mean(1)
+        rows += [{"seed": seed, "method": method, "text_window": w, "nll_late": float(v)} for w, v in enumerate(late)]
+    write_parquet(pd.DataFrame(rows), text)
+
+    # top-k recall per pruned layer, on the dense pass's q, k of prompts at the largest T
+    T = max(p.eval.lengths)
+    group = [q for q in prompts if q["T"] == T][:: max(1, len([q for q in prompts if q["T"] == T])
+                                                        // p.eval.recall_prompts)][: p.eval.recall_prompts]
+    rows = []
+    for q in progress(group, desc="recall"):
+        qk = ev.record_qk(model, torch.from_numpy(q["x"][None].astype(np.int64)).to(p.device))
+        for layer, (qq, kk) in qk.items():
             if layer < p.hip.dense_layers:
                 continue
-            for m, r in ev.topk_recall(q, k, p.hip, gen).items():
-                recall[m].append(r)
-            for control, shuffle in (("model", None), ("shuffled keys", gen)):
-                corr = methods.score_autocorrelation(q, k, probe, p.eval.max_lag, shuffle)
-                rows += [{"window": w, "layer": layer, "keys": control, "lag": lag + 1, "autocorr": float(c)}
-                         for lag, c in enumerate(corr)]
-    write_parquet(pd.DataFrame(rows), locality)
-    write_json({"T": T, "ppl": ppl, "recall": {m: float(np.mean(v)) for m, v in recall.items()},
-                "recall_per_layer": recall}, metrics)
+            for keys in ("model", "shuffled"):
+                k_used = kk if keys == "model" else ev.shuffle_keys(kk, p.hip, gen)
+                for m, r in ev.topk_recall(qq, k_used, p.hip, gen).items():
+                    rows.append({"seed": seed, "prompt": q["prompt"], "layer": layer, "keys": keys, "method": m,
+                                 "recall": r})
+    write_parquet(pd.DataFrame(rows), recall)
 
-
-def evaluate_passkey(*, cfg, checkpoint, metrics):
-    """Passkey accuracy of every method: a greedy decode reproduces all five digits."""
-    p = parse(cfg)
-    seed_everything(p.seed)
-    model = _load(checkpoint, p.device)
-    T = p.passkey_train.seq_len
-    x, answer, key_at = data.passkey_batch(np.random.default_rng(p.seed + 1), p.eval.passkey_samples, T,
-                                           p.passkey.key_repeats)
-    x = torch.from_numpy(x.astype(np.int64))
-    gen = torch.Generator().manual_seed(p.seed)
-    out = {"T": T, "key_depth": (key_at / T).tolist()}
-    for name, method, cfg_m in progress(_arms(p), desc="passkey"):
-        hits = ev.passkey_hits(model, x, answer, data.KEY_DIGITS, method, cfg_m, gen)
-        out[name] = {"accuracy": float(hits.all(-1).float().mean()), "digit_accuracy": float(hits.float().mean()),
-                     "per_digit": hits.float().mean(0).tolist(), "correct": hits.all(-1).tolist()}
-        log.info("%s: passkey accuracy %.3f", name, out[name]["accuracy"])
-    write_json(out, metrics)
-
-
-def cost(*, cfg, table):
-    """Key scores and time of dense attention and of HiP against T (CPU references, one head)."""
-    p = parse(cfg)
-    seed_everything(p.seed)
-    gen = torch.Generator().manual_seed(p.seed)
-    rows = [ev.cost_at(T, p.hip, p.cost.head_dim, T <= p.cost.dense_max_len, gen, p.cost.repeats, p.cost.device)
-            for T in progress(p.cost.lengths, desc="cost")]
-    write_parquet(pd.DataFrame(rows), table)
-
-
-def decode_offload(*, cfg, checkpoint, val_tokens, table):
-    """Decoding with an offloaded KV cache: for each context length T, the last ``decode_steps``
-    positions are decoded (teacher-forced held-out text) with HiP's mask refreshed every
-    ``refresh_interval`` steps; q and k of each pruned layer come from the model run with HiP."""
-    p = parse(cfg)
+    # decoding with an offloaded cache, on held-out text, q and k of each pruned layer under HiP
     o = p.offload
-    seed_everything(p.seed)
-    model = _load(checkpoint, p.device)
-    windows = _val_windows(data.load_tokens(val_tokens), max(o.lengths), o.windows)
     rows = []
     for w in range(o.windows):
+        s = int(starts[w])
+        x = torch.from_numpy(val[s: s + max(o.lengths)][None].astype(np.int64)).to(p.device)
         record = []
         with torch.no_grad():
-            model(windows[w: w + 1, :max(o.lengths)].to(p.device), methods.make_attend("hip", p.hip, record=record))
-        for layer, q, k, _ in record:
-            for T in o.lengths:
-                r = off.simulate_decode(q[0].cpu(), k[0].cpu(), T, o.decode_steps, o.refresh_interval, p.hip, o.lru_scale)
-                rows.append({"window": w, "layer": layer, "T": T, **r})
+            model(x, methods.make_attend("hip", p.hip, record=record))
+        for layer, qq, kk, _ in record:
+            for To in o.lengths:
+                for arm, g in (("hip", None), ("random", gen)):
+                    r = off.simulate_decode(qq[0].cpu(), kk[0].cpu(), To, o.decode_steps, o.refresh_interval, p.hip,
+                                            o.lru_scale, g)
+                    rows.append({"seed": seed, "window": w, "layer": layer, "T": To, "arm": arm, **r})
+    write_parquet(pd.DataFrame(rows), offload)
+
+
+# ---- cost ----------------------------------------------------------------------------------------
+def cost(*, cfg, table):
+    """HiP's counted key scores and wall time against T, and dense attention's, on random q, k of one
+    head; the control runs the same tree search with mask_k = T / control_fraction (up to
+    control_max_len: its cost is quadratic)."""
+    p = parse(cfg)
+    c = p.cost
+    rows = []
+    for rep in range(c.repeats):
+        gen = torch.Generator().manual_seed(rep)
+        for T in progress(c.lengths, desc=f"cost, input {rep}"):
+            arms = [("hip", p.hip.mask_k)] + ([("control", T // c.control_fraction)] if T <= c.control_max_len else [])
+            for arm, mask_k in arms:
+                cfg_arm = dataclasses.replace(p.hip, mask_k=mask_k)
+                row = ev.cost_at(T, cfg_arm, c.head_dim, arm == "hip" and T <= c.dense_max_len, gen, c.device)
+                rows.append({"input": rep, "arm": arm, "mask_k": mask_k, **row})
     write_parquet(pd.DataFrame(rows), table)

@@ -1,8 +1,8 @@
 """Training the tiny models with dense attention (HiP itself needs no training).
 
 One straight loop (nanoGPT's): AdamW, linear warm-up then cosine decay, gradient clipping.
-A batch function supplies the byte sequences and per-token loss weights, so the same loop
-trains the language model (uniform weights) and the passkey model (extra weight on the key).
+A batch function supplies the byte sequences and per-token loss weights: KJV windows with key
+records, extra weight on the digits that only far context predicts.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pandas as pd
 import torch
 
 from papers.common.progress import progress
+from papers.hip import data
 from papers.hip.model import GPT, dense, token_nll
 from papers.hip.params import TrainParams
 
@@ -51,13 +52,17 @@ def train(model: GPT, tp: TrainParams, next_batch: Batch, *, desc: str) -> pd.Da
     return pd.DataFrame(rows)
 
 
-def text_batches(tokens: np.ndarray, tp: TrainParams, generator: torch.Generator) -> Batch:
-    """Random windows of ``seq_len + 1`` bytes of the training text, uniform weights."""
-    data = torch.from_numpy(tokens.astype(np.int64))
+def record_batches(tokens: np.ndarray, tp: TrainParams, rng: np.random.Generator) -> Batch:
+    """Random windows of ``seq_len + 1`` training bytes with key records written over them
+    and passages copied (``data.training_sample``): weight 1 per byte, ``1 + recall_weight`` on
+    the repeats' key digits and the copies, the bytes that only far context predicts."""
 
     def batch(step: int):
-        start = torch.randint(0, len(data) - tp.seq_len - 1, (tp.batch,), generator=generator)
-        x = torch.stack([data[s: s + tp.seq_len + 1] for s in start.tolist()])  # (B, T + 1)
-        return x, torch.ones(tp.batch, tp.seq_len)
+        xs, recall = zip(*(data.training_sample(rng, tokens, tp.seq_len + 1, tp.max_records, tp.min_gap,
+                                                               tp.copy_spans, tp.span_len, tp.periodic)
+                           for _ in range(tp.batch)))
+        x = torch.from_numpy(np.stack(xs).astype(np.int64))  # (B, T + 1)
+        w = 1.0 + tp.recall_weight * torch.from_numpy(np.stack(recall)[:, 1:]).float()  # weight of predicting x[t]
+        return x, w
 
     return batch

@@ -12,10 +12,15 @@ ensemble mean, on a probabilistic ensemble fitted to logged HalfCheetah-v5 trans
 with the true simulator continued from the same held-out states (claim a), and the transitions Infoprop drops with
 those it keeps (claim b).
 
-How we deviate: no Dyna training (claim c is not measured: SAC on model rollouts for 3+ seeds and two arms does not
-fit the default budget beside the study), one task, a fixed noisy policy with an explicit actuator noise instead of
-a learning agent, a smaller ensemble; the report's "What differs from the paper" lists every difference.
+Claim (c), Infoprop-Dyna (Sec. 6, Alg. 1: SAC trained on model rollouts) against MBPO-style Dyna at equal real
+steps, with Infoprop's loop at K = 1 as the control, runs on Pendulum-v1 with every arm and seed vectorised in one
+process (dyna.py).
+
+How we deviate: one task per study, a fixed noisy policy with an explicit actuator noise instead of a learning agent
+in the rollout study, a small Dyna task and budget (1500 real steps), smaller networks; the report's "What differs
+from the paper" lists every difference.
 
 Modules: data.py (the true system, the logged data and the prepare stage), model.py (the ensemble), propagation.py
-(the schemes, information loss, thresholds), stages.py (train, evaluate), report.py (table, figures, claims).
+(the schemes, information loss, thresholds), stages.py (train, evaluate), dyna.py (the Dyna comparison), report.py
+(table, figures, claims).
 """

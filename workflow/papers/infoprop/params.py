@@ -41,9 +41,19 @@ class Params:
     # Information loss and termination (official infoprop_dyna.py: resolution 1e-6, lambda1 = the 0.9999 quantile
     # of the one-step loss on real data per dimension, lambda2 = H x its 0.01 quantile).
     info: dict = field(default_factory=lambda: {"resolution": 1.0e-6, "upper_quantile": 0.9999, "lower_quantile": 0.01})
+    # Dyna comparison (claim c; config/config.yaml gives each value's source): SAC on model rollouts of each arm
+    # at equal real steps on a small task, every (arm, seed) run vectorised in one process.
+    dyna: dict = field(default_factory=lambda: {
+        "env": "Pendulum-v1", "seeds": 3, "real_steps": 1500, "initial_steps": 250, "model_every": 250,
+        "rollouts_per_step": 2, "mbpo_horizon": 1, "infoprop_horizon": 100, "retain_rounds": 4, "real_ratio": 0.05,
+        "updates_per_step": 10, "eval_every": 250, "eval_episodes": 5,
+        "sac": {"hidden": 64, "layers": 2, "lr": 1.0e-3, "batch": 128, "gamma": 0.99, "tau": 0.005},
+        "model": {"ensemble": 7, "hidden": 64, "layers": 3, "lr": 1.0e-3, "weight_decay": 5.0e-5, "batch": 256,
+                  "epochs": 10, "learn_logvar_bounds": True}})
     # Thresholds of the claims (config/config.yaml says where each comes from).
     claims: dict = field(default_factory=lambda: {"long_horizon_steps": [20, 30, 40, 50], "w1_margin": 0.0,
-                                                  "error_gap": 0.2, "min_group": 20})
+                                                  "error_gap": 0.2, "min_group": 20,
+                                                  "return_margin": 0.0})
 
     def check_rules(self) -> None:
         """Cross-field rules the schema cannot state."""
@@ -53,6 +63,10 @@ class Params:
             raise ValueError(f"infoprop.claims.long_horizon_steps {bad} lie outside 1..rollout.horizon = {h}")
         if self.env not in ENVS:
             raise ValueError(f"infoprop.env = {self.env!r}: one of {ENVS} (observation = qpos[1:], qvel)")
+        d = self.dyna
+        if not d["initial_steps"] < d["real_steps"]:
+            raise ValueError(f"infoprop.dyna.initial_steps = {d['initial_steps']} must be below dyna.real_steps = "
+                             f"{d['real_steps']} (the agent has to act)")
         if self.info["lower_quantile"] >= self.info["upper_quantile"]:
             raise ValueError("infoprop.info.lower_quantile must be below info.upper_quantile")
 
@@ -62,6 +76,7 @@ STAGE_PARAMS = {
     "prepare": ("env", "data", "rollout"),
     "train": ("model",),
     "evaluate": ("env", "data", "rollout", "info"),
+    "dyna": ("dyna", "info"),
     "report": ALL,
 }
 

@@ -9,7 +9,8 @@ from papers.common.io import read_parquets, write_json
 from papers.common.params import to_dict
 from papers.common.plotting import savefig, subplots
 from papers.common.report import write_report
-from papers.common.tables import mean_std, write_table
+from papers.common.tables import mean_std, to_markdown, write_table
+from papers.infoprop.dyna import ARMS as DYNA_ARMS
 from papers.infoprop.params import SCHEMES, SLUG, parse
 
 TITLE = "P13 infoprop: Infoprop, on rollouts in model-based reinforcement learning"
@@ -38,6 +39,25 @@ def why(claim_id: str, p, curves: pd.DataFrame, cuts: pd.DataFrame) -> str:
     return ("; ".join(parts) + f". A positive gap where the random cut has none means the cut does select rollouts "
             f"with higher error; the claim needs the gap above {p.claims['error_gap']:.0%} ('markedly', fixed before "
             f"the run) in every seed's interval.")
+
+
+def why_dyna(p, returns: pd.DataFrame, rollout_stats: pd.DataFrame) -> str:
+    """Why claim (c) does not hold or stays inconclusive, from the measured returns (shown only then)."""
+    first = returns.real_steps.min()
+    start = returns[returns.real_steps == first]["return"].mean()
+    final = {arm: final_returns(returns, arm) for arm in DYNA_ARMS}
+    diff = final["infoprop"] - final["mbpo"]
+    return (f"final deterministic returns (mean over seeds) {', '.join(f'{a} {v.mean():.0f}' for a, v in final.items())}, "
+            f"against {start:.0f} at the first evaluation ({first} real steps, all arms); per-seed differences "
+            f"infoprop - mbpo {np.round(diff, 0).tolist()}. Mean accepted rollout length: Infoprop "
+            f"{dyna_lengths(rollout_stats, 'infoprop').mean():.1f} of at most {p.dyna['infoprop_horizon']}, MBPO "
+            f"{p.dyna['mbpo_horizon']}. Spread of the per-seed differences (std) {diff.std(ddof=1) if len(diff) > 1 else float('nan'):.0f} "
+            f"over {len(diff)} seeds. "
+            + ("No arm's mean final return came within reach of Pendulum's solved level (about -200): at "
+               f"{p.dyna['real_steps']} real steps (the paper: 125k-400k) the agents are early in learning, where "
+               "SAC's seed-to-seed spread is large and the rollouts' quality has had little room to matter."
+               if max(v.mean() for v in final.values()) < -400 else
+               "At least one arm learned the swing-up; the difference between arms stays within the seeds' spread."))
 
 
 def per_seed_at(curves: pd.DataFrame, shift: float, scheme: str, step: int, column: str = "w1") -> np.ndarray:
@@ -69,7 +89,66 @@ def cut_gap(cuts: pd.DataFrame, cut: str, min_group: int, shift: float | None = 
     return np.array(out)
 
 
-def infoprop_claims(p, curves: pd.DataFrame, cuts: pd.DataFrame) -> list[Claim]:
+def final_returns(returns: pd.DataFrame, arm: str) -> np.ndarray:
+    """One value per seed: the final policy's mean deterministic return of one Dyna arm."""
+    sel = returns[(returns.arm == arm) & returns.final].sort_values("seed")
+    if sel.empty:
+        raise ValueError(f"infoprop: no final Dyna return of arm {arm}")
+    return sel["return"].to_numpy()
+
+
+def dyna_lengths(rollout_stats: pd.DataFrame, arm: str) -> np.ndarray:
+    """One value per seed: the mean accepted rollout length over the rounds of model rollouts of one Dyna arm."""
+    return rollout_stats[rollout_stats.arm == arm].groupby("seed", sort=True).accepted_length.mean().to_numpy()
+
+
+def dyna_claim(p, returns: pd.DataFrame, rollout_stats: pd.DataFrame) -> Claim:
+    """Claim (c): Infoprop-Dyna's final return above MBPO-style Dyna's at equal real steps, with longer accepted
+    rollouts; the control runs the same criterion on Infoprop's loop with K = 1 (no epistemic removal, no stop)."""
+    d, margin = p.dyna, p.claims["return_margin"]
+
+    def tests(arm: str) -> list:
+        return [paired_test(final_returns(returns, arm), final_returns(returns, "mbpo"), threshold=margin,
+                            name=f"final return {arm} - mbpo", what="seeds"),
+                mean_test(dyna_lengths(rollout_stats, arm), threshold=float(d["mbpo_horizon"]), direction=">",
+                          what="seeds", name=f"mean accepted rollout length {arm} vs MBPO's horizon")]
+
+    measured = {**{f"final return {arm}": float(final_returns(returns, arm).mean()) for arm in DYNA_ARMS},
+                **{f"accepted length {arm}": float(dyna_lengths(rollout_stats, arm).mean()) for arm in DYNA_ARMS}}
+    return Claim(
+        "c", "Infoprop-Dyna reaches a higher return than MBPO-style Dyna at equal real environment steps, with longer "
+             "accepted rollouts",
+        "state of the art among Dyna-style methods on MuJoCo (Hopper, Walker2d, HalfCheetah, Humanoid), much longer "
+        "rollouts (Sec. 6)",
+        measured,
+        f"SAC trained on model rollouts of each arm for {d['real_steps']} real steps of {d['env']} (the same for every "
+        f"arm); per seed the mean return of {d['eval_episodes']} deterministic episodes of the final policy; paired t "
+        f"interval over {d['seeds']} seeds of return(infoprop) - return(mbpo) > {margin:g} (config "
+        f"infoprop.claims.return_margin), and the t interval over seeds of Infoprop's mean accepted rollout length "
+        f"above MBPO's fixed horizon {d['mbpo_horizon']}",
+        tests("infoprop"),
+        Control("Infoprop's Dyna loop with the Kalman gain forced to 1 (random-member sampling, conditional variance 0, "
+                "so no information loss and no termination: rollouts of the full Infoprop horizon without the "
+                "mechanism), the same criterion", tests("infoprop_k1")))
+
+
+def dyna_rows(p, returns: pd.DataFrame, rollout_stats: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The Dyna table: per arm the return at each evaluation (mean +- std over seeds) and the accepted length."""
+    md, csv = [], []
+    steps = sorted(returns.real_steps.unique())
+    for arm in DYNA_ARMS:
+        row, num = {"Dyna arm": arm}, {"dyna_arm": arm}
+        for st in steps:
+            v = returns[(returns.arm == arm) & (returns.real_steps == st)].sort_values("seed")["return"].to_numpy()
+            row[f"return @ {st}"], num[f"return_{st}"] = mean_std(v), v.mean()
+        length = dyna_lengths(rollout_stats, arm)
+        row["accepted length"], num["accepted_length"] = mean_std(length), length.mean()
+        md.append(row), csv.append(num)
+    return pd.DataFrame(md), pd.DataFrame(csv)
+
+
+def infoprop_claims(p, curves: pd.DataFrame, cuts: pd.DataFrame, returns: pd.DataFrame,
+                    rollout_stats: pd.DataFrame) -> list[Claim]:
     c = p.claims
     steps, shifts = list(c["long_horizon_steps"]), list(p.rollout["policy_shifts"])
     margin = c["w1_margin"]
@@ -115,21 +194,15 @@ def infoprop_claims(p, curves: pd.DataFrame, cuts: pd.DataFrame) -> list[Claim]:
         Control("a random cut: the same stop steps given to random rollouts (same acceptance rate at every step, "
                 "independent of the state), the same criterion", gap_test("random")))
 
-    claim_c = Claim.not_measured(
-        "c", "Infoprop-Dyna reaches a higher return than MBPO-style Dyna at equal real environment steps, with longer "
-             "accepted rollouts",
-        "state of the art among Dyna-style methods on MuJoCo (Hopper, Walker2d, HalfCheetah, Humanoid), much longer rollouts",
-        "paired-by-seed return difference at equal real steps > 0 (not run)",
-        "the Dyna comparison (SAC on model rollouts, 3+ seeds, two arms) did not fit this session's time beside "
-        "claims (a) and (b) on 2 shared cores; nothing of it ran (issue 29, scope item 4)",
-        "would be: MBPO-style Dyna against itself under a second seed set")
+    claim_c = dyna_claim(p, returns, rollout_stats)
     return [claim_a, claim_b, claim_c]
 
 
-def report(*, cfg, scale, curves, cuts, histories, benchmarks, table_md, table_csv, claims, params_json, report_md,
-           w1_figure, cut_figure):
+def report(*, cfg, scale, curves, cuts, histories, dyna_returns, dyna_rollouts, benchmarks, table_md, table_csv, claims,
+           params_json, report_md, w1_figure, cut_figure, dyna_figure):
     p = parse(cfg)
     curves, cuts, hist = read_parquets(curves), read_parquets(cuts), read_parquets(histories)
+    returns, rollout_stats = read_parquets([dyna_returns]), read_parquets([dyna_rollouts])
     steps, h = list(p.claims["long_horizon_steps"]), p.rollout["horizon"]
     md_rows, csv_rows = [], []
     for shift in p.rollout["policy_shifts"]:
@@ -155,7 +228,16 @@ def report(*, cfg, scale, curves, cuts, histories, benchmarks, table_md, table_c
                f"Epistemic share: e2 / (s2 + e2) = 1 - K along the scheme's rollouts. Accepted length: mean steps "
                f"before Infoprop's termination. "
                f"Ensemble held-out MSE (standardised targets) {mean_std(last.val_mse.to_numpy())}.")
-    write_table(pd.DataFrame(md_rows), table_md, table_csv, caption=caption, csv_df=pd.DataFrame(csv_rows))
+    dyna_md, dyna_csv = dyna_rows(p, returns, rollout_stats)
+    write_table(pd.DataFrame(md_rows), table_md, table_csv, caption=caption,
+                csv_df=pd.concat([pd.DataFrame(csv_rows).assign(study="rollouts"), dyna_csv.assign(study="dyna")],
+                                 ignore_index=True))
+    d = p.dyna
+    dyna_caption = (f"Dyna (claim c): SAC on model rollouts, {d['real_steps']} real steps of {d['env']} per run, "
+                    f"deterministic return of the policy ({d['eval_episodes']} episodes), mean +- std over "
+                    f"{d['seeds']} seeds; accepted length: mean transitions kept per model rollout over the rounds.")
+    with open(table_md, "a") as f:
+        f.write("\n\n" + dyna_caption + "\n\n" + to_markdown(dyna_md) + "\n")
 
     shifts = list(p.rollout["policy_shifts"])
     mean = curves.groupby(["shift", "scheme", "step"], sort=True)[["w1", "accepted_fraction"]].mean().reset_index()
@@ -186,7 +268,19 @@ def report(*, cfg, scale, curves, cuts, histories, benchmarks, table_md, table_c
     axes[0, 1].legend(fontsize=7)
     savefig(fig, cut_figure)
 
-    claim_list = infoprop_claims(p, curves, cuts)
+    fig, axes = subplots(1, 2)
+    for arm in DYNA_ARMS:
+        g = returns[returns.arm == arm].groupby("real_steps", sort=True)["return"]
+        line, = axes[0, 0].plot(g.mean().index, g.mean().values, label=arm)
+        axes[0, 0].fill_between(g.min().index, g.min().values, g.max().values, color=line.get_color(), alpha=0.2)
+        q = rollout_stats[rollout_stats.arm == arm].groupby("real_steps", sort=True).accepted_length.mean()
+        axes[0, 1].plot(q.index, q.values, label=arm)
+    axes[0, 0].set(xlabel="real environment steps", ylabel=f"deterministic return ({d['env']})")
+    axes[0, 0].legend()
+    axes[0, 1].set(xlabel="real environment steps", ylabel="mean accepted rollout length", yscale="log")
+    savefig(fig, dyna_figure)
+
+    claim_list = infoprop_claims(p, curves, cuts, returns, rollout_stats)
     write_claims(claim_list, claims, paper=SLUG, scale=scale)
     write_json(to_dict(p), params_json)
     what = (
@@ -201,10 +295,23 @@ def report(*, cfg, scale, curves, cuts, histories, benchmarks, table_md, table_c
         f"(random member), ensemble mean, Infoprop, and Infoprop with K = 1 (control). Infoprop's termination: "
         f"information loss against a resolution of {p.info['resolution']:g}, lambda1 = the {p.info['upper_quantile']:g} "
         f"quantile of the one-step loss on the training transitions, lambda2 = {h} x its {p.info['lower_quantile']:g} "
-        f"quantile, per dimension.")
+        f"quantile, per dimension. "
+        f"Dyna (claim c): per arm and seed, SAC ({d['sac']['layers']} x {d['sac']['hidden']} ReLU, batch "
+        f"{d['sac']['batch']}, lr {d['sac']['lr']:g}, automatic entropy tuning) on {d['env']} for {d['real_steps']} real "
+        f"steps (the first {d['initial_steps']} with uniform random actions, shared by the arms of a seed), "
+        f"{d['updates_per_step']} updates per real step on batches with {d['real_ratio']:.0%} real transitions and the "
+        f"rest from the model buffer (the last {d['retain_rounds']} rounds); every {d['model_every']} real steps the "
+        f"run's ensemble ({d['model']['ensemble']} members of {d['model']['layers']} x {d['model']['hidden']} SiLU, "
+        f"{d['model']['epochs']} warm-started epochs on all real data) is refitted and rolled out from "
+        f"{d['rollouts_per_step'] * d['model_every']} real start states under the sampled policy: MBPO for "
+        f"{d['mbpo_horizon']} step(s) by random-member sampling; Infoprop for at most {d['infoprop_horizon']} steps "
+        f"with its termination (lambda1, lambda2 recomputed each round from one-step losses on real (s, a)); the "
+        f"control, Infoprop's loop with K = 1 (no epistemic removal, no termination). Return: mean of "
+        f"{d['eval_episodes']} deterministic episodes every {d['eval_every']} real steps; every run of every arm and "
+        f"seed is vectorised in one job.")
     differences = (
-        "Scale: one task (HalfCheetah-v5) with 10k logged transitions of a fixed noisy policy instead of Dyna training "
-        "on Hopper, Walker2d, HalfCheetah and Humanoid over 100k-400k steps; the ensemble is 3 x 128 (official 4 x 200), "
+        "Rollout study (claims a, b): one task (HalfCheetah-v5) with 10k logged transitions of a fixed noisy policy "
+        "instead of rollouts inside Dyna training on Hopper, Walker2d, HalfCheetah and Humanoid over 100k-400k steps; the ensemble is 3 x 128 (official 4 x 200), "
         "trained for a fixed number of epochs without elite selection (all 7 members propagate), with standardised "
         "targets (the official code predicts raw deltas; means and variances are mapped back to data units, so the "
         "information loss is measured on the same scale). The true system has an explicit actuator noise so that a "
@@ -216,12 +323,23 @@ def report(*, cfg, scale, curves, cuts, histories, benchmarks, table_md, table_c
         "seed) rather than a learning agent's. The W1 distances rest on 16 samples per start and step, so they carry a "
         "sampling floor that all schemes share. At the full scale (Hopper-v5 and the other tasks) the observation "
         "clips qvel to [-10, 10], so restoring a logged state is approximate there, and rollouts are not cut by the "
-        "task's own termination (true continuations are frozen after it fires). Claim (c), Infoprop-Dyna against "
-        "MBPO-style Dyna, was not run (see its note).")
-    why_lines = [f"- ({cl.id}) {why(cl.id, p, curves, cuts)}" for cl in claim_list
-                 if cl.verdict in ("does not hold", "inconclusive") and cl.id in ("a", "b")]
+        "task's own termination (true continuations are frozen after it fires). "
+        f"Dyna (claim c): {d['env']} (gymnasium classic "
+        f"control) instead of the MuJoCo locomotion tasks, {d['real_steps']} real steps instead of 125k-400k, SAC with "
+        f"{d['sac']['layers']} x {d['sac']['hidden']} units (official 512-1024), batch {d['sac']['batch']} and lr "
+        f"{d['sac']['lr']:g} (rl-baselines3-zoo's Pendulum setting), {d['updates_per_step']} updates per step, "
+        f"{d['rollouts_per_step'] * d['model_every']} start states per round (official 100k) with the same count for "
+        "every arm, uniform random initial actions (official: 5000 steps of the untrained agent) and the sampled SAC "
+        "policy for exploration (official: pink action noise), a real-data share mixed into every batch (official: a "
+        "whole batch of real data with probability 0.05), no resampling of start states when a round yields fewer "
+        f"transitions than start states, ensembles of {d['model']['layers']} x {d['model']['hidden']} refitted for a "
+        "fixed number of epochs without elites or early stopping, and the return of the final policy rather than the "
+        f"best evaluation. MBPO's horizon is fixed at {d['mbpo_horizon']} (MBPO's InvertedPendulum schedule) rather "
+        "than scheduled.")
+    why_lines = [f"- ({cl.id}) {why(cl.id, p, curves, cuts) if cl.id in ('a', 'b') else why_dyna(p, returns, rollout_stats)}"
+                 for cl in claim_list if cl.verdict in ("does not hold", "inconclusive")]
     if why_lines:
         differences += ("\n\nWhy a claim does not hold or stays inconclusive here (as far as we can tell):\n\n"
                         + "\n".join(why_lines))
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md,
-                 figures=[w1_figure, cut_figure], claims=claim_list, benchmarks=benchmarks, differences=differences)
+                 figures=[w1_figure, cut_figure, dyna_figure], claims=claim_list, benchmarks=benchmarks, differences=differences)

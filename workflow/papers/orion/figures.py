@@ -1,6 +1,7 @@
 """The report's figures: request-patching layer profiles, the oversight experiment, training curves."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from papers.common.plotting import savefig, subplots
@@ -10,22 +11,29 @@ COLORS = {"R2(C2)": "tab:blue", "R1(C2)": "tab:red", "R1(C1)": "tab:green"}
 
 
 def layer_profiles(sweep: pd.DataFrame, pairs: pd.DataFrame, path) -> None:
-    """Normalised probability of each hypothesis against the patched layer (the paper's layer plots):
-    one panel per model (rows) and family (columns), seed 0."""
-    sweep = sweep[sweep.seed == sweep.seed.min()]
+    """Normalised probability of each hypothesis against the patched layer (the paper's layer plots): one panel
+    per model size (rows) and family (columns); lines are the mean over seeds, bands the 95% t interval over
+    seeds; dashed red: R1(C2) under the shuffled-position control. The title counts the seeds past the gate."""
+    from papers.common.claims import t_interval
+
     models, families = list(dict.fromkeys(sweep.model)), list(dict.fromkeys(sweep.family))
     fig, axes = subplots(len(models), len(families), width=2.6, height=2.1, sharey=True)
     for i, model in enumerate(models):
         for j, family in enumerate(families):
             ax = axes[i, j]
             g = sweep[(sweep.model == model) & (sweep.family == family)]
-            for h in HYPOTHESES:
-                r = g[g.hypothesis == h].sort_values("layer")
-                ax.plot(r.layer, r.normalized, marker="o", ms=3, color=COLORS[h], label=h)
+            for source, style in (("request", "-"), ("shuffled", "--")):
+                for h in HYPOTHESES if source == "request" else ("R1(C2)",):
+                    r = g[(g.source == source) & (g.hypothesis == h)]
+                    layers = sorted(r.layer.unique())
+                    stats = [t_interval(r[r.layer == L].normalized.to_numpy()) for L in layers]
+                    mean, lo, hi = (np.array(x) for x in zip(*stats))
+                    ax.plot(layers, mean, style, marker="o" if source == "request" else None, ms=3, color=COLORS[h],
+                            label=h if source == "request" else "R1(C2), control")
+                    ax.fill_between(layers, lo, hi, color=COLORS[h], alpha=0.15, lw=0)
             ax.axhline(0.7, color="grey", lw=0.6, ls=":")
-            gated = pairs[(pairs.model == model) & (pairs.family == family)].gated.iloc[0]
-            ax.set_title(f"{model} / {family}" + ("" if gated else " (excluded)"), fontsize=8,
-                         color="black" if gated else "grey")
+            pp = pairs[(pairs.model == model) & (pairs.family == family)]
+            ax.set_title(f"{model} / {family} ({int(pp.gated.sum())}/{len(pp)} gated)", fontsize=8)
             ax.set_xticks(sorted(g.layer.unique()))
             if i == len(models) - 1:
                 ax.set_xlabel("patched layer L")
@@ -37,7 +45,7 @@ def layer_profiles(sweep: pd.DataFrame, pairs: pd.DataFrame, path) -> None:
 
 def oversight(over: pd.DataFrame, summary: pd.DataFrame, path) -> None:
     """Accuracy of the injected stories with the trusted prompt patched in at each layer (dashed: unpatched)."""
-    over = over[over.seed == over.seed.min()]
+    over = over[over.trusted == "trusted"]
     models = list(dict.fromkeys(over.model))
     fig, axes = subplots(1, len(models), width=3.2, height=2.8, sharey=True)
     for ax, model in zip(axes[0], models):
@@ -58,17 +66,18 @@ def oversight(over: pd.DataFrame, summary: pd.DataFrame, path) -> None:
 
 
 def training(hist: pd.DataFrame, gate: float, path) -> None:
-    """Held-out accuracy per family during training (dotted: the accuracy gate)."""
-    hist = hist[hist.seed == hist.seed.min()]
+    """Held-out accuracy of the worst family during training, one line per seed (dotted: the accuracy gate);
+    a seed's line stops where it passed the gate."""
     models = list(dict.fromkeys(hist.model))
     fig, axes = subplots(1, len(models), width=3.2, height=2.8, sharey=True)
     for ax, model in zip(axes[0], models):
         g = hist[hist.model == model]
-        for col in [c for c in g.columns if c.startswith("eval/")]:
-            ax.plot(g.step, g[col], label=col.removeprefix("eval/"))
+        cols = [c for c in g.columns if c.startswith("eval/")]
+        for seed, r in g.groupby("seed"):
+            ax.plot(r.step, r[cols].min(axis=1), marker="o", ms=2, label=f"seed {seed}")
         ax.axhline(gate, color="grey", lw=0.6, ls=":")
         ax.set_title(model, fontsize=8)
         ax.set_xlabel("step")
-    axes[0, 0].set_ylabel("held-out accuracy")
+    axes[0, 0].set_ylabel("held-out accuracy, worst family")
     axes[0, 0].legend(fontsize=6)
     savefig(fig, path)

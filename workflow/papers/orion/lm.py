@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from papers.common.hf import load_causal_lm
 from papers.orion.model import GPT, last_logits, patched_logits, residuals
 
 
@@ -80,22 +81,12 @@ class PretrainedLM:
     them), with forward hooks on its blocks to read and overwrite the residual stream at the last token."""
 
     def __init__(self, path: str | Path, *, dtype: str = "float32", device: str | None = None):
-        try:
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-        except ImportError as e:  # the `lm` extra of pyproject.toml
-            raise ImportError("orion.pretrained needs the transformers package (pip install -e '.[lm]')") from e
-        path = Path(path)
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"{path}: not a Hugging Face model directory (no config.json); "
-                                    "set orion.pretrained[].path to a local directory written by save_pretrained")
-        self.path = path
+        self.path = Path(path)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.model, self.tokenizer = load_causal_lm(path, dtype=dtype, key="orion.pretrained[].path", device=self.device)
         self.tokenizer.padding_side = "right"
         if self.tokenizer.pad_token is None:  # GPT-2 and Pythia ship no padding token; padded slots are masked
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
-                                                          dtype=getattr(torch, dtype)).to(self.device).eval()
         self.blocks = decoder_layers(self.model)
         self.n_layer = len(self.blocks)
 

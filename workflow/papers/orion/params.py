@@ -31,8 +31,8 @@ class ModelParams:
 class TrainParams:
     """AdamW on the task mixture; the issue's prototype: warmup then a constant rate, decay 0.1 on matrices."""
 
-    steps: int = 3000
-    batch_size: int = 64
+    max_steps: int = 1500  # the cap: a seed that has not passed the gate by then is reported below it
+    batch_size: int = 32
     lr: float = 3e-3
     warmup: int = 100
     weight_decay: float = 0.1
@@ -69,9 +69,8 @@ class Params:
     patch_pairs: int = 100  # (x1, x2) pairs per family and layer (official: nb_inter=100)
     inject_prompts: int = 200  # injected prompts (the paper: 200 = 100 stories x 2)
     inject_key: str = "city"  # what the user asks under injection (the paper: where the story is located)
-    inject_prob: float = 0.2  # share of training stories that carry an injected note (ours)
-    seeds: int = 1  # training seeds per model size
-    models: tuple = ({"name": "L2", "n_layer": 2, "n_embd": 64, "n_head": 2},)  # sizes (ours)
+    seeds: int = 3  # training seeds per model size, trained side by side (the claims' replicates)
+    models: tuple = ({"name": "L4w32", "n_layer": 4, "n_embd": 32, "n_head": 2},)  # sizes (ours)
     # Pretrained causal LMs analysed as they are (the paper's setting), each {name, path, dtype}: a local
     # Hugging Face directory (config.json, weights, tokenizer); none by default, nothing is downloaded.
     pretrained: tuple = ()
@@ -131,8 +130,8 @@ STAGE_PARAMS = {
         "words", "word_length", "pool_size", "numbers", "families", "test_fraction", "data_seed",
         "test_prompts", "patch_pairs", "inject_prompts", "inject_key",
     ),
-    "train": ("families", "inject_prob", "models", "train"),
-    "evaluate": (),
+    "train": ("families", "seeds", "models", "train", "claims"),
+    "evaluate": ("seeds",),
     "evaluate_pretrained": ("pretrained",),
     "report": ALL,
 }

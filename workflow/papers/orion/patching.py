@@ -20,6 +20,8 @@ is written into each of them; accuracy is measured before and after.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import torch
@@ -44,10 +46,16 @@ def accuracy(lm: LM, token_lists, answers) -> tuple[float, float]:
     return float(hit.mean()), float(p.mean())
 
 
-def request_patching(lm: LM, pairs: pd.DataFrame) -> pd.DataFrame:
+def request_patching(lm: LM, pairs: pd.DataFrame, *, control_seed: int = 0) -> pd.DataFrame:
     """The layer sweep over the pairs of one family. `pairs` has the token strings x1, x2, x21 (= (C2, R1))
-    and the answers r1c1, r2c2, r1c2. Returns one row per (layer, hypothesis): the mean patched probability,
-    the mean clean probability, their ratio (the normalised metric), and the patched top-1 accuracy."""
+    and the answers r1c1, r2c2, r1c2. Returns one row per (source, layer, hypothesis): the mean patched
+    probability, the mean clean probability, their ratio (the normalised metric), and the patched top-1 accuracy.
+
+    source "request": x1's state at its last token is written into x2's last token (the paper's patch).
+    source "shuffled" (the negative control): x1's state at a random position of the first half of x1 (inside
+    its context C1, before any request token; drawn with `control_seed`) is written instead. That state cannot
+    carry R1, which comes later in a causal model, so the decomposition predicts that R1(C2) never appears;
+    any R1(C2) it gets comes from the metric itself (e.g. a disrupted model guessing among C2's values)."""
     x1, x2, x21 = (lm.encode([s.split() for s in pairs[c]]) for c in ("x1", "x2", "x21"))
     ans = {h: lm.answer_ids(pairs[c]) for h, c in zip(HYPOTHESES, ("r2c2", "r1c2", "r1c1"))}
     clean = {  # the unpatched run that asks each hypothesis' question
@@ -55,14 +63,19 @@ def request_patching(lm: LM, pairs: pd.DataFrame) -> pd.DataFrame:
         "R1(C2)": answer_stats(lm.last_logits(x21), ans["R1(C2)"])[0],
         "R1(C1)": answer_stats(lm.last_logits(x1), ans["R1(C1)"])[0],
     }
-    source = lm.residuals(x1)  # (L + 1, B, C): x1's last token at every layer
+    rng = np.random.default_rng(control_seed)
+    early = torch.as_tensor([int(rng.integers(0, max(int(q) // 2, 1))) for q in x1.pos.cpu()], device=x1.pos.device)
+    sources = {"request": lm.residuals(x1),  # (L + 1, B, C): x1's last token at every layer
+               "shuffled": lm.residuals(dataclasses.replace(x1, pos=early))}
     rows = []
-    for layer in range(lm.n_layer + 1):
-        logits = lm.patched_logits(x2, layer, source[layer])  # (B, V)
-        for h in HYPOTHESES:
-            p, hit = answer_stats(logits, ans[h])
-            rows.append({"layer": layer, "hypothesis": h, "prob": float(p.mean()), "clean_prob": float(clean[h].mean()),
-                         "normalized": float(p.mean() / clean[h].mean()), "accuracy": float(hit.mean())})
+    for source, states in sources.items():
+        for layer in range(lm.n_layer + 1):
+            logits = lm.patched_logits(x2, layer, states[layer])  # (B, V)
+            for h in HYPOTHESES:
+                p, hit = answer_stats(logits, ans[h])
+                rows.append({"source": source, "layer": layer, "hypothesis": h, "prob": float(p.mean()),
+                             "clean_prob": float(clean[h].mean()), "normalized": float(p.mean() / clean[h].mean()),
+                             "accuracy": float(hit.mean())})
     return pd.DataFrame(rows)
 
 

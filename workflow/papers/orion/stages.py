@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 # ---- prepare -------------------------------------------------------------------------------------
 def prepare(*, cfg, vocab, test, pairs, injection):
     """The vocabulary and value pools (from the word list), the split of context styles, and the held-out sets:
-    `test` (the accuracy gate), `pairs` (request-patching), `injection` (one trusted prompt, then the
-    untrusted stories with their clean twins)."""
+    `test` (the accuracy gate), `pairs` (request-patching), `injection` (one trusted prompt asking inject_key,
+    one asking another key (the control of claim (c)), then the untrusted stories with their clean twins)."""
     p = parse(cfg)
     words = tasks.load_words(p.words or tasks.DEFAULT_WORDS, min_len=p.word_length[0], max_len=p.word_length[1])
     voc = tasks.build_vocab(words, pool_size=p.pool_size, numbers=p.numbers, seed=p.data_seed)
@@ -45,8 +45,12 @@ def prepare(*, cfg, vocab, test, pairs, injection):
     story_test = splits["story"][1]
     trusted = tasks.make_prompt(tasks.FAMILIES["story"], story_test[rng.integers(len(story_test))], voc, rng,
                                 key=p.inject_key)
-    rows = [{"role": "trusted", "clean": " ".join(trusted.tokens), "injected": " ".join(trusted.tokens),
-             "answer": trusted.answer, "injected_key": "", "injected_answer": trusted.answer}]
+    other = next(k for k in tasks.FAMILIES["story"].keys if k != p.inject_key)  # claim (c)'s control
+    trusted_other = tasks.make_prompt(tasks.FAMILIES["story"], story_test[rng.integers(len(story_test))], voc, rng,
+                                      key=other)
+    rows = [{"role": role, "clean": " ".join(t.tokens), "injected": " ".join(t.tokens), "answer": t.answer,
+             "injected_key": "", "injected_answer": t.answer}
+            for role, t in (("trusted", trusted), ("trusted_other", trusted_other))]
     rows += [{"role": "untrusted", **tasks.injected_prompt(story_test, voc, rng, p.inject_key)}
              for _ in range(p.inject_prompts)]
     write_parquet(pd.DataFrame(rows), injection)
@@ -69,20 +73,26 @@ def read_vocab(path) -> tuple[tasks.Vocab, dict]:
 
 
 # ---- train ---------------------------------------------------------------------------------------
-def train(*, cfg, model_name, seed, vocab, test, checkpoint, history):
-    """Train one model size with one seed on the task mixture; the history records held-out accuracy."""
+def train(*, cfg, model_name, vocab, test, checkpoints, history):
+    """Train every seed of one model size side by side (papers.orion.ensemble) on the task mixture until each
+    passes the accuracy gate on the held-out prompts (or the step cap); one checkpoint per seed, taken at the
+    gate, and the history of held-out accuracy per seed."""
     import torch
 
     from papers.orion import model as gpt
     from papers.orion import train as trainer
+    from papers.orion.ensemble import init_members
     from papers.orion.lm import WordLM
     from papers.orion.patching import accuracy
 
     p = parse(cfg)
     m, t = p.model(model_name), p.train
+    seeds = list(range(p.seeds))
+    if len(checkpoints) != len(seeds):
+        raise ValueError(f"orion.seeds = {p.seeds} but {len(checkpoints)} checkpoint paths were given")
     voc, styles = read_vocab(vocab)
-    rng = seed_everything(seed)
     families = [tasks.FAMILIES[f] for f in p.families]
+    train_styles = {f: s["train"] for f, s in styles.items()}
     held_out = read_parquet(test).groupby("family").head(t.eval_prompts)
     held_out = {f: (g.prompt.str.split().tolist(), g.answer.tolist()) for f, g in held_out.groupby("family")}
     index = voc.index
@@ -91,52 +101,82 @@ def train(*, cfg, model_name, seed, vocab, test, checkpoint, history):
         lm = WordLM(model, index)
         return {f: accuracy(lm, prompts, answers)[0] for f, (prompts, answers) in held_out.items()}
 
-    def sample():
-        return trainer.sample_batch(families, {f: s["train"] for f, s in styles.items()}, voc, rng,
-                                    batch_size=t.batch_size, max_requests=t.max_requests, inject_prob=p.inject_prob,
-                                    copy_fraction=t.copy_fraction, copy_length=t.copy_length)
+    def sampler(rng):
+        return lambda: trainer.sample_batch(families, train_styles, voc, rng, batch_size=t.batch_size,
+                                            max_requests=t.max_requests,
+                                            copy_fraction=t.copy_fraction, copy_length=t.copy_length)
 
-    model = gpt.GPT(gpt.GPTConfig(vocab_size=len(voc), block_size=BLOCK_SIZE, n_layer=m.n_layer, n_head=m.n_head,
-                                  n_embd=m.n_embd))
-    log.info("model %s seed %d: %d parameters", model_name, seed, sum(q.numel() for q in model.parameters()))
-    hist = trainer.train(model, sample, steps=t.steps, lr=t.lr, warmup=t.warmup, weight_decay=t.weight_decay,
-                         grad_clip=t.grad_clip, lm_weight=t.lm_weight, eval_every=t.eval_every, evaluate=evaluate,
-                         progress=lambda it: progress(it, desc=f"train {model_name} seed {seed}", total=t.steps))
+    # Seed s: its own initial weights (torch seed 1000 * (size index + 1) + s) and its own batches.
+    offset = 1000 * (p.model_names.index(model_name) + 1)
+    seed_everything(offset)
+    cfg_gpt = gpt.GPTConfig(vocab_size=len(voc), block_size=BLOCK_SIZE, n_layer=m.n_layer, n_head=m.n_head,
+                            n_embd=m.n_embd)
+    members = init_members(cfg_gpt, [offset + s for s in seeds])
+    samplers = [sampler(np.random.default_rng(offset + s)) for s in seeds]
+    log.info("model %s: %d seeds of %d parameters", model_name, len(seeds), sum(q.numel() for q in members[0].parameters()))
+    models, steps, hist = trainer.train_until_gate(
+        members, samplers, max_steps=t.max_steps, lr=t.lr, warmup=t.warmup, weight_decay=t.weight_decay,
+        grad_clip=t.grad_clip, lm_weight=t.lm_weight, eval_every=t.eval_every, evaluate=evaluate,
+        gate=p.claims.gate_accuracy, progress=lambda it: progress(it, desc=f"train {model_name}", total=t.max_steps))
+    hist = hist.rename(columns={"member": "seed"})
     hist.insert(0, "model", model_name)
-    hist.insert(1, "seed", seed)
     write_parquet(hist, history)
-    gpt.save(model, checkpoint, model_name=model_name, seed=seed, step=t.steps, rng=torch.get_rng_state())
+    for s, model, step, path in zip(seeds, models, steps, checkpoints):
+        gpt.save(model, path, model_name=model_name, seed=s, step=step, rng=torch.get_rng_state())
 
 
 # ---- evaluate ------------------------------------------------------------------------------------
-def evaluate(*, cfg, model_name, seed, checkpoint, vocab, test, pairs, injection, metrics, sweep, oversight):
-    """For one trained model: held-out accuracy per family (the gate), the request-patching sweep per family
-    and layer, and the oversight experiment (trusted-prompt patching at every layer; the layer the report uses
-    is chosen from the story family's sweep, not from these results)."""
+def evaluate(*, cfg, model_name, checkpoints, vocab, test, pairs, metrics, sweep):
+    """For every seed of one trained size: held-out accuracy per family (the gate) and the request-patching
+    sweep per family and layer, with the shuffled-position control."""
     from papers.orion import model as gpt
     from papers.orion.lm import WordLM
 
     parse(cfg)  # checks the configuration before any work
-    model, _ = gpt.load(checkpoint)
     voc, _ = read_vocab(vocab)
-    _analyse(WordLM(model, voc.index), {"model": model_name, "seed": seed, "n_layer": model.cfg.n_layer},
-             test, pairs, injection, metrics, sweep, oversight)
+    accs, sweeps = [], []
+    for path in checkpoints:
+        model, ckpt = gpt.load(path)
+        tag = {"model": model_name, "seed": int(ckpt["seed"]), "n_layer": model.cfg.n_layer,
+               "width": model.cfg.n_embd, "gate_step": int(ckpt["step"])}
+        acc, sw = _analyse(WordLM(model, voc.index), tag, test, pairs)
+        accs.append(acc)
+        sweeps.append(sw)
+    write_parquet(pd.concat(accs, ignore_index=True), metrics)
+    write_parquet(pd.concat(sweeps, ignore_index=True), sweep)
 
 
 def evaluate_pretrained(*, cfg, model_name, test, pairs, injection, metrics, sweep, oversight):
     """The same analysis on a pretrained causal LM read from the local directory orion.pretrained[name].path (the
-    paper's setting; full scale). Its tokenizer reads the prompts as text."""
+    paper's setting; full scale), and the oversight experiment under prompt injection (claim (c)): a model not
+    trained to obey the note. Its tokenizer reads the prompts as text."""
+    from papers.orion import patching
     from papers.orion.lm import PretrainedLM
 
     p = parse(cfg)
     spec = p.pretrained_model(model_name)
     lm = PretrainedLM(spec["path"], dtype=spec.get("dtype", "float32"))
     log.info("%s: %d layers from %s on %s", model_name, lm.n_layer, spec["path"], lm.device)
-    _analyse(lm, {"model": model_name, "seed": 0, "n_layer": lm.n_layer}, test, pairs, injection, metrics, sweep,
-             oversight)
+    tag = {"model": model_name, "seed": 0, "n_layer": lm.n_layer, "width": 0, "gate_step": 0}
+    acc, sw = _analyse(lm, tag, test, pairs)
+
+    inj = read_parquet(injection)
+    untrusted = inj[inj.role == "untrusted"]
+    story = sw[(sw.family == "story") & (sw.source == "request")]
+    chosen = patching.best_layer(story)  # chosen on the request-patching sweep, not on these results
+    frames = []
+    for role in ("trusted", "trusted_other"):
+        trusted = inj[inj.role == role].iloc[0]
+        for condition in ("injected", "clean"):
+            frames.append(patching.oversight(lm, trusted.clean.split(), untrusted[condition].str.split().tolist(),
+                                             untrusted.answer.tolist(), untrusted.injected_answer.tolist())
+                          .assign(condition=condition, trusted=role))
+    write_parquet(acc, metrics)
+    write_parquet(sw, sweep)
+    write_parquet(pd.concat(frames, ignore_index=True).assign(**tag, chosen_layer=chosen), oversight)
 
 
-def _analyse(lm, tag: dict, test, pairs, injection, metrics, sweep, oversight) -> None:
+def _analyse(lm, tag: dict, test, pairs) -> tuple[pd.DataFrame, pd.DataFrame]:
     from papers.orion import patching
 
     rows = []
@@ -144,62 +184,59 @@ def _analyse(lm, tag: dict, test, pairs, injection, metrics, sweep, oversight) -
         acc, prob = patching.accuracy(lm, g.prompt.str.split().tolist(), g.answer.tolist())
         rows.append({**tag, "family": f, "accuracy": acc, "answer_prob": prob, "prompts": len(g)})
     acc_df = pd.DataFrame(rows)
-
-    frames = []
-    for f, g in read_parquet(pairs).groupby("family", sort=False):
-        frames.append(patching.request_patching(lm, g).assign(**tag, family=f, pairs=len(g)))
-    sweep_df = pd.concat(frames, ignore_index=True)
-
-    inj = read_parquet(injection)
-    trusted = inj[inj.role == "trusted"].iloc[0]
-    untrusted = inj[inj.role == "untrusted"]
-    chosen = patching.best_layer(sweep_df[sweep_df.family == "story"])
-    frames = []
-    for condition, column in (("injected", "injected"), ("clean", "clean")):
-        frames.append(patching.oversight(lm, trusted.clean.split(), untrusted[column].str.split().tolist(),
-                                         untrusted.answer.tolist(), untrusted.injected_answer.tolist())
-                      .assign(condition=condition))
-    over = pd.concat(frames, ignore_index=True).assign(**tag, chosen_layer=chosen)
-
-    write_parquet(acc_df, metrics)
-    write_parquet(sweep_df, sweep)
-    write_parquet(over, oversight)
-    log.info("accuracy: %s; oversight layer %d", dict(zip(acc_df.family, acc_df.accuracy.round(3))), chosen)
+    frames = [patching.request_patching(lm, g).assign(**tag, family=f, pairs=len(g))
+              for f, g in read_parquet(pairs).groupby("family", sort=False)]
+    log.info("%s seed %d: accuracy %s", tag["model"], tag["seed"], dict(zip(acc_df.family, acc_df.accuracy.round(3))))
+    return acc_df, pd.concat(frames, ignore_index=True)
 
 
 # ---- report --------------------------------------------------------------------------------------
 TITLE = "P1 orion: Look Before You Leap: a universal emergent decomposition of retrieval tasks in language models"
 
 
-def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, over: pd.DataFrame, gate: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One row per model-task pair (accuracy, gate, best R1(C2) layer and value, the layer profile) and one
-    row per model for the oversight experiment (accuracy before and after at the chosen layer)."""
+def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, gate: float) -> pd.DataFrame:
+    """One row per trained model-task pair (model, seed, family): accuracy and whether it passed the gate, the
+    best R1(C2) layer and value, the layer profile, and the same quantities under the shuffled-position control."""
     from papers.orion import patching
 
     rows = []
     for (model, seed, family), g in sweep.groupby(["model", "seed", "family"], sort=False):
         a = acc[(acc.model == model) & (acc.seed == seed) & (acc.family == family)].iloc[0]
-        r = g[g.hypothesis == "R1(C2)"].set_index("layer").normalized
-        profile = patching.layer_profile(g)
-        best = patching.best_layer(g)
-        rows.append({"model": model, "seed": seed, "family": family, "n_layer": int(g.n_layer.iloc[0]),
-                     "accuracy": a.accuracy, "gated": bool(a.accuracy >= gate), "r1c2_max": float(r.max()),
-                     "r1c2_layer": best, "profile": " > ".join(profile),
+        req, ctl = g[g.source == "request"], g[g.source == "shuffled"]
+        profile, ctl_profile = patching.layer_profile(req), patching.layer_profile(ctl)
+        best = patching.best_layer(req)
+        n_layer = int(g.n_layer.iloc[0])
+        rows.append({"model": model, "seed": seed, "family": family, "n_layer": n_layer, "width": int(g.width.iloc[0]),
+                     "gate_step": int(a.gate_step), "accuracy": a.accuracy, "gated": bool(a.accuracy >= gate),
+                     "r1c2_max": float(req[req.hypothesis == "R1(C2)"].normalized.max()), "r1c2_layer": best,
+                     "depth": best / n_layer, "profile": " > ".join(profile),
                      "decomposition": patching.is_decomposition_profile(profile),
                      "interior": patching.is_interior_decomposition(profile),
-                     "ends_by_construction": profile[0] == patching.HYPOTHESES[0] and profile[-1] == patching.HYPOTHESES[-1]})
-    pairs = pd.DataFrame(rows)
+                     "ends_by_construction": profile[0] == patching.HYPOTHESES[0] and profile[-1] == patching.HYPOTHESES[-1],
+                     "control_r1c2_max": float(ctl[ctl.hypothesis == "R1(C2)"].normalized.max()),
+                     "control_interior": patching.is_interior_decomposition(ctl_profile)})
+    return pd.DataFrame(rows)
+
+
+def summarise_oversight(over: pd.DataFrame) -> pd.DataFrame:
+    """One row per pretrained model: accuracy under injection before and after patching the trusted prompt's
+    state at the chosen layer, and after patching the control's (a trusted prompt asking another key)."""
     rows = []
-    for (model, seed), g in over.groupby(["model", "seed"], sort=False):
+    for model, g in over.groupby("model", sort=False):
         chosen = int(g.chosen_layer.iloc[0])
-        inj, clean = g[g.condition == "injected"].set_index("layer"), g[g.condition == "clean"].set_index("layer")
-        story = pairs[(pairs.model == model) & (pairs.seed == seed) & (pairs.family == "story")]
-        rows.append({"model": model, "seed": seed, "n_layer": int(g.n_layer.iloc[0]), "layer": chosen,
-                     "story_gated": bool(story.gated.iloc[0]) if len(story) else False,
-                     "before": inj.accuracy.loc[-1], "after": inj.accuracy.loc[chosen],
-                     "follows_before": inj.follows_injection.loc[-1], "follows_after": inj.follows_injection.loc[chosen],
-                     "clean_before": clean.accuracy.loc[-1], "clean_after": clean.accuracy.loc[chosen]})
-    return pairs, pd.DataFrame(rows)
+
+        def at(condition, role, layer):
+            r = g[(g.condition == condition) & (g.trusted == role)].set_index("layer")
+            return r.loc[layer]
+
+        rows.append({"model": model, "seed": 0, "n_layer": int(g.n_layer.iloc[0]), "layer": chosen,
+                     "before": at("injected", "trusted", -1).accuracy, "after": at("injected", "trusted", chosen).accuracy,
+                     "after_other": at("injected", "trusted_other", chosen).accuracy,
+                     "follows_before": at("injected", "trusted", -1).follows_injection,
+                     "follows_after": at("injected", "trusted", chosen).follows_injection,
+                     "clean_before": at("clean", "trusted", -1).accuracy, "clean_after": at("clean", "trusted", chosen).accuracy})
+    return pd.DataFrame(rows, columns=["model", "seed", "n_layer", "layer", "before", "after", "after_other",
+                                       "follows_before", "follows_after", "clean_before", "clean_after"])
 
 
 def _groups(p: Params, names) -> dict[str, str]:
@@ -209,118 +246,168 @@ def _groups(p: Params, names) -> dict[str, str]:
     return {name: ("pretrained LMs" if name in pretrained else name) for name in names}
 
 
-def per_replicate(p: Params, pairs: pd.DataFrame, over: pd.DataFrame) -> pd.DataFrame:
-    """One row per trained (model, seed) or pretrained model: the share of its gated model-task pairs that keep
-    R1(C2) (claim (a)) and that show the interior-layer profile (claim (b)), and the oversight gain on the story
-    task (claim (c)); NaN where nothing passed the gate. `group` names the size (or "pretrained LMs")."""
+def per_replicate(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
+    """One row per trained (model, seed) or pretrained model: over ALL its model-task pairs, the share that passed
+    the gate AND keep R1(C2) (claim (a)) or show the interior profile (claim (b)); a pair below the gate counts
+    as not showing them. The same shares under the shuffled-position control, and the mean relative depth of the
+    R1(C2) peak over gated pairs. `group` names the size (or "pretrained LMs"). Each share comes twice: with
+    the pairs below the gate counted as not showing the pattern (`share_*`, the worst case) and as showing it
+    (`share_*_best`, the best case): the run did not measure them on a model that does the task."""
     c = p.claims
     group = _groups(p, pairs.model.unique())
     rows = []
     for (model, seed), g in pairs.groupby(["model", "seed"], sort=False):
-        gated = g[g.gated]
-        o = over[(over.model == model) & (over.seed == seed)]
-        story_ok = len(o) and bool(o.story_gated.iloc[0])
-        rows.append({"group": group[model], "model": model, "seed": seed, "pairs_trained": len(g),
-                     "pairs_gated": len(gated),
-                     "share_kept": float((gated.r1c2_max >= c.keep_fraction).mean()) if len(gated) else float("nan"),
-                     "share_interior": float(gated.interior.mean()) if len(gated) else float("nan"),
-                     "gain": float(o.after.iloc[0] - o.before.iloc[0]) if story_ok else float("nan")})
+        below = float((~g.gated).mean())  # the share of pairs whose outcome the run could not measure
+        row = {"group": group[model], "model": model, "seed": seed, "pairs_trained": len(g),
+               "pairs_gated": int(g.gated.sum()), "gate_step": int(g.gate_step.iloc[0]),
+               "depth": float(g[g.gated].depth.mean()) if g.gated.any() else float("nan")}
+        for column, shows in (("share_kept", g.r1c2_max >= c.keep_fraction), ("share_interior", g.interior),
+                              ("control_kept", g.control_r1c2_max >= c.keep_fraction),
+                              ("control_interior", g.control_interior)):
+            row[column] = float((g.gated & shows).mean())  # pairs below the gate counted as not showing it
+            row[column + "_best"] = row[column] + below  # ... and as showing it
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
 def _claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame):
-    """The three claims, each decided per replicate group (every trained size, and the pretrained LMs together)
-    on the mean over that group's replicates (seeds of a size, or distinct pretrained models): a Student t 95%
-    interval against the config's threshold. Every group the run covers must hold."""
-    from papers.common.claims import Claim, Control, mean_test
+    """The three claims. (a) and (b) are decided per replicate group (every trained size, and the pretrained LMs
+    together; the comparison across sizes: every group must hold) on the mean over the group's replicates of a
+    per-replicate share, a Student t 95% interval against the config's threshold; their control is the same
+    criterion on the shuffled-position patch. (c) needs a model not trained to obey the note: a pretrained LM."""
+    from papers.common.claims import Claim, Control, Evidence, mean_test
 
     c = p.claims
-    gated = pairs[pairs.gated]
-    n, n_all = len(gated), len(pairs)
-    excluded = ", ".join(f"{r.model}/{r.family} seed {r.seed} ({r.accuracy:.2f})" for r in pairs[~pairs.gated].itertuples())
-    gate_note = (f"{n_all - n} of {n_all} trained pairs are below the accuracy gate {c.gate_accuracy} and excluded "
-                 f"({excluded}); issue 20 trains them to the gate instead" if excluded else "")
-    reps = per_replicate(p, pairs, over)
+    reps = per_replicate(p, pairs)
     groups = list(dict.fromkeys(reps.group))
+    below = pairs[~pairs.gated]
+    gate_note = (f"{len(below)} of {len(pairs)} trained model-task pairs did not reach the accuracy gate "
+                 f"{c.gate_accuracy} within {p.train.max_steps} steps; the run cannot tell whether they would show the "
+                 f"decomposition, so each share's interval runs from counting them as failures to counting them as "
+                 f"successes: "
+                 + ", ".join(f"{r.model}/{r.family} seed {r.seed} ({r.accuracy:.2f})" for r in below.itertuples())
+                 if len(below) else "")
+    if len(below) == len(pairs):
+        gate_note = (f"no trained pair reached the accuracy gate within the step cap ({p.train.max_steps} steps): at "
+                     f"this budget the models do not learn the tasks, so request-patching on them says nothing about "
+                     f"the paper's mechanism and the claim cannot be decided here (the full scale trains for longer); "
+                     + gate_note)
 
     def what(group):
         return "pretrained models" if group == "pretrained LMs" else "seeds"
 
     def evidence(column, threshold, label):
-        return [mean_test(reps[reps.group == grp][column], threshold=threshold, direction=">", what=what(grp),
-                          name=f"{grp}: {label}") for grp in groups]
-
-    def empty(parts):  # groups where no replicate passed the gate: not measured there
-        return [e.name.split(":")[0] for e in parts if e.replicates == 0]
+        """Per group: the mean worst-case share with an interval from the low end of its t interval to the high
+        end of the best case's, so that a pair below the gate can neither make a claim hold nor fail."""
+        parts = []
+        for grp in groups:
+            r = reps[reps.group == grp]
+            worst = mean_test(r[column], threshold=threshold, direction=">")
+            best = mean_test(r[column + "_best"], threshold=threshold, direction=">")
+            parts.append(Evidence(worst.effect, (worst.interval[0], best.interval[1]), worst.replicates,
+                                  f"Student t 95% interval over {worst.replicates} {what(grp)}, from the low end with "
+                                  f"pairs below the gate counted as failures to the high end with them counted as "
+                                  f"successes (worst-case bounds)", threshold, ">", f"{grp}: {label}"))
+        return parts
 
     def notes(*xs):
         return "; ".join(x for x in xs if x)
 
-    few = f"seeds per size = {p.seeds}: issue 20 adds seeds (3 or more per size)" if p.seeds < 3 else ""
-    no_control = ("not run yet: issue 20 redesigns this experiment with a control where the decomposition should "
-                  "not appear (a model trained on a task whose request and retrieval cannot be separated, or on "
-                  "shuffled positions), on which the same criterion would be run")
+    def shares(column):
+        return {grp: [round(v, 3) for v in reps[reps.group == grp][column]] for grp in groups}
 
-    kept = int((gated.r1c2_max >= c.keep_fraction).sum())
-    ev_a = evidence("share_kept", c.pairs_fraction_min, f"share of gated pairs with max_L p(R1(C2)) / p_clean >= {c.keep_fraction}")
+    control_text = ("the shuffled-position patch: x1's state at a random position of its context (before any request "
+                    "token, so it cannot carry R1) written into x2's last token, on the same models and pairs; the same "
+                    "criterion must not hold")
+    kept = int((pairs.gated & (pairs.r1c2_max >= c.keep_fraction)).sum())
     a = Claim(
         "a", f"Request-patching keeps >= {c.keep_fraction:.0%} of the normalised correct-token probability at some "
-             "layer for nearly every model-task pair.",
-        "98 of 106 model-task pairs (0.92)",
-        {"pairs_kept": kept, "pairs_analysed": n, "pairs_trained": n_all, "share": kept / n if n else float("nan"),
-         "median_r1c2_max": float(gated.r1c2_max.median()) if n else float("nan")},
+             "layer for nearly every model-task pair, at every model size.",
+        "98 of 106 model-task pairs (0.92), models of 125M-70B",
+        {"pairs_kept": kept, "pairs_gated": int(pairs.gated.sum()), "pairs_trained": len(pairs),
+         "share_per_seed": shares("share_kept"), "control_share_per_seed": shares("control_kept")},
         f"for every model size (replicates: its seeds) and for the pretrained LMs together (replicates: the models), "
-        f"the 95% t interval of the mean per-replicate share of gated model-task pairs whose max over layers of "
-        f"p(R1(C2)) / p_clean is >= keep_fraction = {c.keep_fraction} (the paper's 70%) lies above "
-        f"pairs_fraction_min = {c.pairs_fraction_min} (the paper's 98/106)",
-        ev_a, Control(no_control),
-        note=notes(gate_note, f"no pair passed the gate for {', '.join(empty(ev_a))}" if empty(ev_a) else "", few))
+        f"the 95% t interval of the mean per-replicate share of its trained model-task pairs whose max over layers "
+        f"of p(R1(C2)) / p_clean is >= keep_fraction = {c.keep_fraction} (the paper's 70%) lies above "
+        f"pairs_fraction_min = {c.pairs_fraction_min} (the paper's 98/106); a pair below the gate (held-out accuracy "
+        f"< {c.gate_accuracy}) is counted as a failure for the interval's low end and as a success for its high "
+        f"end, so it can neither make the claim hold nor fail",
+        evidence("share_kept", c.pairs_fraction_min, f"share of pairs gated with max_L p(R1(C2)) / p_clean >= {c.keep_fraction}"),
+        Control(control_text, evidence("control_kept", c.pairs_fraction_min, "control share")),
+        note=gate_note)
 
-    ok = int(gated.interior.sum())
-    ev_b = evidence("share_interior", c.profile_fraction_min, "share of gated pairs with the interior profile")
-    layers = sorted(set(pairs.n_layer))
     b = Claim(
         "b", "On the interior layers (1 .. n_layer - 1), as the patched layer L grows the dominant output goes "
-             "R2(C2) -> R1(C2) -> R1(C1), never back, and R1(C2) dominates at one of them at least.",
+             "R2(C2) -> R1(C2) -> R1(C1), never back, and R1(C2) dominates at one of them at least, at every size.",
         "early layers R2(C2), middle layers R1(C2), late layers R1(C1) (the paper's layer plots)",
-        {"pairs_with_interior_profile": ok, "pairs_analysed": n, "share": ok / n if n else float("nan"),
-         "pairs_with_full_profile": int(gated.decomposition.sum()), "n_layer": layers},
+        {"pairs_with_interior_profile": int((pairs.gated & pairs.interior).sum()), "pairs_trained": len(pairs),
+         "share_per_seed": shares("share_interior"), "control_share_per_seed": shares("control_interior"),
+         "n_layer": sorted(int(x) for x in set(pairs.n_layer))},
         f"for every model size (replicates: its seeds) and the pretrained LMs together (replicates: the models), the "
-        f"95% t interval of the mean per-replicate share of gated pairs whose dominant hypothesis per interior layer "
-        f"(largest normalised probability) follows that order and includes R1(C2) lies above profile_fraction_min = "
-        f"{c.profile_fraction_min}. Layers 0 and n_layer are left out: R2(C2) there and R1(C1) at the last layer "
-        f"hold by construction (a sanity check in the report)",
-        ev_b, Control(no_control),
-        note=notes(gate_note,
-                   "with 2-layer models the interior is layer 1 alone, so for them (b) says that R1(C2) dominates "
-                   "at layer 1, close to claim (a); issue 20 trains deeper models (4-8 layers)" if min(layers) <= 2 else "",
-                   f"no pair passed the gate for {', '.join(empty(ev_b))}" if empty(ev_b) else "", few))
+        f"95% t interval of the mean per-replicate share of its trained pairs whose dominant hypothesis per interior "
+        f"layer (largest normalised probability) follows that order and includes R1(C2) lies above "
+        f"profile_fraction_min = {c.profile_fraction_min} (pairs below the gate bound the interval as in (a)). "
+        f"Layers 0 and n_layer are left out: R2(C2) there "
+        f"and R1(C1) at the last layer hold by construction (a sanity check in the report)",
+        evidence("share_interior", c.profile_fraction_min, "share of pairs gated with the interior profile"),
+        Control(control_text, evidence("control_interior", c.profile_fraction_min, "control share")),
+        note=gate_note)
 
-    g = over[over.story_gated]
-    gains = (g.after - g.before).to_numpy()
-    ev_c = evidence("gain", c.injection_gain_min, "accuracy after - before under injection")
-    story_missing = empty(ev_c)
-    cc = Claim(
-        "c", "Patching the middle-layer last-token state of one trusted prompt restores accuracy under prompt "
-             "injection.",
-        "15.5% -> 97.5% on Pythia-12b",
-        {"models": len(g), "accuracy_before": g.before.tolist(), "accuracy_after": g.after.tolist(),
-         "layers": g.layer.tolist(), "min_gain": float(gains.min()) if len(gains) else float("nan")},
-        f"for every model size (replicates: its seeds whose story task passed the gate) and the pretrained LMs "
-        f"together, the 95% t interval of the mean accuracy gain after - before on the injected stories (the patch "
-        f"at the story's best request-patching layer) lies above injection_gain_min = {c.injection_gain_min}",
-        ev_c, Control("not run yet: issue 20 redesigns this experiment with models not trained to obey the injected "
-                      "note, and a patch that carries no request (a trusted story asking another attribute), on which "
-                      "the same gain criterion would be run"),
-        note=notes("the trained models are trained to follow the injected note, so their accuracy under injection "
-                   "starts low by design",
-                   f"the story task did not pass the gate for {', '.join(story_missing)}" if story_missing else "", few))
+    statement_c = ("Patching the middle-layer last-token state of one trusted prompt restores accuracy under prompt "
+                   "injection, in a model not trained to obey the injected note.")
+    paper_c = "15.5% -> 97.5% on Pythia-12b"
+    criterion_c = (f"for the pretrained LMs together (replicates: the models), the 95% t interval of the mean "
+                   f"accuracy gain after - before on the injected stories (the trusted prompt's state patched at the "
+                   f"story's best request-patching layer) lies above injection_gain_min = {c.injection_gain_min}")
+    control_c = ("the same gain when the patched state comes from a trusted story that asks another attribute "
+                 "(it carries a request, but not the right one): it must not restore the asked attribute")
+    if over.empty:
+        cc = Claim.not_measured(
+            "c", statement_c, paper_c, criterion_c,
+            "not measured: it needs a model that was not trained on injected notes and follows them anyway, as a "
+            "pretrained LM does (instruction-like text in its training data); our tiny models never saw a note, and "
+            "no pretrained LM is given at this scale (orion.pretrained is empty; the full scale analyses any local "
+            "Hugging Face model listed there)", control_c)
+    else:
+        cc = Claim(
+            "c", statement_c, paper_c,
+            {"models": len(over), "accuracy_before": over.before.tolist(), "accuracy_after": over.after.tolist(),
+             "accuracy_after_control": over.after_other.tolist(), "layers": over.layer.tolist()},
+            criterion_c,
+            mean_test(over.after - over.before, threshold=c.injection_gain_min, direction=">", what="pretrained models",
+                      name="pretrained LMs: accuracy after - before"),
+            Control(control_c, mean_test(over.after_other - over.before, threshold=c.injection_gain_min,
+                                         direction=">", what="pretrained models", name="control gain")))
     return [a, b, cc]
 
 
+def size_table(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
+    """The comparison across model sizes: per size, the seeds' gate steps, and the mean [95% t interval] over
+    seeds of the claims' shares (and the control's) and of the relative depth of the R1(C2) peak."""
+    from papers.common.claims import t_interval
+
+    reps = per_replicate(p, pairs)
+    rows = []
+    for grp, g in reps.groupby("group", sort=False):
+        first = pairs[pairs.model == g.model.iloc[0]].iloc[0]
+        row = {"size": grp, "layers": int(first.n_layer), "width": int(first.width), "seeds": len(g),
+               "gate steps": ", ".join(str(s) for s in g.gate_step), "pairs gated": f"{g.pairs_gated.sum()} of {g.pairs_trained.sum()}"}
+        for column, label in (("share_kept", "(a) share"), ("control_kept", "(a) control"),
+                              ("share_interior", "(b) share"), ("control_interior", "(b) control"),
+                              ("depth", "R1(C2) peak depth L / n_layer")):
+            x = g[column].dropna().to_numpy()
+            if len(x) >= 2:
+                m, lo, hi = t_interval(x)
+                row[label] = f"{m:.2f} [{lo:.2f}, {hi:.2f}]"
+            else:
+                row[label] = f"{x[0]:.2f}" if len(x) else "n/a"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def report(*, cfg, scale, metrics, sweeps, oversights, histories, benchmarks, table_md, table_csv, claims,
-           params_json, report_md, fig_layers, fig_oversight, fig_training):
-    """The results table (normalised R1(C2) per model-task pair; oversight per model), three figures, the
+           params_json, report_md, fig_layers, fig_training, fig_oversight=None):
+    """The results table (per size, then per model-task pair; oversight per pretrained model), the figures, the
     claims with computed verdicts and the report section."""
     from papers.common.claims import write_claims
     from papers.common.io import read_parquets
@@ -330,63 +417,77 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, benchmarks, ta
     from papers.orion import figures
 
     p = parse(cfg)
-    acc, sweep, over, hist = (read_parquets(x) for x in (metrics, sweeps, oversights, histories))
-    pairs, oversight = summarise(acc, sweep, over, p.claims.gate_accuracy)
+    acc, sweep, hist = (read_parquets(x) for x in (metrics, sweeps, histories))
+    over = read_parquets(oversights) if oversights else pd.DataFrame()
+    pairs = summarise(acc, sweep, p.claims.gate_accuracy)
+    oversight = summarise_oversight(over) if len(over) else summarise_oversight(
+        pd.DataFrame(columns=["model", "chosen_layer", "n_layer", "condition", "trusted", "layer"]))
 
-    md = pairs.assign(gated=pairs.gated.map({True: "yes", False: "excluded"}),
-                      decomposition=pairs.decomposition.map({True: "yes", False: "no"}),
-                      interior=pairs.interior.map({True: "yes", False: "no"}))
-    md = md[["model", "seed", "family", "n_layer", "accuracy", "gated", "r1c2_max", "r1c2_layer", "profile",
-             "decomposition", "interior"]]
-    md = md.rename(columns={"accuracy": "test accuracy", "gated": f"gate (>= {p.claims.gate_accuracy})",
+    yes_no = {True: "yes", False: "no"}
+    md = pairs.assign(gated=pairs.gated.map({True: "yes", False: "below"}), interior=pairs.interior.map(yes_no),
+                      control_interior=pairs.control_interior.map(yes_no))
+    md = md[["model", "seed", "family", "gate_step", "accuracy", "gated", "r1c2_max", "r1c2_layer", "profile",
+             "interior", "control_r1c2_max", "control_interior"]]
+    md = md.rename(columns={"gate_step": "steps", "accuracy": "test accuracy", "gated": f"gate (>= {p.claims.gate_accuracy})",
                             "r1c2_max": "max_L p(R1(C2)) / p_clean", "r1c2_layer": "at layer L",
-                            "profile": "dominant output, L = 0 ..", "decomposition": "R2(C2) -> R1(C2) -> R1(C1)",
-                            "interior": "same, interior layers (claim (b))"})
-    long = [pairs.melt(id_vars=["model", "seed", "family"], value_vars=["accuracy", "r1c2_max", "r1c2_layer"],
-                       var_name="quantity"),
-            oversight.assign(family="story (injected)").melt(
-                id_vars=["model", "seed", "family"], value_vars=["layer", "before", "after", "clean_before", "clean_after"],
-                var_name="quantity")]
-    caption = (f"Request-patching on held-out prompts ({p.patch_pairs} pairs per family and layer): the largest "
-               f"normalised probability of R1(C2) over the patched layers L (the paper's Fig. 3 heat map; paper: >= 0.7 "
-               f"for 98 of 106 pairs), the layer, and the dominant hypothesis at each layer. Pairs below test accuracy "
-               f"{p.claims.gate_accuracy} are not analysed.")
-    write_table(md, table_md, table_csv, caption=caption, csv_df=pd.concat(long, ignore_index=True))
-    over_md = oversight.rename(columns={"layer": "patched layer", "before": "accuracy under injection",
-                                        "after": "after patching", "follows_before": "follows injection",
-                                        "follows_after": "follows after", "clean_before": "clean accuracy",
-                                        "clean_after": "clean after patching"})
+                            "profile": "dominant output, L = 0 ..", "interior": "interior profile (b)",
+                            "control_r1c2_max": "control: max_L p(R1(C2)) / p_clean",
+                            "control_interior": "control: interior profile"})
+    long = pairs.melt(id_vars=["model", "seed", "family"],
+                      value_vars=["gate_step", "accuracy", "r1c2_max", "r1c2_layer", "control_r1c2_max"],
+                      var_name="quantity")
+    if len(oversight):
+        long = pd.concat([long, oversight.assign(family="story (injected)").melt(
+            id_vars=["model", "seed", "family"], value_vars=["layer", "before", "after", "after_other"],
+            var_name="quantity")], ignore_index=True)
+    caption = (f"Request-patching on held-out prompts ({p.patch_pairs} pairs per family and layer), every trained "
+               f"model-task pair: steps trained (the seed stops at the first record where every family passes the "
+               f"gate, at most {p.train.max_steps}), held-out accuracy, the largest normalised probability of R1(C2) "
+               f"over the patched layers L (the paper's Fig. 3; paper: >= 0.7 for 98 of 106 pairs) and its layer, the "
+               f"dominant hypothesis at each layer, and the same under the shuffled-position control.")
+    write_table(md, table_md, table_csv, caption=caption, csv_df=long)
     with open(table_md, "a") as f:
-        f.write(f"\nOversight: {p.inject_prompts} held-out stories asking for the {p.inject_key}, with an injected note "
-                "asking for another attribute; the last-token state of one trusted story is patched in at the layer "
-                "where the story's request-patching peaks (paper: 15.5% -> 97.5% on Pythia-12b).\n\n")
-        f.write(to_markdown(over_md.drop(columns=["story_gated"])))
+        f.write("\nThe comparison across model sizes (mean [95% t interval] over seeds; a share counts every trained "
+                "pair, a pair below the gate as a failure here, while the claims bound its unknown outcome both "
+                "ways):\n\n")
+        f.write(to_markdown(size_table(p, pairs)))
+        if len(oversight):
+            f.write(f"\n\nOversight: {p.inject_prompts} held-out stories asking for the {p.inject_key}, with an "
+                    "injected note asking for another attribute; the last-token state of one trusted story is patched "
+                    "in at the layer where the story's request-patching peaks (paper: 15.5% -> 97.5% on Pythia-12b); "
+                    "control: a trusted story asking another attribute.\n\n")
+            f.write(to_markdown(oversight))
+        f.write("\n")
 
     figures.layer_profiles(sweep, pairs, fig_layers)
-    figures.oversight(over, oversight, fig_oversight)
     figures.training(hist, p.claims.gate_accuracy, fig_training)
+    figs = [fig_layers, fig_training]
+    if fig_oversight is not None:
+        figures.oversight(over, oversight, fig_oversight)
+        figs.append(fig_oversight)
 
     claim_list = _claims(p, pairs, oversight)
     write_claims(claim_list, claims, paper=SLUG, scale=scale)
     write_json(to_dict(p), params_json)
-    write_report(report_md, title=TITLE, scale=scale, what_was_run=_what_was_run(p) + " " + _sanity(pairs), table_md=table_md,
-                 figures=[fig_layers, fig_oversight, fig_training], claims=claim_list, benchmarks=benchmarks,
-                 differences=DIFFERENCES)
+    write_report(report_md, title=TITLE, scale=scale, what_was_run=_what_was_run(p) + " " + _sanity(pairs),
+                 table_md=table_md, figures=figs, claims=claim_list, benchmarks=benchmarks, differences=DIFFERENCES)
 
 
 def _what_was_run(p: Params) -> str:
     sizes = ", ".join(f"{name} ({p.model(name).n_layer} layers, width {p.model(name).n_embd}, {p.model(name).n_head} heads)"
                       for name in p.model_names)
-    return (f"Tiny causal transformers ({sizes}; {p.seeds} seed(s) each) trained from scratch for {p.train.steps} steps "
-            f"(batch {p.train.batch_size}, AdamW lr {p.train.lr}, constant after {p.train.warmup} warmup steps) on a "
-            f"mixture of {len(p.families)} ORION-style task families ({', '.join(p.families)}) whose entity names come "
-            f"from Debian's wamerican word list ({p.pool_size} words per pool), with {p.train.copy_fraction:.0%} of each "
+    return (f"Tiny causal transformers ({sizes}; {p.seeds} seeds each, trained side by side in one process) trained "
+            f"from scratch until every task family passes the accuracy gate ({p.claims.gate_accuracy} on held-out "
+            f"prompts, checked every {p.train.eval_every} steps) or for at most {p.train.max_steps} steps (batch "
+            f"{p.train.batch_size}, AdamW lr {p.train.lr}, constant after {p.train.warmup} warmup steps) on a mixture "
+            f"of {len(p.families)} ORION-style task families ({', '.join(p.families)}) whose entity names come from "
+            f"Debian's wamerican word list ({p.pool_size} words per pool), with {p.train.copy_fraction:.0%} of each "
             f"batch copy sequences (a list of {p.train.copy_length[0]}-{p.train.copy_length[1]} words written twice). "
-            f"{_pretrained_sentence(p)}Test prompts use held-out context "
-            f"wordings ({p.test_fraction:.0%} of the styles). Each model-task pair with test accuracy >= "
-            f"{p.claims.gate_accuracy} is analysed by request-patching at every layer (the residual stream at the "
-            f"last token of x2 = (C2, R2) overwritten by that of x1 = (C1, R1)), and each model by the oversight "
-            f"experiment: {p.inject_prompts} stories with an injected note, patched from one trusted story.")
+            f"{_pretrained_sentence(p)}Test prompts use held-out context wordings ({p.test_fraction:.0%} of the "
+            f"styles). Every trained model-task pair is analysed by request-patching at every layer (the residual "
+            f"stream at the last token of x2 = (C2, R2) overwritten by that of x1 = (C1, R1)) and by the same patch "
+            f"from a random context position of x1 (the negative control); a pair below the gate counts against "
+            f"the claims.")
 
 
 def _sanity(pairs: pd.DataFrame) -> str:
@@ -400,7 +501,7 @@ def _sanity(pairs: pd.DataFrame) -> str:
 
 def _pretrained_sentence(p: Params) -> str:
     if not p.pretrained:
-        return "No pretrained LM was listed (orion.pretrained). "
+        return "No pretrained LM was listed (orion.pretrained), so the injection experiment (claim (c)) is not measured. "
     return ("Pretrained LMs analysed as they are: " + ", ".join(f"{m['name']} ({m['path']})" for m in p.pretrained)
             + "; they read the prompts as text and are scored on the first token of each answer. ")
 
@@ -408,31 +509,33 @@ def _pretrained_sentence(p: Params) -> str:
 DIFFERENCES = """\
 This is an analogue of the paper's study, not a replication on its models. The paper analyses 18 pretrained
 language models (GPT-2, Pythia, Falcon, Llama 2; 125M to 70B parameters) on its ORION prompts; no model weights
-can be downloaded here, so we train tiny transformers (thousands of times smaller) on our own ORION-style tasks,
-and they are trained on the very task families they are then analysed on. The families follow the paper's domains
-(question answering over a story, type hints in code, induction, variable binding, translation; no factual recall,
-which needs world knowledge a tiny model does not have) but with word-level tokens and short templated contexts.
-For the injection experiment the models are trained on stories that sometimes carry a note telling the reader to
-answer another attribute, and follow it; a pretrained LM follows injected instructions for the same reason
-(instruction-like text in its training data). The full scale trains larger models for longer, and analyses any
-pretrained causal LM listed under orion.pretrained (a local Hugging Face directory; nothing is downloaded) as it
-is: it reads our word-level prompts joined by spaces and is scored on the first token of each answer, with the
-residual stream patched after each block as in the official code. No pretrained weights ship with any package,
-so no run here includes one; the tests check that path on a tiny random GPT-2 against Hugging Face's own hidden
-states.
-The accuracy gate and the copy sequences. Trained on the task mixture alone (prototype runs: 2-3 layers, width
-64, up to 4,250 steps at lr 1e-3 to 3e-3), only the story family passed the gate (1.00 within ~1,000 steps): a
-story holds one name, one city and one job from disjoint pools, so a model can answer by the kind of word the
-request names. The families that bind a key to its value inside the context stayed near chance (0.2-0.4): they
-need an induction-style circuit (a previous-token head, then key matching), whose formation is a known slow
-plateau. Half of every training batch is therefore copy sequences, a list of words written twice with the loss
-on the second copy: the repeated text on which Olsson et al. (2022) watch induction heads form, standing in for
-the repeated text a pretrained LM has seen. In a prototype run (2 layers, width 64) copying reached 0.99 by step
-500, and induction (step 1,500), translation and story (2,000) passed the gate; this run's values are in the
-table and the training figure. Copy sequences share no request or key with the tasks (only the separator ":"
-and the pools their words come from), so no prompt of the analysis occurs in them. A family still below the
-gate is excluded and named in each claim's note, so the claims rest on fewer model-task pairs than the paper's 106.
+can be downloaded here, so we train tiny transformers (4 layers, width 32 at the default scale; 4-8 layers,
+widths 128-512 at the full scale; thousands of times smaller) on our own ORION-style tasks, and they are trained on the very task families they are
+then analysed on. The families follow the paper's domains (question answering over a story, type hints in code,
+induction, translation; variable binding (quantity) is implemented but left out of the default run for budget;
+no factual recall, which needs world knowledge a tiny model does not have) with word-level tokens and short
+templated contexts. The paper's size comparison spans 125M-70B; the default scale trains one size (three
+seeds), as a second size (6 layers) did not fit its budget on a shared 2-core machine, so the comparison across
+sizes (claims (a) and (b) per size, and the size table) needs the full scale.
+The accuracy gate and the copy sequences. Each seed trains until every family passes the gate on held-out
+prompts, checked every few hundred steps, and is taken at that point; a seed still below it at the step cap is
+reported as such, and its pairs below the gate bound the claims' intervals (counted as failures at the low end,
+as successes at the high end) instead of being dropped. The families that bind a key to its value inside the
+context need an induction-style circuit, whose formation is a known slow plateau; a share of every training batch
+is therefore copy sequences, a list of words written twice with the loss on the second copy: the repeated text on
+which Olsson et al. (2022) watch induction heads form, standing in for the repeated text a pretrained LM has seen.
+Copy sequences share no request or key with the tasks (only the separator ":" and the pools their words come
+from), so no prompt of the analysis occurs in them. The seeds of one size train side by side in one process
+(their weights stacked; papers/orion/ensemble.py), the same computation as separate runs (a test checks it).
 Request-patching follows the official code: the residual stream after a block at the last token, normalised by
 the clean probability (ratio of means over pairs); we also draw pairs so that R2(C2), R1(C2) and R1(C1) are three
-different tokens (the official code allows collisions).
+different tokens (the official code allows collisions). The negative control is ours: the same patch taken from
+a context position of x1, which cannot carry the request.
+Prompt injection (claim (c)). The paper's models were never trained to obey injected notes but do; ours would
+follow a note only if trained to, which would make the experiment start at zero by design, so our models never
+see a note and claim (c) is measured only on pretrained LMs listed under orion.pretrained (a local Hugging Face
+directory; nothing is downloaded; full scale). They read our word-level prompts joined by spaces and are scored
+on the first token of each answer, with the residual stream patched after each block as in the official code.
+No pretrained weights ship with any package, so no run here includes one; the tests check that path on a tiny
+random GPT-2 against Hugging Face's own hidden states.
 """

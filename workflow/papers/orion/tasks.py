@@ -321,25 +321,22 @@ def make_prompt(family: Family, style: tuple, vocab: Vocab, rng: np.random.Gener
 
 
 def training_sequence(family: Family, style: tuple, vocab: Vocab, rng: np.random.Generator, *,
-                      requests: int, keys: int | None = None, inject_prob: float = 0.0) -> tuple[list[str], list[int]]:
+                      requests: int, keys: int | None = None) -> tuple[list[str], list[int]]:
     """A training sequence: one context, then `requests` requests (distinct keys) each followed by its
     answer and the family's closer. Returns the tokens and the positions whose next token is an answer
-    (the loss is taken there). With probability `inject_prob` (story only) the context carries an
-    injected note and every answer is the value of the note's key, which is what the note asks. With
-    `keys`, the context binds only that many of the family's keys (a curriculum starts with few)."""
+    (the loss is taken there). No training context carries an injected note: the models are not taught to obey
+    one (claim (c) needs a model that was not). With `keys`, the context binds only that many of the family's
+    keys (a curriculum starts with few)."""
     n = len(family.keys) if keys is None else min(keys, len(family.keys))
     present = [family.keys[i] for i in sorted(rng.permutation(len(family.keys))[:n])]
     bindings = sample_bindings(family, vocab, rng, present)
-    inject = None
-    if family.name == "story" and rng.random() < inject_prob:
-        inject = present[rng.integers(len(present))]
-    tokens = list(render_context(family, style, bindings, rng, inject))
+    tokens = list(render_context(family, style, bindings, rng))
     targets = []
     for i in rng.permutation(len(present))[:requests]:
         k = present[i]
         tokens += render_request(family, style, k, rng)
         targets.append(len(tokens) - 1)
-        tokens.append(bindings[inject if inject is not None else k])
+        tokens.append(bindings[k])
         tokens += family.closer.split()
     return tokens, targets
 

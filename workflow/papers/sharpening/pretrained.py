@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from papers.common.hf import load_causal_lm
 from papers.sharpening.lm import best_of_n_from_pool
 
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -65,18 +66,8 @@ def is_correct(completion: str, reference: float, stop: str) -> bool:
 
 
 def load(path, dtype: str = "float32"):
-    """The model (eval mode) and tokenizer of a local Hugging Face directory."""
-    try:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-    except ImportError as e:  # the `lm` extra of pyproject.toml
-        raise ImportError("sharpening.pretrained needs the transformers package (pip install -e '.[lm]')") from e
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{path}: not a Hugging Face model directory (no config.json); set "
-                                "sharpening.pretrained[].path to a local directory written by save_pretrained")
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=getattr(torch, dtype)).eval()
-    return model, tokenizer
+    """The model (eval mode) and tokenizer of a local Hugging Face directory (papers.common.hf)."""
+    return load_causal_lm(path, dtype=dtype, key="sharpening.pretrained[].path")
 
 
 @torch.no_grad()

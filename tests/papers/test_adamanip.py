@@ -1,0 +1,211 @@
+"""Unit tests of P18 adamanip: the DDPM schedule and noising against closed forms, the network's invariances,
+the hidden mechanisms, the experts, the training windows and the claims' inputs."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from papers.adamanip.env import CATEGORIES, Episode, Physics
+from papers.adamanip.experts import PULL, PUSH, TURN, AdaptiveExpert, collect, one_go_action
+from papers.adamanip.params import parse
+from papers.adamanip.policy import DDPM, ConditionalUnet1D, PointNet, cosine_betas
+from papers.adamanip.train import windows
+
+PHYS = Physics()
+
+
+# ---- DDPM -----------------------------------------------------------------------------------------
+def test_cosine_schedule_matches_its_closed_form():
+    """prod(1 - beta) equals f(k/K)/f(0) with f(t) = cos^2((t + s)/(1 + s) pi/2) while no beta is clipped
+    (Nichol & Dhariwal eq. 17), computed here in plain Python."""
+    K, s = 100, 0.008
+    f = [math.cos((k / K + s) / (1 + s) * math.pi / 2) ** 2 for k in range(K + 1)]
+    betas = cosine_betas(K).tolist()
+    alpha_bar = 1.0
+    for k in range(K - 1):  # the last beta is clipped at 0.999
+        alpha_bar *= 1 - betas[k]
+        assert alpha_bar == pytest.approx(f[k + 1] / f[0], rel=1e-9)
+    assert betas[-1] == pytest.approx(0.999)
+    assert all(0 < b <= 0.999 for b in betas) and all(a < b for a, b in zip(betas[:-2], betas[1:-1]))
+
+
+def test_forward_noising_marginal_matches_stepwise_chain():
+    """x_k from the closed-form marginal q(x_k | x_0) has the same mean and variance as k steps of the
+    one-step chain q(x_i | x_{i-1}) = N(sqrt(1 - beta_i) x_{i-1}, beta_i), simulated independently."""
+    ddpm = DDPM(50)
+    g = torch.Generator().manual_seed(0)
+    n, x0 = 200_000, 0.7
+    for k in (0, 10, 30, 49):
+        xk = ddpm.noise(torch.full((n, 1), x0, dtype=torch.float64), torch.full((n,), k), torch.randn(n, 1, generator=g, dtype=torch.float64))
+        chain = torch.full((n,), x0, dtype=torch.float64)
+        for i in range(k + 1):
+            b = float(ddpm.betas[i])
+            chain = math.sqrt(1 - b) * chain + math.sqrt(b) * torch.randn(n, generator=g, dtype=torch.float64)
+        ab = float(ddpm.alpha_bar[k])
+        assert xk.mean().item() == pytest.approx(math.sqrt(ab) * x0, abs=5e-3)
+        assert chain.mean().item() == pytest.approx(math.sqrt(ab) * x0, abs=5e-3)
+        assert xk.var().item() == pytest.approx(1 - ab, abs=5e-3)
+        assert chain.var().item() == pytest.approx(1 - ab, abs=5e-3)
+
+
+def test_posterior_coefficients_match_gaussian_conditioning():
+    """q(x_{k-1} | x_k, x_0) from Bayes' rule on the joint Gaussian of (x_{k-1}, x_k) given x_0."""
+    ddpm = DDPM(20)
+    for k in (1, 5, 19):
+        ab_prev, beta = float(ddpm.alpha_bar[k - 1]), float(ddpm.betas[k])
+        # x_{k-1} = sqrt(ab_prev) x0 + sqrt(1-ab_prev) e1;  x_k = sqrt(1-beta) x_{k-1} + sqrt(beta) e2
+        var_prev = 1 - ab_prev
+        cov = math.sqrt(1 - beta) * var_prev
+        var_k = (1 - beta) * var_prev + beta
+        gain = cov / var_k  # E[x_{k-1} | x_k, x0] = mu_prev + gain (x_k - mu_k)
+        c_k = gain
+        c_0 = math.sqrt(ab_prev) - gain * math.sqrt(1 - beta) * math.sqrt(ab_prev)
+        assert float(ddpm.post_ck[k]) == pytest.approx(c_k, rel=1e-9)
+        assert float(ddpm.post_c0[k]) == pytest.approx(c_0, rel=1e-9)
+        assert float(ddpm.post_var[k]) == pytest.approx(var_prev - cov ** 2 / var_k, rel=1e-9)
+
+
+def test_sampling_with_the_true_noise_recovers_a_point_mass():
+    """With eps_theta the exact noise predictor of data concentrated at x0, ancestral sampling ends at x0."""
+    ddpm = DDPM(30)
+    x0 = torch.tensor([[0.3, -0.5]], dtype=torch.float64)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn((1, 2), generator=g, dtype=torch.float64)
+    for k in reversed(range(30)):
+        ab = float(ddpm.alpha_bar[k])
+        eps = (x - math.sqrt(ab) * x0) / math.sqrt(1 - ab)
+        x = ddpm.step(eps, k, x, g)
+    assert torch.allclose(x, x0, atol=1e-9)
+
+
+# ---- networks ---------------------------------------------------------------------------------------
+def test_pointnet_is_invariant_to_point_order():
+    torch.manual_seed(0)
+    net = PointNet(8, 5)
+    pts = torch.randn(3, 20, 3)
+    perm = torch.randperm(20)
+    assert torch.allclose(net(pts), net(pts[:, perm]), atol=1e-6)
+
+
+def test_unet_shapes_and_film_conditioning():
+    torch.manual_seed(0)
+    net = ConditionalUnet1D(4, 6, (8, 16))
+    x, k = torch.randn(5, 4, 4), torch.randint(0, 10, (5,))
+    c = torch.randn(5, 6)
+    out = net(x, k, c)
+    assert out.shape == (5, 4, 4)
+    assert not torch.allclose(out, net(x, k, c + 1.0))  # the condition reaches the output (FiLM)
+
+
+# ---- mechanisms ---------------------------------------------------------------------------------------
+def _episode(category, seed=0, **hidden):
+    ep = Episode(category, np.random.default_rng(seed), PHYS)
+    ep.hidden.update(hidden)
+    return ep
+
+
+def test_bottle_lift_locked_until_turned_past_the_hidden_angle():
+    for seed in range(6):
+        ep = Episode("bottle", np.random.default_rng(seed), PHYS)
+        d, unlock = ep.hidden["direction"], ep.hidden["unlock"]
+        ep.step(PULL)
+        assert ep.q["open"] == 0 and not ep.success  # locked
+        for _ in range(3):
+            ep.step(TURN(-d))  # the wrong way: the cap does not turn, the gripper strains at most compliance
+        assert ep.q["turn"] == 0 and abs(ep.cmd[3]) == pytest.approx(PHYS.compliance_psi)
+        turns = 0
+        while d * ep.q["turn"] < unlock:
+            ep.step(TURN(d))
+            turns += 1
+        # the gripper first comes back from its strain, then the cap turns with it: the roll needed is the
+        # strain plus the hidden unlock angle
+        assert turns == math.ceil((PHYS.compliance_psi + unlock) / PHYS.step_psi - 1e-9) and ep.unlocked
+        for _ in range(5):
+            ep.step(PULL)
+        assert ep.success
+
+
+def test_microwave_lock_needs_the_button_and_lamp_one_way():
+    ep = _episode("microwave", 0)
+    ep.hidden["locked"] = True
+    ep.unlocked = False
+    ep._set_open_range()
+    for _ in range(5):
+        ep.step(PULL)
+    assert ep.q["open"] == 0
+    for _ in range(4):
+        ep.step(PUSH)
+    assert ep.unlocked
+    for _ in range(8):
+        ep.step(PULL)
+    assert ep.success
+    for mode, good in (("push", PUSH), ("cw", TURN(-1)), ("ccw", TURN(1))):
+        for bad in (PUSH, TURN(-1), TURN(1)):
+            rng = np.random.default_rng(0)
+            while True:  # an episode with this mode
+                lamp = Episode("lamp", rng, PHYS)
+                if lamp.hidden["mode"] == mode:
+                    break
+            for _ in range(4):
+                lamp.step(bad)
+            assert lamp.success == bool(np.array_equal(bad, good)), (mode, bad)
+
+
+def test_mujoco_geometry_moves_with_the_joint():
+    """The point cloud comes from MuJoCo's forward kinematics: turning the cap rotates its tab's points about z."""
+    ep = _episode("bottle", 3)
+    d = ep.hidden["direction"]
+    before, _ = ep.observe()
+    ep.step(TURN(d))
+    after, _ = ep.observe()
+    tab = ep.model.geom("tab").id
+    k = [len(x) for x in ep.local_points]
+    lo = sum(k[:tab])
+    centre = ep.data.xpos[ep.model.body("cap").id][:2]
+    a0 = np.arctan2(*(before[lo:lo + k[tab], :2] - centre).T[::-1])
+    a1 = np.arctan2(*(after[lo:lo + k[tab], :2] - centre).T[::-1])
+    assert np.allclose(np.angle(np.exp(1j * (a1 - a0))), d * PHYS.step_psi, atol=1e-5)
+
+
+# ---- experts --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("category", CATEGORIES)
+def test_experts_succeed_and_adaptive_never_reads_the_mechanism(category):
+    seq = np.random.SeedSequence(5)
+    for kind in ("one_go", "adaptive"):
+        demos, st = collect(category, kind, 5, 40, seq, PHYS)
+        assert st["demos"] == 5 and st["attempts"] == 5  # both experts always succeed within 40 steps
+    # the adaptive expert acts the same whatever the hidden state behind identical observations
+    ep = Episode(category, np.random.default_rng(0), PHYS)
+    ex = AdaptiveExpert(ep, np.random.default_rng(1), PHYS.unlock_range[0])
+    first = ex.act()
+    ep2 = Episode(category, np.random.default_rng(0), PHYS)
+    ep2.hidden = {**ep2.hidden, "direction": -ep2.hidden["direction"], "locked": not ep2.hidden["locked"]}
+    assert np.array_equal(AdaptiveExpert(ep2, np.random.default_rng(1), PHYS.unlock_range[0]).act(), first)
+
+
+def test_one_go_expert_reads_the_hidden_direction():
+    ep = _episode("bottle", 0)
+    assert one_go_action(ep)[3] == ep.hidden["direction"]
+
+
+# ---- training windows, params -------------------------------------------------------------------------
+def test_windows_pad_at_the_edges_of_each_demo():
+    demos = {"points": np.arange(5, dtype=np.float32)[:, None, None].repeat(3, 2),
+             "state": np.arange(5, dtype=np.float32)[:, None].repeat(4, 1),
+             "action": np.arange(5, dtype=np.float32)[:, None].repeat(4, 1),
+             "episode": np.array([0, 0, 0, 1, 1])}
+    p, s, a = windows(demos, obs_horizon=2, pred_horizon=4)
+    assert s[:, :, 0].tolist() == [[0, 0], [0, 1], [1, 2], [3, 3], [3, 4]]
+    assert a[:, :, 0].tolist() == [[0, 0, 1, 2], [0, 1, 2, 2], [1, 2, 2, 2], [3, 3, 4, 4], [3, 4, 4, 4]]
+
+
+def test_bad_config_names_the_key():
+    with pytest.raises(KeyError, match="adamanip.typo"):
+        parse({"typo": 1})
+    with pytest.raises(ValueError, match="bottle_visible"):
+        parse({"categories": ["bottle", "door"]})
+    with pytest.raises(ValueError, match="physics"):
+        parse({"physics": {"gravity": 1}})

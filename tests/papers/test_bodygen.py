@@ -1,0 +1,214 @@
+"""P3 bodygen: credit assignment against closed forms, the limb tree and its MJCF, the MuJoCo reward against a
+direct simulation, MoSAT's symmetries and padding, GraphConv against PyG, config errors."""
+import dataclasses
+
+import mujoco
+import numpy as np
+import pytest
+import torch
+
+from papers.bodygen import credit
+from papers.bodygen.env import Execution, tokens
+from papers.bodygen.model import GraphNet, MoSAT, RunningNorm
+from papers.bodygen.morphology import ADD, NOOP, REMOVE, Body
+from papers.bodygen.params import ARMS, Params, parse
+from papers.bodygen.train import initial_body, max_limbs, train_arm
+
+GAMMA, LAM = 0.995, 0.95
+
+
+def gae_by_definition(r, v, bootstrap, gamma, lam):
+    """A_t = sum_l (gamma lam)^l delta_{t+l}, written out for one untruncated-by-termination episode."""
+    s = len(r)
+    v_next = np.append(v[1:], bootstrap)
+    delta = r + gamma * v_next - v
+    return np.array([sum((gamma * lam) ** (l - t) * delta[l] for l in range(t, s)) for t in range(s)])
+
+
+def test_gae_matches_its_definition():
+    rng = np.random.default_rng(0)
+    r, v, boot = rng.normal(size=(3, 40)), rng.normal(size=(3, 40)), rng.normal(size=3)
+    adv = credit.gae(r, v, boot, np.zeros((3, 40)), GAMMA, LAM)
+    for i in range(3):
+        np.testing.assert_allclose(adv[i], gae_by_definition(r[i], v[i], boot[i], GAMMA, LAM), rtol=1e-10)
+
+
+def test_gae_does_not_bootstrap_through_a_termination():
+    rng = np.random.default_rng(1)
+    r, v = rng.normal(size=(1, 10)), rng.normal(size=(1, 10))
+    term = np.zeros((1, 10))
+    term[0, 5] = 1.0
+    r[0, 6:] = 0.0
+    adv = credit.gae(r, v, np.array([7.0]), term, GAMMA, LAM)
+    # up to the termination it is GAE of the first six steps with a zero value after them
+    np.testing.assert_allclose(adv[0, :6], gae_by_definition(r[0, :6], v[0, :6], 0.0, GAMMA, LAM), rtol=1e-10)
+
+
+def test_monte_carlo_returns_are_undiscounted_reward_to_go():
+    r = np.array([[0.0, 0.0, 1.0, 2.0, 3.0]])
+    np.testing.assert_allclose(credit.monte_carlo_returns(r), [[6.0, 6.0, 6.0, 5.0, 3.0]])
+
+
+def test_late_execution_reward_moves_the_design_advantage_under_tca_not_gae():
+    """BodyGen's TCA (Sec. 3.3): a reward at the end of execution reaches the design step in full under TCA;
+    plain GAE damps it by (gamma lambda)^k over the k steps in between."""
+    design_steps, control_steps = 6, 150
+    s = design_steps + control_steps
+    is_design = np.arange(s) < design_steps
+    values, boot, term = np.zeros((1, s)), np.zeros(1), np.zeros((1, s))
+    base = np.zeros((1, s))
+    late = base.copy()
+    late[0, -1] = 1.0  # one unit of reward at the last control step
+    moved = {}
+    for tca in (True, False):
+        a0, _ = credit.estimate(base, values, boot, term, is_design, gamma=GAMMA, lam=LAM, tca=tca)
+        a1, _ = credit.estimate(late, values, boot, term, is_design, gamma=GAMMA, lam=LAM, tca=tca)
+        moved[tca] = a1[0, 0] - a0[0, 0]  # change of the first design step's advantage
+    assert moved[True] == pytest.approx(1.0)
+    assert moved[False] == pytest.approx((GAMMA * LAM) ** (s - 1), rel=1e-9)  # closed form of GAE's damping
+    assert moved[False] < 1e-3
+    # control steps are GAE under both estimators
+    a_tca, _ = credit.estimate(late, values, boot, term, is_design, gamma=GAMMA, lam=LAM, tca=True)
+    a_gae, _ = credit.estimate(late, values, boot, term, is_design, gamma=GAMMA, lam=LAM, tca=False)
+    np.testing.assert_allclose(a_tca[0, ~is_design], a_gae[0, ~is_design])
+
+
+def test_tca_value_targets_are_monte_carlo_for_design_and_lambda_returns_for_control():
+    rng = np.random.default_rng(2)
+    r, v = rng.normal(size=(2, 12)), rng.normal(size=(2, 12))
+    r[:, :3] = 0.0
+    is_design = np.arange(12) < 3
+    adv, tgt = credit.estimate(r, v, np.zeros(2), np.zeros((2, 12)), is_design, gamma=GAMMA, lam=LAM, tca=True)
+    np.testing.assert_allclose(tgt[:, :3], np.repeat(r.sum(1, keepdims=True), 3, 1))
+    np.testing.assert_allclose(adv[:, :3], tgt[:, :3] - v[:, :3])
+    np.testing.assert_allclose(tgt[:, 3:], (v + credit.gae(r, v, np.zeros(2), np.zeros((2, 12)), GAMMA, LAM))[:, 3:])
+
+
+def test_standardise_per_group():
+    rng = np.random.default_rng(3)
+    a = rng.normal(5.0, 3.0, size=(4, 20))
+    g1 = np.zeros_like(a, bool)
+    g1[:, :5] = True
+    out = credit.standardise(a, [g1, ~g1])
+    for g in (g1, ~g1):
+        assert out[g].mean() == pytest.approx(0.0, abs=1e-12)
+        assert out[g].std(ddof=1) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_skeleton_transform_rules():
+    body = Body.initial([[0.3, -0.3], [-0.3, -0.3]], 0.08, 30.0)
+    grown = body.transform_skeleton(np.array([ADD, ADD, ADD]), max_depth=4, max_children=2)
+    # the root already has 2 children (max 2): only the legs grow; new children copy their parent
+    assert len(grown.limbs) == 5 and list(grown.depth()) == [0, 1, 1, 2, 2]
+    np.testing.assert_allclose(grown.limbs[3].u, grown.limbs[1].u)
+    assert len(set(grown.codes())) == len(grown.limbs)
+    # removing: a leaf below the root yes, a root child with children no, the first root child never
+    shrunk = grown.transform_skeleton(np.array([NOOP, REMOVE, NOOP, REMOVE, NOOP]), 4, 2)
+    assert len(shrunk.limbs) == 4
+    leaf_root_child = Body.initial([[0.3, -0.3], [-0.3, -0.3]], 0.08, 30.0)
+    assert not leaf_root_child.can_remove(1) and leaf_root_child.can_remove(2)
+    deep = grown
+    for _ in range(5):
+        deep = deep.transform_skeleton(np.full(len(deep.limbs), ADD), 4, 2)
+    assert deep.depth().max() == 3 and len(deep.limbs) == max_limbs(Params().body) == 15
+
+
+def test_mjcf_compiles_with_one_motor_per_limb():
+    body = Body.initial([[0.3, -0.3], [-0.3, -0.3]], 0.08, 30.0).transform_skeleton(np.array([0, 1, 1]), 4, 2)
+    m = mujoco.MjModel.from_xml_string(body.mjcf(0.25, 0.5, 30.0, 0.01))
+    assert m.nu == len(body.limbs) - 1 and m.nq == 3 + len(body.limbs) - 1
+    np.testing.assert_allclose(m.actuator_gear[:, 0], 30.0, rtol=1e-4)
+
+
+def test_execution_reward_matches_a_direct_simulation():
+    p = Params()
+    body = initial_body(p.body).transform_skeleton(np.array([0, 1, 0]), 4, 2)
+    env = dict(p.env)
+    ex = Execution([body], env, np.random.default_rng(0), noise=False)
+    m = mujoco.MjModel.from_xml_string(body.mjcf(env["root_radius"], env["init_height"], env["joint_range"],
+                                                 env["timestep"], env["integrator"]))
+    d = mujoco.MjData(m)
+    actions = np.random.default_rng(1).uniform(-1.5, 1.5, size=(20, len(body.limbs)))
+    for a in actions:
+        r, _ = ex.step(a[None], env["ctrl_cost"], np.array([True]))
+        ctrl = np.clip(a[1:], -1, 1)
+        x0 = d.qpos[0]
+        d.ctrl[:] = ctrl
+        for _ in range(env["frame_skip"]):
+            mujoco.mj_step(m, d)
+        expected = (d.qpos[0] - x0) / (env["timestep"] * env["frame_skip"]) - env["ctrl_cost"] * np.mean(ctrl ** 2)
+        assert r[0] == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def _batch(body, f, limbs):
+    t = tokens([body], 2, None, limbs, 4)
+    x = torch.randn(1, limbs, f, generator=torch.Generator().manual_seed(0))
+    return x, torch.as_tensor(t["codes"]), torch.as_tensor(t["mask"]), torch.as_tensor(t["adj"])
+
+
+def test_mosat_is_permutation_equivariant_and_only_topope_sees_the_tree_position():
+    torch.manual_seed(0)
+    body = Body.initial([[0.3, -0.3], [-0.3, -0.3]], 0.08, 30.0).transform_skeleton(np.array([0, 1, 1]), 4, 2)
+    x, codes, mask, adj = _batch(body, 6, 5)
+    perm = torch.tensor([0, 2, 1, 4, 3])
+    swapped = codes.clone()
+    swapped[0, [1, 2]] = codes[0, [2, 1]]  # the same tokens placed at each other's position in the tree
+    for topope in (False, True):
+        net = MoSAT(6, 16, 2, 4, topope=topope)
+        out = net(x, codes, mask, adj)
+        # attention over a set: reordering the tokens (with their codes) reorders the outputs
+        assert torch.allclose(out[:, perm], net(x[:, perm], codes[:, perm], mask[:, perm], adj), atol=1e-5)
+        assert torch.allclose(out, net(x, swapped, mask, adj), atol=1e-5) == (not topope)
+
+
+def test_padding_does_not_change_real_tokens():
+    torch.manual_seed(0)
+    body = Body.initial([[0.3, -0.3], [-0.3, -0.3]], 0.08, 30.0)
+    x, codes, mask, adj = _batch(body, 6, 3)
+    xp, codesp, maskp, adjp = _batch(body, 6, 7)
+    xp[:, :3] = x
+    for net in (MoSAT(6, 16, 2, 4), GraphNet(6, 16, 2)):
+        assert torch.allclose(net(x, codes, mask, adj), net(xp, codesp, maskp, adjp)[:, :3], atol=1e-6)
+
+
+def test_graphconv_layer_matches_torch_geometric():
+    pyg = pytest.importorskip("torch_geometric.nn")
+    torch.manual_seed(0)
+    body = Body.initial([[0.3, -0.3], [-0.3, -0.3]], 0.08, 30.0).transform_skeleton(np.array([0, 1, 1]), 4, 2)
+    t = tokens([body], 2, None, 5, 4)
+    adj = torch.as_tensor(t["adj"])
+    h = torch.randn(1, 5, 8)
+    net = GraphNet(8, 8, 1)
+    ref = pyg.GraphConv(8, 8, aggr="add")
+    with torch.no_grad():
+        ref.lin_root.weight.copy_(net.self_w[0].weight)
+        ref.lin_rel.weight.copy_(net.nbr_w[0].weight)
+        ref.lin_rel.bias.copy_(net.self_w[0].bias)
+    edge_index = adj[0].nonzero().T.flip(0)  # (source j, target i)
+    ours = torch.tanh(net.self_w[0](h) + net.nbr_w[0](adj @ h))[0]
+    assert torch.allclose(ours, torch.tanh(ref(h[0], edge_index)), atol=1e-6)
+
+
+def test_running_norm_matches_numpy():
+    x = np.random.default_rng(4).normal(3.0, 2.0, size=(500, 3))
+    norm = RunningNorm(3)
+    for chunk in np.array_split(x, 7):
+        norm.update(torch.as_tensor(chunk))
+    np.testing.assert_allclose(norm.mean.numpy(), x.mean(0), rtol=1e-10)
+    np.testing.assert_allclose(norm.std().numpy(), x.std(0), rtol=1e-10)
+
+
+def test_config_errors_name_the_key():
+    with pytest.raises(KeyError, match="bodygen.nonsense"):
+        parse({"seeds": 3, "nonsense": 1})
+    with pytest.raises(ValueError, match="bodygen.arms"):
+        parse({"seeds": 3, "arms": ["bodygen", "nope"]})
+
+
+def test_training_is_deterministic_and_respects_the_budget():
+    p = dataclasses.replace(Params(), env={**Params().env, "control_steps": 8, "skel_steps": 2},
+                            model={**Params().model, "hidden": 8, "blocks": 1, "head_hidden": 8},
+                            ppo={**Params().ppo, "env_steps": 30, "samples": 12, "episodes": 3, "epochs": 1})
+    runs = [train_arm(ARMS["bodygen"], p, 0, log=lambda *_: None)[1] for _ in range(2)]
+    assert runs[0] == [{**h, "seconds": runs[0][i]["seconds"]} for i, h in enumerate(runs[1])]
+    assert runs[0][-1]["env_steps"] >= 30 and (len(runs[0]) == 1 or runs[0][-2]["env_steps"] < 30)

@@ -1,0 +1,175 @@
+"""P8 eagle: canvases and questions, the fusions' math against independent computations, the CLIP loss
+against a hand computation, parameter matching, config and data errors, and one arm end to end."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import ndimage
+
+from papers.eagle import data as D
+from papers.eagle import fusion as Fu
+from papers.eagle.experts import Tower, clip_loss
+from papers.eagle.params import parse
+
+
+@pytest.fixture(scope="module")
+def scene():
+    images, labels = D.load_digits_pool()
+    return D.make_canvases(30, images, labels, np.random.default_rng(0)), images, labels
+
+
+def test_templates_have_fixed_length_and_answers_are_words():
+    D.check_templates()
+    vocab = D.vocabulary()
+    assert len(set(vocab)) == len(vocab)
+    for w in D.DIGIT_WORDS + D.QUADRANTS:
+        assert w in vocab
+
+
+def test_canvas_contents_match_the_labels(scene):
+    s, images, labels = scene
+    for i in range(len(s["canvas"])):
+        c = s["canvas"][i]
+        quads = {q: c[(q // 2) * 16:(q // 2 + 1) * 16, (q % 2) * 16:(q % 2 + 1) * 16] for q in range(4)}
+        # The big digit: its quadrant downsampled x2 is a digit image of the stated class.
+        big = quads[s["big_quadrant"][i]].reshape(8, 2, 8, 2).mean((1, 3))
+        matches = np.where(np.abs(images - big).max((1, 2)) < 1e-6)[0]
+        assert len(matches) and s["big"][i] in labels[matches]
+        # The marks: connected bright 2 x 2 squares in the two remaining quadrants, counted by scipy.
+        rest = [q for q in range(4) if q not in (s["big_quadrant"][i], s["quadrant"][i])]
+        count = sum(ndimage.label(quads[q] > 0)[1] for q in rest)
+        assert count == s["marks"][i]
+        # The small digit: somewhere in its quadrant at a multiple of 4 pixels.
+        q = quads[s["quadrant"][i]]
+        found = [labels[j] for r in (0, 4, 8) for cc in (0, 4, 8)
+                 for j in np.where(np.abs(images - q[r:r + 8, cc:cc + 8]).max((1, 2)) < 1e-6)[0]
+                 if q.sum() == pytest.approx(images[j].sum(), abs=1e-4)]
+        assert s["small"][i] in found
+
+
+def test_questions_answer_their_kind(scene):
+    s, _, _ = scene
+    q = D.make_questions(s, [0, 1, 2], np.random.default_rng(1))
+    vocab = D.vocabulary()
+    assert q["tokens"].shape == (4 * len(s["canvas"]), D.QUESTION_WORDS + 1)
+    for row in range(len(q["answer"])):
+        i, kind = q["canvas"][row], D.KINDS[q["kind"][row]]
+        expected = {"global": D.DIGIT_WORDS[s["big"][i]], "fine": D.DIGIT_WORDS[s["small"][i]],
+                    "count": D.DIGIT_WORDS[s["marks"][i]], "position": D.QUADRANTS[s["quadrant"][i]]}[kind]
+        assert vocab[q["answer"][row]] == expected
+        assert " ".join(vocab[t] for t in q["tokens"][row][:-1]) in D.TEMPLATES[kind][:3]
+
+
+def test_to_grid_is_separable_bilinear_with_aligned_corners():
+    x = torch.randn(1, 2, 8, 8, dtype=torch.float64)
+    out = Fu.to_grid(x, 4).numpy()
+    pos = np.arange(4) * 7 / 3  # align_corners=True: output i samples input at i (S - 1) / (G - 1)
+    ref = np.stack([np.stack([np.interp(pos, np.arange(8), row) for row in ch]) for ch in x[0].numpy()])  # along width
+    ref = np.stack([np.stack([np.interp(pos, np.arange(8), col) for col in ch.T]).T for ch in ref])  # along height
+    np.testing.assert_allclose(out[0], ref, atol=1e-12)
+
+
+def test_channel_concat_matches_a_manual_projection():
+    torch.manual_seed(0)
+    maps = [torch.randn(2, 3, 4, 4), torch.randn(2, 5, 4, 4)]
+    f = Fu.ChannelConcat([3, 5], [4, 4], d=6, grid=4, hidden=7)
+    x = torch.cat([maps[0].permute(0, 2, 3, 1).reshape(2, 16, 3), maps[1].permute(0, 2, 3, 1).reshape(2, 16, 5)], -1)
+    w1, b1, w2, b2 = f.proj[0].weight, f.proj[0].bias, f.proj[2].weight, f.proj[2].bias
+    ref = torch.nn.functional.gelu(x @ w1.T + b1) @ w2.T + b2 + f.pos
+    torch.testing.assert_close(f(maps), ref)
+
+
+def test_region_mask_hand_case():
+    m = Fu.region_mask(2, 4)  # 2 x 2 queries over a 4 x 4 map: each sees its 2 x 2 block
+    assert m.shape == (4, 16) and m.sum(1).tolist() == [4, 4, 4, 4]
+    assert m[0].nonzero().flatten().tolist() == [0, 1, 4, 5]
+    assert m[3].nonzero().flatten().tolist() == [10, 11, 14, 15]
+
+
+def test_mini_gemini_attends_only_within_the_region():
+    torch.manual_seed(0)
+    f = Fu.MiniGeminiCrossAttention([4, 3], [2, 4], d=8, grid=2, hidden=5).double()
+    maps = [torch.randn(2, 4, 2, 2, dtype=torch.float64), torch.randn(2, 3, 4, 4, dtype=torch.float64)]
+    q = f.q(Fu.tokens(maps[0])) + f.pos
+    hi = Fu.tokens(maps[1])
+    scores = q @ f.k(hi).transpose(1, 2) / math.sqrt(8)
+    scores = scores.masked_fill(~f.mask, float("-inf"))
+    ref = f.proj(q + torch.softmax(scores, -1) @ f.v(hi))
+    torch.testing.assert_close(f(maps), ref)
+
+
+def test_deformable_with_zero_offsets_reads_the_cell_centres():
+    torch.manual_seed(0)
+    f = Fu.DeformableAttention([4, 3], [4, 4], d=8, grid=4, hidden=5, points=2).double()
+    torch.nn.init.zeros_(f.offsets.bias)  # every sample at its query's reference point
+    maps = [torch.randn(1, 4, 4, 4, dtype=torch.float64), torch.randn(1, 3, 4, 4, dtype=torch.float64)]
+    q = f.q(Fu.tokens(maps[0])) + f.pos
+    # Reference points are the cell centres: on a map of the grid's size, the sample is the cell's value.
+    value = Fu.tokens(f.value[0](maps[1]))  # (1, 16, d)
+    ref = f.proj(q + f.out(value))  # weights sum to 1 over identical samples
+    torch.testing.assert_close(f(maps), ref)
+
+
+@pytest.mark.parametrize("name", list(Fu.FUSIONS))
+def test_matched_parameter_budgets(name):
+    channels, sizes = [16, 16, 16], [4, 8, 8]
+    target = Fu.n_params(Fu.build("concat", channels, sizes, 32, 4, 64))
+    h = Fu.matched_hidden(name, channels, sizes, 32, 4, target)
+    n = Fu.n_params(Fu.build(name, channels, sizes, 32, 4, h))
+    per_unit = Fu.n_params(Fu.build(name, channels, sizes, 32, 4, h + 1)) - n
+    assert abs(n - target) <= per_unit  # the closest a whole hidden width can get
+
+
+def test_clip_loss_hand_computation():
+    img = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    txt = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    tau = 0.5
+    s = np.array([[1.0, 0.0], [1 / math.sqrt(2), 1 / math.sqrt(2)]])  # cos(img_i, txt_j) as [j][i] -> transpose
+    logits = s.T / tau
+    row = -np.mean([logits[i, i] - np.log(np.exp(logits[i]).sum()) for i in range(2)])
+    col = -np.mean([logits[i, i] - np.log(np.exp(logits[:, i]).sum()) for i in range(2)])
+    assert clip_loss(img, txt, tau).item() == pytest.approx((row + col) / 2, rel=1e-6)
+    same = torch.ones(4, 3)
+    assert clip_loss(same, same, 0.1).item() == pytest.approx(math.log(4), rel=1e-6)
+
+
+def test_tower_output_sizes():
+    canvas = torch.zeros(2, 32, 32)
+    for kind, size in (("clip", 4), ("hires", 8), ("det", 8)):
+        t = Tower(kind, 5)
+        assert t(t.view(canvas)).shape == (2, 5, size, size) and t.out_size == size
+
+
+def test_bad_config_and_data_are_named(tmp_path):
+    with pytest.raises(KeyError, match="eagle.nope"):
+        parse({"nope": 1})
+    with pytest.raises(ValueError, match="eagle.fusion.grid"):
+        parse({"fusion": {"grid": 3, "hidden": 8, "deformable_points": 2}})
+    with pytest.raises(FileNotFoundError, match="missing.npz"):
+        D.load_digits_pool(str(tmp_path / "missing.npz"))
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, pictures=np.zeros((2, 8, 8)))
+    with pytest.raises(KeyError, match="bad.npz"):
+        D.load_digits_pool(str(bad))
+
+
+def test_one_arm_end_to_end(tmp_path):
+    from papers.eagle import train as T
+
+    cfg = {"seeds": 1, "data": {"train_canvases": 12, "val_canvases": 4, "test_canvases": 4, "heldout_fraction": 0.4,
+                                "digits_file": None},
+           "experts": {"channels": 4, "pretrain_steps": 2, "batch": 4, "lr": 1e-3, "temperature": 0.07},
+           "lm": {"d_model": 8, "n_layer": 1, "n_head": 2, "pretrain_steps": 2, "batch": 4, "lr": 1e-3},
+           "train": {"prealign_steps": 1, "align_steps": 1, "sft_steps": 1, "batch": 4, "align_lr": 1e-3, "sft_lr": 1e-3}}
+    D.prepare(cfg=cfg, data=tmp_path / "d.npz")
+    p = parse(cfg)
+    splits = {s: D.read_split(tmp_path / "d.npz", 0, s) for s in ("train", "val", "test")}
+    pre = T.pretrain_all(splits, p, 0)
+    lm_before = {k: v.clone() for k, v in pre["lm"].items()}
+    rows = T.run_arm(T.arm("prealign:concat", ["clip", "hires", "det"], prealign="aligned"), pre, splits, p,
+                     np.random.default_rng(0))
+    assert {r["kind"] for r in rows} == {"all", *D.KINDS} and all(0 <= r["accuracy"] <= 1 for r in rows)
+    assert all(torch.equal(lm_before[k], pre["lm"][k]) for k in lm_before)  # arms train copies

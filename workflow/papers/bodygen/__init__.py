@@ -1,0 +1,15 @@
+"""P3 bodygen: BodyGen, efficient embodiment co-design (Lu et al., ICLR 2025).
+
+Paper: https://openreview.net/forum?id=cTR17xl89h ; official code GenesisOrigin/BodyGen (built on
+Transform2Act; read for the episode structure, networks and hyperparameters, not copied).
+
+What we reproduce: the co-design comparison of the paper's Table 1 (BodyGen against Transform2Act at equal
+environment steps), its ablations (no TopoPE, no temporal credit assignment) and its model-size statement, on
+one planar crawler at a CPU budget. Modules, bottom-up: ``morphology`` (limb tree, skeleton and attribute
+transforms, MJCF), ``env`` (limb tokens, MuJoCo execution), ``model`` (MoSAT with TopoPE, the GraphConv
+baseline, heads), ``credit`` (TCA and GAE), ``train`` (rollouts and PPO), ``stages`` and ``report``.
+
+Deviations (the report's "What differs from the paper"): a 2-D crawler instead of ten 3-D tasks, a budget of
+thousands of control steps instead of 50M samples, smaller networks, Euler integration, gear bounds scaled to
+the lighter planar body.
+"""

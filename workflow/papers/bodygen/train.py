@@ -1,0 +1,243 @@
+"""Co-design with PPO: one arm's rollouts (design then execution), its credit assignment and its updates.
+
+PPO (Schulman et al. 2017) with the official agent's layout (``genesis_agent.py``): per iteration whole
+episodes until at least ``samples`` simulated control steps are collected (official ``min_batch_size``), advantages from :mod:`papers.bodygen.credit`, then ``epochs`` passes of minibatches of the
+clipped surrogate :math:`\\min(\\rho_t \\hat A_t, \\mathrm{clip}(\\rho_t, 1-\\epsilon, 1+\\epsilon) \\hat A_t)`
+(each sample's log-probability summed over its limbs) and a squared error on the normalised value targets,
+separate Adam optimisers for policy and value, gradient norms clipped. Training stops once the arm has
+simulated ``env_steps`` control steps (design steps do not simulate), so every arm gets the same budget.
+
+Arms (``ARMS`` in params.py): the architecture (MoSAT, MoSAT without TopoPE, GraphConv), TCA on or off,
+whether design steps run (``design: False``: the initial morphology, control only) and whether they act on the
+body (``blind``: design actions are sampled and trained but the body stays the initial one).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from papers.bodygen import credit
+from papers.bodygen.env import N_SIM, N_STAGES, Execution, n_features, tokens
+from papers.bodygen.model import Agent, RunningNorm
+from papers.bodygen.morphology import N_ATTR, Body
+
+OBS_KEYS = ("x", "codes", "mask", "adj")
+VALID_KEYS = ("valid_skel", "valid_attr", "valid_ctrl")
+ACT_KEYS = ("skel", "attr", "ctrl")
+
+
+def make_agent(arch: str, model: dict, body: dict) -> Agent:
+    return Agent(arch, n_features(body["max_depth"]), model["hidden"], model["blocks"], model["head_hidden"],
+                 body["max_depth"], model["attr_log_std"], model["control_log_std"])
+
+
+def initial_body(body: dict) -> Body:
+    return Body.initial([list(leg) for leg in body["legs"]], body["size"], body["gear"])
+
+
+def max_limbs(body: dict) -> int:
+    """The largest tree allowed: the root keeps up to max(len(legs), max_children) children, every deeper limb
+    up to max_children, over depths 0 .. max_depth - 1."""
+    root, c = max(len(body["legs"]), body["max_children"]), body["max_children"]
+    return 1 + sum(root * c ** (k - 1) for k in range(1, body["max_depth"]))
+
+
+def trimmed(obs: dict) -> dict:
+    """Torch tensors of a token batch, cut to its largest body (padding costs attention time)."""
+    limbs = int(np.asarray(obs["mask"]).sum(1).max())
+    out = {}
+    for k in OBS_KEYS + VALID_KEYS + ACT_KEYS:
+        if k in obs:
+            v = torch.as_tensor(obs[k])
+            out[k] = v[:, :limbs, :limbs] if k == "adj" else v[:, :limbs]
+    return out
+
+
+@torch.no_grad()
+def rollout(agent: Agent, arm: dict, p, rng: np.random.Generator, episodes: int, deterministic: bool = False):
+    """`episodes` co-design episodes side by side.
+
+    Returns the step records (tokens and actions, padded to the largest tree), rewards, alive and terminal
+    flags (N, S), the design flags (S,), the tokens after the last step (for the bootstrap value) and the
+    final bodies.
+    """
+    body_cfg, env_cfg = p.body, p.env
+    limbs, depth = max_limbs(body_cfg), body_cfg["max_depth"]
+    bodies = [initial_body(body_cfg) for _ in range(episodes)]
+    steps, rewards, alive, terminal = [], [], [], []
+    live = np.ones(episodes, bool)
+
+    def act(stage, t, dist_fn, mode, rows=None):
+        """Sample (or take the mode of) the stage's policy for the bodies in `rows` (default all)."""
+        sub = t if rows is None else {k: v[rows] for k, v in t.items()}
+        dist = dist_fn(trimmed(sub))
+        a = (mode(dist) if deterministic else dist.sample()).numpy()
+        pad = np.zeros((episodes, limbs) + a.shape[2:], a.dtype)
+        pad[slice(None) if rows is None else rows, :a.shape[1]] = a
+        steps.append({"stage": stage, "tok": t, "act": pad})
+        return pad
+
+    def design_step():
+        rewards.append(np.zeros(episodes))
+        alive.append(np.ones(episodes, bool))
+        terminal.append(np.zeros(episodes, bool))
+
+    if arm["design"]:
+        for _ in range(env_cfg["skel_steps"]):
+            a = act(0, tokens(bodies, 0, None, limbs, depth), agent.skel_dist, lambda d: d.probs.argmax(-1))
+            if not arm["blind"]:
+                bodies = [b.transform_skeleton(a[i, :len(b.limbs)], depth, body_cfg["max_children"])
+                          for i, b in enumerate(bodies)]
+            design_step()
+        t = tokens(bodies, 1, None, limbs, depth)
+        a = act(1, t, agent.attr_dist, lambda d: d.mean)
+        if not arm["blind"]:
+            bodies = [b.transform_attributes(a[i, :len(b.limbs)] * t["valid_attr"][i, :len(b.limbs)])
+                      for i, b in enumerate(bodies)]
+        design_step()
+    sim = Execution(bodies, env_cfg, rng)
+    base = tokens(bodies, 2, None, limbs, depth)  # the structure is fixed during execution: only x changes
+    sim_slice = slice(depth + N_STAGES, depth + N_STAGES + N_SIM)
+    for _ in range(env_cfg["control_steps"]):
+        rows = np.nonzero(live)[0]  # terminated bodies are neither simulated nor fed to the policy
+        t = {**base, "x": base["x"].copy()}
+        for i, feats in zip(rows, sim.sim_features(rows)):
+            t["x"][i, :len(feats), sim_slice] = feats
+        a = act(2, t, agent.ctrl_dist, lambda d: d.mean, rows)
+        alive.append(live.copy())
+        r, done = sim.step(a, env_cfg["ctrl_cost"], live)
+        rewards.append(r)
+        terminal.append(done)
+        live &= ~done
+        if not live.any():
+            break
+    last = {**base, "x": base["x"].copy()}
+    for i, feats in enumerate(sim.sim_features()):
+        last["x"][i, :len(feats), sim_slice] = feats
+    return (steps, np.stack(rewards, 1), np.stack(alive, 1), np.stack(terminal, 1),
+            np.array([s["stage"] < 2 for s in steps]), last, bodies)
+
+
+def flatten(steps) -> dict:
+    """Step-major records -> one batch of N * S samples (sample index = step * N + episode)."""
+    out = {k: np.concatenate([s["tok"][k] for s in steps]) for k in OBS_KEYS + VALID_KEYS}
+    out["stage"] = np.concatenate([np.full(len(s["act"]), s["stage"]) for s in steps])
+    for stage, key in enumerate(ACT_KEYS):
+        proto = next((s["act"] for s in steps if s["stage"] == stage), None)
+        shape = steps[0]["tok"]["x"].shape[1:2] + ((N_ATTR,) if key == "attr" else ())
+        out[key] = np.concatenate([s["act"] if s["stage"] == stage else
+                                   np.zeros((len(s["act"]),) + shape, proto.dtype if proto is not None else np.float32)
+                                   for s in steps])
+    out["skel"] = out["skel"].astype(np.int64)
+    return out
+
+
+def batch_log_prob(agent: Agent, b: dict, idx: np.ndarray) -> torch.Tensor:
+    """Log-probabilities of samples `idx` of batch `b` under the current policies, each by its stage."""
+    out = torch.zeros(len(idx))
+    stage = b["stage"][idx]
+    for s in (0, 1, 2):
+        rows = np.nonzero(stage == s)[0]
+        if len(rows) == 0:
+            continue
+        sub = trimmed({k: b[k][idx[rows]] for k in OBS_KEYS + VALID_KEYS + ACT_KEYS})
+        act = {k: sub[k] for k in ACT_KEYS}
+        valid = {k: sub[f"valid_{k}"] for k in ACT_KEYS}
+        out[torch.as_tensor(rows)] = agent.log_prob(s, sub, act, valid)
+    return out
+
+
+def values_of(agent: Agent, b: dict, idx: np.ndarray) -> torch.Tensor:
+    return agent.value(trimmed({k: b[k][idx] for k in OBS_KEYS}))
+
+
+def train_arm(arm: dict, p, seed: int, log=print) -> tuple[Agent, list[dict]]:
+    """Train one arm from scratch on one seed; returns the agent and one history row per iteration."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    ppo = p.ppo
+    agent = make_agent(arm["arch"], p.model, p.body)
+    is_value = lambda name: name.startswith(("enc.value", "value_head"))  # noqa: E731
+    policy_params = [q for n, q in agent.named_parameters() if not is_value(n)]
+    value_params = [q for n, q in agent.named_parameters() if is_value(n)]
+    opt_pi = torch.optim.Adam(policy_params, lr=ppo["policy_lr"])
+    opt_v = torch.optim.Adam(value_params, lr=ppo["value_lr"])
+    # Running normalisers of the value targets: one per group under TCA (design / control), one otherwise.
+    ret_norm = {"design": RunningNorm(1, clip=1e9), "control": RunningNorm(1, clip=1e9)}
+    history, env_steps, it = [], 0, 0
+    n = ppo["episodes"]
+    group_of = (lambda g: g) if arm["tca"] else (lambda g: "control")  # noqa: E731
+
+    def unscale(v, group):
+        rn = ret_norm[group_of(group)]
+        return v if rn.count < 2 else v * rn.std().item() + rn.mean.item()
+
+    while env_steps < ppo["env_steps"]:
+        t0 = time.perf_counter()
+        # Collect batches of `n` episodes side by side until the iteration holds `samples` simulated control steps
+        # (official min_batch_size), so that every arm gets as many updates per simulated step.
+        runs, collected = [], 0
+        while collected < ppo["samples"]:
+            runs.append(rollout(agent, arm, p, rng, n))
+            steps, rewards, alive, terminal, is_design, last, bodies = runs[-1]
+            collected += int(alive[:, ~is_design].sum())
+        env_steps += collected
+        flats = [flatten(r[0]) for r in runs]
+        alive_flat = [r[2].T.reshape(-1) for r in runs]  # step-major, as the flattened batch
+        agent.norm.update(torch.as_tensor(np.concatenate(
+            [f["x"][f["mask"] & a[:, None]] for f, a in zip(flats, alive_flat)])))  # one normaliser, every token
+        parts = []
+        for (steps, rewards, alive, terminal, is_design, last, bodies), b, a in zip(runs, flats, alive_flat):
+            everything = np.arange(len(b["stage"]))
+            with torch.no_grad():
+                v_norm = values_of(agent, b, everything).numpy().reshape(-1, n).T  # (N, S)
+                v_last = agent.value(trimmed({k: last[k] for k in OBS_KEYS})).numpy()
+                old_logp = batch_log_prob(agent, b, everything).numpy()
+            values = np.where(is_design[None, :], unscale(v_norm, "design"), unscale(v_norm, "control"))
+            adv, targets = credit.estimate(rewards, values, unscale(v_last, "control"), terminal.astype(float),
+                                           is_design, gamma=ppo["gamma"], lam=ppo["lam"], tca=arm["tca"])
+            design = np.broadcast_to(is_design[None, :], adv.shape)
+            keep = {k: v[a] for k, v in b.items()}  # only the samples of live steps
+            keep.update(adv=adv.T.reshape(-1)[a], target=targets.T.reshape(-1)[a], design=design.T.reshape(-1)[a],
+                        old_logp=old_logp[a])
+            parts.append(keep)
+        b = {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
+        design = b["design"]
+        adv = credit.standardise(b["adv"], [design, ~design] if arm["tca"] else [np.ones_like(design)])
+        tgt_norm = np.zeros_like(b["target"])
+        for group, sel in (("design", design), ("control", ~design)) if arm["tca"] else \
+                (("control", np.ones_like(design)),):
+            if sel.any():
+                ret_norm[group].update(torch.as_tensor(b["target"][sel][:, None]))
+                rn = ret_norm[group]
+                tgt_norm[sel] = (b["target"][sel] - rn.mean.item()) / rn.std().item()
+        b["adv"] = torch.as_tensor(adv, dtype=torch.float32)
+        b["ret"] = torch.as_tensor(tgt_norm, dtype=torch.float32)
+        old_logp = torch.as_tensor(b["old_logp"])
+        samples = np.arange(len(b["stage"]))
+        for _ in range(ppo["epochs"]):
+            perm = samples[rng.permutation(len(samples))]
+            for start in range(0, len(perm), ppo["minibatch"]):
+                idx = perm[start:start + ppo["minibatch"]]
+                ratio = torch.exp(batch_log_prob(agent, b, idx) - old_logp[idx])
+                a = b["adv"][idx]
+                loss_pi = -torch.min(ratio * a, ratio.clamp(1 - ppo["clip"], 1 + ppo["clip"]) * a).mean()
+                loss_v = ((values_of(agent, b, idx) - b["ret"][idx]) ** 2).mean()
+                opt_pi.zero_grad()
+                opt_v.zero_grad()
+                (loss_pi + loss_v).backward()  # disjoint parameters: one backward serves both optimisers
+                torch.nn.utils.clip_grad_norm_(policy_params, ppo["max_grad_norm"])
+                torch.nn.utils.clip_grad_norm_(value_params, ppo["max_grad_norm"])
+                opt_pi.step()
+                opt_v.step()
+        seconds = time.perf_counter() - t0
+        episode_return = float(np.concatenate([r[1].sum(1) for r in runs]).mean())
+        length = float(np.concatenate([r[2][:, ~r[4]].sum(1) for r in runs]).mean())
+        limbs = float(np.mean([len(bd.limbs) for r in runs for bd in r[6]]))
+        history.append({"iteration": it, "env_steps": env_steps, "train_return": episode_return,
+                        "episode_length": length, "episodes": n * len(runs), "limbs": limbs, "seconds": seconds})
+        log(f"iter {it}: env steps {env_steps} return {episode_return:.3f} limbs {limbs:.2f} ({seconds:.2f} s)")
+        it += 1
+    return agent, history

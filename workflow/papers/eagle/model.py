@@ -1,0 +1,85 @@
+"""The tiny causal LM and the multimodal model: experts -> fusion -> visual tokens, then the question.
+
+The LM reuses the GPT blocks of papers.sharpening.model (nanoGPT layout, attention by
+``kernels.attention``); its position embedding covers the question's words only, the visual tokens
+carry the fusion's own position embedding (as LLaVA's image tokens carry the vision tower's).
+
+Sequence (Sec. 3.1, LLaVA layout): ``[v_1 .. v_N, w_1 .. w_5, "?"]``; the logits at "?" predict the
+one-word answer.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from papers.eagle.experts import Tower
+from papers.sharpening.model import Block, GPTConfig
+
+
+class LM(nn.Module):
+    """Token + position embeddings, pre-norm causal blocks, final LayerNorm, tied head."""
+
+    def __init__(self, vocab: int, length: int, d_model: int, n_layer: int, n_head: int):
+        super().__init__()
+        cfg = GPTConfig(vocab_size=vocab, block_size=length, n_layer=n_layer, n_head=n_head, n_embd=d_model)
+        self.wte = nn.Embedding(vocab, d_model)
+        self.wpe = nn.Embedding(length, d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab, bias=False)
+        self.head.weight = self.wte.weight
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    def forward(self, idx: torch.Tensor, prefix: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, V) at the text positions; `prefix` (B, N, d) visual tokens come first."""
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))  # (B, T, d)
+        n = 0 if prefix is None else prefix.shape[1]
+        if prefix is not None:
+            x = torch.cat([prefix, x], dim=1)  # (B, N + T, d)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x[:, n:]))
+
+
+def pretrain_lm(lm: LM, tokens: torch.Tensor, answers: torch.Tensor, *, steps: int, batch: int, lr: float, rng) -> list[float]:
+    """Next-token prediction on the QA text "<question> ? <answer>" (no image): the LM learns the
+    language of the task and the answers' prior given the question."""
+    seq = torch.cat([tokens, answers[:, None]], dim=1)  # (Q, 7)
+    opt = torch.optim.Adam(lm.parameters(), lr=lr)
+    curve = []
+    for _ in range(steps):
+        i = torch.as_tensor(rng.integers(0, len(seq), batch))
+        logits = lm(seq[i, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), seq[i, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        curve.append(loss.item())
+    return curve
+
+
+class MLLM(nn.Module):
+    """Experts (each fed the canvas or, for a control, Gaussian noise), a fusion, the LM."""
+
+    def __init__(self, towers: list[Tower], inputs: list[str], fusion: nn.Module, lm: LM):
+        super().__init__()
+        self.towers = nn.ModuleList(towers)
+        self.inputs = list(inputs)
+        self.fusion = fusion
+        self.lm = lm
+
+    def visual_tokens(self, canvas: torch.Tensor) -> torch.Tensor:
+        maps = []
+        for tower, source in zip(self.towers, self.inputs):
+            x = tower.view(canvas)
+            maps.append(tower(torch.randn_like(x) if source == "noise" else x))
+        return self.fusion(maps)
+
+    def forward(self, canvas: torch.Tensor, question: torch.Tensor) -> torch.Tensor:
+        """canvas (B, 32, 32), question (B, 6) -> answer logits (B, V) read at "?"."""
+        return self.lm(question, self.visual_tokens(canvas))[:, -1]

@@ -1,0 +1,198 @@
+"""Training one arm (Sec. 3.1 and 3.4 of the paper) and the arms of the study.
+
+An arm is a set of experts (each fed the canvas or noise), a fusion and an optional Pre-Alignment.
+Its training, as the paper's:
+
+1. **Pre-Alignment** (Sec. 3.4, Fig. 6), when asked: each non-CLIP expert with its own projector is
+   trained on the SFT data against the *frozen* LM (expert and projector train); the projectors are then
+   dropped. The ``shuffled`` variant (control) pairs every question with another canvas.
+2. **Stage 1, alignment**: towers and LM frozen, the fusion/projector trains.
+3. **Stage 2, SFT**: everything unfrozen (towers, fusion, LM).
+
+Then accuracy of the answer word per question kind on validation (held-out canvases, training
+templates) and test (held-out canvases and held-out templates).
+"""
+from __future__ import annotations
+
+import copy
+import logging
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from papers.eagle import fusion as Fu
+from papers.eagle.data import KINDS
+from papers.eagle.experts import Tower
+from papers.eagle.model import LM, MLLM
+
+log = logging.getLogger(__name__)
+
+
+def fit(model: MLLM, params, split: dict, *, steps: int, batch: int, lr: float, rng: np.random.Generator,
+        shuffle_images: bool = False) -> float:
+    """`steps` Adam steps on the answer's cross-entropy, updating `params` only; returns the last loss."""
+    canvas = torch.as_tensor(split["scene_canvas"])
+    q_canvas, q_tokens = split["q_canvas"], torch.as_tensor(split["q_tokens"])
+    answer = torch.as_tensor(split["q_answer"])
+    params = [p for p in params if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=lr)
+    loss = torch.tensor(float("nan"))
+    for _ in range(steps):
+        i = rng.integers(0, len(answer), batch)
+        c = q_canvas[i] if not shuffle_images else rng.integers(0, len(canvas), batch)
+        loss = F.cross_entropy(model(canvas[torch.as_tensor(c)], q_tokens[i]), answer[i])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return loss.item()
+
+
+@torch.no_grad()
+def accuracy(model: MLLM, split: dict, chunk: int = 400) -> dict[str, float]:
+    """Share of questions whose arg-max answer word is right, per kind and overall."""
+    model.eval()
+    canvas = torch.as_tensor(split["scene_canvas"])
+    q_canvas, q_tokens = split["q_canvas"], torch.as_tensor(split["q_tokens"])
+    pred = torch.cat([model(canvas[torch.as_tensor(q_canvas[s:s + chunk])], q_tokens[s:s + chunk]).argmax(-1)
+                      for s in range(0, len(q_canvas), chunk)]).numpy()
+    model.train()
+    right = pred == split["q_answer"]
+    out = {kind: float(right[split["q_kind"] == k].mean()) for k, kind in enumerate(KINDS)}
+    out["all"] = float(right.mean())
+    return out
+
+
+def set_trainable(module, flag: bool) -> None:
+    for p in module.parameters():
+        p.requires_grad_(flag)
+
+
+def build(arm: dict, pretrained: dict, p) -> MLLM:
+    """The arm's model from the pretrained towers and LM (fresh copies) and a new fusion whose hidden
+    width matches the parameter budget of the channel concatenation over the same experts."""
+    towers = []
+    for name in arm["experts"]:
+        t = Tower(name, p.experts["channels"])
+        if name in pretrained["towers"]:
+            t.load_state_dict(pretrained["towers"][name])
+        towers.append(t)
+    lm = LM(**pretrained["lm_config"])
+    lm.load_state_dict(pretrained["lm"])
+    channels = [t.channels for t in towers]
+    sizes = [t.out_size for t in towers]
+    d, grid, points = lm.wte.embedding_dim, p.fusion["grid"], p.fusion["deformable_points"]
+    target = Fu.n_params(Fu.build("concat", channels, sizes, d, grid, p.fusion["hidden"]))
+    hidden = p.fusion["hidden"] if arm["fusion"] == "concat" else Fu.matched_hidden(arm["fusion"], channels, sizes, d, grid, target, points)
+    return MLLM(towers, arm["inputs"], Fu.build(arm["fusion"], channels, sizes, d, grid, hidden, points), lm)
+
+
+def run_arm(arm: dict, pretrained: dict, splits: dict, p, rng: np.random.Generator) -> list[dict]:
+    """Train one arm through its stages; one row per (split, kind) with its accuracy."""
+    model = build(arm, pretrained, p)
+    t = p.train
+    if arm.get("prealign"):
+        for i, name in enumerate(arm["experts"]):
+            if name == "clip" or arm["inputs"][i] != "image":
+                continue
+            tower = model.towers[i]
+            solo = MLLM([tower], ["image"], Fu.build("concat", [tower.channels], [tower.out_size],
+                                                      model.lm.wte.embedding_dim, p.fusion["grid"], p.fusion["hidden"]), model.lm)
+            set_trainable(model.lm, False)
+            fit(solo, [*tower.parameters(), *solo.fusion.parameters()], splits["train"], steps=t["prealign_steps"],
+                batch=t["batch"], lr=t["align_lr"], rng=rng, shuffle_images=arm["prealign"] == "shuffled")
+    set_trainable(model, True)
+    set_trainable(model.towers, False)
+    set_trainable(model.lm, False)
+    fit(model, model.fusion.parameters(), splits["train"], steps=t["align_steps"], batch=t["batch"], lr=t["align_lr"], rng=rng)
+    set_trainable(model, True)
+    loss = fit(model, model.parameters(), splits["train"], steps=t["sft_steps"], batch=t["batch"], lr=t["sft_lr"], rng=rng)
+    rows = []
+    for split in ("val", "test"):
+        for kind, acc in accuracy(model, splits[split]).items():
+            rows.append({"arm": arm["name"], "split": split, "kind": kind, "accuracy": acc,
+                         "visual_tokens": model.fusion.n_tokens, "fusion_params": Fu.n_params(model.fusion),
+                         "experts": "+".join(arm["experts"]), "final_loss": loss})
+    log.info("%s: val %.3f test %.3f", arm["name"], rows[4]["accuracy"], rows[-1]["accuracy"])
+    return rows
+
+
+def arm(name, experts, fusion="concat", inputs=None, prealign=None) -> dict:
+    return {"name": name, "experts": list(experts), "fusion": fusion,
+            "inputs": list(inputs or ["image"] * len(experts)), "prealign": prealign}
+
+
+# The fixed arms: single experts (claim b), every fusion over the three experts (a), Pre-Alignment and its
+# shuffled control (c), and the controls of (b) (the high-res experts fed noise) and (d) (a noise expert added).
+def fixed_arms(experts=("clip", "hires", "det")) -> list[dict]:
+    arms = [arm(f"single:{e}", [e]) for e in experts]
+    arms += [arm(f"fusion:{f}", experts, f) for f in Fu.FUSIONS]
+    arms += [arm("prealign:concat", experts, prealign="aligned"),
+             arm("prealign_shuffled:concat", experts, prealign="shuffled"),
+             arm("control:blind_hires_experts", experts, inputs=["image"] + ["noise"] * (len(experts) - 1)),
+             arm("control:noise_expert_added", [*experts, "noise"], inputs=["image"] * len(experts) + ["noise"])]
+    return arms
+
+
+def run_seed(pretrained: dict, splits: dict, p, seed: int) -> list[dict]:
+    """Every arm on one seed, then the round-robin selection (Sec. 3.5) over the experts."""
+    rows = []
+    for a in fixed_arms():
+        torch.manual_seed(seed * 1000 + len(rows))
+        rows += run_arm(a, pretrained, splits, p, np.random.default_rng([seed, len(rows)]))
+
+    def val_acc(name):
+        return next(r["accuracy"] for r in rows if r["arm"] == name and r["split"] == "val" and r["kind"] == "all")
+
+    # Round-robin (Sec. 3.5): start from the best single expert, add the expert whose addition gives the
+    # best validation accuracy, until all are in. The last step is the three-expert concat already trained.
+    experts = ["clip", "hires", "det"]
+    chosen = [max(experts, key=lambda e: val_acc(f"single:{e}"))]
+    order = [f"single:{chosen[0]}"]
+    while len(chosen) < len(experts) - 1:
+        best = None
+        for e in (e for e in experts if e not in chosen):
+            name = f"rr:{'+'.join(sorted([*chosen, e]))}"
+            torch.manual_seed(seed * 1000 + len(rows))
+            rows += run_arm(arm(name, [x for x in experts if x in [*chosen, e]]), pretrained, splits, p,
+                            np.random.default_rng([seed, len(rows)]))
+            if best is None or val_acc(name) > val_acc(best[1]):
+                best = (e, name)
+        chosen.append(best[0])
+        order.append(best[1])
+    order.append("fusion:concat")
+    for step, name in enumerate(order):
+        for r in rows:
+            if r["arm"] == name:
+                r.setdefault("rr_step", step + 1)
+    for r in rows:
+        r.setdefault("rr_step", 0)
+    return rows
+
+
+def pretrain_all(splits: dict, p, seed: int) -> dict:
+    """The experts on their own objectives and the LM on the QA text (training canvases only)."""
+    from papers.eagle.data import vocabulary
+    from papers.eagle.experts import pretrain
+
+    train = splits["train"]
+    scene = {k[len("scene_"):]: v for k, v in train.items() if k.startswith("scene_")}
+    out = {"towers": {}, "curves": {}}
+    e = p.experts
+    for i, name in enumerate(("clip", "hires", "det")):
+        torch.manual_seed(seed * 100 + i)
+        tower = Tower(name, e["channels"])
+        out["curves"][name] = pretrain(tower, scene, steps=e["pretrain_steps"], batch=e["batch"], lr=e["lr"],
+                                       temperature=e["temperature"], rng=np.random.default_rng([seed, i]))
+        out["towers"][name] = tower.state_dict()
+    lm_cfg = {"vocab": len(vocabulary()), "length": train["q_tokens"].shape[1] + 1, "d_model": p.lm["d_model"],
+              "n_layer": p.lm["n_layer"], "n_head": p.lm["n_head"]}
+    torch.manual_seed(seed * 100 + 9)
+    lm = LM(**lm_cfg)
+    from papers.eagle.model import pretrain_lm
+
+    out["curves"]["lm"] = pretrain_lm(lm, torch.as_tensor(train["q_tokens"]), torch.as_tensor(train["q_answer"]),
+                                      steps=p.lm["pretrain_steps"], batch=p.lm["batch"], lr=p.lm["lr"],
+                                      rng=np.random.default_rng([seed, 9]))
+    out["lm"], out["lm_config"] = lm.state_dict(), lm_cfg
+    return out

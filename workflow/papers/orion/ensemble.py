@@ -1,0 +1,161 @@
+"""Several seeds of one model size trained side by side in one process: E copies of the tiny GPT
+(papers.orion.model) whose weights carry a leading member axis, so one forward pass runs all of them.
+
+Why: a 4-layer width-32 GPT is too small to keep a CPU core busy, so one step of E members costs little more
+than one step of one member. The members stay independent: member e has its own initial weights (those of
+``GPT(cfg)`` built after ``torch.manual_seed(seed_e)``), its own batches, its own AdamW state (AdamW is
+elementwise, so one optimiser over the stacked weights is E optimisers) and its own gradient clipping
+(:func:`clip_per_member`). :meth:`EnsembleGPT.member` gives member e back as a plain :class:`GPT` with the same
+weights, which is what the analysis (request-patching with hooks) runs on.
+
+The computation is GPT.forward written with a member axis: for x (E, B, T, C), a linear layer is
+``einsum("ebtc,ecd->ebtd", x, W) + b[:, None, None]`` with W (E, C_in, C_out) = the member's nn.Linear weight
+transposed; attention folds (E, B) into one batch axis for ``kernels.attention``.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import kernels
+from papers.orion.model import GPT, GPTConfig, rotary, rotary_angles
+
+# GPT parameter name -> how it is stored here (Linear weights transposed to (in, out)).
+_LINEARS = ("attn.c_attn", "attn.c_proj", "mlp.0", "mlp.2")
+_NORMS = ("ln_1", "ln_2")
+
+
+def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """x (E, B, T, C_in) @ w (E, C_in, C_out) + b (E, C_out), per member."""
+    return torch.einsum("ebtc,ecd->ebtd", x, w) + b[:, None, None]
+
+
+def _layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """LayerNorm over channels with per-member gain and bias (E, C); eps as nn.LayerNorm's (1e-5)."""
+    return F.layer_norm(x, x.shape[-1:]) * w[:, None, None] + b[:, None, None]
+
+
+class EnsembleGPT(nn.Module):
+    """E independent GPTs of one config, stacked. Build with :meth:`from_members`, read back with :meth:`member`."""
+
+    def __init__(self, cfg: GPTConfig, members: int):
+        super().__init__()
+        self.cfg, self.members = cfg, members
+        E, C, V = members, cfg.n_embd, cfg.vocab_size
+        self.params = nn.ParameterDict()
+        self.params["wte"] = nn.Parameter(torch.zeros(E, V, C))  # also the head (weight tying)
+        for i in range(cfg.n_layer):
+            for norm in _NORMS:
+                self.params[f"b{i}_{norm}_w"] = nn.Parameter(torch.ones(E, C))
+                self.params[f"b{i}_{norm}_b"] = nn.Parameter(torch.zeros(E, C))
+            for name, (c_in, c_out) in zip(_LINEARS, ((C, 3 * C), (C, C), (C, 4 * C), (4 * C, C))):
+                key = name.replace(".", "_")
+                self.params[f"b{i}_{key}_w"] = nn.Parameter(torch.zeros(E, c_in, c_out))
+                self.params[f"b{i}_{key}_b"] = nn.Parameter(torch.zeros(E, c_out))
+        self.params["ln_f_w"] = nn.Parameter(torch.ones(E, C))
+        self.params["ln_f_b"] = nn.Parameter(torch.zeros(E, C))
+        cos, sin = rotary_angles(cfg.block_size, C // cfg.n_head)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    @classmethod
+    def from_members(cls, models: list[GPT]) -> "EnsembleGPT":
+        """Stack the weights of `models` (same config) as members 0 .. E - 1."""
+        ens = cls(models[0].cfg, len(models))
+        with torch.no_grad():
+            for key, value in ens.params.items():
+                value.copy_(torch.stack([_gpt_tensor(m.state_dict(), key) for m in models]))
+        return ens
+
+    def member(self, e: int) -> GPT:
+        """Member e as a plain GPT (a copy of its current weights)."""
+        model = GPT(self.cfg)
+        state = model.state_dict()
+        with torch.no_grad():
+            for key, value in self.params.items():
+                for name, tensor in _gpt_names(key, value[e]):
+                    state[name].copy_(tensor)
+        model.load_state_dict(state)
+        return model.eval()
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Logits (E, B, T, V) for token ids idx (E, B, T): member e reads idx[e]."""
+        E, B, T = idx.shape
+        C, H = self.cfg.n_embd, self.cfg.n_head
+        p = self.params
+        wte = p["wte"]  # (E, V, C)
+        x = torch.gather(wte, 1, idx.reshape(E, B * T, 1).expand(-1, -1, C)).view(E, B, T, C)
+        cos, sin = self.cos[:T], self.sin[:T]
+        for i in range(self.cfg.n_layer):
+            h = _layer_norm(x, p[f"b{i}_ln_1_w"], p[f"b{i}_ln_1_b"])
+            q, k, v = _linear(h, p[f"b{i}_attn_c_attn_w"], p[f"b{i}_attn_c_attn_b"]).split(C, dim=-1)
+            q, k, v = (z.reshape(E * B, T, H, C // H).transpose(1, 2) for z in (q, k, v))  # (E B, H, T, D)
+            q, k = rotary(q, cos, sin), rotary(k, cos, sin)
+            y = kernels.attention(q, k, v, causal=True).transpose(1, 2).reshape(E, B, T, C)
+            x = x + _linear(y, p[f"b{i}_attn_c_proj_w"], p[f"b{i}_attn_c_proj_b"])
+            h = _layer_norm(x, p[f"b{i}_ln_2_w"], p[f"b{i}_ln_2_b"])
+            h = F.gelu(_linear(h, p[f"b{i}_mlp_0_w"], p[f"b{i}_mlp_0_b"]))
+            x = x + _linear(h, p[f"b{i}_mlp_2_w"], p[f"b{i}_mlp_2_b"])
+        x = _layer_norm(x, p["ln_f_w"], p["ln_f_b"])
+        return torch.einsum("ebtc,evc->ebtv", x, wte)
+
+
+def _gpt_key(key: str) -> tuple[str, bool]:
+    """The GPT state-dict name of a stacked weight, and whether it is a transposed Linear weight."""
+    if key == "wte":
+        return "wte.weight", False
+    if key.startswith("ln_f_"):
+        return f"ln_f.{'weight' if key.endswith('_w') else 'bias'}", False
+    block, rest = key.split("_", 1)
+    i = int(block[1:])
+    kind = "weight" if rest.endswith("_w") else "bias"
+    stem = rest[:-2]
+    for norm in _NORMS:
+        if stem == norm:
+            return f"blocks.{i}.{norm}.{kind}", False
+    for name in _LINEARS:
+        if stem == name.replace(".", "_"):
+            return f"blocks.{i}.{name}.{kind}", kind == "weight"
+    raise KeyError(key)
+
+
+def _gpt_tensor(state: dict, key: str) -> torch.Tensor:
+    name, transposed = _gpt_key(key)
+    return state[name].t() if transposed else state[name]
+
+
+def _gpt_names(key: str, value: torch.Tensor):
+    name, transposed = _gpt_key(key)
+    yield name, value.t() if transposed else value
+    if key == "wte":
+        yield "lm_head.weight", value  # tied
+
+
+def clip_per_member(params, max_norm: float) -> torch.Tensor:
+    """Scale each member's gradient so that its global norm (over all its weights) is at most `max_norm`, as
+    ``torch.nn.utils.clip_grad_norm_`` does for one model. Returns the E norms before clipping."""
+    params = [q for q in params if q.grad is not None]
+    norms = torch.sqrt(sum(q.grad.pow(2).flatten(1).sum(1) for q in params))  # (E,)
+    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for q in params:
+        q.grad.mul_(scale.view(-1, *([1] * (q.dim() - 1))))
+    return norms
+
+
+def decay_groups(ens: EnsembleGPT, weight_decay: float) -> list[dict]:
+    """AdamW groups: weight decay on matrices (the linear weights and the tied embedding: dim >= 3 with the
+    member axis), none on biases and norms."""
+    decay = [q for q in ens.parameters() if q.dim() >= 3]
+    rest = [q for q in ens.parameters() if q.dim() < 3]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+def init_members(cfg: GPTConfig, seeds: list[int]) -> list[GPT]:
+    """One GPT per seed, each initialised after torch.manual_seed(seed) (its GPT-2 init, model.GPT)."""
+    models = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        models.append(GPT(cfg))
+    return models
+

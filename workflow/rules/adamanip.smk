@@ -1,0 +1,125 @@
+# P18 adamanip: adaptive demonstrations and a 3D diffusion policy for articulated objects with hidden mechanisms.
+# prepare (one-go and adaptive expert demonstrations of every category; per seed) -> train (one policy kind,
+# both demonstration kinds; per policy and seed) -> evaluate (closed-loop success on randomised episodes; per
+# policy and seed) -> report.
+# Code: workflow/papers/adamanip/ (stages.py and report.py hold the functions these rules call).
+
+ADAMANIP = f"{RESULTS}/adamanip"
+
+
+rule adamanip_prepare:
+    """Collect one seed's one-go and adaptive expert demonstrations (successes only) of every category."""
+    output:
+        demos=f"{ADAMANIP}/prepare/demos_{{seed}}.npz",
+        stats=f"{ADAMANIP}/prepare/demo_stats_{{seed}}.parquet",
+    params:
+        call="papers.adamanip.stages:prepare",
+        cfg=config["adamanip"],
+        seed="{seed}",
+    log:
+        f"{LOGS}/adamanip/prepare/demos_{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/adamanip/prepare/demos_{{seed}}.tsv"
+    threads: res("light", "threads")
+    resources:
+        **job_resources("light"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule adamanip_train:
+    """Train one policy (diffusion or MLP BC) on one seed's one-go and, separately, its adaptive demonstrations."""
+    input:
+        demos=rules.adamanip_prepare.output.demos,
+    output:
+        model=f"{ADAMANIP}/train/{{policy}}_{{seed}}.pt",
+        history=f"{ADAMANIP}/train/history_{{policy}}_{{seed}}.parquet",
+    params:
+        call="papers.adamanip.stages:train",
+        cfg=config["adamanip"],
+        seed="{seed}",
+        policy="{policy}",
+    log:
+        f"{LOGS}/adamanip/train/{{policy}}_{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/adamanip/train/{{policy}}_{{seed}}.tsv"
+    wildcard_constraints:
+        policy="|".join(config["adamanip"]["policies"]),
+    threads: res("train", "threads")
+    resources:
+        **job_resources("train"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule adamanip_evaluate:
+    """Roll out one seed's two trained policies of a kind on the same randomised episodes of every category."""
+    input:
+        model=rules.adamanip_train.output.model,
+    output:
+        successes=f"{ADAMANIP}/evaluate/successes_{{policy}}_{{seed}}.parquet",
+    params:
+        call="papers.adamanip.stages:evaluate",
+        cfg=config["adamanip"],
+        seed="{seed}",
+        policy="{policy}",
+    log:
+        f"{LOGS}/adamanip/evaluate/successes_{{policy}}_{{seed}}.log",
+    benchmark:
+        f"{BENCHMARKS}/adamanip/evaluate/successes_{{policy}}_{{seed}}.tsv"
+    wildcard_constraints:
+        policy="|".join(config["adamanip"]["policies"]),
+    threads: res("train", "threads")
+    resources:
+        **job_resources("train"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule adamanip_report:
+    """The success-rate table, the figure, the claims with their verdicts and controls, report.md."""
+    input:
+        successes=expand(rules.adamanip_evaluate.output.successes, policy=config["adamanip"]["policies"],
+                         seed=seeds("adamanip")),
+        stats=expand(rules.adamanip_prepare.output.stats, seed=seeds("adamanip")),
+        history=expand(rules.adamanip_train.output.history, policy=config["adamanip"]["policies"], seed=seeds("adamanip")),
+        benchmarks=[
+            *expand(rules.adamanip_prepare.benchmark, seed=seeds("adamanip")),
+            *expand(rules.adamanip_train.benchmark, policy=config["adamanip"]["policies"], seed=seeds("adamanip")),
+            *expand(rules.adamanip_evaluate.benchmark, policy=config["adamanip"]["policies"], seed=seeds("adamanip")),
+        ],
+    output:
+        table_md=report(f"{ADAMANIP}/table.md", caption="../report/adamanip/table.rst", category="adamanip"),
+        table_csv=f"{ADAMANIP}/table.csv",
+        claims=f"{ADAMANIP}/claims.json",
+        params_json=f"{ADAMANIP}/params.json",
+        report_md=f"{ADAMANIP}/report.md",
+        success_figure=report(f"{ADAMANIP}/figures/success.png", caption="../report/adamanip/success.rst",
+                              category="adamanip"),
+    params:
+        call="papers.adamanip.report:report",
+        cfg=config["adamanip"],
+        scale=SCALE,
+    log:
+        f"{LOGS}/adamanip/report.log",
+    benchmark:
+        f"{BENCHMARKS}/adamanip/report.tsv"
+    threads: res("light", "threads")
+    resources:
+        **job_resources("light"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule adamanip:
+    """Everything of paper P18 adamanip: its report, table, figures and claims."""
+    input:
+        paper_outputs("adamanip"),
