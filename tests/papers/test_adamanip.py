@@ -12,7 +12,7 @@ from papers.adamanip.env import CATEGORIES, Episode, Physics
 from papers.adamanip.experts import PULL, PUSH, TURN, AdaptiveExpert, collect, one_go_action
 from papers.adamanip.params import parse
 from papers.adamanip.policy import DDPM, ConditionalUnet1D, PointNet, cosine_betas
-from papers.adamanip.train import windows
+from papers.adamanip.train import ema_decay, windows
 
 PHYS = Physics()
 
@@ -193,13 +193,48 @@ def test_one_go_expert_reads_the_hidden_direction():
 
 # ---- training windows, params -------------------------------------------------------------------------
 def test_windows_pad_at_the_edges_of_each_demo():
+    """The official sampler's layout: observations t-1, t (the first repeats), actions t .. t+3 (the last repeats);
+    the low-dimensional observation appends the previous action, zero at each demo's start."""
     demos = {"points": np.arange(5, dtype=np.float32)[:, None, None].repeat(3, 2),
-             "state": np.arange(5, dtype=np.float32)[:, None].repeat(4, 1),
-             "action": np.arange(5, dtype=np.float32)[:, None].repeat(4, 1),
+             "state": np.arange(5, dtype=np.float32)[:, None].repeat(8, 1),
+             "action": np.arange(5, dtype=np.float32)[:, None].repeat(4, 1) + 10,
              "episode": np.array([0, 0, 0, 1, 1])}
     p, s, a = windows(demos, obs_horizon=2, pred_horizon=4)
+    assert s.shape == (5, 2, 12)
     assert s[:, :, 0].tolist() == [[0, 0], [0, 1], [1, 2], [3, 3], [3, 4]]
-    assert a[:, :, 0].tolist() == [[0, 0, 1, 2], [0, 1, 2, 2], [1, 2, 2, 2], [3, 3, 4, 4], [3, 4, 4, 4]]
+    assert s[:, :, 8].tolist() == [[0, 0], [0, 10], [10, 11], [0, 0], [0, 13]]  # previous action
+    assert a[:, :, 0].tolist() == [[10, 11, 12, 12], [11, 12, 12, 12], [12, 12, 12, 12], [13, 14, 14, 14],
+                                   [14, 14, 14, 14]]
+
+
+def test_velocity_shows_a_blocked_try():
+    """A pull on a locked microwave moves the hand by the compliance only: velocity 1/2 of a step, then 0."""
+    ep = _episode("microwave", 0)
+    ep.hidden["locked"], ep.unlocked = True, False
+    ep._set_open_range()
+    velocities = []
+    for _ in range(2):
+        ep.step(PULL)
+        velocities.append(ep.observe()[1][4])
+    assert velocities == pytest.approx([PHYS.compliance_s / PHYS.step_s, 0.0])
+    free = _episode("microwave", 0)
+    free.hidden["locked"], free.unlocked = False, True
+    free._set_open_range()
+    free.step(PULL)
+    assert free.observe()[1][4] == pytest.approx(1.0)
+
+
+def test_ema_decay_warmup_closed_form():
+    """diffusers' EMAModel(power=0.75) warm-up: 0 at the first step, 1 - (1 + n)^-0.75, capped at 0.9999; and the
+    EMA of a constant sequence of weights converges to it."""
+    assert ema_decay(0) == 0.0
+    assert ema_decay(15) == pytest.approx(1 - 16 ** -0.75)
+    assert ema_decay(10 ** 9) == 0.9999
+    w, target = 0.0, 3.0
+    for n in range(2000):
+        d = ema_decay(n)
+        w = d * w + (1 - d) * target
+    assert w == pytest.approx(target)
 
 
 def test_bad_config_names_the_key():

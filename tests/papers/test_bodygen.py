@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from papers.bodygen import credit
-from papers.bodygen.env import Execution, tokens
+from papers.bodygen.env import RAISE_STEP, Execution, passive_rollout, tokens
 from papers.bodygen.model import GraphNet, MoSAT, RunningNorm
 from papers.bodygen.morphology import ADD, NOOP, REMOVE, Body
 from papers.bodygen.params import ARMS, Params, parse
@@ -128,6 +128,7 @@ def test_execution_reward_matches_a_direct_simulation():
     m = mujoco.MjModel.from_xml_string(body.mjcf(env["root_radius"], env["init_height"], env["joint_range"],
                                                  env["timestep"], env["integrator"]))
     d = mujoco.MjData(m)
+    d.qpos[1] = ex.datas[0].qpos[1]  # the start height that place_on_ground chose (tested below)
     actions = np.random.default_rng(1).uniform(-1.5, 1.5, size=(20, len(body.limbs)))
     for a in actions:
         r, _ = ex.step(a[None], env["ctrl_cost"], np.array([True]))
@@ -144,6 +145,45 @@ def _batch(body, f, limbs):
     t = tokens([body], 2, None, limbs, 4)
     x = torch.randn(1, limbs, f, generator=torch.Generator().manual_seed(0))
     return x, torch.as_tensor(t["codes"]), torch.as_tensor(t["mask"]), torch.as_tensor(t["adj"])
+
+
+@pytest.mark.parametrize("chain", [1, 3])
+def test_start_height_is_the_lowest_grid_height_that_clears_the_floor(chain):
+    """Closed form: the body's lowest point (a capsule end minus its radius, or the root sphere's bottom) must
+    clear the floor plus the geoms' contact margin, on the official 0.05 grid from ground level."""
+    p = Params()
+    body = initial_body(p.body)
+    for _ in range(chain):  # grow a chain down the back leg: the lowest point goes deeper than the template's
+        acts = np.zeros(len(body.limbs), np.int64)
+        acts[-1] = ADD
+        body = body.transform_skeleton(acts, 4, 2)
+    body = body.transform_attributes(np.tile([0.0, -0.8, 0.0, 0.0], (len(body.limbs), 1)))
+    ex = Execution([body], dict(p.env), np.random.default_rng(0), noise=False)
+    start, end = body.attach_points()
+    radius = np.array([0.03 + (u[2] + 1) / 2 * 0.07 for u in (l.u for l in body.limbs)])
+    lowest = min(-p.env["root_radius"], float(np.min(np.minimum(start[1:, 1], end[1:, 1]) - radius[1:])))
+    margin = 0.01  # geom default margin in the MJCF
+    height = p.env["init_height"] + ex.datas[0].qpos[1]  # root centre above the floor
+    k = round((height) / RAISE_STEP)
+    assert height == pytest.approx(k * RAISE_STEP, abs=1e-9)
+    assert height + lowest > -1e-9  # clears the floor (margin contacts count as touching)
+    assert (k - 1) * RAISE_STEP + lowest < margin  # one grid step lower would touch
+    assert ex.datas[0].ncon == 0
+
+
+def test_zero_torque_return_telescopes_to_the_root_displacement():
+    """With zero torque the control cost vanishes and the per-step velocities sum to (x_T - x_0) / dt; x_T from a
+    direct simulation of the same start state (same noise stream) for control_steps * frame_skip physics steps."""
+    p = Params()
+    env = {**p.env, "control_steps": 50}
+    body = initial_body(p.body).transform_skeleton(np.array([0, 1, 1]), 4, 2)
+    returns, lengths = passive_rollout([body], env, np.random.default_rng(3))
+    ex = Execution([body], env, np.random.default_rng(3))
+    m, d = ex.models[0], ex.datas[0]
+    x0 = d.qpos[0]
+    mujoco.mj_step(m, d, nstep=env["control_steps"] * env["frame_skip"])
+    assert lengths[0] == env["control_steps"]
+    assert returns[0] == pytest.approx((d.qpos[0] - x0) / (env["timestep"] * env["frame_skip"]), rel=1e-9)
 
 
 def test_mosat_is_permutation_equivariant_and_only_topope_sees_the_tree_position():

@@ -148,6 +148,10 @@ def test_bad_config_and_data_are_named(tmp_path):
         parse({"nope": 1})
     with pytest.raises(ValueError, match="eagle.fusion.grid"):
         parse({"fusion": {"grid": 3, "hidden": 8, "deformable_points": 2}})
+    with pytest.raises(ValueError, match="eagle.data.digit_classes"):
+        parse({"data": {**SMALL_CFG["data"], "digit_classes": 1}})
+    with pytest.raises(ValueError, match="eagle.data.kinds"):
+        parse({"data": {**SMALL_CFG["data"], "kinds": ["global", "count"]}})
     with pytest.raises(FileNotFoundError, match="missing.npz"):
         D.load_digits_pool(str(tmp_path / "missing.npz"))
     bad = tmp_path / "bad.npz"
@@ -156,20 +160,76 @@ def test_bad_config_and_data_are_named(tmp_path):
         D.load_digits_pool(str(bad))
 
 
+def test_tower_trunk_and_top_compose_and_the_output_is_layer_normed():
+    torch.manual_seed(0)
+    t = Tower("det", 6)
+    x = t.view(torch.rand(3, 32, 32))
+    h = x
+    for conv in t.convs[:-1]:  # the lower layers by hand
+        h = torch.nn.functional.gelu(conv(h))
+    torch.testing.assert_close(t.trunk(x), h)
+    out = t(x)
+    raw = t.convs[-1](h)  # LayerNorm over channels without affine weights, by hand
+    mu, var = raw.mean(1, keepdim=True), raw.var(1, unbiased=False, keepdim=True)
+    torch.testing.assert_close(out, (raw - mu) / torch.sqrt(var + 1e-5))
+
+
+SMALL_CFG = {"seeds": 1, "data": {"train_canvases": 12, "val_canvases": 4, "test_canvases": 4,
+                                  "kinds": ["global", "fine", "count"], "digit_classes": 3,
+                                  "heldout_fraction": 0.4, "digits_file": None},
+             "experts": {"channels": 4, "pretrain_steps": 2, "batch": 4, "lr": 1e-3, "temperature": 0.07},
+             "lm": {"d_model": 8, "n_layer": 1, "n_head": 2, "pretrain_steps": 2, "batch": 4, "lr": 1e-3},
+             "train": {"prealign_steps": 1, "align_steps": 1, "sft_steps": 1, "batch": 4, "align_lr": 1e-3, "sft_lr": 1e-3}}
+
+
+def test_prepare_draws_only_the_chosen_digits_and_asks_the_test_canvases_twice(tmp_path):
+    D.prepare(cfg=SMALL_CFG, data=tmp_path / "d.npz")
+    test, novel = D.read_split(tmp_path / "d.npz", 0, "test"), D.read_split(tmp_path / "d.npz", 0, "novel")
+    for split in ("train", "val", "test"):
+        s = D.read_split(tmp_path / "d.npz", 0, split)
+        assert s["scene_big"].max() < 3 and s["scene_small"].max() < 3
+        assert set(s["q_template"]) <= {0, 1, 2}  # training templates only
+        assert sorted(set(s["q_kind"])) == [0, 1, 2]  # global, fine, count: the kinds asked
+    np.testing.assert_array_equal(test["scene_canvas"], novel["scene_canvas"])
+    assert set(novel["q_template"]) == {3}
+    # The held-out wording does not change the answer: same canvas and kind, same answer word.
+    np.testing.assert_array_equal(test["q_answer"], novel["q_answer"])
+
+
+def test_cached_lower_layers_give_the_towers_own_output_and_stay_frozen(tmp_path):
+    from papers.eagle import train as T
+
+    D.prepare(cfg=SMALL_CFG, data=tmp_path / "d.npz")
+    p = parse(SMALL_CFG)
+    splits = {s: D.read_split(tmp_path / "d.npz", 0, s) for s in ("train", "val", "test", "novel")}
+    pre = T.pretrain_all(splits, p, 0)
+    bank = T.trunk_bank(pre, splits["val"]["scene_canvas"], p.experts["channels"])
+    model = T.build(T.arm("fusion:concat", ["clip", "hires", "det"]), pre, p)
+    canvas = torch.as_tensor(splits["val"]["scene_canvas"])
+    idx = torch.tensor([2, 0, 1])
+    direct = model.fusion([t(t.view(canvas[idx])) for t in model.towers])  # the towers run end to end
+    torch.testing.assert_close(model.visual_tokens(T.trunks(model, bank, idx)), direct)
+    # Stage 1 trains the fusion only; stage 2 never touches a tower's lower layers.
+    frozen = {n: q.clone() for n, q in model.named_parameters() if not n.startswith("fusion")}
+    T.unfreeze(model, towers=False, fusion=True, lm=False)
+    T.fit(model, model.parameters(), splits["train"], T.trunk_bank(pre, splits["train"]["scene_canvas"], 4),
+          steps=2, batch=4, lr=1e-2, rng=np.random.default_rng(0))
+    assert all(torch.equal(frozen[n], q) for n, q in model.named_parameters() if n in frozen)
+    T.unfreeze(model, towers=True, fusion=True, lm=True)
+    lower = {n for n, q in model.named_parameters() if n.startswith("towers") and ".convs.2." not in n}
+    assert lower and not any(q.requires_grad for n, q in model.named_parameters() if n in lower)
+
+
 def test_one_arm_end_to_end(tmp_path):
     from papers.eagle import train as T
 
-    cfg = {"seeds": 1, "data": {"train_canvases": 12, "val_canvases": 4, "test_canvases": 4, "heldout_fraction": 0.4,
-                                "digits_file": None},
-           "experts": {"channels": 4, "pretrain_steps": 2, "batch": 4, "lr": 1e-3, "temperature": 0.07},
-           "lm": {"d_model": 8, "n_layer": 1, "n_head": 2, "pretrain_steps": 2, "batch": 4, "lr": 1e-3},
-           "train": {"prealign_steps": 1, "align_steps": 1, "sft_steps": 1, "batch": 4, "align_lr": 1e-3, "sft_lr": 1e-3}}
-    D.prepare(cfg=cfg, data=tmp_path / "d.npz")
-    p = parse(cfg)
-    splits = {s: D.read_split(tmp_path / "d.npz", 0, s) for s in ("train", "val", "test")}
+    D.prepare(cfg=SMALL_CFG, data=tmp_path / "d.npz")
+    p = parse(SMALL_CFG)
+    splits = {s: D.read_split(tmp_path / "d.npz", 0, s) for s in ("train", "val", "test", "novel")}
     pre = T.pretrain_all(splits, p, 0)
+    banks = {s: T.trunk_bank(pre, splits[s]["scene_canvas"], p.experts["channels"]) for s in splits}
     lm_before = {k: v.clone() for k, v in pre["lm"].items()}
-    rows = T.run_arm(T.arm("prealign:concat", ["clip", "hires", "det"], prealign="aligned"), pre, splits, p,
+    rows = T.run_arm(T.arm("prealign:concat", ["clip", "hires", "det"], prealign="aligned"), pre, splits, banks, p,
                      np.random.default_rng(0))
-    assert {r["kind"] for r in rows} == {"all", *D.KINDS} and all(0 <= r["accuracy"] <= 1 for r in rows)
+    assert {r["kind"] for r in rows} == {"all", "global", "fine", "count"} and all(0 <= r["accuracy"] <= 1 for r in rows)
     assert all(torch.equal(lm_before[k], pre["lm"][k]) for k in lm_before)  # arms train copies

@@ -219,6 +219,23 @@ def test_random_masks_are_distinct_blocks_of_the_search_range():
     assert math.isnan(r["mask_agreement"]) and 0 <= r["hit_rate"] <= 1
 
 
+def test_the_offload_control_reads_as_many_blocks_as_hips_search_at_random():
+    q, k = _randn(2, 8, 16), _randn(2, 4000, 16, seed=1)
+    tree, visited = off.trace_tree(q, k, CFG)
+    mask, drawn = off.random_trace(2, 8, 4000, CFG, torch.Generator().manual_seed(0))
+    ns, w_lo = off.search_range(8, 4000, CFG)
+    assert len(drawn) == len(visited) > 1  # one draw per level of the tree
+    for level, ours in zip(visited, drawn):
+        assert ours.shape == level.shape == (2, 2 * CFG.n)
+        for row in ours.tolist():
+            assert len(set(row)) == 2 * CFG.n and ns <= min(row) and max(row) < w_lo
+    assert mask.shape == tree.shape
+    # a short range has nothing to prune: the control keeps the whole range, as HiP does
+    short_tree, short_visited = off.trace_tree(q, k[:, :100], CFG)
+    m, d = off.random_trace(2, 8, 100, CFG, torch.Generator().manual_seed(0))
+    assert d == short_visited == [] and torch.equal(m, short_tree)
+
+
 # ---- data --------------------------------------------------------------------------------------
 TEXT = data.to_bytes("In the beginning God created the heaven and the earth. " * 40)
 
@@ -239,6 +256,33 @@ def test_training_records_are_repeated_far_apart_and_their_repeats_digits_are_ma
             digits = set(range(repeat + data.KEY_OFFSET, repeat + data.KEY_OFFSET + data.KEY_DIGITS))
             assert digits <= marked and not marked & set(range(first, first + data.RECORD_LEN))
         assert len(marked) == data.KEY_DIGITS * len(set(names))
+
+
+def test_copy_drill_repeats_its_period_and_marks_every_copy():
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        x, recall = data.copy_drill(rng, 200, 40)
+        period = int(np.argmax(recall))  # the first marked byte
+        assert 40 <= period < 100 and recall[period:].all() and not recall[:period].any()
+        assert (x[period:] == x[:-period]).all() and set(x.tolist()) <= set(data.DRILL_ALPHABET.tolist())
+    with pytest.raises(ValueError, match="drill"):
+        data.copy_drill(rng, 80, 40)
+
+
+def test_smeared_keys_are_the_gated_mix_of_a_key_and_the_previous_one():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=16, smear_keys=True)).eval()
+    x = torch.randint(0, 256, (1, 12))
+    qk = ev.record_qk(model, x)[0]
+    h = model.blocks[0].ln_1(model.wte(x))
+    k = model.blocks[0].attn.c_attn(h).split(16, dim=2)[1].view(1, 12, 2, 8).transpose(1, 2)
+    s = torch.sigmoid(model.blocks[0].attn.smear)  # 1/2 at initialisation
+    expect = s * k + (1 - s) * torch.cat([torch.zeros_like(k[:, :, :1]), k[:, :, :-1]], dim=2)
+    torch.testing.assert_close(qk[1], rope(expect, 10000.0))
+    y1 = model(x)
+    x2 = x.clone()
+    x2[0, 7] = (x2[0, 7] + 1) % 256
+    torch.testing.assert_close(model(x2)[0, :7], y1[0, :7])  # still causal
 
 
 def test_retrieval_prompt_layout_depth_and_distractors():
@@ -279,7 +323,9 @@ def test_default_config_parses_and_bad_combinations_are_named():
     p = parse(cfg)
     assert p.hip.n == p.hip.mask_k // p.hip.block_k
     with pytest.raises(ValueError, match="offload.lengths"):
-        parse({**cfg, "offload": {**cfg["offload"], "lengths": [2048, 4096]}})
+        parse({**cfg, "offload": {**cfg["offload"], "lengths": [32, 4096]}})
+    with pytest.raises(ValueError, match="short_steps"):
+        parse({**cfg, "train": {**cfg["train"], "short_steps": cfg["train"]["steps"] + 1}})
     with pytest.raises(ValueError, match="eval.lengths"):
         parse({**cfg, "eval": {**cfg["eval"], "lengths": [4096]}})
     with pytest.raises(ValueError, match="dense_layers"):
@@ -337,10 +383,12 @@ def _claim_frames(p, hip_acc=1.0, random_acc=0.0, seeds=3, locality=0.3):
                         base = 0.3 if m == "random" else 0.5 + (locality if keys == "model" else 0.0)
                         rec.append({"seed": s, "prompt": i, "layer": layer, "keys": keys, "method": m,
                                     "recall": base + 0.02 * rng.random()})
-        for T in p.offload.lengths:
+        for T in p.offload.lengths:  # HiP: a log T working set served at 0.9; random blocks: hit rate 0.5
             for arm in ("hip", "random"):
-                dec.append({"seed": s, "window": 0, "layer": 1, "T": T, "arm": arm, "hit_rate": 0.9,
-                            "working_set_blocks": 10.0, "capacity_blocks": 50, "mask_agreement": 1.0})
+                dec.append({"seed": s, "window": 0, "layer": 1, "T": T, "arm": arm,
+                            "hit_rate": (0.9 if arm == "hip" else 0.5) + 0.01 * rng.random(),
+                            "working_set_blocks": 10.0 * math.log2(T / p.hip.mask_k), "capacity_blocks": 50,
+                            "mask_agreement": 1.0})
     cst = []
     for rep in range(3):
         for T in p.cost.lengths:
@@ -361,11 +409,15 @@ def test_claims_hold_on_a_clear_effect_and_their_controls_do_not():
     ret, txt, rec, cst, dec = _claim_frames(p)
     claims = {c.id: c for c in hip_claims(p, ret, txt, rec, cst, dec)}
     assert set(claims) == {"far", "a", "b", "c", "d"}
-    for cid in ("far", "a", "b", "c"):
+    for cid in ("far", "a", "b", "c", "d"):
         assert claims[cid].verdict == "holds", (cid, claims[cid].note)
         assert claims[cid].control.verdict == "does not hold", cid
-    # the default offload lengths never reach a cache below max_cache_share of the context: not evidence
-    assert claims["d"].verdict == "not measured" and "max_cache_share" in claims["d"].note
+    # offload lengths where the log T cache holds more than max_cache_share of the context: not evidence
+    import dataclasses
+
+    short = dataclasses.replace(p, offload=dataclasses.replace(p.offload, lengths=(256, 512, 1024)))
+    d = hip_claims(short, *_claim_frames(short))[4]
+    assert d.id == "d" and d.verdict == "not measured" and "max_cache_share" in d.note
 
 
 def test_quality_claim_fails_when_hip_is_no_better_than_random_blocks():

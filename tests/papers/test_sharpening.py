@@ -14,7 +14,7 @@ import yaml
 
 from papers.sharpening import lm, task
 from papers.sharpening import tabular as tb
-from papers.sharpening.model import GPT, GPTConfig, generate, token_logprobs
+from papers.common.gpt import GPT, GPTConfig, generate, token_logprobs
 from papers.sharpening.params import parse
 from papers.sharpening import stages
 

@@ -35,7 +35,10 @@ CATEGORIES = ("bottle", "door", "microwave", "safe", "lamp", "bottle_visible")
 HIDDEN = ("bottle", "door", "microwave", "safe", "lamp")
 CONTROL = "bottle_visible"
 
-STATE_DIM = 4  # gripper state: (s, lateral y, lateral z, psi) in the grasp frame
+POSE_DIM = 4  # gripper pose: (s, lateral y, lateral z, psi) in the grasp frame
+STATE_DIM = 2 * POSE_DIM  # gripper state: its pose and its velocity (the pose change of the last step, in units of
+# the step sizes) -- the official proprioception holds qpos, qvel and the hand pose; the velocity is what shows a
+# blocked try (the gripper moves less than commanded)
 ACTION_DIM = 4  # end-effector target deltas (ds, dy, dz, dpsi), each in [-1, 1] x its step size
 
 
@@ -47,8 +50,11 @@ class Physics:
 
     step_s: float = 0.01  # metres of pull / push per unit action (official lift: 0.015)
     step_psi: float = 0.2618  # radians of roll per unit action (15 deg, the official rot_quat)
-    compliance_s: float = 0.02  # how far the gripper can strain past a blocked part (m)
-    compliance_psi: float = 0.4  # and in roll (rad)
+    # how far the gripper can strain past a blocked part (m), and in roll (rad): half a step, so a blocked try
+    # moves the hand half as far as commanded (the official IsaacGym hand, holding a locked handle, barely follows
+    # its target), which the gripper's velocity in the observation shows
+    compliance_s: float = 0.005
+    compliance_psi: float = 0.13
     open_success: float = 0.04  # opening (m of travel, arc length for hinged doors) that counts as success
     unlock_range: tuple = (0.5, 1.0)  # hidden turn (rad) that releases a lock, uniform (bottle, door, safe)
     lamp_on: float = 0.5  # turn (rad) that switches a lamp on
@@ -232,7 +238,8 @@ class Episode:
         self.unlocked = category == "lamp" or (category == "microwave" and not self.hidden["locked"])
         self._set_open_range()
         self.u, self.v, self.w = (np.array(a, dtype=float) for a in FRAMES[category])
-        self.cmd = np.zeros(STATE_DIM)  # gripper target in the grasp frame: s, lateral y, lateral z, psi
+        self.cmd = np.zeros(POSE_DIM)  # gripper target in the grasp frame: s, lateral y, lateral z, psi
+        self.velocity = np.zeros(POSE_DIM)  # its change over the last step / the step sizes
         self.q = {"open": 0.0, "turn": 0.0, "press": 0.0}  # s_open (m of travel), theta (rad), b (m)
         self._write_qpos()
         n_parts = m.ngeom + 2  # the object's geoms and the gripper's two fingers
@@ -276,7 +283,9 @@ class Episode:
         compliance past a blocked part."""
         ph = self.phys
         a = np.clip(np.asarray(action, dtype=float), -1.0, 1.0)
-        self.cmd += a * np.array([ph.step_s, ph.step_s, ph.step_s, ph.step_psi])
+        steps = np.array([ph.step_s, ph.step_s, ph.step_s, ph.step_psi])
+        before = self.cmd.copy()
+        self.cmd += a * steps
         s, psi = self.cmd[0], self.cmd[3]
         theta = float(np.clip(psi, *self._range("turn")))
         press = float(np.clip(-s, *self._range("press")))
@@ -294,6 +303,7 @@ class Episode:
         self.cmd[0] = np.clip(s, s_part - ph.compliance_s, s_part + ph.compliance_s)
         self.cmd[1:3] = np.clip(self.cmd[1:3], -ph.compliance_s, ph.compliance_s)
         self.cmd[3] = np.clip(psi, theta - ph.compliance_psi, theta + ph.compliance_psi)
+        self.velocity = (self.cmd - before) / steps
         self._write_qpos()
 
     @property
@@ -305,7 +315,7 @@ class Episode:
 
     # ---- observation ----
     def observe(self) -> tuple[np.ndarray, np.ndarray]:
-        """(points (P, 3) in the world frame, gripper state (4,) in the grasp frame)."""
+        """(points (P, 3) in the world frame, gripper state (8,): pose and velocity in the grasp frame)."""
         d = self.data
         pts = [d.geom_xpos[g] + pl @ d.geom_xmat[g].reshape(3, 3).T for g, pl in enumerate(self.local_points)]
         # the gripper: at the handle, offset by how far it strains past the part, rolled by psi about u
@@ -316,7 +326,7 @@ class Episode:
         rot = np.stack([self.u, v, w], 1)  # columns: grasp-frame axes in the world
         origin = d.site_xpos[self.site] + self.u * (self.cmd[0] - s_part) + self.v * self.cmd[1] + self.w * self.cmd[2]
         pts.append(origin + self.finger_points @ rot.T)
-        return np.concatenate(pts).astype(np.float32), self.cmd.astype(np.float32).copy()
+        return np.concatenate(pts).astype(np.float32), np.r_[self.cmd, self.velocity].astype(np.float32)
 
     def moved(self, before: dict, joint: str, tol: float = 1e-6) -> bool:
         """Whether `joint` moved since `before` (a copy of ``self.q``): what the adaptive expert watches."""

@@ -1,8 +1,8 @@
 """The AdaManip policy (Sec. 4.2): a 3D diffusion policy, and the MLP behaviour-cloning baseline.
 
 Observation encoder (both policies): a PointNet (Qi et al. 2017; the paper uses PointNet++) -- a shared
-per-point MLP and a max-pool -- on each of the last ``To`` point clouds, concatenated with the gripper
-states: the global condition ``c`` (B, To * (F + 4)).
+per-point MLP and a max-pool -- on each of the last ``To`` point clouds, concatenated with the low-dimensional
+states (gripper pose, velocity, previous action; train.LOW_DIM): the global condition ``c`` (B, To * (F + 12)).
 
 Diffusion policy (Chi et al. 2023, as in the official ``diffusion_policy/``): a 1D temporal U-Net over the
 action chunk (B, A, Tp) whose residual blocks are modulated by FiLM of the condition and the diffusion
@@ -22,8 +22,9 @@ choice) ``alpha_bar(t) = cos^2((t/K + s)/(1 + s) pi/2)``, ``beta_k = min(1 - alp
 alpha_bar(k/K), 0.999)``, and sampled by ancestral DDPM steps with the posterior variance
 ``beta~_k = (1 - alpha_bar_{k-1}) / (1 - alpha_bar_k) beta_k`` and x_0 clipped to [-1, 1].
 
-Receding horizon: from ``To`` = 2 observations predict ``Tp`` = 4 actions (a_{t-1} .. a_{t+2}) and execute
-``Ta`` = 3 of them (a_t .. a_{t+2}) before predicting again.
+Receding horizon (official diffusion_train.py and dataset.py): from ``To`` = 2 observations predict the ``Tp`` = 4
+actions to come (a_t .. a_{t+3}) and execute ``Ta`` = 1 of them before predicting again, so the policy sees the
+outcome of every try.
 
 MLP BC: the same encoder and an MLP regressing the same action chunk by mean squared error, which
 averages the modes of a multi-modal action distribution (why the paper prefers diffusion).

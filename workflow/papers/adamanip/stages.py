@@ -114,7 +114,7 @@ def evaluate(*, cfg, seed: str, policy: str, model, successes):
     ckpt = torch.load(model, weights_only=False)
     rows = []
     for k, kind in enumerate(KINDS):
-        zeros = Normalizer(np.zeros(3), np.ones(3), np.zeros(4), np.ones(4))
+        zeros = Normalizer(np.zeros(3), np.ones(3), np.zeros(T.LOW_DIM), np.ones(T.LOW_DIM))
         net = T.build(policy, zeros, p.policy)
         net.load_state_dict(ckpt["states"][kind])
         eps = [ep for cat in p.categories for ep in

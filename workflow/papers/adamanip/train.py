@@ -1,21 +1,36 @@
 """Training (one policy on one category's demonstrations) and batched closed-loop evaluation."""
 from __future__ import annotations
 
+import copy
+import math
+
 import numpy as np
 import torch
 
-from papers.adamanip.env import ACTION_DIM, STATE_DIM
+from papers.adamanip.env import ACTION_DIM, POSE_DIM, STATE_DIM
 from papers.adamanip.policy import DiffusionPolicy, MLPPolicy, Normalizer
 
 POLICIES = ("diffusion", "mlp_bc")
+LOW_DIM = STATE_DIM + ACTION_DIM  # the low-dimensional observation: gripper pose, velocity and previous action
+
+
+def previous_actions(action: np.ndarray, episode: np.ndarray) -> np.ndarray:
+    """The action executed before each step, zeros at the first step of each demo (the official observation's
+    ``prev_action``, dataset/dataset.py ``obs_wrapper``). (N, A)"""
+    prev = np.zeros_like(action)
+    prev[1:] = action[:-1]
+    prev[np.r_[True, episode[1:] != episode[:-1]]] = 0.0
+    return prev
 
 
 def windows(demos: dict, obs_horizon: int, pred_horizon: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Training samples: for every step t of every demo, the observations t-To+1..t and the actions
-    t-To+1..t-To+Tp, indices clipped to the demo (the edges repeat, as the official sequence sampler pads).
+    """Training samples as the official ``create_sample_indices``: for every step t of every demo, the
+    observations t-To+1..t and the actions t..t+Tp-1 (the actions to come), indices clipped to the demo (the
+    first observation and the last action repeat, as the official sampler pads). The low-dimensional observation
+    is the gripper state (pose, velocity) and the previous action (official env_state = proprioception + prev_action).
 
-    `demos` holds flat arrays ``points`` (N, P, 3), ``state`` (N, 4), ``action`` (N, 4) and ``episode`` (N,)
-    (which demo each step belongs to, in order). Returns points (M, To, P, 3), state (M, To, 4), actions (M, Tp, 4).
+    `demos` holds flat arrays ``points`` (N, P, 3), ``state`` (N, 8), ``action`` (N, 4) and ``episode`` (N,)
+    (which demo each step belongs to, in order). Returns points (M, To, P, 3), state (M, To, 12), actions (M, Tp, 4).
     """
     episode = demos["episode"]
     starts = np.flatnonzero(np.r_[True, episode[1:] != episode[:-1]])
@@ -24,13 +39,14 @@ def windows(demos: dict, obs_horizon: int, pred_horizon: int) -> tuple[np.ndarra
     for s, e in zip(starts, ends):
         for t in range(s, e):
             obs_idx.append(np.clip(t - obs_horizon + 1 + np.arange(obs_horizon), s, e - 1))
-            act_idx.append(np.clip(t - obs_horizon + 1 + np.arange(pred_horizon), s, e - 1))
+            act_idx.append(np.clip(t + np.arange(pred_horizon), s, e - 1))
     obs_idx, act_idx = np.array(obs_idx), np.array(act_idx)
-    return demos["points"][obs_idx], demos["state"][obs_idx], demos["action"][act_idx]
+    low_dim = np.concatenate([demos["state"], previous_actions(demos["action"], episode)], 1)
+    return demos["points"][obs_idx], low_dim[obs_idx], demos["action"][act_idx]
 
 
 def build(policy: str, norm: Normalizer, pol: dict):
-    common = dict(hidden=pol["hidden"], feat=pol["feat"], state_dim=STATE_DIM, action_dim=ACTION_DIM,
+    common = dict(hidden=pol["hidden"], feat=pol["feat"], state_dim=LOW_DIM, action_dim=ACTION_DIM,
                   obs_horizon=pol["obs_horizon"], pred_horizon=pol["pred_horizon"])
     if policy == "diffusion":
         return DiffusionPolicy(norm, unet_dims=tuple(pol["unet_dims"]), diffusion_steps=pol["diffusion_steps"], **common)
@@ -39,16 +55,32 @@ def build(policy: str, norm: Normalizer, pol: dict):
     raise ValueError(f"adamanip: policy must be one of {POLICIES}, got {policy!r}")
 
 
+def ema_decay(step: int, power: float = 0.75, max_decay: float = 0.9999) -> float:
+    """The EMA decay after `step` optimiser steps, 1 - (1 + step)^-power, 0 at the first step (the warm-up of
+    diffusers' ``EMAModel`` with ``power=0.75``, which the official diffusion_policy_new.py uses)."""
+    return 0.0 if step <= 0 else min(max_decay, 1.0 - (1.0 + step) ** -power)
+
+
 def fit(policy: str, demos: dict, pol: dict, tr: dict, seed: int) -> tuple[torch.nn.Module, list[float]]:
-    """Train one policy by minibatch AdamW on the demos' windows; returns the model and its loss curve."""
+    """Train one policy by minibatch AdamW on the demos' windows, keeping an exponential moving average of its
+    weights (returned: the EMA model, which the official code evaluates) and the online model's loss curve."""
     torch.manual_seed(seed)
     points, state, actions = windows(demos, pol["obs_horizon"], pol["pred_horizon"])
-    flat_p = points.reshape(-1, 3)
-    norm = Normalizer(flat_p.mean(0), flat_p.std(0) + 1e-6, state.reshape(-1, STATE_DIM).mean(0),
-                      state.reshape(-1, STATE_DIM).std(0) + 1e-2)  # floor: a dimension
-                      # the demos never move (lateral) must not blow up when the policy drifts in it
+    flat_p, flat_s = points.reshape(-1, 3), state.reshape(-1, LOW_DIM)
+    # standardise points and the gripper pose; velocity and previous action are in step units already and stay
+    rest = LOW_DIM - POSE_DIM
+    state_mean = np.r_[flat_s[:, :POSE_DIM].mean(0), np.zeros(rest)]
+    state_std = np.r_[flat_s[:, :POSE_DIM].std(0) + 1e-2, np.ones(rest)]  # floor: a dimension the demos never
+    # move (lateral) must not blow up when the policy drifts in it
+    norm = Normalizer(flat_p.mean(0), flat_p.std(0) + 1e-6, state_mean, state_std)
     model = build(policy, norm, pol)
+    ema = copy.deepcopy(model).requires_grad_(False)
     opt = torch.optim.AdamW(model.parameters(), lr=tr["lr"], weight_decay=tr["weight_decay"])
+    # the official schedule: linear warm-up, then cosine decay to 0 (diffusers' get_scheduler('cosine'); its 500
+    # warm-up steps of a long run scaled here to the first 5 % of the steps)
+    warmup = max(1, tr["steps"] // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / warmup) * 0.5 * (
+        1.0 + math.cos(math.pi * max(0, i - warmup) / max(1, tr["steps"] - warmup))))
     gen = torch.Generator().manual_seed(seed)
     P, S, A = (torch.as_tensor(x, dtype=torch.float32) for x in (points, state, actions))
     losses = []
@@ -58,37 +90,45 @@ def fit(policy: str, demos: dict, pol: dict, tr: dict, seed: int) -> tuple[torch
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        sched.step()
+        decay = ema_decay(step)
+        with torch.no_grad():
+            for pe, pm in zip(ema.parameters(), model.parameters()):
+                pe.mul_(decay).add_(pm, alpha=1.0 - decay)
         losses.append(float(loss.detach()))
-    return model, losses
+    return ema, losses
 
 
 @torch.no_grad()
 def rollout(model, eps: list, max_steps: int, pol: dict, seed: int) -> np.ndarray:
     """Success (0/1) of each episode (a batch of any categories, all with the same number of points) under
-    receding-horizon control: predict Tp actions from the last To observations, execute Ta of them,
-    repeat; success latches when reached."""
+    receding-horizon control: predict the Tp actions to come from the last To observations (points, gripper
+    state, previous action), execute the first Ta of them (official: Ta = 1), repeat; success latches."""
     model.eval()
     episodes = len(eps)
     To, Ta = pol["obs_horizon"], pol["action_horizon"]
     gen = torch.Generator().manual_seed(seed)
+    no_action = np.zeros(ACTION_DIM, dtype=np.float32)
     obs = [ep.observe() for ep in eps]
     hist_p = [[o[0]] * To for o in obs]
-    hist_s = [[o[1]] * To for o in obs]
+    hist_s = [[np.r_[o[1], no_action]] * To for o in obs]
     done = np.zeros(episodes, dtype=bool)
     t = 0
     while t < max_steps and not done.all():
-        P = torch.as_tensor(np.stack([np.stack(h[-To:]) for h in hist_p]))  # (E, To, P, 3)
-        S = torch.as_tensor(np.stack([np.stack(h[-To:]) for h in hist_s]))  # (E, To, 4)
-        chunk = model.act(P, S, gen).numpy()  # (E, Tp, A)
-        for j in range(To - 1, To - 1 + Ta):
+        live = np.flatnonzero(~done)  # only the episodes still running are fed to the policy
+        P = torch.as_tensor(np.stack([np.stack(hist_p[i][-To:]) for i in live]))  # (E', To, P, 3)
+        S = torch.as_tensor(np.stack([np.stack(hist_s[i][-To:]) for i in live]))  # (E', To, 12)
+        chunk = model.act(P, S, gen).numpy()  # (E', Tp, A)
+        for j in range(Ta):
             if t >= max_steps:
                 break
-            for i, ep in enumerate(eps):
+            for row, i in enumerate(live):
                 if done[i]:
                     continue
-                ep.step(chunk[i, j])
-                done[i] = ep.success
-                p, s = ep.observe()
-                hist_p[i].append(p), hist_s[i].append(s)
+                action = np.clip(chunk[row, j], -1.0, 1.0).astype(np.float32)
+                eps[i].step(action)
+                done[i] = eps[i].success
+                p, s = eps[i].observe()
+                hist_p[i].append(p), hist_s[i].append(np.r_[s, action])
             t += 1
     return done.astype(np.int64)

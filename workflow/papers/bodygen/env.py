@@ -4,7 +4,8 @@ Episode structure (official ``ant.py``): ``skel_steps`` skeleton transforms, one
 up to ``control_steps`` control steps of ``frame_skip`` physics steps each. Reward (execution only):
 forward velocity of the root, :math:`(x_{after} - x_{before}) / dt`, minus ``ctrl_cost`` times the mean
 squared torque command; design steps get 0. At the start of execution qpos and qvel get uniform noise in
-[-0.1, 0.1] (official ``reset_state(add_noise=True)``). An episode terminates when the root's pitch leaves
+[-0.1, 0.1] (official ``reset_state(add_noise=True)``), then the body is lowered to the ground and raised until
+it floats (official ``env_init_height``, :func:`place_on_ground`). An episode terminates when the root's pitch leaves
 +-``max_tilt`` degrees (official crawler ``done_condition: max_ang: 60``), else it is truncated after
 ``control_steps``. Terminated bodies stop simulating (their later steps are not samples).
 """
@@ -57,6 +58,25 @@ def tokens(bodies: list[Body], stage: int, sims: list[np.ndarray] | None, max_li
             "valid_skel": mask.astype(np.float32), "valid_attr": valid_attr, "valid_ctrl": valid_ctrl}
 
 
+RAISE_STEP = 0.05  # official hopper.py reset_state: the body is raised in steps of 0.05 until it floats
+
+
+def place_on_ground(m: mujoco.MjModel, d: mujoco.MjData, init_height: float) -> None:
+    """Drop the body's root to ground level, then raise it in ``RAISE_STEP`` steps until no geom touches the floor.
+
+    The official planar environments (``hopper.py`` ``reset_state`` with ``env_init_height``) start every
+    design this way, so that a design whose limbs reach below the template's root height does not start
+    inside the floor (the contact solver would launch it: a return earned with zero torque).
+    ``qpos[1]`` is the root's vertical slide, relative to the MJCF height ``init_height``.
+    """
+    d.qpos[1] = -init_height
+    while True:
+        mujoco.mj_forward(m, d)
+        if not any(0 in (c.geom1, c.geom2) for c in d.contact[:d.ncon]):  # geom 0: the floor
+            return
+        d.qpos[1] += RAISE_STEP
+
+
 class Execution:
     """The execution stage of N bodies at once: one MuJoCo model per body (compiled from its MJCF)."""
 
@@ -71,7 +91,7 @@ class Execution:
             if noise:  # official reset_state(add_noise=True)
                 d.qpos[:] = m.qpos0 + rng.uniform(-0.1, 0.1, m.nq)
                 d.qvel[:] = rng.uniform(-0.1, 0.1, m.nv)
-            mujoco.mj_forward(m, d)
+            place_on_ground(m, d, sim["init_height"])
             self.models.append(m)
             self.datas.append(d)
         self.joint_order = [self._dfs_to_bfs(body) for body in bodies]
@@ -123,3 +143,20 @@ class Execution:
             rewards[b] = (d.qpos[0] - x_before) / self.dt - cost
             terminal[b] = not (np.isfinite(d.qpos).all() and abs(d.qpos[2]) < max_tilt)
         return rewards, terminal
+
+
+def passive_rollout(bodies: list[Body], sim: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The bodies' execution stage with zero torque: the return (N,) and episode length (N,) that a design earns
+    by collapsing under gravity alone, which the policy's return must exceed to count as moving."""
+    ex = Execution(bodies, sim, rng)
+    alive = np.ones(len(bodies), bool)
+    returns, lengths = np.zeros(len(bodies)), np.zeros(len(bodies))
+    zero = np.zeros((len(bodies), max(len(b.limbs) for b in bodies)))
+    for _ in range(sim["control_steps"]):
+        lengths += alive
+        r, done = ex.step(zero, sim["ctrl_cost"], alive)
+        returns += r
+        alive &= ~done
+        if not alive.any():
+            break
+    return returns, lengths

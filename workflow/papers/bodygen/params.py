@@ -35,17 +35,19 @@ class Params:
     # planar here: two legs, front and back, pointing down and out).
     body: dict = field(default_factory=lambda: {
         "legs": [[0.3, -0.3], [-0.3, -0.3]], "size": 0.08, "gear": 30.0, "max_depth": 4, "max_children": 2})
-    # Episode (official: 5 skeleton steps, frame skip 4, timestep 0.01, ctrl cost 1e-4, 1000 control steps).
+    # Episode (official: 5 skeleton steps, frame skip 4, timestep 0.01, ctrl cost 1e-4, 1000 control steps; no
+    # tilt termination: the official default max_ang 3600).
     env: dict = field(default_factory=lambda: {
-        "skel_steps": 5, "control_steps": 100, "frame_skip": 4, "timestep": 0.01, "ctrl_cost": 1.0e-4,
-        "root_radius": 0.25, "init_height": 0.5, "joint_range": 30.0, "max_tilt": 60.0, "integrator": "Euler"})
+        "skel_steps": 5, "control_steps": 200, "frame_skip": 4, "timestep": 0.01, "ctrl_cost": 1.0e-4,
+        "root_radius": 0.25, "init_height": 0.5, "joint_range": 30.0, "max_tilt": 3600.0, "integrator": "Euler"})
     # Networks (official: hidden 64, 3 blocks, MLP heads 128 x 128, attr log-std -2.3, control log-std -0.5).
     model: dict = field(default_factory=lambda: {
         "hidden": 32, "blocks": 2, "head_hidden": 64, "attr_log_std": -2.3, "control_log_std": -0.5})
     # PPO (official: gamma 0.995, tau 0.95, clip 0.2, 10 epochs, minibatch 2048, grad norm 40, policy lr 5e-5,
     # value lr 3e-4, 50k samples x 1000 iterations).
     ppo: dict = field(default_factory=lambda: {
-        "env_steps": 3000, "samples": 400, "episodes": 4, "epochs": 2, "minibatch": 1024, "gamma": 0.995, "lam": 0.95, "clip": 0.2,
+        "env_steps": 12000, "samples": 1600, "episodes": 8, "epochs": 5, "minibatch": 512, "gamma": 0.995, "lam": 0.95,
+        "clip": 0.2,
         "max_grad_norm": 40.0, "policy_lr": 3.0e-4, "value_lr": 1.0e-3})
     # Evaluation of the final design: deterministic design and control, episodes with their own start noise.
     evaluate: dict = field(default_factory=lambda: {"episodes": 8})

@@ -83,6 +83,7 @@ def evaluate(*, cfg, checkpoints, returns, designs, parameters):
     """Final design of every (arm, seed): deterministic design and control over `evaluate.episodes` episodes."""
     import torch
 
+    from papers.bodygen.env import passive_rollout
     from papers.bodygen.model import count_parameters
     from papers.bodygen.train import make_agent, rollout
 
@@ -102,9 +103,14 @@ def evaluate(*, cfg, checkpoints, returns, designs, parameters):
             _, rew, alive, _, is_design, _, final = rollout(agent, arm, p, rng, p.evaluate["episodes"],
                                                              deterministic=True)
             per_episode = rew.sum(1)
+            # The second half of the execution (sustained motion, past the start's transient; 0 once terminated)
+            # and the same designs from the same start states with zero torque (what collapsing alone earns).
+            late = rew[:, int(is_design.sum()) + p.env["control_steps"] // 2:].sum(1)
+            passive, _ = passive_rollout(final, p.env, np.random.default_rng([seed + arm["seed_offset"], 1]))
             rows.append({"arm": name, "seed": seed, "return": float(per_episode.mean()),
                          "return_std": float(per_episode.std()),
                          "episode_length": float(alive[:, ~is_design].sum(1).mean()),
+                         "late_return": float(late.mean()), "passive_return": float(passive.mean()),
                          "limbs": len(final[0].limbs)})
             bodies[f"{name}/{seed}"] = design_record(final[0])
     write_parquet(pd.DataFrame(rows), returns)

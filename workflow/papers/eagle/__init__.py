@@ -5,17 +5,18 @@ released fusion (``MultiBackboneChannelConcatenationVisionTower``: every expert'
 interpolated, align_corners=True, to one grid, concatenated along channels, then the ``mlp2x_gelu`` projector);
 nothing is copied from it.
 
-What is reproduced, at toy scale: the design-space study of Sec. 3 -- vision experts of complementary kinds
+What is reproduced, at toy scale: the design-space exploration of Sec. 2 -- vision experts of complementary kinds
 (a CLIP-style contrastive low-resolution encoder, a high-resolution "text-reading" encoder, a localisation
 encoder), each pretrained on its own objective; a tiny causal LM pretrained on the question/answer text; the
-fusions of Sec. 3.3 at matched parameter budgets (channel concatenation, sequence append, LLaVA-HR-style
+fusions of Sec. 2.4 (Fusion strategy) at matched parameter budgets (channel concatenation, sequence append, LLaVA-HR-style
 injection, Mini-Gemini-style cross-attention, deformable attention); the two training stages (projector
-alignment with frozen towers and LM, then SFT with everything unfrozen); Pre-Alignment (Sec. 3.4) and the
-round-robin expert selection (Sec. 3.5). Claims (a)-(d) of issue 28, each with a negative control.
+alignment with frozen towers and LM, then SFT with the towers unfrozen, Sec. 2.1 and 2.2); Pre-Alignment
+(Sec. 2.5) and the round-robin expert selection (Sec. 2.6, Extension to multi-experts). Claims (a)-(d) of issue 28, each with a negative control.
 
 How we deviate: synthetic 32 x 32 canvases built from sklearn's 8 x 8 digits (a big digit, a small digit, marks)
-with templated questions instead of LLaVA data and benchmarks; convolutional towers of a few thousand
-parameters; a two-layer LM; one answer word per question. The report's "What differs from the paper" lists
+(default: digits 0-3, global and fine questions only) with templated questions instead of LLaVA data and
+benchmarks; convolutional towers of a few thousand parameters whose lower layers stay frozen (only the last
+layer trains in Pre-Alignment and SFT); a one-block LM; one answer word per question. The report's "What differs from the paper" lists
 every difference.
 
 Modules: data.py (canvases, questions, the prepare stage), experts.py (towers and their pretraining),

@@ -8,9 +8,10 @@ bottom-right), each holding one thing:
   average-pooled to 8 x 8, the low-resolution expert's view: the "fine print");
 * **marks**: 1-4 bright 2 x 2 squares on the 3 x 3 slots of the two remaining quadrants.
 
-Four kinds of question, each asked by templated wordings of exactly ``QUESTION_WORDS`` words and "?":
-``global`` (the big digit), ``fine`` (the small digit), ``count`` (the marks) and ``position`` (the
-small digit's quadrant). One template per kind is held out of training and asked only at test time.
+Four kinds of question (config ``data.kinds`` chooses which are asked), each by templated wordings of
+exactly ``QUESTION_WORDS`` words and "?": ``global`` (the big digit), ``fine`` (the small digit), ``count``
+(the marks) and ``position`` (the small digit's quadrant). One template per kind is held out of training and asked only of the test canvases
+(split ``novel``).
 The answer is one word. Training canvases use one pool of digit images, validation and test canvases
 the other (held-out canvases *and* held-out digit images).
 
@@ -124,8 +125,8 @@ def make_canvases(n: int, images: np.ndarray, labels: np.ndarray, rng: np.random
             "big_quadrant": big_quadrant, "occupancy": occupancy}
 
 
-def make_questions(scene: dict, template_ids: list[int], rng: np.random.Generator) -> dict:
-    """One question of every kind per canvas, each with a template drawn from `template_ids`.
+def make_questions(scene: dict, template_ids: list[int], rng: np.random.Generator, kinds=KINDS) -> dict:
+    """One question of every kind in `kinds` per canvas, each with a template drawn from `template_ids`.
 
     Returns arrays: canvas index, kind index, template index, question token ids (Q, QUESTION_WORDS + 1)
     and the answer token id (Q,).
@@ -133,7 +134,8 @@ def make_questions(scene: dict, template_ids: list[int], rng: np.random.Generato
     vocab = {w: i for i, w in enumerate(vocabulary())}
     rows = {"canvas": [], "kind": [], "template": [], "tokens": [], "answer": []}
     for i in range(len(scene["canvas"])):
-        for k, kind in enumerate(KINDS):
+        for kind in kinds:
+            k = KINDS.index(kind)
             t = int(rng.choice(template_ids))
             words = TEMPLATES[kind][t].split() + ["?"]
             ans = answer_word(kind, scene["big"][i], scene["small"][i], scene["marks"][i], scene["quadrant"][i])
@@ -152,30 +154,38 @@ def build_split(scene: dict, questions: dict) -> dict:
 def prepare(*, cfg, data):
     """Every seed's train / val / test canvases and questions in one .npz (keys `<seed>/<split>/<name>`).
 
-    Per seed the digit images are split into a training pool and a held-out pool (`heldout_fraction`);
-    train canvases use the first, val and test canvases the second. Train and val questions use the
-    training templates, test questions the held-out one of each kind.
+    Only the digits 0 .. `digit_classes` - 1 are drawn and only the question kinds `kinds` are asked. Per seed the digit images are split into a training
+    pool and a held-out pool (`heldout_fraction`); train canvases use the first, val and test canvases the
+    second. Train, val and test questions use the training templates; split `novel` asks the test canvases
+    with the held-out template of each kind (the LM's generalisation to new wordings, reported apart).
     """
     from papers.eagle.params import parse
 
     p = parse(cfg)
     check_templates()
     images, labels = load_digits_pool(p.data["digits_file"])
+    keep = labels < p.data["digit_classes"]  # the digits 0 .. digit_classes - 1 appear on the canvases
+    images, labels = images[keep], labels[keep]
+    if len(images) < 20:
+        raise ValueError(f"eagle: only {len(images)} digit images of classes < {p.data['digit_classes']} "
+                         f"in {p.data['digits_file'] or 'sklearn digits'}")
     n_templates = len(TEMPLATES["global"])
-    train_templates, test_templates = list(range(n_templates - 1)), [n_templates - 1]
+    train_templates, novel_templates = list(range(n_templates - 1)), [n_templates - 1]
     arrays = {}
     for seed in range(p.seeds):
         rng = np.random.default_rng([seed, 8])
         perm = rng.permutation(len(images))
         cut = int(round(len(images) * (1 - p.data["heldout_fraction"])))
         pools = {"train": perm[:cut], "heldout": perm[cut:]}
-        for split, n, pool, templates in (("train", p.data["train_canvases"], "train", train_templates),
-                                          ("val", p.data["val_canvases"], "heldout", train_templates),
-                                          ("test", p.data["test_canvases"], "heldout", test_templates)):
+        for split, n, pool in (("train", p.data["train_canvases"], "train"), ("val", p.data["val_canvases"], "heldout"),
+                               ("test", p.data["test_canvases"], "heldout")):
             idx = pools[pool]
             scene = make_canvases(n, images[idx], labels[idx], rng)
-            for k, v in build_split(scene, make_questions(scene, templates, rng)).items():
+            for k, v in build_split(scene, make_questions(scene, train_templates, rng, p.data["kinds"])).items():
                 arrays[f"{seed}/{split}/{k}"] = v
+            if split == "test":  # the same test canvases asked with the held-out templates
+                for k, v in build_split(scene, make_questions(scene, novel_templates, rng, p.data["kinds"])).items():
+                    arrays[f"{seed}/novel/{k}"] = v
         log.info("seed %d: %d train, %d val, %d test canvases", seed, p.data["train_canvases"],
                  p.data["val_canvases"], p.data["test_canvases"])
     Path(data).parent.mkdir(parents=True, exist_ok=True)

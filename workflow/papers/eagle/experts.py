@@ -1,10 +1,10 @@
-"""The vision experts (Sec. 3.2 of the paper) and the objective each is pretrained on before the study.
+"""The vision experts (Sec. 2.3 of the paper, Vision experts) and the objective each is pretrained on before the study.
 
 Each expert is a small ConvNet that sees the canvas at its own resolution and returns a feature map
 (B, C, S, S), as the paper's towers return their patch grids:
 
 * ``clip``  -- low resolution (the canvas average-pooled to 8 x 8), map 4 x 4; pretrained CLIP-style
-  (Radford et al. 2021, Eq. of Fig. 3): a symmetric InfoNCE loss between the pooled image embedding and a
+  (Radford et al. 2021, the pseudocode of Fig. 3): a symmetric InfoNCE loss between the pooled image embedding and a
   caption embedding ("<big digit> <marks count>"), temperature tau.
 * ``hires`` -- full resolution 32 x 32, a ViT-style 4 x 4 patch embedding, map 8 x 8; pretrained to *read* the small digit (the text-reading
   experts of the paper: Pix2Struct, OCR-trained encoders), cross-entropy on the pooled map.
@@ -46,13 +46,23 @@ class Tower(nn.Module):
         """The canvas (B, 32, 32) as this tower sees it: average-pooled to (B, 1, in_size, in_size)."""
         return F.avg_pool2d(canvas[:, None], SIZE // self.in_size)
 
+    def trunk(self, x: torch.Tensor) -> torch.Tensor:
+        """The lower layers, frozen after pretraining: x (B, 1, in_size, in_size) -> the GELU activations
+        before the last convolution (B, width, out_size, out_size)."""
+        for conv in self.convs[:-1]:
+            x = F.gelu(conv(x))
+        return x
+
+    def top(self, h: torch.Tensor) -> torch.Tensor:
+        """The last convolution, the layer that Pre-Alignment and SFT unfreeze, then a LayerNorm over channels
+        without affine weights (as a ViT tower's output is layer-normed, so that no expert's features dwarf
+        another's in the concatenation): (B, width, S, S) -> (B, C, S, S)."""
+        x = self.convs[-1](h)
+        return F.layer_norm(x.transpose(1, -1), (x.shape[1],)).transpose(1, -1)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, 1, in_size, in_size) -> (B, C, out_size, out_size)."""
-        for i, conv in enumerate(self.convs):
-            x = conv(x)
-            if i < len(self.convs) - 1:
-                x = F.gelu(x)
-        return x
+        return self.top(self.trunk(x))
 
 
 def _batches(n: int, steps: int, batch: int, rng: np.random.Generator):

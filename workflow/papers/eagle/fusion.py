@@ -1,4 +1,4 @@
-"""The five ways of mixing the experts' feature maps into visual tokens for the LM (Sec. 3.3, Fig. 4).
+"""The five ways of mixing the experts' feature maps into visual tokens for the LM (Sec. 2.4 of the paper, Fusion strategy).
 
 Every fusion takes the experts' maps ``[(B, C_e, S_e, S_e)]`` (the low-resolution CLIP map first) and
 returns visual tokens (B, N, d) for the LM. Each ends in a 2-layer GELU MLP of hidden width ``hidden``
@@ -6,7 +6,7 @@ returns visual tokens (B, N, d) for the LM. Each ends in a 2-layer GELU MLP of h
 are matched by solving each fusion's ``hidden`` for the parameter count of the channel concatenation
 (:func:`matched_hidden`).
 
-* :class:`ChannelConcat` -- Eagle (Sec. 3.3 "Channel Concat"; NVlabs/EAGLE's multi-backbone tower): each
+* :class:`ChannelConcat` -- Eagle (Sec. 2.4 "Channel Concatenation"; NVlabs/EAGLE's multi-backbone tower): each
   map bilinearly interpolated (align_corners=True) to one G x G grid, concatenated along channels,
   ``T = MLP([interp(F_1); ...; interp(F_E)])``, G^2 tokens.
 * :class:`SequenceAppend` -- each expert's G x G tokens through its own projector, appended one after

@@ -1,10 +1,10 @@
 """The tiny causal LM and the multimodal model: experts -> fusion -> visual tokens, then the question.
 
-The LM reuses the GPT blocks of papers.sharpening.model (nanoGPT layout, attention by
+The LM reuses the GPT blocks of papers.common.gpt (nanoGPT layout, attention by
 ``kernels.attention``); its position embedding covers the question's words only, the visual tokens
 carry the fusion's own position embedding (as LLaVA's image tokens carry the vision tower's).
 
-Sequence (Sec. 3.1, LLaVA layout): ``[v_1 .. v_N, w_1 .. w_5, "?"]``; the logits at "?" predict the
+Sequence (Sec. 2.1 Base setup: LLaVA's layout): ``[v_1 .. v_N, w_1 .. w_5, "?"]``; the logits at "?" predict the
 one-word answer.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from papers.eagle.experts import Tower
-from papers.sharpening.model import Block, GPTConfig
+from papers.common.gpt import Block, GPTConfig
 
 
 class LM(nn.Module):
@@ -64,7 +64,12 @@ def pretrain_lm(lm: LM, tokens: torch.Tensor, answers: torch.Tensor, *, steps: i
 
 
 class MLLM(nn.Module):
-    """Experts (each fed the canvas or, for a control, Gaussian noise), a fusion, the LM."""
+    """Experts (each fed the canvas or, for a control, Gaussian noise), a fusion, the LM.
+
+    The experts' frozen lower layers (:meth:`Tower.trunk`) run once per canvas outside the model (a cache,
+    papers.eagle.train.trunk_bank); the model takes their activations and applies each expert's last layer
+    (:meth:`Tower.top`), the fusion and the LM.
+    """
 
     def __init__(self, towers: list[Tower], inputs: list[str], fusion: nn.Module, lm: LM):
         super().__init__()
@@ -73,13 +78,10 @@ class MLLM(nn.Module):
         self.fusion = fusion
         self.lm = lm
 
-    def visual_tokens(self, canvas: torch.Tensor) -> torch.Tensor:
-        maps = []
-        for tower, source in zip(self.towers, self.inputs):
-            x = tower.view(canvas)
-            maps.append(tower(torch.randn_like(x) if source == "noise" else x))
-        return self.fusion(maps)
+    def visual_tokens(self, trunks: list[torch.Tensor]) -> torch.Tensor:
+        """trunks[e] (B, width, S_e, S_e): expert e's lower-layer activations -> visual tokens (B, N, d)."""
+        return self.fusion([tower.top(h) for tower, h in zip(self.towers, trunks)])
 
-    def forward(self, canvas: torch.Tensor, question: torch.Tensor) -> torch.Tensor:
-        """canvas (B, 32, 32), question (B, 6) -> answer logits (B, V) read at "?"."""
-        return self.lm(question, self.visual_tokens(canvas))[:, -1]
+    def forward(self, trunks: list[torch.Tensor], question: torch.Tensor) -> torch.Tensor:
+        """trunks (one per expert), question (B, 6) -> answer logits (B, V) read at "?"."""
+        return self.lm(question, self.visual_tokens(trunks))[:, -1]

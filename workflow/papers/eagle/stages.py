@@ -18,7 +18,7 @@ from papers.eagle.data import read_split
 from papers.eagle.params import parse
 
 log = logging.getLogger(__name__)
-SPLITS = ("train", "val", "test")
+SPLITS = ("train", "val", "test", "novel")
 
 
 def pretrain(*, cfg, seed: str, data, experts):

@@ -157,6 +157,24 @@ def training_sample(rng: np.random.Generator, text: np.ndarray, length: int, max
     return x, recall
 
 
+DRILL_ALPHABET = to_bytes("abcdefghijklmnopqrstuvwxyz0123456789")
+
+
+def copy_drill(rng: np.random.Generator, length: int, min_gap: int) -> tuple[np.ndarray, np.ndarray]:
+    """A window of ``length`` random letters and digits with period ``P`` drawn in ``[min_gap, length / 2)``:
+    every byte after the first period is a copy of the byte ``P`` back, and nothing else predicts it (no text
+    statistics to fall back on). The copying skill the key records need (match what precedes, copy what
+    follows: an induction head), drilled on data where it is the only way to lower the loss.
+    Returns ``(tokens (length,), recall (length,) bool)``, recall marking the copies."""
+    if length < 2 * min_gap + 1:
+        raise ValueError(f"a drill window of {length} bytes cannot repeat a period of {min_gap} bytes")
+    period = int(rng.integers(min_gap, length // 2))
+    x = np.resize(DRILL_ALPHABET[rng.integers(0, len(DRILL_ALPHABET), period)], length)
+    recall = np.zeros(length, dtype=bool)
+    recall[period:] = True
+    return x, recall
+
+
 def retrieval_prompt(rng: np.random.Generator, text: np.ndarray, start: int, length: int, n_keys: int,
                      depth: float) -> tuple[np.ndarray, int, int]:
     """A retrieval prompt of ``length`` bytes: ``text[start:]`` with ``n_keys`` records written

@@ -37,6 +37,7 @@ class GPTConfig:
     n_head: int = 4
     n_embd: int = 128
     rope_base: float = 10000.0  # RoPE's theta (LLaMA: 10000)
+    smear_keys: bool = False  # mix each key with the previous position's (Olsson et al. 2022's smeared keys)
 
 
 def dense(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -61,11 +62,16 @@ class CausalSelfAttention(nn.Module):
         self.layer, self.n_head, self.rope_base = layer, cfg.n_head, cfg.rope_base
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+        # smeared keys: k_t <- s k_t + (1 - s) k_{t-1}, s = sigmoid(a) learned per head (a = 0: s = 1/2)
+        self.smear = nn.Parameter(torch.zeros(cfg.n_head, 1, 1)) if cfg.smear_keys else None
 
     def forward(self, x: torch.Tensor, attend: Attend) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
         q, k, v = (z.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
+        if self.smear is not None:  # a key then says which byte precedes it: one layer can match "a b ... a" -> b
+            s = torch.sigmoid(self.smear)
+            k = s * k + (1 - s) * F.pad(k, (0, 0, 1, 0))[:, :, :-1]  # k_{-1} = 0
         q, k = rope(q, self.rope_base), rope(k, self.rope_base)
         y = attend(self.layer, q, k, v)  # (B, H, T, D)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))

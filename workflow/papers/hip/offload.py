@@ -17,6 +17,7 @@ refresh interval), the quantity that must fit on the GPU.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import OrderedDict
 
@@ -101,7 +102,7 @@ class LRU:
 
 def random_mask(H: int, Tq: int, Tk: int, cfg: HiPConfig, generator: torch.Generator) -> torch.Tensor:
     """(H, n): ``min(n, L)`` distinct key blocks drawn uniformly from the search range, -1 padded
-    (random blocks in place of the tree search: the control of the offloading claim)."""
+    (random blocks in place of the tree search)."""
     ns, w_lo = search_range(Tq, Tk, cfg)
     L = w_lo - ns
     out = torch.full((H, cfg.n), -1, dtype=torch.int64)
@@ -109,6 +110,25 @@ def random_mask(H: int, Tq: int, Tk: int, cfg: HiPConfig, generator: torch.Gener
         pick = torch.randperm(L, generator=generator)[: cfg.n] + ns if L > 0 else torch.empty(0, dtype=torch.int64)
         out[h, : len(pick)] = pick
     return out
+
+
+def random_trace(H: int, Tq: int, Tk: int, cfg: HiPConfig,
+                 generator: torch.Generator) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The control of the offloading claim: :func:`trace_tree`'s reads with no locality.
+
+    As many reads as HiP's search makes at a refresh (``ceil(log2(ceil(L / n)))`` levels of
+    ``2n`` representative blocks, then a mask of ``n`` blocks) but every block drawn at random
+    from the search range, anew at every refresh: the same read volume without the overlap of
+    successive masks that lets a log T cache serve HiP. (Its first version drew the mask alone,
+    ``n`` blocks re-read every step of the interval: fewer distinct reads than HiP's, so its hit
+    rate rose to (refresh - 1) / refresh by construction.)"""
+    ns, w_lo = search_range(Tq, Tk, cfg)
+    L = w_lo - ns
+    if L <= cfg.n:
+        return trace_tree(torch.zeros(H, Tq, 1), torch.zeros(H, Tk, 1), cfg)  # nothing to prune, nothing to draw
+    cfg2 = dataclasses.replace(cfg, mask_k=2 * cfg.mask_k)  # 2n blocks per level
+    visited = [random_mask(H, Tq, Tk, cfg2, generator) for _ in range(math.ceil(math.log2(-(-L // cfg.n))))]
+    return random_mask(H, Tq, Tk, cfg, generator), visited
 
 
 def simulate_decode(q: torch.Tensor, k: torch.Tensor, T: int, steps: int, refresh: int, cfg: HiPConfig,
@@ -120,7 +140,7 @@ def simulate_decode(q: torch.Tensor, k: torch.Tensor, T: int, steps: int, refres
     Returns the hit rate, the working set (distinct blocks read per refresh interval, mean
     over heads and intervals), the LRU capacity, and the share of refreshes whose traced
     mask equals ``kernels.hip_select``'s (1.0: the trace is HiP's own search). With a
-    ``generator``, each refresh draws random blocks instead (:func:`random_mask`, the control).
+    ``generator``, each refresh draws random blocks instead (:func:`random_trace`, the control).
     """
     H = q.shape[0]
     caches = [LRU(lru_capacity(T, cfg, scale)) for _ in range(H)]
@@ -128,7 +148,7 @@ def simulate_decode(q: torch.Tensor, k: torch.Tensor, T: int, steps: int, refres
     for r0 in range(first, T, refresh):
         qb, kb = q[:, r0 - refresh + 1: r0 + 1], k[:, : r0 + 1]  # the last `refresh` queries
         if generator is not None:  # the control: random blocks, nothing scored
-            mask, visited = random_mask(H, refresh, r0 + 1, cfg, generator), []
+            mask, visited = random_trace(H, refresh, r0 + 1, cfg, generator)
         else:
             mask, visited = trace_tree(qb, kb, cfg)
             chosen = kernels.hip_select(qb[None], kb[None], **{**cfg.select_kwargs(), "block_q": refresh})[0, :, 0]

@@ -32,6 +32,7 @@ class ModelParams:
     n_head: int = 4
     n_embd: int = 128
     rope_base: float = 10000.0  # LLaMA's RoPE theta
+    smear_keys: bool = False  # keys mixed with the previous position's (model.GPTConfig)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,10 @@ class TrainParams:
     span_len: int = 64  # bytes per copied passage
     periodic: float = 0.5  # share of windows made of a passage repeated (the official passkey filler's form)
     recall_weight: float = 4.0  # extra loss weight of the bytes only far context predicts (repeats, copies)
+    drill: float = 0.0  # share of windows that are copy drills of random characters (data.copy_drill)
+    short_len: int = 256  # the first short_steps steps train on short_batch windows of short_len bytes
+    short_batch: int = 8
+    short_steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,13 @@ class Params:
         for name, dev in (("device", self.device), ("cost.device", self.cost.device)):
             if dev not in ("cpu", "cuda"):
                 raise ValueError(f"hip.{name} must be cpu or cuda, got {dev!r}")
+        if t.short_steps > t.steps:
+            raise ValueError(f"hip.train.short_steps ({t.short_steps}) exceeds steps ({t.steps})")
+        if t.short_steps and t.short_len < 2 * data.RECORD_LEN + t.min_gap:
+            raise ValueError(f"hip.train.short_len ({t.short_len}) cannot hold a record and its repeat min_gap "
+                             f"({t.min_gap}) bytes later")
+        if t.drill and min(t.seq_len, t.short_len if t.short_steps else t.seq_len) < 2 * t.min_gap + 1:
+            raise ValueError(f"hip.train: a copy drill needs windows of 2 min_gap + 1 ({2 * t.min_gap + 1}) bytes")
         if t.seq_len < 2 * data.RECORD_LEN + t.min_gap:
             raise ValueError(f"hip.train.seq_len ({t.seq_len}) cannot hold a record and its repeat min_gap "
                              f"({t.min_gap}) bytes later")
@@ -144,8 +156,6 @@ class Params:
             raise ValueError("hip.eval.depths must lie in [0, 1]")
         if max(self.eval.n_keys) > 26 * 26:
             raise ValueError("hip.eval.n_keys: at most 676 distinct two-letter names")
-        if max(self.offload.lengths) > t.seq_len:
-            raise ValueError(f"hip.offload.lengths must not exceed the trained context train.seq_len ({t.seq_len})")
         if min(self.offload.lengths) <= max(self.offload.decode_steps + self.offload.refresh_interval, 2 * h.mask_k):
             raise ValueError("hip.offload.lengths must exceed decode_steps + refresh_interval and 2 mask_k")
         if len(self.cost.lengths) < 2 or len(self.offload.lengths) < 2:

@@ -46,7 +46,8 @@ def train_lm(*, cfg, seed, train_tokens, checkpoint, history):
     p, seed = parse(cfg), int(seed)
     seed_everything(seed)
     m = p.lm
-    model = GPT(GPTConfig(n_layer=m.n_layer, n_head=m.n_head, n_embd=m.n_embd, rope_base=m.rope_base)).to(p.device)
+    model = GPT(GPTConfig(n_layer=m.n_layer, n_head=m.n_head, n_embd=m.n_embd, rope_base=m.rope_base,
+                          smear_keys=m.smear_keys)).to(p.device)
     batches = record_batches(data.load_tokens(train_tokens), p.train, np.random.default_rng(seed))
     hist = train(model, p.train, batches, desc=f"train lm seed {seed}")
     save(model.cpu(), checkpoint, train=to_dict(p.train), seed=seed)

@@ -1,6 +1,6 @@
 """A tiny causal transformer (GPT) whose attention is ``kernels.attention``, with a hook on the residual stream.
 
-The design follows papers/sharpening/model.py (nanoGPT's layout: pre-norm blocks, a head tied to the token
+The design follows papers/common/gpt.py (nanoGPT's layout: pre-norm blocks, a head tied to the token
 embedding) with rotary position embeddings (Su et al. 2021) instead of learned ones, as in Pythia and Llama,
 the paper's main model families; what this paper adds is the hook. ``GPT.forward(idx, hook=...)`` calls
 ``hook(layer, x)`` on the residual stream x (B, T, C) after the embeddings (layer 0) and after each block
@@ -13,7 +13,6 @@ Shapes: B batch, T time, C = n_embd channels, H heads, D = C / H head size, V vo
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 from typing import Callable
@@ -22,7 +21,8 @@ import torch
 from torch import nn
 
 import kernels
-from papers.common import checkpoint
+from papers.common import checkpoint, gpt
+from papers.common.gpt import GPTConfig
 
 Hook = Callable[[int, torch.Tensor], torch.Tensor]
 
@@ -40,24 +40,8 @@ def rotary_angles(T: int, D: int, base: float = 10000.0) -> tuple[torch.Tensor, 
     return angle.cos(), angle.sin()
 
 
-@dataclasses.dataclass(frozen=True)
-class GPTConfig:
-    vocab_size: int
-    block_size: int  # the longest input the position embedding covers
-    n_layer: int = 2
-    n_head: int = 2
-    n_embd: int = 64
-
-
-class CausalSelfAttention(nn.Module):
-    """softmax(q k^T / sqrt(D) + causal mask) v per head (Vaswani et al. 2017), by ``kernels.attention``."""
-
-    def __init__(self, cfg: GPTConfig):
-        super().__init__()
-        assert cfg.n_embd % cfg.n_head == 0, "n_embd must be a multiple of n_head"
-        self.n_head = cfg.n_head
-        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
-        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+class CausalSelfAttention(gpt.CausalSelfAttention):
+    """papers.common.gpt's attention (same weights) with rotary positions applied to q and k."""
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
@@ -99,12 +83,7 @@ class GPT(nn.Module):
             if name.endswith("c_proj.weight") or name.endswith("mlp.2.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
+    _init_weights = staticmethod(gpt.GPT._init_weights)  # GPT-2's: N(0, 0.02) weights, zero biases
 
     def forward(self, idx: torch.Tensor, hook: Hook | None = None) -> torch.Tensor:
         """Next-token logits (B, T, V) for token ids idx (B, T); `hook(layer, x)` sees and may replace

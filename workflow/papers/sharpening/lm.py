@@ -13,7 +13,7 @@ import math
 import numpy as np
 import torch
 
-from papers.sharpening.model import GPT, generate, token_logprobs
+from papers.common.gpt import GPT, generate, token_logprobs
 
 
 # ---- the self-reward ---------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ class TaskParams:
 
 @dataclass(frozen=True)
 class ModelParams:
-    """The tiny causal transformer (papers.sharpening.model)."""
+    """The tiny causal transformer (papers.common.gpt)."""
 
     n_layer: int = 2
     n_head: int = 4

@@ -179,7 +179,7 @@ def load_bases(path):
     """The pretrained base models of a checkpoint written by :func:`pretrain`, in eval mode."""
     import torch
 
-    from papers.sharpening.model import GPT, GPTConfig
+    from papers.common.gpt import GPT, GPTConfig
 
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
     models = []
@@ -195,7 +195,7 @@ def pretrain(*, cfg, corpus, prompts, checkpoint, history):
     (AdamW, linear warm-up, cosine decay); the checkpoint holds every model's weights and the config."""
     import torch
 
-    from papers.sharpening.model import GPT, GPTConfig, token_logprobs
+    from papers.common.gpt import GPT, GPTConfig, token_logprobs
 
     p = parse(cfg)
     # Every random draw below takes an explicit generator; only the initialisation uses torch's global one.

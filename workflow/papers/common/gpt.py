@@ -1,6 +1,7 @@
-"""A tiny character-level causal transformer (GPT), nanoGPT-style, whose attention is ``kernels.attention``.
+"""A tiny causal transformer (GPT), nanoGPT-style, whose attention is ``kernels.attention``.
 
-Generic on purpose: nothing here knows about sharpening. Read bottom-up: :class:`GPT` (embeddings,
+Shared: papers.sharpening (a character-level LM) and papers.eagle (its LM's blocks) import it; nothing here
+knows about either. Read bottom-up: :class:`GPT` (embeddings,
 blocks, tied head), :class:`Block` (pre-norm attention and MLP), :class:`CausalSelfAttention`; then the
 three things a caller does with a causal LM: :func:`token_logprobs` (teacher forcing),
 :func:`generate` (ancestral sampling or greedy decoding) and :func:`save` / :func:`load`.
