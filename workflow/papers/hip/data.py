@@ -104,6 +104,18 @@ def _free(taken: list[tuple[int, int]], lo: int, hi: int) -> bool:
     return all(hi <= a or lo >= b for a, b in taken)
 
 
+def _two_free_places(rng: np.random.Generator, taken: list[tuple[int, int]], length: int, span: int,
+                     min_gap: int) -> tuple[int, int] | None:
+    """Starts (a, b) of two spans of `span` bytes, b at least `min_gap` bytes after a's end, both clear of
+    `taken`, by rejection sampling (20 tries); None when no try succeeds."""
+    for _ in range(20):
+        a = int(rng.integers(0, length - 2 * span - min_gap + 1))
+        b = int(rng.integers(a + span + min_gap, length - span + 1))
+        if _free(taken, a, a + span) and _free(taken, b, b + span):
+            return a, b
+    return None
+
+
 def training_sample(rng: np.random.Generator, text: np.ndarray, length: int, max_records: int,
                     min_gap: int, copy_spans: int = 0, span_len: int = 64,
                     periodic: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -130,13 +142,10 @@ def training_sample(rng: np.random.Generator, text: np.ndarray, length: int, max
         recall[period:] = True
     names = random_names(rng, max_records)
     for name in names[: int(rng.integers(1, max_records + 1))]:
-        for _ in range(20):  # rejection sampling of two free places
-            first = int(rng.integers(0, length - 2 * RECORD_LEN - min_gap + 1))
-            repeat = int(rng.integers(first + RECORD_LEN + min_gap, length - RECORD_LEN + 1))
-            if _free(taken, first, first + RECORD_LEN) and _free(taken, repeat, repeat + RECORD_LEN):
-                break
-        else:
+        places = _two_free_places(rng, taken, length, RECORD_LEN, min_gap)
+        if places is None:
             continue
+        first, repeat = places
         rec = record_bytes(name, random_key(rng))
         x[first: first + RECORD_LEN] = rec
         x[repeat: repeat + RECORD_LEN] = rec
@@ -144,13 +153,10 @@ def training_sample(rng: np.random.Generator, text: np.ndarray, length: int, max
         taken += [(first, first + RECORD_LEN), (repeat, repeat + RECORD_LEN)]
     if length >= 2 * span_len + min_gap:
         for _ in range(copy_spans):
-            for _ in range(20):
-                src = int(rng.integers(0, length - 2 * span_len - min_gap + 1))
-                dst = int(rng.integers(src + span_len + min_gap, length - span_len + 1))
-                if _free(taken, src, src + span_len) and _free(taken, dst, dst + span_len):
-                    break
-            else:
+            places = _two_free_places(rng, taken, length, span_len, min_gap)
+            if places is None:
                 continue
+            src, dst = places
             x[dst: dst + span_len] = x[src: src + span_len]
             recall[dst + 4: dst + span_len] = True
             taken += [(src, src + span_len), (dst, dst + span_len)]
