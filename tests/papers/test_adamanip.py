@@ -12,7 +12,7 @@ from papers.adamanip.env import CATEGORIES, Episode, Physics
 from papers.adamanip.experts import PULL, PUSH, TURN, AdaptiveExpert, collect, one_go_action
 from papers.adamanip.params import parse
 from papers.adamanip.policy import DDPM, ConditionalUnet1D, PointNet, cosine_betas
-from papers.adamanip.train import ema_decay, windows
+from papers.adamanip.train import AdamW, ema_decay, windows
 
 PHYS = Physics()
 
@@ -80,6 +80,26 @@ def test_sampling_with_the_true_noise_recovers_a_point_mass():
         x = ddpm.step(eps, k, x, g)
     assert torch.allclose(x, x0, atol=1e-9)
 
+
+
+def test_ddim_step_with_the_true_noise_follows_the_forward_marginal():
+    """Deterministic DDIM (Song et al. eq. 12, sigma = 0) with the exact noise maps x_k = sqrt(ab_k) x0 +
+    sqrt(1 - ab_k) eps onto x_k' = sqrt(ab_k') x0 + sqrt(1 - ab_k') eps, computed here from the closed form,
+    and its last step (bar alpha = 1) returns x0; the visited steps are i K / n from the noisiest."""
+    ddpm = DDPM(100)
+    assert ddpm.ddim_steps(10) == [90, 80, 70, 60, 50, 40, 30, 20, 10, 0]
+    assert ddpm.ddim_steps(100) == list(range(99, -1, -1))
+    with pytest.raises(ValueError, match="inference steps"):
+        ddpm.ddim_steps(101)
+    g = torch.Generator().manual_seed(3)
+    x0 = torch.tensor([[0.4, -0.9, 0.1]], dtype=torch.float64)
+    eps = torch.randn((1, 3), generator=g, dtype=torch.float64)
+    for k, k_prev in ((90, 80), (50, 10), (10, 0), (0, -1)):
+        ab = float(ddpm.alpha_bar[k])
+        xk = math.sqrt(ab) * x0 + math.sqrt(1 - ab) * eps
+        ab_prev = float(ddpm.alpha_bar[k_prev]) if k_prev >= 0 else 1.0
+        expected = math.sqrt(ab_prev) * x0 + math.sqrt(1 - ab_prev) * eps
+        assert torch.allclose(ddpm.ddim_step(eps, k, k_prev, xk), expected, atol=1e-9)
 
 # ---- networks ---------------------------------------------------------------------------------------
 def test_pointnet_is_invariant_to_point_order():
@@ -222,6 +242,26 @@ def test_velocity_shows_a_blocked_try():
     free._set_open_range()
     free.step(PULL)
     assert free.observe()[1][4] == pytest.approx(1.0)
+
+
+def test_adamw_matches_torch_optim_adamw():
+    """Our foreach AdamW against the reference torch.optim.AdamW on the same gradients and a changing learning
+    rate (the warm-up / cosine schedule sets it per step)."""
+    g = torch.Generator().manual_seed(4)
+    ours = [torch.randn(5, 3, generator=g, dtype=torch.float64), torch.randn(7, generator=g, dtype=torch.float64)]
+    ref = [q.clone().requires_grad_(True) for q in ours]
+    opt_ours, opt_ref = AdamW(ours, weight_decay=0.1), torch.optim.AdamW(ref, lr=1.0, weight_decay=0.1)
+    for lr in (1e-3, 5e-3, 2e-2, 1e-2, 1e-4):
+        grads = [torch.randn(q.shape, generator=g, dtype=torch.float64) for q in ours]
+        for q, r, gr in zip(ours, ref, grads):
+            q.grad, r.grad = gr.clone(), gr.clone()
+        for group in opt_ref.param_groups:
+            group["lr"] = lr
+        opt_ours.step(lr)
+        opt_ref.step()
+    for q, r in zip(ours, ref):
+        assert torch.allclose(q, r.detach(), rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(ours[0], ref[0].detach() + 1e-3)  # the comparison can fail
 
 
 def test_ema_decay_warmup_closed_form():

@@ -211,6 +211,24 @@ def test_padding_does_not_change_real_tokens():
         assert torch.allclose(net(x, codes, mask, adj), net(xp, codesp, maskp, adjp)[:, :3], atol=1e-6)
 
 
+def test_padded_mosat_matches_one_body_at_a_time_with_torch_attention():
+    """Independent computation: each body of a mixed-size batch alone, unpadded, its attention by torch's
+    scaled_dot_product_attention; the padded batch's real limbs must agree."""
+    torch.manual_seed(0)
+    net = MoSAT(6, 16, 2, 4)
+    sizes = [3, 7, 5]
+    mask = torch.tensor([[k < n for k in range(7)] for n in sizes])
+    x, codes = torch.randn(3, 7, 6), torch.randint(0, 81, (3, 7))
+    out = net(x, codes, mask, None)
+    for b, n in enumerate(sizes):
+        h = net.inp(x[b, :n]) + net.topo(codes[b, :n])
+        for blk in net.blocks:
+            a = blk.ln1(h)
+            h = h + torch.nn.functional.scaled_dot_product_attention(blk.q(a)[None], blk.k(a)[None], blk.v(a)[None])[0]
+            h = h + blk.mlp(blk.ln2(h))
+        assert torch.allclose(out[b, :n], h, atol=1e-5)
+
+
 def test_graphconv_layer_matches_torch_geometric():
     pyg = pytest.importorskip("torch_geometric.nn")
     torch.manual_seed(0)

@@ -129,6 +129,29 @@ def test_copy_sequence_repeats_its_list_and_marks_the_predictable_copies(vocab):
             assert j < t and tokens[j + 1] == tokens[t + 1]
 
 
+
+def test_separated_copy_needs_the_token_before_the_separator(vocab):
+    """w1 s w2 s .. w1 s w2 s ..: each target is a separator of the second copy; its next token is the word that
+    followed the previous occurrence of the word before it (a 2-token match), while the separator itself occurs
+    before every word of the list (a match on the current token alone is ambiguous)."""
+    rng = np.random.default_rng(6)
+    for _ in range(20):
+        tokens, targets = tasks.copy_sequence(vocab, rng, length=(3, 6), separated=True)
+        head = tasks.COPY_PREFIX.split()
+        body = tokens[len(head):]
+        half = len(body) // 2
+        assert body[:half] == body[half:] and half % 2 == 0
+        n, sep = half // 2, body[1]
+        assert sep in tasks.COPY_SEPARATORS and body[1::2] == [sep] * (2 * n) and 3 <= n <= 6
+        assert len(targets) == n - 1
+        for t in targets:
+            assert tokens[t] == sep
+            j = tokens.index(tokens[t - 1])  # the first occurrence of the word before the separator
+            assert j < t - 1 and tokens[j + 2] == tokens[t + 1]
+            followers = {tokens[i + 1] for i in range(t) if tokens[i] == sep}
+            assert len(followers) > 1  # the separator alone does not say which word comes next
+
+
 # ---- model ------------------------------------------------------------------------------------
 def _tiny_model(seed=0, n_layer=3):
     torch.manual_seed(seed)

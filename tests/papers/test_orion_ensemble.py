@@ -61,7 +61,7 @@ def test_training_stops_each_member_at_the_gate(gate, expect):
     rng = [np.random.default_rng(0), np.random.default_rng(1)]
 
     def sampler(r):
-        def sample():
+        def sample(copy_only):
             x = torch.as_tensor(r.integers(1, CFG.vocab_size, (4, 8)))
             return x, torch.ones(4, 7, dtype=torch.bool)
         return sample

@@ -26,7 +26,7 @@ def snakemake(*args: str, workdir: Path, timeout: int = 900) -> subprocess.Compl
 
 # The data the full scale reads from user-given paths (config/full.yaml), relative to the workdir.
 # The workflow checks at parse time that they exist; the dry-run tests give it empty stand-ins.
-FULL_SCALE_DATA = {"files": ["data/uniref50.fasta", "data/pg19_books.txt", "data/bcic_iv_2a/A01.npz", "data/gsm8k/test.jsonl"], "folders": ["data/cifar-10-batches-py", "data/models/base_lm", "data/atlas/pdb", "data/atlas/analysis"]}
+FULL_SCALE_DATA = {"files": ["data/uniref50.fasta", "data/pg19_books.txt", "data/bcic_iv_2a/A01.npz", "data/gsm8k/test.jsonl", "data/eagle/llava_v1_5_mix665k.json", "data/eagle/benchmark_val.json", "data/eagle/benchmark_test.json"], "folders": ["data/cifar-10-batches-py", "data/models/base_lm", "data/atlas/pdb", "data/atlas/analysis", "data/eagle/images", "data/models/clip_vit_l14_336", "data/models/convnext_xxl_1024", "data/models/eva02_l", "data/models/vicuna_7b"]}
 
 
 def full_scale_stand_ins(workdir: Path) -> None:

@@ -2,6 +2,8 @@
 # round-robin expert selection). prepare (digit canvases and templated questions, every seed) -> pretrain (one job
 # per seed: three experts on their own objectives, the LM on the QA text) -> train (one job per seed: every arm and
 # control, the round-robin selection) -> evaluate (accuracies gathered) -> report.
+# Full scale (config eagle.llava set): prepare checks LLaVA-style records, pretrain loads the experts and the LM
+# from their local Hugging Face directories, train runs the same arms on them (papers.eagle.llava).
 # Code: workflow/papers/eagle/ (data.py, stages.py and report.py hold the functions these rules call).
 
 EAGLE = f"{RESULTS}/eagle"
@@ -81,7 +83,7 @@ rule eagle_evaluate:
     output:
         table=f"{EAGLE}/evaluate/accuracies.parquet",
     params:
-        call="papers.eagle.stages:evaluate",
+        call="papers.eagle.report:evaluate",
         cfg=config["eagle"],
     log:
         f"{LOGS}/eagle/evaluate/accuracies.log",

@@ -68,6 +68,11 @@ def _u(rng, lo, hi):
     return float(rng.uniform(lo, hi))
 
 
+def _clamp(x: float, lo: float, hi: float) -> float:
+    """np.clip for one float (lo <= hi), without numpy's per-call overhead (the environment's hot loop)."""
+    return min(max(x, lo), hi)
+
+
 def _mjcf(category: str, geo: dict, direction: int) -> str:
     """The MJCF of one object. `geo` holds its randomised sizes; `direction` (+1 / -1) is the hidden turning
     direction, written as a one-sided joint range (and, for the visible bottle, as a marker geom)."""
@@ -247,6 +252,9 @@ class Episode:
             raise ValueError(f"adamanip: physics.points = {phys.points} is fewer than the {n_parts} parts of a {category}")
         k = [phys.points // n_parts + (i < phys.points % n_parts) for i in range(n_parts)]
         self.local_points = [_surface_points(m.geom_type[g], m.geom_size[g], k[g], rng) for g in range(m.ngeom)]
+        # the same points flat, with the geom each belongs to (observe carries them all in one product)
+        self._local_flat = np.concatenate(self.local_points)
+        self._point_geom = np.repeat(np.arange(m.ngeom), k[:m.ngeom])
         fingers = np.array([0.012, 0.004, 0.015])  # two finger boxes either side of the handle, grasp frame
         self.finger_points = np.concatenate([_surface_points(mujoco.mjtGeom.mjGEOM_BOX, fingers, k[-1 - i], rng)
                                              + np.array([0.0, sgn * 0.02, 0.0]) for i, sgn in enumerate((-1, 1))])
@@ -287,8 +295,8 @@ class Episode:
         before = self.cmd.copy()
         self.cmd += a * steps
         s, psi = self.cmd[0], self.cmd[3]
-        theta = float(np.clip(psi, *self._range("turn")))
-        press = float(np.clip(-s, *self._range("press")))
+        theta = _clamp(float(psi), *self._range("turn"))
+        press = _clamp(float(-s), *self._range("press"))
         if self.category in ("bottle", "bottle_visible", "door", "safe"):
             if self.hidden["direction"] * theta >= self.hidden["unlock"] - 1e-9:
                 self.unlocked = True
@@ -297,12 +305,12 @@ class Episode:
         self._set_open_range()
         hinge = self._has("open") and self.model.jnt_type[self.jid["open"]] == mujoco.mjtJoint.mjJNT_HINGE
         lo, hi = self._range("open", self.radius if hinge else 1.0)
-        s_open = float(np.clip(s, lo, hi))
+        s_open = _clamp(float(s), lo, hi)
         self.q = {"open": s_open, "turn": theta, "press": press}
         s_part = s_open - press
-        self.cmd[0] = np.clip(s, s_part - ph.compliance_s, s_part + ph.compliance_s)
+        self.cmd[0] = _clamp(float(s), s_part - ph.compliance_s, s_part + ph.compliance_s)
         self.cmd[1:3] = np.clip(self.cmd[1:3], -ph.compliance_s, ph.compliance_s)
-        self.cmd[3] = np.clip(psi, theta - ph.compliance_psi, theta + ph.compliance_psi)
+        self.cmd[3] = _clamp(float(psi), theta - ph.compliance_psi, theta + ph.compliance_psi)
         self.velocity = (self.cmd - before) / steps
         self._write_qpos()
 
@@ -317,7 +325,9 @@ class Episode:
     def observe(self) -> tuple[np.ndarray, np.ndarray]:
         """(points (P, 3) in the world frame, gripper state (8,): pose and velocity in the grasp frame)."""
         d = self.data
-        pts = [d.geom_xpos[g] + pl @ d.geom_xmat[g].reshape(3, 3).T for g, pl in enumerate(self.local_points)]
+        # every geom's points: x_world = p_geom + R_geom x_local, all geoms in one product
+        g = self._point_geom
+        pts = [d.geom_xpos[g] + np.einsum("nij,nj->ni", d.geom_xmat.reshape(-1, 3, 3)[g], self._local_flat)]
         # the gripper: at the handle, offset by how far it strains past the part, rolled by psi about u
         s_part = self.q["open"] - self.q["press"]
         c, sn = np.cos(self.cmd[3]), np.sin(self.cmd[3])
@@ -326,7 +336,7 @@ class Episode:
         rot = np.stack([self.u, v, w], 1)  # columns: grasp-frame axes in the world
         origin = d.site_xpos[self.site] + self.u * (self.cmd[0] - s_part) + self.v * self.cmd[1] + self.w * self.cmd[2]
         pts.append(origin + self.finger_points @ rot.T)
-        return np.concatenate(pts).astype(np.float32), np.r_[self.cmd, self.velocity].astype(np.float32)
+        return np.concatenate(pts).astype(np.float32), np.concatenate([self.cmd, self.velocity]).astype(np.float32)
 
     def moved(self, before: dict, joint: str, tol: float = 1e-6) -> bool:
         """Whether `joint` moved since `before` (a copy of ``self.q``): what the adaptive expert watches."""

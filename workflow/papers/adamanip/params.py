@@ -22,12 +22,13 @@ class Params:
     # Demonstrations per category and kind (successes kept), and the step cap of an expert episode.
     demos: dict = field(default_factory=lambda: {"per_category": 60, "max_steps": 30})
     # The policy: obs horizon 2, prediction horizon 4, 1 action executed per prediction (official diffusion_train.py);
-    # PointNet widths, U-Net channels, DDPM steps (official: 100; 20 at this scale), the MLP BC head's width.
+    # PointNet widths, U-Net channels, DDPM steps (official: 100), denoising steps at evaluation (K: DDPM; fewer:
+    # DDIM), the MLP BC head's width.
     policy: dict = field(default_factory=lambda: {
         "obs_horizon": 2, "pred_horizon": 4, "action_horizon": 1, "hidden": 16, "feat": 32,
-        "unet_dims": [16, 32], "diffusion_steps": 20, "mlp_hidden": 128})
+        "unet_dims": [16, 32], "diffusion_steps": 100, "inference_steps": 10, "mlp_hidden": 128})
     # AdamW minibatch steps, cosine schedule, EMA of the weights (the official trains for many epochs at lr 1e-4).
-    train: dict = field(default_factory=lambda: {"steps": 700, "batch": 64, "lr": 1.0e-3, "weight_decay": 1.0e-6})
+    train: dict = field(default_factory=lambda: {"steps": 900, "batch": 64, "lr": 1.0e-3, "weight_decay": 1.0e-6})
     # Evaluation: randomised episodes per category, step cap (the official evaluates 100 episodes per object).
     evaluate: dict = field(default_factory=lambda: {"episodes": 100, "max_steps": 30})
     # Thresholds of the claims (config/config.yaml says where each comes from).
@@ -53,6 +54,8 @@ class Params:
             raise ValueError("adamanip.policy.pred_horizon must be divisible by 2^(len(unet_dims) - 1)")
         if p["action_horizon"] > p["pred_horizon"]:
             raise ValueError("adamanip.policy: action_horizon must not exceed pred_horizon")
+        if p["inference_steps"] > p["diffusion_steps"]:
+            raise ValueError("adamanip.policy.inference_steps must not exceed diffusion_steps")
         if any(d % 8 for d in p["unet_dims"]):
             raise ValueError("adamanip.policy.unet_dims must be multiples of 8 (GroupNorm with 8 groups)")
 

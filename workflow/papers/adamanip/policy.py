@@ -20,7 +20,16 @@ trained by DDPM (Ho et al. 2020) to predict the noise,
 with the cosine schedule (Nichol & Dhariwal 2021, eq. 17; diffusers' ``squaredcos_cap_v2``, the official
 choice) ``alpha_bar(t) = cos^2((t/K + s)/(1 + s) pi/2)``, ``beta_k = min(1 - alpha_bar((k+1)/K) /
 alpha_bar(k/K), 0.999)``, and sampled by ancestral DDPM steps with the posterior variance
-``beta~_k = (1 - alpha_bar_{k-1}) / (1 - alpha_bar_k) beta_k`` and x_0 clipped to [-1, 1].
+``beta~_k = (1 - alpha_bar_{k-1}) / (1 - alpha_bar_k) beta_k`` and x_0 clipped to [-1, 1] -- or, where fewer
+inference steps than training steps are asked for (a deviation for the CPU budget; Chi et al. 2023 do the same on
+their real robot), by deterministic DDIM steps (Song et al. 2021, eq. 12 with sigma = 0) over the evenly spaced
+subsequence ``k_i = i K / n`` of the training steps,
+
+.. math::
+    \\hat x_0 = (x_k - \\sqrt{1 - \\bar\\alpha_k}\\, \\hat\\epsilon) / \\sqrt{\\bar\\alpha_k}, \\qquad
+    x_{k'} = \\sqrt{\\bar\\alpha_{k'}}\\, \\hat x_0 + \\sqrt{1 - \\bar\\alpha_{k'}}\\, \\hat\\epsilon,
+
+with ``bar alpha = 1`` after the last step (diffusers' ``DDIMScheduler``, ``set_alpha_to_one``).
 
 Receding horizon (official diffusion_train.py and dataset.py): from ``To`` = 2 observations predict the ``Tp`` = 4
 actions to come (a_t .. a_{t+3}) and execute ``Ta`` = 1 of them before predicting again, so the policy sees the
@@ -68,6 +77,21 @@ class DDPM:
         """x_k = sqrt(bar alpha_k) x0 + sqrt(1 - bar alpha_k) eps (broadcast over all but the batch axis)."""
         ab = self.alpha_bar[k].to(x0.dtype).view(-1, *[1] * (x0.dim() - 1))
         return ab.sqrt() * x0 + (1 - ab).sqrt() * eps
+
+    def ddim_steps(self, n: int) -> list[int]:
+        """The n training steps DDIM visits, from the noisiest: k_i = i * (K // n), i = n-1 .. 0 (diffusers'
+        "leading" spacing)."""
+        if not 1 <= n <= self.K:
+            raise ValueError(f"adamanip: DDIM needs 1 <= inference steps <= K = {self.K}, got {n}")
+        return [i * (self.K // n) for i in reversed(range(n))]
+
+    def ddim_step(self, eps_hat: torch.Tensor, k: int, k_prev: int, xk: torch.Tensor) -> torch.Tensor:
+        """One deterministic DDIM step x_k -> x_{k_prev} (k_prev = -1: the end, bar alpha = 1), x_0 estimate
+        clipped to [-1, 1], the noise direction kept unclipped (as diffusers)."""
+        ab = float(self.alpha_bar[k])
+        ab_prev = float(self.alpha_bar[k_prev]) if k_prev >= 0 else 1.0
+        x0 = ((xk - math.sqrt(1 - ab) * eps_hat) / math.sqrt(ab)).clamp(-1, 1)
+        return math.sqrt(ab_prev) * x0 + math.sqrt(1 - ab_prev) * eps_hat
 
     def step(self, eps_hat: torch.Tensor, k: int, xk: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """One ancestral step x_k -> x_{k-1}, x_0 estimate clipped to [-1, 1]."""
@@ -209,12 +233,16 @@ class DiffusionPolicy(nn.Module):
     """PointNet condition + ConditionalUnet1D + DDPM (Sec. 4.2)."""
 
     def __init__(self, norm: Normalizer, *, hidden: int, feat: int, state_dim: int, action_dim: int,
-                 obs_horizon: int, pred_horizon: int, unet_dims: tuple, diffusion_steps: int):
+                 obs_horizon: int, pred_horizon: int, unet_dims: tuple, diffusion_steps: int,
+                 inference_steps: int | None = None):
         super().__init__()
         self.norm, self.Tp, self.A = norm, pred_horizon, action_dim
         self.encoder = ObsEncoder(hidden, feat, state_dim, obs_horizon)
         self.unet = ConditionalUnet1D(action_dim, self.encoder.dim, tuple(unet_dims))
         self.ddpm = DDPM(diffusion_steps)
+        # None or K: ancestral DDPM over all K steps (the paper); fewer: DDIM over a subsequence
+        self.inference_steps = inference_steps or diffusion_steps
+        self.ddpm.ddim_steps(self.inference_steps)  # checks the range
 
     def loss(self, points, state, actions, generator: torch.Generator) -> torch.Tensor:
         cond = self.encoder(*self.norm(points, state))
@@ -226,9 +254,15 @@ class DiffusionPolicy(nn.Module):
     def act(self, points, state, generator: torch.Generator) -> torch.Tensor:
         cond = self.encoder(*self.norm(points, state))
         x = torch.randn((points.shape[0], self.Tp, self.A), generator=generator)
-        for k in reversed(range(self.ddpm.K)):
+        if self.inference_steps == self.ddpm.K:  # ancestral DDPM
+            for k in reversed(range(self.ddpm.K)):
+                kk = torch.full((x.shape[0],), k, dtype=torch.long)
+                x = self.ddpm.step(self.unet(x, kk, cond), k, x, generator)
+            return x  # (B, Tp, A)
+        ks = self.ddpm.ddim_steps(self.inference_steps)
+        for k, k_prev in zip(ks, [*ks[1:], -1]):
             kk = torch.full((x.shape[0],), k, dtype=torch.long)
-            x = self.ddpm.step(self.unet(x, kk, cond), k, x, generator)
+            x = self.ddpm.ddim_step(self.unet(x, kk, cond), k, k_prev, x)
         return x  # (B, Tp, A)
 
 

@@ -41,8 +41,18 @@ def why(claim_id: str, r: pd.DataFrame, mech: pd.DataFrame, hist: pd.DataFrame) 
             f"demonstrations succeeds in {m('diffusion', 'one_go', CONTROL, 'ccw'):.2f} (ccw) and "
             f"{m('diffusion', 'one_go', CONTROL, 'cw'):.2f} (cw) of the episodes, where the expert it imitates always "
             f"succeeds")
-    perception = ((f"The policies are limited by what they learn to see at this budget: {seen}, so even a visible "
-                   f"mechanism is often misread. " if visible < 0.8 else f"The policies can read a visible mechanism: {seen}. ")
+    visible_mlp = m("mlp_bc", "one_go", CONTROL)
+    if visible < 0.8 and visible_mlp >= 0.8:  # the shared encoder sees the marker; the diffusion head is the weak part
+        perception = (f"The diffusion policy is under-trained at this budget: {seen}, while MLP BC with the same encoder "
+                      f"on the same demonstrations succeeds in {visible_mlp:.2f}: the point cloud shows the mechanism "
+                      f"and an encoder learns to read it, but the denoiser has not learned to turn it into the right "
+                      f"action in the steps it had (training losses below). ")
+    elif visible < 0.8:
+        perception = (f"The policies are limited by what they learn to see at this budget: {seen}, so even a visible "
+                      f"mechanism is often misread. ")
+    else:
+        perception = f"The policies can read a visible mechanism: {seen}. "
+    perception = (perception
                   + f"Training losses (first 10 -> last 50 steps, pooled over seeds; 'still falling' where the last 50 "
                     f"steps beat the 50 before): {losses}.")
     if claim_id == "a":
@@ -198,7 +208,11 @@ def report(*, cfg, scale, successes, stats, history, benchmarks, table_md, table
         f"{d['max_steps']} steps each. Two policies per demonstration kind, each one multi-task network over all "
         f"categories: the diffusion policy (PointNet {pol['hidden']}-{2 * pol['hidden']} -> {pol['feat']} features, "
         f"1D conditional U-Net {list(pol['unet_dims'])} with FiLM, DDPM with a cosine schedule over "
-        f"{pol['diffusion_steps']} steps, epsilon prediction; obs horizon {pol['obs_horizon']}, prediction horizon "
+        f"{pol['diffusion_steps']} steps, epsilon prediction, "
+        + (f"sampled by ancestral DDPM over all {pol['diffusion_steps']} steps"
+           if pol['inference_steps'] == pol['diffusion_steps'] else
+           f"sampled by deterministic DDIM over {pol['inference_steps']} of the {pol['diffusion_steps']} steps")
+        + f"; obs horizon {pol['obs_horizon']}, prediction horizon "
         f"{pol['pred_horizon']} (the actions t .. t+{pol['pred_horizon'] - 1}), {pol['action_horizon']} action(s) executed "
         f"per prediction) and MLP behaviour cloning on the same encoder (hidden {pol['mlp_hidden']}); the condition: "
         f"the point clouds and the low-dimensional state (gripper pose, velocity, previous action) of the last "
@@ -218,9 +232,19 @@ def report(*, cfg, scale, successes, stats, history, benchmarks, table_md, table
         "velocities, hand pose, previous action). Policy: PointNet instead of "
         "PointNet++, one multi-task network per demonstration kind instead of one per category, tiny widths "
         f"and {tr['steps']} training steps (cosine schedule with 5 % warm-up; EMA as official) (the official trains for hundreds of epochs), DDPM with "
-        f"{pol['diffusion_steps']} steps at this scale (official: 100; the full scale uses 100), actions as "
+        f"{pol['diffusion_steps']} training steps as official but, "
+        + (f"where the official samples by DDPM over all 100, DDIM (deterministic, Song et al. 2021) over "
+           f"{pol['inference_steps']} of them at evaluation (the sampling cost is linear in the steps; Chi et al. 2023 "
+           f"do the same on their real robot; the full scale samples by DDPM over all 100), "
+           if pol['inference_steps'] < pol['diffusion_steps'] else "sampled by DDPM over all of them, ")
+        + "the evaluation episodes of a category run side by side (one network call per step for all of them), actions as "
         "end-effector deltas in the grasp frame instead of absolute poses with 6D rotations. The baseline is MLP "
         "behaviour cloning (the issue's choice); the paper's other baselines are not run. Success latches at the "
-        "first step it is reached.")
+        "first step it is reached."
+        + ("" if {"door", "safe"} <= set(p.categories) else
+           " Door and safe are built (env.py; the full scale runs them) but left out here: by a profile (session 41) "
+           "they add ~40-50 s of CPU to the default run (their demonstrations and 200 more evaluation episodes per "
+           "seed, kind and policy), which the 600 s budget buys only by cutting the training steps back to ~700, "
+           "the under-training this scale was raised from."))
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md, figures=[success_figure],
                  claims=claim_list, benchmarks=benchmarks, differences=differences)

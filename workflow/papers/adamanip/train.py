@@ -49,7 +49,8 @@ def build(policy: str, norm: Normalizer, pol: dict):
     common = dict(hidden=pol["hidden"], feat=pol["feat"], state_dim=LOW_DIM, action_dim=ACTION_DIM,
                   obs_horizon=pol["obs_horizon"], pred_horizon=pol["pred_horizon"])
     if policy == "diffusion":
-        return DiffusionPolicy(norm, unet_dims=tuple(pol["unet_dims"]), diffusion_steps=pol["diffusion_steps"], **common)
+        return DiffusionPolicy(norm, unet_dims=tuple(pol["unet_dims"]), diffusion_steps=pol["diffusion_steps"],
+                               inference_steps=pol.get("inference_steps"), **common)
     if policy == "mlp_bc":
         return MLPPolicy(norm, mlp_hidden=pol["mlp_hidden"], **common)
     raise ValueError(f"adamanip: policy must be one of {POLICIES}, got {policy!r}")
@@ -59,6 +60,38 @@ def ema_decay(step: int, power: float = 0.75, max_decay: float = 0.9999) -> floa
     """The EMA decay after `step` optimiser steps, 1 - (1 + step)^-power, 0 at the first step (the warm-up of
     diffusers' ``EMAModel`` with ``power=0.75``, which the official diffusion_policy_new.py uses)."""
     return 0.0 if step <= 0 else min(max_decay, 1.0 - (1.0 + step) ** -power)
+
+
+class AdamW:
+    """Adam with decoupled weight decay (Loshchilov & Hutter 2019, Alg. 2), the update of torch.optim.AdamW:
+
+    .. math::
+        \\theta \\leftarrow \\theta (1 - \\eta \\lambda), \\quad m \\leftarrow \\beta_1 m + (1 - \\beta_1) g, \\quad
+        v \\leftarrow \\beta_2 v + (1 - \\beta_2) g^2, \\quad
+        \\theta \\leftarrow \\theta - \\eta \\frac{m / (1 - \\beta_1^t)}{\\sqrt{v / (1 - \\beta_2^t)} + \\epsilon},
+
+    every parameter at once (``torch._foreach_*``). Written out because building a ``torch.optim`` optimiser
+    imports ``torch._dynamo``, about 2 s of CPU per job -- most of a smoke-scale training job.
+    """
+
+    def __init__(self, params: list, weight_decay: float, betas: tuple = (0.9, 0.999), eps: float = 1e-8):
+        self.params, self.wd, (self.b1, self.b2), self.eps = list(params), weight_decay, betas, eps
+        self.m = [torch.zeros_like(q) for q in self.params]
+        self.v = [torch.zeros_like(q) for q in self.params]
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self, lr: float) -> None:
+        self.t += 1
+        grads = [q.grad for q in self.params]
+        torch._foreach_mul_(self.params, 1.0 - lr * self.wd)
+        torch._foreach_lerp_(self.m, grads, 1.0 - self.b1)
+        torch._foreach_mul_(self.v, self.b2)
+        torch._foreach_addcmul_(self.v, grads, grads, 1.0 - self.b2)
+        denom = torch._foreach_sqrt(self.v)
+        torch._foreach_div_(denom, math.sqrt(1.0 - self.b2 ** self.t))
+        torch._foreach_add_(denom, self.eps)
+        torch._foreach_addcdiv_(self.params, self.m, denom, -lr / (1.0 - self.b1 ** self.t))
 
 
 def fit(policy: str, demos: dict, pol: dict, tr: dict, seed: int) -> tuple[torch.nn.Module, list[float]]:
@@ -75,26 +108,28 @@ def fit(policy: str, demos: dict, pol: dict, tr: dict, seed: int) -> tuple[torch
     norm = Normalizer(flat_p.mean(0), flat_p.std(0) + 1e-6, state_mean, state_std)
     model = build(policy, norm, pol)
     ema = copy.deepcopy(model).requires_grad_(False)
-    opt = torch.optim.AdamW(model.parameters(), lr=tr["lr"], weight_decay=tr["weight_decay"])
+    ema_params, model_params = list(ema.parameters()), list(model.parameters())
+    opt = AdamW(model_params, weight_decay=tr["weight_decay"])
     # the official schedule: linear warm-up, then cosine decay to 0 (diffusers' get_scheduler('cosine'); its 500
     # warm-up steps of a long run scaled here to the first 5 % of the steps)
     warmup = max(1, tr["steps"] // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / warmup) * 0.5 * (
-        1.0 + math.cos(math.pi * max(0, i - warmup) / max(1, tr["steps"] - warmup))))
+
+    def lr_at(i: int) -> float:
+        return tr["lr"] * min(1.0, (i + 1) / warmup) * 0.5 * (
+            1.0 + math.cos(math.pi * max(0, i - warmup) / max(1, tr["steps"] - warmup)))
+
     gen = torch.Generator().manual_seed(seed)
     P, S, A = (torch.as_tensor(x, dtype=torch.float32) for x in (points, state, actions))
     losses = []
     for step in range(tr["steps"]):
         idx = torch.randint(0, len(A), (min(tr["batch"], len(A)),), generator=gen)
         loss = model.loss(P[idx], S[idx], A[idx], gen)
-        opt.zero_grad(set_to_none=True)
+        for q in model_params:
+            q.grad = None
         loss.backward()
-        opt.step()
-        sched.step()
-        decay = ema_decay(step)
-        with torch.no_grad():
-            for pe, pm in zip(ema.parameters(), model.parameters()):
-                pe.mul_(decay).add_(pm, alpha=1.0 - decay)
+        opt.step(lr_at(step))
+        with torch.no_grad():  # ema <- decay * ema + (1 - decay) * model, all parameters in one call
+            torch._foreach_lerp_(ema_params, model_params, 1.0 - ema_decay(step))
         losses.append(float(loss.detach()))
     return ema, losses
 
@@ -108,17 +143,16 @@ def rollout(model, eps: list, max_steps: int, pol: dict, seed: int) -> np.ndarra
     episodes = len(eps)
     To, Ta = pol["obs_horizon"], pol["action_horizon"]
     gen = torch.Generator().manual_seed(seed)
-    no_action = np.zeros(ACTION_DIM, dtype=np.float32)
     obs = [ep.observe() for ep in eps]
-    hist_p = [[o[0]] * To for o in obs]
-    hist_s = [[np.r_[o[1], no_action]] * To for o in obs]
+    # the last To observations of every episode, oldest first (the first one repeated at the start, as in training)
+    hist_p = np.repeat(np.stack([o[0] for o in obs])[:, None], To, axis=1)  # (E, To, P, 3)
+    first_s = np.concatenate([np.stack([o[1] for o in obs]), np.zeros((episodes, ACTION_DIM), np.float32)], 1)
+    hist_s = np.repeat(first_s[:, None], To, axis=1)  # (E, To, 12): gripper state and previous action (none yet)
     done = np.zeros(episodes, dtype=bool)
     t = 0
     while t < max_steps and not done.all():
-        live = np.flatnonzero(~done)  # only the episodes still running are fed to the policy
-        P = torch.as_tensor(np.stack([np.stack(hist_p[i][-To:]) for i in live]))  # (E', To, P, 3)
-        S = torch.as_tensor(np.stack([np.stack(hist_s[i][-To:]) for i in live]))  # (E', To, 12)
-        chunk = model.act(P, S, gen).numpy()  # (E', Tp, A)
+        live = np.flatnonzero(~done)  # only the episodes still running are fed to the policy, in one batch
+        chunk = model.act(torch.as_tensor(hist_p[live]), torch.as_tensor(hist_s[live]), gen).numpy()  # (E', Tp, A)
         for j in range(Ta):
             if t >= max_steps:
                 break
@@ -129,6 +163,7 @@ def rollout(model, eps: list, max_steps: int, pol: dict, seed: int) -> np.ndarra
                 eps[i].step(action)
                 done[i] = eps[i].success
                 p, s = eps[i].observe()
-                hist_p[i].append(p), hist_s[i].append(np.r_[s, action])
+                hist_p[i, :-1], hist_s[i, :-1] = hist_p[i, 1:], hist_s[i, 1:]
+                hist_p[i, -1], hist_s[i, -1] = p, np.concatenate([s, action])
             t += 1
     return done.astype(np.int64)

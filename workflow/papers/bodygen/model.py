@@ -151,15 +151,16 @@ class Agent(nn.Module):
         return self.value_head(self.encode("value", obs)[:, 0]).squeeze(-1)
 
     def skel_dist(self, obs):
-        return torch.distributions.Categorical(logits=self.skel_head(self.encode("skel", obs)))  # (B, L)
+        return torch.distributions.Categorical(logits=self.skel_head(self.encode("skel", obs)),  # (B, L)
+                                               validate_args=False)  # argument checks: per-call overhead only
 
     def attr_dist(self, obs):
         mu = self.attr_head(self.encode("attr", obs))  # (B, L, N_ATTR)
-        return torch.distributions.Normal(mu, self.attr_log_std.exp().expand_as(mu))
+        return torch.distributions.Normal(mu, self.attr_log_std.exp().expand_as(mu), validate_args=False)
 
     def ctrl_dist(self, obs):
         mu = self.ctrl_head(self.encode("ctrl", obs)).squeeze(-1)  # (B, L)
-        return torch.distributions.Normal(mu, self.ctrl_log_std.exp().expand_as(mu))
+        return torch.distributions.Normal(mu, self.ctrl_log_std.exp().expand_as(mu), validate_args=False)
 
     def log_prob(self, stage: int, obs, act, valid):
         """Joint log-probability of a sample's action: the sum over its valid limbs (and attributes)."""

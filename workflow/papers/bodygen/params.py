@@ -46,7 +46,7 @@ class Params:
     # PPO (official: gamma 0.995, tau 0.95, clip 0.2, 10 epochs, minibatch 2048, grad norm 40, policy lr 5e-5,
     # value lr 3e-4, 50k samples x 1000 iterations).
     ppo: dict = field(default_factory=lambda: {
-        "env_steps": 12000, "samples": 1600, "episodes": 8, "epochs": 5, "minibatch": 512, "gamma": 0.995, "lam": 0.95,
+        "env_steps": 14400, "samples": 1600, "episodes": 8, "epochs": 5, "minibatch": 512, "gamma": 0.995, "lam": 0.95,
         "clip": 0.2,
         "max_grad_norm": 40.0, "policy_lr": 3.0e-4, "value_lr": 1.0e-3})
     # Evaluation of the final design: deterministic design and control, episodes with their own start noise.

@@ -162,8 +162,8 @@ def train_arm(arm: dict, p, seed: int, log=print) -> tuple[Agent, list[dict]]:
     is_value = lambda name: name.startswith(("enc.value", "value_head"))  # noqa: E731
     policy_params = [q for n, q in agent.named_parameters() if not is_value(n)]
     value_params = [q for n, q in agent.named_parameters() if is_value(n)]
-    opt_pi = torch.optim.Adam(policy_params, lr=ppo["policy_lr"])
-    opt_v = torch.optim.Adam(value_params, lr=ppo["value_lr"])
+    opt_pi = torch.optim.Adam(policy_params, lr=ppo["policy_lr"], foreach=True)  # one kernel per op, not per tensor
+    opt_v = torch.optim.Adam(value_params, lr=ppo["value_lr"], foreach=True)
     # Running normalisers of the value targets: one per group under TCA (design / control), one otherwise.
     ret_norm = {"design": RunningNorm(1, clip=1e9), "control": RunningNorm(1, clip=1e9)}
     history, env_steps, it = [], 0, 0
@@ -228,8 +228,8 @@ def train_arm(arm: dict, p, seed: int, log=print) -> tuple[Agent, list[dict]]:
                 opt_pi.zero_grad()
                 opt_v.zero_grad()
                 (loss_pi + loss_v).backward()  # disjoint parameters: one backward serves both optimisers
-                torch.nn.utils.clip_grad_norm_(policy_params, ppo["max_grad_norm"])
-                torch.nn.utils.clip_grad_norm_(value_params, ppo["max_grad_norm"])
+                torch.nn.utils.clip_grad_norm_(policy_params, ppo["max_grad_norm"], foreach=True)
+                torch.nn.utils.clip_grad_norm_(value_params, ppo["max_grad_norm"], foreach=True)
                 opt_pi.step()
                 opt_v.step()
         seconds = time.perf_counter() - t0

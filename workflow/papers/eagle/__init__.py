@@ -21,5 +21,6 @@ every difference.
 
 Modules: data.py (canvases, questions, the prepare stage), experts.py (towers and their pretraining),
 fusion.py (the five fusions), model.py (the LM and the multimodal model), train.py (stages and arms),
-stages.py (the functions the rules call), report.py (table, figures, claims).
+stages.py (the functions the rules call), report.py (table, figures, claims), llava.py (the full scale: LLaVA-style
+data and benchmark files, experts and LM from local Hugging Face directories, the same fusions, stages and arms).
 """

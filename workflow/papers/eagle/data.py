@@ -152,16 +152,21 @@ def build_split(scene: dict, questions: dict) -> dict:
 
 
 def prepare(*, cfg, data):
-    """Every seed's train / val / test canvases and questions in one .npz (keys `<seed>/<split>/<name>`).
+    """Every seed's train / val / test canvases and questions in one .npz (keys `<seed>/<split>/<name>`); at the
+    full scale (config eagle.llava set) the checked LLaVA-style records instead (papers.eagle.llava.prepare).
 
     Only the digits 0 .. `digit_classes` - 1 are drawn and only the question kinds `kinds` are asked. Per seed the digit images are split into a training
     pool and a held-out pool (`heldout_fraction`); train canvases use the first, val and test canvases the
     second. Train, val and test questions use the training templates; split `novel` asks the test canvases
     with the held-out template of each kind (the LM's generalisation to new wordings, reported apart).
     """
-    from papers.eagle.params import parse
+    from papers.eagle.params import full_scale, parse
 
     p = parse(cfg)
+    if full_scale(p):  # the full scale: LLaVA-style records instead of canvases
+        from papers.eagle import llava
+
+        return llava.prepare(p, data)
     check_templates()
     images, labels = load_digits_pool(p.data["digits_file"])
     keep = labels < p.data["digit_classes"]  # the digits 0 .. digit_classes - 1 appear on the canvases

@@ -37,6 +37,15 @@ class Params:
     # Pre-Alignment and SFT).
     train: dict = field(default_factory=lambda: {"prealign_steps": 30, "align_steps": 30, "sft_steps": 180,
                                                  "batch": 96, "align_lr": 3.0e-3, "sft_lr": 3.0e-3})
+    # Full scale (papers.eagle.llava): LLaVA-style train / val / test JSON files and their image folder, the
+    # three experts' and the LM's local Hugging Face directories; null everywhere = the synthetic canvases. Each
+    # expert's input side (null = its config's image_size), the hidden state read from a ViT expert (LLaVA: -2),
+    # the longest text in tokens.
+    llava: dict = field(default_factory=lambda: {"train_json": None, "val_json": None, "test_json": None,
+                                                 "image_folder": None,
+                                                 "experts": {"clip": None, "hires": None, "det": None}, "lm": None,
+                                                 "image_sizes": {"clip": None, "hires": None, "det": None},
+                                                 "select_layer": -2, "max_text_tokens": 512})
     # Claim thresholds, fixed before the run (config/config.yaml says where each comes from).
     claims: dict = field(default_factory=lambda: {"equivalence_margin": 0.03, "gain_threshold": 0.0})
 
@@ -54,14 +63,28 @@ class Params:
             raise ValueError(f"eagle.data.heldout_fraction must be in (0, 1), got {d['heldout_fraction']}")
         if self.lm["d_model"] % self.lm["n_head"]:
             raise ValueError(f"eagle.lm.d_model ({self.lm['d_model']}) must be a multiple of lm.n_head ({self.lm['n_head']})")
+        lv = self.llava
+        paths = {**{k: lv.get(k) for k in ("train_json", "val_json", "test_json", "image_folder", "lm")},
+                 **{f"experts.{e}": (lv.get("experts") or {}).get(e) for e in EXPERTS}}
+        unset = [k for k, v in paths.items() if v is None]
+        if unset and len(unset) != len(paths):
+            raise ValueError(f"eagle.llava: set every path or none (null = the synthetic canvases); unset: "
+                             f"{', '.join('eagle.llava.' + k for k in unset)}")
+        if not unset:
+            return  # the full scale: the grid is checked against the experts' maps when they are loaded
         if self.fusion["grid"] not in (2, 4, 8):
             raise ValueError(f"eagle.fusion.grid must be 2, 4 or 8 (the towers' maps are 4 x 4 and 8 x 8), got {self.fusion['grid']}")
 
 
+def full_scale(p) -> bool:
+    """True when config eagle.llava points at data (papers.eagle.llava); null paths = the synthetic canvases."""
+    return p.llava.get("train_json") is not None
+
+
 STAGE_PARAMS = {
-    "prepare": ("seeds", "data"),
-    "pretrain": ("experts", "lm"),
-    "train": ("experts", "lm", "fusion", "train"),
+    "prepare": ("seeds", "data", "llava"),
+    "pretrain": ("experts", "lm", "llava"),
+    "train": ("experts", "lm", "fusion", "train", "llava"),
     "evaluate": ("seeds",),
     "report": ALL,
 }

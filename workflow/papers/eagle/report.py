@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from papers.common.claims import Claim, Control, paired_test, write_claims
-from papers.common.io import read_parquet, write_json
+from papers.common.io import read_parquet, read_parquets, write_json, write_parquet
 from papers.common.params import to_dict
 from papers.common.plotting import savefig, subplots
-from papers.common.report import write_report
+from papers.common.report import job_times, write_report
 from papers.common.tables import mean_std, write_table
-from papers.eagle.params import EXPERTS, FUSIONS, SLUG, parse
+from papers.eagle.params import EXPERTS, FUSIONS, SLUG, full_scale, parse
 
 TITLE = "P8 eagle: Eagle, a mixture of vision encoders for multimodal LLMs (channel concatenation, Pre-Alignment)"
 
@@ -42,9 +43,14 @@ def why(df: pd.DataFrame, chance_all: float) -> dict[str, str]:
         common += ("; every arm is still learning when its step budget ends (a few hundred steps on one CPU core), "
                    "and when an arm leaves the loss plateau varies between arms and seeds")
     fine = df[(df.split == "test") & (df.kind == "fine") & (df.arm == "fusion:concat")].sort_values("seed").accuracy
+    n = df.seed.nunique()
+    diff = per_seed(df, "fusion:concat") - per_seed(df, "fusion:sequence_append")
+    sd = diff.std(ddof=1) if n > 1 else float("nan")
+    half = stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n) if n > 1 else float("nan")
     spread = (f"the mixtures read the fine print in some seeds and not in others (fusion:concat's fine-question "
-              f"test accuracy per seed: {', '.join(f'{v:.2f}' for v in fine)}), so three seeds give intervals far "
-              f"wider than the effects")
+              f"test accuracy per seed: {', '.join(f'{v:.2f}' for v in fine)}), so {n} seeds give intervals far "
+              f"wider than the effects (e.g. concat - sequence append: per-seed sd {sd:.3f}, 95% "
+              f"half-width t({n - 1}) x sd / sqrt({n}) = {half:.3f}, against a margin of a few hundredths)")
     return {
         "a": common + "; " + spread + ".",
         "b": common + "; " + spread + "; the single experts themselves are clearly specialised (table: CLIP reads "
@@ -161,10 +167,13 @@ def _table(df: pd.DataFrame, chance_of: dict, kinds: list[str]):
             row_csv[f"test_{kind}_mean"] = v.mean()
             row_csv[f"test_{kind}_std"] = v.std(ddof=1) if v.size > 1 else 0.0
         v = df[(df.arm == arm) & (df.split == "novel") & (df.kind == "all")].sort_values("seed").accuracy.to_numpy()
-        row_md["novel templates all"] = mean_std(v, 3)
-        row_csv["novel_all_mean"], row_csv["novel_all_std"] = v.mean(), (v.std(ddof=1) if v.size > 1 else 0.0)
+        if v.size:  # the canvases' held-out templates (the full scale's benchmarks have none)
+            row_md["novel templates all"] = mean_std(v, 3)
+            row_csv["novel_all_mean"], row_csv["novel_all_std"] = v.mean(), (v.std(ddof=1) if v.size > 1 else 0.0)
         md.append(row_md)
         csv.append(row_csv)
+    if chance_of is None:  # free-form answers (full scale): no uniform-guessing level
+        return pd.DataFrame(md), pd.DataFrame(csv)
     md.append({"arm": "chance (uniform over the kind's answers)", "visual tokens": 0, "fusion params": 0,
                **{f"test {k}": f"{chance_of[k]:.3g}" for k in ("all", *kinds)},
                "novel templates all": f"{chance_of['all']:.3g}"})
@@ -191,11 +200,48 @@ def _figure(df: pd.DataFrame, path, kinds: list[str]):
     savefig(fig, path)
 
 
+def _seed_budget(benchmarks, seeds: int, more: int = 5) -> str:
+    """What `more` seeds would cost, from this run's benchmark files (per-seed jobs: pretrain and train)."""
+    per_seed = [b for b in benchmarks if "/pretrain/" in str(b) or "/train/" in str(b)]
+    every, fixed = job_times(benchmarks), job_times([b for b in benchmarks if b not in per_seed])
+    if not per_seed or seeds >= more:
+        return ""
+    seed = {k: (every[k] - fixed[k]) / seeds for k in ("seconds", "cpu_seconds")}
+    return (f"Seeds: {seeds}, not {more}: a seed's pretrain and train jobs took {seed['seconds']:.0f} s "
+            f"({seed['cpu_seconds']:.0f} s CPU) here and the other jobs {fixed['seconds']:.0f} s "
+            f"({fixed['cpu_seconds']:.0f} s CPU), so {more} seeds would take about "
+            f"{fixed['seconds'] + more * seed['seconds']:.0f} s ({fixed['cpu_seconds'] + more * seed['cpu_seconds']:.0f} "
+            "s CPU) of job time against the 360 s budget; a train job is nearly all the arms' optimisation steps (SFT, "
+            "then alignment; evaluation and the cached lower-layer activations take a few per cent), so only fewer "
+            "steps per arm would make room, not removing waste.")
+
+
+def _full_scale_text(p) -> tuple[str, str]:
+    """What was run and what differs, at the full scale (LLaVA-style data, Hugging Face models)."""
+    lv, t = p.llava, p.train
+    what = (f"{p.seeds} seeds (each initialises every fusion anew and draws its own batches; the pretrained experts "
+            f"and LM are the same). Training records {lv['train_json']}, validation (round-robin choices) "
+            f"{lv['val_json']}, test (claims) {lv['test_json']}, images under {lv['image_folder']}. Experts: clip "
+            f"{lv['experts']['clip']}, hires {lv['experts']['hires']}, det {lv['experts']['det']}; LM {lv['lm']}. "
+            f"Every arm: Pre-Alignment {t['prealign_steps']} steps per non-CLIP expert where used (the whole tower and "
+            f"its own projector, LM frozen), stage 1 {t['align_steps']} steps (projector only), stage 2 "
+            f"{t['sft_steps']} steps (towers, projector, LM), batch {t['batch']}; fusions on a {p.fusion['grid']} x "
+            f"{p.fusion['grid']} grid at matched parameter counts. Accuracy: greedy decoding reproduces the reference "
+            "answer exactly.")
+    differences = ("Adam with constant learning rates and one batch size for every stage (the paper: AdamW, cosine "
+                   "schedule, warm-up, batch 256 then 128); images resized to each expert's square input without "
+                   "padding; the visual tokens follow BOS instead of standing at the <image> tag; accuracy is exact "
+                   "match of the greedy answer, not each benchmark's own metric; LLaVA-HR's adapter acts on the CLIP "
+                   "tower's output map, not inside its stages; deformable attention has one head.")
+    return what, differences
+
+
 def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params_json, report_md, accuracy_figure):
     p = parse(cfg)
     df = read_parquet(table)
     kinds = list(p.data["kinds"])
-    chance_of = chance(p.data["digit_classes"], kinds)
+    full = full_scale(p)
+    chance_of = None if full else chance(p.data["digit_classes"], kinds)
     md, csv = _table(df, chance_of, kinds)
     caption = (f"Answer accuracy on the test split (held-out canvases and digit images, training question "
                f"templates), mean +- std over {p.seeds} seeds, per question kind; last column: the same canvases "
@@ -223,8 +269,10 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
         f"matched parameter counts. Round-robin over the three experts with concatenation, chosen on validation.")
     differences = (
         "Data: synthetic digit canvases and templated one-word answers stand in for LLaVA-1.5 / Eagle-1.8M data and "
-        "the paper's benchmarks (GQA, TextVQA, OCRBench, ...); the full scale is a larger synthetic run, the LLaVA "
-        f"data and the Hugging Face encoders of the issue are not wired in. Only the digits 0-{d['digit_classes'] - 1} "
+        "the paper's benchmarks (GQA, TextVQA, OCRBench, ...). The full scale (config/full.yaml, eagle.llava) runs "
+        "the same arms and stages on LLaVA-style JSON data and benchmark files, with the experts and the LM loaded "
+        "from local Hugging Face directories (papers.eagle.llava; tested on tiny randomly initialised models, not run "
+        f"here: no such data or weights offline). Only the digits 0-{d['digit_classes'] - 1} "
         "are drawn, and only the kinds " + ", ".join(d["kinds"]) + " are asked: with all ten digits no arm left "
         "chance level in the budget, and with all four kinds (global, fine, count, position) an arm learned about one "
         "kind in its few hundred steps, which one varying by seed (session 40's diagnosis on one seed's validation "
@@ -241,9 +289,23 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
         f"{t['align_steps'] + t['sft_steps']} steps (stage 1 + stage 2); step counts, batch and the one-block LM were "
         "chosen from learning curves of single arms (concat, single experts) on one seed's validation split before "
         "the claims were computed; no threshold was changed.")
-    reasons = why(df, chance_of["all"])
+    if full:
+        what, differences = _full_scale_text(p)
+    else:
+        differences += " " + _seed_budget(benchmarks, p.seeds)
+    reasons = why(df, 0.0 if full else chance_of["all"])
     why_lines = [f"- ({c.id}) {reasons[c.id]}" for c in claim_list if c.verdict in ("does not hold", "inconclusive")]
     if why_lines:
         differences += "\n\nWhy a claim does not hold or stays inconclusive here (as far as we can tell):\n\n" + "\n".join(why_lines)
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md,
                  figures=[accuracy_figure], claims=claim_list, benchmarks=benchmarks, differences=differences)
+
+
+def evaluate(*, cfg, accuracies, table):
+    """All seeds' accuracies in one table (checked: every seed has the same arms)."""
+    p = parse(cfg)
+    df = read_parquets(accuracies)
+    fixed = df[~df.arm.str.startswith("rr:")].groupby("seed").arm.apply(frozenset)
+    if fixed.nunique() != 1 or len(fixed) != p.seeds:
+        raise ValueError(f"eagle: the seeds' accuracy files {list(accuracies)} do not hold the same arms")
+    write_parquet(df, table)

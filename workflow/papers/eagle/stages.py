@@ -1,5 +1,5 @@
-"""The eagle DAG's stages pretrain and train (one job per seed each) and evaluate; prepare is
-papers.eagle.data.prepare (no torch import), the report papers.eagle.report.
+"""The eagle DAG's stages pretrain and train (one job per seed each); prepare is papers.eagle.data.prepare and
+evaluate papers.eagle.report.evaluate (no torch import: those jobs stay light), the report papers.eagle.report.
 
 Each function takes its parameters and its input and output paths explicitly, so it runs under
 Snakemake (workflow/rules/eagle.smk) and in tests alike.
@@ -11,8 +11,9 @@ import logging
 import pandas as pd
 import torch
 
-from papers.common.io import read_parquets, write_parquet
+from papers.common.io import write_parquet
 from papers.common.seeding import seed_everything
+from papers.eagle import llava
 from papers.eagle import train as T
 from papers.eagle.data import read_split
 from papers.eagle.params import parse
@@ -22,10 +23,17 @@ SPLITS = ("train", "val", "test", "novel")
 
 
 def pretrain(*, cfg, seed: str, data, experts):
-    """The three experts on their own objectives and the LM on the QA text, for one seed (a .pt file)."""
+    """The three experts on their own objectives and the LM on the QA text, for one seed (a .pt file). At the
+    full scale the experts and the LM come pretrained from their Hugging Face directories: this job loads each
+    once and records its map and width (a wrong directory stops here, before the long training job)."""
     p = parse(cfg)
     seed = int(seed)
     seed_everything(seed)
+    if llava.enabled(p):
+        found = llava.describe(p)
+        log.info("seed %d: pretrained experts and LM %s", seed, found)
+        torch.save({"llava": found}, experts)
+        return
     splits = {s: read_split(data, seed, s) for s in SPLITS}
     out = T.pretrain_all(splits, p, seed)
     for name, curve in out["curves"].items():
@@ -38,17 +46,13 @@ def train(*, cfg, seed: str, data, experts, accuracies):
     p = parse(cfg)
     seed = int(seed)
     seed_everything(seed)
+    if llava.enabled(p):  # the full scale: every seed trains every arm anew from the same pretrained models
+        splits = {s: llava.read_records(data, s) for s in ("train", "val", "test")}
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        rows = T.study(lambda a, rng: llava.run_arm(a, splits, p, rng, device), seed)
+        write_parquet(pd.DataFrame(rows).assign(seed=seed), accuracies)
+        return
     splits = {s: read_split(data, seed, s) for s in SPLITS}
     pretrained = torch.load(experts, weights_only=False)
     rows = T.run_seed(pretrained, splits, p, seed)
     write_parquet(pd.DataFrame(rows).assign(seed=seed), accuracies)
-
-
-def evaluate(*, cfg, accuracies, table):
-    """All seeds' accuracies in one table (checked: every seed has the same arms)."""
-    p = parse(cfg)
-    df = read_parquets(accuracies)
-    fixed = df[~df.arm.str.startswith("rr:")].groupby("seed").arm.apply(frozenset)
-    if fixed.nunique() != 1 or len(fixed) != p.seeds:
-        raise ValueError(f"eagle: the seeds' accuracy files {list(accuracies)} do not hold the same arms")
-    write_parquet(df, table)

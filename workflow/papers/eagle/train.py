@@ -126,21 +126,26 @@ def unfreeze(model: MLLM, towers: bool, fusion: bool, lm: bool) -> None:
     set_trainable(model.lm, lm)
 
 
+def prealigned(arm: dict) -> list[int]:
+    """The experts Pre-Alignment trains, by position in the arm (Sec. 2.5): every non-CLIP expert that sees the
+    image, when the arm asks for it; none otherwise."""
+    if not arm.get("prealign"):
+        return []
+    return [i for i, (name, source) in enumerate(zip(arm["experts"], arm["inputs"])) if name != "clip" and source == "image"]
+
+
 def run_arm(arm: dict, pretrained: dict, splits: dict, banks: dict, p, rng: np.random.Generator) -> list[dict]:
     """Train one arm through its stages; one row per (split, kind) with its accuracy. `banks[split]`:
     the experts' cached lower-layer activations (:func:`trunk_bank`)."""
     model = build(arm, pretrained, p)
     t = p.train
-    if arm.get("prealign"):
-        for i, name in enumerate(arm["experts"]):
-            if name == "clip" or arm["inputs"][i] != "image":
-                continue
-            tower = model.towers[i]
-            solo = MLLM([tower], ["image"], Fu.build("concat", [tower.channels], [tower.out_size],
-                                                      model.lm.wte.embedding_dim, p.fusion["grid"], p.fusion["hidden"]), model.lm)
-            unfreeze(solo, towers=True, fusion=True, lm=False)  # the expert and its own projector; LM frozen
-            fit(solo, solo.parameters(), splits["train"], banks["train"], steps=t["prealign_steps"], batch=t["batch"],
-                lr=t["align_lr"], rng=rng, shuffle_images=arm["prealign"] == "shuffled")
+    for i in prealigned(arm):
+        tower = model.towers[i]
+        solo = MLLM([tower], ["image"], Fu.build("concat", [tower.channels], [tower.out_size],
+                                                  model.lm.wte.embedding_dim, p.fusion["grid"], p.fusion["hidden"]), model.lm)
+        unfreeze(solo, towers=True, fusion=True, lm=False)  # the expert and its own projector; LM frozen
+        fit(solo, solo.parameters(), splits["train"], banks["train"], steps=t["prealign_steps"], batch=t["batch"],
+            lr=t["align_lr"], rng=rng, shuffle_images=arm["prealign"] == "shuffled")
     unfreeze(model, towers=False, fusion=True, lm=False)  # stage 1: the projector (fusion) alone
     fit(model, model.parameters(), splits["train"], banks["train"], steps=t["align_steps"], batch=t["batch"],
         lr=t["align_lr"], rng=rng)
@@ -175,12 +180,18 @@ def fixed_arms(experts=("clip", "hires", "det")) -> list[dict]:
 
 
 def run_seed(pretrained: dict, splits: dict, p, seed: int) -> list[dict]:
-    """Every arm on one seed, then the round-robin selection (Sec. 2.6) over the experts."""
+    """Every arm on one seed, then the round-robin selection (Sec. 2.6) over the experts (:func:`study`)."""
     banks = {split: trunk_bank(pretrained, splits[split]["scene_canvas"], p.experts["channels"]) for split in splits}
+    return study(lambda a, rng: run_arm(a, pretrained, splits, banks, p, rng), seed)
+
+
+def study(train_arm, seed: int) -> list[dict]:
+    """The fixed arms, then the round-robin selection (Sec. 2.6); `train_arm(arm, rng)` trains one arm and
+    returns its rows (papers.eagle.train.run_arm here, papers.eagle.llava.run_arm at the full scale)."""
     rows = []
     for a in fixed_arms():
         torch.manual_seed(seed * 1000 + len(rows))
-        rows += run_arm(a, pretrained, splits, banks, p, np.random.default_rng([seed, len(rows)]))
+        rows += train_arm(a, np.random.default_rng([seed, len(rows)]))
 
     def val_acc(name):
         return next(r["accuracy"] for r in rows if r["arm"] == name and r["split"] == "val" and r["kind"] == "all")
@@ -195,8 +206,7 @@ def run_seed(pretrained: dict, splits: dict, p, seed: int) -> list[dict]:
         for e in (e for e in experts if e not in chosen):
             name = f"rr:{'+'.join(sorted([*chosen, e]))}"
             torch.manual_seed(seed * 1000 + len(rows))
-            rows += run_arm(arm(name, [x for x in experts if x in [*chosen, e]]), pretrained, splits, banks, p,
-                            np.random.default_rng([seed, len(rows)]))
+            rows += train_arm(arm(name, [x for x in experts if x in [*chosen, e]]), np.random.default_rng([seed, len(rows)]))
             if best is None or val_acc(name) > val_acc(best[1]):
                 best = (e, name)
         chosen.append(best[0])

@@ -41,6 +41,8 @@ class TrainParams:
     lm_weight: float = 1.0  # weight of the next-token loss on the other tokens (0 = answers only)
     copy_fraction: float = 0.5  # share of copy sequences (words written twice) in a batch (ours; see train.py)
     copy_length: tuple = (8, 20)  # [min, max] words of a copy sequence's list (ours)
+    copy_separated: float = 0.0  # share of the copy sequences with a separator after each word (ours)
+    copy_warmup: int = 0  # first steps on copy sequences only, loss on the copies only (ours; see train.py)
     eval_every: int = 250  # steps between two held-out accuracy measurements in the history
     eval_prompts: int = 100  # held-out prompts per family for those measurements
 
@@ -101,8 +103,8 @@ class Params:
         if self.inject_key not in FAMILIES["story"].keys:
             raise ValueError(f"orion.inject_key: {self.inject_key!r} is not a story key {FAMILIES['story'].keys}")
         lo, hi = self.train.copy_length
-        if not 1 <= lo <= hi or 2 * hi + len(COPY_PREFIX.split()) > BLOCK_SIZE:
-            raise ValueError(f"orion.train.copy_length: need 1 <= min <= max and 2 max + 2 <= {BLOCK_SIZE}, got "
+        if not 1 <= lo <= hi or 4 * hi + len(COPY_PREFIX.split()) > BLOCK_SIZE:  # 4: a separated copy
+            raise ValueError(f"orion.train.copy_length: need 1 <= min <= max and 4 max + 2 <= {BLOCK_SIZE}, got "
                              f"{list(self.train.copy_length)}")
         if not self.word_length[0] <= self.word_length[1]:
             raise ValueError(f"orion.word_length: min above max in {list(self.word_length)}")

@@ -236,7 +236,7 @@ class Vocab:
 def build_vocab(words: list[str], *, pool_size: int, numbers: int, seed: int) -> Vocab:
     """Draw disjoint pools of `pool_size` entity words (name, city, job, word) from `words` by a seeded
     shuffle, leaving out template words; the number pool is "10" .. str(10 + numbers - 1)."""
-    template = set(COPY_PREFIX.split())
+    template = set(COPY_PREFIX.split()) | set(COPY_SEPARATORS)
     for fam in FAMILIES.values():
         template |= family_words(fam)
     candidates = [w for w in words if w not in template]
@@ -341,17 +341,34 @@ def training_sequence(family: Family, style: tuple, vocab: Vocab, rng: np.random
     return tokens, targets
 
 
-def copy_sequence(vocab: Vocab, rng: np.random.Generator, *, length: tuple[int, int]) -> tuple[list[str], list[int]]:
+# Separators of a separated copy sequence (one per sequence): the punctuation the families put between a key
+# and its value.
+COPY_SEPARATORS = (";", ",", ":", "=", "->")
+
+
+def copy_sequence(vocab: Vocab, rng: np.random.Generator, *, length: tuple[int, int],
+                  separated: bool = False) -> tuple[list[str], list[int]]:
     """A copy sequence: "repeat :", then n distinct entity words (n uniform in `length`), then the same n words
     again. Every word of the second copy is predictable only by finding its previous occurrence and reading the
     word that followed it: the induction pattern (Olsson et al. 2022, "In-context learning and induction heads",
     whose repeated random tokens are this text). A pretrained LM has seen much repeated text; our models see
     these sequences among the task sequences, so that the induction circuits the tasks build on form early.
+
+    `separated`: every word is followed by one separator s (drawn per sequence from COPY_SEPARATORS),
+    ``w1 s w2 s .. wn s w1 s w2 s ..``; the predictable words are those after an s of the second copy, which
+    the current token (s, everywhere) does not locate: the model must match the token *before* it, the lookup
+    "key separator -> value" of the induction, code and translation families (plain copying only teaches a
+    match on the current token).
     Returns the tokens and the positions whose next token is a predictable copy (the loss is taken there)."""
     words = [w for p in ("name", "city", "job", "word") for w in vocab.pools[p]]
     n = int(rng.integers(length[0], length[1] + 1))
     seg = [words[i] for i in rng.choice(len(words), n, replace=False)]
     head = COPY_PREFIX.split()
+    if separated:
+        sep = COPY_SEPARATORS[rng.integers(len(COPY_SEPARATORS))]
+        seg = [t for w in seg for t in (w, sep)]
+        start = len(head) + len(seg)  # w1 of the second copy; the s before it does not predict it
+        return head + seg + seg, [start + 2 * i + 1 for i in range(n - 1)]  # the s after w_i predicts w_{i+1}
     tokens = head + seg + seg
     start = len(head) + n  # the first word of the second copy; the word before it does not predict it
     return tokens, list(range(start, len(tokens) - 1))

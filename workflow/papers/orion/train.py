@@ -32,12 +32,14 @@ log = logging.getLogger(__name__)
 
 def sample_batch(families: list, train_styles: dict, vocab: tasks.Vocab, rng: np.random.Generator, *,
                  batch_size: int, max_requests: int, copy_fraction: float = 0.0,
-                 copy_length: tuple[int, int] = (8, 20)) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids x (B, T) and a mask (B, T - 1) that is True where the next token is an answer."""
+                 copy_length: tuple[int, int] = (8, 20), copy_separated: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids x (B, T) and a mask (B, T - 1) that is True where the next token is an answer. A share
+    `copy_fraction` of the sequences are copy sequences, of which a share `copy_separated` are separated ones."""
     seqs, answer_at = [], []
     for _ in range(batch_size):
         if rng.random() < copy_fraction:
-            tokens, targets = tasks.copy_sequence(vocab, rng, length=copy_length)
+            tokens, targets = tasks.copy_sequence(vocab, rng, length=copy_length,
+                                                  separated=bool(rng.random() < copy_separated))
             seqs.append(tokens)
             answer_at.append(targets)
             continue
@@ -92,9 +94,15 @@ def ensemble_loss(ens: EnsembleGPT, x: torch.Tensor, answer_mask: torch.Tensor, 
 
 def train_until_gate(models: list[GPT], samplers: list, *, max_steps: int, lr: float, warmup: int,
                      weight_decay: float, grad_clip: float, lm_weight: float, eval_every: int, evaluate,
-                     gate: float, progress=lambda it: it) -> tuple[list[GPT], list[int], pd.DataFrame]:
+                     gate: float, copy_warmup: int = 0,
+                     progress=lambda it: it) -> tuple[list[GPT], list[int], pd.DataFrame]:
     """Train the members `models` (one per seed, same size) side by side (papers.orion.ensemble), member e on
-    batches from `samplers[e]()`, until each has passed the accuracy gate or `max_steps` is reached.
+    batches from `samplers[e](copy_only)`, until each has passed the accuracy gate or `max_steps` is reached.
+
+    The curriculum: for the first `copy_warmup` steps the batches are copy sequences only (``copy_only`` True)
+    and the loss is on their predictable copies only (lm_weight 0), so that the induction circuits form before
+    the tasks' answers can be had by guessing among the context's values (the plateau the models without it
+    stayed on; see the report); then the task mixture with `lm_weight`.
 
     Every `eval_every` steps, `evaluate(model)` gives each member's held-out accuracy per family; the first time
     every family of member e is >= `gate`, member e is copied out: that copy, taken at the gate, is the model
@@ -110,8 +118,9 @@ def train_until_gate(models: list[GPT], samplers: list, *, max_steps: int, lr: f
     for step in progress(range(1, max_steps + 1)):
         for group in opt.param_groups:
             group["lr"] = lr * min(1.0, step / max(warmup, 1))
-        x, mask = pad_stack([sample() for sample in samplers])
-        loss = ensemble_loss(ens, x, mask, lm_weight)
+        copy_only = step <= copy_warmup
+        x, mask = pad_stack([sample(copy_only) for sample in samplers])
+        loss = ensemble_loss(ens, x, mask, 0.0 if copy_only else lm_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         clip_per_member(ens.parameters(), grad_clip)
