@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from papers.common.hf import model_dir
 from papers.eagle import fusion as Fu
 from papers.eagle.params import EXPERTS, full_scale
 from papers.eagle.train import prealigned
@@ -133,14 +134,6 @@ def load_image(path: str, size: int, mean, std) -> torch.Tensor:
 # Experts and LM from local Hugging Face directories
 
 
-def _model_dir(path, key: str) -> Path:
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{path}: not a Hugging Face model directory (no config.json); set {key} to a local "
-                                "directory written by save_pretrained")
-    return path
-
-
 class HFExpert(nn.Module):
     """A pretrained vision tower: images (B, 3, s, s) -> feature map (B, C, S, S).
 
@@ -153,7 +146,7 @@ class HFExpert(nn.Module):
         from transformers import AutoModel
 
         key = f"eagle.llava.experts.{kind}"
-        path = _model_dir(path, key)
+        path = model_dir(path, key)
         model = AutoModel.from_pretrained(path, local_files_only=True)
         self.encoder = getattr(model, "vision_model", model)  # a CLIPModel / SiglipModel: its vision half
         cfg = getattr(model.config, "vision_config", model.config)
@@ -181,7 +174,7 @@ def load_lm(path):
     """The causal LM and its tokenizer from the local directory (papers.common.hf); trainable, train mode."""
     from papers.common.hf import load_causal_lm
 
-    model, tokenizer = load_causal_lm(_model_dir(path, "eagle.llava.lm"), key="eagle.llava.lm")
+    model, tokenizer = load_causal_lm(path, key="eagle.llava.lm")
     return model.train(), tokenizer
 
 
