@@ -284,3 +284,23 @@ def test_bad_config_names_the_key():
         parse({"categories": ["bottle", "door"]})
     with pytest.raises(ValueError, match="physics"):
         parse({"physics": {"gravity": 1}})
+
+
+def test_each_policy_trains_with_its_own_learning_rate():
+    """train.lr holds one peak lr per policy: MLP BC's weights depend on its own lr only, not on the diffusion one."""
+    from papers.adamanip.train import fit
+
+    rng = np.random.default_rng(0)
+    n = 12
+    demos = {"points": rng.normal(size=(n, 8, 3)).astype(np.float32), "state": rng.normal(size=(n, 8)).astype(np.float32),
+             "action": rng.choice([-1.0, 0.0, 1.0], size=(n, 4)).astype(np.float32), "episode": np.repeat([0, 1], n // 2)}
+    pol = {"obs_horizon": 2, "pred_horizon": 4, "action_horizon": 1, "hidden": 8, "feat": 8, "unet_dims": [8, 16],
+           "diffusion_steps": 4, "inference_steps": 4, "mlp_hidden": 16}
+
+    def weights(lr):
+        net, _ = fit("mlp_bc", demos, pol, {"steps": 5, "batch": 4, "lr": lr, "weight_decay": 0.0}, seed=0)
+        return torch.cat([q.flatten() for q in net.parameters()])
+
+    same = weights({"mlp_bc": 1e-2, "diffusion": 1e-2})
+    assert torch.equal(same, weights({"mlp_bc": 1e-2, "diffusion": 5.0}))
+    assert not torch.allclose(same, weights({"mlp_bc": 1e-3, "diffusion": 1e-2}))

@@ -12,7 +12,10 @@ from papers.bodygen.env import RAISE_STEP, Execution, passive_rollout, tokens
 from papers.bodygen.model import GraphNet, MoSAT, RunningNorm
 from papers.bodygen.morphology import ADD, NOOP, REMOVE, Body
 from papers.bodygen.params import ARMS, Params, parse
+from papers.bodygen.tasks import TASKS
 from papers.bodygen.train import initial_body, max_limbs, train_arm
+
+CRAWLER2D = TASKS["crawler2d"]
 
 GAMMA, LAM = 0.995, 0.95
 
@@ -107,26 +110,31 @@ def test_skeleton_transform_rules():
     assert len(shrunk.limbs) == 4
     leaf_root_child = Body.initial([[0.3, -0.3], [-0.3, -0.3]], 0.08, 30.0)
     assert not leaf_root_child.can_remove(1) and leaf_root_child.can_remove(2)
+    # a child added to the root copies the root's first leg (official add_child_to_body clones bodies[0].child[0];
+    # the root's own bone has zero length)
+    one_leg = leaf_root_child.transform_skeleton(np.array([NOOP, NOOP, REMOVE]), 4, 2)
+    regrown = one_leg.transform_skeleton(np.array([ADD, NOOP]), 4, 2)
+    assert len(one_leg.limbs) == 2 and len(regrown.limbs) == 3
+    np.testing.assert_array_equal(regrown.limbs[2].u, one_leg.limbs[1].u)
     deep = grown
     for _ in range(5):
         deep = deep.transform_skeleton(np.full(len(deep.limbs), ADD), 4, 2)
-    assert deep.depth().max() == 3 and len(deep.limbs) == max_limbs(Params().body) == 15
+    assert deep.depth().max() == 3 and len(deep.limbs) == max_limbs(CRAWLER2D) == 15
 
 
 def test_mjcf_compiles_with_one_motor_per_limb():
     body = Body.initial([[0.3, -0.3], [-0.3, -0.3]], 0.08, 30.0).transform_skeleton(np.array([0, 1, 1]), 4, 2)
-    m = mujoco.MjModel.from_xml_string(body.mjcf(0.25, 0.5, 30.0, 0.01))
+    m = mujoco.MjModel.from_xml_string(body.mjcf(CRAWLER2D))
     assert m.nu == len(body.limbs) - 1 and m.nq == 3 + len(body.limbs) - 1
     np.testing.assert_allclose(m.actuator_gear[:, 0], 30.0, rtol=1e-4)
 
 
 def test_execution_reward_matches_a_direct_simulation():
     p = Params()
-    body = initial_body(p.body).transform_skeleton(np.array([0, 1, 0]), 4, 2)
+    body = initial_body(CRAWLER2D).transform_skeleton(np.array([0, 1, 0]), 4, 2)
     env = dict(p.env)
-    ex = Execution([body], env, np.random.default_rng(0), noise=False)
-    m = mujoco.MjModel.from_xml_string(body.mjcf(env["root_radius"], env["init_height"], env["joint_range"],
-                                                 env["timestep"], env["integrator"]))
+    ex = Execution([body], CRAWLER2D, env, np.random.default_rng(0), noise=False)
+    m = mujoco.MjModel.from_xml_string(body.mjcf(CRAWLER2D, env["integrator"]))
     d = mujoco.MjData(m)
     d.qpos[1] = ex.datas[0].qpos[1]  # the start height that place_on_ground chose (tested below)
     actions = np.random.default_rng(1).uniform(-1.5, 1.5, size=(20, len(body.limbs)))
@@ -137,7 +145,7 @@ def test_execution_reward_matches_a_direct_simulation():
         d.ctrl[:] = ctrl
         for _ in range(env["frame_skip"]):
             mujoco.mj_step(m, d)
-        expected = (d.qpos[0] - x0) / (env["timestep"] * env["frame_skip"]) - env["ctrl_cost"] * np.mean(ctrl ** 2)
+        expected = (d.qpos[0] - x0) / (CRAWLER2D.timestep * env["frame_skip"]) - env["ctrl_cost"] * np.mean(ctrl ** 2)
         assert r[0] == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
@@ -152,18 +160,18 @@ def test_start_height_is_the_lowest_grid_height_that_clears_the_floor(chain):
     """Closed form: the body's lowest point (a capsule end minus its radius, or the root sphere's bottom) must
     clear the floor plus the geoms' contact margin, on the official 0.05 grid from ground level."""
     p = Params()
-    body = initial_body(p.body)
+    body = initial_body(CRAWLER2D)
     for _ in range(chain):  # grow a chain down the back leg: the lowest point goes deeper than the template's
         acts = np.zeros(len(body.limbs), np.int64)
         acts[-1] = ADD
         body = body.transform_skeleton(acts, 4, 2)
     body = body.transform_attributes(np.tile([0.0, -0.8, 0.0, 0.0], (len(body.limbs), 1)))
-    ex = Execution([body], dict(p.env), np.random.default_rng(0), noise=False)
+    ex = Execution([body], CRAWLER2D, dict(p.env), np.random.default_rng(0), noise=False)
     start, end = body.attach_points()
     radius = np.array([0.03 + (u[2] + 1) / 2 * 0.07 for u in (l.u for l in body.limbs)])
-    lowest = min(-p.env["root_radius"], float(np.min(np.minimum(start[1:, 1], end[1:, 1]) - radius[1:])))
+    lowest = min(-CRAWLER2D.root_geom[1], float(np.min(np.minimum(start[1:, 1], end[1:, 1]) - radius[1:])))
     margin = 0.01  # geom default margin in the MJCF
-    height = p.env["init_height"] + ex.datas[0].qpos[1]  # root centre above the floor
+    height = CRAWLER2D.init_height + ex.datas[0].qpos[1]  # root centre above the floor
     k = round((height) / RAISE_STEP)
     assert height == pytest.approx(k * RAISE_STEP, abs=1e-9)
     assert height + lowest > -1e-9  # clears the floor (margin contacts count as touching)
@@ -176,14 +184,14 @@ def test_zero_torque_return_telescopes_to_the_root_displacement():
     direct simulation of the same start state (same noise stream) for control_steps * frame_skip physics steps."""
     p = Params()
     env = {**p.env, "control_steps": 50}
-    body = initial_body(p.body).transform_skeleton(np.array([0, 1, 1]), 4, 2)
-    returns, lengths = passive_rollout([body], env, np.random.default_rng(3))
-    ex = Execution([body], env, np.random.default_rng(3))
+    body = initial_body(CRAWLER2D).transform_skeleton(np.array([0, 1, 1]), 4, 2)
+    returns, lengths = passive_rollout([body], CRAWLER2D, env, np.random.default_rng(3))
+    ex = Execution([body], CRAWLER2D, env, np.random.default_rng(3))
     m, d = ex.models[0], ex.datas[0]
     x0 = d.qpos[0]
     mujoco.mj_step(m, d, nstep=env["control_steps"] * env["frame_skip"])
     assert lengths[0] == env["control_steps"]
-    assert returns[0] == pytest.approx((d.qpos[0] - x0) / (env["timestep"] * env["frame_skip"]), rel=1e-9)
+    assert returns[0] == pytest.approx((d.qpos[0] - x0) / (CRAWLER2D.timestep * env["frame_skip"]), rel=1e-9)
 
 
 def test_mosat_is_permutation_equivariant_and_only_topope_sees_the_tree_position():

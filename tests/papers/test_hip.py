@@ -149,7 +149,7 @@ def test_pruning_changes_the_output_when_the_budget_is_short():
     assert not torch.allclose(out, ref, atol=1e-4)
 
 
-def test_answer_scores_are_the_digits_nll_and_the_greedy_match():
+def test_answer_scores_are_the_answers_nll_and_the_greedy_match():
     model = _model()
     x = torch.randint(0, 256, (3, 60))
     nll, correct = ev.answer_scores(model, x, 50, 5, "dense", CFG, torch.Generator().manual_seed(0), batch=2)
@@ -240,33 +240,77 @@ def test_the_offload_control_reads_as_many_blocks_as_hips_search_at_random():
 TEXT = data.to_bytes("In the beginning God created the heaven and the earth. " * 40)
 
 
-def test_training_records_are_repeated_far_apart_and_their_repeats_digits_are_marked():
+def test_key_bytes_never_occur_in_utf8_text():
+    # every code point (surrogates excluded) encoded by Python's UTF-8 codec: the independent reference
+    text = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000).encode("utf-8")
+    used = set(np.unique(np.frombuffer(text, dtype=np.uint8)).tolist())
+    assert used.isdisjoint(data.KEY_BYTES.tolist()) and len(used | set(data.KEY_BYTES.tolist())) == 256
+    assert set(data.VALUE_BYTES.tolist()) <= used
+
+
+def _records(x: np.ndarray) -> list[tuple[int, int, int]]:
+    """(position, key, value) of every key byte in x."""
+    return [(int(i), int(x[i]), int(x[i + 1])) for i in np.flatnonzero(np.isin(x, data.KEY_BYTES))]
+
+
+def test_training_records_repeat_each_key_with_one_value_and_mark_the_repeats_values():
     rng = np.random.default_rng(0)
     for _ in range(20):
-        x, recall = data.training_sample(rng, TEXT, 300, 3, 64)
-        text = bytes(x.tolist()).decode()
-        starts = [i for i in range(len(text)) if text[i] == "<"]
-        names = [text[i + 5:i + 7] for i in starts]
-        assert len(starts) == 2 * len(set(names)) and 1 <= len(set(names)) <= 3
-        marked = set(np.flatnonzero(recall).tolist())
-        for name in set(names):
-            first, repeat = (i for i in starts if text[i + 5:i + 7] == name)
-            assert text[first:first + data.RECORD_LEN] == text[repeat:repeat + data.RECORD_LEN]
-            assert repeat - (first + data.RECORD_LEN) >= 64
-            digits = set(range(repeat + data.KEY_OFFSET, repeat + data.KEY_OFFSET + data.KEY_DIGITS))
-            assert digits <= marked and not marked & set(range(first, first + data.RECORD_LEN))
-        assert len(marked) == data.KEY_DIGITS * len(set(names))
+        x, recall = data.training_sample(rng, TEXT, 301, 5, 3)
+        recs = _records(x)
+        keys = [k for _, k, _ in recs]
+        assert 1 <= len(set(keys)) <= 5 and all(keys.count(k) == 3 for k in set(keys))
+        assert all(len({v for _, k2, v in recs if k2 == k}) == 1 for k in set(keys))  # one value per key
+        assert all(v in data.VALUE_BYTES for _, _, v in recs)
+        first = {}
+        for i, k, _ in recs:
+            first.setdefault(k, i)
+        expect = {i + 1 for i, k, _ in recs if first[k] != i}  # the values of all but the first record of a key
+        assert set(np.flatnonzero(recall).tolist()) == expect
+        record_bytes = {j for i, _, _ in recs for j in (i, i + 1)}
+        filler = [j for j in range(301) if j not in record_bytes]
+        assert not np.isin(x[filler], data.KEY_BYTES).any()  # key bytes only in records
+    bad = TEXT.copy()
+    bad[100:400] = data.KEY_BYTES[0]
+    with pytest.raises(ValueError, match="not UTF-8"):
+        data.training_sample(np.random.default_rng(0), bad[:500], 400, 2, 2)
+    with pytest.raises(ValueError, match="cannot hold"):
+        data.training_sample(rng, TEXT, 20, 13, 13)
 
 
-def test_copy_drill_repeats_its_period_and_marks_every_copy():
+def test_record_drill_is_records_only_and_marks_every_repeat():
     rng = np.random.default_rng(2)
-    for _ in range(20):
-        x, recall = data.copy_drill(rng, 200, 40)
-        period = int(np.argmax(recall))  # the first marked byte
-        assert 40 <= period < 100 and recall[period:].all() and not recall[:period].any()
-        assert (x[period:] == x[:-period]).all() and set(x.tolist()) <= set(data.DRILL_ALPHABET.tolist())
-    with pytest.raises(ValueError, match="drill"):
-        data.copy_drill(rng, 80, 40)
+    x, recall = data.record_drill(rng, 129)
+    assert np.isin(x[0:128:2], data.KEY_BYTES).all() and np.isin(x[1::2], data.VALUE_BYTES).all()
+    seen, values = set(), {}
+    for i in range(0, 128, 2):
+        k, v = int(x[i]), int(x[i + 1])
+        assert values.setdefault(k, v) == v and recall[i + 1] == (k in seen) and not recall[i]
+        seen.add(k)
+
+
+def test_record_batches_weigh_the_repeats_values_and_follow_the_phases():
+    from papers.hip.params import TrainParams
+    from papers.hip.train import record_batches
+
+    tp = TrainParams(seq_len=200, batch=3, steps=10, max_records=4, repeats=2, recall_weight=5.0, drill_steps=2,
+                     short_len=64, short_batch=5, short_steps=4)
+    batch = record_batches(TEXT, tp, np.random.default_rng(0))
+    for step, shape in ((0, (5, 65)), (3, (5, 65)), (4, (3, 201))):
+        x, w = batch(step)
+        assert x.shape == shape and w.shape == (shape[0], shape[1] - 1)
+        # the weight of predicting x[:, t + 1] is 1 + recall_weight exactly where x[:, t] is a repeated key
+        is_key = np.isin(x[:, :-1].numpy(), data.KEY_BYTES)
+        first = np.zeros_like(is_key)
+        for r in range(len(x)):
+            seen = set()
+            for t in np.flatnonzero(is_key[r]):
+                first[r, t] = int(x[r, t]) not in seen
+                seen.add(int(x[r, t]))
+        assert torch.equal(w, torch.from_numpy(np.where(is_key & ~first, 6.0, 1.0)).float())
+    drill_x, _ = batch(1)
+    assert np.isin(drill_x[:, 0:64:2].numpy(), data.KEY_BYTES).all()  # a drill: records only
+    assert not np.isin(batch(3)[0][:, 0:64:2].numpy(), data.KEY_BYTES).all()  # KJV windows after drill_steps
 
 
 def test_smeared_keys_are_the_gated_mix_of_a_key_and_the_previous_one():
@@ -285,17 +329,23 @@ def test_smeared_keys_are_the_gated_mix_of_a_key_and_the_previous_one():
     torch.testing.assert_close(model(x2)[0, :7], y1[0, :7])  # still causal
 
 
+def test_smear_from_keeps_the_first_layers_keys_plain():
+    model = GPT(GPTConfig(n_layer=3, n_head=2, n_embd=16, smear_keys=True, smear_from=1))
+    assert [b.attn.smear is None for b in model.blocks] == [True, False, False]
+
+
 def test_retrieval_prompt_layout_depth_and_distractors():
     rng = np.random.default_rng(1)
     for depth, n_keys in ((0.0, 1), (0.5, 4), (1.0, 4)):
         x, answer, needle = data.retrieval_prompt(rng, TEXT, 7, 400, n_keys, depth)
-        text = bytes(x.tolist()).decode()
-        assert len(x) == 400 and answer == 400 - data.RECORD_LEN + data.KEY_OFFSET
+        assert len(x) == 400 and answer == 399
         assert needle == round(depth * (400 - 2 * data.RECORD_LEN))
-        query = text[400 - data.RECORD_LEN:]
-        assert text[needle:needle + data.RECORD_LEN] == query and text[answer:answer + 5].isdigit()
-        names = [text[i + 5:i + 7] for i in range(400) if text[i] == "<"]
-        assert len(names) == n_keys + 1 and len(set(names)) == n_keys  # the needle's name twice, distractors once
+        assert x[needle] == x[398] and x[needle + 1] == x[399] and x[399] in data.VALUE_BYTES
+        recs = _records(x)
+        keys = [k for _, k, _ in recs]
+        assert len(keys) == n_keys + 1 and len(set(keys)) == n_keys  # the needle's key twice, distractors once
+        filler = [j for j in range(400) if not any(i <= j <= i + 1 for i, _, _ in recs)]
+        assert (x[filler] == TEXT[7:407][filler]).all()
     with pytest.raises(ValueError, match="too short"):
         data.retrieval_prompt(rng, TEXT, len(TEXT) - 100, 400, 1, 0.5)
 
@@ -328,6 +378,10 @@ def test_default_config_parses_and_bad_combinations_are_named():
         parse({**cfg, "train": {**cfg["train"], "short_steps": cfg["train"]["steps"] + 1}})
     with pytest.raises(ValueError, match="eval.lengths"):
         parse({**cfg, "eval": {**cfg["eval"], "lengths": [4096]}})
+    with pytest.raises(ValueError, match="drill_steps"):
+        parse({**cfg, "train": {**cfg["train"], "drill_steps": cfg["train"].get("short_steps", 0) + 1}})
+    with pytest.raises(ValueError, match="max_records x repeats"):
+        parse({**cfg, "train": {**cfg["train"], "seq_len": 16}, "eval": {**cfg["eval"], "lengths": []}})
     with pytest.raises(ValueError, match="dense_layers"):
         parse({**cfg, "hip": {**cfg["hip"], "dense_layers": 9}})
     with pytest.raises(KeyError, match="hip.nope"):

@@ -320,5 +320,7 @@ def test_params_parse_and_checks():
         parse({"models": [{"name": "bad", "n_layer": 2, "n_embd": 30, "n_head": 4}]})
     with pytest.raises(ValueError, match="copy_length"):
         parse({"train": {"copy_length": [9, 3]}})
+    with pytest.raises(ValueError, match="length_buckets"):
+        parse({"train": {"batch_size": 4, "length_buckets": 5}})
     with pytest.raises(KeyError, match="orion.nope"):
         parse({"nope": 1})

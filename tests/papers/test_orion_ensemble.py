@@ -73,3 +73,41 @@ def test_training_stops_each_member_at_the_gate(gate, expect):
                                                 evaluate=lambda m: next(order), gate=gate)
     assert steps == expect and all(m is not None for m in out)
     assert hist.groupby("member").step.max().tolist() == expect
+
+
+def _ragged_batch(seed: int, lengths: list[int], T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences of the given lengths right-padded with id 0 to T, answers marked at two positions of each."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.zeros(len(lengths), T, dtype=torch.long)
+    mask = torch.zeros(len(lengths), T - 1, dtype=torch.bool)
+    for i, n in enumerate(lengths):
+        x[i, :n] = torch.randint(1, CFG.vocab_size, (n,), generator=g)
+        mask[i, [n // 2 - 1, n - 2]] = True
+    return x, mask
+
+
+@pytest.mark.parametrize("buckets", [1, 2, 3, 6])
+def test_length_buckets_give_the_padded_batch_loss_and_gradient(buckets):
+    """Cutting a step's batches into parts by length (less padding) is the same loss, and the same gradient, as
+    one batch padded to its longest sequence: padding follows each sequence and attention is causal."""
+    batches = [_ragged_batch(0, [3, 11, 5, 16, 8, 4], 16), _ragged_batch(1, [9, 4, 14, 6, 3, 12], 14)]
+    grads = []
+    for split in (False, True):
+        ens = EnsembleGPT.from_members(init_members(CFG, [5, 6]))
+        if split:
+            parts = trainer.length_buckets(batches, buckets)
+            assert len(parts) == buckets and sum(x.shape[1] for x, _ in parts) == 6
+            assert all(x.shape[2] == int((x != 0).sum(-1).max()) for x, _ in parts)  # no column of padding only
+            loss = trainer.bucketed_loss(ens, parts, lm_weight=0.5)
+        else:
+            loss = trainer.ensemble_loss(ens, *trainer.pad_stack(batches), lm_weight=0.5)
+        loss.backward()
+        grads.append((loss.detach(), [q.grad.clone() for q in ens.parameters()]))
+    (l0, g0), (l1, g1) = grads
+    torch.testing.assert_close(l1, l0, atol=1e-6, rtol=1e-5)
+    for a, b in zip(g1, g0):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+    if buckets == 6:  # one sequence per part: the parts are each member's sequences, shortest first
+        lengths = [[int((x[0] != 0).sum()), int((x[1] != 0).sum())] for x, _ in trainer.length_buckets(batches, 6)]
+        assert lengths == [[3, 3], [4, 4], [5, 6], [8, 9], [11, 12], [16, 14]]
+

@@ -53,7 +53,7 @@ FANNED_OUT = {
     "infoprop_prepare": (1, 3, 5),  # one per seed
     "infoprop_train": (1, 3, 5),  # one per seed
     "infoprop_evaluate": (1, 3, 5),  # one per seed (every propagation scheme inside)
-    "bodygen_train": (1, 3, 5),  # one per seed (every arm and negative control inside)
+    "bodygen_train": (1, 3, 50),  # one per task and seed (every arm and negative control inside; full: 10 tasks)
     "adamanip_prepare": (1, 3, 5),  # one per seed (every category and demonstration kind inside)
     "adamanip_train": (2, 6, 10),  # policies x seeds (both demonstration kinds inside)
     "adamanip_evaluate": (2, 6, 10),  # policies x seeds

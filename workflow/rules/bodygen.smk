@@ -1,16 +1,17 @@
 # P3 bodygen: embodiment co-design with a topology-aware transformer (MoSAT) and temporal credit assignment.
-# prepare (the planar crawler template and its MJCF) -> train (one job per seed: every arm, baseline, ablation
+# prepare (every task's template and its MJCF) -> train (one job per task and seed: every arm, baseline, ablation
 # and negative control) -> evaluate (every agent's final design, deterministic; parameter counts) -> report.
 # Code: workflow/papers/bodygen/ (stages.py and report.py hold the functions these rules call).
 
 BODYGEN = f"{RESULTS}/bodygen"
+BODYGEN_RUNS = {"task": [t for t in config["bodygen"].get("tasks", ["crawler2d"]) for _ in seeds("bodygen")],
+                "seed": [s for _ in config["bodygen"].get("tasks", ["crawler2d"]) for s in seeds("bodygen")]}
 
 
 rule bodygen_prepare:
-    """Build the initial crawler's limb tree and MJCF and check that MuJoCo compiles it."""
+    """Build every task's initial limb tree and MJCF and check that MuJoCo compiles it."""
     output:
         template=f"{BODYGEN}/prepare/template.json",
-        xml=f"{BODYGEN}/prepare/template.xml",
     params:
         call="papers.bodygen.stages:prepare",
         cfg=config["bodygen"],
@@ -28,20 +29,24 @@ rule bodygen_prepare:
 
 
 rule bodygen_train:
-    """Co-design with PPO on one seed for every arm (BodyGen, Transform2Act-style GNN, ablations, controls)."""
+    """Co-design with PPO on one task and seed for every arm (BodyGen, Transform2Act-style GNN, ablations, controls)."""
     input:
         template=rules.bodygen_prepare.output.template,
     output:
-        checkpoint=f"{BODYGEN}/train/agents_{{seed}}.pt",
-        history=f"{BODYGEN}/train/history_{{seed}}.parquet",
+        checkpoint=f"{BODYGEN}/train/{{task}}/agents_{{seed}}.pt",
+        history=f"{BODYGEN}/train/{{task}}/history_{{seed}}.parquet",
+    wildcard_constraints:
+        task="[a-z0-9-]+",
+        seed="[0-9]+",
     params:
         call="papers.bodygen.stages:train",
         cfg=config["bodygen"],
+        task="{task}",
         seed="{seed}",
     log:
-        f"{LOGS}/bodygen/train/agents_{{seed}}.log",
+        f"{LOGS}/bodygen/train/{{task}}/agents_{{seed}}.log",
     benchmark:
-        f"{BENCHMARKS}/bodygen/train/agents_{{seed}}.tsv"
+        f"{BENCHMARKS}/bodygen/train/{{task}}/agents_{{seed}}.tsv"
     threads: res("train", "threads")
     resources:
         **job_resources("train"),
@@ -54,7 +59,7 @@ rule bodygen_train:
 rule bodygen_evaluate:
     """Roll out every trained agent's final design with deterministic design and control; count parameters."""
     input:
-        checkpoints=expand(rules.bodygen_train.output.checkpoint, seed=seeds("bodygen")),
+        checkpoints=expand(rules.bodygen_train.output.checkpoint, zip, **BODYGEN_RUNS),
     output:
         returns=f"{BODYGEN}/evaluate/returns.parquet",
         designs=f"{BODYGEN}/evaluate/designs.json",
@@ -81,10 +86,10 @@ rule bodygen_report:
         returns=rules.bodygen_evaluate.output.returns,
         designs=rules.bodygen_evaluate.output.designs,
         parameters=rules.bodygen_evaluate.output.parameters,
-        histories=expand(rules.bodygen_train.output.history, seed=seeds("bodygen")),
+        histories=expand(rules.bodygen_train.output.history, zip, **BODYGEN_RUNS),
         benchmarks=[
             rules.bodygen_prepare.benchmark,
-            *expand(rules.bodygen_train.benchmark, seed=seeds("bodygen")),
+            *expand(rules.bodygen_train.benchmark, zip, **BODYGEN_RUNS),
             rules.bodygen_evaluate.benchmark,
         ],
     output:

@@ -5,6 +5,7 @@
 
 HIP = f"{RESULTS}/hip"
 HIP_CFG = config["hip"]
+HIP_PRETRAINED = [m["name"] for m in HIP_CFG.get("pretrained", [])]
 
 
 rule hip_prepare:
@@ -99,6 +100,29 @@ rule hip_cost:
         CALL
 
 
+rule hip_evaluate_pretrained:
+    """HiP and the baselines patched into one local pretrained LM: long-document NLL and passkey accuracy."""
+    output:
+        table=f"{HIP}/pretrained/{{name}}.parquet",
+    params:
+        call="papers.hip.pretrained:evaluate",
+        cfg=HIP_CFG,
+        model_name="{name}",
+    log:
+        f"{LOGS}/hip/pretrained/{{name}}.log",
+    benchmark:
+        f"{BENCHMARKS}/hip/pretrained/{{name}}.tsv"
+    wildcard_constraints:
+        name="[A-Za-z0-9]+",
+    threads: res("gpu", "threads")
+    resources:
+        **job_resources("gpu"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
 rule hip_report:
     """Write hip's results table, four figures, the claims with their verdicts, and report.md."""
     input:
@@ -108,11 +132,14 @@ rule hip_report:
         offload=expand(rules.hip_evaluate.output.offload, seed=seeds("hip")),
         history=expand(rules.hip_train_lm.output.history, seed=seeds("hip")),
         cost=rules.hip_cost.output.table,
+        # the pretrained LMs (full scale): joins the DAG only when hip.pretrained lists models
+        pretrained=expand(rules.hip_evaluate_pretrained.output.table, name=HIP_PRETRAINED),
         benchmarks=[
             rules.hip_prepare.benchmark,
             *expand(rules.hip_train_lm.benchmark, seed=seeds("hip")),
             *expand(rules.hip_evaluate.benchmark, seed=seeds("hip")),
             rules.hip_cost.benchmark,
+            *expand(rules.hip_evaluate_pretrained.benchmark, name=HIP_PRETRAINED),
         ],
     output:
         table_md=report(f"{HIP}/table.md", caption="../report/hip/table.rst", category="hip"),

@@ -115,7 +115,7 @@ def fit(policy: str, demos: dict, pol: dict, tr: dict, seed: int) -> tuple[torch
     warmup = max(1, tr["steps"] // 20)
 
     def lr_at(i: int) -> float:
-        return tr["lr"] * min(1.0, (i + 1) / warmup) * 0.5 * (
+        return tr["lr"][policy] * min(1.0, (i + 1) / warmup) * 0.5 * (
             1.0 + math.cos(math.pi * max(0, i - warmup) / max(1, tr["steps"] - warmup)))
 
     gen = torch.Generator().manual_seed(seed)

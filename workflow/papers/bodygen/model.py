@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from papers.bodygen.morphology import BASE, N_ATTR, N_SKEL
@@ -80,11 +79,11 @@ class Block(nn.Module):
 class MoSAT(nn.Module):
     """Topology-aware transformer encoder; ``topope=False`` is the no-TopoPE ablation (no position signal)."""
 
-    def __init__(self, f: int, d: int, blocks: int, max_depth: int, topope: bool = True):
+    def __init__(self, f: int, d: int, blocks: int, max_depth: int, topope: bool = True, code_base: int = BASE):
         super().__init__()
         self.inp = nn.Linear(f, d)
-        # Path codes of a tree of depth < max_depth with at most BASE - 1 children per limb are < BASE**max_depth.
-        self.topo = nn.Embedding(BASE ** max_depth, d) if topope else None
+        # Path codes of a tree of depth < max_depth with at most base - 1 children per limb are < base**max_depth.
+        self.topo = nn.Embedding(code_base ** max_depth, d) if topope else None
         self.blocks = nn.ModuleList(Block(d) for _ in range(blocks))
 
     def forward(self, x, codes, mask, adj):  # -> (B, L, D)
@@ -112,10 +111,10 @@ class GraphNet(nn.Module):
         return h * mask[..., None]
 
 
-def encoder(arch: str, f: int, d: int, blocks: int, max_depth: int) -> nn.Module:
+def encoder(arch: str, f: int, d: int, blocks: int, max_depth: int, code_base: int = BASE) -> nn.Module:
     if arch == "gnn":
         return GraphNet(f, d, blocks)
-    return MoSAT(f, d, blocks, max_depth, topope=arch == "mosat")
+    return MoSAT(f, d, blocks, max_depth, topope=arch == "mosat", code_base=code_base)
 
 
 def mlp(d_in: int, hidden: int, d_out: int) -> nn.Sequential:
@@ -131,12 +130,13 @@ class Agent(nn.Module):
     """
 
     def __init__(self, arch: str, f: int, d: int, blocks: int, head_hidden: int, max_depth: int,
-                 attr_log_std: float, control_log_std: float):
+                 attr_log_std: float, control_log_std: float, code_base: int = BASE):
         super().__init__()
         if arch not in ARCHS:
             raise ValueError(f"arch {arch!r}: one of {ARCHS}")
         self.norm = RunningNorm(f)
-        self.enc = nn.ModuleDict({k: encoder(arch, f, d, blocks, max_depth) for k in ("skel", "attr", "ctrl", "value")})
+        self.enc = nn.ModuleDict({k: encoder(arch, f, d, blocks, max_depth, code_base)
+                                  for k in ("skel", "attr", "ctrl", "value")})
         self.skel_head = mlp(d, head_hidden, N_SKEL)
         self.attr_head = mlp(d, head_hidden, N_ATTR)
         self.ctrl_head = mlp(d, head_hidden, 1)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from papers.bodygen.tasks import get_task
 from papers.common.params import ALL, for_stage, from_config
 
 SLUG = "bodygen"
@@ -31,15 +32,13 @@ class Params:
 
     seeds: int = 3  # independent replicates; every arm trains once per seed (project standard: >= 3)
     arms: tuple = tuple(ARMS)  # arms trained (each a key of ARMS); the claims need all of them
-    # The crawler template (official crawler.yml + ant.xml: size 0.08, gear 150, max depth 4, max 2 children;
-    # planar here: two legs, front and back, pointing down and out).
-    body: dict = field(default_factory=lambda: {
-        "legs": [[0.3, -0.3], [-0.3, -0.3]], "size": 0.08, "gear": 30.0, "max_depth": 4, "max_children": 2})
-    # Episode (official: 5 skeleton steps, frame skip 4, timestep 0.01, ctrl cost 1e-4, 1000 control steps; no
-    # tilt termination: the official default max_ang 3600).
+    # Tasks, each a template of papers.bodygen.tasks (the paper's ten, and crawler2d: the default scale's planar
+    # crawler); every arm trains on each task once per seed.
+    tasks: tuple = ("crawler2d",)
+    # Episode (official: 5 skeleton steps, frame skip 4, ctrl cost 1e-4, 1000 control steps; the template's
+    # integrator RK4). The body, its world, timestep and termination come from the task's template.
     env: dict = field(default_factory=lambda: {
-        "skel_steps": 5, "control_steps": 200, "frame_skip": 4, "timestep": 0.01, "ctrl_cost": 1.0e-4,
-        "root_radius": 0.25, "init_height": 0.5, "joint_range": 30.0, "max_tilt": 3600.0, "integrator": "Euler"})
+        "skel_steps": 5, "control_steps": 200, "frame_skip": 4, "ctrl_cost": 1.0e-4, "integrator": "Euler"})
     # Networks (official: hidden 64, 3 blocks, MLP heads 128 x 128, attr log-std -2.3, control log-std -0.5).
     model: dict = field(default_factory=lambda: {
         "hidden": 32, "blocks": 2, "head_hidden": 64, "attr_log_std": -2.3, "control_log_std": -0.5})
@@ -59,17 +58,17 @@ class Params:
         unknown = [a for a in self.arms if a not in ARMS]
         if unknown:
             raise ValueError(f"bodygen.arms: unknown arm(s) {unknown} (known: {list(ARMS)})")
-        if len(self.body["legs"]) > 3 ** (self.body["max_depth"]) or self.body["max_children"] > 2:
-            raise ValueError("bodygen.body.max_children must be <= 2 (TopoPE's path code has base 3)")
-        if len(self.body["legs"]) > 2:
-            raise ValueError("bodygen.body.legs: at most 2 (TopoPE's path code has base 3)")
+        if not self.tasks or len(set(self.tasks)) != len(self.tasks):
+            raise ValueError(f"bodygen.tasks: a non-empty list of distinct task names, got {list(self.tasks)}")
+        for name in self.tasks:
+            get_task(name, where="bodygen.tasks")
 
 
 # The parameters each stage reads (papers.common.params.for_stage enforces it).
 STAGE_PARAMS = {
-    "prepare": ("body", "env"),
-    "train": ("arms", "body", "env", "model", "ppo"),
-    "evaluate": ("arms", "body", "env", "model", "evaluate"),
+    "prepare": ("tasks", "env"),
+    "train": ("arms", "tasks", "env", "model", "ppo"),
+    "evaluate": ("arms", "tasks", "env", "model", "evaluate"),
     "report": ALL,
 }
 

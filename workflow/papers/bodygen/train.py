@@ -19,29 +19,31 @@ import numpy as np
 import torch
 
 from papers.bodygen import credit
-from papers.bodygen.env import N_SIM, N_STAGES, Execution, n_features, tokens
+from papers.bodygen.env import N_STAGES, Execution, n_features, tokens
 from papers.bodygen.model import Agent, RunningNorm
 from papers.bodygen.morphology import N_ATTR, Body
+from papers.bodygen.tasks import Task, get_task
 
 OBS_KEYS = ("x", "codes", "mask", "adj")
 VALID_KEYS = ("valid_skel", "valid_attr", "valid_ctrl")
 ACT_KEYS = ("skel", "attr", "ctrl")
 
 
-def make_agent(arch: str, model: dict, body: dict) -> Agent:
-    return Agent(arch, n_features(body["max_depth"]), model["hidden"], model["blocks"], model["head_hidden"],
-                 body["max_depth"], model["attr_log_std"], model["control_log_std"])
+def make_agent(arch: str, model: dict, task: Task) -> Agent:
+    return Agent(arch, n_features(task.max_depth, task.sim_width), model["hidden"], model["blocks"],
+                 model["head_hidden"], task.max_depth, model["attr_log_std"], model["control_log_std"],
+                 code_base=task.code_base)
 
 
-def initial_body(body: dict) -> Body:
-    return Body.initial([list(leg) for leg in body["legs"]], body["size"], body["gear"])
+def initial_body(task: Task) -> Body:
+    return Body.initial([list(leg) for leg in task.legs], task.size, task.gear, task.bounds)
 
 
-def max_limbs(body: dict) -> int:
+def max_limbs(task: Task) -> int:
     """The largest tree allowed: the root keeps up to max(len(legs), max_children) children, every deeper limb
     up to max_children, over depths 0 .. max_depth - 1."""
-    root, c = max(len(body["legs"]), body["max_children"]), body["max_children"]
-    return 1 + sum(root * c ** (k - 1) for k in range(1, body["max_depth"]))
+    root, c = max(len(task.legs), task.max_children), task.max_children
+    return 1 + sum(root * c ** (k - 1) for k in range(1, task.max_depth))
 
 
 def trimmed(obs: dict) -> dict:
@@ -56,16 +58,21 @@ def trimmed(obs: dict) -> dict:
 
 
 @torch.no_grad()
-def rollout(agent: Agent, arm: dict, p, rng: np.random.Generator, episodes: int, deterministic: bool = False):
-    """`episodes` co-design episodes side by side.
+def rollout(agent: Agent, arm: dict, p, task: Task, rng: np.random.Generator, episodes: int,
+            deterministic: bool = False):
+    """`episodes` co-design episodes of `task` side by side.
 
     Returns the step records (tokens and actions, padded to the largest tree), rewards, alive and terminal
     flags (N, S), the design flags (S,), the tokens after the last step (for the bootstrap value) and the
     final bodies.
     """
-    body_cfg, env_cfg = p.body, p.env
-    limbs, depth = max_limbs(body_cfg), body_cfg["max_depth"]
-    bodies = [initial_body(body_cfg) for _ in range(episodes)]
+    env_cfg = p.env
+    limbs, depth = max_limbs(task), task.max_depth
+    bodies = [initial_body(task) for _ in range(episodes)]
+
+    def tok(stage, bodies):
+        return tokens(bodies, stage, None, limbs, depth, task.sim_width, task.code_base)
+
     steps, rewards, alive, terminal = [], [], [], []
     live = np.ones(episodes, bool)
 
@@ -86,20 +93,20 @@ def rollout(agent: Agent, arm: dict, p, rng: np.random.Generator, episodes: int,
 
     if arm["design"]:
         for _ in range(env_cfg["skel_steps"]):
-            a = act(0, tokens(bodies, 0, None, limbs, depth), agent.skel_dist, lambda d: d.probs.argmax(-1))
+            a = act(0, tok(0, bodies), agent.skel_dist, lambda d: d.probs.argmax(-1))
             if not arm["blind"]:
-                bodies = [b.transform_skeleton(a[i, :len(b.limbs)], depth, body_cfg["max_children"])
+                bodies = [b.transform_skeleton(a[i, :len(b.limbs)], depth, task.max_children)
                           for i, b in enumerate(bodies)]
             design_step()
-        t = tokens(bodies, 1, None, limbs, depth)
+        t = tok(1, bodies)
         a = act(1, t, agent.attr_dist, lambda d: d.mean)
         if not arm["blind"]:
             bodies = [b.transform_attributes(a[i, :len(b.limbs)] * t["valid_attr"][i, :len(b.limbs)])
                       for i, b in enumerate(bodies)]
         design_step()
-    sim = Execution(bodies, env_cfg, rng)
-    base = tokens(bodies, 2, None, limbs, depth)  # the structure is fixed during execution: only x changes
-    sim_slice = slice(depth + N_STAGES, depth + N_STAGES + N_SIM)
+    sim = Execution(bodies, task, env_cfg, rng)
+    base = tok(2, bodies)  # the structure is fixed during execution: only x changes
+    sim_slice = slice(depth + N_STAGES, depth + N_STAGES + task.sim_width)
     for _ in range(env_cfg["control_steps"]):
         rows = np.nonzero(live)[0]  # terminated bodies are neither simulated nor fed to the policy
         t = {**base, "x": base["x"].copy()}
@@ -153,12 +160,14 @@ def values_of(agent: Agent, b: dict, idx: np.ndarray) -> torch.Tensor:
     return agent.value(trimmed({k: b[k][idx] for k in OBS_KEYS}))
 
 
-def train_arm(arm: dict, p, seed: int, log=print) -> tuple[Agent, list[dict]]:
-    """Train one arm from scratch on one seed; returns the agent and one history row per iteration."""
+def train_arm(arm: dict, p, seed: int, log=print, task: Task | None = None) -> tuple[Agent, list[dict]]:
+    """Train one arm from scratch on one seed in `task` (default: the config's first); returns the agent and one
+    history row per iteration."""
+    task = get_task(p.tasks[0]) if task is None else task
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     ppo = p.ppo
-    agent = make_agent(arm["arch"], p.model, p.body)
+    agent = make_agent(arm["arch"], p.model, task)
     is_value = lambda name: name.startswith(("enc.value", "value_head"))  # noqa: E731
     policy_params = [q for n, q in agent.named_parameters() if not is_value(n)]
     value_params = [q for n, q in agent.named_parameters() if is_value(n)]
@@ -180,7 +189,7 @@ def train_arm(arm: dict, p, seed: int, log=print) -> tuple[Agent, list[dict]]:
         # (official min_batch_size), so that every arm gets as many updates per simulated step.
         runs, collected = [], 0
         while collected < ppo["samples"]:
-            runs.append(rollout(agent, arm, p, rng, n))
+            runs.append(rollout(agent, arm, p, task, rng, n))
             steps, rewards, alive, terminal, is_design, last, bodies = runs[-1]
             collected += int(alive[:, ~is_design].sum())
         env_steps += collected

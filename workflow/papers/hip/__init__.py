@@ -9,7 +9,7 @@ kernels are in the ``kernels`` package (``hip_select``, ``block_sparse_attention
 ``oracle_select``); this folder is the experiment.
 
 Reproduced, on tiny byte-level models (3 seeds) trained here on the King James Bible with key
-records written over it (each repeated later, so its digits need far context by construction of
+records written over it (each key repeated later, so its value needs far context by construction of
 the data): the share of the answer loss that needs far context; retrieval (passkey and multi-key,
 needle depth varied) of dense attention, HiP, the oracle top-k blocks, random blocks and a sink +
 window (StreamingLLM) at equal key budgets, the first layer dense as in the paper; HiP's top-k

@@ -3,13 +3,16 @@
 * The KJV comes from Debian's ``sword-text-kjv`` through ``diatheke`` (public domain, ~860k
   words), or from any UTF-8 text file a user names. It is read as UTF-8 bytes (vocabulary
   256): no tokenizer to ship, and every token is one position, so T counts characters.
-* Far context that matters by construction of the data: key records ``<key NM is 12345>`` (a
-  name of two capital letters, five random digits) are inserted into the text, and each is repeated
-  later (:func:`insert_records`). The first copy's digits are random; the repeat's digits are
-  predictable only by looking back to the first copy, however far away (an associative recall /
-  multi-key retrieval task, as the paper's passkey and RULER tests). ``<`` does not occur in the
-  KJV, so nothing else in the text predicts the digits; the shared ``<key `` prefix is the
-  official passkey prompt's "The pass key is" in small (a long common prefix to match on).
+* Far context that matters by construction of the data: key records of two bytes, a key byte
+  and a value byte (``K V``), written over the text, each key several times in a window with the
+  same value (:func:`training_sample`). A repeat's value is predictable only by looking back to an
+  earlier record with the same key, however far away (associative recall, the multi-key retrieval
+  of the paper's passkey and RULER tests). The key bytes are the 13 byte values that never occur in
+  UTF-8 text (0xC0, 0xC1, 0xF5-0xFF; RFC 3629), so nothing in any text that ``read_text_file``
+  accepts predicts them or what follows them; the values are capital letters (chance 1/26).
+  The format is ours: the paper's passkey is a sentence in text ("The pass key is 12345"), whose
+  retrieval needs a match over several tokens; a one-byte key needs the one-token match of plain
+  induction (Olsson et al. 2022), the retrieval a model this small learns within the budget.
 """
 from __future__ import annotations
 
@@ -23,10 +26,10 @@ import pandas as pd
 KJV_MODULE = "engKJV2006eb"
 KJV_RANGE = "Genesis-Revelation"
 
-KEY_DIGITS = 5
-RECORD = "<key {name} is {key}>"  # 17 bytes; the key starts at byte 11
-KEY_OFFSET = 11
-RECORD_LEN = len(RECORD.format(name="AB", key="0" * KEY_DIGITS))
+# Byte values that never occur in UTF-8 (RFC 3629 Sec. 1 and 4: C0, C1 and F5-FF are invalid everywhere).
+KEY_BYTES = np.array([0xC0, 0xC1, *range(0xF5, 0x100)], dtype=np.uint8)
+VALUE_BYTES = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", dtype=np.uint8).copy()
+RECORD_LEN = 2  # key byte, value byte; the answer is the value, one byte after the key
 
 
 def read_diatheke(module: str = KJV_MODULE, key: str = KJV_RANGE) -> str:
@@ -85,125 +88,91 @@ def load_tokens(path: str | Path) -> np.ndarray:
 
 
 # ---- key records: far context that matters by construction ---------------------------------------
-def record_bytes(name: str, key: str) -> np.ndarray:
-    """``<key NM is 12345>`` as bytes."""
-    return to_bytes(RECORD.format(name=name, key=key))
-
-
-def random_names(rng: np.random.Generator, n: int) -> list[str]:
-    """n distinct names of two capital letters."""
-    codes = rng.choice(26 * 26, size=n, replace=False)
-    return [chr(65 + c // 26) + chr(65 + c % 26) for c in codes]
-
-
-def random_key(rng: np.random.Generator) -> str:
-    return str(rng.integers(10 ** (KEY_DIGITS - 1), 10 ** KEY_DIGITS))
+def _check_no_keys(text: np.ndarray) -> None:
+    if np.isin(text, KEY_BYTES).any():  # impossible for bytes decoded as UTF-8; guards other callers
+        raise ValueError("the text contains a key byte (0xC0, 0xC1, 0xF5-0xFF): it is not UTF-8")
 
 
 def _free(taken: list[tuple[int, int]], lo: int, hi: int) -> bool:
     return all(hi <= a or lo >= b for a, b in taken)
 
 
-def _two_free_places(rng: np.random.Generator, taken: list[tuple[int, int]], length: int, span: int,
-                     min_gap: int) -> tuple[int, int] | None:
-    """Starts (a, b) of two spans of `span` bytes, b at least `min_gap` bytes after a's end, both clear of
-    `taken`, by rejection sampling (20 tries); None when no try succeeds."""
-    for _ in range(20):
-        a = int(rng.integers(0, length - 2 * span - min_gap + 1))
-        b = int(rng.integers(a + span + min_gap, length - span + 1))
-        if _free(taken, a, a + span) and _free(taken, b, b + span):
-            return a, b
-    return None
+def _write_records(rng: np.random.Generator, x: np.ndarray, recall: np.ndarray, keys: np.ndarray,
+                   slots: np.ndarray) -> None:
+    """Write ``keys[i]`` and its value at ``slots[i]`` (the values drawn once per distinct key); mark
+    in ``recall`` the value of every occurrence of a key after its first."""
+    distinct = np.unique(keys)
+    value = dict(zip(distinct.tolist(), rng.choice(VALUE_BYTES, len(distinct)).tolist()))
+    seen = set()
+    for key, at in zip(keys.tolist(), slots.tolist()):
+        x[at], x[at + 1] = key, value[key]
+        recall[at + 1] = key in seen
+        seen.add(key)
 
 
 def training_sample(rng: np.random.Generator, text: np.ndarray, length: int, max_records: int,
-                    min_gap: int, copy_spans: int = 0, span_len: int = 64,
-                    periodic: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """A random window of ``length`` text bytes with 1 .. ``max_records`` records written over it,
-    each repeated later, at least ``min_gap`` bytes after its first copy ends; and ``copy_spans``
-    passages of ``span_len`` bytes of the window copied again later (a passage quoted twice: the
-    copy is predictable by looking back, which teaches the model to copy -- induction heads --
-    in far fewer steps than the records alone). With probability ``periodic`` the window is a
-    passage repeated with a random period in ``[min_gap, length / 2)`` instead, as the official
-    passkey prompts' repeated filler: every byte after the first period is a copy.
-
-    Returns ``(tokens (length,), recall (length,) bool)``: ``recall`` marks the repeats' key
-    digits, the copied passages past their first 4 bytes and the periodic repeats, the bytes only
-    far context predicts (given extra weight in training)."""
-    if length < 2 * RECORD_LEN + min_gap:
-        raise ValueError(f"a window of {length} bytes cannot hold a record and its repeat {min_gap} bytes later")
-    start = int(rng.integers(0, len(text) - length))
+                    repeats: int) -> tuple[np.ndarray, np.ndarray]:
+    """A random window of ``length`` text bytes with 1 .. ``max_records`` distinct keys, each
+    written ``repeats`` times with one value (2-byte records ``K V`` at random even offsets, in
+    random order). Returns ``(tokens (length,), recall (length,) bool)``: ``recall`` marks the
+    values of the repeats, the bytes only an earlier record predicts (given extra weight in
+    training)."""
+    if not 1 <= max_records <= len(KEY_BYTES):
+        raise ValueError(f"max_records must lie in 1 .. {len(KEY_BYTES)} (the key bytes), got {max_records}")
+    n = int(rng.integers(1, max_records + 1))
+    if n * repeats * RECORD_LEN > length:
+        raise ValueError(f"a window of {length} bytes cannot hold {n} x {repeats} records")
+    start = int(rng.integers(0, len(text) - length + 1))
     x = text[start: start + length].copy()
+    _check_no_keys(x)
     recall = np.zeros(length, dtype=bool)
-    taken: list[tuple[int, int]] = []
-    if rng.random() < periodic:  # a passage of `period` bytes repeated to the end (the official passkey filler)
-        period = int(rng.integers(min_gap, max(length // 2, min_gap + 1)))
-        x = np.resize(x[:period], length)
-        recall[period:] = True
-    names = random_names(rng, max_records)
-    for name in names[: int(rng.integers(1, max_records + 1))]:
-        places = _two_free_places(rng, taken, length, RECORD_LEN, min_gap)
-        if places is None:
-            continue
-        first, repeat = places
-        rec = record_bytes(name, random_key(rng))
-        x[first: first + RECORD_LEN] = rec
-        x[repeat: repeat + RECORD_LEN] = rec
-        recall[repeat + KEY_OFFSET: repeat + KEY_OFFSET + KEY_DIGITS] = True
-        taken += [(first, first + RECORD_LEN), (repeat, repeat + RECORD_LEN)]
-    if length >= 2 * span_len + min_gap:
-        for _ in range(copy_spans):
-            places = _two_free_places(rng, taken, length, span_len, min_gap)
-            if places is None:
-                continue
-            src, dst = places
-            x[dst: dst + span_len] = x[src: src + span_len]
-            recall[dst + 4: dst + span_len] = True
-            taken += [(src, src + span_len), (dst, dst + span_len)]
+    keys = np.repeat(rng.choice(KEY_BYTES, n, replace=False), repeats)
+    rng.shuffle(keys)
+    slots = np.sort(rng.choice(length // RECORD_LEN, len(keys), replace=False)) * RECORD_LEN
+    _write_records(rng, x, recall, keys, slots)
     return x, recall
 
 
-DRILL_ALPHABET = to_bytes("abcdefghijklmnopqrstuvwxyz0123456789")
-
-
-def copy_drill(rng: np.random.Generator, length: int, min_gap: int) -> tuple[np.ndarray, np.ndarray]:
-    """A window of ``length`` random letters and digits with period ``P`` drawn in ``[min_gap, length / 2)``:
-    every byte after the first period is a copy of the byte ``P`` back, and nothing else predicts it (no text
-    statistics to fall back on). The copying skill the key records need (match what precedes, copy what
-    follows: an induction head), drilled on data where it is the only way to lower the loss.
-    Returns ``(tokens (length,), recall (length,) bool)``, recall marking the copies."""
-    if length < 2 * min_gap + 1:
-        raise ValueError(f"a drill window of {length} bytes cannot repeat a period of {min_gap} bytes")
-    period = int(rng.integers(min_gap, length // 2))
-    x = np.resize(DRILL_ALPHABET[rng.integers(0, len(DRILL_ALPHABET), period)], length)
+def record_drill(rng: np.random.Generator, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """A window made of records only: ``length // 2`` records whose keys are drawn uniformly from all
+    key bytes, one value per key (a trailing odd byte is a value byte). The retrieval skill alone,
+    with ~30 times the answers of a text window: the multi-query associative recall drill of Arora
+    et al. 2024 (Zoology), used as a warm-up. Returns ``(tokens, recall)`` as :func:`training_sample`."""
+    x = rng.choice(VALUE_BYTES, length)
     recall = np.zeros(length, dtype=bool)
-    recall[period:] = True
+    n = length // RECORD_LEN
+    _write_records(rng, x, recall, rng.choice(KEY_BYTES, n), np.arange(n) * RECORD_LEN)
     return x, recall
 
 
 def retrieval_prompt(rng: np.random.Generator, text: np.ndarray, start: int, length: int, n_keys: int,
                      depth: float) -> tuple[np.ndarray, int, int]:
     """A retrieval prompt of ``length`` bytes: ``text[start:]`` with ``n_keys`` records written
-    over it, the queried one (the first name) at ``depth`` (0 = the start, 1 = just before the
-    query), the others at uniform random places; it ends with the queried record again, whose
-    five digits are the answer. ``n_keys = 1`` is passkey retrieval; more is multi-key
-    retrieval (the distractors share the format). Returns ``(tokens, answer_start, needle_at)``."""
+    over it, the queried one (the first key) at ``depth`` (0 = the start, 1 = just before the
+    query), the others (distinct keys, their own values) at uniform random places; it ends with the
+    queried key, whose value (the last byte) is the answer. ``n_keys = 1`` is passkey retrieval;
+    more is multi-key retrieval. Returns ``(tokens, answer_at, needle_at)``."""
     x = text[start: start + length].copy()
     if len(x) < length:
         raise ValueError(f"held-out text too short for a prompt of {length} bytes at {start}")
+    if not 1 <= n_keys <= len(KEY_BYTES):
+        raise ValueError(f"n_keys must lie in 1 .. {len(KEY_BYTES)} (the key bytes), got {n_keys}")
+    _check_no_keys(x)
     query_at = length - RECORD_LEN
     room = query_at - RECORD_LEN  # last place a record may start before the query
     needle_at = int(round(depth * room))
-    names = random_names(rng, n_keys)
+    keys = rng.choice(KEY_BYTES, n_keys, replace=False)
+    values = rng.choice(VALUE_BYTES, n_keys)
     taken = [(needle_at, needle_at + RECORD_LEN), (query_at, length)]
-    key = random_key(rng)
-    x[needle_at: needle_at + RECORD_LEN] = record_bytes(names[0], key)
-    x[query_at:] = record_bytes(names[0], key)
-    for name in names[1:]:
+    x[needle_at], x[needle_at + 1] = keys[0], values[0]
+    x[query_at], x[query_at + 1] = keys[0], values[0]
+    for key, value in zip(keys[1:], values[1:]):
         for _ in range(100):
             at = int(rng.integers(0, room + 1))
             if _free(taken, at, at + RECORD_LEN):
                 break
-        x[at: at + RECORD_LEN] = record_bytes(name, random_key(rng))
+        else:
+            raise ValueError(f"no free place for {n_keys} records in a prompt of {length} bytes")
+        x[at], x[at + 1] = key, value
         taken.append((at, at + RECORD_LEN))
-    return x, query_at + KEY_OFFSET, needle_at
+    return x, query_at + 1, needle_at

@@ -38,6 +38,7 @@ class GPTConfig:
     n_embd: int = 128
     rope_base: float = 10000.0  # RoPE's theta (LLaMA: 10000)
     smear_keys: bool = False  # mix each key with the previous position's (Olsson et al. 2022's smeared keys)
+    smear_from: int = 0  # ... in layers smear_from and up only (keep the lookup out of the dense first layers)
 
 
 def dense(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -63,7 +64,7 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
         # smeared keys: k_t <- s k_t + (1 - s) k_{t-1}, s = sigmoid(a) learned per head (a = 0: s = 1/2)
-        self.smear = nn.Parameter(torch.zeros(cfg.n_head, 1, 1)) if cfg.smear_keys else None
+        self.smear = nn.Parameter(torch.zeros(cfg.n_head, 1, 1)) if cfg.smear_keys and layer >= cfg.smear_from else None
 
     def forward(self, x: torch.Tensor, attend: Attend) -> torch.Tensor:
         B, T, C = x.shape

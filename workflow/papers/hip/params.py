@@ -33,6 +33,7 @@ class ModelParams:
     n_embd: int = 128
     rope_base: float = 10000.0  # LLaMA's RoPE theta
     smear_keys: bool = False  # keys mixed with the previous position's (model.GPTConfig)
+    smear_from: int = 0  # ... in layers smear_from and up (model.GPTConfig)
 
 
 @dataclass(frozen=True)
@@ -46,15 +47,12 @@ class TrainParams:
     warmup: int = 20
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    max_records: int = 4  # records per window, 1 .. max_records, each repeated later (data.training_sample)
-    min_gap: int = 64  # bytes at least between a record and its repeat (more than HiP's window: far context)
-    copy_spans: int = 2  # passages per window copied again later (teach copying fast; data.training_sample)
-    span_len: int = 64  # bytes per copied passage
-    periodic: float = 0.5  # share of windows made of a passage repeated (the official passkey filler's form)
-    recall_weight: float = 4.0  # extra loss weight of the bytes only far context predicts (repeats, copies)
-    drill: float = 0.0  # share of windows that are copy drills of random characters (data.copy_drill)
-    short_len: int = 256  # the first short_steps steps train on short_batch windows of short_len bytes
-    short_batch: int = 8
+    max_records: int = 8  # distinct keys per window, 1 .. max_records (data.training_sample)
+    repeats: int = 3  # times each key is written in a window (all but the first are answers)
+    recall_weight: float = 20.0  # extra loss weight of the repeats' values, the bytes only far context predicts
+    drill_steps: int = 0  # the first drill_steps steps train on record drills (data.record_drill)
+    short_len: int = 128  # steps before short_steps train on short_batch windows of short_len bytes
+    short_batch: int = 32
     short_steps: int = 0
 
 
@@ -98,7 +96,7 @@ class ClaimParams:
     """Thresholds of the claims, set before any result was seen; each claim is decided on a 95%
     interval against them (papers.common.claims), and so is its negative control."""
 
-    far_share_min: float = 0.5  # (far) far context removes more than half of the answer digits' loss
+    far_share_min: float = 0.5  # (far) far context removes more than half of the answers' loss
     acc_tol: float = 0.1  # (a) HiP's retrieval accuracy less than 0.1 below dense (a tenth of the prompts)
     acc_margin: float = 0.3  # (a) and more than 0.3 above each baseline's (a clear lead)
     recall_margin: float = 0.1  # (b) HiP's top-k recall more than 0.1 above random pruning's (paired)
@@ -106,6 +104,18 @@ class ClaimParams:
     quadratic_min: float = 1.5  # (c) dense time exponent above this (halfway from T to T^2)
     resident_exponent_tol: float = 0.15  # (d) working set ~ T^p with p below that of log2(T / mask_k) + this
     hit_rate_min: float = 0.8  # (d) cache hit rate above this at every T (at most 1 read in 5 from the host)
+
+
+@dataclass(frozen=True)
+class PretrainedEvalParams:
+    """The pretrained LMs' evaluation (papers.hip.pretrained; full scale): every method at ``hip``'s budget."""
+
+    documents: str | None = None  # a UTF-8 text file of long documents; null when no models are listed
+    lengths: tuple = (4096, 8192)  # context lengths in tokens (document windows and passkey prompts)
+    depths: tuple = (0.1, 0.5, 0.9)  # passkey depths in [0, 1]
+    prompts: int = 4  # passkeys per (length, depth)
+    windows: int = 4  # document windows per length
+    seed: int = 0  # the passkeys' and the random blocks' seed
 
 
 @dataclass(frozen=True)
@@ -120,6 +130,17 @@ class Params:
     cost: CostParams = field(default_factory=CostParams)
     offload: OffloadParams = field(default_factory=OffloadParams)
     claims: ClaimParams = field(default_factory=ClaimParams)
+    pretrained: tuple = ()  # local Hugging Face models HiP is patched into, each {name, path, dtype}
+    pretrained_eval: PretrainedEvalParams = field(default_factory=PretrainedEvalParams)
+
+    @property
+    def pretrained_names(self) -> list[str]:
+        return [m["name"] for m in self.pretrained]
+
+    def pretrained_model(self, name: str) -> dict:
+        if name not in self.pretrained_names:
+            raise KeyError(f"hip.pretrained: no model named {name!r} (listed: {self.pretrained_names})")
+        return dict(self.pretrained[self.pretrained_names.index(name)])
 
     def check(self) -> None:
         h, m, t = self.hip, self.lm, self.train
@@ -137,14 +158,15 @@ class Params:
                 raise ValueError(f"hip.{name} must be cpu or cuda, got {dev!r}")
         if t.short_steps > t.steps:
             raise ValueError(f"hip.train.short_steps ({t.short_steps}) exceeds steps ({t.steps})")
-        if t.short_steps and t.short_len < 2 * data.RECORD_LEN + t.min_gap:
-            raise ValueError(f"hip.train.short_len ({t.short_len}) cannot hold a record and its repeat min_gap "
-                             f"({t.min_gap}) bytes later")
-        if t.drill and min(t.seq_len, t.short_len if t.short_steps else t.seq_len) < 2 * t.min_gap + 1:
-            raise ValueError(f"hip.train: a copy drill needs windows of 2 min_gap + 1 ({2 * t.min_gap + 1}) bytes")
-        if t.seq_len < 2 * data.RECORD_LEN + t.min_gap:
-            raise ValueError(f"hip.train.seq_len ({t.seq_len}) cannot hold a record and its repeat min_gap "
-                             f"({t.min_gap}) bytes later")
+        if t.drill_steps > t.short_steps:
+            raise ValueError(f"hip.train.drill_steps ({t.drill_steps}) exceeds short_steps ({t.short_steps}): the "
+                             "drills use the short windows")
+        if t.max_records > len(data.KEY_BYTES):
+            raise ValueError(f"hip.train.max_records ({t.max_records}) exceeds the {len(data.KEY_BYTES)} key bytes")
+        for name, length in (("seq_len", t.seq_len), ("short_len", t.short_len if t.short_steps else t.seq_len)):
+            if length < t.max_records * t.repeats * data.RECORD_LEN:
+                raise ValueError(f"hip.train.{name} ({length}) cannot hold max_records x repeats "
+                                 f"({t.max_records} x {t.repeats}) records")
         for T in self.eval.lengths:
             if T <= h.budget + h.block_q + 2 * data.RECORD_LEN:
                 raise ValueError(f"hip.eval.lengths: {T} must exceed HiP's key budget sink + window + mask_k + "
@@ -154,14 +176,21 @@ class Params:
                                  "RoPE models are evaluated at trained lengths only")
         if any(not 0 <= d <= 1 for d in self.eval.depths):
             raise ValueError("hip.eval.depths must lie in [0, 1]")
-        if max(self.eval.n_keys) > 26 * 26:
-            raise ValueError("hip.eval.n_keys: at most 676 distinct two-letter names")
+        if max(self.eval.n_keys) > len(data.KEY_BYTES):
+            raise ValueError(f"hip.eval.n_keys: at most {len(data.KEY_BYTES)} distinct keys (data.KEY_BYTES)")
         if min(self.offload.lengths) <= max(self.offload.decode_steps + self.offload.refresh_interval, 2 * h.mask_k):
             raise ValueError("hip.offload.lengths must exceed decode_steps + refresh_interval and 2 mask_k")
         if len(self.cost.lengths) < 2 or len(self.offload.lengths) < 2:
             raise ValueError("hip.cost.lengths and hip.offload.lengths need two or more values to fit an exponent")
         if sum(T <= self.cost.control_max_len for T in self.cost.lengths) < 2:
             raise ValueError("hip.cost.control_max_len must admit two or more lengths to fit the control's exponent")
+        if len(set(self.pretrained_names)) != len(self.pretrained):
+            raise ValueError(f"hip.pretrained: names repeat in {self.pretrained_names}")
+        if self.pretrained and min(self.pretrained_eval.lengths) <= h.budget + h.block_q:
+            raise ValueError(f"hip.pretrained_eval.lengths: each must exceed sink + window + mask_k + block_q "
+                             f"({h.budget + h.block_q}), or nothing is pruned")
+        if self.pretrained and self.pretrained_eval.documents is None:
+            raise ValueError("hip.pretrained_eval.documents: set it to a UTF-8 text file when hip.pretrained lists models")
         if min(self.cost.lengths) // self.cost.control_fraction < h.block_k:
             raise ValueError("hip.cost: the control's mask_k = T / control_fraction must be at least block_k")
 
@@ -174,6 +203,7 @@ STAGE_PARAMS = {
     "train_lm": ("device", "lm", "train"),
     "evaluate": ("device", "train", "hip", "eval", "offload"),
     "cost": ("hip", "cost"),
+    "evaluate_pretrained": ("device", "hip", "pretrained", "pretrained_eval"),
     "report": ALL,
 }
 

@@ -47,7 +47,7 @@ def train_lm(*, cfg, seed, train_tokens, checkpoint, history):
     seed_everything(seed)
     m = p.lm
     model = GPT(GPTConfig(n_layer=m.n_layer, n_head=m.n_head, n_embd=m.n_embd, rope_base=m.rope_base,
-                          smear_keys=m.smear_keys)).to(p.device)
+                          smear_keys=m.smear_keys, smear_from=m.smear_from)).to(p.device)
     batches = record_batches(data.load_tokens(train_tokens), p.train, np.random.default_rng(seed))
     hist = train(model, p.train, batches, desc=f"train lm seed {seed}")
     save(model.cpu(), checkpoint, train=to_dict(p.train), seed=seed)
@@ -58,7 +58,7 @@ def train_lm(*, cfg, seed, train_tokens, checkpoint, history):
 def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offload):
     """Everything measured on one trained model (seed `seed`), on held-out text:
 
-    * ``retrieval``: per prompt (T, n_keys, needle depth) and method, the answer digits' NLL and
+    * ``retrieval``: per prompt (T, n_keys, needle depth) and method, the answer's NLL and
       whether the greedy decode is right; prompts are the same for every method (paired);
     * ``text``: per held-out window (no records) and method, the mean NLL of the second half;
     * ``recall``: per prompt and pruned layer, the recall of the oracle top-n key blocks by HiP
@@ -87,7 +87,7 @@ def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offl
         for T in p.eval.lengths:
             group = [q for q in prompts if q["T"] == T]
             x = torch.from_numpy(np.stack([q["x"] for q in group]).astype(np.int64))
-            nll, correct = ev.answer_scores(model, x, group[0]["answer"], data.KEY_DIGITS, method, p.hip, gen)
+            nll, correct = ev.answer_scores(model, x, group[0]["answer"], 1, method, p.hip, gen)  # the value byte
             rows += [{"seed": seed, "method": method, **{k: q[k] for k in ("T", "n_keys", "depth", "prompt",
                                                                           "needle_at")},
                       "answer_nll": float(a), "correct": bool(c)} for q, a, c in zip(group, nll, correct)]

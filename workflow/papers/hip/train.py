@@ -2,7 +2,7 @@
 
 One straight loop (nanoGPT's): AdamW, linear warm-up then cosine decay, gradient clipping.
 A batch function supplies the byte sequences and per-token loss weights: KJV windows with key
-records, extra weight on the digits that only far context predicts.
+records, extra weight on the values that only far context predicts.
 """
 from __future__ import annotations
 
@@ -53,22 +53,23 @@ def train(model: GPT, tp: TrainParams, next_batch: Batch, *, desc: str) -> pd.Da
 
 
 def record_batches(tokens: np.ndarray, tp: TrainParams, rng: np.random.Generator) -> Batch:
-    """Random windows of training bytes with key records written over them and passages copied
-    (``data.training_sample``), a ``drill`` share of them copy drills (``data.copy_drill``): weight 1
-    per byte, ``1 + recall_weight`` on the repeats' key digits and the copies, the bytes that only far
-    context predicts. The first ``short_steps`` steps draw ``short_batch`` windows of ``short_len``
-    bytes (many short sequences: the copying skill forms in fewer steps of the same cost), the rest
-    ``batch`` windows of ``seq_len`` bytes (the context evaluated; RoPE is not trusted beyond it)."""
+    """Three phases of windows with key records (papers.hip.data), weight 1 per byte and
+    ``1 + recall_weight`` on the repeats' values, the bytes only an earlier record predicts:
 
-    def window(length: int):
-        if tp.drill and rng.random() < tp.drill:  # no draw at drill = 0: the same windows as before
-            return data.copy_drill(rng, length, tp.min_gap)
-        return data.training_sample(rng, tokens, length, tp.max_records, tp.min_gap, tp.copy_spans, tp.span_len,
-                                    tp.periodic)
+    * steps < ``drill_steps``: ``short_batch`` record drills of ``short_len`` bytes (records only,
+      ``data.record_drill``): the retrieval skill on its own, ~30x the answers of a text window;
+    * steps < ``short_steps``: ``short_batch`` KJV windows of ``short_len`` bytes with records
+      (``data.training_sample``): many short sequences, more steps of the same cost;
+    * the rest: ``batch`` KJV windows of ``seq_len`` bytes (the context evaluated; RoPE is not
+      trusted beyond the trained length)."""
 
     def batch(step: int):
-        length, n = (tp.short_len, tp.short_batch) if step < tp.short_steps else (tp.seq_len, tp.batch)
-        xs, recall = zip(*(window(length + 1) for _ in range(n)))
+        if step < tp.drill_steps:
+            xs, recall = zip(*(data.record_drill(rng, tp.short_len + 1) for _ in range(tp.short_batch)))
+        else:
+            length, n = (tp.short_len, tp.short_batch) if step < tp.short_steps else (tp.seq_len, tp.batch)
+            xs, recall = zip(*(data.training_sample(rng, tokens, length + 1, tp.max_records, tp.repeats)
+                               for _ in range(n)))
         x = torch.from_numpy(np.stack(xs).astype(np.int64))  # (B, T + 1)
         w = 1.0 + tp.recall_weight * torch.from_numpy(np.stack(recall)[:, 1:]).float()  # weight of predicting x[t]
         return x, w

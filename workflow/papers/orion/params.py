@@ -45,6 +45,7 @@ class TrainParams:
     copy_warmup: int = 0  # first steps on copy sequences only, loss on the copies only (ours; see train.py)
     eval_every: int = 250  # steps between two held-out accuracy measurements in the history
     eval_prompts: int = 100  # held-out prompts per family for those measurements
+    length_buckets: int = 1  # parts of a step's batch by sequence length (train.length_buckets; same loss)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,9 @@ class Params:
         if not 1 <= lo <= hi or 4 * hi + len(COPY_PREFIX.split()) > BLOCK_SIZE:  # 4: a separated copy
             raise ValueError(f"orion.train.copy_length: need 1 <= min <= max and 4 max + 2 <= {BLOCK_SIZE}, got "
                              f"{list(self.train.copy_length)}")
+        if self.train.length_buckets > self.train.batch_size:
+            raise ValueError(f"orion.train.length_buckets: {self.train.length_buckets} parts of a batch of "
+                             f"{self.train.batch_size} sequences leave some empty")
         if not self.word_length[0] <= self.word_length[1]:
             raise ValueError(f"orion.word_length: min above max in {list(self.word_length)}")
         if len(set(self.model_names)) != len(self.model_names):

@@ -118,7 +118,8 @@ def train(*, cfg, model_name, vocab, test, checkpoints, history):
     models, steps, hist = trainer.train_until_gate(
         members, samplers, max_steps=t.max_steps, lr=t.lr, warmup=t.warmup, weight_decay=t.weight_decay,
         grad_clip=t.grad_clip, lm_weight=t.lm_weight, eval_every=t.eval_every, evaluate=evaluate,
-        gate=p.claims.gate_accuracy, copy_warmup=t.copy_warmup, progress=lambda it: progress(it, desc=f"train {model_name}", total=t.max_steps))
+        gate=p.claims.gate_accuracy, copy_warmup=t.copy_warmup,
+        buckets=t.length_buckets, progress=lambda it: progress(it, desc=f"train {model_name}", total=t.max_steps))
     hist = hist.rename(columns={"member": "seed"})
     hist.insert(0, "model", model_name)
     write_parquet(hist, history)
