@@ -4,8 +4,8 @@
 # Code: workflow/papers/bodygen/ (stages.py and report.py hold the functions these rules call).
 
 BODYGEN = f"{RESULTS}/bodygen"
-BODYGEN_RUNS = {"task": [t for t in config["bodygen"].get("tasks", ["crawler2d"]) for _ in seeds("bodygen")],
-                "seed": [s for _ in config["bodygen"].get("tasks", ["crawler2d"]) for s in seeds("bodygen")]}
+BODYGEN_RUNS = {"task": [t for t in config["bodygen"]["tasks"] for _ in seeds("bodygen")],
+                "seed": [s for _ in config["bodygen"]["tasks"] for s in seeds("bodygen")]}
 
 
 rule bodygen_prepare:
