@@ -2,6 +2,7 @@
 transformers against the model's own eager attention and against a by-hand masked softmax over the blocks
 papers.hip.methods picks, on a tiny random LLaMA-style model written to a local directory (the full scale points
 at a real one; nothing is downloaded)."""
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -10,6 +11,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from papers.hip import methods, pretrained, report
 from papers.hip.methods import HiPConfig
+from papers.hip.params import MULTIKEY_WORDS, parse
 
 N_LAYER = 3
 
@@ -141,19 +143,32 @@ def test_passkey_prompt_puts_the_key_at_the_depth(llama_dir, depth):
 
 
 def test_stage_writes_every_method(llama_dir, tmp_path):
-    """The evaluate stage end to end: documents and passkey rows for every method; dense's document NLL equals
-    the unpatched model's own loss on the same window."""
+    """The evaluate stage end to end: documents, passkey and multi-key rows for every method, each accuracy row
+    with its method's paired difference to dense; dense's document NLL equals the unpatched model's own loss on the
+    same window; the report's table shows the differences."""
     doc = tmp_path / "doc.txt"
     doc.write_text("In the beginning God created the heaven and the earth. " * 20)
     cfg = {"device": "cpu", "hip": dict(vars(SMALL)), "pretrained": [{"name": "tiny", "path": str(llama_dir)}],
            "pretrained_eval": {"documents": str(doc), "lengths": [320], "depths": [0.5], "prompts": 1, "windows": 2,
-                               "seed": 0}}
+                               "seed": 0, "bootstrap": 200,
+                               "multikey": {"needles": 2, "prompts": 2, "lengths": [480], "depths": [0.2, 0.8]}}}
     out = tmp_path / "tiny.parquet"
     pretrained.evaluate(cfg=cfg, model_name="tiny", table=out)
     df = pd.read_parquet(out)
     assert set(df.method) == set(methods.METHODS)
     assert (df[df.task == "documents"].groupby("method").size() == 2).all()
     assert (df[df.task == "passkey"].groupby("method").size() == 1).all()
+    assert (df[df.task == "multikey"].groupby("method").size() == 4).all()
+    # the paired differences to dense: on every accuracy row, none on the document rows; dense's own is 0 [0, 0]
+    acc = df[df.task.isin(["passkey", "multikey"])]
+    assert acc[["diff_vs_dense", "ci_low", "ci_high"]].notna().all().all()
+    assert df[df.task == "documents"][["diff_vs_dense", "ci_low", "ci_high"]].isna().all().all()
+    assert (acc[acc.method == "dense"][["diff_vs_dense", "ci_low", "ci_high"]] == 0).all().all()
+    assert ((acc.ci_low <= acc.diff_vs_dense + 1e-12) & (acc.diff_vs_dense <= acc.ci_high + 1e-12)).all()
+    for (task, method), g in acc.groupby(["task", "method"]):  # the diff is the accuracy gap on the same prompts
+        dense = acc[(acc.task == task) & (acc.method == "dense")].set_index(["depth", "prompt"]).correct
+        gap = (g.set_index(["depth", "prompt"]).correct - dense).mean()
+        assert g.diff_vs_dense.iloc[0] == pytest.approx(gap)
     model, tok = _eager(llama_dir)
     ids = torch.tensor(tok(doc.read_text(), add_special_tokens=False).input_ids[:320])
     with torch.no_grad():
@@ -162,4 +177,133 @@ def test_stage_writes_every_method(llama_dir, tmp_path):
     assert dense == pytest.approx(float(ref), abs=1e-5)
     summary = report.pretrained_summary(df)  # the report's table: one row per method, means of the rows above
     hip = df[(df.method == "hip") & (df.task == "documents")].nll.mean()
-    assert f"| tiny | hip | 320 | {hip:.3f} |" in summary and summary.count("| tiny |") == len(methods.METHODS)
+    assert f"| tiny | hip | 320 | {hip:.3f} |" in summary and summary.count("| tiny |") == 2 * len(methods.METHODS)
+    assert "| tiny | hip | 480 | - | - | - | - |" in summary  # the multi-key-only length: no NLL, no passkey
+    mk = acc[(acc.method == "hip") & (acc.task == "multikey")].iloc[0]
+    assert f"{mk.diff_vs_dense:+.2f} [{mk.ci_low:+.2f}, {mk.ci_high:+.2f}] |" in summary
+    assert "| tiny | dense | 480 | - | - | - | - |" in summary and "+0.00 [+0.00, +0.00] |" in summary
+
+
+# ---- multi-key retrieval (RULER's niah_multikey) ----------------------------------------------------
+def _needles(n, depth, seed=0):
+    return pretrained.draw_needles(np.random.default_rng(seed), n, depth)
+
+
+@pytest.mark.parametrize("depth", [0.0, 0.3, 1.0])
+def test_multikey_prompt_puts_every_needle_at_its_depth(llama_dir, depth):
+    """Closed form: needle i sits after round(depth_i n) of the n filler repetitions (so within 0.5 / n of its asked
+    depth), every needle once, and the question asks for needle 0's key, whose value is the one answer."""
+    _, tok = pretrained.load(llama_dir)
+    needles = _needles(4, depth)
+    text, actual = pretrained.multikey_prompt(tok, 1500, needles)
+    assert text.startswith(pretrained.MULTIKEY_INTRO)
+    assert text.endswith(pretrained.MULTIKEY_QUESTION.format(key=needles[0]["key"]))
+    n = text.count(pretrained.FILLER)
+    assert n > 10 and abs(len(tok(text).input_ids) - 1500) <= len(pretrained.FILLER)
+    assert abs(actual[0] - depth) <= 0.5 / n
+    for nd, got in zip(needles, actual):
+        sentence = pretrained.MULTIKEY_NEEDLE.format(key=nd["key"], value=nd["value"])
+        assert text.count(sentence) == 1 and text.count(nd["value"]) == 1
+        before = text.split(sentence)[0].count(pretrained.FILLER)
+        assert got == before / n == round(nd["depth"] * n) / n
+    asked = text.rsplit("magic number for ", 1)[1].split(" is:")[0]
+    assert asked == needles[0]["key"] and [nd["key"] for nd in needles].count(asked) == 1
+
+
+def test_needles_are_distinct_spread_and_seeded():
+    """Distinct words and 7-digit values; the asked needle at the asked depth; one distractor per stratum of [0, 1];
+    the same seed draws the same needles."""
+    needles = _needles(5, 0.42, seed=3)
+    assert needles == _needles(5, 0.42, seed=3) and needles != _needles(5, 0.42, seed=4)
+    assert len({nd["key"] for nd in needles}) == 5 and len({nd["value"] for nd in needles}) == 5
+    assert all(len(nd["value"]) == pretrained.VALUE_DIGITS and nd["value"].isdigit() for nd in needles)
+    assert needles[0]["depth"] == 0.42
+    assert [int(nd["depth"] * 4) for nd in needles[1:]] == [0, 1, 2, 3]
+    assert len(pretrained.KEY_WORDS) == len(set(pretrained.KEY_WORDS)) == MULTIKEY_WORDS
+
+
+def test_multikey_prompt_too_long_for_its_length_names_the_key(llama_dir):
+    _, tok = pretrained.load(llama_dir)
+    with pytest.raises(ValueError, match=r"hip\.pretrained_eval\.multikey\.lengths"):
+        pretrained.multikey_prompt(tok, 100, _needles(3, 0.5))
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("needles", 0, r"multikey\.needles must be an integer >= 1"),
+    ("needles", MULTIKEY_WORDS + 1, r"multikey\.needles .* exceeds"),
+    ("depths", [0.5, 1.2], r"multikey\.depths must be"),
+    ("lengths", [], r"multikey\.lengths must be"),
+    ("prompts", 1.5, r"multikey\.prompts must be an integer"),
+])
+def test_bad_multikey_values_name_the_key(key, value, match):
+    ev = {"multikey": {key: value}}
+    with pytest.raises(ValueError, match=match):
+        parse({"pretrained_eval": ev})
+
+
+def test_too_few_bootstrap_resamples_name_the_key():
+    with pytest.raises(ValueError, match=r"hip\.pretrained_eval\.bootstrap"):
+        parse({"pretrained_eval": {"bootstrap": 10}})
+
+
+BIG = HiPConfig(block_q=16, block_stride_q=2, block_k=2, mask_k=512, sink=4, window=16, dense_layers=0)
+
+
+def test_full_budget_multikey_answers_equal_dense(llama_dir):
+    """At T <= mask_k every method keeps every causal key (as in the logits test above), so each method's greedy
+    multi-key answers are dense's, prompt for prompt."""
+    model, tok = pretrained.load(llama_dir)
+    ev = parse({"pretrained_eval": {"lengths": [4096], "multikey": {"needles": 3, "prompts": 1, "lengths": [500],
+                                                                    "depths": [0.25, 0.75]}}}).pretrained_eval
+    needles = pretrained.needle_sets(ev)
+    answers = {}
+    for method in methods.METHODS:
+        pretrained.patch(model, method, BIG, torch.Generator().manual_seed(0))
+        rows = pretrained.retrieval_rows(model, tok, ev, 500, [], needles, "cpu")
+        longest = max(r["tokens"] for r in rows) + pretrained.VALUE_DIGITS + 3  # the prompt and its decoded answer
+        assert len(rows) == 2 and {r["task"] for r in rows} == {"multikey"} and longest <= BIG.mask_k
+        answers[method] = [r["answer"] for r in rows]
+    assert any(answers["dense"])  # the random model does emit digits, so equality is not '' == ''
+    for method in methods.METHODS:
+        assert answers[method] == answers["dense"], method
+
+
+# ---- paired bootstrap against dense --------------------------------------------------------------
+def test_bootstrap_identical_vectors_give_zero():
+    a = np.array([1, 0, 1, 1, 0, 0, 1, 0], float)
+    assert pretrained.accuracy_vs_dense(a, a, resamples=500, seed=0) == (0.0, 0.0, 0.0)
+
+
+def test_bootstrap_all_differences_one_give_one():
+    assert pretrained.accuracy_vs_dense(np.ones(12), np.zeros(12), resamples=500, seed=0) == (1.0, 1.0, 1.0)
+
+
+def test_bootstrap_matches_the_normal_interval_on_many_prompts():
+    """400 paired prompts: the percentile interval is the mean difference +- 1.96 standard errors within a tenth of
+    the half-width, and the same seed gives the same interval."""
+    rng = np.random.default_rng(7)
+    dense = (rng.random(400) < 0.8).astype(float)
+    method = np.where(rng.random(400) < 0.3, 1 - dense, dense)  # flips 30% of the answers
+    diff, lo, hi = pretrained.accuracy_vs_dense(method, dense, resamples=2000, seed=1)
+    d = method - dense
+    half = 1.96 * d.std(ddof=1) / np.sqrt(d.size)
+    assert diff == pytest.approx(d.mean())
+    assert lo == pytest.approx(d.mean() - half, abs=0.1 * half) and hi == pytest.approx(d.mean() + half, abs=0.1 * half)
+    assert (lo, hi) == pretrained.accuracy_vs_dense(method, dense, resamples=2000, seed=1)[1:]
+
+
+def test_bootstrap_covers_the_true_difference_95_percent_of_the_time():
+    """200 simulated sets of 100 paired prompts with true difference -0.1: the interval covers it in 88-99% of
+    them (95% nominal; the binomial spread of 200 trials is 1.5 points)."""
+    rng = np.random.default_rng(11)
+    covered = 0
+    for i in range(200):
+        d = rng.choice([-1.0, 0.0, 1.0], size=100, p=[0.2, 0.7, 0.1])
+        _, lo, hi = pretrained.accuracy_vs_dense(d, np.zeros(100), resamples=1000, seed=i)
+        covered += lo <= -0.1 <= hi
+    assert 0.88 <= covered / 200 <= 0.99
+
+
+def test_bootstrap_rejects_unpaired_vectors():
+    with pytest.raises(ValueError, match="equal-length"):
+        pretrained.accuracy_vs_dense([], [], resamples=200, seed=0)

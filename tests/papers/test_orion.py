@@ -153,9 +153,23 @@ def test_separated_copy_needs_the_token_before_the_separator(vocab):
 
 
 # ---- model ------------------------------------------------------------------------------------
-def _tiny_model(seed=0, n_layer=3):
+def _tiny_model(seed=0, n_layer=3, kv_window=1, value_layers=-1):
     torch.manual_seed(seed)
-    return GPT(GPTConfig(vocab_size=23, block_size=32, n_layer=n_layer, n_head=2, n_embd=16)).eval()
+    model = GPT(GPTConfig(vocab_size=23, block_size=32, n_layer=n_layer, n_head=2, n_embd=16, kv_window=kv_window,
+                          value_layers=value_layers))
+    with torch.no_grad():
+        for blk in model.blocks:
+            if blk.attn.kv_mix is not None:  # away from its identity init, so that every tap is exercised
+                blk.attn.kv_mix.normal_()
+    return model.eval()
+
+
+def _conv_window(z, w):
+    """An independent causal depthwise convolution: y_t = sum_j w[:, j] z_{t-j}, by torch's conv1d. z (B, T, C)."""
+    K = w.shape[1]
+    out = torch.nn.functional.conv1d(torch.nn.functional.pad(z.transpose(1, 2), (K - 1, 0)), w.flip(1)[:, None],
+                                     groups=z.shape[-1])
+    return out.transpose(1, 2)
 
 
 def test_rotary_scores_depend_on_the_offset_only():
@@ -169,18 +183,23 @@ def test_rotary_scores_depend_on_the_offset_only():
     assert score(5, 5) == pytest.approx(float(q @ k), abs=1e-5)
 
 
-def test_forward_matches_an_independent_attention_implementation():
-    model = _tiny_model()
+@pytest.mark.parametrize("kv_window, value_layers", [(1, -1), (3, -1), (3, 1), (3, 0)])
+def test_forward_matches_an_independent_attention_implementation(kv_window, value_layers):
+    """The model against torch's SDPA and, for the key/value window, torch's conv1d (an independent path)."""
+    model = _tiny_model(kv_window=kv_window, value_layers=value_layers)
     idx = torch.randint(1, 23, (3, 11))
     ref_logits = model(idx)
 
     def sdpa_forward(idx):  # the same weights through torch's own attention
         x = model.wte(idx)
         cos, sin = model.cos[:idx.shape[1]], model.sin[:idx.shape[1]]
-        for blk in model.blocks:
+        for i, blk in enumerate(model.blocks):
             h = blk.ln_1(x)
             B, T, C = h.shape
             q, k, v = blk.attn.c_attn(h).split(C, dim=2)
+            if kv_window > 1:
+                k = _conv_window(k, blk.attn.kv_mix[0])
+                v = _conv_window(v, blk.attn.kv_mix[1]) if value_layers < 0 or i < value_layers else v
             q, k, v = (z.view(B, T, 2, C // 2).transpose(1, 2) for z in (q, k, v))
             y = torch.nn.functional.scaled_dot_product_attention(rotary(q, cos, sin), rotary(k, cos, sin), v, is_causal=True)
             x = x + blk.attn.c_proj(y.transpose(1, 2).reshape(B, T, C))
@@ -190,8 +209,9 @@ def test_forward_matches_an_independent_attention_implementation():
     torch.testing.assert_close(ref_logits, sdpa_forward(idx), rtol=1e-4, atol=1e-5)
 
 
-def test_causality_and_right_padding_do_not_change_the_last_token():
-    model = _tiny_model()
+@pytest.mark.parametrize("kv_window", [1, 4])
+def test_causality_and_right_padding_do_not_change_the_last_token(kv_window):
+    model = _tiny_model(kv_window=kv_window)
     idx = torch.randint(1, 23, (1, 9))
     padded = torch.cat([idx, torch.zeros(1, 4, dtype=torch.long)], dim=1)
     torch.testing.assert_close(last_logits(model, idx, torch.tensor([8])), last_logits(model, padded, torch.tensor([8])))
@@ -318,6 +338,8 @@ def test_params_parse_and_checks():
         parse({"inject_key": "color"})
     with pytest.raises(ValueError, match="multiple of n_head"):
         parse({"models": [{"name": "bad", "n_layer": 2, "n_embd": 30, "n_head": 4}]})
+    with pytest.raises(ValueError, match="kv_window"):
+        parse({"models": [{"name": "bad", "n_layer": 2, "n_embd": 32, "n_head": 4, "kv_window": 0}]})
     with pytest.raises(ValueError, match="copy_length"):
         parse({"train": {"copy_length": [9, 3]}})
     with pytest.raises(ValueError, match="length_buckets"):

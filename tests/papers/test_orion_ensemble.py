@@ -10,12 +10,26 @@ from papers.orion.ensemble import EnsembleGPT, clip_per_member, decay_groups, in
 from papers.orion.model import GPTConfig
 
 CFG = GPTConfig(vocab_size=23, block_size=16, n_layer=3, n_head=2, n_embd=8)
+WINDOWED = GPTConfig(vocab_size=23, block_size=16, n_layer=3, n_head=2, n_embd=8, kv_window=3)
+KEYS_ONLY = GPTConfig(vocab_size=23, block_size=16, n_layer=3, n_head=2, n_embd=8, kv_window=3, value_layers=1)
 
 
-def test_members_round_trip_and_forward_like_the_plain_gpts():
-    models = init_members(CFG, [0, 1, 2])
+def _members(cfg, seeds):
+    """init_members, with the window's mixing weights moved off their identity init (every tap exercised)."""
+    models = init_members(cfg, seeds)
+    with torch.no_grad():
+        for m in models:
+            for blk in m.blocks:
+                if blk.attn.kv_mix is not None:
+                    blk.attn.kv_mix.normal_()
+    return models
+
+
+@pytest.mark.parametrize("cfg", [CFG, WINDOWED, KEYS_ONLY], ids=["plain", "kv_window", "values_in_block_1"])
+def test_members_round_trip_and_forward_like_the_plain_gpts(cfg):
+    models = _members(cfg, [0, 1, 2])
     ens = EnsembleGPT.from_members(models)
-    idx = torch.randint(1, CFG.vocab_size, (3, 4, 10), generator=torch.Generator().manual_seed(0))
+    idx = torch.randint(1, cfg.vocab_size, (3, 4, 10), generator=torch.Generator().manual_seed(0))
     out = ens(idx)
     for e, m in enumerate(models):
         torch.testing.assert_close(out[e], m(idx[e]), atol=1e-5, rtol=1e-5)
@@ -24,11 +38,12 @@ def test_members_round_trip_and_forward_like_the_plain_gpts():
     assert not torch.equal(models[0].wte.weight, models[1].wte.weight)  # seeds give different initial weights
 
 
-def test_one_step_equals_separate_adamw_with_per_model_clipping():
+@pytest.mark.parametrize("cfg", [CFG, WINDOWED, KEYS_ONLY], ids=["plain", "kv_window", "values_in_block_1"])
+def test_one_step_equals_separate_adamw_with_per_model_clipping(cfg):
     torch.manual_seed(0)
-    models = init_members(CFG, [3, 4])
+    models = _members(cfg, [3, 4])
     ens = EnsembleGPT.from_members(models)
-    x = torch.randint(1, CFG.vocab_size, (2, 5, 9), generator=torch.Generator().manual_seed(1))
+    x = torch.randint(1, cfg.vocab_size, (2, 5, 9), generator=torch.Generator().manual_seed(1))
     mask = torch.zeros(2, 5, 8, dtype=torch.bool)
     mask[:, :, 3] = mask[:, :, 6] = True
     kw = dict(lr=1e-2, betas=(0.9, 0.95))
@@ -40,8 +55,8 @@ def test_one_step_equals_separate_adamw_with_per_model_clipping():
         clip_per_member(ens.parameters(), 0.05)  # small: clipping is active
         opt.step()
     for e, m in enumerate(models):
-        decay = [q for q in m.parameters() if q.dim() >= 2]
-        rest = [q for q in m.parameters() if q.dim() < 2]
+        decay = [q for n, q in m.named_parameters() if q.dim() >= 2 and "kv_mix" not in n]  # no decay on the window
+        rest = [q for n, q in m.named_parameters() if q.dim() < 2 or "kv_mix" in n]
         o = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], **kw)
         for _ in range(2):
             loss, _ = trainer.loss_fn(m, x[e], mask[e], lm_weight=0.5)

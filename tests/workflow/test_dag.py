@@ -43,8 +43,8 @@ FANNED_OUT = {
     "deepgate4_train": (1, 3, 3),  # one per seed
     "sbdd_vs_generate": (2, 2, 2),  # one per target
     "sbdd_vs_evaluate": (2, 2, 2),  # one per target
-    "orion_train": (1, 2, 3),  # one per model size (its seeds side by side)
-    "orion_evaluate": (1, 2, 3),  # one per model size
+    "orion_train": (1, 1, 3),  # one per model size (its seeds side by side)
+    "orion_evaluate": (1, 1, 3),  # one per model size
     "profilebfn_train": (1, 3, 5),  # one per training seed
     "profilebfn_evaluate": (1, 3, 5),  # one per training seed (every arm and family inside)
     "symspace_train": (1, 3, 5),  # one per seed (every arm, control and metric inside)

@@ -101,7 +101,7 @@ rule hip_cost:
 
 
 rule hip_evaluate_pretrained:
-    """HiP and the baselines patched into one local pretrained LM: long-document NLL and passkey accuracy."""
+    """HiP and the baselines patched into one local pretrained LM: long-document NLL, passkey and multi-key accuracy."""
     output:
         table=f"{HIP}/pretrained/{{name}}.parquet",
     params:

@@ -14,6 +14,7 @@ from papers.hip import data
 from papers.hip.methods import HiPConfig
 
 SLUG = "hip"
+MULTIKEY_WORDS = 64  # distinct key words of the multi-key task (len(papers.hip.pretrained.KEY_WORDS))
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,16 @@ class ClaimParams:
 
 
 @dataclass(frozen=True)
+class MultiKeyParams:
+    """RULER's multi-key needle-in-a-haystack (Hsieh et al. 2024) on the pretrained LMs (papers.hip.pretrained)."""
+
+    needles: int = 4  # key-value needles per prompt: the asked one and needles - 1 distractors
+    prompts: int = 4  # prompts per (length, depth)
+    lengths: tuple = (2048, 4096, 8192)  # prompt lengths in tokens (the issue's 2k-8k)
+    depths: tuple = (0.1, 0.5, 0.9)  # depths in [0, 1] of the asked needle; distractors spread over the rest
+
+
+@dataclass(frozen=True)
 class PretrainedEvalParams:
     """The pretrained LMs' evaluation (papers.hip.pretrained; full scale): every method at ``hip``'s budget."""
 
@@ -115,7 +126,9 @@ class PretrainedEvalParams:
     depths: tuple = (0.1, 0.5, 0.9)  # passkey depths in [0, 1]
     prompts: int = 4  # passkeys per (length, depth)
     windows: int = 4  # document windows per length
-    seed: int = 0  # the passkeys' and the random blocks' seed
+    seed: int = 0  # the passkeys', needles', random blocks' and bootstrap's seed
+    multikey: MultiKeyParams = field(default_factory=MultiKeyParams)
+    bootstrap: int = 1000  # resamples of the paired bootstrap of each method's accuracy against dense
 
 
 @dataclass(frozen=True)
@@ -189,10 +202,34 @@ class Params:
         if self.pretrained and min(self.pretrained_eval.lengths) <= h.budget + h.block_q:
             raise ValueError(f"hip.pretrained_eval.lengths: each must exceed sink + window + mask_k + block_q "
                              f"({h.budget + h.block_q}), or nothing is pruned")
+        self._check_pretrained_eval()
         if self.pretrained and self.pretrained_eval.documents is None:
             raise ValueError("hip.pretrained_eval.documents: set it to a UTF-8 text file when hip.pretrained lists models")
         if min(self.cost.lengths) // self.cost.control_fraction < h.block_k:
             raise ValueError("hip.cost: the control's mask_k = T / control_fraction must be at least block_k")
+
+    def _check_pretrained_eval(self) -> None:
+        """Counts, depths and the multi-key lengths of ``hip.pretrained_eval`` (checked with or without models:
+        a typo fails at parse time on every scale)."""
+        ev, mk, h = self.pretrained_eval, self.pretrained_eval.multikey, self.hip
+        where = "hip.pretrained_eval"
+        for name, value, low in (("prompts", ev.prompts, 1), ("windows", ev.windows, 1),
+                                 ("bootstrap", ev.bootstrap, 100), ("multikey.needles", mk.needles, 1),
+                                 ("multikey.prompts", mk.prompts, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{where}.{name} must be an integer >= {low}, got {value!r}")
+        if mk.needles > MULTIKEY_WORDS:
+            raise ValueError(f"{where}.multikey.needles ({mk.needles}) exceeds the {MULTIKEY_WORDS} distinct key "
+                             "words (papers.hip.pretrained.KEY_WORDS)")
+        for name, depths in (("depths", ev.depths), ("multikey.depths", mk.depths)):
+            if not depths or any(not isinstance(d, (int, float)) or not 0 <= d <= 1 for d in depths):
+                raise ValueError(f"{where}.{name} must be a non-empty list of numbers in [0, 1], got {list(depths)}")
+        if not mk.lengths or any(not isinstance(T, int) or T < 1 for T in mk.lengths):
+            raise ValueError(f"{where}.multikey.lengths must be a non-empty list of positive integers, "
+                             f"got {list(mk.lengths)}")
+        if self.pretrained and min(mk.lengths) <= h.budget + h.block_q:
+            raise ValueError(f"{where}.multikey.lengths: each must exceed sink + window + mask_k + block_q "
+                             f"({h.budget + h.block_q}), or nothing is pruned")
 
 
 # The parameters each stage reads. Its rule receives only these, so a change to another parameter

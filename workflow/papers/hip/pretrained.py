@@ -15,6 +15,13 @@ with :math:`\\mathcal{K}_b` all keys in the first ``dense_layers`` layers (and f
 blocks :func:`papers.hip.methods.select` picks for query block :math:`b` (``hip``: the tree search of Sec. 3.1;
 ``oracle``, ``random``, ``window``: sink + window at the same budget), and :math:`s` the model's own scaling.
 
+Quality at equal key budgets (the issue's request) is measured by two greedy-decoding tasks -- the classic passkey
+and RULER's multi-key needle in a haystack (Hsieh et al. 2024, "RULER: What's the Real Context Size of Your
+Long-Context Language Models?", task ``niah_multikey``: several "One of the special magic numbers for <word> is:
+<7-digit number>." needles in filler, one word asked, exact match of the number) -- and each method's accuracy is
+set against dense attention's on the same prompts with a paired percentile bootstrap over prompts
+(:func:`accuracy_vs_dense`, through :func:`papers.common.claims.bootstrap_interval`).
+
 Limits, stated: no KV cache (every forward is a prefill, so greedy decoding recomputes the prompt and HiP prunes
 every query as in the paper's prefill), and unpadded sequences only (transformers builds no mask for a custom
 attention name; causality is applied here).
@@ -32,6 +39,7 @@ import pandas as pd
 import torch
 
 import kernels
+from papers.common.claims import LEVEL, bootstrap_interval
 from papers.common.hf import load_causal_lm
 from papers.common.io import write_parquet
 from papers.hip import methods
@@ -48,6 +56,22 @@ FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. Th
 NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key. "
 QUESTION = "\nWhat is the pass key? The pass key is"
 KEY_DIGITS = 5
+
+# RULER's multi-key NIAH (Hsieh et al. 2024, niah_multikey): word keys, 7-digit values, our own wording around them.
+MULTIKEY_INTRO = ("Some special magic numbers are hidden inside the following text. Memorize them: I will ask you "
+                  "about one of them afterwards.\n")
+MULTIKEY_NEEDLE = "One of the special magic numbers for {key} is: {value}. "
+MULTIKEY_QUESTION = ("\nWhat is the special magic number for {key} mentioned in the text above? The special magic "
+                     "number for {key} is:")
+VALUE_DIGITS = 7
+# Distinct key words (64, papers.hip.params.MULTIKEY_WORDS): common nouns, none a prefix of another, no digits.
+KEY_WORDS = (
+    "apple", "bridge", "candle", "dolphin", "engine", "falcon", "garden", "harbor", "island", "jacket", "kettle",
+    "ladder", "marble", "needle", "orchid", "pepper", "quartz", "rabbit", "saddle", "tunnel", "umbrella", "violin",
+    "walrus", "yogurt", "zebra", "anchor", "basket", "cactus", "desert", "feather", "glacier", "helmet", "insect",
+    "jungle", "kitten", "lantern", "mirror", "nectar", "oyster", "parrot", "quiver", "river", "spider", "turtle",
+    "valley", "window", "yacht", "blanket", "cherry", "dragon", "forest", "guitar", "hammer", "iceberg", "jewel",
+    "lemon", "meadow", "noodle", "ocean", "pillow", "rocket", "silver", "thunder", "wizard")
 
 
 # ---- the attention function -------------------------------------------------------------------
@@ -167,11 +191,110 @@ def passkey(model, tokenizer, length: int, depth: float, key: str, device) -> di
     return {"tokens": len(ids), "actual_depth": actual, "key": key, "answer": answer, "correct": float(answer == key)}
 
 
+# ---- multi-key retrieval (RULER's niah_multikey) ----------------------------------------------------
+def draw_needles(rng: np.random.Generator, needles: int, depth: float) -> list[dict]:
+    """`needles` distinct (key word, 7-digit value, depth) needles, the asked one first at `depth`; the
+    distractors' depths are spread: one drawn uniformly in each of needles - 1 equal strata of [0, 1], so they
+    neither cluster nor all sit at the asked one (RULER draws its distractor positions at random too)."""
+    words = rng.choice(len(KEY_WORDS), size=needles, replace=False)
+    values = rng.choice(9 * 10 ** (VALUE_DIGITS - 1), size=needles, replace=False) + 10 ** (VALUE_DIGITS - 1)
+    strata = needles - 1
+    depths = [float(depth)] + [float((i + rng.random()) / strata) for i in range(strata)]
+    return [{"key": KEY_WORDS[w], "value": str(v), "depth": d} for w, v, d in zip(words, values, depths)]
+
+
+def multikey_prompt(tokenizer, length: int, needles: list[dict]) -> tuple[str, list[float]]:
+    """The multi-key prompt of about `length` tokens asking for ``needles[0]``'s value: each needle after a share
+    of its ``depth`` of the filler repetitions (needles at the same place keep their list order); returns the text
+    and each needle's actual depth (its filler repetitions before / all)."""
+    count = lambda s: len(tokenizer(s, add_special_tokens=False).input_ids)  # noqa: E731
+    sentences = [MULTIKEY_NEEDLE.format(key=n["key"], value=n["value"]) for n in needles]
+    question = MULTIKEY_QUESTION.format(key=needles[0]["key"])
+    fixed = count(MULTIKEY_INTRO + "".join(sentences) + question)
+    if fixed >= length:
+        raise ValueError(f"hip.pretrained_eval.multikey.lengths: {length} tokens cannot hold the prompt's {fixed} "
+                         f"tokens of intro, {len(needles)} needles and question")
+    n = max((length - fixed) // max(count(FILLER), 1), 1)
+    before = [int(round(nd["depth"] * n)) for nd in needles]
+    order = sorted(range(len(needles)), key=lambda i: (before[i], i))
+    parts, placed = [MULTIKEY_INTRO], 0
+    for i in order:
+        parts += [FILLER * (before[i] - placed), sentences[i]]
+        placed = before[i]
+    parts += [FILLER * (n - placed), question]
+    return "".join(parts), [b / n for b in before]
+
+
+def multikey(model, tokenizer, length: int, needles: list[dict], device) -> dict:
+    """One multi-key prompt decoded greedily; right when the answer's first digits are the asked value."""
+    text, actual = multikey_prompt(tokenizer, length, needles)
+    ids = torch.tensor(tokenizer(text).input_ids, device=device)
+    out = greedy(model, ids, steps=VALUE_DIGITS + 3)
+    answer = answer_of(tokenizer.decode(out[len(ids):]))
+    asked = needles[0]
+    return {"tokens": len(ids), "actual_depth": actual[0], "key": asked["key"], "value": asked["value"],
+            "needles": len(needles), "answer": answer, "correct": float(answer == asked["value"])}
+
+
+def needle_sets(ev) -> dict[tuple[float, int], list[dict]]:
+    """{(depth, prompt): needles} of ``ev.multikey``, drawn once from ``ev.seed`` (a stream of its own, so the
+    passkeys stay those of earlier runs) and shared by every method and length: the prompts are paired."""
+    mk = ev.multikey
+    rng = np.random.default_rng([ev.seed, 1])
+    return {(d, i): draw_needles(rng, mk.needles, d) for d in mk.depths for i in range(mk.prompts)}
+
+
+# ---- each method against dense: paired bootstrap over prompts ----------------------------------
+ACCURACY_TASKS = ("passkey", "multikey")
+PAIR_ON = ["depth", "prompt"]  # a prompt of a task and length: the same text for every method
+
+
+def accuracy_vs_dense(correct, dense_correct, *, resamples: int, seed: int,
+                      level: float = LEVEL) -> tuple[float, float, float]:
+    """(mean(correct - dense_correct), low, high): the accuracy difference on the same prompts with its percentile
+    bootstrap interval, prompts resampled in pairs (:func:`papers.common.claims.bootstrap_interval`). Pairing
+    removes the prompts' own difficulty, which both arms share, from the interval."""
+    diff = np.asarray(correct, float) - np.asarray(dense_correct, float)
+    if diff.ndim != 1 or diff.size == 0:
+        raise ValueError(f"accuracy_vs_dense needs two equal-length non-empty vectors, got {np.shape(correct)} and "
+                         f"{np.shape(dense_correct)}")
+    return bootstrap_interval(np.mean, diff, level=level, n_boot=resamples, seed=seed)
+
+
+def with_intervals(df: pd.DataFrame, *, resamples: int, seed: int) -> pd.DataFrame:
+    """`df` with diff_vs_dense, ci_low, ci_high on the passkey and multikey rows: per (task, method, length), the
+    method's accuracy minus dense's on the same prompts and its 95% paired bootstrap interval (repeated on each row
+    of the group; NaN on the document rows)."""
+    stats = []
+    for (task, length), g in df[df.task.isin(ACCURACY_TASKS)].groupby(["task", "length"]):
+        wide = g.pivot_table(index=PAIR_ON, columns="method", values="correct")
+        for method in wide.columns:
+            diff, lo, hi = accuracy_vs_dense(wide[method], wide["dense"], resamples=resamples, seed=seed)
+            stats.append({"task": task, "length": length, "method": method, "diff_vs_dense": diff, "ci_low": lo,
+                          "ci_high": hi})
+    cols = ["task", "length", "method"]
+    return df.merge(pd.DataFrame(stats, columns=[*cols, "diff_vs_dense", "ci_low", "ci_high"]), on=cols, how="left")
+
+
 # ---- the stage ------------------------------------------------------------------------------------
+def retrieval_rows(model, tokenizer, ev, T: int, keys: list[str], needles: dict, device) -> list[dict]:
+    """The passkey rows (``ev.depths`` x `keys`, if T is a passkey length) and multi-key rows (`needles`, if T is a
+    multi-key length) of the model as patched now, at length T."""
+    rows = []
+    if T in ev.lengths:
+        rows += [{"task": "passkey", "length": T, "depth": d, "prompt": i,
+                  **passkey(model, tokenizer, T, d, key, device)} for d in ev.depths for i, key in enumerate(keys)]
+    if T in ev.multikey.lengths:
+        rows += [{"task": "multikey", "length": T, "depth": d, "prompt": i,
+                  **multikey(model, tokenizer, T, nd, device)} for (d, i), nd in needles.items()]
+    return rows
+
+
 def evaluate(*, cfg, model_name, table):
     """Every method (dense, hip, oracle, random, window) on one pretrained LM: mean NLL of the user's long
-    documents at each length, and passkey accuracy per length and depth (``pretrained_eval.prompts`` keys each);
-    one table, a row per (task, method, length, depth or window, prompt)."""
+    documents at each length, passkey accuracy per length and depth (``pretrained_eval.prompts`` keys each), and
+    multi-key accuracy per ``multikey`` length and depth; one table, a row per (task, method, length, depth or
+    window, prompt), the accuracy rows with each method's paired difference to dense (:func:`with_intervals`)."""
     from papers.hip.params import parse
 
     p = parse(cfg)
@@ -189,17 +312,17 @@ def evaluate(*, cfg, model_name, table):
                          f"hip.pretrained_eval.lengths ({max(ev.lengths)})")
     rng = np.random.default_rng(ev.seed)
     keys = [str(k) for k in rng.integers(10 ** (KEY_DIGITS - 1), 10 ** KEY_DIGITS, size=ev.prompts)]
+    needles = needle_sets(ev)
     far_from = hip_cfg.budget + hip_cfg.block_q  # positions past sink + window + mask_k + their own block
     rows = []
     for method in methods.METHODS:
         patch(model, method, hip_cfg, torch.Generator().manual_seed(ev.seed))
-        for T in ev.lengths:
-            for r in document_nll(model, tokens, T, ev.windows, far_from):
-                rows.append({"task": "documents", "method": method, "length": T, "depth": np.nan, **r})
-            for depth in ev.depths:
-                for i, key in enumerate(keys):
-                    rows.append({"task": "passkey", "method": method, "length": T, "depth": depth, "prompt": i,
-                                 **passkey(model, tokenizer, T, depth, key, device)})
+        for T in sorted(set(ev.lengths) | set(ev.multikey.lengths)):
+            if T in ev.lengths:
+                rows += [{"task": "documents", "method": method, "length": T, "depth": np.nan, **r}
+                         for r in document_nll(model, tokens, T, ev.windows, far_from)]
+            rows += [{"method": method, **r} for r in retrieval_rows(model, tokenizer, ev, T, keys, needles, device)]
             log.info("%s %s T=%d done", model_name, method, T)
-    write_parquet(pd.DataFrame(rows).assign(model=model_name, n_layer=n_layer, dense_layers=hip_cfg.dense_layers,
-                                            budget=hip_cfg.budget), table)
+    df = with_intervals(pd.DataFrame(rows), resamples=ev.bootstrap, seed=ev.seed)
+    write_parquet(df.assign(model=model_name, n_layer=n_layer, dense_layers=hip_cfg.dense_layers,
+                            budget=hip_cfg.budget), table)

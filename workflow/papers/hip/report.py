@@ -199,16 +199,44 @@ def report(*, cfg, scale, retrieval, text, recall, offload, history, cost, bench
 
 def pretrained_summary(df: pd.DataFrame) -> str:
     """Markdown: per pretrained model, method and length, mean document NLL (all positions and those past
-    HiP's budget) and passkey accuracy (papers.hip.pretrained)."""
-    docs = df[df.task == "documents"].groupby(["model", "method", "length"])[["nll", "nll_far"]].mean()
-    keys = df[df.task == "passkey"].groupby(["model", "method", "length"])["correct"].mean().rename("passkey")
-    table = docs.join(keys, how="outer").reset_index()
+    HiP's budget), passkey and multi-key accuracy, and each accuracy's paired difference to dense on the same
+    prompts with its 95% bootstrap interval (papers.hip.pretrained.with_intervals; older tables without the
+    multi-key task or the interval columns show '-')."""
+    keys = ["model", "method", "length"]
+    docs = df[df.task == "documents"].groupby(keys)[["nll", "nll_far"]].mean()
+    table = docs.join([_accuracy(df, task) for task in ("passkey", "multikey")], how="outer").reset_index()
+    head = ("| model | method | length | NLL | NLL past the budget | passkey accuracy | passkey - dense [95% CI] "
+            "| multi-key accuracy | multi-key - dense [95% CI] |")
     lines = ["Pretrained LMs (HiP and the baselines patched into every layer but the first "
-             f"{int(df.dense_layers.iloc[0])}, key budget {int(df.budget.iloc[0])}):", "",
-             "| model | method | length | NLL | NLL past the budget | passkey accuracy |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.model} | {r.method} | {r.length} | {r.nll:.3f} | {r.nll_far:.3f} | {r.passkey:.2f} |"
+             f"{int(df.dense_layers.iloc[0])}, key budget {int(df.budget.iloc[0])}); accuracy differences to dense "
+             "are paired over the same prompts (percentile bootstrap over prompts):", "", head,
+             "|" + "---|" * head.count(" | ") + "---|"]
+    lines += [f"| {r.model} | {r.method} | {r.length} | {_num(r.nll, '.3f')} | {_num(r.nll_far, '.3f')} | "
+              f"{_num(r.passkey, '.2f')} | {_diff(r, 'passkey')} | {_num(r.multikey, '.2f')} | {_diff(r, 'multikey')} |"
               for r in table.itertuples()]
     return "\n".join(lines)
+
+
+def _accuracy(df: pd.DataFrame, task: str) -> pd.DataFrame:
+    """Mean accuracy of `task` per (model, method, length) and its diff / interval to dense (NaN if absent)."""
+    rows = df[df.task == task]
+    stats = [c for c in ("diff_vs_dense", "ci_low", "ci_high") if c in rows.columns]
+    out = rows.groupby(["model", "method", "length"]).agg(**{task: ("correct", "mean")},
+                                                          **{f"{task}_{c}": (c, "first") for c in stats})
+    for c in ("diff_vs_dense", "ci_low", "ci_high"):
+        if f"{task}_{c}" not in out.columns:
+            out[f"{task}_{c}"] = float("nan")
+    return out
+
+
+def _num(x, fmt: str) -> str:
+    return "-" if pd.isna(x) else format(x, fmt)
+
+
+def _diff(r, task: str) -> str:
+    """'+0.25 [+0.00, +0.50]' from a summary row's diff_vs_dense and interval of `task`."""
+    d, lo, hi = (getattr(r, f"{task}_{c}") for c in ("diff_vs_dense", "ci_low", "ci_high"))
+    return "-" if pd.isna(d) else f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]"
 
 
 # ---- claims --------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import kernels
-from papers.orion.model import GPT, GPTConfig, rotary, rotary_angles
+from papers.orion.model import GPT, GPTConfig, causal_window, rotary, rotary_angles
 
 # GPT parameter name -> how it is stored here (Linear weights transposed to (in, out)).
 _LINEARS = ("attn.c_attn", "attn.c_proj", "mlp.0", "mlp.2")
@@ -53,6 +53,8 @@ class EnsembleGPT(nn.Module):
                 key = name.replace(".", "_")
                 self.params[f"b{i}_{key}_w"] = nn.Parameter(torch.zeros(E, c_in, c_out))
                 self.params[f"b{i}_{key}_b"] = nn.Parameter(torch.zeros(E, c_out))
+            if cfg.kv_window > 1:
+                self.params[f"b{i}_attn_kv_mix"] = nn.Parameter(torch.zeros(E, 2, C, cfg.kv_window))
         self.params["ln_f_w"] = nn.Parameter(torch.ones(E, C))
         self.params["ln_f_b"] = nn.Parameter(torch.zeros(E, C))
         cos, sin = rotary_angles(cfg.block_size, C // cfg.n_head)
@@ -90,6 +92,11 @@ class EnsembleGPT(nn.Module):
         for i in range(self.cfg.n_layer):
             h = _layer_norm(x, p[f"b{i}_ln_1_w"], p[f"b{i}_ln_1_b"])
             q, k, v = _linear(h, p[f"b{i}_attn_c_attn_w"], p[f"b{i}_attn_c_attn_b"]).split(C, dim=-1)
+            if self.cfg.kv_window > 1:  # per member: w (E, 1, 1, C, K) against k (E, B, T, C)
+                w = p[f"b{i}_attn_kv_mix"][:, :, None, None]
+                k = causal_window(k, w[:, 0])
+                if self.cfg.value_layers < 0 or i < self.cfg.value_layers:
+                    v = causal_window(v, w[:, 1])
             q, k, v = (z.reshape(E * B, T, H, C // H).transpose(1, 2) for z in (q, k, v))  # (E B, H, T, D)
             q, k = rotary(q, cos, sin), rotary(k, cos, sin)
             y = kernels.attention(q, k, v, causal=True).transpose(1, 2).reshape(E, B, T, C)
@@ -109,6 +116,8 @@ def _gpt_key(key: str) -> tuple[str, bool]:
         return f"ln_f.{'weight' if key.endswith('_w') else 'bias'}", False
     block, rest = key.split("_", 1)
     i = int(block[1:])
+    if rest == "attn_kv_mix":
+        return f"blocks.{i}.attn.kv_mix", False
     kind = "weight" if rest.endswith("_w") else "bias"
     stem = rest[:-2]
     for norm in _NORMS:
@@ -144,10 +153,10 @@ def clip_per_member(params, max_norm: float) -> torch.Tensor:
 
 
 def decay_groups(ens: EnsembleGPT, weight_decay: float) -> list[dict]:
-    """AdamW groups: weight decay on matrices (the linear weights and the tied embedding: dim >= 3 with the
-    member axis), none on biases and norms."""
-    decay = [q for q in ens.parameters() if q.dim() >= 3]
-    rest = [q for q in ens.parameters() if q.dim() < 3]
+    """AdamW groups: weight decay on matrices (the linear weights and the tied embedding: dim 3 with the
+    member axis), none on biases, norms and the key/value mixing weights (which start at the identity)."""
+    decay = [q for q in ens.parameters() if q.dim() == 3]
+    rest = [q for q in ens.parameters() if q.dim() != 3]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
 
 

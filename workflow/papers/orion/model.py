@@ -13,18 +13,45 @@ Shapes: B batch, T time, C = n_embd channels, H heads, D = C / H head size, V vo
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Callable
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 import kernels
 from papers.common import checkpoint, gpt
-from papers.common.gpt import GPTConfig
 
 Hook = Callable[[int, torch.Tensor], torch.Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTConfig(gpt.GPTConfig):
+    """papers.common.gpt's config and kv_window: each key and value is a learned per-channel mix of the keys
+    (values) of its own and the kv_window - 1 previous positions (1: plain attention)."""
+
+    kv_window: int = 1
+    value_layers: int = -1  # values mixed too in the first value_layers blocks (-1: every block, 0: keys only)
+
+
+def causal_window(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """y_t = sum_j w[:, j] * x_{t - j} over j < K (zero before the start), per channel: x (..., T, C), w (..., C, K)
+    (broadcast against x's leading axes).
+
+    The short causal convolution over keys and values: Olsson et al. (2022)'s smeared key, k_t <- a k_t +
+    (1 - a) k_{t-1}, widened to K positions and applied to the values too. Why the models need it: in
+    three of our families the key sits 2-3 tokens from its value ("alpha : X", "the king met X", "X = Circle"),
+    a match a plain attention layer cannot make on one token, and without it those families stayed at chance
+    (issue 20; see the report). The query is left as it is, so the state request-patching writes at the last
+    token is all its query reads; the mixing is inside a layer, between the patched residual streams."""
+    T = x.shape[-2]
+    y = x * w[..., 0]
+    for j in range(1, min(w.shape[-1], T)):  # tap j: x shifted j positions later, zeros in front
+        y = y + F.pad(x[..., :T - j, :] * w[..., j], (0, 0, j, 0))
+    return y
 
 
 def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -41,11 +68,28 @@ def rotary_angles(T: int, D: int, base: float = 10000.0) -> tuple[torch.Tensor, 
 
 
 class CausalSelfAttention(gpt.CausalSelfAttention):
-    """papers.common.gpt's attention (same weights) with rotary positions applied to q and k."""
+    """papers.common.gpt's attention (same weights) with rotary positions applied to q and k, and keys and values
+    mixed over the last cfg.kv_window positions (:func:`causal_window`; weights `kv_mix` (2, C, K), initialised
+    to the plain attention's: 1 on the current position, 0 on the others)."""
+
+    def __init__(self, cfg: GPTConfig, layer: int = 0):
+        super().__init__(cfg)
+        K = getattr(cfg, "kv_window", 1)  # papers.common.gpt's config (eagle's, sharpening's) has none
+        self.kv_mix = None
+        if K > 1:
+            w = torch.zeros(2, cfg.n_embd, K)
+            w[:, :, 0] = 1.0
+            self.kv_mix = nn.Parameter(w)
+        value_layers = getattr(cfg, "value_layers", -1)
+        self.window_values = value_layers < 0 or layer < value_layers
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
+        if self.kv_mix is not None:
+            k = causal_window(k, self.kv_mix[0])
+            if self.window_values:
+                v = causal_window(v, self.kv_mix[1])
         q, k, v = (z.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
         q, k = rotary(q, cos, sin), rotary(k, cos, sin)  # positions enter through q.k only
         y = kernels.attention(q, k, v, causal=True)  # (B, H, T, D)
@@ -53,9 +97,9 @@ class CausalSelfAttention(gpt.CausalSelfAttention):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: GPTConfig, layer: int = 0):
         super().__init__()
-        self.ln_1, self.attn = nn.LayerNorm(cfg.n_embd), CausalSelfAttention(cfg)
+        self.ln_1, self.attn = nn.LayerNorm(cfg.n_embd), CausalSelfAttention(cfg, layer)
         self.ln_2 = nn.LayerNorm(cfg.n_embd)
         self.mlp = nn.Sequential(nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(), nn.Linear(4 * cfg.n_embd, cfg.n_embd))
 
@@ -74,7 +118,7 @@ class GPT(nn.Module):
         cos, sin = rotary_angles(cfg.block_size, cfg.n_embd // cfg.n_head)
         self.register_buffer("cos", cos, persistent=False)  # (block_size, D/2)
         self.register_buffer("sin", sin, persistent=False)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying

@@ -25,6 +25,8 @@ class ModelParams:
     n_layer: int = 2
     n_embd: int = 64
     n_head: int = 2
+    kv_window: int = 1  # keys (and values) mixed over this many positions (model.causal_window; 1 = plain attention)
+    value_layers: int = -1  # values mixed too in the first value_layers blocks (-1: every block, 0: keys only)
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,11 @@ class Params:
                                         "directory (no config.json)")
         for name in self.model_names:
             m = self.model(name)
+            if not isinstance(m.kv_window, int) or m.kv_window < 1:
+                raise ValueError(f"orion.models ({name}): kv_window must be an integer >= 1, got {m.kv_window!r}")
+            if not isinstance(m.value_layers, int) or not -1 <= m.value_layers <= m.n_layer:
+                raise ValueError(f"orion.models ({name}): value_layers must be an integer in [-1, n_layer], "
+                                 f"got {m.value_layers!r}")
             if m.n_embd % m.n_head:
                 raise ValueError(f"orion.models ({name}): n_embd {m.n_embd} is not a multiple of n_head {m.n_head}")
 

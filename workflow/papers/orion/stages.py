@@ -111,7 +111,7 @@ def train(*, cfg, model_name, vocab, test, checkpoints, history):
     offset = 1000 * (p.model_names.index(model_name) + 1)
     seed_everything(offset)
     cfg_gpt = gpt.GPTConfig(vocab_size=len(voc), block_size=BLOCK_SIZE, n_layer=m.n_layer, n_head=m.n_head,
-                            n_embd=m.n_embd)
+                            n_embd=m.n_embd, kv_window=m.kv_window, value_layers=m.value_layers)
     members = init_members(cfg_gpt, [offset + s for s in seeds])
     samplers = [sampler(np.random.default_rng(offset + s)) for s in seeds]
     log.info("model %s: %d seeds of %d parameters", model_name, len(seeds), sum(q.numel() for q in members[0].parameters()))
@@ -476,8 +476,8 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, benchmarks, ta
 
 
 def _what_was_run(p: Params) -> str:
-    sizes = ", ".join(f"{name} ({p.model(name).n_layer} layers, width {p.model(name).n_embd}, {p.model(name).n_head} heads)"
-                      for name in p.model_names)
+    sizes = ", ".join(f"{name} ({m.n_layer} layers, width {m.n_embd}, {m.n_head} heads, keys and values mixed over "
+                      f"{m.kv_window} positions)" for name, m in ((n, p.model(n)) for n in p.model_names))
     return (f"Tiny causal transformers ({sizes}; {p.seeds} seeds each, trained side by side in one process) trained "
             f"from scratch until every task family passes the accuracy gate ({p.claims.gate_accuracy} on held-out "
             f"prompts, checked every {p.train.eval_every} steps) or for at most {p.train.max_steps} steps (batch "
@@ -485,8 +485,11 @@ def _what_was_run(p: Params) -> str:
             f"of {len(p.families)} ORION-style task families ({', '.join(p.families)}) whose entity names come from "
             f"Debian's wamerican word list ({p.pool_size} words per pool), with {p.train.copy_fraction:.0%} of each "
             f"batch copy sequences (a list of {p.train.copy_length[0]}-{p.train.copy_length[1]} words written twice; "
-            f"{p.train.copy_separated:.0%} of them with a separator after each word), after a curriculum of "
-            f"{p.train.copy_warmup} steps on plain copy sequences alone. "
+            f"{p.train.copy_separated:.0%} of them with a separator after each word)"
+            + (f", after a curriculum of {p.train.copy_warmup} steps on copy sequences alone. " if p.train.copy_warmup
+               else ". ")
+            + f"Each sequence of a family asks 1-{p.train.max_requests} requests, the loss on their answers plus "
+            f"{p.train.lm_weight} x the next-token loss elsewhere. "
             f"{_pretrained_sentence(p)}Test prompts use held-out context wordings ({p.test_fraction:.0%} of the "
             f"styles). Every trained model-task pair is analysed by request-patching at every layer (the residual "
             f"stream at the last token of x2 = (C2, R2) overwritten by that of x1 = (C1, R1)) and by the same patch "
@@ -513,13 +516,13 @@ def _pretrained_sentence(p: Params) -> str:
 DIFFERENCES = """\
 This is an analogue of the paper's study, not a replication on its models. The paper analyses 18 pretrained
 language models (GPT-2, Pythia, Falcon, Llama 2; 125M to 70B parameters) on its ORION prompts; no model weights
-can be downloaded here, so we train tiny transformers (4 layers, widths 32 and 64 at the default scale; 4-8
+can be downloaded here, so we train tiny transformers (4 layers, width 64 at the default scale; 4-8
 layers, widths 128-512 at the full scale; thousands of times smaller) on our own ORION-style tasks, and they are trained on the very task families they are
 then analysed on. The families follow the paper's domains (question answering over a story, type hints in code,
 induction, translation; variable binding (quantity) is implemented but left out of the default run for budget;
 no factual recall, which needs world knowledge a tiny model does not have) with word-level tokens and short
-templated contexts. The paper's size comparison spans 125M-70B; the default scale compares two widths (three
-seeds each) at a step cap set by its 900 s budget, the full scale three sizes trained ten times longer.
+templated contexts. The paper's size comparison spans 125M-70B; the default scale trains one size (three seeds)
+to a step cap set by its 900 s budget, the full scale three sizes trained ten times longer.
 The accuracy gate and the copy sequences. Each seed trains until every family passes the gate on held-out
 prompts, checked every few hundred steps, and is taken at that point; a seed still below it at the step cap is
 reported as such, and its pairs below the gate bound the claims' intervals (counted as failures at the low end,
@@ -527,14 +530,35 @@ as successes at the high end) instead of being dropped. The families that bind a
 context need an induction-style circuit, whose formation is a known slow plateau; a share of every training batch
 is therefore copy sequences, a list of words written twice with the loss on the second copy: the repeated text on
 which Olsson et al. (2022) watch induction heads form, standing in for the repeated text a pretrained LM has seen.
-Why the families stay below the gate (one-seed diagnostic runs, recorded in the config's comments): the models
-first reach the accuracy of guessing among the context's values (1/3 for code, 1/5 for induction, 1/4 for
-translation: the 0.09-0.33 they stayed at) and stay there; plain copying reaches the same plateau (0.2-0.3 with
-4-12 words) unless the induction circuit forms, which a width-64 model did within 300 steps of copy sequences
-alone while width 32 did not within 400. Even with that circuit, the families need a match on the token before
-the last one (the key before a separator, "alpha :", or a key named by another word, "radius_of" -> Circle), not
-on the last token as in plain copying; copy sequences with a separator after each word teach that lookup, and
-the curriculum (plain copies first, then the mixture with separated copies) is what the default scale runs.
+Why plain tiny transformers stayed below the gate, and the key/value window. In three families the key sits two
+or three tokens from its value ("alpha : X", "the king met X", "X = Circle ( )"), so the lookup must match the
+token before the last one (or a word after the value), not the last token as in plain copying. Plain 4-layer
+models (widths 32 and 64, one-seed diagnostic runs of 800-3,000 steps with several recipes) learned the story
+family (up to 1.0 by 3,000 steps) but stayed at the accuracy of guessing among the context's values on code,
+induction and translation (0.04-0.40), as the runs before issue 20's rework did. We therefore give every layer a
+short causal window over keys and values (papers/orion/model.py, causal_window, kv_window positions): each key and
+value is a learned per-channel mix of those of its own and the kv_window - 1 previous positions, Olsson et al.
+(2022)'s smeared key widened to four positions and applied to the values, of the kind of short convolution that
+lets small models do associative recall (Arora et al. 2024, Zoology). The query is left as it is, so a query reads
+only its own residual stream: the state request-patching writes at the last token is all the query of the next
+layer sees there, and the request must still be moved to the last token by attention, layer by layer. With the
+window (same recipe, one seed, width 64) induction, story and translation reached 1.0 and code 0.94 by step 2,100;
+without it the same recipe was at 0.08-0.26 on all four at step 1,500 and, in a 3,000-step run with a per-channel
+gain on keys and values in its place, never passed the gate on all four at once. With three seeds the families are learned one at a time, each in a sudden jump at a step
+that varies by seed (the table's training record), so the step cap set by the budget leaves some pairs below the
+gate; the full scale trains longer. A caveat on what the window does to request-patching: the value window gives
+the last token a direct read of the values of the three tokens before it, which are the request's own tokens and
+stay those of x2 when only the last token is patched. In the default run the two pairs that passed the gate
+(story of seed 0, induction of seed 1) kept R2(C2) dominant at every interior layer (max_L p(R1(C2)) / p_clean
+0.06 and 0.0001): those models answer from the request tokens, not from a request moved to the last token.
+Whether that is the window's doing or a way tiny models solve these tasks is open: with keys windowed in every
+layer and values in none or in the first block only (model.GPTConfig.value_layers 0 or 1), one-seed runs of
+2,100 steps learned the story family only (1.0 with values in block 1, 0.72 with keys only; the other three at
+0.10-0.32). The pretrained LMs of the paper have no such
+window; it is a property of our analogue, and the full scale keeps it so that its sizes compare like for like.
+The copy sequences of every batch carry a separator after each word, the same two-token lookup with many targets
+per sequence (a curriculum of copy sequences first, then the tasks, left the families at chance in a one-seed
+run without the window: the circuits formed on the copies alone did not carry over).
 Copy sequences share no request or key with the tasks (only the separator ":" and the pools their words come
 from), so no prompt of the analysis occurs in them. The seeds of one size train side by side in one process
 (their weights stacked; papers/orion/ensemble.py), the same computation as separate runs (a test checks it).
