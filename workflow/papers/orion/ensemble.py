@@ -95,7 +95,7 @@ class EnsembleGPT(nn.Module):
             if self.cfg.kv_window > 1:  # per member: w (E, 1, 1, C, K) against k (E, B, T, C)
                 w = p[f"b{i}_attn_kv_mix"][:, :, None, None]
                 k = causal_window(k, w[:, 0])
-                if self.cfg.value_layers < 0 or i < self.cfg.value_layers:
+                if self.cfg.windows_values(i):
                     v = causal_window(v, w[:, 1])
             q, k, v = (z.reshape(E * B, T, H, C // H).transpose(1, 2) for z in (q, k, v))  # (E B, H, T, D)
             q, k = rotary(q, cos, sin), rotary(k, cos, sin)
