@@ -231,6 +231,19 @@ def test_patching_hooks_against_closed_forms():
                                rtol=1e-5, atol=1e-5)
     # at an inner layer the patch changes the output (and only at the patched token)
     assert not torch.allclose(patched_logits(model, idx2, pos2, 1, res1[1]), clean2)
+    # a span of the last S tokens: S = 1 is the one-token patch; the whole sequence at layer 0 is the source's run
+    span1 = residuals(model, idx1, pos1, span=1)
+    torch.testing.assert_close(span1, res1)
+    torch.testing.assert_close(patched_logits(model, idx2, pos2, 1, residuals(model, idx1, pos1, span=3)[1][:, -1:]),
+                               patched_logits(model, idx2, pos2, 1, res1[1]))
+    whole = residuals(model, idx1, torch.full((4,), 9), span=10)  # (L + 1, B, 10, C): every token of idx1
+    assert whole.shape == (4, 4, 10, 16)
+    torch.testing.assert_close(patched_logits(model, idx1[:, :10] * 0 + 1, torch.full((4,), 9), 0, whole[0]),
+                               last_logits(model, idx1, torch.full((4,), 9)), rtol=1e-5, atol=1e-5)
+    # the span's states are the tokens' own: the second-to-last token's state is that token's residual
+    torch.testing.assert_close(residuals(model, idx1, pos1, span=2)[:, :, 0], residuals(model, idx1, pos1 - 1))
+    with pytest.raises(ValueError, match="at least 7 tokens"):
+        residuals(model, idx1, pos1, span=7)  # the third sequence has 6
 
 
 # ---- request-patching bookkeeping --------------------------------------------------------------
@@ -280,7 +293,10 @@ def test_claims_decide_on_seeds_count_pairs_below_the_gate_and_use_the_control()
     verdicts = lambda claims: [c.verdict for c in claims]  # noqa: E731
     assert verdicts(_claims(p, _claim_inputs([2, 2, 2]), none)) == ["holds", "holds", "not measured"]
     assert verdicts(_claims(p, _claim_inputs([0, 0, 0]), none))[:2] == ["does not hold"] * 2
-    assert verdicts(_claims(p, _claim_inputs([2, 0, 2]), none))[:2] == ["inconclusive"] * 2  # straddles
+    straddles = _claims(p, _claim_inputs([2, 0, 2]), none)
+    assert verdicts(straddles)[:2] == ["inconclusive"] * 2
+    # a share's interval stays in [0, 1] (the t interval of 1, 0, 1 alone runs from -0.77 to 2.1)
+    assert all(part.interval == (0.0, 1.0) for c in straddles[:2] for part in c.evidence)
     # pairs below the gate can neither make a claim hold nor fail, whatever their patching shows
     for shares in ([2, 2, 2], [0, 0, 0]):
         below = _claims(p, _claim_inputs(shares, gated=False), none)
@@ -292,6 +308,16 @@ def test_claims_decide_on_seeds_count_pairs_below_the_gate_and_use_the_control()
     one = _claims(parse({}), _claim_inputs([2], seeds=1), none)  # one seed: never a verdict either way
     assert verdicts(one)[:2] == ["inconclusive"] * 2 and all("replicate" in c.note for c in one[:2])
     assert "no pretrained LM" in one[2].note
+
+
+def test_the_report_counts_gated_pairs_whose_request_does_not_move():
+    from papers.orion.stages import _gated_outcome
+
+    pairs = _claim_inputs([1, 1, 1], seeds=3)
+    pairs["profile"] = ["R2(C2) > R2(C2) > R2(C2) > R2(C2) > R1(C1)", "R2(C2) > R1(C2) > R1(C1) > R1(C1) > R1(C1)"] * 3
+    pairs.loc[pairs.seed == 2, "gated"] = False  # not counted: the model does not do its task
+    assert "Of the 4 pairs past the gate, 2 keep R2(C2) dominant at every interior layer" in _gated_outcome(pairs)
+    assert _gated_outcome(pairs.assign(gated=False)).startswith("No pair passed the gate")
 
 
 def test_claim_c_on_pretrained_models_against_the_other_request_control():
@@ -329,6 +355,12 @@ def test_request_patching_on_a_model_that_ignores_the_context():
     assert r.loc[(0, "R1(C1)"), "prob"] == pytest.approx(p_top)
     assert r.loc[(0, "R2(C2)"), "clean_prob"] == pytest.approx(p_top)
     assert r.loc[(0, "R2(C2)"), "accuracy"] == 0.0
+    # the window-span diagnostic: only the last token's state matters to this model, so patching the last two
+    # tokens gives the one-token patch's numbers
+    spans = patching.request_patching(WordLM(Echo(), vocab), pairs, span=2)
+    by_source = {s: g.drop(columns="source").reset_index(drop=True) for s, g in spans.groupby("source")}
+    assert set(by_source) == {"request", "shuffled", "span"} and "span" not in set(sweep.source)
+    pd.testing.assert_frame_equal(by_source["span"], by_source["request"])
 
 
 def test_params_parse_and_checks():

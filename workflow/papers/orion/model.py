@@ -150,13 +150,23 @@ class GPT(nn.Module):
 
 # ---- reading and overwriting the residual stream ------------------------------------------------
 @torch.no_grad()
-def residuals(model: GPT, idx: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """The residual stream at token pos[b] of each sequence, at every layer: (L + 1, B, C)."""
+def _span(pos: torch.Tensor, span: int) -> torch.Tensor:
+    """Positions pos[b] - span + 1 .. pos[b] of each sequence: (B, span)."""
+    if bool((pos < span - 1).any()):  # a negative index would silently read the sequence's end
+        raise ValueError(f"a span of {span} tokens needs sequences of at least {span} tokens (shortest: {int(pos.min()) + 1})")
+    return pos[:, None] - torch.arange(span - 1, -1, -1)
+
+
+def residuals(model: GPT, idx: torch.Tensor, pos: torch.Tensor, span: int = 1) -> torch.Tensor:
+    """The residual stream at token pos[b] of each sequence, at every layer: (L + 1, B, C); with span > 1, at the
+    last `span` tokens up to pos[b]: (L + 1, B, span, C)."""
     rows = torch.arange(idx.shape[0])
+    at = pos if span == 1 else _span(pos, span)
+    rows = rows if span == 1 else rows[:, None]
     out = []
 
     def read(layer, x):
-        out.append(x[rows, pos].clone())  # (B, C)
+        out.append(x[rows, at].clone())  # (B, C) or (B, span, C)
         return x
 
     model(idx, hook=read)
@@ -166,13 +176,15 @@ def residuals(model: GPT, idx: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def patched_logits(model: GPT, idx: torch.Tensor, pos: torch.Tensor, layer: int, vectors: torch.Tensor) -> torch.Tensor:
     """Logits (B, V) at token pos[b] when the residual stream at that token, at `layer`, is overwritten by
-    vectors[b] (B, C) and the forward pass continues from there (the paper's request-patching)."""
+    vectors[b] (B, C) and the forward pass continues from there (the paper's request-patching). vectors
+    (B, S, C) overwrite the last S tokens up to pos[b] instead (:func:`residuals` with span S)."""
     rows = torch.arange(idx.shape[0])
+    cols, into = (pos, rows) if vectors.dim() == 2 else (_span(pos, vectors.shape[1]), rows[:, None])
 
     def write(at, x):
         if at == layer:
             x = x.clone()
-            x[rows, pos] = vectors
+            x[into, cols] = vectors
         return x
 
     return model(idx, hook=write)[rows, pos]

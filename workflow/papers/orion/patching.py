@@ -46,7 +46,7 @@ def accuracy(lm: LM, token_lists, answers) -> tuple[float, float]:
     return float(hit.mean()), float(p.mean())
 
 
-def request_patching(lm: LM, pairs: pd.DataFrame, *, control_seed: int = 0) -> pd.DataFrame:
+def request_patching(lm: LM, pairs: pd.DataFrame, *, control_seed: int = 0, span: int = 1) -> pd.DataFrame:
     """The layer sweep over the pairs of one family. `pairs` has the token strings x1, x2, x21 (= (C2, R1))
     and the answers r1c1, r2c2, r1c2. Returns one row per (source, layer, hypothesis): the mean patched
     probability, the mean clean probability, their ratio (the normalised metric), and the patched top-1 accuracy.
@@ -55,7 +55,15 @@ def request_patching(lm: LM, pairs: pd.DataFrame, *, control_seed: int = 0) -> p
     source "shuffled" (the negative control): x1's state at a random position of the first half of x1 (inside
     its context C1, before any request token; drawn with `control_seed`) is written instead. That state cannot
     carry R1, which comes later in a causal model, so the decomposition predicts that R1(C2) never appears;
-    any R1(C2) it gets comes from the metric itself (e.g. a disrupted model guessing among C2's values)."""
+    any R1(C2) it gets comes from the metric itself (e.g. a disrupted model guessing among C2's values).
+
+    source "span" (a diagnostic, not the paper's patch; only with `span` > 1, on our tiny models): x1's states at
+    its last `span` tokens overwrite x2's, aligned from the end. A model whose last token reads the tokens just
+    before it directly (the key/value window of papers.orion.model) can answer from x2's unpatched request tokens
+    whatever the last token carries; patching the window's whole span closes that path. It also swaps whatever
+    request tokens lie in the span, so R1(C2) at L = 0 is by construction; at an interior layer R1(C2) says the
+    span carries the request and the answer is not yet retrieved, R1(C1) that it is, R2(C2) that the model reads
+    x2's request from further back."""
     x1, x2, x21 = (lm.encode([s.split() for s in pairs[c]]) for c in ("x1", "x2", "x21"))
     ans = {h: lm.answer_ids(pairs[c]) for h, c in zip(HYPOTHESES, ("r2c2", "r1c2", "r1c1"))}
     clean = {  # the unpatched run that asks each hypothesis' question
@@ -67,6 +75,8 @@ def request_patching(lm: LM, pairs: pd.DataFrame, *, control_seed: int = 0) -> p
     early = torch.as_tensor([int(rng.integers(0, max(int(q) // 2, 1))) for q in x1.pos.cpu()], device=x1.pos.device)
     sources = {"request": lm.residuals(x1),  # (L + 1, B, C): x1's last token at every layer
                "shuffled": lm.residuals(dataclasses.replace(x1, pos=early))}
+    if span > 1:
+        sources["span"] = lm.residuals(x1, span)  # (L + 1, B, span, C)
     rows = []
     for source, states in sources.items():
         for layer in range(lm.n_layer + 1):
