@@ -149,24 +149,26 @@ class GPT(nn.Module):
 
 
 # ---- reading and overwriting the residual stream ------------------------------------------------
-@torch.no_grad()
-def _span(pos: torch.Tensor, span: int) -> torch.Tensor:
-    """Positions pos[b] - span + 1 .. pos[b] of each sequence: (B, span)."""
+def _positions(pos: torch.Tensor, span: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Index pair (rows, cols) of token pos[b] of each sequence (span None: (B,) each), or of its last `span`
+    tokens pos[b] - span + 1 .. pos[b] ((B, 1) and (B, span))."""
+    rows = torch.arange(len(pos))
+    if span is None:
+        return rows, pos
     if bool((pos < span - 1).any()):  # a negative index would silently read the sequence's end
         raise ValueError(f"a span of {span} tokens needs sequences of at least {span} tokens (shortest: {int(pos.min()) + 1})")
-    return pos[:, None] - torch.arange(span - 1, -1, -1)
+    return rows[:, None], pos[:, None] - torch.arange(span - 1, -1, -1)
 
 
+@torch.no_grad()
 def residuals(model: GPT, idx: torch.Tensor, pos: torch.Tensor, span: int = 1) -> torch.Tensor:
     """The residual stream at token pos[b] of each sequence, at every layer: (L + 1, B, C); with span > 1, at the
     last `span` tokens up to pos[b]: (L + 1, B, span, C)."""
-    rows = torch.arange(idx.shape[0])
-    at = pos if span == 1 else _span(pos, span)
-    rows = rows if span == 1 else rows[:, None]
+    rows, cols = _positions(pos, None if span == 1 else span)
     out = []
 
     def read(layer, x):
-        out.append(x[rows, at].clone())  # (B, C) or (B, span, C)
+        out.append(x[rows, cols].clone())  # (B, C) or (B, span, C)
         return x
 
     model(idx, hook=read)
@@ -178,16 +180,15 @@ def patched_logits(model: GPT, idx: torch.Tensor, pos: torch.Tensor, layer: int,
     """Logits (B, V) at token pos[b] when the residual stream at that token, at `layer`, is overwritten by
     vectors[b] (B, C) and the forward pass continues from there (the paper's request-patching). vectors
     (B, S, C) overwrite the last S tokens up to pos[b] instead (:func:`residuals` with span S)."""
-    rows = torch.arange(idx.shape[0])
-    cols, into = (pos, rows) if vectors.dim() == 2 else (_span(pos, vectors.shape[1]), rows[:, None])
+    rows, cols = _positions(pos, None if vectors.dim() == 2 else vectors.shape[1])
 
     def write(at, x):
         if at == layer:
             x = x.clone()
-            x[into, cols] = vectors
+            x[rows, cols] = vectors
         return x
 
-    return model(idx, hook=write)[rows, pos]
+    return model(idx, hook=write)[torch.arange(idx.shape[0]), pos]
 
 
 @torch.no_grad()
