@@ -45,8 +45,15 @@ include: "workflow/rules/report.smk"
 # * its parameters, and only those: a rule's `cfg` (its paper's config section) is cut down to the
 #   part its stage declares in STAGE_PARAMS (papers/<slug>/params.py), so a change to a report's
 #   threshold reruns the report alone. The stage cannot read the rest (papers.common.params.for_stage).
+# * its data: a path in the config that names a file or folder the stage reads (`input: true` in the
+#   paper's schema) becomes an input of the rule, so that editing the file in place reruns the stage.
+from snakemake.io import IOFile
+
 from papers.common.codehash import code_version
+from papers.common.inputs import configured_inputs, in_section
 from papers.common.params import stage_section
+
+_data = configured_inputs(config, os.path.join(workflow.basedir, "workflow", "schemas", "config.schema.yaml"), PAPERS)
 
 for _rule in workflow.rules:
     _call = getattr(_rule.params, "call", None)
@@ -63,6 +70,10 @@ for _rule in workflow.rules:
         _index = _rule.params._names["cfg"][0]  # replace in place: the trigger compares every item
         _rule.params[_index] = _view
         setattr(_rule.params, "cfg", _view)
+        _paths = sorted({path for key, path in _data.items() if key.startswith(f"{_slug}.")
+                         and in_section(key[len(_slug) + 1:], _view)})
+        for _path in _paths:  # unnamed: the stage function gets its paths from `cfg`, as before
+            _rule.input.append(IOFile(_path, rule=_rule))
 
 
 rule all:

@@ -81,6 +81,27 @@ def check_launchable(*tensors: torch.Tensor) -> None:
         )
 
 
+# Element offsets in int64. A row index times its row stride passes 2**31 at long contexts:
+# 131072 tokens of a split-qkv view (row stride 3 * C = 24576 at C = 8192), or the bias
+# gradient's row offset ``m * Tk`` once ``Tq * Tk > 2**31`` (T > 46341). Triton computes
+# ``tl.arange`` indices and int32 strides in int32, which wraps silently; every kernel takes
+# its row offsets from these helpers (tests/kernels/test_offsets.py runs them in the
+# interpreter at such shapes and checks that no kernel multiplies a row index by a stride itself).
+
+
+@triton.jit
+def offsets_1d(idx, stride):
+    """``idx * stride`` in int64, for a vector (or scalar) of row indices."""
+    return idx.to(tl.int64) * stride
+
+
+@triton.jit
+def tile_offsets(rows, stride_r, cols, stride_c):
+    """``rows[:, None] * stride_r + cols[None, :] * stride_c`` in int64: the element offsets of a
+    ``(len(rows), len(cols))`` tile."""
+    return rows[:, None].to(tl.int64) * stride_r + cols[None, :].to(tl.int64) * stride_c
+
+
 def next_pow2(n: int, minimum: int = 1) -> int:
     """Smallest power of two >= max(n, minimum) (Triton block sizes must be powers of two)."""
     p = 1

@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._dispatch import cdiv, check_launchable, eager_cpu, force_reference, interpreting, next_pow2, tl, triton, use_triton
+from ._dispatch import (cdiv, check_launchable, eager_cpu, force_reference, interpreting, next_pow2, tile_offsets, tl,
+                        triton, use_triton)
 
 __all__ = ["attention", "attention_reference", "BlockConfig", "attention_configs"]
 
@@ -155,11 +156,11 @@ def _attn_fwd_inner(acc, l_i, m_i, q,  #
         offs_n = start_n + offs_n0
         mask_n = offs_n < Tk
         # -- scores, in log2 units: qk * scale / ln(2) so that exp2 can replace exp --
-        kT = tl.load(K + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd,
+        kT = tl.load(K + tile_offsets(offs_d, stride_kd, offs_n, stride_kn),
                      mask=mask_n[None, :] & mask_d[:, None], other=0.0)  # (BLOCK_D, BLOCK_N)
         qk = tl.dot(q, kT, input_precision=IN_PRECISION) * qk_scale  # fp32 (BLOCK_M, BLOCK_N)
         if HAS_BIAS:
-            b = tl.load(Bias + offs_m[:, None] * stride_bm + offs_n[None, :] * stride_bn,
+            b = tl.load(Bias + tile_offsets(offs_m, stride_bm, offs_n, stride_bn),
                         mask=(offs_m[:, None] < Tq) & mask_n[None, :], other=0.0)
             qk += b.to(tl.float32) * 1.4426950408889634  # bias is in natural-log units
         if MASK:
@@ -175,7 +176,7 @@ def _attn_fwd_inner(acc, l_i, m_i, q,  #
         p = tl.math.exp2(qk - m_safe[:, None])
         alpha = tl.math.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+        v = tl.load(V + tile_offsets(offs_n, stride_vn, offs_d, stride_vd),
                     mask=mask_n[:, None] & mask_d[None, :], other=0.0)  # (BLOCK_N, BLOCK_D)
         # p is rounded to v's dtype for the tensor cores; acc stays fp32
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=IN_PRECISION)
@@ -209,7 +210,7 @@ def _attn_fwd(Q, K, V, Bias, Out, LSE,  #
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     mask_md = (offs_m[:, None] < Tq) & (offs_d[None, :] < HEAD_DIM)
-    q = tl.load(Q + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=mask_md, other=0.0)
+    q = tl.load(Q + tile_offsets(offs_m, stride_qm, offs_d, stride_qd), mask=mask_md, other=0.0)
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -239,7 +240,7 @@ def _attn_fwd(Q, K, V, Bias, Out, LSE,  #
     acc = acc / l_safe[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)  # natural log
     tl.store(LSE + off_bh.to(tl.int64) * Tq + offs_m, lse, mask=offs_m < Tq)
-    tl.store(Out + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od, acc.to(Out.type.element_ty), mask=mask_md)
+    tl.store(Out + tile_offsets(offs_m, stride_om, offs_d, stride_od), acc.to(Out.type.element_ty), mask=mask_md)
 
 
 @triton.jit
@@ -267,9 +268,9 @@ def _attn_bwd_dkdv(Q, K, V, Bias, DO, LSE, Delta, DK, DV,  #
     offs_d = tl.arange(0, BLOCK_D)
     mask_n = offs_n < Tk
     mask_nd = mask_n[:, None] & (offs_d[None, :] < HEAD_DIM)
-    k = tl.load(K + off_b * stride_kb + off_hkv * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+    k = tl.load(K + off_b * stride_kb + off_hkv * stride_kh + tile_offsets(offs_n, stride_kn, offs_d, stride_kd),
                 mask=mask_nd, other=0.0)  # (BLOCK_N, BLOCK_D)
-    v = tl.load(V + off_b * stride_vb + off_hkv * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+    v = tl.load(V + off_b * stride_vb + off_hkv * stride_vh + tile_offsets(offs_n, stride_vn, offs_d, stride_vd),
                 mask=mask_nd, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
@@ -288,8 +289,8 @@ def _attn_bwd_dkdv(Q, K, V, Bias, DO, LSE, Delta, DK, DV,  #
             offs_m = start_m + tl.arange(0, BLOCK_M)
             mask_m = offs_m < Tq
             mask_md = mask_m[:, None] & (offs_d[None, :] < HEAD_DIM)
-            q = tl.load(Qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd, mask=mask_md, other=0.0)
-            do = tl.load(DOh + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod, mask=mask_md, other=0.0)
+            q = tl.load(Qh + tile_offsets(offs_m, stride_qm, offs_d, stride_qd), mask=mask_md, other=0.0)
+            do = tl.load(DOh + tile_offsets(offs_m, stride_dom, offs_d, stride_dod), mask=mask_md, other=0.0)
             # padded rows get lse = +inf, i.e. p = 0; empty rows (-inf) likewise
             lse = tl.load(LSE + off_bhq * Tq + offs_m, mask=mask_m, other=float("inf"))
             lse = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
@@ -297,7 +298,7 @@ def _attn_bwd_dkdv(Q, K, V, Bias, DO, LSE, Delta, DK, DV,  #
             qk = tl.dot(q, tl.trans(k), input_precision=IN_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
             if HAS_BIAS:
                 b = tl.load(Bias + off_b * stride_bb + off_h * stride_bh
-                            + offs_m[:, None] * stride_bm + offs_n[None, :] * stride_bn,
+                            + tile_offsets(offs_m, stride_bm, offs_n, stride_bn),
                             mask=mask_m[:, None] & mask_n[None, :], other=0.0)
                 qk += b.to(tl.float32) * 1.4426950408889634
             p = tl.math.exp2(qk - lse[:, None])
@@ -310,9 +311,9 @@ def _attn_bwd_dkdv(Q, K, V, Bias, DO, LSE, Delta, DK, DV,  #
             ds = p * (dp - Di[:, None])
             dk += tl.dot(tl.trans(ds).to(q.dtype), q, input_precision=IN_PRECISION)
     dk *= sm_scale
-    tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd,
+    tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + tile_offsets(offs_n, stride_dkn, offs_d, stride_dkd),
              dk.to(DK.type.element_ty), mask=mask_nd)
-    tl.store(DV + off_b * stride_dvb + off_hkv * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd,
+    tl.store(DV + off_b * stride_dvb + off_hkv * stride_dvh + tile_offsets(offs_n, stride_dvn, offs_d, stride_dvd),
              dv.to(DV.type.element_ty), mask=mask_nd)
 
 
@@ -343,9 +344,9 @@ def _attn_bwd_dq(Q, K, V, Bias, DO, LSE, Delta, DQ, DS,  #
     mask_m = offs_m < Tq
     mask_d = offs_d < HEAD_DIM
     mask_md = mask_m[:, None] & mask_d[None, :]
-    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + tile_offsets(offs_m, stride_qm, offs_d, stride_qd),
                 mask=mask_md, other=0.0)
-    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + tile_offsets(offs_m, stride_dom, offs_d, stride_dod),
                  mask=mask_md, other=0.0)
     lse = tl.load(LSE + off_bh.to(tl.int64) * Tq + offs_m, mask=mask_m, other=float("inf"))
     lse = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
@@ -361,12 +362,12 @@ def _attn_bwd_dq(Q, K, V, Bias, DO, LSE, Delta, DQ, DS,  #
         offs_n = start_n + tl.arange(0, BLOCK_N)
         mask_n = offs_n < Tk
         mask_nd = mask_n[:, None] & mask_d[None, :]
-        k = tl.load(K + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd, mask=mask_nd, other=0.0)
-        v = tl.load(V + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd, mask=mask_nd, other=0.0)
+        k = tl.load(K + tile_offsets(offs_n, stride_kn, offs_d, stride_kd), mask=mask_nd, other=0.0)
+        v = tl.load(V + tile_offsets(offs_n, stride_vn, offs_d, stride_vd), mask=mask_nd, other=0.0)
         qk = tl.dot(q, tl.trans(k), input_precision=IN_PRECISION) * qk_scale
         if HAS_BIAS:
             b = tl.load(Bias + off_b * stride_bb + off_h * stride_bh
-                        + offs_m[:, None] * stride_bm + offs_n[None, :] * stride_bn,
+                        + tile_offsets(offs_m, stride_bm, offs_n, stride_bn),
                         mask=mask_m[:, None] & mask_n[None, :], other=0.0)
             qk += b.to(tl.float32) * 1.4426950408889634
         p = tl.math.exp2(qk - lse[:, None])
@@ -378,10 +379,10 @@ def _attn_bwd_dq(Q, K, V, Bias, DO, LSE, Delta, DQ, DS,  #
         ds = p * (dp - Di[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=IN_PRECISION)
         if STORE_DS:
-            tl.store(DS + off_bh.to(tl.int64) * Tq * Tk + offs_m[:, None] * Tk + offs_n[None, :], ds,
+            tl.store(DS + off_bh.to(tl.int64) * Tq * Tk + tile_offsets(offs_m, Tk, offs_n, 1), ds,
                      mask=mask_m[:, None] & mask_n[None, :])
     dq *= sm_scale
-    tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd,
+    tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + tile_offsets(offs_m, stride_dqm, offs_d, stride_dqd),
              dq.to(DQ.type.element_ty), mask=mask_md)
 
 
@@ -408,12 +409,22 @@ INTERPRET_CONFIG = BlockConfig(16, 16, 1, 1)
 # tiles through ``num_stages`` shared-memory buffers (FlashAttention-2, Sec. 3.1-3.3: the
 # outer loop over query tiles is the parallel one). The backward's dK/dV program keeps a
 # key/value tile resident and streams query / dO tiles (Sec. 3.2, Alg. 2).
+#
+# Register spills (issue 54, item 6): the review compiled the forward ahead of time for sm_90
+# (bf16, D = 128) and found the former first candidate, 128 x 64 with 4 warps and 3 stages, at
+# 255 registers with a 1048 B stack, and 8 warps without a stack. `python -m kernels.compile_report`
+# (ptxas -v on the CPU, no GPU) shows the same split, and the backward's 64 x 64 with 4 warps
+# spilling at D = 128 too (255 registers, 16 B of spill stores), 8 warps not
+# (kernels/compile_report_sm90.csv). So 8 warps come first, and
+# `attention_configs` moves the candidates whose register estimate exceeds REGISTER_BUDGET behind
+# the others (kept for the autotuner, never the untuned first choice).
 FWD_CONFIGS = [
-    BlockConfig(128, 64, 4, 3), BlockConfig(128, 64, 8, 3), BlockConfig(128, 32, 4, 3),
-    BlockConfig(64, 64, 4, 3), BlockConfig(64, 64, 4, 2), BlockConfig(64, 32, 4, 2), BlockConfig(32, 32, 4, 2),
+    BlockConfig(128, 64, 8, 3), BlockConfig(128, 64, 4, 3), BlockConfig(128, 32, 4, 3),
+    BlockConfig(64, 64, 4, 3), BlockConfig(64, 64, 4, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 32, 4, 2),
+    BlockConfig(32, 32, 4, 2),
 ]
 BWD_CONFIGS = [
-    BlockConfig(64, 64, 4, 2), BlockConfig(64, 64, 8, 2), BlockConfig(32, 64, 4, 2), BlockConfig(64, 32, 4, 2),
+    BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 4, 2), BlockConfig(32, 64, 4, 2), BlockConfig(64, 32, 4, 2),
     BlockConfig(32, 32, 4, 2), BlockConfig(32, 32, 4, 1), BlockConfig(16, 32, 4, 1),
 ]
 # Decoding (Tq <= 16): a 128-row query tile would be mostly padding; one of 16 rows.
@@ -438,14 +449,41 @@ def smem_bytes(cfg: BlockConfig, D: int, dtype: torch.dtype, phase: str) -> int:
     return (2 * cfg.block_n + cfg.num_stages * 2 * cfg.block_m) * block_d * esize
 
 
+# Live values a thread may hold before ptxas spills, in 32-bit registers' worth of tile data (the
+# rest of the 255 go to addresses, masks and loop state). Calibrated on `kernels.compile_report`
+# at sm_90, bf16, D = 128 (registers / spill stores): forward 128x64 4 warps estimate 256 ->
+# 255 / 264 B; 128x32 4 warps 224 -> 255 / 4 B; 128x64 8 warps 128 -> 183 / 0; 64x64 4 warps 128 ->
+# 187 / 0; backward (dK/dV kernel) 64x64 4 warps 256 -> 255 / 16 B; 32x64 4 warps 224 -> 255 / 0;
+# 64x64 8 warps 128 -> 233 / 0 (kernels/compile_report_sm90.csv).
+REGISTER_BUDGET = 192
+
+
+def register_estimate(cfg: BlockConfig, D: int, dtype: torch.dtype, phase: str) -> float:
+    """32-bit values per thread that a configuration keeps live in its main loop (an estimate, see
+    REGISTER_BUDGET). Forward: the fp32 accumulator (BLOCK_M x D), the fp32 scores
+    (BLOCK_M x BLOCK_N) and the resident query tile. Backward, dK/dV program (the larger of the
+    two): the fp32 dK, dV accumulators and the resident k, v tiles (BLOCK_N x D each), and the
+    fp32 scores and dP (BLOCK_M x BLOCK_N)."""
+    block_d = next_pow2(D, 16)
+    words = torch.empty((), dtype=dtype).element_size() / 4  # 32-bit words per element
+    threads = 32 * cfg.num_warps
+    if phase == "fwd":
+        live = cfg.block_m * block_d * (1 + words) + cfg.block_m * cfg.block_n
+    else:
+        live = 2 * cfg.block_n * block_d * (1 + words) + 2 * cfg.block_m * cfg.block_n
+    return live / threads
+
+
 def attention_configs(D: int, dtype: torch.dtype, phase: str, *, decode: bool = False,
                       smem_limit: int = DEFAULT_SMEM_BYTES) -> list[BlockConfig]:
     """The CUDA candidates for head dim ``D`` and ``dtype`` whose tiles fit ``smem_limit``
     bytes of shared memory (at D = 128 in fp32, 128 x 64 tiles with 3 stages need 256 KiB:
-    pruned). Never empty: the smallest candidate is kept if nothing fits."""
+    pruned), those within the register budget first (:func:`register_estimate`; the order
+    is otherwise kept). Never empty: the smallest candidate is kept if nothing fits."""
     pool = {("fwd", False): FWD_CONFIGS, ("bwd", False): BWD_CONFIGS,
             ("fwd", True): DECODE_FWD_CONFIGS, ("bwd", True): DECODE_BWD_CONFIGS}[(phase, decode)]
     fit = [c for c in pool if smem_bytes(c, D, dtype, phase) <= smem_limit]
+    fit = sorted(fit, key=lambda c: register_estimate(c, D, dtype, phase) > REGISTER_BUDGET)  # stable
     return fit or [min(pool, key=lambda c: smem_bytes(c, D, dtype, phase))]
 
 
@@ -457,7 +495,7 @@ def _smem_limit(device) -> int:
         return DEFAULT_SMEM_BYTES
 
 
-_TUNED: dict = {}  # (phase, D, dtype, causal, bias, decode, device) -> BlockConfig
+_TUNED: dict = {}  # tune_key(...) -> BlockConfig
 
 
 def _choose(key, configs, launch) -> BlockConfig:
@@ -526,19 +564,30 @@ def _triton_attention_fwd(q, k, v, bias, causal, scale, *, config=None, precisio
             CAUSAL=causal, HAS_BIAS=bias is not None, IN_PRECISION=in_precision,  #
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
-    launch(config or _pick_config("fwd", q, causal, bias, in_precision, launch))
+    launch(config or _pick_config("fwd", q, Tk, causal, bias, in_precision, launch))
     return out, lse
 
 
-def _pick_config(phase, q, causal, bias, in_precision, launch):
+def _pick_config(phase, q, k_len, causal, bias, in_precision, launch):
     """The launch configuration of one phase ("fwd" or "bwd"): the interpreter's small tiles, else the
-    autotuned choice for this head size, dtype, masking and decode-or-prefill (cached per key)."""
+    autotuned choice, cached per :func:`tune_key`."""
     if interpreting():
         return INTERPRET_CONFIG
     D, decode = q.shape[-1], q.shape[2] <= 16
-    key = (phase, D, q.dtype, causal, bias is not None, decode, in_precision, q.device)
+    key = tune_key(phase, q, k_len, causal, bias is not None, in_precision)
     configs = attention_configs(D, q.dtype, phase, decode=decode, smem_limit=_smem_limit(q.device))
     return _choose(key, configs, launch)
+
+
+def tune_key(phase, q, k_len, causal, has_bias, in_precision):
+    """What the autotuned choice depends on: phase, head size, dtype, masking, precision, device, and the
+    query and key lengths bucketed to the next power of two (the best tile changes with the number of
+    query tiles in flight and with the loop length; buckets keep the cache to a few entries per model).
+    Decoding (Tq <= 16) has its own candidates and one bucket."""
+    Tq = q.shape[2]
+    decode = Tq <= 16
+    return (phase, q.shape[-1], q.dtype, causal, has_bias, decode, in_precision, q.device,
+            16 if decode else next_pow2(Tq, 16), next_pow2(k_len, 16))
 
 
 def _triton_attention_bwd(do, q, k, v, bias, out, lse, causal, scale, need_dbias, *, config=None, precision=None):
@@ -568,7 +617,7 @@ def _triton_attention_bwd(do, q, k, v, bias, out, lse, causal, scale, need_dbias
             *q.stride(), *k.stride(), *v.stride(), *sb, *do.stride(), *dq.stride(),  #
             Hq, Tq, Tk, scale, STORE_DS=need_dbias, **common)
 
-    launch(config or _pick_config("bwd", q, causal, bias, in_precision, launch))
+    launch(config or _pick_config("bwd", q, Tk, causal, bias, in_precision, launch))
     dbias = ds.sum_to_size(bias.shape).to(bias.dtype) if need_dbias else q.new_empty(0)
     return dq, dk, dv, dbias
 

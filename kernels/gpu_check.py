@@ -1,16 +1,20 @@
 """Numerical check of the CUDA path: ``python -m kernels.gpu_check OUT_DIR`` (run by
-``scripts/gpu-check.sh``; needs a CUDA device).
+``scripts/gpu-check.sh``; needs a CUDA device). ``python -m kernels.gpu_check --figures OUT_DIR``
+gathers a finished run's files into ``OUT_DIR/figures.md`` (no GPU needed).
 
 Every registered op's CUDA implementation (Triton) against its torch reference, through the
 public functions and autograd, in bf16 / fp16 / fp32 (TF32 products) at D = 64 and 128 with
 grouped-query heads, an additive bias and Tq != Tk; then ``torch.library.opcheck`` on CUDA
-tensors. Writes ``OUT_DIR/gpu_check.csv`` (one row per comparison: the max absolute error,
-the bound, pass/fail) and exits non-zero if a comparison fails.
+tensors. Writes ``OUT_DIR/gpu_check.csv`` row by row as the comparisons are made (the max absolute error,
+the bound, pass/fail, seconds since the start), so a run stopped by its time limit keeps what it
+finished, and exits non-zero if a comparison fails. ``scripts/gpu-check.sh`` runs it with
+``KERNELS_AUTOTUNE=0`` (one configuration per shape: correctness, not speed).
 """
 
 from __future__ import annotations
 
 import csv
+import os
 import sys
 import time
 from pathlib import Path
@@ -113,6 +117,33 @@ def check_opcheck(rows, dev="cuda"):
          torch.float32, "opcheck", 0.0, 0.0)
 
 
+class Rows(list):
+    """The comparisons so far; each is also written to the CSV as it is made (flushed), so that a
+    run cut short by its time limit leaves every finished row on disk."""
+
+    FIELDS = ["check", "dtype", "quantity", "error", "bound", "ok", "elapsed_s"]
+
+    def __init__(self, path=None):
+        super().__init__()
+        self.t0 = time.time()
+        self._file = path.open("w", newline="") if path is not None else None
+        self._writer = csv.DictWriter(self._file, fieldnames=self.FIELDS) if self._file else None
+        if self._writer:
+            self._writer.writeheader()
+            self._file.flush()
+
+    def append(self, row):
+        row = dict(row, elapsed_s=f"{time.time() - self.t0:.1f}")
+        super().append(row)
+        if self._writer:
+            self._writer.writerow(row)
+            self._file.flush()
+
+    def close(self):
+        if self._file:
+            self._file.close()
+
+
 def _row(rows, name, dtype, what, err, bound):
     ok = err <= bound
     rows.append(dict(check=name, dtype=str(dtype).replace("torch.", ""), quantity=what, error=f"{err:.3g}",
@@ -121,24 +152,77 @@ def _row(rows, name, dtype, what, err, bound):
           flush=True)
 
 
+def figures(out_dir: Path) -> str:
+    """The Markdown block that ``scripts/gpu-check.sh`` leaves in ``OUT_DIR/figures.md``, built only
+    from the files of that run (nothing typed by hand): machine, step times, spills per launch
+    variant, the tests' and the numerical check's outcome (worst error / bound per op and dtype),
+    and the benchmark's summary lines. It is what goes into kernels/README.md's GPU section."""
+    out_dir = Path(out_dir)
+
+    def read(name):
+        f = out_dir / name
+        return f.read_text(errors="replace") if f.exists() else ""
+
+    lines = ["### GPU check, " + (read("env.txt").strip().splitlines() or ["(no env.txt)"])[0], ""]
+    steps = list(csv.DictReader(read("steps.csv").splitlines()))
+    if steps:
+        lines += ["| step | status | wall s | limit s |", "| --- | --- | --- | --- |"]
+        lines += [f"| {r['step']} | {r['status']} | {r['wall_s']} | {r['limit_s']} |" for r in steps] + [""]
+    spills = list(csv.DictReader(read("compile_report.csv").splitlines()))
+    if spills:
+        lines += ["Launch variants compiled for this GPU (`kernels.compile_report`): registers, spill stores, "
+                  "compile CPU-s:", "", "| kernel | shape | tiles | warps, stages | registers | spill B | compile s |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {r['kernel']} | {r['shape']} | {r['block_m']}x{r['block_n']} | {r['num_warps']}, "
+                  f"{r['num_stages']} | {r['registers']} | {r['spill_store_bytes']} | {r['compile_cpu_s']} |"
+                  for r in spills] + [""]
+    tests = [ln for ln in read("pytest.txt").splitlines() if " passed" in ln or " failed" in ln or "error" in ln]
+    lines += [f"Kernel tests, compiled: `{tests[-1].strip('= ') if tests else 'no summary line (see pytest.txt)'}`", ""]
+    checks = list(csv.DictReader(read("gpu_check.csv").splitlines()))
+    if checks:
+        worst = {}
+        for r in checks:
+            op = r["check"].split(" ")[0]
+            key = (op, r["dtype"])
+            ratio = float(r["error"]) / float(r["bound"]) if float(r["bound"]) > 0 else 0.0
+            if key not in worst or ratio > worst[key][0]:
+                worst[key] = (ratio, r)
+        n_ok = sum(r["ok"] == "True" for r in checks)
+        lines += [f"Values and gradients against the references (`kernels.gpu_check`): {n_ok}/{len(checks)} "
+                  "within bounds. Worst per op and dtype:", "", "| op | dtype | quantity | error | bound |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {op} | {dt} | {r['quantity']} | {r['error']} | {r['bound']} |"
+                  for (op, dt), (_, r) in sorted(worst.items())] + [""]
+    bench = read("bench_cuda.txt").splitlines()
+    start = next((i for i, ln in enumerate(bench) if ln.startswith("summary")), None)
+    if start is not None:
+        lines += ["Benchmark (`kernels.bench --device cuda`, reduced grid):", "", "```"] + bench[start:] + ["```", ""]
+    return "\n".join(lines)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--figures":
+        out_dir = Path(argv[1])
+        (out_dir / "figures.md").write_text(figures(out_dir))
+        print(f"wrote {out_dir / 'figures.md'}")
+        return 0
     out_dir = Path(argv[0] if argv else "results/kernels/gpu_check")
     if not torch.cuda.is_available():
         print("kernels.gpu_check: no CUDA device; nothing to check")
         return 2
     out_dir.mkdir(parents=True, exist_ok=True)
-    print(f"kernels.gpu_check on {torch.cuda.get_device_name()} (torch {torch.__version__})")
-    rows, t0 = [], time.time()
-    for check in (check_attention, check_hip, check_graph, check_opcheck):
-        check(rows)
+    print(f"kernels.gpu_check on {torch.cuda.get_device_name()} (torch {torch.__version__}, "
+          f"KERNELS_AUTOTUNE={os.environ.get('KERNELS_AUTOTUNE', '1')})", flush=True)
     path = out_dir / "gpu_check.csv"
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    rows = Rows(path)
+    try:
+        for check in (check_attention, check_hip, check_graph, check_opcheck):
+            check(rows)
+    finally:
+        rows.close()
     failed = [r for r in rows if not r["ok"]]
-    print(f"{len(rows) - len(failed)}/{len(rows)} comparisons within bounds in {time.time() - t0:.0f} s; "
+    print(f"{len(rows) - len(failed)}/{len(rows)} comparisons within bounds in {time.time() - rows.t0:.0f} s; "
           f"wrote {path}")
     return 1 if failed else 0
 

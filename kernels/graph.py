@@ -92,12 +92,18 @@ def _graph_fwd_reference(q, k, v, bias, col, dst, num_dst, scale, negative_slope
         s = s + bias.to(acc)
     m = torch.full((num_dst, H), float("-inf"), dtype=acc, device=q.device)
     m = m.scatter_reduce(0, dst[:, None].expand(-1, H), s, "amax", include_self=True)  # segment max
+    # A destination whose incoming edges are all masked (every score -inf), or that has none, has
+    # m = -inf and den = 0: it takes 0 for m and 1 for den, so that its output is 0 (not
+    # exp(-inf - -inf) / 0 = NaN) and autograd's gradients through it are 0 (this function is
+    # also the eager CPU path). Elsewhere m and den are used unchanged.
+    m = torch.where(torch.isneginf(m), 0.0, m)
     p = torch.exp(s - m[dst])
     den = torch.zeros((num_dst, H), dtype=acc, device=q.device).index_add(0, dst, p)
-    p = p / den[dst]
+    empty = den == 0
+    p = p / torch.where(empty, 1.0, den)[dst]
     out = torch.zeros((num_dst, H, v.shape[-1]), dtype=acc, device=q.device)
     out = out.index_add(0, dst, p[..., None] * v.to(acc)[col])
-    lse = m + torch.log(den)  # -inf for destinations without incoming edges
+    lse = (m + torch.log(den)).masked_fill(empty, float("-inf"))  # -inf where no edge is seen
     return out.to(v.dtype), lse
 
 
@@ -288,6 +294,9 @@ def _graph_attn_bwd_dst(Q, K, V, Bias, Rowptr, Col, Order, DO, LSE, Delta, DQ, P
     do = tl.load(DO + row3 * stride_don + (offs_h[:, None] * stride_doh + offs_c[None, :] * stride_doc)[None, :, :],
                  mask=mask_m[:, None, None] & mask_hc[None, :, :], other=0.0).to(tl.float32)
     lse = tl.load(LSE + row_h, mask=mask_mh, other=0.0) * 1.4426950408889634
+    # a row that saw no edge (all masked, or none) has lse = -inf: +inf makes its p = exp2(-inf) = 0
+    # instead of exp2(-inf - -inf) = NaN, so its gradients are 0
+    lse = tl.where(lse == float("-inf"), float("inf"), lse)
     delta = tl.load(Delta + row_h, mask=mask_mh, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_H, BLOCK_D], dtype=tl.float32)
     for r in range(0, max_deg):
@@ -399,14 +408,34 @@ def _segment_sum_fwd(Src, Perm, Segptr, Out,  #
 # ----------------------------------------------------------------------------------------
 
 
+GRAPH_WARPS = 4  # warps per program of the graph kernels on CUDA
+# Rows per program on CUDA (issue 54, item 6). `python -m kernels.compile_report` (sm_90, bf16, 4 warps)
+# measured, for a (rows, heads, width) fp32 accumulator of rows x next_pow2(H) x next_pow2(max(D, C))
+# values: 64 x 4 x 32 and 64 x 8 x 16 (8192 values, the former limit) spill in all three kernels
+# (32-672 B of stack; the review saw 2.5-5.6 KB at its shapes), 32 rows (4096 values) spill in none
+# (at most 247 registers), 16 rows use at most 128 registers; and at 64 and 32 rows the CSC backward
+# of GAT with one head (BLOCK_H = 1) does not compile (Triton 3.7.1, TritonGPURemoveLayoutConversions:
+# "mask type matches ptr type"), while 16 rows do.
+GRAPH_MAX_ROWS = 32
+GRAPH_ACC_VALUES = 4096
+
+
 def _rows_per_program(block_m, H=1, width=1):
-    """Rows per program: 16 in the interpreter; on CUDA 64, fewer when the (rows, heads, width)
-    fp32 accumulator would exceed ~8K values (64 registers a thread at 4 warps)."""
+    """Rows per program: 16 in the interpreter; on CUDA 32, fewer when the (rows, heads, width)
+    fp32 accumulator would exceed GRAPH_ACC_VALUES (32 values a thread at 4 warps)."""
     if block_m:
         return block_m
     if interpreting():
         return 16
-    return max(16, min(64, 8192 // (next_pow2(H) * next_pow2(width))))
+    return max(16, min(GRAPH_MAX_ROWS, GRAPH_ACC_VALUES // (next_pow2(H) * next_pow2(width))))
+
+
+def _src_rows(rows, H, gat, block_m=None):
+    """Rows per program of the CSC backward: 16 for GAT with one head (larger tiles do not compile,
+    see GRAPH_MAX_ROWS), else the same as the other kernels."""
+    if block_m or interpreting() or not (gat and next_pow2(H) == 1):
+        return rows
+    return 16
 
 
 def degree_order(ptr: Tensor) -> Tensor:
@@ -415,11 +444,20 @@ def degree_order(ptr: Tensor) -> Tensor:
     return torch.argsort(ptr[1:] - ptr[:-1], descending=True, stable=True)
 
 
+def _check_int64(**index):
+    # The kernels multiply these indices by row strides (a source row j times stride_kn, an edge e
+    # times stride_be): in int64 they cannot wrap at 2**31 however large the graph.
+    bad = [f"{name} ({t.dtype})" for name, t in index.items() if t.dtype != torch.int64]
+    if bad:
+        raise TypeError(f"graph kernels: index tensors must be int64 (graph_layout builds them so); "
+                        f"got {', '.join(bad)}")
+
+
 def _graph_meta(q, v, block_m):
     N_dst, H, D = q.shape
     C = v.shape[-1]
     return dict(HEAD_DIM=D, BLOCK_D=next_pow2(D), V_DIM=C, BLOCK_C=next_pow2(C), BLOCK_H=next_pow2(H),
-                BLOCK_M=_rows_per_program(block_m, H, max(D, C)), num_warps=1 if interpreting() else 4)
+                BLOCK_M=_rows_per_program(block_m, H, max(D, C)), num_warps=1 if interpreting() else GRAPH_WARPS)
 
 
 def _triton_graph_fwd(q, k, v, bias, rowptr, col, scale, negative_slope, gat, *, block_m=None, order=None):
@@ -431,6 +469,7 @@ def _triton_graph_fwd(q, k, v, bias, rowptr, col, scale, negative_slope, gat, *,
     out = torch.empty((N_dst, H, C), dtype=v.dtype, device=v.device)
     lse = torch.empty((N_dst, H), dtype=torch.float32, device=v.device)
     order = degree_order(rowptr) if order is None else order
+    _check_int64(rowptr=rowptr, col=col, order=order)
     meta = _graph_meta(q, v, block_m)
     sb = bias.stride() if bias is not None else (0, 0)
     _graph_attn_fwd[(cdiv(N_dst, meta["BLOCK_M"]),)](
@@ -455,6 +494,8 @@ def _triton_graph_bwd(do, q, k, v, bias, out, lse, rowptr, col, dst, colptr, csc
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     row_order = degree_order(rowptr) if row_order is None else row_order
     col_order = degree_order(colptr) if col_order is None else col_order
+    _check_int64(rowptr=rowptr, col=col, dst=dst, colptr=colptr, csc_eid=csc_eid, row_order=row_order,
+                 col_order=col_order)
     meta = _graph_meta(q, v, block_m)
     sb = bias.stride() if bias is not None else (0, 0)
     _graph_attn_bwd_dst[(cdiv(N_dst, meta["BLOCK_M"]),)](
@@ -462,10 +503,11 @@ def _triton_graph_bwd(do, q, k, v, bias, out, lse, rowptr, col, dst, colptr, csc
         *q.stride(), *k.stride(), *v.stride(), *sb, *do.stride(), *dq.stride(),  #
         N_dst, H, scale, negative_slope,  #
         GAT=gat, HAS_BIAS=bias is not None, STORE_DBIAS=need_dbias, **meta)
-    _graph_attn_bwd_src[(cdiv(N_src, meta["BLOCK_M"]),)](
+    src_meta = dict(meta, BLOCK_M=_src_rows(meta["BLOCK_M"], H, gat, block_m))
+    _graph_attn_bwd_src[(cdiv(N_src, src_meta["BLOCK_M"]),)](
         q, do, colptr, csc_eid, dst, col_order, p, g, dk, dv,  #
         *q.stride(), *do.stride(), *dk.stride(), *dv.stride(),  #
-        N_src, H, GAT=gat, **meta)
+        N_src, H, GAT=gat, **src_meta)
     dbias = dbias.to(bias.dtype) if need_dbias else q.new_empty(0)
     return dq, dk, dv, dbias
 

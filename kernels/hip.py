@@ -34,7 +34,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ._dispatch import cdiv, check_launchable, eager_cpu, interpreting, next_pow2, tl, triton, use_triton
+from ._dispatch import cdiv, check_launchable, eager_cpu, interpreting, next_pow2, tile_offsets, tl, triton, use_triton
 from .attention import _acc_dtype
 
 __all__ = [
@@ -347,7 +347,7 @@ def _hip_select_fwd(Q, K, Tree, Starts, Sizes, Scores,  #
     mask_q = offs_q < Tq
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < HEAD_DIM
-    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_q[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + tile_offsets(offs_q, stride_qm, offs_d, stride_qd),
                 mask=mask_q[:, None] & mask_d[None, :], other=0.0)
 
     # which half of the double buffer holds the result (set outside the `if`: a variable
@@ -374,7 +374,7 @@ def _hip_select_fwd(Q, K, Tree, Starts, Sizes, Scores,  #
                 rep = _hip_virtual_to_real(hs + hsz // 2, ns, w_lo, w_hi)
                 key = rep * BLOCK_K + offs_t % BLOCK_K
                 valid = mask_h & (hsz > 0) & (key < Tk)
-                kT = tl.load(K + key[None, :].to(tl.int64) * stride_kn + offs_d[:, None] * stride_kd,
+                kT = tl.load(K + tile_offsets(offs_d, stride_kd, key, stride_kn),
                              mask=valid[None, :] & mask_d[:, None], other=0.0)  # (BLOCK_D, BLOCK_HALF * BLOCK_K)
                 s = tl.dot(q, kT, input_precision=IN_PRECISION)  # fp32 (NQ, BLOCK_HALF * BLOCK_K)
                 s = tl.max(tl.where(mask_q[:, None], s, float("-inf")), 0)  # max over queries
@@ -435,7 +435,7 @@ def _bsa_fwd(Q, K, V, Blocks, Out,  #
     offs_d = tl.arange(0, BLOCK_D)
     mask_d = offs_d < HEAD_DIM
     mask_md = (offs_m[:, None] < Tq) & mask_d[None, :]
-    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+    q = tl.load(Q + off_b * stride_qb + off_h * stride_qh + tile_offsets(offs_m, stride_qm, offs_d, stride_qd),
                 mask=mask_md, other=0.0)
     m_i = tl.zeros([BLOCK_Q], dtype=tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_Q], dtype=tl.float32)
@@ -447,7 +447,7 @@ def _bsa_fwd(Q, K, V, Blocks, Out,  #
         blk = tl.load(Blocks + sel * stride_is, mask=sel < n_sel, other=-1)
         offs_n = blk * BLOCK_K + offs_t % BLOCK_K
         valid = (blk >= 0) & (offs_n < Tk)
-        kT = tl.load(K + offs_n[None, :].to(tl.int64) * stride_kn + offs_d[:, None] * stride_kd,
+        kT = tl.load(K + tile_offsets(offs_d, stride_kd, offs_n, stride_kn),
                      mask=valid[None, :] & mask_d[:, None], other=0.0)
         qk = tl.dot(q, kT, input_precision=IN_PRECISION) * qk_scale
         keep = valid[None, :]
@@ -459,13 +459,13 @@ def _bsa_fwd(Q, K, V, Blocks, Out,  #
         p = tl.math.exp2(qk - m_safe[:, None])
         alpha = tl.math.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V + offs_n[:, None].to(tl.int64) * stride_vn + offs_d[None, :] * stride_vd,
+        v = tl.load(V + tile_offsets(offs_n, stride_vn, offs_d, stride_vd),
                     mask=valid[:, None] & mask_d[None, :], other=0.0)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=IN_PRECISION)
         m_i = m_ij
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # rows without keys output 0
     acc = acc / l_safe[:, None]
-    tl.store(Out + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+    tl.store(Out + off_b * stride_ob + off_h * stride_oh + tile_offsets(offs_m, stride_om, offs_d, stride_od),
              acc.to(Out.type.element_ty), mask=mask_md)
 
 

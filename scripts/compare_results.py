@@ -1,12 +1,12 @@
 """Does this machine reproduce the committed results? Compares verdicts and intervals, not bytes.
 
-    .venv/bin/snakemake -c all --config run=check        # a fresh default-scale run into results/check/
+    make check        # = a fresh default-scale run into results/check/, then:
     .venv/bin/python scripts/compare_results.py results/default results/check
 
-For each paper of the fresh run, each claim's verdict and its control's verdict must equal the
-reference's, and each interval (of the evidence and of every part) must overlap the reference's;
+For each paper of the fresh run, each claim's verdict, its controls' verdicts and its unmet premise gates
+must equal the reference's, and each interval (of the evidence and of every part) must overlap the reference's;
 timed evidence is compared by verdict only (papers.common.compare explains why). Prints every
-difference and exits 1 if there is one, 0 otherwise.
+difference and exits 1 if there is one, 0 otherwise; refuses (exit 2) two folders of different scales.
 """
 from __future__ import annotations
 
@@ -27,7 +27,10 @@ def main(argv=None) -> int:
     for folder in (args.reference, args.fresh):
         if not folder.is_dir():
             parser.error(f"{folder}: no such folder")
-    papers, claims, found = compare_runs(args.reference, args.fresh)
+    try:
+        papers, claims, found = compare_runs(args.reference, args.fresh)
+    except ValueError as e:
+        parser.error(str(e))
     if not papers and not found:
         parser.error(f"{args.fresh}: no <paper>/claims.json in it")
     for difference in found:

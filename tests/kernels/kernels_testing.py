@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import kernels._dispatch as dispatch
+from kernels.attention import BlockConfig
 
 ON_GPU = torch.cuda.is_available()
 TRITON_DEVICE = "cuda" if ON_GPU else "cpu"
@@ -43,3 +44,13 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not ON_GPU, reas
 # allow_tf32): the fp16 bound applies. The CPU path is the reference itself.
 OP_TOL = {**TOL, torch.float32: dict(atol=3e-3, rtol=3e-3)}
 OP_GRAD_TOL = {**GRAD_TOL, torch.float32: dict(atol=1e-2, rtol=1e-2)}
+
+# Warps of the tests' explicit tile configurations. The interpreter has no warps (1); compiled on a
+# GPU they get 4, as every launch of the package does: a 1-warp variant at D = 256 took about
+# 110 CPU-s to compile (issue 54's review), which a cold-cache `scripts/gpu-check.sh` paid per variant.
+TEST_WARPS = 1 if dispatch.interpreting() or not ON_GPU else 4
+
+
+def tile_config(block_m: int, block_n: int) -> BlockConfig:
+    """A launch configuration with these tiles, one pipeline stage, TEST_WARPS warps."""
+    return BlockConfig(block_m, block_n, TEST_WARPS, 1)

@@ -3,7 +3,8 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from kernels_testing import DEVICES, GRAD_TOL, OP_GRAD_TOL, OP_TOL, TOL, TRITON_DEVICE, needs_gpu, needs_triton
+from kernels_testing import (DEVICES, GRAD_TOL, OP_GRAD_TOL, OP_TOL, TOL, TRITON_DEVICE, needs_gpu, needs_triton,
+                             tile_config)
 from torch.nn.attention.bias import causal_lower_right
 
 import kernels
@@ -12,7 +13,7 @@ from kernels.attention import (
     DECODE_BWD_CONFIGS,
     DECODE_FWD_CONFIGS,
     FWD_CONFIGS,
-    INTERPRET_CONFIG,
+    REGISTER_BUDGET,
     BlockConfig,
     _attention_bwd_reference,
     _attention_fwd_reference,
@@ -20,7 +21,9 @@ from kernels.attention import (
     _triton_attention_bwd,
     _triton_attention_fwd,
     attention_configs,
+    register_estimate,
     smem_bytes,
+    tune_key,
 )
 
 
@@ -242,14 +245,14 @@ def test_triton_matches_reference(B, Hq, Hkv, Tq, Tk, D, causal, bias_kind, dtyp
     if bias is not None:
         bias = bias.to(TRITON_DEVICE)
         bias[..., 0, :] = float("-inf")  # a row masked out by the bias alone
-    out, lse = _triton_attention_fwd(q, k, v, bias, causal, 0.3, config=INTERPRET_CONFIG, precision="ieee")
+    out, lse = _triton_attention_fwd(q, k, v, bias, causal, 0.3, config=tile_config(16, 16), precision="ieee")
     out_ref, lse_ref = _attention_fwd_reference(q, k, v, bias, causal, 0.3)
     torch.testing.assert_close(out.float(), out_ref.float(), **TOL[dtype])
     assert torch.equal(torch.isinf(lse), torch.isinf(lse_ref))
     torch.testing.assert_close(lse.nan_to_num(0, 0, 0), lse_ref.float().nan_to_num(0, 0, 0), **TOL[dtype])
     do = torch.randn_like(out)
     need_dbias = bias is not None
-    grads = _triton_attention_bwd(do, q, k, v, bias, out, lse, causal, 0.3, need_dbias, config=INTERPRET_CONFIG, precision="ieee")
+    grads = _triton_attention_bwd(do, q, k, v, bias, out, lse, causal, 0.3, need_dbias, config=tile_config(16, 16), precision="ieee")
     grads_ref = _attention_bwd_reference(do, q, k, v, bias, out_ref, lse_ref, causal, 0.3, need_dbias)
     for name, a, b in zip(["dq", "dk", "dv", "dbias"], grads, grads_ref):
         torch.testing.assert_close(a.float(), b.float(), **GRAD_TOL[dtype], msg=lambda m: f"{name}: {m}")
@@ -258,7 +261,7 @@ def test_triton_matches_reference(B, Hq, Hkv, Tq, Tk, D, causal, bias_kind, dtyp
 @needs_triton
 def test_triton_uniform_scores():
     q, k, v = _inputs(1, 1, 1, 21, 21, 16, device=TRITON_DEVICE)
-    out, _ = _triton_attention_fwd(torch.zeros_like(q), k, v, None, True, 1.0, config=INTERPRET_CONFIG, precision="ieee")
+    out, _ = _triton_attention_fwd(torch.zeros_like(q), k, v, None, True, 1.0, config=tile_config(16, 16), precision="ieee")
     torch.testing.assert_close(out, v.cumsum(2) / torch.arange(1, 22, device=TRITON_DEVICE).view(1, 1, 21, 1))
 
 
@@ -279,7 +282,7 @@ def _check_triton(q, k, v, bias, causal, scale, fwd_tiles, bwd_tiles, dtype):
         sdpa = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=scale, enable_gqa=True)
         torch.testing.assert_close(out_ref.float(), sdpa, **TOL[dtype])
     for bm, bn in fwd_tiles:
-        out, lse = _triton_attention_fwd(q, k, v, bias, causal, scale, config=BlockConfig(bm, bn, 1, 1),
+        out, lse = _triton_attention_fwd(q, k, v, bias, causal, scale, config=tile_config(bm, bn),
                                          precision="ieee")
         torch.testing.assert_close(out.float(), out_ref.float(), **TOL[dtype], msg=lambda m: f"fwd {bm}x{bn}: {m}")
     do = torch.randn_like(out_ref)
@@ -287,7 +290,7 @@ def _check_triton(q, k, v, bias, causal, scale, fwd_tiles, bwd_tiles, dtype):
     grads_ref = _attention_bwd_reference(do, q, k, v, bias, out_ref, lse_ref, causal, scale, need_dbias)
     for bm, bn in bwd_tiles:
         grads = _triton_attention_bwd(do, q, k, v, bias, out_ref, lse_ref.float(), causal, scale, need_dbias,
-                                      config=BlockConfig(bm, bn, 1, 1), precision="ieee")
+                                      config=tile_config(bm, bn), precision="ieee")
         for name, a, b in zip(["dq", "dk", "dv", "dbias"], grads, grads_ref):
             torch.testing.assert_close(a.float(), b.float(), **GRAD_TOL[dtype],
                                        msg=lambda m: f"{name} {bm}x{bn}: {m}")
@@ -347,3 +350,51 @@ def test_gpu_force_reference(monkeypatch):
     monkeypatch.setenv("KERNELS_FORCE_REFERENCE", "1")
     torch.testing.assert_close(kernels.attention(q, k, v, causal=True),
                                kernels.attention_reference(q, k, v, causal=True), atol=0, rtol=0)
+
+
+# ---------------------------------------------------------------------------- launch choice (issue 54, item 6)
+
+
+# (phase, D, tiles, warps, stages) -> spilled, as `python -m kernels.compile_report` measured on sm_90 (bf16,
+# Triton 3.7.1, ptxas of CUDA 12.8): registers / spill stores in the comments. The estimate must put
+# every spilling configuration over the budget and the clean ones under it.
+MEASURED_SPILLS = [
+    ("fwd", 128, 128, 64, 4, 3, True),  # 255 / 264 B (the review: 255 and a 1048 B stack)
+    ("fwd", 128, 128, 32, 4, 3, True),  # 255 / 4 B
+    ("fwd", 128, 128, 64, 8, 3, False),  # 183 / 0
+    ("fwd", 128, 64, 64, 4, 3, False),  # 187 / 0
+    ("fwd", 64, 128, 64, 4, 3, False),  # 228 / 0
+    ("bwd", 128, 64, 64, 4, 2, True),  # dK/dV kernel 255 / 16 B
+    ("bwd", 128, 64, 64, 8, 2, False),  # 233 / 0
+    ("bwd", 128, 64, 32, 4, 2, False),  # 182 / 0
+    ("bwd", 64, 64, 64, 4, 2, False),  # 213 / 0
+]
+
+
+@pytest.mark.parametrize("phase,D,bm,bn,warps,stages,spilled", MEASURED_SPILLS)
+def test_register_estimate_separates_the_measured_spills(phase, D, bm, bn, warps, stages, spilled):
+    est = register_estimate(BlockConfig(bm, bn, warps, stages), D, torch.bfloat16, phase)
+    assert (est > REGISTER_BUDGET) == spilled, est
+
+
+def test_first_candidates_do_not_spill():
+    # what KERNELS_AUTOTUNE=0 launches at D = 128, bf16 on an H200: the 8-warp tiles
+    assert attention_configs(128, torch.bfloat16, "fwd", smem_limit=227 * 1024)[0] == BlockConfig(128, 64, 8, 3)
+    assert attention_configs(128, torch.bfloat16, "bwd", smem_limit=227 * 1024)[0] == BlockConfig(64, 64, 8, 2)
+    for D in (16, 64, 128, 256):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for phase in ("fwd", "bwd"):
+                cfgs = attention_configs(D, dtype, phase, smem_limit=227 * 1024)
+                within = [register_estimate(c, D, dtype, phase) <= REGISTER_BUDGET for c in cfgs]
+                assert within == sorted(within, reverse=True)  # none within the budget after one over it
+                assert set(cfgs) <= set(FWD_CONFIGS if phase == "fwd" else BWD_CONFIGS)  # reordered, not dropped
+
+
+def test_tune_key_buckets_the_lengths():
+    def key(Tq, Tk, phase="fwd"):
+        return tune_key(phase, torch.empty(1, 2, Tq, 64, device="meta"), Tk, True, False, "tf32")
+
+    assert key(1000, 1000) == key(1024, 1024) != key(1025, 1024) != key(1024, 1025)
+    assert key(1, 4096) == key(16, 4096) != key(17, 4096)  # decoding: one query bucket
+    assert key(2048, 2048) != key(2048, 2048, "bwd")
+    assert len({key(t, t) for t in range(17, 4097)}) == 8  # 32 .. 4096: one entry per power of two

@@ -10,6 +10,7 @@ from kernels_testing import DEVICES, GRAD_TOL, TOL, TRITON_DEVICE, needs_gpu, ne
 
 import kernels
 from kernels.graph import (
+    graph_attention_reference,
     _graph_bwd_reference,
     _graph_fwd_reference,
     _triton_graph_bwd,
@@ -283,3 +284,126 @@ def test_gpu_gat_matches_pyg_and_is_deterministic():
     g1 = torch.autograd.grad(out.sum(), x, retain_graph=True)[0]
     g2 = torch.autograd.grad(out.sum(), x)[0]
     assert torch.equal(g1, g2)
+
+
+# ------------------------------------------------------- destinations whose edges are all masked
+
+
+def _masked_case(device="cpu", dtype=torch.float32):
+    """The 4-node graph of test_four_node_graph_by_hand, 2 heads, plus 2 -> 1. Every edge into
+    node 3 is masked (bias -inf) in both heads, the edge into node 1 in head 1 only; node 2 has
+    no incoming edge. Returns edge_index, q, k, v, bias and, per head, the edges kept."""
+    edge_index = torch.tensor([[0, 1, 2, 3, 1, 2], [3, 3, 3, 0, 0, 1]], device=device)
+    q = torch.tensor([[1.0, -1.0], [0.5, 0.0], [0.0, 2.0], [2.0, 1.0]]).view(4, 2, 1)
+    k = torch.tensor([[1.0, 0.5], [2.0, -1.0], [3.0, 1.0], [0.0, 2.0]]).view(4, 2, 1)
+    v = torch.arange(16, dtype=torch.float32).view(4, 2, 2) / 8 - 1
+    inf = float("-inf")
+    bias = torch.tensor([[inf, inf], [inf, inf], [inf, inf], [0.0, 0.5], [0.0, -0.5], [0.3, inf]])
+    q, k, v, bias = (t.to(device=device, dtype=dtype) for t in (q, k, v, bias))
+    return edge_index, q, k, v, bias.float()
+
+
+def _expected_without_masked_edges(edge_index, q, k, v, bias, do):
+    """Output and gradients of the graph with the masked edges removed, head by head (nothing
+    -inf in it): what masking must equal. Masked edges get a zero bias gradient."""
+    out = torch.zeros(q.shape[0], q.shape[1], v.shape[-1], dtype=torch.float64)
+    grads = [torch.zeros(t.shape, dtype=torch.float64) for t in (q, k, v, bias)]
+    for h in range(q.shape[1]):
+        keep = torch.isfinite(bias[:, h]).cpu()
+        ei = edge_index.cpu()[:, keep]
+        leaves = [t.detach().cpu()[:, h:h + 1].double().requires_grad_() for t in (q, k, v)]
+        b = bias.detach().cpu()[keep, h].double().requires_grad_()
+        o = graph_attention_reference(*leaves, ei, scale=1.0, edge_bias=b)
+        out[:, h] = o[:, 0].detach()
+        g = torch.autograd.grad(o, leaves + [b], do.cpu()[:, h:h + 1].double())
+        for i in range(3):
+            grads[i][:, h] = g[i][:, 0]
+        grads[3][keep, h] = g[3]
+    return out, grads
+
+
+def test_masked_case_by_hand():
+    # the oracle itself, by hand: node 0 in head 0 attends over k3, k1 with scores q0*k = (0, 2) and
+    # bias (0, 0); node 1 in head 0 has the single edge from 2; nodes 2 and 3 get zeros
+    edge_index, q, k, v, bias = _masked_case()
+    out, _ = _expected_without_masked_edges(edge_index, q, k, v, bias, torch.zeros(4, 2, 2))
+    w0 = torch.tensor([1.0, math.exp(2)]) / (1.0 + math.exp(2))
+    torch.testing.assert_close(out[0, 0].float(), w0[0] * v[3, 0] + w0[1] * v[1, 0])
+    torch.testing.assert_close(out[1, 0].float(), v[2, 0])
+    assert torch.all(out[1, 1] == 0) and torch.all(out[2] == 0) and torch.all(out[3] == 0)
+
+
+def _check_masked(out, grads, expected, tol):
+    out_exp, grads_exp = expected
+    assert all(torch.isfinite(t).all() for t in (out, *grads))
+    assert torch.all(out[3] == 0) and torch.all(out[1, 1] == 0)  # exactly zero, not NaN
+    torch.testing.assert_close(out.double(), out_exp, **tol)
+    for name, a, b in zip(["dq", "dk", "dv", "dbias"], grads, grads_exp):
+        torch.testing.assert_close(a.double(), b, **tol, msg=lambda m: f"{name}: {m}")
+    assert torch.all(grads[0][3] == 0) and torch.all(grads[3][:3] == 0) and grads[3][5, 1] == 0
+
+
+def test_all_masked_destination_reference_and_cpu_paths():
+    edge_index, q, k, v, bias = _masked_case()
+    do = _randn(4, 2, 2, seed=5)
+    expected = _expected_without_masked_edges(edge_index, q, k, v, bias, do)
+    tol = dict(atol=1e-6, rtol=1e-6)
+    lay = kernels.graph_layout(edge_index, 4, 4)
+    paths = {
+        "reference": lambda *t: graph_attention_reference(*t[:3], edge_index, scale=1.0, edge_bias=t[3]),
+        "eager CPU": lambda *t: kernels.graph_attention(*t[:3], edge_index, scale=1.0, edge_bias=t[3]),
+        "registered op": lambda *t: torch.ops.kernels.graph_attention_fwd(  # bias in CSR order
+            *_op_args(lay, *t[:3], t[3][lay.perm], scale=1.0))[0],
+    }
+    for name, fn in paths.items():
+        leaves = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+        out = fn(*leaves)
+        grads = torch.autograd.grad(out, leaves, do)
+        _check_masked(out.detach(), grads, expected, tol)
+    # the forward's lse is -inf where nothing is seen (node 3, node 1 in head 1, node 2)
+    _, lse = _graph_fwd_reference(q, k, v, bias[lay.perm], lay.col, lay.dst, 4, 1.0, 0.2, False)
+    assert torch.isneginf(lse[3]).all() and torch.isneginf(lse[1, 1]) and torch.isneginf(lse[2]).all()
+    assert torch.isfinite(lse[0]).all() and torch.isfinite(lse[1, 0])
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_all_masked_destination_triton(dtype):
+    edge_index, q, k, v, bias = _masked_case(TRITON_DEVICE, dtype)
+    do = _randn(4, 2, 2, seed=5)
+    expected = _expected_without_masked_edges(edge_index, q.float(), k.float(), v.float(), bias, do)
+    lay = kernels.graph_layout(edge_index, 4, 4)
+    b = bias[lay.perm.to(bias.device)].contiguous()  # the kernels take the bias in CSR order
+    out, lse = _triton_graph_fwd(q, k, v, b, lay.rowptr, lay.col, 1.0, 0.2, False, block_m=16)
+    assert torch.isneginf(lse[3]).all() and torch.isneginf(lse[1, 1]) and torch.isneginf(lse[2]).all()
+    do = do.to(device=TRITON_DEVICE, dtype=dtype)
+    dq, dk, dv, db = _triton_graph_bwd(do, q, k, v, b, out, lse, lay.rowptr, lay.col, lay.dst, lay.colptr,
+                                       lay.csc_eid, 1.0, 0.2, False, True, block_m=16)
+    dbias = torch.empty_like(db)
+    dbias[lay.perm.to(db.device)] = db  # back to edge_index order
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-2, rtol=1e-2)
+    _check_masked(out.float().cpu(), [t.float().cpu() for t in (dq, dk, dv, dbias)], expected, tol)
+    # and the GAT score: a row that sees no edge gives zeros and finite gradients there too
+    out_g, lse_g = _triton_graph_fwd(q, k, v, b, lay.rowptr, lay.col, 1.0, 0.2, True, block_m=16)
+    ref_g, _ = _graph_fwd_reference(q, k, v, b, lay.col, lay.dst, 4, 1.0, 0.2, True)
+    assert torch.all(out_g[3] == 0) and torch.isfinite(ref_g).all()
+    torch.testing.assert_close(out_g.float(), ref_g.float(), **tol)
+    grads_g = _triton_graph_bwd(do, q, k, v, b, out_g, lse_g, lay.rowptr, lay.col, lay.dst, lay.colptr,
+                                lay.csc_eid, 1.0, 0.2, True, True, block_m=16)
+    assert all(torch.isfinite(t).all() for t in grads_g) and torch.all(grads_g[0][3] == 0)
+
+
+def test_graph_rows_per_program_on_cuda(monkeypatch):
+    # the CUDA rule (the interpreter always takes 16 rows), pinned to what kernels.compile_report
+    # measured on sm_90 (see graph.GRAPH_MAX_ROWS): 64 rows at 4 heads x 32 or 8 heads x 16 spilled,
+    # 32 did not; GAT's CSC backward with one head compiles only at 16 rows
+    import kernels.graph as graph
+
+    monkeypatch.setattr(graph, "interpreting", lambda: False)
+    assert graph._rows_per_program(None, 4, 32) == 32
+    assert graph._rows_per_program(None, 8, 16) == 32
+    assert graph._rows_per_program(None, 1, 128) == 32  # DeepGate4's GAT, width 128
+    assert graph._rows_per_program(None, 8, 64) == 16  # never fewer than 16
+    assert graph._rows_per_program(24, 8, 64) == 24  # an explicit block_m wins
+    assert graph._src_rows(32, 1, gat=True) == 16
+    assert graph._src_rows(32, 4, gat=True) == 32 and graph._src_rows(32, 1, gat=False) == 32

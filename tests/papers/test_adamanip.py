@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -298,9 +299,101 @@ def test_each_policy_trains_with_its_own_learning_rate():
            "diffusion_steps": 4, "inference_steps": 4, "mlp_hidden": 16}
 
     def weights(lr):
-        net, _ = fit("mlp_bc", demos, pol, {"steps": 5, "batch": 4, "lr": lr, "weight_decay": 0.0}, seed=0)
+        net, _ = fit("mlp_bc", demos, pol, {"steps": {"mlp_bc": 5, "diffusion": 5}, "batch": 4, "lr": lr,
+                                            "weight_decay": 0.0}, seed=0)
         return torch.cat([q.flatten() for q in net.parameters()])
 
     same = weights({"mlp_bc": 1e-2, "diffusion": 1e-2})
     assert torch.equal(same, weights({"mlp_bc": 1e-2, "diffusion": 5.0}))
     assert not torch.allclose(same, weights({"mlp_bc": 1e-3, "diffusion": 1e-2}))
+
+
+# ---- wrong tries matter: the jam, the random-primitive reference ----------------------------------------
+def test_a_mechanism_jams_after_k_blocked_tries_and_never_moves_again():
+    phys = Physics(jam_after=3)
+    ep = Episode("bottle", np.random.default_rng(0), phys)
+    d = ep.hidden["direction"]
+    for k in range(3):
+        assert not ep.jammed
+        ep.step(TURN(-d))  # the wrong way: nothing moves, a blocked try
+        assert ep.blocked == k + 1
+    assert ep.jammed
+    for _ in range(10):  # the right way now: too late
+        ep.step(TURN(d))
+    for _ in range(6):
+        ep.step(PULL)
+    assert ep.q == {"open": 0.0, "turn": 0.0, "press": 0.0} and not ep.success
+    # a move that moves a part is no blocked try, nor is a hesitant command (under half a step)
+    free = Episode("bottle", np.random.default_rng(0), phys)
+    free.step(TURN(d))
+    free.step(np.array([0.0, 0.0, 0.0, -0.3 * d]))
+    assert free.blocked == 0
+    # jam_after 0: never
+    never = Episode("bottle", np.random.default_rng(0), Physics(jam_after=0))
+    for _ in range(20):
+        never.step(TURN(-d))
+    assert not never.jammed
+
+
+def test_random_primitive_reference_uses_the_experts_primitives_and_fails_under_a_jam():
+    from papers.adamanip.env import make_episodes
+    from papers.adamanip.experts import PRIMITIVES, random_primitive_success
+
+    assert all(any(np.array_equal(p, q) for q in PRIMITIVES["microwave"]) for p in (PULL, PUSH))
+    seq = np.random.SeedSequence(3)
+    free = random_primitive_success(make_episodes("bottle", 60, seq, Physics(jam_after=0)), 30, np.random.default_rng(0))
+    jam = random_primitive_success(make_episodes("bottle", 60, seq, Physics(jam_after=2)), 30, np.random.default_rng(0))
+    assert jam.mean() < free.mean()  # the same episodes and draws: undirected retrying pays for its wrong tries
+
+
+def test_fixed_noise_makes_the_diffusion_choice_a_function_of_the_observation():
+    from papers.adamanip.policy import DiffusionPolicy, Normalizer
+    from papers.adamanip.train import LOW_DIM
+
+    torch.manual_seed(0)
+    net = DiffusionPolicy(Normalizer(np.zeros(3), np.ones(3), np.zeros(LOW_DIM), np.ones(LOW_DIM)), hidden=8, feat=8,
+                          state_dim=LOW_DIM, action_dim=4, obs_horizon=2, pred_horizon=4, unet_dims=(8, 16),
+                          diffusion_steps=10, inference_steps=5)
+    pts, st = torch.randn(2, 2, 16, 3), torch.randn(2, 2, LOW_DIM)
+    noise = torch.randn(2, 4, 4)
+    a = net.act(pts, st, torch.Generator().manual_seed(0), noise)
+    b = net.act(pts, st, torch.Generator().manual_seed(1), noise)  # DDIM is deterministic given its noise
+    assert torch.equal(a, b)
+    assert not torch.equal(net.act(pts, st, torch.Generator().manual_seed(0)),
+                           net.act(pts, st, torch.Generator().manual_seed(1)))
+
+
+def _successes(gain_hidden, gain_visible, diffusion_visible=0.9, seeds=3, episodes=40):
+    """Hand-made evaluation rows: every arm's success per category and seed as exact shares of `episodes`."""
+    rates = {("diffusion", "adaptive"): {"bottle": 0.5 + gain_hidden, "bottle_visible": diffusion_visible},
+             ("diffusion", "one_go"): {"bottle": 0.5, "bottle_visible": diffusion_visible - gain_visible},
+             ("mlp_bc", "adaptive"): {"bottle": 0.4, "bottle_visible": 0.9},
+             ("mlp_bc", "one_go"): {"bottle": 0.3, "bottle_visible": 0.9},
+             ("random_primitive", "none"): {"bottle": 0.2, "bottle_visible": 0.2}}
+    rows = []
+    for seed in range(seeds):
+        for (pol, kind), by_cat in rates.items():
+            for cat, rate in by_cat.items():
+                rate = min(1.0, rate + 0.05 * (seed - 1) * (pol == "diffusion" and kind == "adaptive"))
+                noise = "fresh" if pol == "diffusion" else "none"
+                k = int(round(rate * episodes))
+                rows += [{"policy": pol, "kind": kind, "noise": noise, "category": cat, "seed": seed, "episode": i,
+                          "mechanism": "cw", "success": int((i * 7) % episodes < k)} for i in range(episodes)]
+    return pd.DataFrame(rows)
+
+
+def test_claim_a_is_a_difference_in_differences_gated_on_reading_the_marker():
+    from papers.adamanip.report import adamanip_claims, rates
+
+    p = parse({"categories": ["bottle", "bottle_visible"], "evaluate": {"episodes": 40, "max_steps": 30}})
+    stats = pd.DataFrame([{"category": "bottle", "kind": "adaptive", "demos": 90, "attempts": 100, "mean_length": 9.0}])
+    succ = _successes(gain_hidden=0.3, gain_visible=0.0)
+    a = adamanip_claims(p, succ, rates(succ), stats)[0]
+    assert a.verdict == "holds" and a.premise_met and a.control.verdict != "holds"
+    # The same gain where nothing is hidden: no difference in differences.
+    succ = _successes(gain_hidden=0.3, gain_visible=0.3)
+    assert adamanip_claims(p, succ, rates(succ), stats)[0].verdict != "holds"
+    # Diffusion misreads the visible marker (0.5 against MLP BC's 0.9): the premise fails, the claim is undecided.
+    succ = _successes(gain_hidden=0.3, gain_visible=0.0, diffusion_visible=0.5)
+    a = adamanip_claims(p, succ, rates(succ), stats)[0]
+    assert a.verdict == "inconclusive" and not a.premise_met

@@ -48,7 +48,7 @@ def test_a_few_control_steps_run_and_the_reward_is_the_root_velocity(name):
     task = TASKS[name]
     body = initial_body(task)
     env = {**ENV, "control_steps": 5}
-    returns, lengths = passive_rollout([body], task, env, np.random.default_rng(0))
+    returns, lengths, _ = passive_rollout([body], task, env, np.random.default_rng(0))
     ex = Execution([body], task, env, np.random.default_rng(0))
     x0 = ex.datas[0].qpos[0]
     mujoco.mj_step(ex.models[0], ex.datas[0], nstep=int(lengths[0]) * env["frame_skip"])

@@ -10,7 +10,7 @@ from papers.cbplm import tokens as T
 from papers.cbplm import evaluate as E
 from papers.cbplm.model import ConceptBottleneckLM, Encoder, MaskedLM, concept_loss, orthogonality_loss
 from papers.cbplm.params import parse
-from papers.cbplm.report import weight_checks
+from papers.cbplm.claims import weight_checks
 from papers.cbplm.stages import _derangement
 from papers.cbplm.train import length_batches, lr_lambda
 
@@ -138,9 +138,41 @@ def test_intervention_on_a_hand_built_model_regenerates_the_known_residues():
     # The change in GRAVY, measured as the intervention measures it, is positive up and down; at a
     # low temperature sampling is the argmax.
     z = D.concept_matrix(seqs, ["gravy"])
-    iv = E.intervene({"cb": model}, seqs, z, bins[:, :1], {(0, 1): masks, (0, -1): masks}, ["gravy"],
-                     np.zeros(1), np.ones(1), [(-20.0, 20.0)], [(0, 3)], 4, temperature=0.05, seed=0)
-    assert (iv.delta > 0).all() and set(iv.changed) == {3, 2}
+    arms = {"cb": E.Arm(model, "cb", [(-20.0, 20.0)]), "cb_ablated": E.Arm(model, "cb", [(-20.0, 20.0)], ablate=True)}
+    iv = E.intervene(arms, seqs, z, bins[:, :1], {(0, 1): masks, (0, -1): masks}, ["gravy"],
+                     np.zeros(1), np.ones(1), 4, temperature=0.05, seed=0)
+    cb = iv[iv.model == "cb"]
+    assert (cb.delta > 0).all() and set(cb.changed) == {3, 2}
+    # The ablation (concept 0's embedding zeroed) cuts the request off: up and down regenerate the same residues.
+    up, down = (E.regenerate(model, "cb", seqs, bins, masks, 4, temperature=0, concept=0, target=t, ablate=True)
+                for t in (20.0, -20.0))
+    assert up == down and (iv[iv.model == "cb_ablated"].delta > 0).mean() < 1
+
+
+def test_conditional_lm_reads_its_concepts_at_every_position():
+    """The continuous-concept LM adds W c to every position's input; its intervention overwrites one concept."""
+    torch.manual_seed(0)
+    model = MaskedLM(T.vocab_size(K, 4), 40, 16, 1, 2, 32, n_concepts=K).eval()
+    tokens, _ = T.encode(["MKWA"])
+    c = torch.tensor([[0.5, -1.0, 2.0]])
+    seen = []
+    h = model.encoder.blocks[0].register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
+    with torch.no_grad():
+        model(tokens, concepts=c)
+        enc = model.encoder
+        want = enc.tok(tokens) + enc.pos(torch.arange(tokens.shape[1])) + model.concept_in(c)
+    h.remove()
+    torch.testing.assert_close(seen[0], want)
+    with pytest.raises(ValueError, match="needs `concepts`"):
+        model(tokens)
+    seen.clear()
+    model.encoder.blocks[0].register_forward_pre_hook(lambda m, args: seen.append(args[0].clone()))
+    E.regenerate(model, "cond", np.array(["MKWA"], dtype=object), np.zeros((1, K), np.int64),
+                 [np.array([1, 0, 0, 0], bool)], 4, temperature=0, concept=1, target=3.0, z=c.numpy())
+    with torch.no_grad():
+        want = enc.tok(tokens.masked_fill(torch.tensor([[False, True, False, False, False, False]]), T.MASK)) \
+            + enc.pos(torch.arange(tokens.shape[1])) + model.concept_in(torch.tensor([[0.5, 3.0, 2.0]]))
+    torch.testing.assert_close(seen[0], want)
 
 
 def test_sampling_follows_the_softmax_and_is_reproducible():
@@ -285,24 +317,39 @@ def test_unigram_perplexity_by_hand():
 
 
 # ---- claims (the verdict contract) -------------------------------------------------------------------
-def _claim_inputs(cb_change, tag_change, floor, ppl, seeds=(0, 1, 2), n_seq=40, tag_gap=0.05, cb_shuffled=None):
-    """Synthetic report inputs: per-sequence changes around each model's mean (the plain LM's = the floor),
-    per-seed perplexities (tag LM with shuffled tags `tag_gap` worse; CB-pLM fed other concepts at
-    `cb_shuffled`), the CB-pLM's weights."""
+ARM_MEANS = {"cb": 1.3, "cb_equal": 1.0, "cb_ablated": 0.32, "cond": 0.5, "tag": 0.4, "plain": 0.3}
+
+
+def _claim_inputs(means=ARM_MEANS, ppl=None, seeds=(0, 1, 2), n_seq=40, handle_gap=0.05, r2=(0.6, 0.8, 0.81),
+                  sweep=(100, 200)):
+    """Synthetic report inputs: per-sequence changes around each arm's mean (the plain LM's = the floor), per-seed
+    perplexities (a handle shuffled costs `handle_gap`), the sweep's steps with CB-pLM's mean concept R^2 `r2`
+    (the last the final step's), the CB-pLM's weights."""
     rng = np.random.default_rng(1)
-    p = parse({})
+    p = parse({"train": {"steps": 300, "warmup_steps": 30, "sweep": list(sweep)}})
+    ppl = ppl or {"cb": 17.5, "plain": 17.4, "tag": 17.3, "cond": 17.3, "unigram": 19.5}
     names = list(p.concepts)
-    change = pd.DataFrame([{"seed": s, "model": kind, "concept": c, "sequence": i,
+    change = pd.DataFrame([{"seed": s, "model": arm, "concept": c, "sequence": i,
                             "change": mu + 0.05 * rng.normal() + 0.02 * s}
-                           for s in seeds for kind, mu in (("cb", cb_change), ("tag", tag_change), ("plain", floor))
-                           for c in names for i in range(n_seq)])
-    values = dict(ppl, tag_shuffled=ppl["tag"] * (1 + tag_gap), cb_true=ppl["cb"] * 0.98,
-                  cb_shuffled=cb_shuffled or ppl["unigram"])
-    metric_of = {"tag_shuffled": ("tag", "perplexity_shuffled_tags"), "cb_true": ("cb", "perplexity_true_concepts"),
-                 "cb_shuffled": ("cb", "perplexity_shuffled_concepts")}
-    m = pd.DataFrame([{"seed": s, "model": metric_of.get(key, (key, "perplexity"))[0],
-                       "metric": metric_of.get(key, (key, "perplexity"))[1], "concept": "", "value": v * (1 + 0.002 * s)}
-                      for s in seeds for key, v in values.items()])
+                           for s in seeds for arm, mu in means.items() for c in names for i in range(n_seq)])
+    rows = []
+    for s in seeds:
+        def add(model, metric, value, step=300, concept=""):
+            rows.append({"seed": s, "model": model, "metric": metric, "concept": concept, "step": step,
+                         "value": value * (1 + 0.002 * s), "parameters": 1000})
+        add("unigram", "perplexity", ppl["unigram"])
+        for kind in ("tag", "cond"):
+            add(kind, "perplexity", ppl[kind])
+        add("tag", "perplexity_shuffled_tags", ppl["tag"] * (1 + handle_gap))
+        add("cond", "perplexity_shuffled_concepts", ppl["cond"] * (1 + handle_gap))
+        for step, r in zip([*sweep, 300], r2):
+            add("plain", "perplexity", ppl["plain"], step)
+            add("cb", "perplexity", ppl["cb"], step)
+            add("cb", "perplexity_true_concepts", ppl["cb"] * 0.98, step)
+            add("cb", "perplexity_shuffled_concepts", ppl["unigram"], step)
+            for c in names:
+                add("cb", "concept_r2", r, step, c)
+    m = pd.DataFrame(rows)
     kd = D.kyte_doolittle()
     charge = np.array([{"K": 1.0, "R": 2.0, "D": -1.0, "E": -3.0}.get(a, 0.0) for a in D.AMINO_ACIDS])
     w = pd.concat([pd.DataFrame({"seed": s, "concept": ["gravy"] * 20 + ["charge"] * 20,
@@ -312,51 +359,52 @@ def _claim_inputs(cb_change, tag_change, floor, ppl, seeds=(0, 1, 2), n_seq=40, 
     return p, m, change, w, weight_checks(w)
 
 
-GOOD_PPL = {"cb": 17.5, "plain": 17.4, "tag": 17.3, "unigram": 19.5}
-
-
 def test_claims_hold_with_their_controls_failing():
-    from papers.cbplm.report import cbplm_claims
+    from papers.cbplm.claims import cbplm_claims
 
-    # Floor 0.3 SD; CB 1.3 (excess 1.0), tag 0.5 (excess 0.2): ratio 5 > 2.
-    a, b, c = cbplm_claims(*_claim_inputs(1.3, 0.5, 0.3, GOOD_PPL))
-    assert [x.verdict for x in (a, b, c)] == ["holds"] * 3
+    # Floor 0.3 SD; CB 1.3 (excess 1.0), conditional LM 0.5 (excess 0.2): ratio 5 > 3; CB at the tag bins' mean
+    # 1.0 (excess 0.7) against the tag LM's 0.1: 7 > 3; the ablated CB stays at the floor.
+    a, a_tag, b, c = cbplm_claims(*_claim_inputs())
+    assert [x.verdict for x in (a, a_tag, b, c)] == ["holds"] * 4
     assert a.measured["ratio_of_excesses"] == pytest.approx(5.0, rel=0.05)
-    parts = {e.name for e in a.evidence}
-    assert "CB excess / tag excess" in parts  # the tag excess is told from 0, so the ratio is tested
-    assert a.control.verdict != "holds" and b.control.verdict == "does not hold" and c.control.verdict != "holds"
+    assert "cb excess / cond excess" in {e.name for e in a.evidence}  # the baseline's excess is told from 0
+    assert a.control.kind == "ablation" and a.control.verdict != "holds" and a_tag.control.verdict != "holds"
+    assert b.control.verdict == "does not hold" and c.control.verdict != "holds"
     # (b) by hand: share = (log 19.5 - log 17.5) / (log 19.5 - log 17.4), seed 0 exactly
     share = (np.log(19.5) - np.log(17.5)) / (np.log(19.5) - np.log(17.4))
-    assert b.evidence[1].effect == pytest.approx(share, rel=1e-3)
+    assert b.evidence.values[0] == pytest.approx(share, rel=1e-9)
 
 
 def test_claims_fail_and_stay_inconclusive_where_they_should():
-    from papers.cbplm.report import cbplm_claims, concept_ratios, excess_over_floor, shuffled_change
+    from papers.cbplm.claims import cbplm_claims, concept_ratios, excess_over_floor
 
-    # CB excess 1.0, tag excess 0.8: CB - 2 x tag < 0 in every seed, so (a) does not hold; CB-pLM keeps
+    # CB excess 1.0, conditional LM excess 0.8: CB - 3 x cond < 0 in every seed, so (a) does not hold; CB-pLM keeps
     # (log 19.5 - log 19) / (log 19.5 - log 17.4) = 23% of the plain LM's gain: (b) does not hold.
-    a, b, _ = cbplm_claims(*_claim_inputs(1.3, 1.1, 0.3, dict(GOOD_PPL, cb=19.0)))
+    means = dict(ARM_MEANS, cond=1.1)
+    ppl = {"cb": 19.0, "plain": 17.4, "tag": 17.3, "cond": 17.3, "unigram": 19.5}
+    a, _, b, _ = cbplm_claims(*_claim_inputs(means, ppl))
     assert a.verdict == "does not hold" and b.verdict == "does not hold"
-    # The tag LM does not move the concept above the floor: no ratio is tested or reported per concept.
-    p, m, change, w, checks = _claim_inputs(1.3, 0.3, 0.3, GOOD_PPL)
-    a, _, _ = cbplm_claims(p, m, change, w, checks)
-    assert "CB excess / tag excess" not in {e.name for e in a.evidence} and "not measured" in a.note
-    assert all(v.startswith("not measured") for v in concept_ratios(excess_over_floor(change), p.concepts).values())
-    # A tag LM that ignores its tags (shuffled tags cost nothing) is no baseline: (a) cannot hold.
-    a, _, _ = cbplm_claims(*_claim_inputs(1.3, 0.5, 0.3, GOOD_PPL, tag_gap=-0.01))
-    assert a.verdict == "does not hold"
+    # The baseline does not move the concept above the floor: no ratio is tested or reported per concept.
+    p, m, change, w, checks = _claim_inputs(dict(ARM_MEANS, cond=0.3))
+    a, _, _, _ = cbplm_claims(p, m, change, w, checks)
+    assert "cb excess / cond excess" not in {e.name for e in a.evidence} and "not measured" in a.note
+    assert all(v.startswith("not measured") for v in concept_ratios(excess_over_floor(change), p.concepts, "cb",
+                                                                     "cond").values())
+    # A baseline that ignores its handle (shuffled concepts cost nothing) is no baseline: premise unmet.
+    a, a_tag, _, _ = cbplm_claims(*_claim_inputs(handle_gap=-0.01))
+    assert a.verdict == a_tag.verdict == "inconclusive" and "premise not met" in a.note
+    # The bottleneck's effect survives the ablation: the control holds, so the claim cannot.
+    a, _, _, _ = cbplm_claims(*_claim_inputs(dict(ARM_MEANS, cb_ablated=1.3)))
+    assert a.control.verdict == "holds" and a.verdict == "inconclusive"
+    # Concept prediction still improving at the end of the sweep: (b) is inconclusive, whatever the share.
+    _, _, b, _ = cbplm_claims(*_claim_inputs(r2=(0.4, 0.6, 0.8)))
+    assert b.verdict == "inconclusive" and "converged" in b.note
     # One seed: never more than inconclusive.
-    assert {x.verdict for x in cbplm_claims(*_claim_inputs(1.3, 0.5, 0.3, GOOD_PPL, seeds=(0,)))} == {"inconclusive"}
-    # The shuffled control keeps each change's size, flips signs at random, and is reproducible.
-    s1, s2 = shuffled_change(change), shuffled_change(change)
-    np.testing.assert_array_equal(s1.change, s2.change)
-    np.testing.assert_allclose(s1.change.abs(), change.change.abs())
-    cb = (change.model == "cb").to_numpy()
-    assert 0.4 < (np.sign(s1.change[cb]) != np.sign(change.change[cb])).mean() < 0.6
+    assert {x.verdict for x in cbplm_claims(*_claim_inputs(seeds=(0,)))} == {"inconclusive"}
 
 
 def test_excess_over_floor_by_hand():
-    from papers.cbplm.report import excess_over_floor, paired_change
+    from papers.cbplm.claims import excess_over_floor, paired_change
 
     iv = pd.DataFrame({"seed": 0, "concept": "gravy", "sequence": 0,
                        "model": ["cb", "cb", "tag", "tag", "plain", "plain"],

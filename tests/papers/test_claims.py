@@ -7,16 +7,28 @@ import pytest
 from scipy import stats
 
 from papers.common import claims as C
-from papers.common.claims import (FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Claim, Control, Evidence, all_of,
-                                  bootstrap_interval, decide, mean_test, paired_test, proportion_test,
-                                  unpaired_test, validate_claims, write_claims)
+from papers.common.claims import (FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, Check, Claim, Control, Evidence,
+                                  PositiveControl, Premise, Scope, all_of, bootstrap_interval, convention, decide,
+                                  derived, from_paper, mean_test, paired_test, proportion_test, unpaired_test,
+                                  validate_claims, write_claims)
 
 
 def ev(lo, hi, threshold=0.0, direction=">", n=5):
     return Evidence((lo + hi) / 2, (lo, hi), n, "test", threshold, direction)
 
 
-NO_CONTROL = Control("none in this test")
+NO_CONTROL = Control("none in this test", kind="null")
+SIGN = convention("a sign: the effect is positive")
+SCOPE = Scope("analogue", "a demo paper")
+
+
+def Claim(*args, **kwargs):  # noqa: N802 (the tests' claims all share one threshold source unless they say)
+    kwargs.setdefault("threshold_source", SIGN)
+    return C.Claim(*args, **kwargs)
+
+
+def Ctl(description, evidence=None, kind="null"):  # noqa: N802
+    return Control(description, evidence, kind=kind)
 
 
 # ---- the decision at each boundary ----------------------------------------------------------------
@@ -53,12 +65,12 @@ def test_all_of_is_a_conjunction():
 # ---- claims and their controls --------------------------------------------------------------------
 def test_claim_holds_only_when_its_control_does_not():
     strong = ev(0.2, 0.4)
-    assert Claim("a", "s", "p", 1, "c", strong, Control("ctl", ev(-0.1, 0.3))).verdict == HOLDS
-    assert Claim("a", "s", "p", 1, "c", strong, Control("ctl", ev(-0.4, -0.1))).verdict == HOLDS
-    vacuous = Claim("a", "s", "p", 1, "c", strong, Control("ctl", ev(0.1, 0.3)))
+    assert Claim("a", "s", "p", 1, "c", strong, Ctl("ctl", ev(-0.1, 0.3))).verdict == HOLDS
+    assert Claim("a", "s", "p", 1, "c", strong, Ctl("ctl", ev(-0.4, -0.1))).verdict == HOLDS
+    vacuous = Claim("a", "s", "p", 1, "c", strong, Ctl("ctl", ev(0.1, 0.3)))
     assert vacuous.verdict == INCONCLUSIVE and "negative control" in vacuous.note
     # a failing claim stays failing whatever its control does
-    assert Claim("a", "s", "p", 1, "c", ev(-0.4, -0.1), Control("ctl", ev(0.1, 0.3))).verdict == FAILS
+    assert Claim("a", "s", "p", 1, "c", ev(-0.4, -0.1), Ctl("ctl", ev(0.1, 0.3))).verdict == FAILS
 
 
 def test_fewer_than_three_replicates_is_inconclusive():
@@ -70,12 +82,15 @@ def test_fewer_than_three_replicates_is_inconclusive():
 def test_conjunction_and_not_measured():
     c = Claim("a", "s", "p", 1, "c", [ev(0.2, 0.4), ev(-0.4, -0.2)], NO_CONTROL)
     assert c.verdict == FAILS and "misses" in c.note
-    nm = Claim.not_measured("k", "kernel is faster", "-35%", "runtime ratio < 1", "needs CUDA; this run is on a CPU")
+    nm = C.Claim.not_measured("k", "kernel is faster", "-35%", "runtime ratio < 1", "needs CUDA; this run is on a CPU",
+                              threshold_source=from_paper("-35% runtime, Table 4"))
     assert nm.verdict == NOT_MEASURED and nm.note.startswith("needs CUDA")
     with pytest.raises(ValueError, match="say why"):
         Claim("a", "s", "p", 1, "c", None, NO_CONTROL)
     with pytest.raises(TypeError, match="Control"):
         Claim("a", "s", "p", 1, "c", ev(0.2, 0.4), "a control")
+    with pytest.raises(TypeError, match="kind"):
+        Control("a control without a kind", ev(0.2, 0.4))  # noqa
 
 
 def test_a_verdict_cannot_be_passed_in():
@@ -130,11 +145,11 @@ def test_proportion_matches_clopper_pearson():
 # ---- the file ---------------------------------------------------------------------------------------
 def test_written_claims_validate_and_carry_evidence(tmp_path):
     claims = [
-        Claim("a", "x rises", "up", {"x": float("nan")}, "x > 0", ev(0.2, 0.4), Control("flat", ev(-0.1, 0.1))),
+        Claim("a", "x rises", "up", {"x": float("nan")}, "x > 0", ev(0.2, 0.4), Ctl("flat", ev(-0.1, 0.1))),
         Claim("b", "y falls", "down", 1.0, "y < 0", [ev(-0.4, -0.2, direction="<"), ev(-0.1, 0.3)], NO_CONTROL),
-        Claim.not_measured("c", "gpu", "fast", "ratio < 1", "needs CUDA"),
+        C.Claim.not_measured("c", "gpu", "fast", "ratio < 1", "needs CUDA", threshold_source=convention("ratio 1")),
     ]
-    data = write_claims(claims, tmp_path / "claims.json", paper="demo", scale="smoke")
+    data = write_claims(claims, tmp_path / "claims.json", paper="demo", scale="smoke", scope=SCOPE)
     written = json.loads((tmp_path / "claims.json").read_text())
     assert [c["verdict"] for c in written["claims"]] == [HOLDS, INCONCLUSIVE, NOT_MEASURED]
     assert written["claims"][0]["measured"] == {"x": None}
@@ -150,4 +165,119 @@ def test_written_claims_validate_and_carry_evidence(tmp_path):
     with pytest.raises(jsonschema.ValidationError):
         validate_claims(bad)
     with pytest.raises(ValueError, match="duplicate"):
-        write_claims(claims + claims[:1], tmp_path / "x.json", paper="demo", scale="smoke")
+        write_claims(claims + claims[:1], tmp_path / "x.json", paper="demo", scale="smoke", scope=SCOPE)
+
+
+# ---- verdicts about the paper: premise gates, positive controls, checks, threshold sources ---------------------
+LEARNED = Premise.at_least("held-out accuracy (the model learned the task)", 0.97, 0.9, what="the accuracy gate")
+NOT_LEARNED = Premise.at_least("held-out accuracy (the model learned the task)", 0.31, 0.9, what="the accuracy gate")
+
+
+@pytest.mark.parametrize("interval, raw", [((-0.5, -0.1), FAILS), ((0.2, 0.4), HOLDS)])
+def test_an_unmet_premise_makes_any_decision_inconclusive(interval, raw):
+    met = Claim("a", "s", "p", 1, "c", ev(*interval), NO_CONTROL, premise=[LEARNED])
+    assert met.verdict == raw and met.premise_met
+    unmet = Claim("a", "s", "p", 1, "c", ev(*interval), NO_CONTROL, premise=[LEARNED, NOT_LEARNED])
+    assert unmet.verdict == INCONCLUSIVE and not unmet.premise_met
+    assert "premise not met: held-out accuracy" in unmet.note and "0.31" in unmet.note
+    # a setting without the premise never reads "does not hold", whatever the control says
+    assert Claim("a", "s", "p", 1, "c", ev(-0.5, -0.1), Ctl("ctl", ev(-0.5, -0.1)), premise=[NOT_LEARNED]).verdict \
+        == INCONCLUSIVE
+    # not measured stays not measured
+    nm = C.Claim.not_measured("a", "s", "p", "c", "needs a GPU", threshold_source=SIGN, premise=[NOT_LEARNED])
+    assert nm.verdict == NOT_MEASURED
+
+
+def test_premise_gates_compute_met_from_the_measurement():
+    assert Premise.at_least("x", 0.9, 0.9).met and not Premise.at_least("x", float("nan"), 0.0).met
+    assert Premise.at_most("spread", 0.01, 0.05).met and not Premise.at_most("spread", 0.2, 0.05).met
+    assert Premise.from_evidence("W1 grows", ev(0.1, 0.3)).met
+    assert not Premise.from_evidence("W1 grows", ev(-0.1, 0.3)).met
+    with pytest.raises(ValueError, match="requirement"):
+        Premise("x", 1.0, "", True)
+
+
+@pytest.mark.parametrize("interval, raw", [((-0.5, -0.1), FAILS), ((0.2, 0.4), HOLDS)])
+def test_a_failed_positive_control_makes_any_decision_inconclusive(interval, raw):
+    planted_found = PositiveControl("effect planted", ev(0.3, 0.9))
+    assert Claim("a", "s", "p", 1, "c", ev(*interval), NO_CONTROL, positive_control=planted_found).verdict == raw
+    for blind in (PositiveControl("effect planted", ev(-0.3, 0.9)), PositiveControl("effect planted", ev(-0.9, -0.3)),
+                  PositiveControl("effect planted, not run")):
+        c = Claim("a", "s", "p", 1, "c", ev(*interval), NO_CONTROL, positive_control=blind)
+        assert c.verdict == INCONCLUSIVE and "does not find the effect where it is planted" in c.note
+
+
+def test_checks_are_kept_apart_from_claims(tmp_path):
+    claims = [Claim("a", "x rises", "up", 1.0, "x > 0", ev(0.2, 0.4), NO_CONTROL, premise=[LEARNED])]
+    checks = [Check.at_most("params", "the policy has under 2M parameters", 6.8e5, 2e6, what="the paper's count"),
+              Check.at_most("exact", "the closed form equals the recursion", 3e-3, 1e-6)]
+    data = write_claims(claims, tmp_path / "claims.json", paper="demo", scale="smoke", scope=SCOPE, checks=checks)
+    assert [c["id"] for c in data["claims"]] == ["a"]  # a check is not counted as a claim
+    assert [(k["id"], k["passed"]) for k in data["checks"]] == [("params", True), ("exact", False)]
+    assert C.count_states(c["verdict"] for c in data["claims"])[HOLDS] == 1
+    with pytest.raises(ValueError, match="duplicate"):
+        write_claims(claims, tmp_path / "x.json", paper="demo", scale="smoke", scope=SCOPE,
+                     checks=[Check.at_most("a", "same id as a claim", 0.0, 1.0)])
+
+
+def test_the_schema_rejects_a_claim_without_a_threshold_source_or_scope(tmp_path):
+    claims = [Claim("a", "x rises", "up", 1.0, "x > 0", ev(0.2, 0.4), NO_CONTROL, premise=[LEARNED])]
+    written = write_claims(claims, tmp_path / "claims.json", paper="demo", scale="smoke", scope=SCOPE)
+    validate_claims(written)
+    for key, drop in (("threshold_source", lambda d: d["claims"][0].pop("threshold_source")),
+                      ("threshold kind", lambda d: d["claims"][0]["threshold_source"].update(kind="ours")),
+                      ("scope", lambda d: d.pop("scope")),
+                      ("control kind", lambda d: d["claims"][0]["control"].pop("kind")),
+                      ("premise", lambda d: d["claims"][0].pop("premise"))):
+        bad = json.loads(json.dumps(written))
+        drop(bad)
+        with pytest.raises(jsonschema.ValidationError):
+            validate_claims(bad)
+    # and the schema itself refuses a decided claim whose premise is unmet or whose positive control failed
+    bad = json.loads(json.dumps(written))
+    bad["claims"][0]["premise"][0]["met"] = False
+    with pytest.raises(jsonschema.ValidationError):
+        validate_claims(bad)
+    bad = json.loads(json.dumps(written))
+    bad["claims"][0]["positive_control"] = {"description": "planted", "verdict": INCONCLUSIVE}
+    with pytest.raises(jsonschema.ValidationError):
+        validate_claims(bad)
+    with pytest.raises(TypeError, match="threshold_source"):
+        C.Claim("a", "s", "p", 1, "c", ev(0.2, 0.4), NO_CONTROL)  # noqa
+    with pytest.raises(ValueError, match="kind"):
+        C.ThresholdSource("ours", "a number we liked")
+    with pytest.raises(TypeError, match="Scope"):
+        write_claims(claims, tmp_path / "x.json", paper="demo", scale="smoke", scope="analogue")
+
+
+def test_threshold_sources_and_power():
+    assert from_paper("98 of 106 pairs, Sec. 4").kind == "paper" and derived("the random arm").kind == "derived"
+    c = Claim("a", "s", "p", 1, "c", ev(0.1, 0.5), NO_CONTROL, paper_effect=0.6)
+    pw = c.power()
+    assert pw["half_width"] == pytest.approx(0.2) and pw["resolves_paper_effect"]  # 0.2 < |0.6 - 0|
+    assert not Claim("a", "s", "p", 1, "c", ev(-1.0, 1.0), NO_CONTROL, paper_effect=0.6).power()["resolves_paper_effect"]
+
+
+def test_identical_replicates_are_said():
+    same = mean_test([0.05, 0.05, 0.05], threshold=0.1, direction="<")
+    assert same.identical and same.to_json()["identical_replicates"] is True
+    c = Claim("a", "s", "p", 1, "c", same, NO_CONTROL)
+    assert "identical values" in c.note
+    assert not mean_test([0.05, 0.06, 0.05], threshold=0.1, direction="<").identical
+
+
+def test_forest_plots_draw_every_claim(tmp_path):
+    from papers.common.forest import forest_plot, standardised, summary_forest_plot
+
+    claims = [Claim("a", "x", "p", 1, "c", ev(0.2, 0.4), Ctl("ctl", ev(-0.3, 0.1), kind="ablation"),
+                    positive_control=PositiveControl("planted", ev(0.5, 0.9))),
+              C.Claim.not_measured("b", "gpu", "fast", "ratio < 1", "needs CUDA", threshold_source=SIGN)]
+    forest_plot(claims, tmp_path / "f.png")
+    data = write_claims(claims, tmp_path / "claims.json", paper="demo", scale="smoke", scope=SCOPE)
+    summary_forest_plot([{"paper": "demo", **c} for c in data["claims"]], tmp_path / "s.png")
+    assert (tmp_path / "f.png").stat().st_size > 0 and (tmp_path / "s.png").stat().st_size > 0
+    # the summary's units: distance from the threshold in half-widths, positive on the claimed side
+    m, lo, hi = standardised({"effect": 0.3, "interval": [0.2, 0.4], "threshold": 0.0, "direction": ">"})
+    assert (m, lo, hi) == pytest.approx((3.0, 2.0, 4.0))
+    m, lo, hi = standardised({"effect": 0.3, "interval": [0.2, 0.4], "threshold": 0.0, "direction": "<"})
+    assert (m, lo, hi) == pytest.approx((-3.0, -4.0, -2.0))

@@ -68,9 +68,9 @@ def test_from_config_builds_nested_dataclasses_and_names_unknown_keys():
         from_config(_Outer, {"inner": {"lrr": 1}}, where="demo")
 
 
-def _paper(stage_params):
+def _paper(stage_params, params=_Outer):
     """A stand-in for a paper's params module: its Params class and its STAGE_PARAMS."""
-    return types.SimpleNamespace(Params=_Outer, STAGE_PARAMS=stage_params, __file__="demo/params.py")
+    return types.SimpleNamespace(Params=params, STAGE_PARAMS=stage_params, __file__="demo/params.py")
 
 
 def test_a_stage_is_given_the_parameters_it_declares_and_reads_no_other():
@@ -94,6 +94,42 @@ def test_a_stage_is_given_the_parameters_it_declares_and_reads_no_other():
     assert "inner" not in repr(view)
     # Outside a rule (tests, notebooks) a plain mapping gives the parameters unchanged.
     assert for_stage(full, section) is full and to_dict(full)["inner"] == {"lr": 0.5}
+
+
+@dataclass(frozen=True)
+class _Inner2:
+    lr: float = 0.1
+    momentum: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Outer2:
+    seeds: int = 1
+    inner: _Inner2 = field(default_factory=_Inner2)
+    extra: dict = field(default_factory=dict)
+
+
+def test_a_stage_may_declare_one_key_of_a_nested_section():
+    """`inner.lr` declared: a change to `inner.momentum` does not rerun the stage, so the stage may not read it."""
+    section = {"seeds": 3, "inner": {"lr": 0.5, "momentum": 0.9}, "extra": {"a": 1, "b": 2}}
+    paper = _paper({"train": ("seeds", "inner.lr", "extra.a"), "both": ("inner", "inner.lr")}, _Outer2)
+    view_cfg = stage_section(paper, "train", section, "demo")
+    assert view_cfg == {"seeds": 3, "inner": {"lr": 0.5}, "extra": {"a": 1}}
+    assert section["inner"] == {"lr": 0.5, "momentum": 0.9}  # the config itself is left as it was
+    assert stage_section(paper, "both", section, "demo") == {"inner": {"lr": 0.5, "momentum": 0.9}}
+    with pytest.raises(KeyError, match="seeds.x, but demo.seeds is not a section"):
+        stage_section(_paper({"train": ("seeds.x",)}, _Outer2), "train", section, "demo")
+
+    Outer2 = _Outer2
+    full = from_config(Outer2, section, where="demo")
+    view = for_stage(full, StageConfig(section, readable=view_cfg, rule="demo_train"))
+    assert (view.seeds, view.inner.lr, view.extra["a"], view.extra.get("a")) == (3, 0.5, 1, 1)
+    with pytest.raises(UndeclaredParameter, match="'momentum'"):
+        view.inner.momentum  # a dataclass section
+    with pytest.raises(UndeclaredParameter, match="'extra.b'"):
+        view.extra["b"]  # a plain mapping section
+    assert dict(view.extra.items()) == {"a": 1} and full.extra["b"] == 2 and full.inner.momentum == 0.9
+    assert to_dict(view) == {"seeds": 3, "inner": {"lr": 0.5}, "extra": {"a": 1}}  # what a checkpoint records
 
 
 def test_tables(tmp_path):

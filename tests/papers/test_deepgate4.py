@@ -328,34 +328,53 @@ def test_partitioned_training_step_runs_and_changes_the_model(c432):
     model = M.build({"kind": "circuit", "layers": 1, "attention": "gat", "local_encoding": True},
                     hidden=8, mlp_hidden=8, heads=2, dropout=0.0, max_degree=8)
     before = [p.detach().clone() for p in model.parameters()]
-    rows = T.train(model, [ex], [ex], partitioned=True, steps=60, lr=1e-2, eval_every=20, patience=5, seed=0,
-                   log=lambda *_: None)
+    rows = T.train(model, [ex], [ex], partitioned=True, epochs=3, lr=1e-2, patience=5, seed=0, log=lambda *_: None)
     assert all(np.isfinite(r["train/prob_l1"]) for r in rows)  # every step has new gates;
     assert any(np.isfinite(r["train/tt_l1"]) for r in rows)  # pairs once both gates are computed
     assert any(not torch.equal(x, y) for x, y in zip(before, model.parameters()))
 
 
 @pytest.mark.parametrize("partitioned", [False, True])
-def test_every_arm_gets_the_step_budget_and_early_stopping_keeps_the_best_weights(c432, partitioned):
+def test_every_arm_gets_the_epoch_budget_and_early_stopping_keeps_the_best_weights(c432, partitioned):
+    rng = np.random.default_rng(0)
+    sim = A.simulate(c432, 4, rng)
+    prob = A.signal_probability(sim)
+    ex = T.Example("c432", c432.gate, c432.fanin, c432.level, prob, np.zeros((2, 0)), np.zeros(0), hidden=8,
+                   window_levels=6, areas_per_batch=8, pi_seed=0, partitioned=partitioned)
+    build = lambda: M.build({"kind": "circuit", "layers": 0, "attention": "gat", "local_encoding": False},
+                            hidden=8, mlp_hidden=8, heads=2, dropout=0.0, max_degree=8)
+    torch.manual_seed(0)
+    rows = T.train(build(), [ex, ex], [ex], partitioned=partitioned, epochs=3, lr=1e-3, patience=100, seed=0,
+                   log=lambda *_: None)
+    assert [r["epoch"] for r in rows] == [1, 2, 3]  # the budget, counted in passes over the data
+    per_epoch = 2 * (sum(len(b) for _, b in ex.plan.windows) if partitioned else 1)  # steps of one pass over 2 unions
+    assert [r["step"] for r in rows] == [per_epoch, 2 * per_epoch, 3 * per_epoch]
+    torch.manual_seed(0)
+    model = build()
+    rows = T.train(model, [ex], [ex], partitioned=partitioned, epochs=50, lr=0.5, patience=2, seed=0,
+                   log=lambda *_: None)  # a huge learning rate: validation error soon stops improving
+    best = min(rows, key=lambda r: r["val/overall"])
+    assert rows[-1]["epoch"] < 50 and rows[-1]["best_epoch"] == best["epoch"]
+    assert all(r["val/overall"] >= best["val/overall"] for r in rows[-2:])  # stopped after `patience` misses
+    assert sum(T.validation_error(model, [ex], partitioned=partitioned)) == pytest.approx(best["val/overall"], rel=1e-5)
+    flat, gain = T.converged([r["val/overall"] for r in rows], window=2, tol=0.01)
+    assert flat and gain <= 0  # stopped by patience: no gain over the last `patience` epochs
+
+
+def test_convergence_reads_the_gain_of_the_last_epochs():
+    assert T.converged([1.0, 0.5, 0.49, 0.495], window=2, tol=0.05) == (True, pytest.approx(0.02))
+    assert not T.converged([1.0, 0.5, 0.4, 0.3], window=2, tol=0.05)[0]  # still falling by 40%
+    assert not T.converged([1.0, 0.5], window=2, tol=0.05)[0]  # too short to tell
+
+
+def test_the_constant_predictor_is_the_label_median(c432):
     rng = np.random.default_rng(0)
     sim = A.simulate(c432, 4, rng)
     prob = A.signal_probability(sim)
     ex = T.Example("c432", c432.gate, c432.fanin, c432.level, prob, np.zeros((2, 0)), np.zeros(0), hidden=8,
                    window_levels=6, areas_per_batch=8, pi_seed=0)
-    build = lambda: M.build({"kind": "circuit", "layers": 0, "attention": "gat", "local_encoding": False},
-                            hidden=8, mlp_hidden=8, heads=2, dropout=0.0, max_degree=8)
-    torch.manual_seed(0)
-    rows = T.train(build(), [ex], [ex], partitioned=partitioned, steps=7, lr=1e-3, eval_every=2, patience=100,
-                   seed=0, log=lambda *_: None)
-    assert [r["step"] for r in rows] == [2, 4, 6, 7]  # the budget, counted in optimiser steps, whatever a step is
-    torch.manual_seed(0)
-    model = build()
-    rows = T.train(model, [ex], [ex], partitioned=partitioned, steps=50, lr=0.5, eval_every=1, patience=2, seed=0,
-                   log=lambda *_: None)  # a huge learning rate: validation error soon stops improving
-    best = min(rows, key=lambda r: r["val/overall"])
-    assert rows[-1]["step"] < 50 and rows[-1]["best_step"] == best["step"]
-    assert all(r["val/overall"] >= best["val/overall"] for r in rows[-2:])  # stopped after `patience` misses
-    assert sum(T.validation_error(model, [ex], partitioned=partitioned)) == pytest.approx(best["val/overall"], rel=1e-5)
+    p0 = ex.prob[ex.gates].median()
+    assert T.constant_error([ex], [ex]) == pytest.approx(float((ex.prob[ex.gates] - p0).abs().mean()))
 
 
 def test_dense_arm_gradients_stay_finite_with_padded_areas(example):
@@ -503,58 +522,71 @@ def test_slope_test_interval_covers_the_exponent_and_decides():
     assert slope_test(n[:2], n[:2], threshold=0.5, direction=">").verdict == "inconclusive"  # 2 circuits
 
 
-def _claims_inputs(method_prob, seeds=3, full_exponent=1.2, kernel=None, control_prob=0.13):
+def _claims_inputs(method_prob, seeds=3, full_exponent=1.2, kernel=None, control_prob=0.13, converged=True,
+                   sizes=(1e3, 3e3, 1e4, 3e4, 1e5)):
     import pandas as pd
 
-    rows = []
+    rows, runs = [], []
     for seed in range(seeds):
         for arm, prob, tt in [("m", method_prob, 0.10), ("b1", 0.10, 0.25), ("b2", 0.12, 0.15), ("c", control_prob, 0.2)]:
             jitter = 1 + 0.02 * (seed - 1)
             rows.append({"arm": arm, "seed": seed, "family": "F", "prob_err_sum": prob * jitter * 10, "gates": 10,
                          "tt_err_sum": tt * jitter * 4, "pairs": 4})
+            runs.append({"arm": arm, "seed": seed, "epoch": 8, "converged": converged or arm != "b2",
+                         "best_val": 0.2, "val/constant": 0.4})
     err = errors(pd.DataFrame(rows))
-    nodes = np.array([1e3, 3e3, 1e4, 3e4, 1e5])
-    wobble = np.array([1.03, 0.98, 1.01, 0.97, 1.02])
-    piv = pd.DataFrame({"circuit": list("abcde"), "nodes": nodes, "full": nodes**full_exponent * wobble,
-                        "partitioned": 1e5 * nodes**0.3 * wobble})
+    nodes = np.array(sizes)
+    wobble = np.array([1.03, 0.98, 1.01, 0.97, 1.02])[: len(nodes)]
+    piv = pd.DataFrame({"circuit": list("abcde")[: len(nodes)], "nodes": nodes, "full": nodes**full_exponent * wobble,
+                        "partitioned": 1e5 * nodes**0.3 * wobble, "planted_linear": 64 * nodes,
+                        "planted_constant": np.full(len(nodes), 1e5)})
     cfg = {**_config(), "method": "m", "control": "c",
            "arms": {"m": {"kind": "circuit", "layers": 1, "attention": "gat"}, "b1": {"kind": "gat", "layers": 1},
                     "b2": {"kind": "gat", "layers": 1}, "c": {"kind": "circuit", "layers": 0, "attention": "gat"}},
            "data": {**_config()["data"], "test": {"F": ["x"]}}}
     p = parse(cfg)
-    return p, err, improvements(err, "m", exclude=["c"]), piv, kernel or {"memory": False, "runtime": False, "device": None,
-                                                           "runs": [], "reason": "no GPU in this run"}
+    return (p, err, improvements(err, "m", exclude=["c"]), piv,
+            kernel or {"memory": False, "runtime": False, "device": None, "runs": [], "reason": "no GPU in this run"},
+            pd.DataFrame(runs))
 
 
 def test_claims_decide_on_seed_intervals_and_the_gpu_claim_is_not_measured():
-    a, b, c, _ = deepgate4_claims(*_claims_inputs(method_prob=0.08))  # overall 0.18 against b2's 0.27
-    assert a.verdict == "holds" and len(a.evidence) == 1 and a.evidence[0].replicates == 3
+    (a, b, c, _), checks = deepgate4_claims(*_claims_inputs(method_prob=0.08))  # overall 0.18 against b2's 0.27
+    assert a.verdict == "holds" and len(a.evidence) == 1 and a.evidence[0].replicates == 3 and a.premise_met
     assert a.evidence[0].effect == pytest.approx((0.27 - 0.18) / 0.27)
-    assert a.control.verdict == "does not hold"  # the control arm (overall 0.33) is behind b2
+    assert a.control.verdict == "does not hold" and a.control.kind == "ablation"  # the control arm (0.33) is behind b2
     assert b.verdict == "holds" and b.control.verdict == "does not hold"  # full graph: exponent 1.2, not < 1
-    assert c.verdict == "not measured" and c.evidence is None and "no GPU" in c.note
-    a, *_ = deepgate4_claims(*_claims_inputs(method_prob=0.18))  # overall 0.28 > b2's 0.27
+    assert b.positive_control.verdict == "holds"  # the planted linear and constant peaks are told apart
+    assert c.verdict == "not measured" and c.evidence is None and "no GPU" in c.note and checks == []
+    (a, *_), _ = deepgate4_claims(*_claims_inputs(method_prob=0.18))  # overall 0.28 > b2's 0.27
     assert a.verdict == "does not hold" and "behind the next-best baseline on F prob" in a.note
-    a, *_ = deepgate4_claims(*_claims_inputs(method_prob=0.08, control_prob=0.05))
+    (a, *_), _ = deepgate4_claims(*_claims_inputs(method_prob=0.08, control_prob=0.05))
     assert a.control.verdict == "holds" and a.verdict == "inconclusive"  # the control beats b2 too: vacuous
-    a, *_ = deepgate4_claims(*_claims_inputs(method_prob=0.08, seeds=2))
+    (a, *_), _ = deepgate4_claims(*_claims_inputs(method_prob=0.08, seeds=2))
     assert a.verdict == "inconclusive"  # two seeds are too few for a verdict
 
 
+def test_an_unconverged_baseline_or_a_narrow_size_range_leaves_the_claims_inconclusive():
+    (a, *_), _ = deepgate4_claims(*_claims_inputs(method_prob=0.18, converged=False))  # b2, the next-best, still learning
+    assert a.verdict == "inconclusive" and "premise not met: compared arms converged" in a.note
+    (_, b, *_), _ = deepgate4_claims(*_claims_inputs(method_prob=0.08, sizes=(1e3, 1.5e3, 2e3, 3e3, 4e3)))
+    assert b.verdict == "inconclusive" and "circuit sizes spanned" in b.note  # 4x: less than a decade
+
+
 def test_memory_claim_is_inconclusive_when_the_full_graph_is_sublinear_too():
-    _, b, *_ = deepgate4_claims(*_claims_inputs(method_prob=0.08, full_exponent=0.95))
+    (_, b, *_), _ = deepgate4_claims(*_claims_inputs(method_prob=0.08, full_exponent=0.95))
     assert b.control.verdict == "holds" and b.verdict == "inconclusive" and "negative control" in b.note
 
 
-def test_kernel_claims_on_the_cpu_decide_memory_and_leave_runtime_unmeasured():
-    runs = [{"circuit": c, "fused_bytes": f, "unfused_bytes": 1000, "control_bytes": 1000}
+def test_the_interpreter_trace_is_a_check_not_a_claim():
+    runs = [{"circuit": c, "fused_bytes": f, "unfused_bytes": 1000, "control_bytes": 1000, "max_abs_diff": 1e-7}
             for c, f in (("x", 100), ("y", 150), ("z", 120))]
-    kernel = {"memory": True, "runtime": False, "device": "cpu (Triton interpreter)", "what": "one layer",
+    kernel = {"memory": False, "runtime": False, "device": "cpu (Triton interpreter)", "what": "one layer",
               "reason": "no GPU", "runs": runs}
-    *_, c, d = deepgate4_claims(*_claims_inputs(method_prob=0.08, kernel=kernel))
-    assert c.verdict == "holds" and c.control.verdict == "does not hold"  # A/A: reduction 0 on every circuit
-    assert c.measured["reduction % per circuit"] == {"x": 90.0, "y": 85.0, "z": 88.0}
-    assert d.verdict == "not measured"
+    (*_, c, d), checks = deepgate4_claims(*_claims_inputs(method_prob=0.08, kernel=kernel))
+    assert c.verdict == d.verdict == "not measured"
+    assert {k.id: k.passed for k in checks} == {"fused_kernel_op_trace": True, "fused_kernel_matches_reference": True}
+    assert checks[0].measured == pytest.approx(0.85)  # the smallest reduction over the circuits
 
 
 def test_kernel_claims_on_a_gpu_need_three_circuits():
@@ -562,8 +594,18 @@ def test_kernel_claims_on_a_gpu_need_three_circuits():
            "unfused_peak_bytes": 100, "control_peak_bytes": 100}
     kernel = {"memory": True, "runtime": True, "device": "GPU", "what": "forward", "runs": [
         {"circuit": c, **row} for c in "xy"]}
-    *_, c, d = deepgate4_claims(*_claims_inputs(method_prob=0.08, kernel=kernel))
+    (*_, c, d), _ = deepgate4_claims(*_claims_inputs(method_prob=0.08, kernel=kernel))
     assert c.verdict == d.verdict == "inconclusive"  # two circuits: fewer than 3 replicates
+    kernel["runs"] = [{"circuit": c, **row, "fused_peak_bytes": 50 + i} for i, c in enumerate("xyz")]
+    (*_, c, d), _ = deepgate4_claims(*_claims_inputs(method_prob=0.08, kernel=kernel))
+    assert c.verdict == "holds" and c.control.verdict == "does not hold"  # A/A: no reduction
+    assert d.evidence.identical and "identical values" in d.note  # the same timing on every circuit is said
+
+
+def test_planted_peaks_are_linear_and_constant():
+    small, large = Mem.planted_peaks(1000, 8), Mem.planted_peaks(4000, 8)
+    assert large["linear"] == 4 * small["linear"] == 4 * 2 * 1000 * 8 * 4  # two (n, width) float storages
+    assert large["constant"] == small["constant"]
 
 
 # ---- configuration ---------------------------------------------------------------------------
@@ -585,7 +627,7 @@ def _config(overlay=None):
 @pytest.mark.parametrize("overlay", [None, "smoke.yaml", "full.yaml"])
 def test_every_scale_parses(overlay):
     p = parse(_config(overlay))
-    assert p.method in p.arms and p.kernel.device in ("cuda", "cpu")
+    assert p.method in p.arms and p.kernel.device in ("cuda", "cpu") and p.train.epochs >= 1
 
 
 def test_cross_field_rules_are_checked():

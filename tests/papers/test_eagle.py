@@ -152,6 +152,12 @@ def test_bad_config_and_data_are_named(tmp_path):
         parse({"data": {**SMALL_CFG["data"], "digit_classes": 1}})
     with pytest.raises(ValueError, match="eagle.data.kinds"):
         parse({"data": {**SMALL_CFG["data"], "kinds": ["global", "count"]}})
+    with pytest.raises(ValueError, match="eagle.experts.names"):
+        parse({"experts": {**SMALL_CFG["experts"], "names": ["clip", "det"]}})
+    with pytest.raises(ValueError, match="eagle.arm_seeds.single"):
+        parse({"seeds": 2, "arm_seeds": {"fusion": 1, "single": 3, "prealign": 1}})
+    with pytest.raises(ValueError, match="eagle.train.sft_steps"):
+        parse({"train": {**SMALL_CFG["train"], "sft_steps": 3, "eval_every": 1}})
     with pytest.raises(FileNotFoundError, match="missing.npz"):
         D.load_digits_pool(str(tmp_path / "missing.npz"))
     bad = tmp_path / "bad.npz"
@@ -174,16 +180,28 @@ def test_tower_trunk_and_top_compose_and_the_output_is_layer_normed():
     torch.testing.assert_close(out, (raw - mu) / torch.sqrt(var + 1e-5))
 
 
-SMALL_CFG = {"seeds": 1, "data": {"train_canvases": 12, "val_canvases": 4, "test_canvases": 4,
-                                  "kinds": ["global", "fine", "count"], "digit_classes": 3,
-                                  "heldout_fraction": 0.4, "digits_file": None},
-             "experts": {"channels": 4, "pretrain_steps": 2, "batch": 4, "lr": 1e-3, "temperature": 0.07},
-             "lm": {"d_model": 8, "n_layer": 1, "n_head": 2, "pretrain_steps": 2, "batch": 4, "lr": 1e-3},
-             "train": {"prealign_steps": 1, "align_steps": 1, "sft_steps": 1, "batch": 4, "align_lr": 1e-3, "sft_lr": 1e-3}}
+SMALL_CFG = {"seeds": 2, "arm_seeds": {"fusion": 1, "single": 2, "prealign": 1},
+             "data": {"train_canvases": 12, "val_canvases": 4, "test_canvases": 4,
+                      "kinds": ["global", "fine", "count"], "digit_classes": 3,
+                      "heldout_fraction": 0.4, "digits_file": None},
+             "experts": {"names": ["clip", "hires", "det"], "channels": 4, "pretrain_steps": 2, "batch": 4, "lr": 1e-3,
+                         "temperature": 0.07},
+             "lm": {"d_model": 8, "n_layer": 2, "n_head": 2, "pretrain_steps": 2, "batch": 4, "lr": 1e-3},
+             "train": {"prealign_steps": 1, "align_steps": 1, "sft_steps": 4, "batch": 4, "align_lr": 1e-3,
+                       "sft_lr": 1e-3, "eval_every": 1}}
 
 
 def test_prepare_draws_only_the_chosen_digits_and_asks_the_test_canvases_twice(tmp_path):
     D.prepare(cfg=SMALL_CFG, data=tmp_path / "d.npz")
+    # No test canvas shows a digit image that a model trained on: pretraining and every seed's training canvases use
+    # one pool of images, every seed's val and test canvases the other (big digits compared, quadrant by quadrant).
+    def bigs(seed, split):
+        s = D.read_split(tmp_path / "d.npz", seed, split)
+        return {s["scene_canvas"][i, (q // 2) * 16:(q // 2 + 1) * 16, (q % 2) * 16:(q % 2 + 1) * 16].tobytes()
+                for i, q in enumerate(s["scene_big_quadrant"])}
+    trained = bigs("pretrain", "pretrain") | bigs(0, "train") | bigs(1, "train")
+    held = bigs(0, "val") | bigs(0, "test") | bigs(1, "val") | bigs(1, "test")
+    assert trained and held and not trained & held
     test, novel = D.read_split(tmp_path / "d.npz", 0, "test"), D.read_split(tmp_path / "d.npz", 0, "novel")
     for split in ("train", "val", "test"):
         s = D.read_split(tmp_path / "d.npz", 0, split)
@@ -202,7 +220,7 @@ def test_cached_lower_layers_give_the_towers_own_output_and_stay_frozen(tmp_path
     D.prepare(cfg=SMALL_CFG, data=tmp_path / "d.npz")
     p = parse(SMALL_CFG)
     splits = {s: D.read_split(tmp_path / "d.npz", 0, s) for s in ("train", "val", "test", "novel")}
-    pre = T.pretrain_all(splits, p, 0)
+    pre = T.pretrain_all(D.read_split(tmp_path / "d.npz", "pretrain", "pretrain"), p)
     bank = T.trunk_bank(pre, splits["val"]["scene_canvas"], p.experts["channels"])
     model = T.build(T.arm("fusion:concat", ["clip", "hires", "det"]), pre, p)
     canvas = torch.as_tensor(splits["val"]["scene_canvas"])
@@ -226,10 +244,71 @@ def test_one_arm_end_to_end(tmp_path):
     D.prepare(cfg=SMALL_CFG, data=tmp_path / "d.npz")
     p = parse(SMALL_CFG)
     splits = {s: D.read_split(tmp_path / "d.npz", 0, s) for s in ("train", "val", "test", "novel")}
-    pre = T.pretrain_all(splits, p, 0)
+    pre = T.pretrain_all(D.read_split(tmp_path / "d.npz", "pretrain", "pretrain"), p)
     banks = {s: T.trunk_bank(pre, splits[s]["scene_canvas"], p.experts["channels"]) for s in splits}
     lm_before = {k: v.clone() for k, v in pre["lm"].items()}
     rows = T.run_arm(T.arm("prealign:concat", ["clip", "hires", "det"], prealign="aligned"), pre, splits, banks, p,
                      np.random.default_rng(0))
     assert {r["kind"] for r in rows} == {"all", "global", "fine", "count"} and all(0 <= r["accuracy"] <= 1 for r in rows)
     assert all(torch.equal(lm_before[k], pre["lm"][k]) for k in lm_before)  # arms train copies
+    assert all(np.isfinite(r["late_gain"]) for r in rows)  # the validation curve had 4 points
+    # The seeds' groups: seed 0 trains every group, seed 1 the single experts only (and concat, always).
+    assert T.seed_groups(p.arm_seeds, 0) == ("fusion", "single", "prealign") and T.seed_groups(p.arm_seeds, 1) == ("single",)
+    names = [a["name"] for a in T.fixed_arms(["clip", "hires"], ("single",))]
+    assert names == ["fusion:concat", "single:clip", "single:hires", "control:blind_hires_experts"]
+
+
+def test_region_mask_tiles_a_map_the_grid_does_not_divide():
+    # A 3 x 3 query grid over a 4 x 4 map: rows 0, 1 -> 0 and 1; rows 2, 3 -> 1 and 2 (floor(r 3 / 4)); every high-res
+    # cell belongs to exactly one region, and a 24 x 24 grid over a 32 x 32 map (the full scale's ConvNeXt) works.
+    m = Fu.region_mask(3, 4)
+    assert m.shape == (9, 16) and (m.sum(0) == 1).all()
+    rows = torch.arange(4) * 3 // 4
+    assert rows.tolist() == [0, 0, 1, 2]
+    assert (Fu.region_mask(24, 32).sum(0) == 1).all() and Fu.region_mask(24, 32).sum(1).min() >= 1
+    torch.testing.assert_close(Fu.region_mask(4, 8), Fu.region_mask(4, 8))
+    assert torch.equal(Fu.region_mask(2, 4), torch.tensor([[1, 1, 0, 0, 1, 1, 0, 0] + [0] * 8,
+                                                            [0, 0, 1, 1, 0, 0, 1, 1] + [0] * 8,
+                                                            [0] * 8 + [1, 1, 0, 0, 1, 1, 0, 0],
+                                                            [0] * 8 + [0, 0, 1, 1, 0, 0, 1, 1]], dtype=torch.bool))
+    with pytest.raises(ValueError, match="coarser"):
+        Fu.region_mask(8, 4)
+
+
+def test_the_answer_logits_computed_at_the_last_position_only_are_the_full_forwards():
+    from papers.eagle.model import LM
+
+    torch.manual_seed(0)
+    for layers in (1, 2):
+        lm = LM(vocab=30, length=7, d_model=16, n_layer=layers, n_head=2)
+        idx, prefix = torch.randint(0, 30, (3, 6)), torch.randn(3, 5, 16)
+        torch.testing.assert_close(lm(idx, prefix, last_only=True)[:, -1], lm(idx, prefix)[:, -1])
+
+
+def test_late_gain_and_the_gates_on_a_planted_table():
+    import pandas as pd
+
+    from papers.eagle.report import claim_a
+    from papers.eagle.train import late_gain
+
+    assert late_gain([0.5, 0.9, 0.9, 0.92]) == pytest.approx(0.02) and late_gain([0.6, 0.6, 0.6, 0.9]) == pytest.approx(0.3)
+    p = parse({"seeds": 8, "arm_seeds": {"fusion": 8, "single": 3, "prealign": 3}})
+    rng = np.random.default_rng(0)
+
+    def table(offset, stuck=False):
+        rows = []
+        for seed in range(8):
+            base = 0.9 + 0.01 * rng.normal()
+            for arm in [f"fusion:{f}" for f in Fu.FUSIONS] + (["single:clip"] if seed < 3 else []):
+                acc = base + (offset if arm != "fusion:concat" else 0) + 0.005 * rng.normal()
+                acc = acc - 0.3 if arm == "single:clip" else acc
+                fine = 0.25 if (stuck and arm == "fusion:deformable" and seed == 0) else 0.9
+                for split, kind, a in (("test", "all", acc), ("val", "fine", fine), ("test", "fine", acc)):
+                    rows.append({"arm": arm, "seed": seed, "split": split, "kind": kind, "accuracy": a,
+                                 "late_gain": 0.0, "visual_tokens": 16})
+        return pd.DataFrame(rows)
+
+    assert claim_a(p, table(0.0)).verdict == "holds"  # concat equal to every fusion: within the margin
+    assert claim_a(p, table(0.1)).verdict == "does not hold"  # every fusion 0.1 above concat
+    stuck = claim_a(p, table(0.0, stuck=True))  # one fusion run never read the fine print
+    assert stuck.verdict == "inconclusive" and "fine print" in stuck.note

@@ -59,13 +59,16 @@ def hf(tmp_path_factory):
     for name in ("train", "bench"):
         (root / f"{name}.json").write_text(json.dumps(recs))
     defaults = to_dict(Params())
-    cfg = {"seeds": 1, "data": defaults["data"], "fusion": {"grid": 4, "hidden": 8, "deformable_points": 2},
-           "train": {**defaults["train"], "prealign_steps": 1, "align_steps": 1, "sft_steps": 1, "batch": 2},
+    cfg = {"seeds": 1, "arm_seeds": {"fusion": 1, "single": 1, "prealign": 1}, "data": defaults["data"],
+           "experts": {**defaults["experts"], "names": ["clip", "hires", "det"]},
+           "fusion": {"grid": 4, "hidden": 8, "deformable_points": 2},
+           "train": {**defaults["train"], "prealign_steps": 1, "align_steps": 1, "sft_steps": 4, "batch": 2,
+                     "eval_every": 1},
            "llava": {"train_json": str(root / "train.json"), "val_json": str(root / "bench.json"),
                      "test_json": str(root / "bench.json"), "image_folder": str(images),
                      "experts": {e: str(root / e) for e in ("clip", "hires", "det")}, "lm": str(root / "lm"),
                      "image_sizes": {"clip": None, "hires": None, "det": 32}, "select_layer": -2,
-                     "max_text_tokens": 64}}
+                     "max_text_tokens": 64, "lm_dtype": "float32", "lora": {"rank": 0, "alpha": 16}}}
     return root, cfg
 
 
@@ -220,7 +223,7 @@ def test_stages_end_to_end(hf, tmp_path):
     _, cfg = hf
     D.prepare(cfg=cfg, data=tmp_path / "data.npz")
     assert len(L.read_records(tmp_path / "data.npz", "test")) == 3
-    stages.pretrain(cfg=cfg, seed="0", data=tmp_path / "data.npz", experts=tmp_path / "e.pt")
+    stages.pretrain(cfg=cfg, data=tmp_path / "data.npz", experts=tmp_path / "e.pt")
     found = torch.load(tmp_path / "e.pt")["llava"]
     assert found["lm_width"] == 16 and found["experts"]["hires"]["side"] == 8
     stages.train(cfg=cfg, seed="0", data=tmp_path / "data.npz", experts=tmp_path / "e.pt",
@@ -228,6 +231,7 @@ def test_stages_end_to_end(hf, tmp_path):
     df = pd.read_parquet(tmp_path / "acc.parquet")
     assert {"fusion:concat", "prealign:concat", "control:blind_hires_experts", "single:det"} <= set(df.arm)
     assert set(df.kind) == {"global", "fine", "all"} and set(df.split) == {"val", "test"}
+    assert (df.static_memory_gb > 0).all()
     assert (df.rr_step > 0).groupby(df.arm).any().sum() == 3  # the round-robin's three steps
     from papers.eagle.report import evaluate
 
@@ -235,7 +239,32 @@ def test_stages_end_to_end(hf, tmp_path):
     from papers.eagle.report import report
 
     out = {k: tmp_path / v for k, v in {"table_md": "t.md", "table_csv": "t.csv", "claims": "c.json",
-                                        "params_json": "p.json", "report_md": "r.md", "accuracy_figure": "a.png"}.items()}
+                                        "params_json": "p.json", "report_md": "r.md", "accuracy_figure": "a.png",
+                                        "verdicts": "v.png"}.items()}
     report(cfg=cfg, scale="full", table=tmp_path / "table.parquet", benchmarks=[], **out)
     text = out["report_md"].read_text()
     assert cfg["llava"]["test_json"] in text and "chance" not in out["table_md"].read_text()
+
+
+def test_lora_starts_as_the_pretrained_lm_and_trains_only_its_adapters(hf):
+    """LoRA (Hu et al. 2022): B = 0 at the start, so the LM's logits are unchanged; with the LM unfrozen only the
+    adapters train; a bf16 LM keeps float32 adapters."""
+    root, cfg = hf
+    lm, tok = L.load_lm(cfg["llava"]["lm"])
+    ids = torch.tensor([[1, 6, 7, 8]])
+    before = lm(input_ids=ids).logits
+    n = L.add_lora(lm, rank=2, alpha=4)
+    assert n == 4  # q, k, v, o of the tiny Llama's one layer
+    torch.testing.assert_close(lm(input_ids=ids).logits, before)
+    model, tok = _model({**cfg, "llava": {**cfg["llava"], "lora": {"rank": 2, "alpha": 4}}}, "concat")
+    L.set_trainable(model, towers=True, fusion=True, lm=True)
+    trainable = {k for k, q in model.lm.named_parameters() if q.requires_grad}
+    assert trainable and all("lora_" in k for k in trainable)
+    full = sum(q.numel() * 16 for q in model.parameters() if q.requires_grad)
+    frozen = sum(q.numel() * q.element_size() for q in model.parameters() if not q.requires_grad)
+    assert L.static_memory_gb(model) == pytest.approx((full + frozen) / 1e9)
+    half, _ = L.load_lm(cfg["llava"]["lm"], "bfloat16")
+    L.add_lora(half, rank=2, alpha=4)
+    layer = next(m for m in half.modules() if isinstance(m, L.LoRALinear))
+    assert layer.base.weight.dtype == torch.bfloat16 and layer.lora_a.dtype == torch.float32
+    assert half(input_ids=ids).logits.dtype == torch.bfloat16

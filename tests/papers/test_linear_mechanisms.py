@@ -10,7 +10,8 @@ from scipy.integrate import solve_ivp
 
 from papers.linear_mechanisms import exact, mlp, phase
 from papers.linear_mechanisms.params import parse
-from papers.linear_mechanisms.stages import point_states, simulate, trajectory_errors
+from papers.linear_mechanisms.evaluate import point_states, trajectory_errors
+from papers.linear_mechanisms.stages import simulate
 
 M2, MXY = 1.3, 0.9  # data moments of a hand-made 1-D set
 
@@ -202,18 +203,21 @@ def test_classify_hand_built_states():
     assert phase.classify(0.2, 0.3, 0.35, 1.02, 0.01, **th) == "mixed"
 
 
-def test_mlp_ntk_matches_autograd():
+@pytest.mark.parametrize("alpha", [mlp.NTK, mlp.MEAN_FIELD])
+def test_mlp_ntk_matches_autograd(alpha):
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(7, 5, generator=gen, dtype=torch.float64)
     W, U = mlp.init(gen, 5, 9, 3, 1.3, dtype=torch.float64)
 
     def outputs(w_flat, u_flat):
-        return mlp.forward(w_flat.view(9, 5), u_flat.view(3, 9), x).reshape(-1)  # (n C,)
+        return mlp.forward(w_flat.view(9, 5), u_flat.view(3, 9), x, alpha).reshape(-1)  # (n C,)
 
     jw, ju = torch.autograd.functional.jacobian(outputs, (W.reshape(-1), U.reshape(-1)))
     jac = torch.cat([jw, ju], 1).view(7, 3, -1)  # (n, C, params)
     k_auto = torch.einsum("ikp,jkp->ij", jac, jac)
-    torch.testing.assert_close(mlp.ntk(W, U, x), k_auto, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(mlp.ntk(W, U, x, alpha), k_auto, rtol=1e-10, atol=1e-10)
+    # mean-field output scaling is NTK scaling divided by sqrt(h)
+    np.testing.assert_allclose(mlp.forward(W, U, x, mlp.MEAN_FIELD), mlp.forward(W, U, x, mlp.NTK) / 3.0, rtol=1e-12)
 
 
 def test_parse_checks_cross_field_rules():
@@ -250,7 +254,8 @@ def _tiny_traj():
 
 
 def test_control_trajectories_recompute_the_exact_solution_and_differ_from_another_start():
-    from papers.linear_mechanisms.stages import OBSERVABLES, control_trajectories
+    from papers.linear_mechanisms.claims import control_trajectories
+    from papers.linear_mechanisms.evaluate import OBSERVABLES
 
     traj, m2, mxy = _tiny_traj()
     same = control_trajectories(traj, m2, mxy, offset=0)  # the run's own start: the exact columns again
@@ -260,36 +265,47 @@ def test_control_trajectories_recompute_the_exact_solution_and_differ_from_anoth
     assert trajectory_errors(other).error.max() > 10 * trajectory_errors(traj).error.max()
 
 
-def _runs(change: dict, acc: dict, seeds=3, noise=1e-3, converged=True):
+def _runs(change: dict, acc: dict, seeds=3, noise=1e-3, converged=True, turn=None):
+    """MLP rows of claim (d); the first layer's turn and norm change fall as 0.1 / scale unless `turn` is given."""
     rng = np.random.default_rng(0)
+    turn = turn or {k: 0.1 / k for k in change}
     return pd.DataFrame([{"seed": s, "arm": "scale", "init_scale": k, "ntk_change": change[k] + noise * rng.normal(),
                           "test_accuracy": acc[k] + noise * rng.normal(), "train_loss": 0.01, "diverged": False,
-                          "converged": converged}
+                          "converged": converged, "dir_w": turn[k] * (1 + noise * rng.normal()),
+                          "norm_w": 1 + turn[k] * (1 + noise * rng.normal())}
                          for s in range(seeds) for k in change])
 
 
 def test_nonlinear_claim_is_decided_over_the_whole_range_of_init_scales():
-    from papers.linear_mechanisms.stages import nonlinear_claim
+    from papers.linear_mechanisms.claims import nonlinear_claim
 
     p = parse({**_cfg(), "nonlinear": {**_cfg()["nonlinear"], "init_scales": [0.25, 1.0, 4.0]}})
     falling = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.2, 4.0: 0.05}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}))
     assert falling.verdict == "holds"
     assert falling.control.verdict == "does not hold"  # the scales scrambled: the trend is gone
-    # the end points still compare the right way, but the NTK change rises from 1 to 4: the range fails
-    rising = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.15, 4.0: 0.5}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}))
-    assert rising.verdict == "does not hold" and "NTK change at 1 - at 4" in rising.note
-    assert "lowest at init scale 1 " in rising.note and "not monotone" in rising.note
+    # the trend over the range decides, not each step: a dip at the middle scale leaves a falling trend standing
+    dip = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.15, 4.0: 0.5}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}))
+    assert dip.verdict == "holds" and "lowest at init scale 1 " in dip.note and "not monotone" in dip.note
     assert "not monotone" not in falling.note
+    # an NTK change that grows with the init scale does not hold
+    rising = nonlinear_claim(p, _runs({0.25: 0.05, 1.0: 0.2, 4.0: 3.0}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}))
+    assert rising.verdict == "does not hold" and "log NTK change" in rising.note
+    # the kernel-regime premise: a first layer that moves MORE at large init leaves the claim undecided
+    moving = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.2, 4.0: 0.05}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7},
+                                      turn={0.25: 0.01, 1.0: 0.05, 4.0: 0.2}))
+    assert moving.verdict == "inconclusive" and "premise not met" in moving.note
     two_seeds = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.2, 4.0: 0.05}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}, seeds=2))
     assert two_seeds.verdict == "inconclusive"
-    # runs that did not converge are left out and named, not silently used
-    unconverged = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.2, 4.0: 0.05}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7},
-                                           converged=False))
-    assert unconverged.verdict == "not measured" and "did not converge" in unconverged.note
+    # runs that did not converge are left out, and the convergence premise turns the verdict inconclusive
+    runs = _runs({0.25: 3.0, 1.0: 0.2, 4.0: 0.05}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}, seeds=4)
+    runs.loc[(runs.seed == 3) & (runs.init_scale == 4.0), "converged"] = False
+    unconverged = nonlinear_claim(p, runs)
+    assert unconverged.verdict == "inconclusive" and "premise not met" in unconverged.note
+    assert unconverged.measured["unconverged_runs"] == 1
 
 
 def test_derangement_moves_every_scale():
-    from papers.linear_mechanisms.stages import _derangement
+    from papers.linear_mechanisms.claims import _derangement
 
     for n in (2, 3, 5, 7):
         perm = _derangement(n, 0)
@@ -308,7 +324,12 @@ def test_layer_alignment_is_the_cosine_for_vectors_and_training_converges():
     assert res["converged"] and 0 < res["steps_run"] < 3000 and res["test_accuracy"] == 1.0
     slow = mlp.train(x, y, x, y, scale=0.5, hidden=16, steps=100, lr_factor=0.5, power_iterations=10, probe=10,
                      seed=0, converge_accuracy=1.0, lr_ratio=1e6)
-    assert not slow["converged"] and slow["steps_run"] == 100 and slow["dir_w"] < 1e-6  # first layer frozen
+    assert not slow["converged"] and slow["steps_run"] == 100 and slow["dir_w"] < 1e-6  # first layer nearly frozen
+    frozen = mlp.train(x, y, x, y, scale=0.5, hidden=16, steps=100, lr_factor=0.5, power_iterations=10, probe=10,
+                       seed=0, converge_accuracy=1.0, lr_ratio=float("inf"))
+    # the readout alone learns (1 - cos(W, W) is 0 up to float32 rounding)
+    assert frozen["dir_w"] < 1e-6 and frozen["norm_w"] == 1.0 and frozen["dir_u"] > 1e-3
+    assert frozen["lr"] == res["lr"]  # the same init and readout rate as the trainable run
 
 
 def test_step_cap_is_a_cap_not_a_length():
@@ -323,24 +344,121 @@ def test_step_cap_is_a_cap_not_a_length():
     assert short == long
 
 
-def test_nonlinear_mechanisms_claim_and_its_rotation_control():
-    from papers.linear_mechanisms.stages import nonlinear_mechanisms_claims
+def _small_digits(n=40, d_in=5, classes=3, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d_in, generator=gen)
+    return x, (x @ torch.randn(d_in, classes, generator=gen)).argmax(1)
 
-    p = parse(_cfg())
+
+def test_centred_network_starts_at_zero_whatever_the_init_scale():
+    # steps = 0: the state at initialisation. Centred, the output is 0, so the loss is that of zero output on one-hot
+    # targets, 1/2, at every scale; uncentred, a large init starts from a large random function (a larger loss)
+    x, y = _small_digits()
+    kw = dict(hidden=16, steps=0, lr_factor=0.5, power_iterations=5, probe=10, seed=0)
+    for scale in (0.25, 4.0):
+        res = mlp.train(x, y, x, y, scale=scale, centred=True, **kw)
+        assert res["train_loss"] == pytest.approx(0.5, abs=1e-6) and res["ntk_change"] == 0.0
+    raw = mlp.train(x, y, x, y, scale=4.0, centred=False, **kw)
+    assert raw["train_loss"] > 1.0 and raw["initial_output"] > 1.0
+    # centring subtracts a constant: the NTK and the layers' trajectory do not see it at init (same sharpness scale)
+    assert raw["initial_output"] == pytest.approx(mlp.train(x, y, x, y, scale=4.0, centred=True, **kw)["initial_output"])
+
+
+def test_loss_convergence_trains_past_a_fitted_training_set():
+    # converge_loss ignores the accuracy: the run continues after every label is right until the loss is small
+    x, y = _small_digits()
+    kw = dict(scale=0.5, hidden=16, steps=20000, lr_factor=0.5, power_iterations=10, probe=10, seed=0, centred=True)
+    by_accuracy = mlp.train(x, y, x, y, converge_accuracy=1.0, **kw)
+    by_loss = mlp.train(x, y, x, y, converge_loss=1e-2, **kw)
+    assert by_accuracy["converged"] and by_loss["converged"] and by_loss["train_loss"] <= 1e-2
+    assert by_loss["steps_run"] > by_accuracy["steps_run"] and by_accuracy["train_loss"] > 1e-2
+
+
+def test_frozen_readout_limit_is_where_gradient_descent_on_u_alone_ends():
+    from papers.linear_mechanisms.claims import frozen_readout_limit
+
+    rng = np.random.default_rng(0)
+    u0, w0, kappa, target = rng.normal(size=4) * 3, rng.normal(size=4) * 3, 0.5, 1.0
+    u = u0.copy()
+    for _ in range(5000):  # L = (kappa u.w0 - target)^2 / 2 on standardised data (m2 = 1)
+        u -= 0.01 * kappa * (kappa * u @ w0 - target) * w0
+    np.testing.assert_allclose(frozen_readout_limit(u0, w0, kappa, target), u, atol=1e-9)
+
+
+def test_majority_of_seeds_is_an_exact_binomial_test():
+    from papers.linear_mechanisms.claims import _majority
+
+    assert _majority(["disalignment"] * 5 + ["kernel"] * 25, "disalignment", "p").verdict == "does not hold"
+    assert _majority(["disalignment"] * 13 + ["kernel"] * 17, "disalignment", "p").verdict == "inconclusive"
+    assert _majority(["disalignment"] * 28 + ["kernel"] * 2, "disalignment", "p").verdict == "holds"
+    assert _majority(["disalignment"] * 17 + ["kernel"] * 13, "disalignment", "p").verdict == "inconclusive"
+
+
+def _mechanism_rows(p, frozen_change: float, seeds=3, converged=True):
+    """Each mechanism's trainable arm with a planted state, and its frozen-first-layer twin that moves the layer
+    alignment by `frozen_change` of the trainable arm's change (and its first layer not at all)."""
     nl = p.nonlinear
     state = {"alignment": dict(alignment0=0.1, alignment=0.3, dir_w=0.5, norm_w=1.5),
              "disalignment": dict(alignment0=0.1, alignment=0.05, dir_w=0.5, norm_w=0.9),
              "rescaling": dict(alignment0=0.1, alignment=0.1, dir_w=0.001, norm_w=1.3)}
     scale_of = {"alignment": min(nl.init_scales), "disalignment": max(nl.init_scales), "rescaling": nl.rescaling_scale}
-    rows = [{"seed": s, "arm": "rescaling" if k == "rescaling" else "scale", "init_scale": scale_of[k],
-             "ntk_change": 0.5 + 0.01 * s, "train_loss": 0.01, "converged": True, "diverged": False,
-             **{key: v * (1 + 0.001 * s) for key, v in state[k].items()}} for s in range(3) for k in state]
-    claims = nonlinear_mechanisms_claims(p, pd.DataFrame(rows))
+    rows = []
+    for k, st in state.items():
+        for s in range(seeds):
+            jitter = 1 + 0.001 * s
+            rows.append({"seed": s, "arm": "rescaling" if k == "rescaling" else "scale", "init_scale": scale_of[k],
+                         "ntk_change": 0.5 + 0.01 * s, "train_loss": 0.01, "converged": converged, "diverged": False,
+                         "steps_run": 100, **{key: v * jitter for key, v in st.items()}})
+            moved = st["alignment0"] + frozen_change * (st["alignment"] - st["alignment0"])
+            rows.append({"seed": s, "arm": f"frozen:{k}", "init_scale": scale_of[k], "ntk_change": 0.3 + 0.01 * s,
+                         "train_loss": 0.05, "converged": False, "diverged": False, "steps_run": 100,
+                         "alignment0": st["alignment0"], "alignment": moved * jitter, "dir_w": 0.0, "norm_w": 1.0})
+    return pd.DataFrame(rows)
+
+
+def test_nonlinear_mechanisms_are_decided_on_trainable_minus_frozen():
+    from papers.linear_mechanisms.claims import nonlinear_mechanisms_claims
+
+    p = parse(_cfg())
+    claims = nonlinear_mechanisms_claims(p, _mechanism_rows(p, frozen_change=0.2))
     assert [c.id for c in claims] == ["e_alignment", "e_disalignment", "e_rescaling"]
-    assert all(c.verdict == "holds" and c.control.verdict != "holds" for c in claims)
-    rows = [{**r, "converged": r["arm"] != "rescaling"} for r in rows]  # the rescaling arm never converged
-    claims = nonlinear_mechanisms_claims(p, pd.DataFrame(rows))
-    assert [c.verdict for c in claims] == ["holds", "holds", "not measured"] and "did not reach" in claims[2].note
+    # the readout alone moves the alignment by a fifth of the trainable arm's change (+40% at small init): the first
+    # layer adds the rest, and the swapped arms show no such mechanism
+    assert all(c.verdict == "holds" and c.control.verdict != "holds" and c.control.kind == "null" for c in claims)
+    assert "readout alone" in claims[0].note
+    # the readout alone moves the layers as much: the first layer's learning adds nothing, alignment and
+    # disalignment do not hold (rescaling is read on the first layer itself, which the frozen twin cannot move)
+    same = {c.id: c for c in nonlinear_mechanisms_claims(p, _mechanism_rows(p, frozen_change=1.0))}
+    assert same["e_alignment"].verdict == "does not hold" and same["e_disalignment"].verdict == "does not hold"
+    assert same["e_rescaling"].verdict == "holds"
+    # a first layer that does not move (dir_w ~ 0, norm ratio ~ 1): nothing for the ablation to remove, so alignment
+    # and disalignment are inconclusive (their first-layer premise), not decided by the readout's movement
+    still = _mechanism_rows(p, frozen_change=1.0)
+    still.loc[~still.arm.str.startswith("frozen"), ["dir_w", "norm_w"]] = [1e-4, 1.0001]
+    quiet = {c.id: c for c in nonlinear_mechanisms_claims(p, still)}
+    assert quiet["e_disalignment"].verdict == "inconclusive" and "first layer learned" in quiet["e_disalignment"].note
+    assert quiet["e_alignment"].verdict == "inconclusive"
+    # unconverged trainable runs: the premise is unmet, never "does not hold"
+    unconverged = nonlinear_mechanisms_claims(p, _mechanism_rows(p, frozen_change=1.0, converged=False))
+    assert all(c.verdict == "inconclusive" and "premise not met" in c.note for c in unconverged)
+
+
+def test_every_mechanism_arm_has_a_frozen_twin():
+    from papers.linear_mechanisms.stages import mlp_arms
+
+    nl = parse(_cfg()).nonlinear
+    arms = mlp_arms(nl)
+    frozen = [a for a in arms if a["arm"].startswith("frozen:")]
+    assert [a["arm"] for a in frozen] == ["frozen:alignment", "frozen:disalignment", "frozen:rescaling"]
+    for a in frozen:
+        twin = next(t for t in arms if (t["arm"], t["init_scale"]) == a["paired"])
+        assert a["lr_ratio"] == float("inf") and a["output_exponent"] == twin["output_exponent"]
+        assert arms.index(twin) < arms.index(a)  # the twin trains first: its steps cap the ablation
+    rescaling = next(a for a in arms if a["arm"] == "rescaling")
+    assert rescaling["output_exponent"] == mlp.MEAN_FIELD and rescaling["lr_ratio"] == nl.rescaling_lr_ratio
+    # the rescaling arm and its ablation converge on the loss (the slowed first layer learns after the labels fit)
+    assert rescaling["converge_loss"] == nl.rescaling_converge_loss
+    assert next(a for a in frozen if a["arm"] == "frozen:rescaling")["converge_loss"] == nl.rescaling_converge_loss
 
 
 def _cfg():
@@ -351,7 +469,7 @@ def _cfg():
 
 
 def test_width_scaling_tests_and_their_label_swap():
-    from papers.linear_mechanisms.stages import _persists, _vanishes
+    from papers.linear_mechanisms.claims import _persists, _vanishes
 
     p = parse(_cfg())
     widths = [10, 100, 1000, 10000]

@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 import torch
 
+from papers.orion import model as model_lib
 from papers.orion import patching, tasks
 from papers.orion.lm import WordLM
 from papers.orion.model import GPT, GPTConfig, last_logits, patched_logits, residuals, rotary, rotary_angles
@@ -231,19 +232,86 @@ def test_patching_hooks_against_closed_forms():
                                rtol=1e-5, atol=1e-5)
     # at an inner layer the patch changes the output (and only at the patched token)
     assert not torch.allclose(patched_logits(model, idx2, pos2, 1, res1[1]), clean2)
-    # a span of the last S tokens: S = 1 is the one-token patch; the whole sequence at layer 0 is the source's run
-    span1 = residuals(model, idx1, pos1, span=1)
-    torch.testing.assert_close(span1, res1)
-    torch.testing.assert_close(patched_logits(model, idx2, pos2, 1, residuals(model, idx1, pos1, span=3)[1][:, -1:]),
-                               patched_logits(model, idx2, pos2, 1, res1[1]))
-    whole = residuals(model, idx1, torch.full((4,), 9), span=10)  # (L + 1, B, 10, C): every token of idx1
-    assert whole.shape == (4, 4, 10, 16)
-    torch.testing.assert_close(patched_logits(model, idx1[:, :10] * 0 + 1, torch.full((4,), 9), 0, whole[0]),
-                               last_logits(model, idx1, torch.full((4,), 9)), rtol=1e-5, atol=1e-5)
-    # the span's states are the tokens' own: the second-to-last token's state is that token's residual
-    torch.testing.assert_close(residuals(model, idx1, pos1, span=2)[:, :, 0], residuals(model, idx1, pos1 - 1))
-    with pytest.raises(ValueError, match="at least 7 tokens"):
-        residuals(model, idx1, pos1, span=7)  # the third sequence has 6
+
+
+# ---- the window premise and the routed positive control ---------------------------------------------
+def test_request_blind_mask_against_a_hand_written_one():
+    """Marker 9 opens a request at positions 2 and 6: a position from a marker on sees neither that marker nor the
+    tokens after it up to itself (but itself, and everything before the marker); before any marker, causal only."""
+    idx = torch.tensor([[1, 2, 9, 3, 4, 5, 9, 6]])
+    allowed = model_lib.request_blind_mask(idx, torch.tensor([9]))[0]
+    expected = torch.zeros(8, 8, dtype=torch.bool)
+    for t in range(8):
+        start = max([m for m in (2, 6) if m <= t], default=None)
+        for s_ in range(t + 1):
+            expected[t, s_] = start is None or s_ < start or s_ == t
+    assert torch.equal(allowed, expected)
+    assert allowed.diagonal().all()  # no query row is empty
+    # the first block's mask: inside a request, its own request only (from the marker on); before any, causal
+    first = model_lib.request_only_mask(idx, torch.tensor([9]))[0]
+    expected = torch.zeros(8, 8, dtype=torch.bool)
+    for t in range(8):
+        start = max([m for m in (2, 6) if m <= t], default=0)
+        expected[t, start:t + 1] = True
+    assert torch.equal(first, expected)
+
+
+@pytest.mark.parametrize("routed", [True, False])
+def test_a_routed_model_reads_its_request_through_the_last_token_only(routed):
+    """In a routed model (random weights) the request reaches the output only through the last token's state after
+    block 1, and that state holds nothing of the context: patching (C1, R1)'s last-token state at layer 1 into
+    (C2, R2) gives the output of (C2, R1) exactly, R1(C2), the decomposition planted by construction (C1 is even
+    longer than C2). A plain model reads R2's tokens (and C1 through the patched state) again, so it does not."""
+    torch.manual_seed(1)
+    marker = 9
+    cfg = GPTConfig(vocab_size=23, block_size=32, n_layer=3, n_head=2, n_embd=16,
+                    request_markers=(marker,) if routed else ())
+    model = GPT(cfg).eval()
+    c1, c2 = torch.randint(10, 23, (4, 9)), torch.randint(10, 23, (4, 7))
+    r1, r2 = torch.randint(10, 23, (4, 3)), torch.randint(10, 23, (4, 3))
+    last, open_ = torch.full((4, 1), 5), torch.full((4, 1), marker)
+    x1, x2, x21 = (torch.cat([c, open_, r, last], 1) for c, r in ((c1, r1), (c2, r2), (c2, r1)))
+    pos1, pos2 = torch.full((4,), x1.shape[1] - 1), torch.full((4,), x2.shape[1] - 1)
+    patched = patched_logits(model, x2, pos2, 1, residuals(model, x1, pos1)[1])
+    if routed:
+        torch.testing.assert_close(patched, last_logits(model, x21, pos2), rtol=1e-5, atol=1e-5)
+    else:
+        assert not torch.allclose(patched, last_logits(model, x21, pos2), atol=1e-3)
+
+
+def test_value_reach_after_a_patched_layer():
+    """The positions before the last token that value windows in the blocks after layer L read."""
+    def reach(**kw):
+        cfg = GPTConfig(vocab_size=5, block_size=8, n_layer=4, **kw)
+        return [cfg.value_reach_after(L) for L in range(5)]
+
+    assert reach() == [0] * 5  # plain attention
+    assert reach(kv_window=4, value_layers=0) == [0] * 5  # keys only
+    assert reach(kv_window=4) == [3, 3, 3, 3, 0]  # values in every block: around every patch but the last
+    assert reach(kv_window=4, value_layers=1) == [3, 0, 0, 0, 0]  # values in block 1: around the embedding patch only
+
+
+def test_key_distance_and_request_markers():
+    story = ("Q : where did the hero live ? A :".split(), "Q : who is the hero ? A :".split())
+    assert tasks.key_distance(*story) == 3  # "live" / "hero", three before the last ":"
+    assert tasks.key_distance("alpha :".split(), "beta :".split()) == 1
+    assert tasks.request_markers(["story"]) == ("Q",)
+    with pytest.raises(ValueError, match="induction"):
+        tasks.request_markers(["story", "induction"])  # "alpha" opens a request and sits in every context
+
+
+def test_validation_prompts_avoid_every_test_prompt(vocab):
+    """Few held-out styles and tiny pools, so that draws collide: the validation set still holds no test prompt."""
+    from papers.orion.stages import validation_prompts
+
+    fam = tasks.FAMILIES["induction"]
+    split = {"induction": tasks.split_styles(fam, 0.25, seed=0)}
+    small = tasks.Vocab(tokens=vocab.tokens, pools={**vocab.pools, "word": vocab.pools["word"][:6]})
+    rng = np.random.default_rng(0)
+    test = pd.DataFrame({"prompt": [" ".join(tasks.test_prompt(fam, split["induction"][1], small, rng).tokens)
+                                    for _ in range(300)]})
+    val = validation_prompts([fam], split, small, 50, test, np.random.default_rng(1))
+    assert len(val) == 50 and not set(val.prompt) & set(test.prompt)
 
 
 # ---- request-patching bookkeeping --------------------------------------------------------------
@@ -268,66 +336,118 @@ def test_profile_detection():
     assert not patching.is_interior_decomposition(patching.layer_profile(back))
     assert patching.is_interior_decomposition(["R1(C1)", "R1(C2)", "R2(C2)"])  # wrong ends: not the claim's business
     assert not patching.is_interior_decomposition(["R2(C2)", "R1(C1)"])  # no interior layer: cannot hold
+    # a floor: a layer whose largest ratio is below it has no dominant output, and the profile fails there
+    assert patching.layer_profile(good, floor=0.5) == patching.layer_profile(good)
+    noise = _sweep({0: (0.05, 0, 0), 1: (0.001, 0.01, 0.002), 2: (0, 0.002, 0.01), 3: (0, 0, 0.003)})
+    assert patching.is_interior_decomposition(patching.layer_profile(noise))  # the argmax of noise "decomposes"
+    assert patching.layer_profile(noise, floor=0.5) == [patching.NONE] * 4
+    assert not patching.is_interior_decomposition(patching.layer_profile(noise, floor=0.5))
+    assert not patching.is_decomposition_profile(patching.layer_profile(noise, floor=0.5))
+    broken = _sweep({0: (1, 0, 0), 1: (0.3, 0.2, 0.1), 2: (0, 0.9, 0), 3: (0, 0, 1)})  # layer 1: nothing dominates
+    assert patching.is_interior_decomposition(patching.layer_profile(broken))
+    assert not patching.is_interior_decomposition(patching.layer_profile(broken, floor=0.5))
 
 
-def _claim_inputs(shares, seeds=3, families=("story", "code"), gated=True, control=0):
-    """A pairs table as summarise() writes it, for one size L4: per seed, the first `shares[s]` families keep
-    R1(C2) and show the interior profile; the first `control` families do so under the control patch too."""
+MODELS = [{"name": "T", "n_layer": 4, "n_embd": 32, "n_head": 2},
+          {"name": "R", "n_layer": 4, "n_embd": 32, "n_head": 2, "routed": True}]
+NO_OVERSIGHT = pd.DataFrame(columns=["model", "seed", "n_layer", "layer", "before", "after", "after_other",
+                                     "follows_before", "follows_after", "clean_before", "clean_after"])
+
+
+def _params(seeds=3):
+    return parse({"seeds": seeds, "models": MODELS, "families": ["story", "code"]})
+
+
+def _claim_inputs(shares, seeds=3, families=("story", "code"), gated=True, control=0, planted=None, window=0):
+    """A pairs table as report.summarise writes it, for the tested model T and the routed model R: per seed, the
+    first `shares[s]` families of T keep R1(C2) and show the interior profile (of R: the first `planted[s]`, all
+    by default); the first `control` families do so under the control patch too; `window`: request tokens a value
+    window of T reads around the patch."""
+    planted = [len(families)] * seeds if planted is None else planted
     pairs = []
-    for seed in range(seeds):
-        for i, fam in enumerate(families):
-            good = i < shares[seed]
-            pairs.append({"model": "L4", "seed": seed, "family": fam, "n_layer": 4, "width": 32, "gate_step": 100,
-                          "accuracy": 1.0 if gated else 0.5, "gated": gated, "r1c2_max": 0.9 if good else 0.1,
-                          "r1c2_layer": 2, "depth": 0.5, "profile": "", "decomposition": good, "interior": good,
-                          "ends_by_construction": True, "control_r1c2_max": 0.9 if i < control else 0.1,
-                          "control_interior": i < control})
+    for model, good_counts in (("T", shares), ("R", planted)):
+        for seed in range(seeds):
+            for i, fam in enumerate(families):
+                good = i < good_counts[seed]
+                pairs.append({"model": model, "seed": seed, "family": fam, "routed": model == "R", "n_layer": 4,
+                              "width": 32, "gate_step": 100, "accuracy": 1.0 if gated else 0.5, "gated": gated,
+                              "window_tokens": window if model == "T" else 0, "key_distance": 3,
+                              "r1c2_max": 0.9 if good else 0.1, "r1c2_layer": 2, "depth": 0.5,
+                              "profile": "R2(C2) > R1(C2) > R1(C2) > R1(C1) > R1(C1)" if good else
+                                         "R2(C2) > R2(C2) > R1(C1) > R1(C1) > R1(C1)",
+                              "interior": good, "ends_by_construction": True,
+                              "control_r1c2_max": 0.9 if i < control else 0.1, "control_interior": i < control})
     return pd.DataFrame(pairs)
 
 
-def test_claims_decide_on_seeds_count_pairs_below_the_gate_and_use_the_control():
-    from papers.orion.stages import _claims, summarise_oversight
+def _verdicts(claims):
+    return [c.verdict for c in claims]
 
-    p = parse({"seeds": 3})
-    none = summarise_oversight(pd.DataFrame(columns=["model", "chosen_layer", "n_layer", "condition", "trusted", "layer"]))
-    verdicts = lambda claims: [c.verdict for c in claims]  # noqa: E731
-    assert verdicts(_claims(p, _claim_inputs([2, 2, 2]), none)) == ["holds", "holds", "not measured"]
-    assert verdicts(_claims(p, _claim_inputs([0, 0, 0]), none))[:2] == ["does not hold"] * 2
-    straddles = _claims(p, _claim_inputs([2, 0, 2]), none)
-    assert verdicts(straddles)[:2] == ["inconclusive"] * 2
+
+def test_claims_decide_on_the_tested_models_seeds_against_the_control():
+    from papers.orion.report import build_claims
+
+    p = _params()
+    assert _verdicts(build_claims(p, _claim_inputs([2, 2, 2]), NO_OVERSIGHT)) == ["holds", "holds", "not measured"]
+    fails = build_claims(p, _claim_inputs([0, 0, 0]), NO_OVERSIGHT)
+    assert _verdicts(fails)[:2] == ["does not hold"] * 2
+    assert all(c.premise_met and c.positive_control.verdict == "holds" for c in fails[:2])
+    gates = fails[0].premise
+    assert gates[0].name.startswith("test accuracy") and "value window" in gates[1].name and "6 tested pairs" in gates[1].name
+    straddles = build_claims(p, _claim_inputs([2, 0, 2]), NO_OVERSIGHT)
+    assert _verdicts(straddles)[:2] == ["inconclusive"] * 2
     # a share's interval stays in [0, 1] (the t interval of 1, 0, 1 alone runs from -0.77 to 2.1)
     assert all(part.interval == (0.0, 1.0) for c in straddles[:2] for part in c.evidence)
-    # pairs below the gate can neither make a claim hold nor fail, whatever their patching shows
-    for shares in ([2, 2, 2], [0, 0, 0]):
-        below = _claims(p, _claim_inputs(shares, gated=False), none)
-        assert verdicts(below)[:2] == ["inconclusive"] * 2 and "did not reach the accuracy gate" in below[0].note
     # a control that holds too makes the test vacuous
-    vacuous = _claims(p, _claim_inputs([2, 2, 2], control=2), none)
-    assert [c.control.verdict for c in vacuous[:2]] == ["holds"] * 2 and verdicts(vacuous)[:2] == ["inconclusive"] * 2
-    assert all(c.control.verdict == "does not hold" for c in _claims(p, _claim_inputs([2, 2, 2]), none)[:2])
-    one = _claims(parse({}), _claim_inputs([2], seeds=1), none)  # one seed: never a verdict either way
-    assert verdicts(one)[:2] == ["inconclusive"] * 2 and all("replicate" in c.note for c in one[:2])
+    vacuous = build_claims(p, _claim_inputs([2, 2, 2], control=2), NO_OVERSIGHT)
+    assert [c.control.verdict for c in vacuous[:2]] == ["holds"] * 2 and _verdicts(vacuous)[:2] == ["inconclusive"] * 2
+    assert all(c.control.kind == "null" and c.threshold_source.kind in ("paper", "convention") for c in fails)
+    one = build_claims(_params(seeds=1), _claim_inputs([2], seeds=1, planted=[2]), NO_OVERSIGHT)
+    assert _verdicts(one)[:2] == ["inconclusive"] * 2 and all("replicate" in c.note for c in one[:2])
     assert "no pretrained LM" in one[2].note
 
 
+@pytest.mark.parametrize("shares", [[2, 2, 2], [0, 0, 0]])
+def test_an_unmet_premise_or_a_blind_analysis_never_decides(shares):
+    """Pairs below the accuracy gate, a value window that reads the request around the patch, or a positive control
+    that does not find the planted decomposition: inconclusive, whatever the tested models' patching shows."""
+    from papers.orion.report import build_claims
+
+    p = _params()
+    below = build_claims(p, _claim_inputs(shares, gated=False), NO_OVERSIGHT)
+    assert _verdicts(below)[:2] == ["inconclusive"] * 2 and "premise not met: test accuracy" in below[0].note
+    windowed = build_claims(p, _claim_inputs(shares, window=3), NO_OVERSIGHT)
+    assert _verdicts(windowed)[:2] == ["inconclusive"] * 2 and "value window" in windowed[1].note
+    blind = build_claims(p, _claim_inputs(shares, planted=[0, 0, 0]), NO_OVERSIGHT)
+    assert _verdicts(blind)[:2] == ["inconclusive"] * 2
+    assert blind[0].positive_control.verdict == "does not hold" and "positive control" in blind[0].note
+
+
 def test_the_report_counts_gated_pairs_whose_request_does_not_move():
-    from papers.orion.stages import _gated_outcome
+    from papers.orion.report import outcome
 
     pairs = _claim_inputs([1, 1, 1], seeds=3)
-    pairs["profile"] = ["R2(C2) > R2(C2) > R2(C2) > R2(C2) > R1(C1)", "R2(C2) > R1(C2) > R1(C1) > R1(C1) > R1(C1)"] * 3
-    pairs.loc[pairs.seed == 2, "gated"] = False  # not counted: the model does not do its task
-    assert "Of the 4 pairs past the gate, 2 keep R2(C2) dominant at every interior layer" in _gated_outcome(pairs)
-    assert _gated_outcome(pairs.assign(gated=False)).startswith("No pair passed the gate")
+    pairs.loc[pairs.model == "T", "profile"] = ["R2(C2) > R2(C2) > R2(C2) > R2(C2) > R1(C1)",
+                                                "R2(C2) > R1(C2) > R1(C1) > R1(C1) > R1(C1)"] * 3
+    pairs.loc[(pairs.model == "T") & (pairs.seed == 2), "gated"] = False  # not counted: the model does not do its task
+    text = outcome(_params(), pairs)
+    assert "Of the 4 tested pairs past the gate, 2 keep R2(C2) dominant at every interior layer" in text
+    assert "Of the 6 positive-control pairs past the gate, 0 keep" in text
+    assert "No tested pair passed the gate" in outcome(_params(), pairs.assign(gated=False))
+    assert text.startswith("The seeds were taken at steps 100-100 of the cap of")
 
 
 def test_claim_c_on_pretrained_models_against_the_other_request_control():
-    from papers.orion.stages import _claims
+    from papers.orion.report import build_claims
 
     over = pd.DataFrame({"model": ["a", "b", "c"], "seed": 0, "n_layer": 12, "layer": 6, "before": [0.1, 0.2, 0.15],
-                         "after": [0.9, 0.95, 0.97], "after_other": [0.1, 0.2, 0.1]})
-    c = _claims(parse({"seeds": 3}), _claim_inputs([2, 2, 2]), over)[2]
-    assert c.verdict == "holds" and c.control.verdict == "does not hold"
+                         "after": [0.9, 0.95, 0.97], "after_other": [0.1, 0.2, 0.1], "clean_before": [1.0, 0.95, 0.98]})
+    c = build_claims(_params(), _claim_inputs([2, 2, 2]), over)[2]
+    assert c.verdict == "holds" and c.control.verdict == "does not hold" and c.premise_met
     assert c.evidence.effect == pytest.approx(np.mean([0.8, 0.75, 0.82]))
+    # a note that costs little accuracy leaves nothing to restore: inconclusive
+    mild = build_claims(_params(), _claim_inputs([2, 2, 2]), over.assign(before=[0.9, 0.9, 0.9], after=1.0))[2]
+    assert mild.verdict == "inconclusive" and "premise not met" in mild.note
 
 
 def test_request_patching_on_a_model_that_ignores_the_context():
@@ -355,12 +475,6 @@ def test_request_patching_on_a_model_that_ignores_the_context():
     assert r.loc[(0, "R1(C1)"), "prob"] == pytest.approx(p_top)
     assert r.loc[(0, "R2(C2)"), "clean_prob"] == pytest.approx(p_top)
     assert r.loc[(0, "R2(C2)"), "accuracy"] == 0.0
-    # the window-span diagnostic: only the last token's state matters to this model, so patching the last two
-    # tokens gives the one-token patch's numbers
-    spans = patching.request_patching(WordLM(Echo(), vocab), pairs, span=2)
-    by_source = {s: g.drop(columns="source").reset_index(drop=True) for s, g in spans.groupby("source")}
-    assert set(by_source) == {"request", "shuffled", "span"} and "span" not in set(sweep.source)
-    pd.testing.assert_frame_equal(by_source["span"], by_source["request"])
 
 
 def test_params_parse_and_checks():
@@ -378,3 +492,13 @@ def test_params_parse_and_checks():
         parse({"train": {"batch_size": 4, "length_buckets": 5}})
     with pytest.raises(KeyError, match="orion.nope"):
         parse({"nope": 1})
+    plain, routed = MODELS
+    with pytest.raises(ValueError, match="routed model needs kv_window 1"):
+        parse({"models": [plain, {**routed, "kv_window": 4}], "families": ["story"]})
+    with pytest.raises(ValueError, match="induction"):  # its requests open with a context word: nothing marks them
+        parse({"models": MODELS, "families": ["story", "induction"]})
+    with pytest.raises(ValueError, match="routed: true"):
+        parse({"models": [plain], "families": ["story"]})
+    with pytest.raises(ValueError, match="at least one must be tested"):
+        parse({"models": [routed], "families": ["story"]})
+    assert p.tested_names and p.control_names and set(p.families) == {"story"}

@@ -12,6 +12,7 @@ from papers.orion.model import GPTConfig
 CFG = GPTConfig(vocab_size=23, block_size=16, n_layer=3, n_head=2, n_embd=8)
 WINDOWED = GPTConfig(vocab_size=23, block_size=16, n_layer=3, n_head=2, n_embd=8, kv_window=3)
 KEYS_ONLY = GPTConfig(vocab_size=23, block_size=16, n_layer=3, n_head=2, n_embd=8, kv_window=3, value_layers=1)
+ROUTED = GPTConfig(vocab_size=23, block_size=16, n_layer=3, n_head=2, n_embd=8, request_markers=(5, 7))
 
 
 def _members(cfg, seeds):
@@ -25,7 +26,7 @@ def _members(cfg, seeds):
     return models
 
 
-@pytest.mark.parametrize("cfg", [CFG, WINDOWED, KEYS_ONLY], ids=["plain", "kv_window", "values_in_block_1"])
+@pytest.mark.parametrize("cfg", [CFG, WINDOWED, KEYS_ONLY, ROUTED], ids=["plain", "kv_window", "values_in_block_1", "routed"])
 def test_members_round_trip_and_forward_like_the_plain_gpts(cfg):
     models = _members(cfg, [0, 1, 2])
     ens = EnsembleGPT.from_members(models)
@@ -38,7 +39,7 @@ def test_members_round_trip_and_forward_like_the_plain_gpts(cfg):
     assert not torch.equal(models[0].wte.weight, models[1].wte.weight)  # seeds give different initial weights
 
 
-@pytest.mark.parametrize("cfg", [CFG, WINDOWED, KEYS_ONLY], ids=["plain", "kv_window", "values_in_block_1"])
+@pytest.mark.parametrize("cfg", [CFG, WINDOWED, KEYS_ONLY, ROUTED], ids=["plain", "kv_window", "values_in_block_1", "routed"])
 def test_one_step_equals_separate_adamw_with_per_model_clipping(cfg):
     torch.manual_seed(0)
     models = _members(cfg, [3, 4])
@@ -68,10 +69,14 @@ def test_one_step_equals_separate_adamw_with_per_model_clipping(cfg):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=name)
 
 
-@pytest.mark.parametrize("gate, expect", [(0.5, [3, 6]), (2.0, [7, 7])])
-def test_training_stops_each_member_at_the_gate(gate, expect):
-    """Member 0 passes at the first record (step 3), member 1 at the second (6); an unreachable gate runs to
-    the cap (7, not a multiple of eval_every: the last step is recorded too)."""
+# Validation accuracy per record (steps 3, 6, 9 and the cap 10): member 0 1, 0, 1, 1; member 1 0, 1, 1, 1. The fake
+# evaluation answers the members still training, in order, record by record.
+@pytest.mark.parametrize("gate, records, answers, expect", [
+    (0.5, 1, [1.0, 0.0, 1.0], [3, 6]),  # each at its first record at the gate
+    (0.5, 2, [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0], [10, 9]),  # two in a row: member 0's pass at 3 is followed by a miss
+    (2.0, 1, [0.0] * 8, [10, 10]),  # an unreachable gate runs to the cap (10, not a multiple of eval_every)
+])
+def test_training_stops_each_member_at_the_gate(gate, records, answers, expect):
     models = init_members(CFG, [0, 1])
     rng = [np.random.default_rng(0), np.random.default_rng(1)]
 
@@ -81,13 +86,38 @@ def test_training_stops_each_member_at_the_gate(gate, expect):
             return x, torch.ones(4, 7, dtype=torch.bool)
         return sample
 
-    # the held-out accuracy the fake evaluation reports, record by record (member 0, member 1, ...)
-    order = iter([{"story": 1.0}, {"story": 0.0}, {"story": 1.0}, {"story": 1.0}, {"story": 1.0}, {"story": 1.0}])
-    out, steps, hist = trainer.train_until_gate(models, [sampler(r) for r in rng], max_steps=7, lr=1e-3, warmup=1,
+    order = iter(answers)
+    out, steps, hist = trainer.train_until_gate(models, [sampler(r) for r in rng], max_steps=10, lr=1e-3, warmup=1,
                                                 weight_decay=0.0, grad_clip=1.0, lm_weight=0.0, eval_every=3,
-                                                evaluate=lambda m: next(order), gate=gate)
+                                                evaluate=lambda m: {"story": next(order)}, gate=gate,
+                                                gate_records=records)
     assert steps == expect and all(m is not None for m in out)
     assert hist.groupby("member").step.max().tolist() == expect
+    assert next(order, None) is None  # every answer was asked for: no record skipped, none extra
+
+
+def test_a_member_left_behind_trains_as_it_would_alone():
+    """Member 0 is taken at the first record and training goes on without it: member 1 ends with the weights it gets
+    when trained alone from the same start on the same batches (the moments and step count carried over)."""
+    def sampler(seed):
+        r = np.random.default_rng(seed)
+
+        def sample(copy_only):
+            x = torch.as_tensor(r.integers(1, CFG.vocab_size, (4, 8)))
+            mask = torch.zeros(4, 7, dtype=torch.bool)
+            mask[:, [3, 6]] = True  # answers; the next-token loss (lm_weight) on the rest
+            return x, mask
+        return sample
+
+    kw = dict(max_steps=8, lr=1e-2, warmup=2, weight_decay=0.1, grad_clip=0.05, lm_weight=0.5, eval_every=3, gate=0.5)
+    both = iter([1.0, 0.0, 0.0, 0.0])  # member 0 passes at step 3; member 1 never
+    out, steps, _ = trainer.train_until_gate(init_members(CFG, [0, 1]), [sampler(0), sampler(1)],
+                                             evaluate=lambda m: {"story": next(both)}, **kw)
+    alone, alone_steps, _ = trainer.train_until_gate(init_members(CFG, [1]), [sampler(1)],
+                                                     evaluate=lambda m: {"story": 0.0}, **kw)
+    assert steps == [3, 8] and alone_steps == [8]
+    for (name, a), b in zip(out[1].state_dict().items(), alone[0].state_dict().values()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
 
 
 def _ragged_batch(seed: int, lengths: list[int], T: int) -> tuple[torch.Tensor, torch.Tensor]:

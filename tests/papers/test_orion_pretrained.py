@@ -138,7 +138,8 @@ def test_evaluate_pretrained_stage_writes_the_tiny_models_columns(gpt2_dir, tmp_
     test = pd.DataFrame({"family": ["story"] * 4, "key": ["k"] * 4, "prompt": ["a b q :", "c d q :", "e a q :", "b c q :"],
                          "answer": ["a", "c", "e", "b"]})
     pairs = pd.DataFrame([{"family": "story", "k1": "x", "k2": "y", "x1": "a b q :", "x2": "c d q ?", "x21": "c d q :",
-                           "r1c1": "a", "r2c2": "d", "r1c2": str(rng.choice(words))} for _ in range(3)])
+                           "r1c1": "a", "r2c2": "d", "r1c2": str(rng.choice(words)), "request_tokens": 2,
+                           "key_distance": 1} for _ in range(3)])
     injection = pd.DataFrame([{"role": "trusted", "clean": "a b q :", "injected": "a b q :", "answer": "a",
                                "injected_key": "", "injected_answer": "a"},
                               {"role": "trusted_other", "clean": "b a q :", "injected": "b a q :", "answer": "b",
@@ -155,13 +156,14 @@ def test_evaluate_pretrained_stage_writes_the_tiny_models_columns(gpt2_dir, tmp_
     assert sorted(sweep.layer.unique()) == [0, 1, 2, 3] and set(sweep.hypothesis) == set(patching.HYPOTHESES)
     assert over.layer.min() == -1 and set(over.condition) == {"injected", "clean"}
     assert set(over.trusted) == {"trusted", "trusted_other"} and set(sweep.source) == {"request", "shuffled"}
+    assert (sweep.window_request_tokens == 0).all() and not acc.routed.any()  # no value window in a pretrained LM
 
 
 def test_pretrained_params_name_the_bad_key(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"orion.pretrained\[0\].path"):
         parse({"pretrained": [{"name": "x", "path": str(tmp_path / "missing")}]})
     with pytest.raises(ValueError, match="clash"):
-        parse({"pretrained": [{"name": "L4w32", "path": str(tmp_path)}]})
+        parse({"pretrained": [{"name": "L4w64", "path": str(tmp_path)}]})
 
 
 def test_smoke_dag_with_a_pretrained_model(tmp_path):
@@ -182,8 +184,8 @@ def test_smoke_dag_with_a_pretrained_model(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     out = tmp_path / "run/results/smoke/orion"
     table = pd.read_csv(out / "table.csv")
-    assert set(table.model) == {"L3", "gpt2tiny"}
+    assert set(table.model) == {"L3", "L3routed", "gpt2tiny"}
     assert (out / "evaluate/pretrained_gpt2tiny_patching.parquet").is_file()
     claims = json.loads((out / "claims.json").read_text())
-    assert claims["claims"][0]["measured"]["pairs_trained"] == 12  # 4 families x (2 seeds of L3 + gpt2tiny)
+    assert claims["claims"][0]["measured"]["pairs_tested"] == 4  # story x (3 seeds of L3 + gpt2tiny); L3routed apart
     assert claims["claims"][2]["verdict"] != "not measured"  # claim (c) runs on the pretrained LM

@@ -227,3 +227,81 @@ def test_malformed_fasta(tmp_path):
 def test_wrong_config_values_name_the_key(cfg, key):
     with pytest.raises((ValueError, KeyError), match=key.replace(".", r"\.")):
         parse(cfg)
+
+
+# ---- the competence gate, the covariation statistic, the streamed data -----------------------------------------
+def test_context_free_prediction_is_the_bayes_posterior_of_one_position():
+    """p(x | y) is proportional to prior_x N(y; beta (K e_x - 1), beta K I): the explicit Gaussian densities give
+    the same posterior as prior x softmax(y)."""
+    rng = np.random.default_rng(0)
+    prior = rng.dirichlet(np.ones(K))
+    beta = 0.7
+    y = rng.normal(size=K) * np.sqrt(beta * K)
+    log_like = np.array([-((y - beta * (K * np.eye(K)[x] - 1)) ** 2).sum() / (2 * beta * K) for x in range(K)])
+    want = prior * np.exp(log_like - log_like.max())
+    want /= want.sum()
+    theta = torch.softmax(torch.tensor(y), -1)
+    got = bfn.context_free_prediction(theta[None], torch.tensor(prior))[0].numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-9)
+
+
+def test_per_sequence_loss_averages_to_the_batch_loss_on_equal_lengths():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, K, (3, 5), generator=g)
+    e_hat = torch.softmax(torch.randn(3, 5, K, generator=g), -1)
+    t = torch.rand(3, generator=g)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    per = bfn.continuous_loss_per_sequence(x, e_hat, t, 2.0, mask)
+    assert float(per.mean()) == pytest.approx(float(bfn.continuous_loss(x, e_hat, t, 2.0, mask)), rel=1e-6)
+
+
+def test_contact_auc_by_hand_and_against_scikit_learn():
+    from sklearn.metrics import roc_auc_score
+
+    s = np.zeros((6, 6))
+    s[0, 3] = s[3, 0] = 5.0  # contact, top
+    s[2, 5] = s[5, 2] = 1.0  # contact, tied with (1, 4)
+    s[1, 4] = s[4, 1] = 1.0
+    contacts = np.array([[0, 3], [2, 5]])
+    # pairs at |i - j| >= 2: 10; the contacts outscore 8 non-contacts each, (2, 5) ties one (half)
+    assert M.contact_auc(s, contacts, 2) == pytest.approx((8 + 7.5) / 16)
+    rng = np.random.default_rng(1)
+    r = rng.normal(size=(30, 30))
+    r = r + r.T
+    c = data.planted_contacts(30, 10, 4, rng)
+    i, j = np.triu_indices(30, k=4)
+    truth = np.isin(i * 100 + j, c[:, 0] * 100 + c[:, 1])
+    assert M.contact_auc(r, c, 4) == pytest.approx(roc_auc_score(truth, r[i, j]))
+
+
+def test_planted_contacts_are_disjoint_far_apart_and_reproducible():
+    a = data.planted_contacts(40, 20, 4, np.random.default_rng(7))
+    assert len(np.unique(a)) == 40 and (a[:, 1] - a[:, 0] >= 4).all()  # a perfect matching of the 40 columns
+    assert np.array_equal(a, data.planted_contacts(40, 20, 4, np.random.default_rng(7)))
+    with pytest.raises(ValueError, match="disjoint"):
+        data.planted_contacts(10, 6, 2, np.random.default_rng(0))
+
+
+def test_training_set_is_streamed_filtered_and_held_out(tmp_path):
+    """A FASTA of RRM_1 members and other proteins, in chunks of 7 records: the members hit the family's HMM and are
+    dropped, a share of the rest is held out, the rest is written group by group; the pool streams row groups."""
+    import pyarrow.parquet as pq
+
+    from papers.profilebfn.stages import TrainingPool, filter_training
+
+    f = data.read_stockholm(data.default_family_paths()["RRM_1"])
+    hmm = M.build_hmm(f.name, f.aligned, f.match_columns)
+    members = [r.replace("-", "") for r in f.aligned[:6]]
+    others = [s for _, s in data.read_fasta(data.default_training_path())[:30]]
+    fasta = tmp_path / "train.faa"
+    fasta.write_text("".join(f">s{i}\n{s}\n" for i, s in enumerate(members + others)))
+    out = tmp_path / "train.parquet"
+    res = filter_training(fasta, [hmm], 1e-3, {"fraction": 0.2, "max": 3}, np.random.default_rng(0), out,
+                          {"name": ["potts_0"], "sequence": ["ACDE"], "source": ["potts"]}, chunk_size=7)
+    written = pq.read_table(out).to_pandas()
+    assert res["removed"] == 6 and len(res["heldout"]) <= 3
+    assert res["kept"] + len(res["heldout"]) == 30 and len(written) == res["kept"] + 1
+    assert not set(members) & set(written.sequence) and pq.ParquetFile(out).metadata.num_row_groups == 6 + 1  # 36 records in chunks of 7, then the extra rows
+    assert np.isclose(res["composition"].sum(), 1.0)
+    pool = TrainingPool(out, np.random.default_rng(0), in_memory=5, refresh=1)  # streams one row group at a time
+    assert pool.streaming and all(len(x) for x in pool.sample(4))

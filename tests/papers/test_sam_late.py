@@ -185,6 +185,25 @@ def test_digits_loader_reads_the_packaged_file_and_names_bad_lines(tmp_path):
         data.load_digits(bad)
 
 
+def test_each_seed_draws_its_own_split_and_label_noise():
+    from papers.sam_late.params import DataParams
+
+    d = DataParams(source="digits", train_size=300, test_size=1497, label_noise=0.2, seed=0)
+    df = data.split_table(d, seeds=3, noisy=True)
+    for s in range(3):
+        counts = df[f"split{s}"].value_counts()
+        assert (counts["train"], counts["test"]) == (300, 1497)
+        train = df[f"split{s}"] == "train"
+        assert (df.loc[train, f"noisy{s}"] != df.loc[train, "label"]).sum() == 60  # 20% of this seed's training labels
+        assert (df.loc[~train, f"noisy{s}"] == df.loc[~train, "label"]).all()  # test labels stay clean
+    assert (df.split0 != df.split1).any() and (df.noisy0 != df.noisy1).any()  # independent draws
+    clean, noisy = (data.load_tensors(df, "digits", 1, c) for c in ("clean", "noisy"))
+    assert clean["x_train"].shape == (300, *data.DIGITS_SHAPE) and torch.equal(clean["x_train"], noisy["x_train"])
+    assert torch.equal(noisy["clean_train"], clean["y_train"]) and int((noisy["y_train"] != clean["y_train"]).sum()) == 60
+    assert torch.equal(clean["y_test"], noisy["y_test"])  # the test labels are always clean
+    assert "noisy0" not in data.split_table(d, seeds=1, noisy=False)
+
+
 def test_random_crop_flip_without_padding_is_identity_or_mirror():
     torch.manual_seed(0)
     x = torch.rand(6, 3, 8, 8)
@@ -232,11 +251,20 @@ def test_a_late_arm_branched_from_the_sgd_checkpoint_equals_the_run_from_scratch
     scratch = _net()
     h_scratch, _, _ = train(scratch, t, p, arm=arm, rho=p.rho, seed=0)
     branched = _net(1)  # other weights: the checkpoint must overwrite them
-    h_branch, esc, _ = train(branched, t, p, arm=arm, rho=p.rho, seed=0, start=sgd_ckpts["switch"], track=True)
+    h_branch, esc, ckpts = train(branched, t, p, arm=arm, rho=p.rho, seed=0, start=sgd_ckpts["switch"], track=True)
     for a, b in zip(scratch.parameters(), branched.parameters()):
         torch.testing.assert_close(a, b)
     assert list(h_branch.epoch) == [2, 3] and list(h_branch.rule) == list(h_scratch.rule.iloc[2:])
     assert list(esc.step) == [1, 2, 3] and (esc.distance > 0).all()
+    # the training loss after the switch (claim (c)'s premise) is measured from w_switch itself
+    from papers.sam_late.train import evaluate
+    at_switch = _net()
+    at_switch.load_state_dict(sgd_ckpts["switch"]["model"])
+    assert esc.switch_train_loss.iloc[0] == pytest.approx(evaluate(at_switch, t["x_train"], t["y_train"])[0])
+    assert (esc.train_loss > 0).all()
+    # late arms keep the state one epoch before the end (the convergence premise of (e))
+    assert ("last_epoch" in ckpts) == arm.startswith("late")
+    assert ckpts.get("last_epoch", {"epoch": p.epochs - 1})["epoch"] == p.epochs - 1
 
 
 def test_a_sweep_arm_branched_at_its_own_switch_equals_the_run_from_scratch():
@@ -288,19 +316,30 @@ def test_cifar_loader_and_vgg16_bn_on_a_fake_batch(tmp_path):
 
 
 # ---- claims ----------------------------------------------------------------------------------
-def _arms(seeds, rho, acc, eig, robust, noise, rng):
-    """A metrics table (evaluate's) with per-arm means `acc`, `eig`, `robust`, plus seed noise."""
+def _arms(seeds, rho, loss, eig, robust, noise, rng):
+    """A metrics table (evaluate's) with per-arm means of test loss `loss`, `eig`, `robust`, plus seed noise."""
     import pandas as pd
 
     from papers.sam_late.params import is_sam_arm
 
     rows = []
-    for arm in acc:
+    for arm in loss:
         for seed in range(seeds):
-            rows.append({"arm": arm, "rho": rho if is_sam_arm(arm) else 0.0, "seed": seed,
-                         "test_acc": acc[arm] + noise * rng.normal(), "eig_1": eig[arm] * (1 + 0.02 * rng.normal()),
-                         "robust_acc": robust[arm] + 0.005 * rng.normal(), "train_acc": 0.8, "distance": 1.0})
-    return pd.DataFrame(rows)
+            rows.append({"labels": "clean", "arm": arm, "rho": rho if is_sam_arm(arm) else 0.0, "seed": seed,
+                         "test_loss": loss[arm] + noise * rng.normal(), "test_acc": 0.95 + 0.01 * rng.normal(),
+                         "eig_1": eig[arm] * (1 + 0.02 * rng.normal()), "robust_acc": robust[arm] + 0.005 * rng.normal(),
+                         "train_acc": 1.0, "distance": 1.0})
+    m = pd.DataFrame(rows)
+    # one epoch before the end: as at the end (a converged arm) up to a tiny drift; (e)'s premise reads late AT's
+    m["robust_acc_last_epoch"] = m.robust_acc - 0.0005 * rng.normal(size=len(m))
+    return m
+
+
+def _rises(seeds, sam, sgd, rng):
+    """Per seed, the training loss's largest rise above w_switch's after the switch: late SAM's and SGD's."""
+    import pandas as pd
+
+    return (pd.Series(sam + 0.001 * rng.normal(size=seeds)), pd.Series(sgd + 0.001 * rng.normal(size=seeds)))
 
 
 def _fits(seeds, r2_exp, r2_pow, rate, rng):
@@ -311,37 +350,120 @@ def _fits(seeds, r2_exp, r2_pow, rate, rng):
                          "r2_pow": r2_pow + 0.005 * rng.normal(size=seeds), "power": 1.0}).set_index("seed")
 
 
-@pytest.mark.parametrize("sam_acc_gain", [0.08, 0.0])
-def test_claims_decide_on_seed_intervals_with_their_controls(sam_acc_gain):
-    from papers.sam_late.stages import sam_late_claims
+def _switch_fit(seeds, acc):
+    import pandas as pd
+
+    return pd.DataFrame({"labels": "clean", "seed": range(seeds), "switch_train_acc": acc, "switch_train_loss": 0.1})
+
+
+@pytest.mark.parametrize("sam_loss_gain", [0.05, 0.0])
+def test_claims_decide_on_seed_intervals_with_their_controls(sam_loss_gain):
+    from papers.sam_late.report import sam_late_claims
 
     rng = np.random.default_rng(0)
-    p = parse({"seeds": 5, "rho": 0.3, "rhos": [0.3], "epochs": 160, "late_epochs": 10, "late_sweep": [40]})
-    acc = {"sgd": 0.82, "sam": 0.82 + sam_acc_gain, "late_sam": 0.82 + 0.9 * sam_acc_gain,
-           "late_sam_k40": 0.82 + 0.95 * sam_acc_gain, "early_sam": 0.82 + 0.05 * sam_acc_gain, "adv": 0.8,
-           "late_adv": 0.8}
+    p = parse({"seeds": 10, "rho": 0.3, "rhos": [0.3], "epochs": 160, "late_epochs": 10, "late_sweep": [40]})
+    loss = {"sgd": 0.30, "sam": 0.30 - sam_loss_gain, "late_sam": 0.30 - 0.9 * sam_loss_gain,
+            "late_sam_k40": 0.30 - 0.95 * sam_loss_gain, "early_sam": 0.30 - 0.05 * sam_loss_gain, "adv": 0.3,
+            "late_adv": 0.3}
     eig = {"sgd": 10.0, "sam": 3.0, "late_sam": 3.5, "late_sam_k40": 3.2, "early_sam": 9.5, "adv": 8.0,
            "late_adv": 8.0}
     robust = {"sgd": 0.2, "sam": 0.3, "late_sam": 0.25, "late_sam_k40": 0.25, "early_sam": 0.2, "adv": 0.6,
               "late_adv": 0.55}
-    m = _arms(5, 0.3, acc, eig, robust, noise=0.003, rng=rng)
-    sam_fits = _fits(5, 0.97, 0.8, 0.05, rng)
-    sgd_fits = _fits(5, 0.6, 0.7, 0.01, rng)
-    late_barriers = [0.01, 0.0, 0.02, 0.01, 0.0]
-    claims = {c.id: c for c in sam_late_claims(p, m, sam_fits, sgd_fits, late_barriers, [1.5, 2.0, 1.8, 1.2, 1.6])}
+    m = _arms(10, 0.3, loss, eig, robust, noise=0.002, rng=rng)
+    sam_fits, sgd_fits = _fits(10, 0.97, 0.8, 0.05, rng), _fits(10, 0.6, 0.7, 0.01, rng)
+    planted = _fits(10, 0.99, 0.85, 0.05, rng)
+    late_barriers = [0.01, 0.0, 0.02, 0.01, 0.0] * 2
+    rises = _rises(10, 0.05, 0.0, rng)  # late SAM climbs out of SGD's minimum, SGD stays in it
+    claims = {c.id: c for c in sam_late_claims(p, m, _switch_fit(10, 1.0), sam_fits, sgd_fits, planted, late_barriers,
+                                               [1.5, 2.0, 1.8, 1.2, 1.6] * 2, loss_rises=rises)}
+    assert list(claims) == ["a", "b", "b2", "c", "d", "e"]
     assert claims["c"].verdict == "holds" and claims["c"].control.verdict == "does not hold"
+    assert claims["c"].positive_control.verdict == "holds"
     assert claims["d"].verdict == "holds" and claims["d"].control.verdict == "does not hold"
     assert claims["e"].verdict == "holds" and claims["e"].control.verdict == "does not hold"
-    # (b)'s control: two late-SAM arms (both end with SAM), so the "much less" test must fail
-    assert claims["b"].control.verdict == "does not hold"
-    if sam_acc_gain:
+    # late SAM in late AT's place is a null arm, not the exact ablation (other optimiser restart and loss)
+    assert claims["e"].control.kind == "null" and claims["a"].control.kind == "ablation"
+    assert "restarts momentum" in claims["e"].control.description
+    # (b2)'s control: two late-SAM arms (both end with SAM), so the "at most half" test must fail
+    assert claims["b2"].control.verdict == "does not hold"
+    if sam_loss_gain:
         assert claims["a"].verdict == "holds" and claims["a"].control.verdict == "does not hold"
-        assert len(claims["a"].evidence) == 2 + 2 * 2  # the two gaps, then both shares at K = 10 and K = 40
-        assert claims["b"].verdict == "holds"
-    else:  # no accuracy gap between SAM and SGD: the gap fractions cannot hold, the note says why
-        assert claims["a"].verdict != "holds" and "seed noise" in claims["a"].note
-        assert claims["b"].verdict != "holds"
+        assert len(claims["a"].evidence) == 2 * 2  # test loss and sharpness at K = 10 and K = 40
+        assert claims["b"].verdict == "holds" and claims["b"].control.verdict == "does not hold"
+        assert claims["b2"].verdict == "holds"
+    else:  # no test-loss gap between SAM and SGD: the premise of (a), (b), (b2) is unmet, never "does not hold"
+        for cid in ("a", "b", "b2"):
+            assert claims[cid].verdict == "inconclusive" and "premise not met" in claims[cid].note
+    # (c) where SAM's training loss does not rise after the switch (no instability to escape), or rises no more than
+    # SGD's, or was not recorded: the premise is unmet, inconclusive
+    for no_escape in (_rises(10, -0.01, -0.01, rng), _rises(10, 0.05, 0.05, rng), None):
+        flat_c = {c.id: c for c in sam_late_claims(p, m, _switch_fit(10, 1.0), sam_fits, sgd_fits, planted,
+                                                   late_barriers, [1.5] * 10, loss_rises=no_escape)}
+        assert flat_c["c"].verdict == "inconclusive" and "unstable under SAM" in flat_c["c"].note
     # a control line as long as late SAM's that shows no barrier either makes (d) vacuous: inconclusive
-    flat = {c.id: c for c in sam_late_claims(p, m, sam_fits, sgd_fits, late_barriers, [0.0] * 5)}
+    flat = {c.id: c for c in sam_late_claims(p, m, _switch_fit(10, 1.0), sam_fits, sgd_fits, planted, late_barriers,
+                                             [0.0] * 10, loss_rises=rises)}
     assert flat["d"].control.verdict == "holds" and flat["d"].verdict == "inconclusive"
     assert "cannot tell one valley from two" in flat["d"].note
+    # SGD that has not fitted its training set at the switch: the late-phase claims cannot be decided
+    unfit = {c.id: c for c in sam_late_claims(p, m, _switch_fit(10, 0.9), sam_fits, sgd_fits, planted, late_barriers,
+                                              [1.5] * 10, loss_rises=rises)}
+    for cid in ("a", "c", "d", "e"):
+        assert unfit[cid].verdict == "inconclusive" and "fitted its training set" in unfit[cid].note
+
+
+def test_late_arms_still_gaining_make_a_and_e_inconclusive_not_false():
+    """The convergence gates: a sweep whose share still rises between its two longest switches, or late AT whose
+    robust share still rises over its last epoch, leaves (a) / (e) undecided even where the share misses 0.5."""
+    from papers.sam_late.report import sam_late_claims
+
+    rng = np.random.default_rng(2)
+    p = parse({"seeds": 10, "rho": 0.3, "rhos": [0.3], "epochs": 160, "late_epochs": 10, "late_sweep": [40]})
+    # shares: late_sam 0.2 -> late_sam_k40 0.4 (test loss), rising by 0.2 over 30 epochs: 0.27 more over another 40
+    loss = {"sgd": 0.30, "sam": 0.25, "late_sam": 0.29, "late_sam_k40": 0.28, "early_sam": 0.2975, "adv": 0.3,
+            "late_adv": 0.3}
+    eig = {"sgd": 10.0, "sam": 3.0, "late_sam": 8.6, "late_sam_k40": 7.2, "early_sam": 9.5, "adv": 8.0, "late_adv": 8.0}
+    robust = {"sgd": 0.2, "sam": 0.3, "late_sam": 0.25, "late_sam_k40": 0.25, "early_sam": 0.2, "adv": 0.6,
+              "late_adv": 0.32}
+    m = _arms(10, 0.3, loss, eig, robust, noise=0.002, rng=rng)
+    late_adv = m.arm == "late_adv"
+    m.loc[late_adv, "robust_acc_last_epoch"] = m.loc[late_adv, "robust_acc"] - 0.02  # +0.05 of the gap per epoch
+    fits = _fits(10, 0.97, 0.8, 0.05, rng)
+    claims = {c.id: c for c in sam_late_claims(p, m, _switch_fit(10, 1.0), fits, _fits(10, 0.6, 0.7, 0.01, rng),
+                                               fits, [0.0] * 10, [1.5] * 10, loss_rises=_rises(10, 0.05, 0.0, rng))}
+    for cid in ("a", "e"):
+        assert claims[cid].verdict == "inconclusive" and "has converged" in claims[cid].note
+    # converged late arms with the same low shares: now the claims are decided, and fail
+    m2 = m.copy()
+    m2.loc[m2.arm == "late_sam_k40", ["test_loss", "eig_1"]] = m2.loc[m2.arm == "late_sam", ["test_loss", "eig_1"]].to_numpy()
+    m2.loc[late_adv, "robust_acc_last_epoch"] = m2.loc[late_adv, "robust_acc"]
+    decided = {c.id: c for c in sam_late_claims(p, m2, _switch_fit(10, 1.0), fits, _fits(10, 0.6, 0.7, 0.01, rng),
+                                                fits, [0.0] * 10, [1.5] * 10, loss_rises=_rises(10, 0.05, 0.0, rng))}
+    assert decided["a"].verdict == "does not hold" and decided["e"].verdict == "does not hold"
+
+
+def test_extrapolated_rise_and_escape_loss_rise_closed_forms():
+    import pandas as pd
+
+    from papers.sam_late.report import escape_loss_rise, extrapolated_rise
+
+    # 0.2 -> 0.4 over 8 epochs: 0.025 a epoch, 0.5 over another 20
+    np.testing.assert_allclose(extrapolated_rise([0.2, 0.5], [0.4, 0.5], 8, 20), [0.5, 0.0])
+    esc = pd.DataFrame({"labels": "clean", "arm": "late_sam", "rho": 0.3, "seed": [0, 0, 0, 1, 1, 1],
+                        "train_loss": [0.12, 0.15, 0.11, 0.10, 0.09, 0.08], "switch_train_loss": [0.1] * 3 + [0.11] * 3})
+    np.testing.assert_allclose(escape_loss_rise(esc, "late_sam", 0.3).to_numpy(), [0.05, -0.01])
+
+
+def test_planted_escape_is_found_exponential_by_the_same_fits():
+    import pandas as pd
+
+    from papers.sam_late.report import planted_escape_fits
+
+    t = np.arange(1, 31)
+    rng = np.random.default_rng(1)
+    esc = pd.DataFrame([{"labels": "clean", "arm": "late_sam", "rho": 0.3, "seed": s, "step": k,
+                         "distance": 0.5 * k ** 0.8 * np.exp(0.02 * rng.normal())} for s in range(3) for k in t])
+    fits = pd.DataFrame([{"seed": s, **analysis.escape_fits(g.step, g.distance)} for s, g in esc.groupby("seed")])
+    planted = planted_escape_fits(esc, fits.set_index("seed"), 0.3)
+    assert (fits.r2_pow > fits.r2_exp).all()  # the measured escape here is a power law ...
+    assert (planted.r2_exp > 0.9).all() and (planted.r2_exp > planted.r2_pow).all()  # ... the planted one is not

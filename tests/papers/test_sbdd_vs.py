@@ -188,10 +188,10 @@ def test_no_decoy_reaches_the_generators(tmp_path):
     (tmp_path / "druglike.smi").write_text("".join(f"{s} d{i}\n" for i, s in enumerate(druglike)))
     root = Path(__file__).resolve().parents[2]
     cfg = yaml.safe_load((root / "config" / "config.yaml").read_text())["sbdd_vs"]
-    cfg = {**cfg, "targets": ["CDK2"], "seeds": 2,
+    cfg = {**cfg, "targets": ["CDK2"], "seeds": 2, "vina": {**cfg["vina"], "pairs": 0},
            "data": {**cfg["data"], "actives": {"CDK2": None}, "decoy_pool": [str(tmp_path / "pool.smi")],
                     "druglike": [str(tmp_path / "druglike.smi")]},
-           "split": {**cfg["split"], "max_hidden": 3}, "decoys": {**cfg["decoys"], "per_active": 5}}
+           "split": {**cfg["split"], "max_hidden": 3, "min_planted": 1}, "decoys": {**cfg["decoys"], "per_active": 5}}
     out = {k: str(tmp_path / f"{k}.parquet") for k in ("actives", "library", "druglike")}
     stages.prepare(cfg=cfg, actives=[out["actives"]], libraries=[out["library"]], druglike=out["druglike"],
                    records=str(tmp_path / "records.json"))
@@ -222,6 +222,70 @@ def test_decoys_are_dissimilar_matched_and_used_once():
     assert len(d) == 6 and d.id.is_unique and "p0" not in set(d.id)
     assert set(d[d.decoy_for == "x"].id) == {"p1", "p2", "p3"}
     assert set(d[d.decoy_for == "y"].id) <= {"p4", "p5", "p6", "p7"}
+
+
+def test_balanced_matching_keeps_the_decoys_centred_on_the_actives():
+    """Where the pool thins out on one side of the actives, nearest neighbours drift to the other side; choosing
+    among the nearest few to keep the mean difference at zero removes the drift."""
+    rng = np.random.default_rng(0)
+    n = 4000
+    pool = pd.DataFrame({"smiles": [f"C{i}" for i in range(n)], "id": [f"p{i}" for i in range(n)],
+                         "mw": rng.normal(300, 60, n), "logp": rng.normal(2, 1, n),
+                         "hbd": rng.poisson(1.0, n).astype(float), "hba": rng.poisson(4, n).astype(float),
+                         "rotb": rng.poisson(4, n).astype(float), "charge": np.zeros(n)})
+    planted = pd.DataFrame({"id": [f"a{i}" for i in range(20)], "mw": rng.normal(420, 30, 20),  # heavier than most
+                            "logp": rng.normal(2, 0.5, 20), "hbd": np.full(20, 3.0), "hba": np.full(20, 5.0),
+                            "rotb": np.full(20, 4.0), "charge": np.zeros(20)})
+    sim = np.zeros(n)
+    shift = {}
+    for balance in (1, 10):
+        d = data.select_decoys(planted, pool, sim, per_active=25, max_similarity=0.5, seed=0, balance=balance)
+        assert len(d) == 500 and d.id.is_unique
+        lib = pd.concat([planted.assign(active=1), d.assign(active=0)])
+        shift[balance] = max(abs(data.property_auroc(lib[c], lib.active == 1) - 0.5) for c in ("mw", "hbd"))
+    assert shift[10] < shift[1]
+
+
+def test_property_auroc_counts_ties_as_one_half():
+    assert data.property_auroc([1, 1, 1, 1], np.array([1, 0, 1, 0], bool)) == 0.5
+    assert data.property_auroc([3, 2, 1, 0], np.array([1, 1, 0, 0], bool)) == 1.0
+    assert data.property_auroc([2, 1, 2, 0], np.array([1, 0, 0, 0], bool)) == pytest.approx(2.5 / 3)  # 2>1, 2=2, 2>0
+
+
+def test_only_splits_with_enough_eligible_actives_qualify():
+    from papers.sbdd_vs import stages
+
+    p = _params()
+    act = data.add_properties(data.read_actives(data.packaged_actives("CDK2")).drop_duplicates("smiles").reset_index(drop=True))
+    fps = chem.fingerprints([Chem.MolFromSmiles(s) for s in act.smiles], radius=2, bits=2048)
+    splits = stages.qualifying_splits(act, fps, p)
+    assert len(splits) == p.seeds and all(int(s.planted.sum()) >= p.split.min_planted for _, s in splits)
+    seeds = [seed for seed, _ in splits]
+    assert seeds == sorted(seeds) and len(set(seeds)) == len(seeds)
+    skipped = sorted(set(range(seeds[0], seeds[-1])) - set(seeds))  # every skipped seed leaves too few
+    for seed in skipped:
+        s = data.split_by_cluster(act, hidden_fraction=p.split.hidden_fraction, max_hidden=p.split.max_hidden, seed=seed,
+                                  fps=fps, max_known_similarity=p.split.max_known_similarity)
+        assert int(s.planted.sum()) < p.split.min_planted
+    with pytest.raises(ValueError, match="min_planted"):
+        stages.qualifying_splits(act, fps, parse({**_params_cfg(), "split": {**_params_cfg()["split"], "min_planted": 40,
+                                                                              "max_hidden": 40, "max_split_seeds": 5}}))
+
+
+def _params_cfg():
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    return yaml.safe_load((root / "config" / "config.yaml").read_text())["sbdd_vs"]
+
+
+def test_siblings_come_from_the_planted_clusters_and_are_not_planted():
+    from papers.sbdd_vs import stages
+
+    act = pd.DataFrame({"smiles": [f"C{'C' * i}O" for i in range(8)], "cluster": [0, 0, 1, 1, 2, 2, 3, 3],
+                        "role": ["hidden"] * 6 + ["known"] * 2, "planted": [True, False, False, False, True, False,
+                                                                           False, False], "replicate": 0})
+    assert stages.siblings(act, 0) == [act.smiles[1], act.smiles[5]]  # cluster 1 has no planted active
 
 
 # ---- generators --------------------------------------------------------------------------------------
@@ -343,51 +407,94 @@ def test_params_reject_bad_configurations():
 
 
 # ---- claims (the verdict contract) ----------------------------------------------------------------------
-def _metrics(seeds=(0, 1, 2), random_auroc=0.5):
-    """Synthetic per-(target, generator, replicate) metrics: the known actives screen best, the optimiser docks best;
-    and random-query AUROCs per replicate and draw (DUD-E decoys at `random_auroc`, unmatched ones at 0.3)."""
+def _metrics(seeds=(0, 1, 2), siblings=0.7):
+    """Synthetic per-(target, generator, replicate) metrics: the known actives screen best, the optimiser docks best
+    (proxy), the siblings (positive control) screen well."""
     rng = np.random.default_rng(0)
-    base = {  # generator: (docking, qed, bedroc, auroc)
-        "lm": (-7.0, 0.6, 0.5, 0.9), "optimiser": (-10.0, 0.3, 0.02, 0.4), "brics": (-8.0, 0.5, 0.4, 0.85),
-        "random": (-6.5, 0.65, 0.1, 0.5), "known": (-7.5, 0.55, 0.9, 0.99)}
-    rows, bias = [], []
+    base = {  # generator: (docking, bedroc)
+        "lm": (-7.0, 0.5), "optimiser": (-10.0, 0.02), "brics": (-8.0, 0.4), "random": (-6.5, 0.1), "known": (-7.5, 0.9),
+        "siblings": (-7.5, siblings)}
+    rows = []
     for target in ("EGFR", "CDK2"):
         for s in seeds:
-            for g, (dock, qed, bedroc, auroc) in base.items():
-                e = rng.normal(0, 0.01, 4)
+            for g, (dock, bedroc) in base.items():
+                e = rng.normal(0, 0.01, 2)
                 rows.append({"target": target, "generator": g, "seed": s, "docking": dock + e[0],
-                             "docking_per_atom": (dock + e[0]) / 25, "qed": qed + e[1],
-                             "bedroc": bedroc + e[2], "auroc": auroc + e[3], "ef": 30 * bedroc,
+                             "docking_per_atom": (dock + e[0]) / 25, "qed": 0.5, "bedroc": bedroc + e[1],
+                             "auroc": 0.8, "ef": 30 * bedroc,
                              # in the embedding's space every generator but random screens alike (no shortfall)
-                             "bedroc_emb": (0.1 if g == "random" else 0.5) + e[2], "auroc_emb": auroc,
-                             "ef_emb": 15.0,
+                             "bedroc_emb": (0.1 if g == "random" else 0.5) + e[1], "auroc_emb": 0.8, "ef_emb": 15.0,
                              "validity": 1.0, "uniqueness": 1.0, "novelty": 1.0, "heavy_atoms": 25.0, "sa": 3.0})
-            for lib, centre in (("dude", random_auroc), ("unmatched", 0.3)):
-                bias += [{"target": target, "replicate": s, "library": lib, "draw": d,
-                          "auroc": centre + rng.normal(0, 0.01)} for d in range(20)]
-    return pd.DataFrame(rows), pd.DataFrame(bias)
+    return pd.DataFrame(rows)
 
 
-def test_claims_decide_on_replicates_with_controls():
-    from papers.sbdd_vs.report import claims
+def _vina(pairs=3, optimiser=-10.0, known=-8.0):
+    rows = [{"target": t, "seed": s, "generator": g, "smiles": "C", "vina": v + 0.1 * s, "proxy": v, "heavy_atoms": 30,
+             "cpu_seconds": 5.0} for t in ("EGFR", "CDK2") for s in range(pairs)
+            for g, v in (("optimiser", optimiser), ("known", known))]
+    return pd.DataFrame(rows, columns=["target", "seed", "generator", "smiles", "vina", "proxy", "heavy_atoms",
+                                       "cpu_seconds"])
 
+
+def _records(planted=25, dude=0.55, unmatched=0.75, seeds=3):
+    reps = [{"planted": planted, "property_auroc": {"dude": {"mw": dude, "hbd": 0.5}, "unmatched": {"mw": unmatched,
+                                                                                                     "hbd": 0.5}}}
+            for _ in range(seeds)]
+    return {"targets": {t: {"replicates": reps} for t in ("EGFR", "CDK2")}}
+
+
+def _params():
     import yaml
 
     root = Path(__file__).resolve().parents[2]
-    p = parse(yaml.safe_load((root / "config" / "config.yaml").read_text())["sbdd_vs"])
-    out = {c.id: c for c in claims(*_metrics(), p)}
-    # docking per atom: optimiser best, known 3rd: rho = -0.3 < 0.5 in every replicate; AUROC agrees with BEDROC
-    assert out["a_docking_egfr"].verdict == "holds" and out["a_docking_egfr"].control.verdict == "does not hold"
-    # the known actives beat every generator; random queries beat none
-    assert out["b_cdk2"].verdict == "holds" and out["b_cdk2"].control.verdict == "does not hold"
+    cfg = yaml.safe_load((root / "config" / "config.yaml").read_text())["sbdd_vs"]
+    return parse({**cfg, "generators": ["lm", "optimiser", "brics", "random", "known"]})
+
+
+def test_claims_pool_targets_and_decide_with_controls():
+    from papers.sbdd_vs.report import sbdd_claims
+
+    p = _params()
+    claims, checks = sbdd_claims(_metrics(), _vina(), _records(), {}, p)
+    out = {c.id: c for c in claims}
+    # (a): the proxy and BEDROC both as the paper says, Vina agreeing on the sample; random draws dock no better
+    assert out["a"].verdict == "holds" and out["a"].control.verdict == "does not hold" and out["a"].premise_met
+    assert [e.replicates for e in out["a"].evidence] == [6, 6]  # 3 replicates x 2 targets
+    assert out["a"].positive_control.verdict == "holds"
+    # (b): the known actives beat every generator, pooled over both targets; random queries beat none
+    assert out["b"].verdict == "holds" and out["b"].control.verdict == "does not hold"
+    assert out["b"].evidence[0].replicates == 6
     # the same test in the embedding's space reads its own column: there the known actives beat no one
-    assert out["b_cdk2_emb"].verdict != "holds" and out["b_cdk2_emb"].evidence[0].name.startswith("bedroc_emb")
-    # random queries at chance on the DUD-E decoys; the unmatched decoys (control) are biased
-    assert out["c_egfr"].verdict == "holds" and out["c_egfr"].control.verdict == "does not hold"
-    biased = {c.id: c for c in claims(*_metrics(random_auroc=0.28), p)}
-    assert biased["c_cdk2"].verdict == "does not hold" and "decoys" in biased["c_cdk2"].note
-    one = claims(*_metrics(seeds=(0,)), p)
-    assert {c.verdict for c in one} == {"inconclusive"}  # one replicate is never evidence
+    assert out["b_emb"].verdict != "holds" and out["b_emb"].evidence[0].name.startswith("bedroc_emb")
+    assert {k.id: k.passed for k in checks} == {"decoys_matched_egfr": True, "decoys_unmatched_egfr": True,
+                                                "decoys_matched_cdk2": True, "decoys_unmatched_cdk2": True}
+    # Vina disagreeing with the proxy (the optimiser's molecules dock worse): the proxy does not stand for Vina
+    out = {c.id: c for c in sbdd_claims(_metrics(), _vina(optimiser=-6.0), _records(), {}, p)[0]}
+    assert out["a"].verdict == "inconclusive" and "Vina agrees" in out["a"].note
+    # the optimiser out-screening the known actives: the claim fails whatever the docking
+    better = _metrics()
+    better.loc[better.generator == "optimiser", "bedroc"] = 0.95
+    out = {c.id: c for c in sbdd_claims(better, _vina(), _records(), {}, p)[0]}
+    assert out["a"].verdict == "does not hold"
+    # too few planted actives: every claim inconclusive, never "does not hold"
+    out = {c.id: c for c in sbdd_claims(better, _vina(), _records(planted=8), {}, p)[0]}
+    assert out["a"].verdict == "inconclusive" and "planted actives" in out["a"].note
+    # siblings that do not out-screen random queries: the analysis is blind, so the claims are inconclusive
+    out = {c.id: c for c in sbdd_claims(_metrics(siblings=0.1), _vina(), _records(), {}, p)[0]}
+    assert out["b"].verdict == out["a"].verdict == "inconclusive"
+    # no Vina sample: the proxy alone does not decide (a)
+    out = {c.id: c for c in sbdd_claims(_metrics(), _vina(pairs=0), _records(), {}, p)[0]}
+    assert out["a"].verdict == "inconclusive" and "no Vina sample" in out["a"].note
+    one = sbdd_claims(_metrics(seeds=(0,)), _vina(pairs=1), _records(seeds=1), {}, p)[0]
+    assert {c.verdict for c in one} == {"inconclusive"}  # two pooled units are never evidence
+
+
+def test_decoy_check_fails_where_matching_is_biased_and_needs_the_unmatched_control_to_differ():
+    from papers.sbdd_vs.report import decoy_checks
+
+    p = _params()
+    assert not {k.id: k.passed for k in decoy_checks(_records(dude=0.65), p)}["decoys_matched_cdk2"]
+    assert not {k.id: k.passed for k in decoy_checks(_records(unmatched=0.55), p)}["decoys_unmatched_egfr"]
 
 
 def test_lm_embedding_is_a_unit_mean_of_hidden_states_independent_of_its_batch(one_thread):

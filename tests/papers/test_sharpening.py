@@ -16,7 +16,7 @@ from papers.sharpening import lm, task
 from papers.sharpening import tabular as tb
 from papers.common.gpt import GPT, GPTConfig, generate, token_logprobs
 from papers.sharpening.params import parse
-from papers.sharpening import stages
+from papers.sharpening import stages, verdicts
 
 
 def _random_chain(seed=0, X=2, L=4, V=3, concentration=0.7):
@@ -153,10 +153,18 @@ def test_required_budget_and_slope_read_the_whole_curve():
     assert tb.required_budget([4, 8, 16], [0.2, 0.9, 0.5], 0.8) == 8  # the first budget reaching the target
     assert tb.required_budget([4, 8], [0.2, 0.5], 0.8) == math.inf
     cov = np.array([2.0, 8.0, 32.0])
-    slopes = stages.budget_slopes(np.array([[4.0, 16.0, 64.0], [64.0, 64.0, 64.0], [4.0, 16.0, np.inf]]), cov, cap=128)
+    slopes = verdicts.budget_slopes(np.array([[4.0, 16.0, 64.0], [64.0, 64.0, 64.0], [4.0, 16.0, np.inf]]), cov, cap=128)
     np.testing.assert_allclose(slopes[:2], [1.0, 0.0], atol=1e-12)
-    true = stages.budget_slopes(np.array([[4.0, 16.0, 256.0]]), cov, cap=128)[0]
+    true = verdicts.budget_slopes(np.array([[4.0, 16.0, 256.0]]), cov, cap=128)[0]
     assert 0 < slopes[2] < true  # a never-reached budget counts as the cap: growth is understated, not invented
+
+
+def test_best_of_n_slope_is_the_accuracy_gained_per_doubling_of_n():
+    sizes = [1, 2, 4, 8]
+    rows = [{"level": "lm", "variant": "v", "method": "best_of_n", "budget": n, "seed": s,
+             "accuracy": 0.1 + (0.05 + 0.01 * s) * np.log2(n)} for n in sizes for s in range(3)]
+    np.testing.assert_allclose(verdicts.bon_slopes(stages._rows(rows), "lm", "v", "best_of_n", sizes),
+                               [0.05, 0.06, 0.07])
 
 
 def test_policy_gradient_is_unbiased():
@@ -192,7 +200,8 @@ def test_rl_sharpening_approaches_the_optimum():
 
 def _small_cfg():
     cfg = yaml.safe_load((Path(__file__).parents[2] / "config" / "config.yaml").read_text())["sharpening"]
-    return {**cfg, "task": {**cfg["task"], "pretrain_examples": 3000, "train_prompts": 100, "test_prompts": 100}}
+    return {**cfg, "task": {**cfg["task"], "pretrain_examples": 3000, "train_prompts": 100, "test_prompts": 100,
+                            "val_prompts": 50}}
 
 
 def test_held_out_prompts_never_reach_pretraining_or_training(tmp_path):
@@ -203,10 +212,10 @@ def test_held_out_prompts_never_reach_pretraining_or_training(tmp_path):
     p = parse(cfg)
     corpus = stages.read_corpus(tmp_path / "corpus.parquet", p)
     prompts = stages.read_prompts(tmp_path / "prompts.parquet", p)
-    test, train = prompts[prompts.split == "test"], prompts[prompts.split == "train"]
-    assert len(test) == len(train) == 200 and prompts.prompt.is_unique
-    assert not set(test.prompt) & (set(corpus.prompt) | set(train.prompt))
-    assert not set(train.prompt) & set(corpus.prompt)
+    test, train, val = (prompts[prompts.split == s] for s in ("test", "train", "val"))
+    assert len(test) == len(train) == 200 and len(val) == 100 and prompts.prompt.is_unique
+    assert not set(test.prompt) & (set(corpus.prompt) | set(train.prompt) | set(val.prompt))
+    assert not (set(train.prompt) | set(val.prompt)) & set(corpus.prompt)
     assert (corpus.prompt.str.len() == 4).sum() > 300  # the corpus does hold prompts of the held-out length
     leak = pd.concat([corpus, pd.DataFrame({"prompt": [test.prompt.iloc[0]], "target": [test.answer.iloc[0]]})])
     with pytest.raises(ValueError, match="test_in_corpus"):
@@ -314,21 +323,23 @@ def test_default_config_parses_and_bad_values_fail():
         parse({**cfg, "task": {**cfg["task"], "levels": [0.6, 0.7]}})
 
 
-def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3):
-    """A results table as evaluate() writes it. Tabular: budgets 4 .. 256, K = 1 .. 3 (C_cov 2, 8, 32); each
-    method's curve jumps to accuracy 1 at its required budget. LM: best-of-N rising by `bon_gain` per step, its
-    shuffled control flat at sampling, SFT recovering 90% of the gain, RL 0.2 above SFT at low coverage."""
+def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3, rl_lead_low=0.2, rl_lead_high=0.0):
+    """A results table as evaluate() writes it. Tabular: budgets 4 .. 256, K = 1 .. 4 (C_cov 2 .. 128); each
+    method's curve jumps to accuracy 1 at its required budget (atomic: SFT and RL alike at K = 2 and 4), the optimum
+    at 0.95. LM: best-of-N rising by `bon_gain` per doubling, its shuffled control flat at sampling, SFT recovering
+    90% of the gain, RL `rl_lead_low` / `rl_lead_high` above SFT at low / high coverage."""
     budgets, rows = [4, 8, 16, 32, 64, 128, 256], []
     for structure, reqs in [("compositional", {"sft": sft_req, "rl": rl_req}),
                             ("atomic", {"sft": sft_req, "rl": atomic_rl_req})]:
-        for j, K in enumerate((1, 2, 3)):
+        for j, K in enumerate((1, 2, 3, 4)):
             for seed in range(seeds):
                 common = {"level": "tabular", "variant": structure, "pairs": K, "seed": seed,
                           "coverage": 2.0 * 4 ** j}
-                rows.append({**common, "method": "sample", "budget": 1, "accuracy": 0.1})
+                rows += [{**common, "method": "sample", "budget": 1, "accuracy": 0.1},
+                         {**common, "method": "optimum", "budget": 0, "accuracy": 0.95}]
                 for method, req in reqs.items():
-                    rows += [{**common, "method": method, "budget": m, "accuracy": float(m >= req[j] * (1 + seed % 2))}
-                             for m in budgets]
+                    rows += [{**common, "method": method, "budget": m,
+                              "accuracy": float(m >= req[j] * (1 + seed % 2)) + 0.001 * seed} for m in budgets]
     for variant in ("high_coverage", "low_coverage"):
         for seed in range(seeds):
             common = {"level": "lm", "variant": variant, "seed": seed, "coverage": 10.0}
@@ -336,38 +347,164 @@ def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3):
                      {**common, "method": "greedy", "budget": 1, "accuracy": 0.3},
                      {**common, "method": "sft_unselected", "budget": 1, "accuracy": 0.1 + 0.001 * seed}]
             for i, n in enumerate((1, 2, 4, 8)):
-                bon = 0.1 + bon_gain * i + 0.002 * seed
+                bon = 0.1 + bon_gain * i + 0.002 * seed * i
                 rows += [{**common, "method": "best_of_n", "budget": n, "accuracy": bon},
                          {**common, "method": "best_of_n_shuffled", "budget": n,
                           "accuracy": 0.1 + 0.003 * ((i + seed) % 2)}]
                 if n in (4, 8):
                     sft = 0.1 + 0.9 * (bon - 0.1)
+                    lead = rl_lead_low if variant == "low_coverage" else rl_lead_high
                     rows += [{**common, "method": "sft", "budget": n, "accuracy": sft},
-                             {**common, "method": "rl", "budget": n,
-                              "accuracy": sft + (0.2 if variant == "low_coverage" else 0.0) + 0.001 * seed}]
-    conv = pd.DataFrame({"seed": [0, 0, 1, 1, 2, 2], "samples_per_prompt": [0, 800] * 3,
-                         "kl_to_optimum": [2.0, 0.01, 2.1, 0.012, 1.9, 0.011]})
+                             {**common, "method": "rl", "budget": n, "accuracy": sft + lead + 0.003 * seed}]
+    conv = pd.DataFrame({"seed": np.repeat([0, 1, 2], 4), "samples_per_prompt": [0, 400, 600, 800] * 3,
+                         "kl_to_optimum": [2.0, 0.0105, 0.0102, 0.01, 2.1, 0.0125, 0.012, 0.012, 1.9, 0.0112, 0.011,
+                                           0.011]})
     return stages._rows(rows), conv
 
 
-def test_claims_decide_on_replicates_and_the_controls_can_fail():
-    cfg = {"bon_sizes": [1, 2, 4, 8], "sharpen": {"budgets": [4, 8]},
-           "tabular": {"pairs": [1, 2, 3], "budgets": [4, 8, 16, 32, 64, 128, 256], "seeds": 3},
-           "pretrain": {"seeds": 3}}
-    p = parse(cfg)
-    grows, flat = [4, 16, 64], [16, 16, 16]
-    claims = {c.id: c for c in stages.sharpening_claims(p, *_claim_frame(grows, flat, atomic_rl_req=grows))}
-    assert claims["a"].verdict == "holds" and claims["a"].control.verdict == "does not hold"
-    assert claims["b"].verdict == "holds" and claims["b"].control.verdict == "does not hold"
-    assert claims["c"].verdict == "holds" and claims["c"].control.verdict == "does not hold"
-    assert claims["d"].verdict == "holds" and claims["d"].control.verdict == "does not hold"
-    assert claims["e"].verdict == "holds" and claims["e"].control.verdict == "does not hold"
+def _formulas(beta, fit_to=1.0, seeds=3):
+    """formula_distances of policies at pi*_{fit_to * beta} on three tabular base models (K = 2)."""
+    rows = []
+    for seed in range(seeds):
+        base, y_star, _ = tb.make_pair_chain(np.random.default_rng([0, seed, 2]), 8, 2, 8, (0.3, 0.7))
+        policy = tb.tilt(base, tb.kl_optimum(fit_to * beta))
+        rows += [{"seed": seed, **r} for r in tb.formula_distances(policy, base, y_star, beta)]
+    return pd.DataFrame(rows)
+
+
+def _sharpening_params():
+    return parse({"bon_sizes": [1, 2, 4, 8], "sharpen": {"budgets": [4, 8]},
+                  "tabular": {"pairs": [1, 2, 3, 4], "budgets": [4, 8, 16, 32, 64, 128, 256], "seeds": 3},
+                  "pretrain": {"seeds": 3}})
+
+
+FITTED = {0: 0.01, 1: 0.012, 2: 0.008}  # KL(law || model) per letter of three base models, under the 0.02 gate
+
+
+def _claims(*frame, formulas=None, gaps=FITTED):
+    from papers.sharpening.verdicts import sharpening_claims
+
+    p = _sharpening_params()
+    formulas = _formulas(p.beta) if formulas is None else formulas
+    return {c.id: c for c in sharpening_claims(p, *frame, formulas, gaps)}
+
+
+def test_claims_decide_on_replicates_and_the_controls_can_fail(tmp_path):
+    from papers.common.claims import write_claims
+    from papers.sharpening.verdicts import SCOPE
+
+    grows, flat = [4, 16, 64, 128], [16, 16, 16, 16]
+    claims = _claims(*_claim_frame(grows, flat, atomic_rl_req=grows))
+    for cid in "abcde":
+        assert claims[cid].verdict == "holds", (cid, claims[cid].note)
+        assert claims[cid].control.verdict == "does not hold", cid
+        assert claims[cid].premise and claims[cid].premise_met, cid
+    assert [claims[c].control.kind for c in "abcde"] == ["null", "ablation", "ablation", "null", "null"]
+    write_claims(list(claims.values()), tmp_path / "claims.json", paper="sharpening", scale="smoke", scope=SCOPE)
     # RL's budget grows with coverage like SFT's: (c) fails on its RL part
-    both_grow = {c.id: c for c in stages.sharpening_claims(p, *_claim_frame(grows, grows, atomic_rl_req=grows))}
+    both_grow = _claims(*_claim_frame(grows, grows, atomic_rl_req=grows))
     assert both_grow["c"].verdict == "does not hold" and "RL" in both_grow["c"].note
-    # RL flat on the atomic control too: the criterion cannot tell the mechanism from its absence
-    vetoed = {c.id: c for c in stages.sharpening_claims(p, *_claim_frame(grows, flat, atomic_rl_req=flat))}
+    # RL flat on the atomic ablation too: the criterion cannot tell the mechanism from its absence
+    vetoed = _claims(*_claim_frame(grows, flat, atomic_rl_req=flat))
     assert vetoed["c"].control.verdict == "holds" and vetoed["c"].verdict == "inconclusive"
     # best-of-N flat in N: (a) fails
-    no_gain = {c.id: c for c in stages.sharpening_claims(p, *_claim_frame(grows, flat, grows, bon_gain=0.0))}
-    assert no_gain["a"].verdict == "does not hold"
+    assert _claims(*_claim_frame(grows, flat, grows, bon_gain=0.0))["a"].verdict == "does not hold"
+    # RL's lead as large at high coverage as at low: no interaction, (e) fails
+    assert _claims(*_claim_frame(grows, flat, grows, rl_lead_high=0.2))["e"].verdict == "does not hold"
+
+
+def test_convergence_claim_fails_on_a_policy_at_a_wrong_formula():
+    beta = _sharpening_params().beta
+    frame = _claim_frame([4, 16, 64, 128], [16] * 4, [4, 16, 64, 128])
+    right = _claims(*frame, formulas=_formulas(beta, fit_to=1.0))["d"]
+    assert right.verdict == "holds" and right.control.verdict == "does not hold"
+    for wrong in (2.0, 0.5):  # RL that had converged to pi*_2beta or pi*_beta/2 instead
+        d = _claims(*frame, formulas=_formulas(beta, fit_to=wrong))["d"]
+        assert d.verdict == "does not hold", (wrong, d.note)
+
+
+def test_formula_distances_measure_the_policy_against_the_closed_form_and_its_neighbours():
+    base, y_star, _ = tb.make_pair_chain(np.random.default_rng(0), 6, 2, 8, (0.3, 0.7))
+    beta = 0.5
+    star = tb.tilt(base, tb.kl_optimum(beta))
+    at_star, at_double = tb.formula_distances(star, base, y_star, beta)
+    assert at_star["hypothesis"] == 1.0 and at_star["kl_rl"] == pytest.approx(0.0, abs=1e-12)
+    assert at_star["kl_rl_half"] > 0 and at_star["kl_rl_double"] > 0
+    mode_kl = tb.point_mass_kl(star, y_star).mean()
+    assert at_star["tolerance"] == pytest.approx(min(tb.kl(tb.tilt(base, tb.kl_optimum(beta / 2)), star).mean(),
+                                                     tb.kl(tb.tilt(base, tb.kl_optimum(2 * beta)), star).mean(),
+                                                     mode_kl))
+    # the point mass on the mode: KL(delta || pi) = -log pi(y*), by enumeration of the one sequence
+    assert mode_kl == pytest.approx(-np.log(tb.prob_of(star, y_star)).mean())
+    assert at_double["beta"] == 2 * beta and at_double["kl_rl"] == pytest.approx(at_star["kl_rl_double"])
+
+
+def test_lm_claims_are_inconclusive_when_a_base_model_misses_the_fit_gate():
+    claims = _claims(*_claim_frame([4, 16, 64, 128], [16] * 4, [4, 16, 64, 128]), gaps={**FITTED, 2: 0.09})
+    for cid in "abe":
+        assert claims[cid].verdict == "inconclusive" and "fits the corpus law" in claims[cid].note, cid
+    assert claims["c"].verdict == "holds" and claims["d"].verdict == "holds"  # the tabular level has no such gate
+
+
+def test_law_gap_is_zero_for_the_law_and_positive_for_a_misfit(monkeypatch):
+    """lm.law_gap against the exact law: a model whose log-probabilities are the law's scores 0; one that puts
+    uniform mass on every answer scores KL(law || uniform), computed by enumeration of the 2-letter answers."""
+    prompts, alphabet, levels = ["ab", "ba", "cd"], 4, (0.3, 0.7)
+    rng = np.random.default_rng(0)
+    xs = [x for x in prompts for _ in range(4000)]
+    ys = [task.noisy_answer(rng, x, alphabet, levels) for x in xs]
+    law = torch.tensor([task.log_prob(x, y, alphabet, levels) for x, y in zip(xs, ys)])
+    x_t, y_t = torch.from_numpy(task.encode_prompts(xs, 2)), torch.from_numpy(task.encode_answers(ys, 2)[0])
+    # a "model" is its log-probabilities of these answers: law_gap reads the model only through self_reward
+    monkeypatch.setattr(lm, "self_reward", lambda model, prompts_, answers_: model)
+    assert lm.law_gap(law, x_t, y_t, law) == pytest.approx(0.0)
+    uniform = torch.full_like(law, -2 * np.log(alphabet))
+    exact = np.mean([sum(np.exp(lp) * (lp + 2 * np.log(alphabet)) for lp in
+                         (task.log_prob(x, a + b, alphabet, levels) for a in "abcd" for b in "abcd") if lp > -np.inf)
+                     for x in prompts]) / 2
+    assert exact > 0.1 and lm.law_gap(uniform, x_t, y_t, law) == pytest.approx(exact, abs=0.02)
+
+
+def test_pretrained_lms_decide_best_of_n_at_the_full_scale():
+    """With per-question rows of a pretrained LM (level pretrained_question), claim (a) is decided on them: the
+    slope of best-of-N accuracy on log2 N and best-of-N_max - greedy, bootstrapped over questions."""
+    import dataclasses
+
+    from papers.sharpening.verdicts import sharpening_claims
+
+    p = _sharpening_params()
+    p = dataclasses.replace(p, pretrained=dataclasses.replace(p.pretrained, bon_sizes=(1, 2, 4)))
+    frame, conv = _claim_frame([4, 16, 64, 128], [16] * 4, [4, 16, 64, 128], bon_gain=0.0)  # the tiny LMs: flat
+    rng = np.random.default_rng(0)
+    rows = []
+    for q in range(40):
+        p1 = rng.uniform(0.1, 0.6)
+        common = {"level": "pretrained_question", "variant": "lm7b", "seed": q}
+        rows.append({**common, "method": "greedy", "budget": 1, "accuracy": float(rng.random() < 0.5)})
+        for n in (1, 2, 4):
+            rows += [{**common, "method": "best_of_n", "budget": n, "accuracy": 1 - (1 - p1) ** n},
+                     {**common, "method": "best_of_n_shuffled", "budget": n, "accuracy": p1}]
+    means = pd.DataFrame(rows).groupby(["variant", "method", "budget"]).accuracy.mean().reset_index()
+    df = pd.concat([frame, stages._rows(rows), stages._rows(means.assign(level="pretrained", seed=0).to_dict("records"))])
+    a = {c.id: c for c in sharpening_claims(p, df, conv, _formulas(p.beta), FITTED)}["a"]
+    assert a.verdict == "holds" and a.control.verdict == "does not hold", a.note
+    assert all(e.name.startswith("lm7b") for e in a.evidence) and a.evidence[0].replicates == 40
+
+
+@pytest.mark.parametrize("gate, inits", [(10.0, 1), (1e-9, 3)])
+def test_pretraining_draws_fresh_initialisations_until_a_base_model_fits_the_law(tmp_path, gate, inits):
+    """The gate: a base model that misses fit_gap_max on the val prompts is pretrained again from a fresh
+    initialisation, up to max_inits; every attempt is logged, the kept one is also measured on the test prompts."""
+    cfg = _small_cfg()
+    cfg = {**cfg, "model": {"n_layer": 1, "n_head": 1, "n_embd": 8},
+           "pretrain": {**cfg["pretrain"], "seeds": 2, "steps": 3, "fit_draws": 1, "fit_gap_max": gate,
+                        "max_inits": 3}}
+    stages.prepare(cfg=cfg, corpus=tmp_path / "c.parquet", prompts=tmp_path / "p.parquet")
+    stages.pretrain(cfg=cfg, corpus=tmp_path / "c.parquet", prompts=tmp_path / "p.parquet",
+                    checkpoint=tmp_path / "base.pt", history=tmp_path / "h.parquet", fit=tmp_path / "fit.parquet")
+    fit, hist = pd.read_parquet(tmp_path / "fit.parquet"), pd.read_parquet(tmp_path / "h.parquet")
+    val, test = fit[fit.split == "val"], fit[fit.split == "test"]
+    assert val.groupby("seed").init.count().tolist() == [inits, inits] and len(test) == 2
+    assert (test.init == inits - 1).all() and (val.law_gap > 0).all()
+    assert len(hist) == 2 * 3 and (hist.init == inits - 1).all()  # the kept runs' losses only
+    assert len(stages.load_bases(tmp_path / "base.pt")) == 2

@@ -67,8 +67,14 @@ def test_pretrained_stage_dry_runs_at_full_scale(tiny_model_dir, tmp_path):
     stages.pretrained(cfg=cfg, name="tiny", prompts=prompts, results=tmp_path / "out.parquet")
     df = pd.read_parquet(tmp_path / "out.parquet")
     assert sorted(df.method.unique()) == ["best_of_n", "best_of_n_shuffled", "greedy"]
-    assert sorted(df[df.method == "best_of_n"].budget) == [1, 2, 4]
+    means, per_question = df[df.level == "pretrained"], df[df.level == "pretrained_question"]
+    assert sorted(means[means.method == "best_of_n"].budget) == [1, 2, 4]
+    assert sorted(per_question.seed.unique()) == [0, 1, 2] and len(per_question) == 3 * (1 + 2 * 3)
     assert df.accuracy.between(0, 1).all()
+    # the table's row is the mean of the per-question rows that claim (a) resamples at the full scale
+    mean_q = per_question.groupby(["method", "budget"]).accuracy.mean()
+    for r in means.itertuples():
+        assert r.accuracy == pytest.approx(mean_q[(r.method, r.budget)])
     with pytest.raises(ValueError, match="no model named 'other'"):
         stages.pretrained(cfg=cfg, name="other", prompts=prompts, results=tmp_path / "x.parquet")
 

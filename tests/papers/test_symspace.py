@@ -171,7 +171,11 @@ def test_bad_input_names_the_file_the_key_and_the_record(tmp_path):
     np.savez(path, trials=trials, labels=np.zeros(3), session=np.zeros(3))
     with pytest.raises(ValueError, match="record 1"):
         D.load_trials_npz(str(path), 2, 0.0)
+    with pytest.raises(FileNotFoundError, match="symspace.eeg_datasets"):
+        D.load_trials_npz(str(tmp_path / "gone.npz"), 2, 0.0)
     cfg = to_dict(Params())
+    with pytest.raises(ValueError, match="symspace.train.steps"):
+        parse({**cfg, "train": {**cfg["train"], "steps": 100, "eval_every": 50}})
     with pytest.raises(KeyError, match="symspace.tempo"):
         parse({**cfg, "tempo": 1})
     with pytest.raises(ValueError, match="symspace.metrics"):
@@ -198,7 +202,7 @@ def test_adam_matches_torch():
     rng = np.random.default_rng(8)
     x = torch.as_tensor(np.stack([_spd(3, rng) for _ in range(6)]))
     y = torch.tensor([0, 1, 0, 1, 0, 1])
-    ours = fit(model_pair(), x, y, steps=5, lr=0.1)
+    ours, _ = fit(model_pair(), x, y, steps=5, lr=0.1)
     ref = model_pair()
     opt = torch.optim.Adam(ref.parameters(), lr=0.1)
     for _ in range(5):
@@ -207,3 +211,161 @@ def test_adam_matches_torch():
         opt.step()
     for a, b in zip(ours.parameters(), ref.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+# ---- training, the tree, the claims --------------------------------------------------------------------------
+def test_late_gain_reads_the_last_quarter_against_the_best_before():
+    from papers.symspace.train import late_gain
+
+    assert late_gain([0.2, 0.5, 0.6, 0.6, 0.6, 0.6, 0.6, 0.62]) == pytest.approx(0.02)  # last quarter: 0.6, 0.62
+    assert late_gain([0.2, 0.9, 0.8, 0.7]) == pytest.approx(-0.2)  # peaked early
+    assert np.isnan(late_gain([0.5, 0.6]))  # too short a curve to tell
+
+
+def test_angle_rule_solves_sectors_and_not_what_the_isometry_moves():
+    from papers.symspace.train import angle_rule, split
+
+    # The unmoved tree's classes are angular sectors about the origin: the rule reads them off; after the isometry
+    # the same rule, learned the same way, cannot.
+    base = {"seeds": 1, "branching": 3, "depth": 4, "label_depth": 2, "edge_length": 1.0, "noise": 0.0,
+            "train_fraction": 0.5, "angle_bins": 36}
+    for shift, bound in ((0.0, lambda acc: acc == 1.0), (3.0, lambda acc: acc < 0.7)):
+        tree = D.noisy_tree({**base, "root_shift": shift}, seed=0)
+        tr, te = split(tree["labels"], 0.5, np.random.default_rng(0))
+        assert bound(angle_rule(tree["points"][tr], tree["labels"][tr], tree["points"][te], tree["labels"][te], 36))
+
+
+def test_the_isometry_keeps_every_hyperbolic_distance():
+    base = {"seeds": 1, "branching": 2, "depth": 4, "label_depth": 1, "edge_length": 1.0, "noise": 0.3,
+            "train_fraction": 0.5, "angle_bins": 8}
+    a, b = D.noisy_tree({**base, "root_shift": 0.0}, 4), D.noisy_tree({**base, "root_shift": 2.5}, 4)
+    xa, xb = torch.as_tensor(a["points"]), torch.as_tensor(b["points"])
+    da = geo.ball_distance(xa[:, None], xa[None])
+    db = geo.ball_distance(xb[:, None], xb[None])
+    torch.testing.assert_close(da, db, rtol=1e-7, atol=1e-7)
+    assert (a["labels"] == b["labels"]).all() and not np.allclose(a["points"], b["points"])
+    # the moved root: the depth-1 nodes' centre lies near hyperbolic distance root_shift from the origin
+    assert float(geo.ball_distance(xb, torch.zeros(2, dtype=torch.float64)).min()) > 0.5
+
+
+def test_ball_busemann_head_is_the_released_formula():
+    g = torch.Generator().manual_seed(1)
+    head = L.BallMLR(2, 3, "busemann", g)
+    x = torch.tensor([[0.3, -0.2], [0.1, 0.7]], dtype=torch.float64)
+    out = head(x)
+    p = head._p()
+    for k in range(3):
+        y = geo.mobius_add(-p[k], x)
+        r = y.norm(dim=-1)
+        omega = head.a[k] / head.a[k].norm()
+        s = torch.log(1 - r ** 2) - ((y - omega) ** 2).sum(-1).log()
+        torch.testing.assert_close(out[:, k], 2 * torch.atanh(r) / r * s)
+
+
+def test_spdnet_heads_share_their_initial_backbone():
+    from papers.symspace.train import generator
+
+    a = L.SPDNet(5, 3, 4, generator(0, "backbone"), head="logeig_linear", head_generator=generator(0, "a"))
+    b = L.SPDNet(5, 3, 4, generator(0, "backbone"), head="busemann_mlr", head_generator=generator(0, "b"))
+    torch.testing.assert_close(a.bimap.weight, b.bimap.weight)
+    x = torch.as_tensor(np.stack([_spd(5, np.random.default_rng(i)) for i in range(3)]))
+    assert a(x).shape == b(x).shape == (3, 4)
+    with pytest.raises(ValueError, match="unknown SPDNet head"):
+        L.SPDNet(5, 3, 4, generator(0), head="mlp")
+
+
+def _planted(effect: float, late: float = 0.0, replicates: int = 10) -> "pd.DataFrame":
+    """An accuracy table like the train stage's, with the Busemann head `effect` above the LogEig head."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for task in ("eeg", "digits"):
+        for r in range(replicates):
+            base = 0.6 + 0.05 * rng.normal()
+            for arm, v in (("spdnet_logeig_linear", base), ("spdnet_busemann_mlr", base + effect + 0.01 * rng.normal())):
+                rows.append({"task": task, "replicate": r, "arm": arm, "variant": "main", "test_acc": v, "late_gain": late})
+                rows.append({"task": task, "replicate": r, "arm": arm, "variant": "permuted_labels",
+                             "test_acc": 0.25 + 0.02 * rng.normal(), "late_gain": 0.0})
+    return pd.DataFrame(rows)
+
+
+def test_claim_b_finds_a_planted_gain_and_an_unconverged_arm_is_inconclusive():
+    from papers.symspace.report import claim_b
+
+    p = parse(to_dict(Params()))
+    assert claim_b(p, _planted(0.1)).verdict == "holds"
+    assert claim_b(p, _planted(-0.1)).verdict == "does not hold"
+    stuck = claim_b(p, _planted(-0.1, late=0.2))  # an arm still rising on validation: the gate is unmet
+    assert stuck.verdict == "inconclusive" and "every arm converged" in stuck.note
+
+
+def test_convergence_gate_reads_each_arm_not_its_noisiest_run():
+    from papers.symspace.report import converged_gate
+
+    acc = _planted(0.0, late=-0.03)
+    sel = acc.variant == "main"
+    # One run's validation noise (4 items of 32) above the tolerance, the arm's other runs flat: the arm converged.
+    spike = acc.assign(late_gain=np.where(sel & (acc.task == "eeg") & (acc.replicate == 3)
+                                          & (acc.arm == "spdnet_busemann_mlr"), 0.125, acc.late_gain))
+    assert converged_gate(spike, sel, 0.05, "x").met
+    # One arm of one task rising late on most runs: unmet, whatever the other arms do.
+    rising = acc.assign(late_gain=np.where(sel & (acc.task == "digits") & (acc.arm == "spdnet_logeig_linear"),
+                                           0.06 + 0.01 * (acc.replicate % 3), acc.late_gain))
+    assert not converged_gate(rising, sel, 0.05, "x").met
+
+
+def test_claim_a_decides_on_every_case_not_an_interval():
+    import pandas as pd
+
+    from papers.symspace import stages as S
+    from papers.symspace.report import claim_a, range_test
+
+    assert range_test([1e-6, 2e-5, 3e-5], 1e-4, "x").verdict == "holds"
+    assert range_test([1e-6, 2e-5, 2e-4], 1e-4, "x").verdict == "inconclusive"  # one case over: not every case below
+    assert range_test([2e-4, 0.3, 0.1], 1e-4, "x").verdict == "does not hold"  # every wrong-formula case over
+
+    p = parse(to_dict(Params()))
+    rows = [{"case": f"{i}:{m}", "check": name, "error": err} for i in range(3) for m in ("1,0", "1,0.5")
+            for name, err in ((S.LIMIT_CHECKS["spd"], 1e-6), (S.KNOWN_VALUE, 2e-6), (S.ASYMPTOTIC, 0.01),
+                              (S.WRONG_FORMULAS["cholesky"], 0.5), (S.WRONG_FORMULAS["beta"], 0.2))]
+    rows += [{"case": f"{i}:ball", "check": S.LIMIT_CHECKS["ball"], "error": 1e-9} for i in range(3)]
+    chk = pd.DataFrame(rows)
+    assert claim_a(p, chk).verdict == "holds"
+    blind = chk.assign(error=np.where(chk.check == S.KNOWN_VALUE, 0.1, chk.error))  # the procedure misses a known value
+    assert claim_a(p, blind).verdict == "inconclusive"
+
+
+def test_the_metric_only_reparametrises_the_mlr():
+    from papers.symspace import stages as S
+
+    cfg = to_dict(Params())
+    p = parse({**cfg, "check": {**cfg["check"], "matrices": 1, "times": [16, 32], "dps": 40}})
+    rows, _ = S.distance_checks(p, seed=0)
+    errors = [r["error"] for r in rows if r["check"] == S.CHECKS["reparametrisation"]]
+    assert len(errors) == len(p.metrics) and max(errors) < 1e-10
+
+
+@pytest.mark.parametrize("kind", ["busemann", "ganea", "euclidean"])
+def test_replicas_side_by_side_train_as_they_would_alone(kind):
+    """The tree seeds train side by side (a leading replica dimension): each copy's parameters after Adam steps
+    equal those of the same copy trained alone."""
+    from papers.symspace.train import fit
+
+    rng = np.random.default_rng(9)
+    x = torch.as_tensor(rng.uniform(-0.6, 0.6, size=(2, 12, 2)))
+    y = torch.as_tensor(rng.integers(0, 3, size=(2, 12)))
+
+    def head(replicas):
+        g = torch.Generator().manual_seed(3)
+        return L.EuclideanMLR(2, 3, g, replicas) if kind == "euclidean" else L.BallMLR(2, 3, kind, g, replicas)
+
+    both, _ = fit(head(2), x, y, steps=5, lr=0.05)
+    for r in range(2):
+        alone = head(None)
+        with torch.no_grad():
+            for a, b in zip(alone.parameters(), head(2).parameters()):
+                a.copy_(b[r])
+        alone, _ = fit(alone, x[r], y[r], steps=5, lr=0.05)
+        for a, b in zip(alone.parameters(), both.parameters()):
+            torch.testing.assert_close(a, b[r], rtol=1e-9, atol=1e-12)

@@ -197,86 +197,242 @@ def test_uv_params_checks():
         parse({"steps": 100, "late_window": 100})
     with pytest.raises(KeyError, match="uv_sharpness.mlp.lr"):
         parse({"mlp": {"lr": 1}})
+    with pytest.raises(ValueError, match="catapult_products"):
+        parse({"catapult_products": {"ablation": 1.2, "start": 1.0, "stop": 2.5, "step": 0.05}})
+    with pytest.raises(ValueError, match="catapult_products"):
+        parse({"catapult_products": {"ablation": 0.7, "start": 1.0, "stop": 2.5}})
 
 
-# ---- claims: intervals over seeds, with controls -------------------------------------------------
-def _sweep(seeds=3):
-    """A hand-made sweep: period 1 below r = 1, 2 from 1, 4 from 1.25, 8 from 1.3, chaos from 1.35, EoS within 5%
-    up to 1.2, the 2-cycle's mean sharpness exactly, on the manifold above r = 1."""
+# ---- claims: intervals over replicates, with controls -------------------------------------------
+def _sweep(seeds=3, init="small"):
+    """A hand-made sweep: period 1 below r = 1, 2 from 1, 4 from 1.25, 8 from 1.3, chaos from 1.35, the 2-cycle's
+    mean sharpness exactly, on the manifold above r = 1 (imbalance 0.3 below it, 1e-12 above)."""
     import pandas as pd
 
     rows = []
     for seed in range(seeds):
-        for r in np.round(np.arange(0.8, 1.5001, 0.025), 4):
+        for j, r in enumerate(np.round(np.arange(0.8, 1.5001, 0.025), 4)):
             period = 1 if r < 1 else 2 if r < 1.25 else 4 if r < 1.3 else 8 if r < 1.35 else 0
             two_cycle = 1 < r < 1.25
-            rows.append({"seed": seed, "ratio": r, "period": period, "lyapunov": 0.1 if period == 0 else -0.1,
-                         "diverged": False, "label": "chaos" if period == 0 else f"period {period}",
-                         "imbalance": 0.3 if r < 1 else 1e-9,
+            rows.append({"init": init, "seed": seed, "index": j, "ratio": r, "period": period,
+                         "lyapunov": 0.1 if period == 0 else -0.1, "diverged": False,
+                         "label": "chaos" if period == 0 else f"period {period}", "imbalance0": 0.99,
+                         "eta_theta0": r * (0.2 if init == "small" else 1.0),
+                         "imbalance": 0.3 if r < 1 else 1e-12 * (1 + seed),
                          "sharpness_over_2_eta": (0.8 / r if r < 1 else 1 + (r - 1) / 4 if two_cycle else 1.2)
-                                                 + 1e-5 * seed})
+                                                 + 1e-7 * seed})
     return pd.DataFrame(rows)
 
 
-def test_onsets_per_seed_and_the_eos_deviation():
-    from papers.uv_sharpness.claims import ONSETS, eos_deviation, onsets_per_seed
+def test_onsets_per_seed():
+    from papers.uv_sharpness.claims import ONSETS, onsets_per_seed
 
     pts = _sweep()
     np.testing.assert_allclose(onsets_per_seed(pts, ONSETS["period_4"]), [1.25] * 3)
     np.testing.assert_allclose(onsets_per_seed(pts, ONSETS["chaos"]), [1.35] * 3)
     assert np.isnan(onsets_per_seed(pts[pts.ratio < 1.3], ONSETS["period_8"])).all()
-    np.testing.assert_allclose(eos_deviation([1.02, 0.5, 3.0, np.nan]), [0.02, 0.5, 1.0, 1.0])
 
 
 def test_route_to_chaos_holds_on_the_sweep_and_not_with_permuted_labels():
-    from papers.uv_sharpness.claims import _route_parts
+    from papers.uv_sharpness.claims import route_parts
 
     pts = _sweep()
-    parts, onsets = _route_parts(pts, r_below=0.975)
+    parts, onsets = route_parts(pts, 1.0, 0.05)
     assert [e.verdict for e in parts] == ["holds"] * 4
+    early = pts.assign(period=np.where((pts.ratio > 0.9) & (pts.ratio < 0.95), 2, pts.period))  # period 2 below 1
+    assert route_parts(early, 1.0, 0.05)[0][0].verdict == "does not hold"
     rng = np.random.default_rng(0)
     shuffled = pts.sort_values(["seed", "ratio"]).assign(
         shuffled=np.concatenate([rng.permutation(g.ratio.to_numpy()) for _, g in pts.sort_values(["seed", "ratio"]).groupby("seed")]))
-    control, _ = _route_parts(shuffled, r_below=0.975, ratio_column="shuffled")
+    control, _ = route_parts(shuffled, 1.0, 0.05, ratio_column="shuffled")
     assert any(e.verdict != "holds" for e in control)
 
 
-def _claims(pts):
+def test_logistic_positive_control_finds_the_known_route():
+    # The route detection on the logistic map, whose bifurcations are known (period 2 at mu = 3, 4 at 1 + sqrt(6),
+    # 8 at 3.5441, chaos from 3.5699): a small sweep must find them in order, near their values.
+    from papers.uv_sharpness.claims import ONSETS, logistic_sweep, onsets_per_seed, route_parts
+
+    p = parse({"seeds": 3, "sweep_points": 289, "steps": 5000, "late_window": 512})
+    pts = logistic_sweep(p)
+    step = (3.62 - 2.9) / 288
+    parts, _ = route_parts(pts, 3.0, 2 * step, what="mu")
+    assert [e.verdict for e in parts] == ["holds"] * 4
+    assert np.all(np.abs(onsets_per_seed(pts, ONSETS["period_4"]) - (1 + np.sqrt(6))) < 3 * step)
+    chaos = onsets_per_seed(pts, ONSETS["chaos"])  # 3 chaotic points in a row: past the accumulation point, before
+    assert np.all((chaos > 3.5699 - step) & (chaos < 3.6))  # the period-3 window at 3.83
+
+
+GRID = np.round(np.concatenate([[0.7], np.arange(1.0, 2.5001, 0.05)]), 10)  # the default catapult_products
+
+
+def _runs(seeds=4, jump=0.3, slope=0.5, rise=9.0):
+    """Hand-made trajectory runs: the small init's ratio runs (rise `rise`), and the large init's early-phase runs at
+    the default eta Theta_0 grid, whose loss first rises at 1.5 + 0.05 seed (the catapult onset); the early reduction
+    grows by `slope` per unit of eta Theta_0 above 1.3 and jumps by `jump` at the onset."""
     import pandas as pd
 
-    from papers.uv_sharpness.claims import same_attractor, uv_claims
+    rows = [{"init_scale": 0.1, "ratio": r, "product": np.nan, "seed": s, "eta_theta0": 0.2 * r, "reduction": 0.0,
+             "rise": rise + s, "loss_ratio": 1e-3, "early_loss_peak": 0.5, "early_loss_end": 1e-3, "diverged": False,
+             "diverged_step": np.nan} for r in (0.3, 0.8, 1.05, 1.1) for s in range(seeds)]
+    for s in range(seeds):
+        onset = 1.5 + 0.05 * s
+        for c in GRID:
+            up = c >= onset - 1e-9
+            rows.append({"init_scale": 0.35, "ratio": c / 2.45, "product": c, "seed": s, "eta_theta0": c,
+                         "reduction": slope * max(c - 1.3, 0) + jump * up + 0.001 * s, "rise": np.nan,
+                         "loss_ratio": np.nan, "early_loss_peak": 1.5 if up else 0.5, "early_loss_end": 0.1,
+                         "diverged": False, "diverged_step": np.nan})
+    return pd.DataFrame(rows)
 
-    p = parse({"sweep_points": 29})  # the hand-made sweep's grid: 0.8 .. 1.5 by 0.025
-    eos = pd.DataFrame([{"init_scale": 0.1, "ratio": r, "seed": s, "sharpness_over_2_eta": 0.8 / r if r < 1 else 1.01}
-                        for r in (0.8, 1.05) for s in range(3)])
-    runs = pd.DataFrame([{"init_scale": sigma, "ratio": r, "seed": s, "eta_theta0": lam0 * r,
-                          "reduction": 0.3 if lam0 > 2 else 0.001, "rise": -0.2 if lam0 > 2 else 9.0}
-                         for sigma, lam0 in ((0.1, 0.2), (0.35, 2.45)) for r in (0.8, 1.05, 1.1) for s in range(3)])
+
+def _claims(small, large, runs=None):
+    import pandas as pd
+
+    from papers.uv_sharpness.claims import logistic_sweep, uv_claims
+
+    p = parse({"sweep_points": 29, "seeds": 3})  # the hand-made sweep's grid: 0.8 .. 1.5 by 0.025
     mlp_df = pd.DataFrame([{"lr": 0.1, "seed": s, "two_over_eta": 20.0, "initial_sharpness": 5.0 + s,
-                            "late_sharpness": 20.0 + 0.1 * s, "final_loss": 0.1, "final_accuracy": 0.9} for s in range(3)])
-    orbits = pd.DataFrame([{"seed": s, "ratio": r, "f": 1.0} for s in range(3) for r in pts.ratio.unique()])
-    return uv_claims(p, eos, pts, runs, mlp_df, same_attractor(orbits, pts, 1e-6))
+                            "late_sharpness": 20.0 + 0.1 * s, "initial_loss": 0.5, "final_loss": 0.1,
+                            "final_accuracy": 0.9} for s in range(3)])
+    logistic = logistic_sweep(parse({"seeds": 3, "sweep_points": 289, "steps": 5000, "late_window": 512}))
+    return uv_claims(p, large, small, _runs() if runs is None else runs, mlp_df, logistic)
 
 
-def test_claims_decide_over_the_whole_sweep_with_their_controls():
-    a, b, c, d, e, f = _claims(_sweep())
-    # EoS within 5% only below r = 1.2 (the 2-cycle: 1 + (r - 1)/4): over the whole sweep it does not hold, and says where it does
-    assert a.verdict == "does not hold" and a.measured["holds_up_to_r"] == pytest.approx(1.175)
-    assert a.control.verdict == "does not hold"
-    assert b.verdict == "holds" and b.control.verdict != "holds"
+def test_claims_decide_with_their_controls_and_the_checks_pass():
+    (a, b, c, d, dc), checks = _claims(_sweep(), _sweep(init="large"))
+    assert a.verdict == "holds" and a.control.verdict == "does not hold" and a.premise_met
+    assert b.verdict == "holds" and b.control.verdict != "holds" and b.positive_control.verdict == "holds"
     assert c.verdict == "holds" and c.control.verdict == "does not hold"
-    # catapult at eta lambda_0 = 2.45 r in (2, 4) only (r = 1.05, 1.1); the small init is the control, and vice versa
-    assert d.verdict == "holds" and d.control.verdict == "does not hold" and len(d.evidence) == 2
-    assert e.verdict == "holds" and e.control.verdict == "does not hold" and len(e.evidence) == 3
-    # period 4 at 1.25 is within 2 grid steps (0.05) of sqrt(5) - 1; the 2-cycle's mean sharpness is exact; the
-    # naive 2/eta misses it
-    assert f.verdict == "holds" and f.control.verdict == "does not hold"
+    # (d): 2.5 (reduction 0.6 + 0.3) against 0.7 (0), the ablation alone does not reduce
+    assert d.verdict == "holds" and d.control.verdict == "does not hold" and d.control.kind == "ablation"
+    # (d_catapult): the planted jump of 0.3 at each seed's onset; one step of smooth growth below it adds 0.025
+    assert dc.verdict == "holds" and dc.control.verdict == "does not hold"
+    assert dc.measured["catapult onset eta Theta_0 per seed"] == pytest.approx([1.5, 1.55, 1.6, 1.65])
+    # period 4 at 1.25 is within 2 grid steps (0.05) of sqrt(5) - 1; the 2-cycle's mean sharpness is exact;
+    # progressive sharpening from the small init (rise 9) is a check
+    assert [k.id for k in checks] == ["eta_c", "period_4", "two_cycle", "progressive_sharpening"]
+    assert all(k.passed for k in checks)
 
 
-def test_fixed_point_claim_fails_when_period_four_comes_late():
-    pts = _sweep()
-    late = pts.assign(period=np.where((pts.ratio >= 1.25) & (pts.ratio < 1.3), 2, pts.period))  # period 4 never
-    assert _claims(late)[5].verdict == "does not hold"
+def test_catapult_claim_fails_without_a_jump_and_is_undecided_when_eta_alone_grows_the_reduction():
+    claims, checks = _claims(_sweep(), _sweep(init="large"), _runs(jump=0.0))
+    assert claims[4].verdict == "does not hold"  # smooth growth only: 0.025 per step < 0.1
+    assert claims[3].verdict == "holds"  # a large learning rate still reduces
+    steep = _claims(_sweep(), _sweep(init="large"), _runs(jump=0.0, slope=3.0))[0][4]
+    # one step adds 0.15 with no catapult on either side: the control holds too, so the test cannot tell
+    assert steep.control.verdict == "holds" and steep.verdict == "inconclusive"
+
+
+def test_catapult_premise_gates_runs_that_diverge_or_never_fall():
+    runs = _runs()
+    bad = runs["product"].notna() & (runs.seed < 2)  # half the seeds: the onset run diverges
+    runs.loc[bad & (runs.early_loss_peak > 1), ["diverged", "diverged_step"]] = [True, 7.0]
+    claims, _ = _claims(_sweep(), _sweep(init="large"), runs)
+    assert claims[4].verdict == "inconclusive" and "premise not met" in claims[4].note
+    assert "at step 7" in claims[4].note  # the divergence step is computed, not typed
+    no_rise = _runs().assign(early_loss_peak=0.5)  # no run's loss ever rises: no catapult onset
+    never = _claims(_sweep(), _sweep(init="large"), no_rise)[0][4]
+    assert never.verdict in ("inconclusive", "not measured") and not never.premise_met
+
+
+def test_progressive_sharpening_check_fails_when_the_small_init_does_not_rise():
+    _, checks = _claims(_sweep(), _sweep(init="large"), _runs(rise=0.05))
+    assert not checks[-1].passed
+
+
+def test_off_manifold_orbits_and_unmet_premises():
+    small, large = _sweep(), _sweep(init="large")
+    off = large.assign(imbalance=np.where(large.ratio > 1.2, 0.05, large.imbalance))  # leaves the manifold past 1.2
+    a = _claims(small, off)[0][0]
+    assert a.verdict == "does not hold"
+    on_at_start = large.assign(imbalance0=1e-4)  # starts on the manifold: reaching it says nothing
+    a = _claims(small, on_at_start)[0][0]
+    assert a.verdict == "inconclusive" and "premise not met" in a.note
+    unsettled = small.assign(label=np.where(small.ratio > 1.3, "aperiodic", small.label))
+    b = _claims(unsettled, large)[0][1]
+    assert b.verdict == "inconclusive" and "premise not met" in b.note
+
+
+def test_manifold_claim_leaves_diverged_runs_out_and_gates_on_their_share():
+    small, large = _sweep(), _sweep(seeds=4, init="large")
+    top = large.ratio >= 1.475  # one replicate escapes at the sweep's top edge: no late orbit, not off the manifold
+    edge = large.assign(diverged=top & (large.seed == 0), imbalance=np.where(top & (large.seed == 0), np.nan,
+                                                                              large.imbalance))
+    a = _claims(small, edge)[0][0]
+    assert a.verdict == "holds" and a.measured["diverged_runs"] == 2
+    assert a.measured["divergence_onset_per_replicate"][0] == pytest.approx(1.475)
+    many = large.ratio >= 1.3  # most of the route diverges: the sweep no longer probes it
+    gone = large.assign(diverged=many, imbalance=np.where(many, np.nan, large.imbalance))
+    a = _claims(small, gone)[0][0]
+    assert a.verdict == "inconclusive" and "premise not met" in a.note and a.measured["points_untested"] == 9
+
+
+def test_trajectory_runs_find_the_divergence_step_and_the_loss_rise():
+    import pandas as pd
+
+    from papers.uv_sharpness.stages import trajectory_runs
+
+    p = parse({"steps": 100, "late_window": 64, "early_steps": 10, "max_period": 16})
+    f = np.full(101, 1.0)
+    f[:4] = [0.0, 2.5, 0.5, 1.2]  # L_0 = 0.5, a rise to 1.125 at step 1, then back to the minimum
+    f_bad = f.copy()
+    f_bad[30:] = np.inf
+    traj = pd.concat([pd.DataFrame({"init_scale": 0.35, "ratio": 1.0, "product": 2.5, "seed": s, "step": np.arange(101),
+                                    "f": ff, "ntk": np.linspace(1.0, 0.5, 101)}) for s, ff in ((0, f), (1, f_bad))])
+    runs = trajectory_runs(traj, p).sort_values("seed")
+    assert runs.early_loss_peak.iloc[0] == pytest.approx(2.25) and runs.early_loss_end.iloc[0] == 0.0
+    assert not runs.diverged.iloc[0] and np.isnan(runs.diverged_step.iloc[0])
+    assert runs.diverged.iloc[1] and runs.diverged_step.iloc[1] == 30
+    assert runs.reduction.iloc[0] == pytest.approx(0.05)  # min over steps 0..10 of a linear fall by 0.005 a step
+    assert np.isnan(runs.rise.iloc[0])  # an early-phase run has no late window
+
+
+def test_fixed_point_check_fails_when_period_four_comes_late():
+    small = _sweep()
+    late = small.assign(period=np.where((small.ratio >= 1.25) & (small.ratio < 1.3), 2, small.period))  # never
+    assert not _claims(late, _sweep(init="large"))[1][1].passed
     late = late.assign(period=np.where(late.ratio >= 1.3, 4, late.period))  # period 4 from 1.3: 0.064 late
-    f = _claims(late)[5]
-    assert f.verdict == "does not hold"
+    assert not _claims(late, _sweep(init="large"))[1][1].passed
+
+
+def test_sweep_instances_differ_and_set_the_init_in_units_of_lambda_min():
+    from papers.uv_sharpness.stages import sweep_instance
+
+    p = parse({})
+    inst = [sweep_instance(p, seed, 0.5) for seed in range(4)]
+    assert len({(i["x"], i["y"], i["offset"]) for i in inst}) == 4
+    for i in inst:
+        assert p.example_range[0] <= i["x"] <= p.example_range[1] and 0 <= i["offset"] < 1
+        # E Theta_0 = 2 sigma^2 x^2 and lambda_min = 2 |x y| / sqrt(n): the ratio is the init's
+        assert 2 * i["sigma"] ** 2 * i["x"] ** 2 / uv.lambda_min(i["x"], i["y"], p.width) == pytest.approx(0.5)
+    assert sweep_instance(parse({"grid_jitter": False}), 0, 0.5)["offset"] == 0.0
+
+
+def test_full_scale_reads_cifar_from_a_user_path_and_trains_the_cnn(tmp_path):
+    # The paper's real-network check runs on CIFAR-10: a folder in the python-pickle format (here two tiny fake
+    # batches) is read by prepare, and the small CNN trains on it by full-batch GD with its sharpness measured.
+    import pickle
+
+    import pandas as pd
+
+    from papers.uv_sharpness.stages import prepare, train_mlp
+
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(1, 6):
+        batch = {b"data": rng.integers(0, 256, (8, 3072), dtype=np.uint8), b"labels": list(rng.integers(0, 10, 8))}
+        (folder / f"data_batch_{i}").write_bytes(pickle.dumps(batch))
+    cfg = {"mlp": {"dataset": "cifar10", "path": str(folder), "architecture": "cnn", "train_size": 20, "hidden": 4,
+                   "learning_rates": [0.05], "steps": 6, "sharpness_every": 3, "power_iterations": 3, "seeds": 1}}
+    prepare(cfg=cfg, digits=tmp_path / "images.parquet")
+    images = pd.read_parquet(tmp_path / "images.parquet")
+    assert images.shape == (20, 3072 + 1) and images.drop(columns="label").to_numpy().max() <= 1.0
+    train_mlp(cfg=cfg, digits=tmp_path / "images.parquet", lr=0.05, seed=0, history=tmp_path / "h.parquet")
+    hist = pd.read_parquet(tmp_path / "h.parquet")
+    assert len(hist) == 7 and hist.sharpness.notna().sum() == 3 and np.isfinite(hist.loss).all()
+    with pytest.raises(ValueError, match="cnn needs images"):
+        parse({"mlp": {"architecture": "cnn"}})
+    with pytest.raises(ValueError, match="mlp.path"):
+        parse({"mlp": {"dataset": "cifar10"}})

@@ -1,5 +1,6 @@
 """P2 welfare: the dynamics against hand-computed cases and the paper's closed-form rates."""
 import numpy as np
+import pandas as pd
 import pytest
 
 from papers.welfare import dynamics as dyn
@@ -35,6 +36,18 @@ def test_ties_go_to_the_lowest_index_and_random_treats_k():
     assert dyn.top_k(u, 2).tolist() == [[0, 3]]
     treated = dyn.choose("random", np.zeros((7, 10)), None, None, 3, np.random.default_rng(1))
     assert treated.sum(axis=1).tolist() == [3] * 7
+
+
+def test_max_g_ties_go_to_the_worst_off_as_the_official_per_step_sort_does():
+    # Everyone on g's lower plateau (equal g): the official code sorts this policy's welfare each step, so the
+    # first of the tied is the poorest, not the lowest index.
+    u = np.array([[9.0, 4.0, 7.0, 2.0], [1.0, 6.0, 3.0, 8.0]])
+    g = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 2.0, 2.0, 1.0]])
+    treated = dyn.choose("rawlsian_max_g", u, np.zeros_like(u), g, 1, np.random.default_rng(0))
+    # row 0: all tie, the poorest is index 3; row 1: the larger g ties between 1 and 2, the poorer is index 2
+    assert treated.argmax(axis=1).tolist() == [3, 2]
+    two = dyn.choose("rawlsian_max_g", u, np.zeros_like(u), g, 2, np.random.default_rng(0))
+    assert np.flatnonzero(two[0]).tolist() == [1, 3] and np.flatnonzero(two[1]).tolist() == [1, 2]
 
 
 def test_theoretical_rates_and_official_bounds():
@@ -171,23 +184,88 @@ def test_binned_incomes_spread_n_over_the_bins():
     assert np.all(u0 == np.floor(u0))
 
 
-def test_sweep_claims_decide_per_point():
-    import pandas as pd
+def _frame(p, rate_of, rng, flat_rate=200.0, noise=0.5):
+    """Per (point, population, policy, seed) rows as the report builds them: every policy at its family's predicted
+    rate (rate_of(point info, family)) on the paper's population, at `flat_rate` on the flat one, plus noise."""
+    from papers.welfare.claims import MAIN, point_info
 
-    from papers.welfare.stages import sweep_claims
-
-    cfg_points = ({"individuals": 50, "budget": 1, "decay_bounds": (10.0, 60.0), "return_bound_factors": (4.0, 0.5)},)
-    p = Params(seeds=5, sweep_points=cfg_points)
-    pt = p.sweep()[0]
-    rng = np.random.default_rng(0)
     rows = []
-    for pop in ("heterogeneous", "flat"):
-        for pol in dyn.POLICIES:
-            fam = dyn.family(pol)
-            rate = pt[fam] if pop == "heterogeneous" else 200.0
-            for s in range(5):
-                rows.append({"point": 0, "population": pop, "policy": pol, "seed": s,
-                             "long_run_slope": rate + rng.normal(0, 0.5)})
-    claims = {c.id: c for c in sweep_claims(p, p.sweep(), pd.DataFrame(rows))}
-    assert claims["d"].verdict == "holds" and claims["d"].control.verdict != "holds"
-    assert claims["e"].verdict == "holds" and claims["e"].control.verdict == "does not hold"
+    for pt, info in point_info(p).items():
+        for pop in ("heterogeneous", "flat"):
+            for pol in dyn.POLICIES:
+                for s in range(p.seeds):
+                    rate = rate_of(info, dyn.family(pol)) if pop == "heterogeneous" else flat_rate
+                    slope = rate + rng.normal(0, noise)
+                    short = (300.0 if dyn.family(pol) == "utilitarian" else 250.0) if pop == "heterogeneous" else 250.0
+                    rows.append({"point": pt, "population": pop, "policy": pol, "seed": s, "long_run_slope": slope,
+                                 "slope_early": slope + rng.normal(0, noise), "slope_late": slope,
+                                 "rate_short": short + rng.normal(0, 2), "rate_T": slope})
+    return pd.DataFrame(rows), MAIN
+
+
+SURVIVAL_AND_RUIN = ({"individuals": 50, "budget": 1, "decay_bounds": (10.0, 60.0), "return_bound_factors": (4.0, 0.5)},
+                     {"individuals": 50, "budget": 1, "decay_bounds": (20.0, 60.0), "return_bound_factors": (0.01, 0.2)},
+                     {"individuals": 50, "budget": 1, "decay_bounds": (10.0, 60.0), "return_bound_factors": (0.5, 0.5)})
+
+
+def _gaps(p, value):
+    from papers.welfare.claims import point_info
+
+    return {pop: {pt: np.full(p.seeds, value if pop == "heterogeneous" else 0.0) for pt in point_info(p)}
+            for pop in ("heterogeneous", "flat")}
+
+
+def test_claims_decide_on_planted_outcomes():
+    """Every policy planted at its theoretical rate (random at the Rawlsian one, and apart from it by a planted gap at
+    the intermediate point): the claims hold, their controls do not, the check passes."""
+    from papers.welfare.claims import welfare_claims
+
+    p = Params(seeds=6, sweep_points=SURVIVAL_AND_RUIN)
+    spread = {i: dyn.plateau_spread(dyn.Bounds.official(50, 1, *pt["decay_bounds"], *pt["return_bound_factors"]), 50, 1)
+              for i, pt in enumerate(SURVIVAL_AND_RUIN)}
+
+    def rate(info, fam):
+        if info["winner"] is not None:
+            return info[fam]
+        return 10.0 + (0.3 * spread[info["point"]] if fam == "rawlsian" else 0.0)  # intermediate: Rawlsian leads random
+
+    data, _ = _frame(p, rate, np.random.default_rng(0))
+    crossing = {"rawlsian_policy": "rawlsian_min_u", "crossing_time_per_seed": [120.0] * 6, "crossing_time_of_mean": 120.0}
+    claims, checks = welfare_claims(p, data, crossing, _gaps(p, 50.0))
+    verdicts = {c.id: (c.verdict, c.control.verdict) for c in claims}
+    assert [c.id for c in claims] == ["a", "b", "c", "d", "e", "f"]
+    for cid, (verdict, control) in verdicts.items():
+        assert verdict == "holds" and control != "holds", (cid, verdict, control, [c.note for c in claims if c.id == cid])
+    assert checks[0].id == "flat_rate" and not checks[0].passed  # planted flat rate 200 is not the closed form
+    assert all(c.premise_met for c in claims)
+
+
+def test_unmet_premises_make_long_run_claims_inconclusive():
+    """Slopes still drifting (the two halves of the window apart) or no welfare-dependent gain: never 'does not hold'."""
+    from papers.welfare.claims import welfare_claims
+
+    p = Params(seeds=6, sweep_points=SURVIVAL_AND_RUIN)
+    data, _ = _frame(p, lambda info, fam: info[fam] if info["winner"] else 10.0, np.random.default_rng(1))
+    drifting = data.assign(slope_early=data.slope_late + 40.0)  # 40 welfare units of drift: far above 5% of the spread
+    crossing = {"rawlsian_policy": "rawlsian_min_u", "crossing_time_per_seed": [120.0] * 6, "crossing_time_of_mean": 120.0}
+    claims, _ = welfare_claims(p, drifting, crossing, _gaps(p, 0.0))
+    by_id = {c.id: c for c in claims}
+    for cid in ("a", "b", "c", "d", "e", "f"):
+        assert by_id[cid].verdict == "inconclusive" and "premise not met" in by_id[cid].note, cid
+
+
+def test_one_step_gain_gap_and_settling():
+    u0 = np.array([[1.0, 5.0, 9.0]])
+    # f = U + 10 clipped to [5, 20], g = 4 - U/2 clipped to [1, 3]: f + g = [14, 16, 20]; greedy treats U = 9 (20),
+    # the Rawlsian policy U = 1 (14)
+    gap = dyn.one_step_gain_gap(u0, np.ones((1, 3)), np.full((1, 3), 10.0), -0.5 * np.ones((1, 3)),
+                                np.full((1, 3), 4.0), BOUNDS, 1)
+    assert gap.tolist() == [6.0]
+    line = np.arange(101.0)[None, :] * 3.0
+    early, late = dyn.settling(line, 0.5)
+    assert early[0] == pytest.approx(3.0) and late[0] == pytest.approx(3.0)
+    bent = np.concatenate([np.arange(76.0) * 1.0, 75 + np.arange(1, 26.0) * 5.0])[None, :]  # slope 1, then 5
+    early, late = dyn.settling(bent, 0.5)
+    assert early[0] == pytest.approx(1.0) and late[0] == pytest.approx(5.0)
+    b = dyn.Bounds.official(50, 1, 10, 60, 4.0, 0.5)
+    assert dyn.plateau_spread(b, 50, 1) == pytest.approx((1750 + 49 * 50) / 50)

@@ -16,10 +16,10 @@ PAPERS = [
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
-def snakemake(*args: str, workdir: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    """Run Snakemake on the repository's Snakefile with `args`, writing into `workdir`."""
+def snakemake(*args: str, workdir: Path, timeout: int = 900, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run Snakemake on the repository's Snakefile with `args`, writing into `workdir` (`env`: extra variables)."""
     cmd = [SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir), *args]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     env.pop("TRITON_INTERPRET", None)  # set by tests/conftest.py for the kernel tests only
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 

@@ -32,13 +32,19 @@ def test_committed_verdicts_follow_from_their_evidence(slug):
     path = COMMITTED / slug / "claims.json"
     data = json.loads(path.read_text())
     validate_claims(data)
-    assert data["paper"] == slug and data["scale"] == "default"
+    assert data["paper"] == slug and data["scale"] == "default" and data["scope"] in ("replication", "analogue")
     for claim in data["claims"]:
         where = f"{slug}/{claim['id']}"
         raw = _verdict_of(claim.get("evidence"))
         control = claim["control"]
         assert control["verdict"] == _verdict_of(control.get("evidence")), where
         expected = INCONCLUSIVE if raw == HOLDS and control["verdict"] == HOLDS else raw
+        positive = claim.get("positive_control")
+        if positive is not None:
+            assert positive["verdict"] == _verdict_of(positive.get("evidence")), where
+        blocked = not all(g["met"] for g in claim["premise"]) or (positive is not None and positive["verdict"] != HOLDS)
+        if blocked and expected != NOT_MEASURED:
+            expected = INCONCLUSIVE  # a premise unmet or an analysis blind where the effect is planted decides nothing
         assert claim["verdict"] == expected, f"{where}: {claim['verdict']} but its evidence gives {expected}"
         if claim["verdict"] != HOLDS:
             assert claim.get("note"), f"{where}: a claim that does not hold says why"

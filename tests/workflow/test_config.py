@@ -5,7 +5,7 @@ from smk import ROOT, snakemake
 
 
 def _dry_run(tmp_path, *args):
-    return snakemake("-n", *args, workdir=tmp_path, timeout=120)
+    return snakemake("-n", *args, workdir=tmp_path, timeout=600)
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_missing_key_is_named(tmp_path):
                                                                ".snakemake", "__pycache__", "tests"))
     cfg = copy / "config" / "config.yaml"
     cfg.write_text(cfg.read_text().replace("  seeds: 10\n", "", 1))
-    result = subprocess.run([SNAKEMAKE, "-n"], cwd=copy, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([SNAKEMAKE, "-n"], cwd=copy, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0
     assert "key 'welfare': 'seeds' is a required property" in result.stdout + result.stderr
 

@@ -30,36 +30,38 @@ def test_lint_is_clean(tmp_path):
 FANNED_OUT = {
     "welfare_simulate": (12, 12, 12),  # one per policy and population (the paper's and the flat-returns control)
     "welfare_sweep": (6, 6, 6),  # one per policy (sweep points, seeds and the flat control inside)
-    "uv_sharpness_train_mlp": (1, 12, 15),  # learning rates x seeds
-    "sam_late_train_sam": (1, 2, 3),  # one per rho of the sweep
+    "uv_sharpness_train_mlp": (1, 12, 20),  # learning rates x seeds
+    "uv_sharpness_sweep": (2, 2, 2),  # one per initialisation (small: the route to chaos; large: the EoS manifold)
+    "sam_late_train_sgd": (1, 2, 1),  # one per label condition (default: clean and the noisy extension)
+    "sam_late_train_sam": (1, 2, 3),  # one per (condition, rho): clean at every rho, noisy at the main rho
     "linear_mechanisms_phase": (1, 3, 3),  # one per phase-diagram panel
-    "linear_mechanisms_nonlinear": (1, 3, 5),  # one per init scale
-    "cbplm_train": (1, 3, 3),  # one per seed (the three models inside)
-    "cbplm_evaluate": (1, 3, 3),  # one per seed
+    "linear_mechanisms_nonlinear": (1, 10, 10),  # one per seed (every arm and its frozen-first-layer twin inside)
+    "cbplm_train": (1, 5, 5),  # one per seed (the four models inside)
+    "cbplm_evaluate": (1, 5, 5),  # one per seed
     "sharpening_sharpen": (2, 2, 2),  # SFT and RL
-    "ensembles_train": (1, 5, 144),  # blocks of (replicate, setting, member) triples
+    "ensembles_train": (1, 5, 200),  # blocks of distinct member trainings (replicate, pipeline, member)
     "neural_fdm_train": (4, 4, 4),  # tasks x models
     "neural_fdm_evaluate": (2, 2, 2),  # one per task
-    "deepgate4_train": (1, 3, 3),  # one per seed
+    "deepgate4_train": (1, 5, 5),  # one per seed
     "sbdd_vs_generate": (2, 2, 2),  # one per target
     "sbdd_vs_evaluate": (2, 2, 2),  # one per target
-    "orion_train": (1, 1, 3),  # one per model size (its seeds side by side)
-    "orion_evaluate": (1, 1, 3),  # one per model size
+    "sbdd_vs_dock": (2, 2, 2),  # one per target (Vina on a sample; none docked at smoke)
+    "orion_train": (2, 2, 4),  # one per model (its seeds side by side): the tested sizes and the routed control
+    "orion_evaluate": (2, 2, 4),  # one per model
     "profilebfn_train": (1, 3, 5),  # one per training seed
     "profilebfn_evaluate": (1, 3, 5),  # one per training seed (every arm and family inside)
-    "symspace_train": (1, 3, 5),  # one per seed (every arm, control and metric inside)
-    "eagle_pretrain": (1, 3, 5),  # one per seed (three experts and the LM)
-    "eagle_train": (1, 3, 5),  # one per seed (every arm, control and round-robin step inside)
-    "infoprop_prepare": (1, 3, 5),  # one per seed
-    "infoprop_train": (1, 3, 5),  # one per seed
-    "infoprop_evaluate": (1, 3, 5),  # one per seed (every propagation scheme inside)
-    "bodygen_train": (1, 3, 50),  # one per task and seed (every arm and negative control inside; full: 10 tasks)
+    "symspace_train": (1, 8, 5),  # one per seed (both heads, the attention pair and their controls inside)
+    "eagle_train": (1, 4, 5),  # one per seed (the arms of the seed's groups inside; round-robin with three experts)
+    "infoprop_prepare": (1, 5, 5),  # one per seed
+    "infoprop_train": (1, 5, 5),  # one per seed
+    "infoprop_evaluate": (1, 5, 5),  # one per seed (every propagation scheme inside)
+    "bodygen_train": (2, 9, 400),  # one per task, arm and seed (smoke 2 arms; default 3 arms x 3 seeds; full 10 tasks x 8 arms x 5 seeds)
     "adamanip_prepare": (1, 3, 5),  # one per seed (every category and demonstration kind inside)
     "adamanip_train": (2, 6, 10),  # policies x seeds (both demonstration kinds inside)
     "adamanip_evaluate": (2, 6, 10),  # policies x seeds
-    "flexpert_train": (1, 3, 5),  # one per seed (predictors, controls and designers inside)
-    "hip_train_lm": (1, 3, 3),  # one language model per seed
-    "hip_evaluate": (1, 3, 3),  # one per seed (every method, recall and offloading inside)
+    "flexpert_train": (1, 6, 5),  # one per seed (predictors, controls and designers inside)
+    "hip_train_lm": (1, 5, 3),  # one language model per seed
+    "hip_evaluate": (1, 5, 3),  # one per seed (every method, recall and offloading inside)
 }
 
 

@@ -1,5 +1,6 @@
 # P18 adamanip: adaptive demonstrations and a 3D diffusion policy for articulated objects with hidden mechanisms.
-# prepare (one-go and adaptive expert demonstrations of every category; per seed) -> train (one policy kind,
+# prepare (one-go and adaptive expert demonstrations of every category, and the random-primitive reference on the
+# evaluation episodes; per seed) -> train (one policy kind,
 # both demonstration kinds; per policy and seed) -> evaluate (closed-loop success on randomised episodes; per
 # policy and seed) -> report.
 # Code: workflow/papers/adamanip/ (stages.py and report.py hold the functions these rules call).
@@ -8,10 +9,12 @@ ADAMANIP = f"{RESULTS}/adamanip"
 
 
 rule adamanip_prepare:
-    """Collect one seed's one-go and adaptive expert demonstrations (successes only) of every category."""
+    """Collect one seed's one-go and adaptive expert demonstrations (successes only) of every category; run the
+    random-primitive reference on the seed's evaluation episodes."""
     output:
         demos=f"{ADAMANIP}/prepare/demos_{{seed}}.npz",
         stats=f"{ADAMANIP}/prepare/demo_stats_{{seed}}.parquet",
+        reference=f"{ADAMANIP}/prepare/reference_{{seed}}.parquet",
     params:
         call="papers.adamanip.stages:prepare",
         cfg=config["adamanip"],
@@ -88,6 +91,7 @@ rule adamanip_report:
         successes=expand(rules.adamanip_evaluate.output.successes, policy=config["adamanip"]["policies"],
                          seed=seeds("adamanip")),
         stats=expand(rules.adamanip_prepare.output.stats, seed=seeds("adamanip")),
+        reference=expand(rules.adamanip_prepare.output.reference, seed=seeds("adamanip")),
         history=expand(rules.adamanip_train.output.history, policy=config["adamanip"]["policies"], seed=seeds("adamanip")),
         benchmarks=[
             *expand(rules.adamanip_prepare.benchmark, seed=seeds("adamanip")),
@@ -95,13 +99,18 @@ rule adamanip_report:
             *expand(rules.adamanip_evaluate.benchmark, policy=config["adamanip"]["policies"], seed=seeds("adamanip")),
         ],
     output:
-        table_md=report(f"{ADAMANIP}/table.md", caption="../report/adamanip/table.rst", category="adamanip"),
+        table_md=report(f"{ADAMANIP}/table.md", caption="../report/adamanip/table.rst", category="adamanip", subcategory="2 results"),
         table_csv=f"{ADAMANIP}/table.csv",
         claims=f"{ADAMANIP}/claims.json",
         params_json=f"{ADAMANIP}/params.json",
         report_md=f"{ADAMANIP}/report.md",
+        verdicts=report(f"{ADAMANIP}/figures/verdicts.png", caption="../report/verdicts.rst", category="adamanip",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{ADAMANIP}/figures/verdicts.rst",
+        page=report(f"{ADAMANIP}/report.html", caption="../report/page.rst", category="adamanip",
+                    subcategory="1 verdicts and report"),
         success_figure=report(f"{ADAMANIP}/figures/success.png", caption="../report/adamanip/success.rst",
-                              category="adamanip"),
+                              category="adamanip", subcategory="2 results"),
     params:
         call="papers.adamanip.report:report",
         cfg=config["adamanip"],

@@ -1,11 +1,12 @@
 # P3 bodygen: embodiment co-design with a topology-aware transformer (MoSAT) and temporal credit assignment.
-# prepare (every task's template and its MJCF) -> train (one job per task and seed: every arm, baseline, ablation
-# and negative control) -> evaluate (every agent's final design, deterministic; parameter counts) -> report.
+# prepare (every task's template and its MJCF; the cost of a physics step) -> train (one job per task, arm and seed)
+# -> evaluate (every agent's final design, deterministic, and with zero torque; parameter counts) -> report; beside
+# them credit (TCA against GAE on a design-only bandit with a scripted gait; every replicate in one job) -> report.
 # Code: workflow/papers/bodygen/ (stages.py and report.py hold the functions these rules call).
 
 BODYGEN = f"{RESULTS}/bodygen"
-BODYGEN_RUNS = {"task": [t for t in config["bodygen"]["tasks"] for _ in seeds("bodygen")],
-                "seed": [s for _ in config["bodygen"]["tasks"] for s in seeds("bodygen")]}
+BODYGEN_RUNS = {k: [v for t in config["bodygen"]["tasks"] for a in config["bodygen"]["arms"] for s in seeds("bodygen")
+                    for v in [{"task": t, "arm": a, "seed": s}[k]]] for k in ("task", "arm", "seed")}
 
 
 rule bodygen_prepare:
@@ -29,27 +30,52 @@ rule bodygen_prepare:
 
 
 rule bodygen_train:
-    """Co-design with PPO on one task and seed for every arm (BodyGen, Transform2Act-style GNN, ablations, controls)."""
+    """Co-design with PPO: one arm (BodyGen, Transform2Act-style GNN, an ablation, the fixed body, a control) on one
+    task and seed."""
     input:
         template=rules.bodygen_prepare.output.template,
     output:
-        checkpoint=f"{BODYGEN}/train/{{task}}/agents_{{seed}}.pt",
-        history=f"{BODYGEN}/train/{{task}}/history_{{seed}}.parquet",
+        checkpoint=f"{BODYGEN}/train/{{task}}/{{arm}}_{{seed}}.pt",
+        history=f"{BODYGEN}/train/{{task}}/history_{{arm}}_{{seed}}.parquet",
     wildcard_constraints:
         task="[a-z0-9-]+",
+        arm="|".join(config["bodygen"]["arms"]),
         seed="[0-9]+",
     params:
         call="papers.bodygen.stages:train",
         cfg=config["bodygen"],
         task="{task}",
+        arm="{arm}",
         seed="{seed}",
     log:
-        f"{LOGS}/bodygen/train/{{task}}/agents_{{seed}}.log",
+        f"{LOGS}/bodygen/train/{{task}}/{{arm}}_{{seed}}.log",
     benchmark:
-        f"{BENCHMARKS}/bodygen/train/{{task}}/agents_{{seed}}.tsv"
+        f"{BENCHMARKS}/bodygen/train/{{task}}/{{arm}}_{{seed}}.tsv"
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        # the config's estimate of one job's wall time (bodygen.train_minutes), growing with each retry
+        **{**job_resources("train"), "runtime": lambda wildcards, attempt: config["bodygen"]["train_minutes"] * attempt},
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule bodygen_credit:
+    """TCA against GAE on the design-only bandit (scripted gait, late design reward), every replicate, and the null
+    control (rewards independent of the design chosen)."""
+    output:
+        curves=f"{BODYGEN}/credit/curves.parquet",
+    params:
+        call="papers.bodygen.stages:credit_bandit",
+        cfg=config["bodygen"],
+    log:
+        f"{LOGS}/bodygen/credit/curves.log",
+    benchmark:
+        f"{BENCHMARKS}/bodygen/credit/curves.tsv"
+    threads: res("light", "threads")
+    resources:
+        **job_resources("light"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -86,22 +112,31 @@ rule bodygen_report:
         returns=rules.bodygen_evaluate.output.returns,
         designs=rules.bodygen_evaluate.output.designs,
         parameters=rules.bodygen_evaluate.output.parameters,
+        template=rules.bodygen_prepare.output.template,
+        credit=rules.bodygen_credit.output.curves,
         histories=expand(rules.bodygen_train.output.history, zip, **BODYGEN_RUNS),
         benchmarks=[
             rules.bodygen_prepare.benchmark,
             *expand(rules.bodygen_train.benchmark, zip, **BODYGEN_RUNS),
+            rules.bodygen_credit.benchmark,
             rules.bodygen_evaluate.benchmark,
         ],
     output:
-        table_md=report(f"{BODYGEN}/table.md", caption="../report/bodygen/table.rst", category="bodygen"),
+        table_md=report(f"{BODYGEN}/table.md", caption="../report/bodygen/table.rst", category="bodygen", subcategory="2 results"),
         table_csv=f"{BODYGEN}/table.csv",
         claims=f"{BODYGEN}/claims.json",
         params_json=f"{BODYGEN}/params.json",
         report_md=f"{BODYGEN}/report.md",
+        verdicts=report(f"{BODYGEN}/figures/verdicts.png", caption="../report/verdicts.rst", category="bodygen",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{BODYGEN}/figures/verdicts.rst",
+        page=report(f"{BODYGEN}/report.html", caption="../report/page.rst", category="bodygen",
+                    subcategory="1 verdicts and report"),
         curves_figure=report(f"{BODYGEN}/figures/learning_curves.png", caption="../report/bodygen/curves.rst",
-                             category="bodygen"),
+                             category="bodygen", subcategory="2 results"),
         designs_figure=report(f"{BODYGEN}/figures/morphologies.png", caption="../report/bodygen/morphologies.rst",
-                              category="bodygen"),
+                              category="bodygen", subcategory="2 results"),
+        credit_figure=report(f"{BODYGEN}/figures/credit.png", caption="../report/bodygen/credit.rst", category="bodygen", subcategory="2 results"),
     params:
         call="papers.bodygen.report:report",
         cfg=config["bodygen"],

@@ -1,5 +1,6 @@
-# P7 cbplm: Concept Bottleneck protein language models (CB-pLM) against a plain and a conditional-tag masked LM.
-# prepare (sequences + Biopython concepts) -> train (the three models, per seed) -> evaluate (per seed) -> report.
+# P7 cbplm: Concept Bottleneck protein language models (CB-pLM) against a plain masked LM and two conditional LMs
+# (continuous concepts, concept-bin tags).
+# prepare (sequences + Biopython concepts) -> train (the four models, per seed) -> evaluate (per seed) -> report.
 # Code: workflow/papers/cbplm/ (stages.py holds the functions these rules call).
 
 CBPLM = f"{RESULTS}/cbplm"
@@ -30,7 +31,7 @@ rule cbplm_prepare:
 
 rule cbplm_train:
     # One job per seed, not per model: a job's start-up costs about what a tiny model's training does.
-    """Train the three models (CB-pLM, plain, conditional-tag) of one seed on the same batches and masks."""
+    """Train the four models (CB-pLM, plain, conditional-tag, continuous-concept) of one seed on the same batches and masks; CB-pLM and the plain LM also keep their weights at the sweep's steps."""
     input:
         sequences=rules.cbplm_prepare.output.sequences,
     output:
@@ -54,7 +55,7 @@ rule cbplm_train:
 
 
 rule cbplm_evaluate:
-    """For one seed: held-out perplexity and concept R^2, concept interventions, the CB-pLM's weights."""
+    """For one seed: held-out perplexity and concept R^2 (also along the sweep), concept interventions, the CB-pLM's weights."""
     input:
         sequences=rules.cbplm_prepare.output.sequences,
         summary=rules.cbplm_prepare.output.summary,
@@ -94,16 +95,21 @@ rule cbplm_report:
             *expand(rules.cbplm_evaluate.benchmark, **CBPLM_SEEDS),
         ],
     output:
-        table_md=report(f"{CBPLM}/table.md", caption="../report/cbplm/table.rst", category="cbplm"),
+        table_md=report(f"{CBPLM}/table.md", caption="../report/cbplm/table.rst", category="cbplm", subcategory="2 results"),
         table_csv=f"{CBPLM}/table.csv",
         claims=f"{CBPLM}/claims.json",
         params_json=f"{CBPLM}/params.json",
         report_md=f"{CBPLM}/report.md",
+        verdicts=report(f"{CBPLM}/figures/verdicts.png", caption="../report/verdicts.rst", category="cbplm",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{CBPLM}/figures/verdicts.rst",
+        page=report(f"{CBPLM}/report.html", caption="../report/page.rst", category="cbplm",
+                    subcategory="1 verdicts and report"),
         fig_interventions=report(
             f"{CBPLM}/figures/interventions.png", caption="../report/cbplm/interventions.rst", category="cbplm"
         ),
-        fig_weights=report(f"{CBPLM}/figures/concept_weights.png", caption="../report/cbplm/weights.rst", category="cbplm"),
-        fig_training=report(f"{CBPLM}/figures/training.png", caption="../report/cbplm/training.rst", category="cbplm"),
+        fig_weights=report(f"{CBPLM}/figures/concept_weights.png", caption="../report/cbplm/weights.rst", category="cbplm", subcategory="2 results"),
+        fig_training=report(f"{CBPLM}/figures/training.png", caption="../report/cbplm/training.rst", category="cbplm", subcategory="2 results"),
     params:
         call="papers.cbplm.stages:report",
         cfg=CBPLM_CFG,

@@ -86,6 +86,28 @@ RESULTS = f"results/{RUN}"
 LOGS = f"logs/{RUN}"
 BENCHMARKS = f"benchmarks/{RUN}"
 
+# A run writes only into a folder whose results were made at its own scale: smoke numbers must never
+# land in results/default (the committed reference). A named run (--config run=...) gets a folder of its own.
+from papers.common.cluster import per_attempt
+from papers.common.records import RECORDS, export_records, import_records, scale_of_results
+
+try:
+    _held = scale_of_results(RESULTS)
+except ValueError as e:
+    raise WorkflowError(f"invalid results folder: {e}") from None
+if _held and _held != SCALE:
+    raise WorkflowError(
+        f"invalid configuration at key 'run': {RESULTS}/ holds results of the `{_held}` scale, and this run is "
+        f"of the `{SCALE}` scale; give it a folder of its own, e.g. --config run={SCALE}_{RUN}"
+    )
+
+# The committed results carry Snakemake's records of the run that made them (papers.common.records): restore
+# those this checkout lacks, so that a changed parameter or code reruns what it makes stale on a fresh clone.
+if workflow.is_main_process:
+    for _slug in PAPERS:
+        import_records(f"{RESULTS}/{_slug}/{RECORDS}")
+    import_records(f"{RESULTS}/{RECORDS}")  # the summary's
+
 
 onstart:
     # Once per run, in the process the user started (not in dry runs, not in cluster jobs): the
@@ -95,6 +117,23 @@ onstart:
     base = os.path.join(workflow.basedir, "config", "config.yaml")  # the Snakefile's own configfile
     overlays = [os.path.relpath(f) for f in workflow.overwrite_configfiles or []]
     write_run_record(run=RUN, scale=SCALE, configfiles=[os.path.relpath(base), *overlays])
+    # A new run starts without the markers by which a job's retries stop after a deterministic failure
+    # (papers.common.runner): the user may have fixed the cause since.
+    from papers.common.runner import clear_deterministic_markers
+
+    clear_deterministic_markers(LOGS)
+
+
+onsuccess:
+    # Keep Snakemake's records of each report stage's outputs beside them (committed with the results).
+    for _slug in PAPERS:
+        _report = getattr(rules, f"{_slug}_report", None)
+        if _report is not None:
+            export_records([str(f) for f in _report.output], f"{RESULTS}/{_slug}/{RECORDS}")
+    # The summary's too: a clone checks its outputs out in any order, so its inputs (the papers' claims) may
+    # look newer than it; the recorded checksums tell Snakemake that they are the same files.
+    if hasattr(rules, "summary"):
+        export_records([str(f) for f in rules.summary.output], f"{RESULTS}/{RECORDS}")
 # Every rule calls one function of the `papers` package through this script (see its docstring).
 CALL = "../scripts/call.py"
 
@@ -117,11 +156,6 @@ def res(kind, key):
     return config["resources"][kind][key]
 
 
-def _per_attempt(value):
-    # A retry after an out-of-memory kill or a timeout asks for more: attempt n gets n times the first.
-    return lambda wildcards, attempt: value * attempt
-
-
 def job_resources(kind):
     """What a job of `kind` asks a scheduler for, from config `resources.<kind>`.
 
@@ -130,7 +164,8 @@ def job_resources(kind):
     leaves the profile's default partition).
     """
     spec = config["resources"][kind]
-    asked = {"mem_mb": _per_attempt(spec["mem_mb"]), "runtime": _per_attempt(spec["runtime"])}
+    asked = {"mem_mb": per_attempt(spec["mem_mb"], spec.get("max_mem_mb")),
+             "runtime": per_attempt(spec["runtime"], spec.get("max_runtime"))}
     if kind == "gpu":
         asked["gpu"] = spec["gpu"]
     if spec.get("partition"):
@@ -143,7 +178,8 @@ def job_resources(kind):
 def paper_outputs(slug):
     """The outputs of a paper's report stage; its target `snakemake <slug>` builds them."""
     base = f"{RESULTS}/{slug}"
-    return [f"{base}/table.md", f"{base}/table.csv", f"{base}/claims.json", f"{base}/report.md"]
+    return [f"{base}/table.md", f"{base}/table.csv", f"{base}/claims.json", f"{base}/report.md",
+            f"{base}/figures/verdicts.png", f"{base}/figures/verdicts.rst", f"{base}/report.html"]
 
 
 def all_targets():

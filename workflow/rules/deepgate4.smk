@@ -121,13 +121,18 @@ rule deepgate4_report:
             rules.deepgate4_scaling.benchmark,
         ],
     output:
-        table_md=report(f"{DG4}/table.md", caption="../report/deepgate4/table.rst", category="deepgate4"),
+        table_md=report(f"{DG4}/table.md", caption="../report/deepgate4/table.rst", category="deepgate4", subcategory="2 results"),
         table_csv=f"{DG4}/table.csv",
         claims=f"{DG4}/claims.json",
         params_json=f"{DG4}/params.json",
         report_md=f"{DG4}/report.md",
-        fig_errors=report(f"{DG4}/figures/errors.png", caption="../report/deepgate4/errors.rst", category="deepgate4"),
-        fig_memory=report(f"{DG4}/figures/memory.png", caption="../report/deepgate4/memory.rst", category="deepgate4"),
+        verdicts=report(f"{DG4}/figures/verdicts.png", caption="../report/verdicts.rst", category="deepgate4",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{DG4}/figures/verdicts.rst",
+        page=report(f"{DG4}/report.html", caption="../report/page.rst", category="deepgate4",
+                    subcategory="1 verdicts and report"),
+        fig_errors=report(f"{DG4}/figures/errors.png", caption="../report/deepgate4/errors.rst", category="deepgate4", subcategory="2 results"),
+        fig_memory=report(f"{DG4}/figures/memory.png", caption="../report/deepgate4/memory.rst", category="deepgate4", subcategory="2 results"),
         fig_training=report(
             f"{DG4}/figures/training.png", caption="../report/deepgate4/training.rst", category="deepgate4"
         ),

@@ -1,7 +1,8 @@
 # P8 eagle: a mixture of vision encoders for a multimodal LM (channel concatenation, other fusions, Pre-Alignment,
-# round-robin expert selection). prepare (digit canvases and templated questions, every seed) -> pretrain (one job
-# per seed: three experts on their own objectives, the LM on the QA text) -> train (one job per seed: every arm and
-# control, the round-robin selection) -> evaluate (accuracies gathered) -> report.
+# round-robin expert selection with three experts). prepare (digit canvases and templated questions: the pretraining
+# draw and every seed's) -> pretrain (one job: the experts on their own objectives, the LM on the QA text, shared by
+# every seed) -> train (one job per seed: the arms of the seed's groups, eagle.arm_seeds) -> evaluate (accuracies
+# gathered) -> report.
 # Full scale (config eagle.llava set): prepare checks LLaVA-style records, pretrain loads the experts and the LM
 # from their local Hugging Face directories, train runs the same arms on them (papers.eagle.llava).
 # Code: workflow/papers/eagle/ (data.py, stages.py and report.py hold the functions these rules call).
@@ -10,7 +11,7 @@ EAGLE = f"{RESULTS}/eagle"
 
 
 rule eagle_prepare:
-    """Build every seed's train / val / test canvases from sklearn's digits and their templated questions."""
+    """Build the pretraining canvases and every seed's train / val / test canvases from sklearn's digits, with their templated questions."""
     output:
         data=f"{EAGLE}/prepare/data.npz",
     params:
@@ -30,19 +31,18 @@ rule eagle_prepare:
 
 
 rule eagle_pretrain:
-    """Pretrain the CLIP-style, high-res reading and localisation experts and the LM on one seed."""
+    """Pretrain the experts (CLIP-style, high-res reading, localisation: eagle.experts.names) and the LM, once for every seed."""
     input:
         data=rules.eagle_prepare.output.data,
     output:
-        experts=f"{EAGLE}/pretrain/experts_{{seed}}.pt",
+        experts=f"{EAGLE}/pretrain/experts.pt",
     params:
         call="papers.eagle.stages:pretrain",
         cfg=config["eagle"],
-        seed="{seed}",
     log:
-        f"{LOGS}/eagle/pretrain/experts_{{seed}}.log",
+        f"{LOGS}/eagle/pretrain/experts.log",
     benchmark:
-        f"{BENCHMARKS}/eagle/pretrain/experts_{{seed}}.tsv"
+        f"{BENCHMARKS}/eagle/pretrain/experts.tsv"
     threads: res("train", "threads")
     resources:
         **job_resources("train"),
@@ -53,7 +53,7 @@ rule eagle_pretrain:
 
 
 rule eagle_train:
-    """Train every arm (single experts, five fusions, Pre-Alignment, controls, round-robin) on one seed."""
+    """Train the arms of one seed's groups (the fusions, the single experts and their control, Pre-Alignment and its control; round-robin with three experts)."""
     input:
         data=rules.eagle_prepare.output.data,
         experts=rules.eagle_pretrain.output.experts,
@@ -104,18 +104,23 @@ rule eagle_report:
         table=rules.eagle_evaluate.output.table,
         benchmarks=[
             rules.eagle_prepare.benchmark,
-            *expand(rules.eagle_pretrain.benchmark, seed=seeds("eagle")),
+            rules.eagle_pretrain.benchmark,
             *expand(rules.eagle_train.benchmark, seed=seeds("eagle")),
             rules.eagle_evaluate.benchmark,
         ],
     output:
-        table_md=report(f"{EAGLE}/table.md", caption="../report/eagle/table.rst", category="eagle"),
+        table_md=report(f"{EAGLE}/table.md", caption="../report/eagle/table.rst", category="eagle", subcategory="2 results"),
         table_csv=f"{EAGLE}/table.csv",
         claims=f"{EAGLE}/claims.json",
         params_json=f"{EAGLE}/params.json",
         report_md=f"{EAGLE}/report.md",
+        verdicts=report(f"{EAGLE}/figures/verdicts.png", caption="../report/verdicts.rst", category="eagle",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{EAGLE}/figures/verdicts.rst",
+        page=report(f"{EAGLE}/report.html", caption="../report/page.rst", category="eagle",
+                    subcategory="1 verdicts and report"),
         accuracy_figure=report(f"{EAGLE}/figures/accuracy.png", caption="../report/eagle/accuracy.rst",
-                               category="eagle"),
+                               category="eagle", subcategory="2 results"),
     params:
         call="papers.eagle.report:report",
         cfg=config["eagle"],

@@ -95,11 +95,16 @@ rule ensembles_report:
             rules.ensembles_evaluate.benchmark,
         ],
     output:
-        table_md=report(f"{ENS}/table.md", caption="../report/ensembles/table.rst", category="ensembles"),
+        table_md=report(f"{ENS}/table.md", caption="../report/ensembles/table.rst", category="ensembles", subcategory="2 results"),
         table_csv=f"{ENS}/table.csv",
         claims=f"{ENS}/claims.json",
         params_json=f"{ENS}/params.json",
         report_md=f"{ENS}/report.md",
+        verdicts=report(f"{ENS}/figures/verdicts.png", caption="../report/verdicts.rst", category="ensembles",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{ENS}/figures/verdicts.rst",
+        page=report(f"{ENS}/report.html", caption="../report/page.rst", category="ensembles",
+                    subcategory="1 verdicts and report"),
         fig_curves=report(
             f"{ENS}/figures/ensemble_curves.png", caption="../report/ensembles/curves.rst", category="ensembles"
         ),

@@ -1,17 +1,17 @@
 # P19 flexpert: flexibility measures (ANM, GNM, B-factors, MD RMSF), Flexpert-Seq / Flexpert-3D predictors and
 # the flexibility-steered inverse-folding designer (Flexpert-Design).
-# prepare (structures, ENM profiles, AdK, splits per seed, LM sequences) -> pretrain (masked LM) -> train (one job
-# per seed: predictors, controls, designers) -> evaluate (seeds gathered) -> report.
+# prepare (structures, ENM profiles, claim a's ensembles, splits per seed, LM sequences) -> pretrain (masked LM) ->
+# train (one job per seed: predictors, controls, designers, the outside judge) -> evaluate (seeds gathered) -> report.
 # Code: workflow/papers/flexpert/ (data.py, stages.py and report.py hold the functions these rules call).
 
 FLEXPERT = f"{RESULTS}/flexpert"
 
 
 rule flexpert_prepare:
-    """Read the structures, compute ANM/GNM profiles, split proteins by sequence identity per seed, AdK's measures, the LM's sequences."""
+    """Read the structures, compute ANM/GNM profiles, split all chains by sequence cluster per seed, the ensembles' measures, the LM's sequences."""
     output:
         chains=f"{FLEXPERT}/prepare/chains.pkl",
-        adk=f"{FLEXPERT}/prepare/adk.parquet",
+        ensembles=f"{FLEXPERT}/prepare/ensembles.parquet",
         sequences=f"{FLEXPERT}/prepare/sequences.parquet",
         splits=f"{FLEXPERT}/prepare/splits.parquet",
     params:
@@ -105,8 +105,9 @@ rule flexpert_evaluate:
 rule flexpert_report:
     """The table, the figures, the claims with their verdicts and controls, report.md."""
     input:
-        adk=rules.flexpert_prepare.output.adk,
+        ensembles=rules.flexpert_prepare.output.ensembles,
         chains=rules.flexpert_prepare.output.chains,
+        splits=rules.flexpert_prepare.output.splits,
         predictions=rules.flexpert_evaluate.output.table_predictions,
         designs=rules.flexpert_evaluate.output.table_designs,
         benchmarks=[
@@ -116,12 +117,17 @@ rule flexpert_report:
             rules.flexpert_evaluate.benchmark,
         ],
     output:
-        table_md=report(f"{FLEXPERT}/table.md", caption="../report/flexpert/table.rst", category="flexpert"),
+        table_md=report(f"{FLEXPERT}/table.md", caption="../report/flexpert/table.rst", category="flexpert", subcategory="2 results"),
         table_csv=f"{FLEXPERT}/table.csv",
         claims=f"{FLEXPERT}/claims.json",
         params_json=f"{FLEXPERT}/params.json",
         report_md=f"{FLEXPERT}/report.md",
-        figure=report(f"{FLEXPERT}/figures/flexpert.png", caption="../report/flexpert/figure.rst", category="flexpert"),
+        verdicts=report(f"{FLEXPERT}/figures/verdicts.png", caption="../report/verdicts.rst", category="flexpert",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{FLEXPERT}/figures/verdicts.rst",
+        page=report(f"{FLEXPERT}/report.html", caption="../report/page.rst", category="flexpert",
+                    subcategory="1 verdicts and report"),
+        figure=report(f"{FLEXPERT}/figures/flexpert.png", caption="../report/flexpert/figure.rst", category="flexpert", subcategory="2 results"),
     params:
         call="papers.flexpert.report:report",
         cfg=config["flexpert"],

@@ -140,11 +140,16 @@ rule linear_mechanisms_report:
             rules.linear_mechanisms_evaluate.benchmark,
         ],
     output:
-        table_md=report(f"{LM}/table.md", caption="../report/linear_mechanisms/table.rst", category="linear_mechanisms"),
+        table_md=report(f"{LM}/table.md", caption="../report/linear_mechanisms/table.rst", category="linear_mechanisms", subcategory="2 results"),
         table_csv=f"{LM}/table.csv",
         claims=f"{LM}/claims.json",
         params_json=f"{LM}/params.json",
         report_md=f"{LM}/report.md",
+        verdicts=report(f"{LM}/figures/verdicts.png", caption="../report/verdicts.rst", category="linear_mechanisms",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{LM}/figures/verdicts.rst",
+        page=report(f"{LM}/report.html", caption="../report/page.rst", category="linear_mechanisms",
+                    subcategory="1 verdicts and report"),
         fig_trajectories=report(
             f"{LM}/figures/trajectories.png",
             caption="../report/linear_mechanisms/trajectories.rst",

@@ -2,7 +2,7 @@
 # prepare (test targets) -> train (per task and learned model: the learning-rate search both models
 # share, then every seed) -> evaluate (per task: learned models, the untrained control and direct
 # optimisation) -> report.
-# Code: workflow/papers/neural_fdm/ (stages.py holds the functions these rules call).
+# Code: workflow/papers/neural_fdm/ (stages.py: prepare and train; evaluate.py; report.py).
 
 NFDM = f"{RESULTS}/neural_fdm"
 NFDM_CFG = config["neural_fdm"]
@@ -66,7 +66,7 @@ rule neural_fdm_evaluate:
         timing=f"{NFDM}/evaluate/{{task}}_timing.json",
         examples=f"{NFDM}/evaluate/{{task}}_examples.parquet",
     params:
-        call="papers.neural_fdm.stages:evaluate",
+        call="papers.neural_fdm.evaluate:evaluate",
         cfg=NFDM_CFG,
         task="{task}",
     log:
@@ -98,20 +98,25 @@ rule neural_fdm_report:
             *expand(rules.neural_fdm_evaluate.benchmark, task=NFDM_CFG["tasks"]),
         ],
     output:
-        table_md=report(f"{NFDM}/table.md", caption="../report/neural_fdm/table.rst", category="neural_fdm"),
+        table_md=report(f"{NFDM}/table.md", caption="../report/neural_fdm/table.rst", category="neural_fdm", subcategory="2 results"),
         table_csv=f"{NFDM}/table.csv",
         claims=f"{NFDM}/claims.json",
         params_json=f"{NFDM}/params.json",
         report_md=f"{NFDM}/report.md",
+        verdicts=report(f"{NFDM}/figures/verdicts.png", caption="../report/verdicts.rst", category="neural_fdm",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{NFDM}/figures/verdicts.rst",
+        page=report(f"{NFDM}/report.html", caption="../report/page.rst", category="neural_fdm",
+                    subcategory="1 verdicts and report"),
         fig_errors=report(
             f"{NFDM}/figures/shape_errors.png", caption="../report/neural_fdm/errors.rst", category="neural_fdm"
         ),
         fig_training=report(
             f"{NFDM}/figures/training.png", caption="../report/neural_fdm/training.rst", category="neural_fdm"
         ),
-        fig_shapes=report(f"{NFDM}/figures/shapes.png", caption="../report/neural_fdm/shapes.rst", category="neural_fdm"),
+        fig_shapes=report(f"{NFDM}/figures/shapes.png", caption="../report/neural_fdm/shapes.rst", category="neural_fdm", subcategory="2 results"),
     params:
-        call="papers.neural_fdm.stages:report",
+        call="papers.neural_fdm.report:report",
         cfg=NFDM_CFG,
         scale=SCALE,
     log:

@@ -1,8 +1,9 @@
 # P1 orion: retrieval tasks decompose into request processing and retrieval (request-patching).
-# prepare (vocabulary, held-out prompts, patching pairs, injected stories) -> train (per model size: its seeds
-# side by side, each until the accuracy gate) -> evaluate (per size: accuracy, request-patching sweep and its
-# control) -> report. Pretrained LMs (full scale) are evaluated as they are, with the oversight experiment.
-# Code: workflow/papers/orion/ (stages.py holds the functions these rules call).
+# prepare (vocabulary, held-out test and validation prompts, patching pairs, injected stories) -> train (per model:
+# its seeds side by side, each until the validation gate; the routed model is the positive control) -> evaluate
+# (per model: test accuracy, request-patching sweep and its control) -> report. Pretrained LMs (full scale) are
+# evaluated as they are, with the oversight experiment.
+# Code: workflow/papers/orion/ (stages.py and report.py hold the functions these rules call).
 
 ORION = f"{RESULTS}/orion"
 ORION_CFG = config["orion"]
@@ -13,10 +14,11 @@ ORION_PRETRAINED = [m["name"] for m in ORION_CFG["pretrained"]]
 
 
 rule orion_prepare:
-    """Build the vocabulary and style split, the held-out prompts, patching pairs and injected stories."""
+    """Build the vocabulary and style split, the test and validation prompts, patching pairs and injected stories."""
     output:
         vocab=f"{ORION}/prepare/vocab.json",
         test=f"{ORION}/prepare/test.parquet",
+        val=f"{ORION}/prepare/val.parquet",
         pairs=f"{ORION}/prepare/pairs.parquet",
         injection=f"{ORION}/prepare/injection.parquet",
     params:
@@ -36,10 +38,10 @@ rule orion_prepare:
 
 
 rule orion_train:
-    """Train every seed of one model size side by side on the task mixture, each until the accuracy gate."""
+    """Train every seed of one model side by side on the task mixture, each until the validation accuracy gate."""
     input:
         vocab=rules.orion_prepare.output.vocab,
-        test=rules.orion_prepare.output.test,
+        val=rules.orion_prepare.output.val,
     output:
         checkpoints=[f"{ORION}/train/{{model}}_seed{seed}.pt" for seed in ORION_SEEDS],
         history=f"{ORION}/train/{{model}}_history.parquet",
@@ -63,7 +65,7 @@ rule orion_train:
 
 
 rule orion_evaluate:
-    """For every seed of one model size: held-out accuracy, request-patching sweep and its control."""
+    """For every seed of one model: test accuracy, request-patching sweep and its control."""
     input:
         checkpoints=rules.orion_train.output.checkpoints,
         vocab=rules.orion_prepare.output.vocab,
@@ -129,6 +131,8 @@ rule orion_report:
         + expand(rules.orion_evaluate_pretrained.output.sweep, name=ORION_PRETRAINED),
         oversights=expand(rules.orion_evaluate_pretrained.output.oversight, name=ORION_PRETRAINED),
         histories=expand(rules.orion_train.output.history, model=ORION_MODELS),
+        val=rules.orion_prepare.output.val,
+        test=rules.orion_prepare.output.test,
         benchmarks=[
             rules.orion_prepare.benchmark,
             *expand(rules.orion_train.benchmark, model=ORION_MODELS),
@@ -136,18 +140,23 @@ rule orion_report:
             *expand(rules.orion_evaluate_pretrained.benchmark, name=ORION_PRETRAINED),
         ],
     output:
-        table_md=report(f"{ORION}/table.md", caption="../report/orion/table.rst", category="orion"),
+        table_md=report(f"{ORION}/table.md", caption="../report/orion/table.rst", category="orion", subcategory="2 results"),
         table_csv=f"{ORION}/table.csv",
         claims=f"{ORION}/claims.json",
         params_json=f"{ORION}/params.json",
         report_md=f"{ORION}/report.md",
-        fig_layers=report(f"{ORION}/figures/request_patching.png", caption="../report/orion/layers.rst", category="orion"),
-        fig_training=report(f"{ORION}/figures/training.png", caption="../report/orion/training.rst", category="orion"),
+        verdicts=report(f"{ORION}/figures/verdicts.png", caption="../report/verdicts.rst", category="orion",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{ORION}/figures/verdicts.rst",
+        page=report(f"{ORION}/report.html", caption="../report/page.rst", category="orion",
+                    subcategory="1 verdicts and report"),
+        fig_layers=report(f"{ORION}/figures/request_patching.png", caption="../report/orion/layers.rst", category="orion", subcategory="2 results"),
+        fig_training=report(f"{ORION}/figures/training.png", caption="../report/orion/training.rst", category="orion", subcategory="2 results"),
         # the oversight experiment runs on pretrained LMs only (claim (c))
         **({"fig_oversight": report(f"{ORION}/figures/oversight.png", caption="../report/orion/oversight.rst",
-                                    category="orion")} if ORION_PRETRAINED else {}),
+                                    category="orion", subcategory="2 results")} if ORION_PRETRAINED else {}),
     params:
-        call="papers.orion.stages:report",
+        call="papers.orion.report:report",
         cfg=ORION_CFG,
         scale=SCALE,
     log:

@@ -8,10 +8,11 @@ PROFILEBFN_CFG = config["profilebfn"]
 
 
 rule profilebfn_prepare:
-    """Held-out Pfam families, the single-sequence training set (minus hits of those families), Potts families, HMMs."""
+    """Held-out Pfam families, the single-sequence training set (minus hits of those families, streamed), the competence gate's held-out sequences, Potts families, HMMs."""
     output:
         families=f"{PROFILEBFN}/prepare/families.parquet",
         training=f"{PROFILEBFN}/prepare/training.parquet",
+        heldout=f"{PROFILEBFN}/prepare/heldout.parquet",
         contacts=f"{PROFILEBFN}/prepare/contacts.parquet",
         hmms=f"{PROFILEBFN}/prepare/families.hmm",
         meta=f"{PROFILEBFN}/prepare/meta.json",
@@ -56,16 +57,18 @@ rule profilebfn_train:
 
 
 rule profilebfn_evaluate:
-    """Generate from every family's profile with every arm (trained, untrained, profile, HMM, copies) and measure."""
+    """Generate from every family's profile with every arm (trained, untrained, profile, HMM, copies) and measure; the held-out denoising losses of the competence gate."""
     input:
         checkpoint=rules.profilebfn_train.output.checkpoint,
         families=rules.profilebfn_prepare.output.families,
+        heldout=rules.profilebfn_prepare.output.heldout,
         contacts=rules.profilebfn_prepare.output.contacts,
         hmms=rules.profilebfn_prepare.output.hmms,
         meta=rules.profilebfn_prepare.output.meta,
     output:
         metrics=f"{PROFILEBFN}/evaluate/{{seed}}.parquet",
         generated=f"{PROFILEBFN}/evaluate/{{seed}}_sequences.parquet",
+        competence=f"{PROFILEBFN}/evaluate/{{seed}}_competence.parquet",
     params:
         call="papers.profilebfn.stages:evaluate",
         cfg=PROFILEBFN_CFG,
@@ -87,6 +90,7 @@ rule profilebfn_report:
     """The table, the figure, the claims with their verdicts and controls, report.md."""
     input:
         metrics=expand(rules.profilebfn_evaluate.output.metrics, seed=seeds("profilebfn")),
+        competence=expand(rules.profilebfn_evaluate.output.competence, seed=seeds("profilebfn")),
         curves=expand(rules.profilebfn_train.output.curve, seed=seeds("profilebfn")),
         families=rules.profilebfn_prepare.output.families,
         contacts=rules.profilebfn_prepare.output.contacts,
@@ -97,13 +101,18 @@ rule profilebfn_report:
             *expand(rules.profilebfn_evaluate.benchmark, seed=seeds("profilebfn")),
         ],
     output:
-        table_md=report(f"{PROFILEBFN}/table.md", caption="../report/profilebfn/table.rst", category="profilebfn"),
+        table_md=report(f"{PROFILEBFN}/table.md", caption="../report/profilebfn/table.rst", category="profilebfn", subcategory="2 results"),
         table_csv=f"{PROFILEBFN}/table.csv",
         claims=f"{PROFILEBFN}/claims.json",
         params_json=f"{PROFILEBFN}/params.json",
         report_md=f"{PROFILEBFN}/report.md",
+        verdicts=report(f"{PROFILEBFN}/figures/verdicts.png", caption="../report/verdicts.rst", category="profilebfn",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{PROFILEBFN}/figures/verdicts.rst",
+        page=report(f"{PROFILEBFN}/report.html", caption="../report/page.rst", category="profilebfn",
+                    subcategory="1 verdicts and report"),
         figure=report(f"{PROFILEBFN}/figures/summary.png", caption="../report/profilebfn/summary.rst",
-                      category="profilebfn"),
+                      category="profilebfn", subcategory="2 results"),
     params:
         call="papers.profilebfn.report:report",
         cfg=PROFILEBFN_CFG,

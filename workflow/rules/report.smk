@@ -12,6 +12,7 @@ rule summary:
         summary_md=report(f"{RESULTS}/summary.md", caption="../report/summary.rst", category="summary"),
         summary_csv=f"{RESULTS}/summary.csv",
         job_times_csv=f"{RESULTS}/job_times.csv",
+        verdicts_figure=report(f"{RESULTS}/summary_verdicts.png", caption="../report/summary_verdicts.rst", category="summary"),
     params:
         call="papers.common.summary:write_summary",
         scale=SCALE,

@@ -1,15 +1,20 @@
 # P6 sam_late: SAM applied late in training selects flatter minima.
-# prepare (digits or CIFAR-10) -> train_sgd -> train_sam (one job per rho) and train_adv, both branching
-# from SGD's checkpoint at the switch epoch -> evaluate -> report. Seeds run inside each training job.
-# Code: workflow/papers/sam_late/ (stages.py holds the functions these rules call).
+# prepare (digits or CIFAR-10, one split per seed) -> train_sgd (per label condition) -> train_sam (per condition
+# and rho) and train_adv (clean labels), both branching from SGD's checkpoints at the switch epochs -> evaluate ->
+# report. Seeds run inside each training job. Conditions: clean (the paper's labels, every claim) and, where
+# configured, noisy (an extension). Code: workflow/papers/sam_late/ (stages.py holds the functions these rules call;
+# report.py the report's).
 
 SL = f"{RESULTS}/sam_late"
 SL_CFG = config["sam_late"]
 SL_RHOS = SL_CFG["rhos"]
+SL_LABELS = SL_CFG["conditions"]
+# The (condition, rho) jobs of train_sam: every rho with clean labels; the noisy extension at the main rho only.
+SL_SAM_JOBS = [("clean", r) for r in SL_RHOS] + [("noisy", SL_CFG["rho"]) for c in SL_LABELS if c == "noisy"]
 
 
 rule sam_late_prepare:
-    """Load the digits or CIFAR-10 train/test split, pixels in [0, 1]; corrupt a share of the training labels."""
+    """Load the digits or CIFAR-10, pixels in [0, 1]; per seed a train/test split and (noisy condition) corrupted labels."""
     output:
         data=f"{SL}/prepare/data.parquet",
     params:
@@ -29,20 +34,23 @@ rule sam_late_prepare:
 
 
 rule sam_late_train_sgd:
-    """Train SGD throughout for every seed; keep its switch-epoch checkpoint for the late arms to branch from."""
+    """Train SGD throughout for every seed on one label condition; keep its switch-epoch checkpoints for the late arms."""
     input:
         data=rules.sam_late_prepare.output.data,
     output:
-        history=f"{SL}/train/sgd/history.parquet",
-        escape=f"{SL}/train/sgd/escape.parquet",
-        checkpoints=f"{SL}/train/sgd/checkpoints.pt",
+        history=f"{SL}/train/{{labels}}/sgd/history.parquet",
+        escape=f"{SL}/train/{{labels}}/sgd/escape.parquet",
+        checkpoints=f"{SL}/train/{{labels}}/sgd/checkpoints.pt",
     params:
         call="papers.sam_late.stages:train_sgd",
         cfg=SL_CFG,
+        labels=lambda w: w.labels,
     log:
-        f"{LOGS}/sam_late/train/sgd.log",
+        f"{LOGS}/sam_late/train/{{labels}}/sgd.log",
     benchmark:
-        f"{BENCHMARKS}/sam_late/train/sgd.tsv"
+        f"{BENCHMARKS}/sam_late/train/{{labels}}/sgd.tsv"
+    wildcard_constraints:
+        labels="|".join(SL_LABELS),
     threads: res("gpu", "threads")
     resources:
         **job_resources("gpu"),
@@ -53,23 +61,26 @@ rule sam_late_train_sgd:
 
 
 rule sam_late_train_sam:
-    """At one rho, every seed: SAM throughout and late SAM; at the main rho early SAM and the switch sweep too."""
+    """At one condition and rho, every seed: SAM throughout and late SAM; clean labels at the main rho: early SAM and
+    the switch sweep too."""
     input:
         data=rules.sam_late_prepare.output.data,
-        sgd=rules.sam_late_train_sgd.output.checkpoints,
+        sgd=f"{SL}/train/{{labels}}/sgd/checkpoints.pt",
     output:
-        history=f"{SL}/train/sam_rho{{rho}}/history.parquet",
-        escape=f"{SL}/train/sam_rho{{rho}}/escape.parquet",
-        checkpoints=f"{SL}/train/sam_rho{{rho}}/checkpoints.pt",
+        history=f"{SL}/train/{{labels}}/sam_rho{{rho}}/history.parquet",
+        escape=f"{SL}/train/{{labels}}/sam_rho{{rho}}/escape.parquet",
+        checkpoints=f"{SL}/train/{{labels}}/sam_rho{{rho}}/checkpoints.pt",
     params:
         call="papers.sam_late.stages:train_sam",
         cfg=SL_CFG,
+        labels=lambda w: w.labels,
         rho=lambda w: float(w.rho),
     log:
-        f"{LOGS}/sam_late/train/sam_rho{{rho}}.log",
+        f"{LOGS}/sam_late/train/{{labels}}/sam_rho{{rho}}.log",
     benchmark:
-        f"{BENCHMARKS}/sam_late/train/sam_rho{{rho}}.tsv"
+        f"{BENCHMARKS}/sam_late/train/{{labels}}/sam_rho{{rho}}.tsv"
     wildcard_constraints:
+        labels="|".join(SL_LABELS),
         rho="|".join(str(r) for r in SL_RHOS),
     threads: res("gpu", "threads")
     resources:
@@ -81,21 +92,21 @@ rule sam_late_train_sam:
 
 
 rule sam_late_train_adv:
-    """Every seed: adversarial (PGD) training throughout, and late AT branched from SGD's switch checkpoint."""
+    """Every seed, clean labels: adversarial (PGD) training throughout, and late AT branched from SGD's switch checkpoint."""
     input:
         data=rules.sam_late_prepare.output.data,
-        sgd=rules.sam_late_train_sgd.output.checkpoints,
+        sgd=f"{SL}/train/clean/sgd/checkpoints.pt",
     output:
-        history=f"{SL}/train/adv/history.parquet",
-        escape=f"{SL}/train/adv/escape.parquet",
-        checkpoints=f"{SL}/train/adv/checkpoints.pt",
+        history=f"{SL}/train/clean/adv/history.parquet",
+        escape=f"{SL}/train/clean/adv/escape.parquet",
+        checkpoints=f"{SL}/train/clean/adv/checkpoints.pt",
     params:
         call="papers.sam_late.stages:train_adv",
         cfg=SL_CFG,
     log:
-        f"{LOGS}/sam_late/train/adv.log",
+        f"{LOGS}/sam_late/train/clean/adv.log",
     benchmark:
-        f"{BENCHMARKS}/sam_late/train/adv.tsv"
+        f"{BENCHMARKS}/sam_late/train/clean/adv.tsv"
     threads: res("gpu", "threads")
     resources:
         **job_resources("gpu"),
@@ -105,16 +116,26 @@ rule sam_late_train_adv:
         CALL
 
 
+def _sl_train(kind):
+    """The training outputs of `kind` (history, escape, checkpoints) of every job, in a fixed order."""
+    return [
+        *expand(f"{SL}/train/{{labels}}/sgd/{kind}", labels=SL_LABELS),
+        *[f"{SL}/train/{labels}/sam_rho{rho}/{kind}" for labels, rho in SL_SAM_JOBS],
+        f"{SL}/train/clean/adv/{kind}",
+    ]
+
+
 rule sam_late_evaluate:
-    """Per final network: test accuracy, Hessian sharpness, PGD robust accuracy; loss along w_switch lines."""
+    """Per final network: test accuracy and loss, Hessian sharpness, PGD robust accuracy; lines from w_switch; SGD's fit at the switch."""
     input:
         data=rules.sam_late_prepare.output.data,
-        sgd=rules.sam_late_train_sgd.output.checkpoints,
-        sam=expand(rules.sam_late_train_sam.output.checkpoints, rho=SL_RHOS),
-        adv=rules.sam_late_train_adv.output.checkpoints,
+        sgd=expand(f"{SL}/train/{{labels}}/sgd/checkpoints.pt", labels=SL_LABELS),
+        sam=[f"{SL}/train/{labels}/sam_rho{rho}/checkpoints.pt" for labels, rho in SL_SAM_JOBS],
+        adv=f"{SL}/train/clean/adv/checkpoints.pt",
     output:
         metrics=f"{SL}/evaluate/metrics.parquet",
         interpolation=f"{SL}/evaluate/interpolation.parquet",
+        switch=f"{SL}/evaluate/switch.parquet",
     params:
         call="papers.sam_late.stages:evaluate",
         cfg=SL_CFG,
@@ -136,40 +157,38 @@ rule sam_late_report:
     input:
         metrics=rules.sam_late_evaluate.output.metrics,
         interpolation=rules.sam_late_evaluate.output.interpolation,
-        histories=[
-            rules.sam_late_train_sgd.output.history,
-            *expand(rules.sam_late_train_sam.output.history, rho=SL_RHOS),
-            rules.sam_late_train_adv.output.history,
-        ],
-        escapes=[
-            rules.sam_late_train_sgd.output.escape,
-            *expand(rules.sam_late_train_sam.output.escape, rho=SL_RHOS),
-            rules.sam_late_train_adv.output.escape,
-        ],
+        switch=rules.sam_late_evaluate.output.switch,
+        histories=_sl_train("history.parquet"),
+        escapes=_sl_train("escape.parquet"),
         benchmarks=[
             rules.sam_late_prepare.benchmark,
-            rules.sam_late_train_sgd.benchmark,
-            *expand(rules.sam_late_train_sam.benchmark, rho=SL_RHOS),
+            *expand(f"{BENCHMARKS}/sam_late/train/{{labels}}/sgd.tsv", labels=SL_LABELS),
+            *[f"{BENCHMARKS}/sam_late/train/{labels}/sam_rho{rho}.tsv" for labels, rho in SL_SAM_JOBS],
             rules.sam_late_train_adv.benchmark,
             rules.sam_late_evaluate.benchmark,
         ],
     output:
-        table_md=report(f"{SL}/table.md", caption="../report/sam_late/table.rst", category="sam_late"),
+        table_md=report(f"{SL}/table.md", caption="../report/sam_late/table.rst", category="sam_late", subcategory="2 results"),
         table_csv=f"{SL}/table.csv",
         claims=f"{SL}/claims.json",
         params_json=f"{SL}/params.json",
         report_md=f"{SL}/report.md",
-        fig_curves=report(f"{SL}/figures/curves.png", caption="../report/sam_late/curves.rst", category="sam_late"),
-        fig_sweep=report(f"{SL}/figures/rho_sweep.png", caption="../report/sam_late/sweep.rst", category="sam_late"),
+        verdicts=report(f"{SL}/figures/verdicts.png", caption="../report/verdicts.rst", category="sam_late",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{SL}/figures/verdicts.rst",
+        page=report(f"{SL}/report.html", caption="../report/page.rst", category="sam_late",
+                    subcategory="1 verdicts and report"),
+        fig_curves=report(f"{SL}/figures/curves.png", caption="../report/sam_late/curves.rst", category="sam_late", subcategory="2 results"),
+        fig_sweep=report(f"{SL}/figures/rho_sweep.png", caption="../report/sam_late/sweep.rst", category="sam_late", subcategory="2 results"),
         fig_mechanism=report(
             f"{SL}/figures/mechanism.png", caption="../report/sam_late/mechanism.rst", category="sam_late"
         ),
-        fig_robust=report(f"{SL}/figures/robust.png", caption="../report/sam_late/robust.rst", category="sam_late"),
+        fig_robust=report(f"{SL}/figures/robust.png", caption="../report/sam_late/robust.rst", category="sam_late", subcategory="2 results"),
         fig_switch=report(
             f"{SL}/figures/switch_sweep.png", caption="../report/sam_late/switch.rst", category="sam_late"
         ),
     params:
-        call="papers.sam_late.stages:report",
+        call="papers.sam_late.report:report",
         cfg=SL_CFG,
         scale=SCALE,
     log:

@@ -1,10 +1,13 @@
 # P15 sbdd_vs: judge molecule generators by ligand-based virtual screening, not by docking scores.
 # prepare (actives, decoys, drug-like set) -> train (SMILES LM) -> generate (per target) -> evaluate (per target)
-# -> report. Code: workflow/papers/sbdd_vs/ (stages.py holds the functions these rules call).
+#                                                                                        -> dock (per target, Vina on a sample)
+# -> report. Code: workflow/papers/sbdd_vs/ (stages.py holds the stages; report.py the report).
 
 SBDD = f"{RESULTS}/sbdd_vs"
 SBDD_CFG = config["sbdd_vs"]
 SBDD_TARGETS = SBDD_CFG["targets"]
+# The SMILES LM is trained only when it generates or its embedding screens (config generators, screen.embedding).
+SBDD_LM = "lm" in SBDD_CFG["generators"] or SBDD_CFG["screen"]["embedding"]
 
 
 rule sbdd_vs_prepare:
@@ -30,29 +33,31 @@ rule sbdd_vs_prepare:
         CALL
 
 
-rule sbdd_vs_train:
-    """Pretrain the SMILES LM on the drug-like set, then fine-tune one copy per target and replicate on its known actives."""
-    input:
-        druglike=rules.sbdd_vs_prepare.output.druglike,
-        actives=rules.sbdd_vs_prepare.output.actives,
-    output:
-        pretrained=f"{SBDD}/train/lm_pretrained.pt",
-        finetuned=expand(f"{SBDD}/train/lm_{{target}}.pt", target=SBDD_TARGETS),
-        history=f"{SBDD}/train/lm_history.parquet",
-    params:
-        call="papers.sbdd_vs.stages:train",
-        cfg=SBDD_CFG,
-    log:
-        f"{LOGS}/sbdd_vs/train/lm.log",
-    benchmark:
-        f"{BENCHMARKS}/sbdd_vs/train/lm.tsv"
-    threads: res("gpu", "threads")
-    resources:
-        **job_resources("gpu"),
-    conda:
-        "../../envs/base.yaml"
-    script:
-        CALL
+if SBDD_LM:
+
+    rule sbdd_vs_train:
+        """Pretrain the SMILES LM on the drug-like set, then fine-tune one copy per target and replicate on its known actives."""
+        input:
+            druglike=rules.sbdd_vs_prepare.output.druglike,
+            actives=rules.sbdd_vs_prepare.output.actives,
+        output:
+            pretrained=f"{SBDD}/train/lm_pretrained.pt",
+            finetuned=expand(f"{SBDD}/train/lm_{{target}}.pt", target=SBDD_TARGETS),
+            history=f"{SBDD}/train/lm_history.parquet",
+        params:
+            call="papers.sbdd_vs.stages:train",
+            cfg=SBDD_CFG,
+        log:
+            f"{LOGS}/sbdd_vs/train/lm.log",
+        benchmark:
+            f"{BENCHMARKS}/sbdd_vs/train/lm.tsv"
+        threads: res("gpu", "threads")
+        resources:
+            **job_resources("gpu"),
+        conda:
+            "../../envs/base.yaml"
+        script:
+            CALL
 
 
 rule sbdd_vs_generate:
@@ -61,7 +66,7 @@ rule sbdd_vs_generate:
         actives=f"{SBDD}/prepare/{{target}}_actives.parquet",
         druglike=rules.sbdd_vs_prepare.output.druglike,
         records=rules.sbdd_vs_prepare.output.records,
-        checkpoint=f"{SBDD}/train/lm_{{target}}.pt",
+        checkpoint=f"{SBDD}/train/lm_{{target}}.pt" if SBDD_LM else [],
     output:
         generated=f"{SBDD}/generate/{{target}}.parquet",
         optimiser_history=f"{SBDD}/generate/{{target}}_optimiser.parquet",
@@ -85,17 +90,15 @@ rule sbdd_vs_generate:
 
 
 rule sbdd_vs_evaluate:
-    """For one target: docking, QED, SA, and EF1%, BEDROC, AUROC (Morgan and LM embedding) per generator and replicate; the decoy-bias check."""
+    """For one target: docking (proxy), QED, SA, and EF1%, BEDROC, AUROC (Morgan and LM embedding) per generator and replicate."""
     input:
         library=f"{SBDD}/prepare/{{target}}_library.parquet",
         actives=f"{SBDD}/prepare/{{target}}_actives.parquet",
         records=rules.sbdd_vs_prepare.output.records,
         generated=rules.sbdd_vs_generate.output.generated,
-        druglike=rules.sbdd_vs_prepare.output.druglike,
-        pretrained=rules.sbdd_vs_train.output.pretrained,
+        pretrained=f"{SBDD}/train/lm_pretrained.pt" if SBDD_LM else [],
     output:
         metrics=f"{SBDD}/evaluate/{{target}}.parquet",
-        bias=f"{SBDD}/evaluate/{{target}}_bias.parquet",
     params:
         call="papers.sbdd_vs.stages:evaluate",
         cfg=SBDD_CFG,
@@ -115,34 +118,66 @@ rule sbdd_vs_evaluate:
         CALL
 
 
+rule sbdd_vs_dock:
+    """For one target: AutoDock Vina (dockstring) on a sample of the optimiser's molecules and the known actives."""
+    input:
+        generated=rules.sbdd_vs_generate.output.generated,
+        records=rules.sbdd_vs_prepare.output.records,
+    output:
+        vina=f"{SBDD}/dock/{{target}}.parquet",
+    params:
+        call="papers.sbdd_vs.stages:dock",
+        cfg=SBDD_CFG,
+        target="{target}",
+    log:
+        f"{LOGS}/sbdd_vs/dock/{{target}}.log",
+    benchmark:
+        f"{BENCHMARKS}/sbdd_vs/dock/{{target}}.tsv"
+    wildcard_constraints:
+        target="|".join(SBDD_TARGETS),
+    threads: res("train", "threads")
+    resources:
+        **job_resources("train"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
 rule sbdd_vs_report:
-    """The table, the docking-vs-screening and decoy-bias figures, the claims with verdicts, report.md."""
+    """The table, the docking-vs-screening and decoy figures, the claims with verdicts and the checks, report.md."""
     input:
         metrics=expand(rules.sbdd_vs_evaluate.output.metrics, target=SBDD_TARGETS),
-        bias=expand(rules.sbdd_vs_evaluate.output.bias, target=SBDD_TARGETS),
+        vina=expand(rules.sbdd_vs_dock.output.vina, target=SBDD_TARGETS),
         records=rules.sbdd_vs_prepare.output.records,
-        lm_history=rules.sbdd_vs_train.output.history,
+        lm_history=f"{SBDD}/train/lm_history.parquet" if SBDD_LM else [],
         optimiser_histories=expand(rules.sbdd_vs_generate.output.optimiser_history, target=SBDD_TARGETS),
         benchmarks=[
             rules.sbdd_vs_prepare.benchmark,
-            rules.sbdd_vs_train.benchmark,
+            *([f"{BENCHMARKS}/sbdd_vs/train/lm.tsv"] if SBDD_LM else []),
             *expand(rules.sbdd_vs_generate.benchmark, target=SBDD_TARGETS),
             *expand(rules.sbdd_vs_evaluate.benchmark, target=SBDD_TARGETS),
+            *expand(rules.sbdd_vs_dock.benchmark, target=SBDD_TARGETS),
         ],
     output:
-        table_md=report(f"{SBDD}/table.md", caption="../report/sbdd_vs/table.rst", category="sbdd_vs"),
+        table_md=report(f"{SBDD}/table.md", caption="../report/sbdd_vs/table.rst", category="sbdd_vs", subcategory="2 results"),
         table_csv=f"{SBDD}/table.csv",
         claims=f"{SBDD}/claims.json",
         params_json=f"{SBDD}/params.json",
         report_md=f"{SBDD}/report.md",
+        verdicts=report(f"{SBDD}/figures/verdicts.png", caption="../report/verdicts.rst", category="sbdd_vs",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{SBDD}/figures/verdicts.rst",
+        page=report(f"{SBDD}/report.html", caption="../report/page.rst", category="sbdd_vs",
+                    subcategory="1 verdicts and report"),
         fig_metrics=report(
             f"{SBDD}/figures/docking_vs_screening.png",
             caption="../report/sbdd_vs/docking_vs_screening.rst",
             category="sbdd_vs",
         ),
-        fig_decoys=report(f"{SBDD}/figures/decoy_bias.png", caption="../report/sbdd_vs/decoy_bias.rst", category="sbdd_vs"),
+        fig_decoys=report(f"{SBDD}/figures/decoy_bias.png", caption="../report/sbdd_vs/decoy_bias.rst", category="sbdd_vs", subcategory="2 results"),
     params:
-        call="papers.sbdd_vs.stages:report",
+        call="papers.sbdd_vs.report:report",
         cfg=SBDD_CFG,
         scale=SCALE,
     log:

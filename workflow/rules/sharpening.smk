@@ -35,6 +35,7 @@ rule sharpening_tabular:
     output:
         curves=f"{SH}/train/tabular.parquet",
         convergence=f"{SH}/train/tabular_convergence.parquet",
+        formulas=f"{SH}/train/tabular_formulas.parquet",
     params:
         call="papers.sharpening.stages:tabular",
         cfg=SH_CFG,
@@ -52,13 +53,14 @@ rule sharpening_tabular:
 
 
 rule sharpening_pretrain:
-    """Level 2: pretrain one tiny character-level transformer per seed on the noisy corpus."""
+    """Level 2: pretrain one tiny character-level transformer per seed on the noisy corpus, to a fit gate."""
     input:
         corpus=rules.sharpening_prepare.output.corpus,
         prompts=rules.sharpening_prepare.output.prompts,
     output:
         checkpoint=f"{SH}/train/base.pt",
         history=f"{SH}/train/pretrain_history.parquet",
+        fit=f"{SH}/train/pretrain_fit.parquet",
     params:
         call="papers.sharpening.stages:pretrain",
         cfg=SH_CFG,
@@ -156,7 +158,9 @@ rule sharpening_report:
         results=rules.sharpening_evaluate.output.results,
         summary=rules.sharpening_evaluate.output.summary,
         convergence=rules.sharpening_tabular.output.convergence,
+        formulas=rules.sharpening_tabular.output.formulas,
         history=rules.sharpening_pretrain.output.history,
+        fit=rules.sharpening_pretrain.output.fit,
         pretrained=expand(rules.sharpening_pretrained.output.results, name=SH_PRETRAINED),
         benchmarks=[
             rules.sharpening_prepare.benchmark,
@@ -167,11 +171,16 @@ rule sharpening_report:
             *expand(rules.sharpening_pretrained.benchmark, name=SH_PRETRAINED),
         ],
     output:
-        table_md=report(f"{SH}/table.md", caption="../report/sharpening/table.rst", category="sharpening"),
+        table_md=report(f"{SH}/table.md", caption="../report/sharpening/table.rst", category="sharpening", subcategory="2 results"),
         table_csv=f"{SH}/table.csv",
         claims=f"{SH}/claims.json",
         params_json=f"{SH}/params.json",
         report_md=f"{SH}/report.md",
+        verdicts=report(f"{SH}/figures/verdicts.png", caption="../report/verdicts.rst", category="sharpening",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{SH}/figures/verdicts.rst",
+        page=report(f"{SH}/report.html", caption="../report/page.rst", category="sharpening",
+                    subcategory="1 verdicts and report"),
         fig_bon=report(
             f"{SH}/figures/best_of_n.png", caption="../report/sharpening/best_of_n.rst", category="sharpening"
         ),
@@ -182,7 +191,7 @@ rule sharpening_report:
             f"{SH}/figures/convergence.png", caption="../report/sharpening/convergence.rst", category="sharpening"
         ),
     params:
-        call="papers.sharpening.stages:report",
+        call="papers.sharpening.report:report",
         cfg=SH_CFG,
         scale=SCALE,
     log:

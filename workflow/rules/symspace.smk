@@ -1,14 +1,15 @@
 # P4 symspace: neural networks on SPD manifolds and the Poincare ball from the Busemann point-to-hyperplane distance.
-# prepare (EEG-like covariances, digits region covariances, noisy tree; every seed) -> train (one job per seed:
-# every arm, its controls and the metric grid on all three tasks) -> evaluate (accuracies gathered; the closed
-# forms checked against their limits) -> report.
+# prepare (EEG-like covariances or the user's EEG, digits region covariances, noisy trees) -> train (one job per
+# seed: both heads on the shared BiMap/ReEig backbone, the attention pair, their controls, on the SPD tasks) and tree
+# (one job: the ball heads and the angle rule on every tree seed) -> evaluate (accuracies gathered; the closed forms
+# checked against their limits) -> report.
 # Code: workflow/papers/symspace/ (data.py, stages.py and report.py hold the functions these rules call).
 
 SYMSPACE = f"{RESULTS}/symspace"
 
 
 rule symspace_prepare:
-    """Generate every seed's EEG-like subjects (or read the user's EEG .npz files), noisy tree, and the digits' region covariances."""
+    """Generate every seed's EEG-like subjects (or read the user's EEG data sets), every tree seed's noisy tree, and the digits' region covariances."""
     output:
         data=f"{SYMSPACE}/prepare/data.pkl",
     params:
@@ -28,7 +29,7 @@ rule symspace_prepare:
 
 
 rule symspace_train:
-    """Train every arm (Busemann MLR over the metric grid, LogEig, SPDNet, MLP, attention pair, ball heads) and its controls on one seed."""
+    """Train both heads on the shared BiMap/ReEig backbone and the attention pair, with their controls, on one seed's SPD tasks."""
     input:
         data=rules.symspace_prepare.output.data,
     output:
@@ -50,10 +51,33 @@ rule symspace_train:
         CALL
 
 
+rule symspace_tree:
+    """Train the three ball heads (and the Busemann head on permuted labels) and fit the angle rule on every tree seed."""
+    input:
+        data=rules.symspace_prepare.output.data,
+    output:
+        accuracies=f"{SYMSPACE}/tree/accuracies.parquet",
+    params:
+        call="papers.symspace.stages:tree",
+        cfg=config["symspace"],
+    log:
+        f"{LOGS}/symspace/tree/accuracies.log",
+    benchmark:
+        f"{BENCHMARKS}/symspace/tree/accuracies.tsv"
+    threads: res("train", "threads")
+    resources:
+        **job_resources("train"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
 rule symspace_evaluate:
-    """Gather the seeds' accuracies; check the closed-form distances against their limit definitions and special cases (claim a)."""
+    """Gather the accuracies; check the closed-form distances against their limit definitions (claim a) and the checks."""
     input:
         accuracies=expand(rules.symspace_train.output.accuracies, seed=seeds("symspace")),
+        tree_accuracies=rules.symspace_tree.output.accuracies,
     output:
         table=f"{SYMSPACE}/evaluate/accuracies.parquet",
         checks=f"{SYMSPACE}/evaluate/distance_checks.parquet",
@@ -83,18 +107,24 @@ rule symspace_report:
         benchmarks=[
             rules.symspace_prepare.benchmark,
             *expand(rules.symspace_train.benchmark, seed=seeds("symspace")),
+            rules.symspace_tree.benchmark,
             rules.symspace_evaluate.benchmark,
         ],
     output:
-        table_md=report(f"{SYMSPACE}/table.md", caption="../report/symspace/table.rst", category="symspace"),
+        table_md=report(f"{SYMSPACE}/table.md", caption="../report/symspace/table.rst", category="symspace", subcategory="2 results"),
         table_csv=f"{SYMSPACE}/table.csv",
         claims=f"{SYMSPACE}/claims.json",
         params_json=f"{SYMSPACE}/params.json",
         report_md=f"{SYMSPACE}/report.md",
+        verdicts=report(f"{SYMSPACE}/figures/verdicts.png", caption="../report/verdicts.rst", category="symspace",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{SYMSPACE}/figures/verdicts.rst",
+        page=report(f"{SYMSPACE}/report.html", caption="../report/page.rst", category="symspace",
+                    subcategory="1 verdicts and report"),
         accuracy_figure=report(f"{SYMSPACE}/figures/accuracy.png", caption="../report/symspace/accuracy.rst",
-                               category="symspace"),
+                               category="symspace", subcategory="2 results"),
         gap_figure=report(f"{SYMSPACE}/figures/limit_gap.png", caption="../report/symspace/limit_gap.rst",
-                          category="symspace"),
+                          category="symspace", subcategory="2 results"),
     params:
         call="papers.symspace.report:report",
         cfg=config["symspace"],

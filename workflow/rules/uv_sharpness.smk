@@ -1,5 +1,6 @@
 # P12 uv_sharpness: sharpness dynamics of the UV model, and an MLP check on real digits.
-# prepare (digits) -> trajectories | sweep | train_mlp (per learning rate and seed) -> evaluate -> report.
+# prepare (images) -> trajectories | sweep (per init: small, large) | train_mlp (per learning rate and seed)
+# -> evaluate -> report.
 # Code: workflow/papers/uv_sharpness/ (stages.py holds the functions these rules call).
 
 UV = f"{RESULTS}/uv_sharpness"
@@ -7,7 +8,7 @@ UV_CFG = config["uv_sharpness"]
 
 
 rule uv_sharpness_prepare:
-    """Load sklearn's digits (real 8x8 images, pixels scaled to [0, 1]) for the MLP check."""
+    """Load the network check's images (sklearn's digits, or CIFAR-10 from mlp.path), pixels scaled to [0, 1]."""
     output:
         digits=f"{UV}/prepare/digits.parquet",
     params:
@@ -47,17 +48,21 @@ rule uv_sharpness_trajectories:
 
 
 rule uv_sharpness_sweep:
-    """Sweep the learning rate over the UV model's (f, Theta) map: period, Lyapunov exponent, orbit."""
+    """Sweep the learning rate over the UV model's (f, Theta) map from one init (small or large): period, Lyapunov
+    exponent, late imbalance, orbit, per replicate (its own example, initial point and grid offset)."""
     output:
-        points=f"{UV}/train/sweep_points.parquet",
-        orbits=f"{UV}/train/sweep_orbits.parquet",
+        points=f"{UV}/train/sweep_points_{{init}}.parquet",
+        orbits=f"{UV}/train/sweep_orbits_{{init}}.parquet",
     params:
         call="papers.uv_sharpness.stages:sweep",
         cfg=UV_CFG,
+        init="{init}",
     log:
-        f"{LOGS}/uv_sharpness/train/sweep.log",
+        f"{LOGS}/uv_sharpness/train/sweep_{{init}}.log",
     benchmark:
-        f"{BENCHMARKS}/uv_sharpness/train/sweep.tsv"
+        f"{BENCHMARKS}/uv_sharpness/train/sweep_{{init}}.tsv"
+    wildcard_constraints:
+        init="|".join(UV_CFG["sweep_inits"]),
     threads: res("train", "threads")
     resources:
         **job_resources("train"),
@@ -94,14 +99,14 @@ rule uv_sharpness_train_mlp:
 
 
 UV_MLP_RUNS = dict(lr=UV_CFG["mlp"]["learning_rates"], seed=range(UV_CFG["mlp"]["seeds"]))
+UV_SWEEPS = dict(init=list(UV_CFG["sweep_inits"]))
 
 
 rule uv_sharpness_evaluate:
-    """EoS statistics and early-time sharpness changes, whether seeds share attractors, the MLP's late sharpness."""
+    """EoS statistics and early-time sharpness changes, the sweeps' orbit labels, the network's sharpness and loss."""
     input:
         trajectory=rules.uv_sharpness_trajectories.output.trajectory,
-        points=rules.uv_sharpness_sweep.output.points,
-        orbits=rules.uv_sharpness_sweep.output.orbits,
+        points=expand(rules.uv_sharpness_sweep.output.points, **UV_SWEEPS),
         histories=expand(rules.uv_sharpness_train_mlp.output.history, **UV_MLP_RUNS),
     output:
         metrics=f"{UV}/evaluate/metrics.json",
@@ -126,22 +131,27 @@ rule uv_sharpness_report:
     input:
         metrics=rules.uv_sharpness_evaluate.output.metrics,
         trajectory=rules.uv_sharpness_trajectories.output.trajectory,
-        points=rules.uv_sharpness_sweep.output.points,
-        orbits=rules.uv_sharpness_sweep.output.orbits,
+        points=expand(rules.uv_sharpness_sweep.output.points, **UV_SWEEPS),
+        orbits=expand(rules.uv_sharpness_sweep.output.orbits, **UV_SWEEPS),
         histories=expand(rules.uv_sharpness_train_mlp.output.history, **UV_MLP_RUNS),
         benchmarks=[
             rules.uv_sharpness_prepare.benchmark,
             rules.uv_sharpness_trajectories.benchmark,
-            rules.uv_sharpness_sweep.benchmark,
+            *expand(rules.uv_sharpness_sweep.benchmark, **UV_SWEEPS),
             *expand(rules.uv_sharpness_train_mlp.benchmark, **UV_MLP_RUNS),
             rules.uv_sharpness_evaluate.benchmark,
         ],
     output:
-        table_md=report(f"{UV}/table.md", caption="../report/uv_sharpness/table.rst", category="uv_sharpness"),
+        table_md=report(f"{UV}/table.md", caption="../report/uv_sharpness/table.rst", category="uv_sharpness", subcategory="2 results"),
         table_csv=f"{UV}/table.csv",
         claims=f"{UV}/claims.json",
         params_json=f"{UV}/params.json",
         report_md=f"{UV}/report.md",
+        verdicts=report(f"{UV}/figures/verdicts.png", caption="../report/verdicts.rst", category="uv_sharpness",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{UV}/figures/verdicts.rst",
+        page=report(f"{UV}/report.html", caption="../report/page.rst", category="uv_sharpness",
+                    subcategory="1 verdicts and report"),
         fig_trajectories=report(
             f"{UV}/figures/sharpness_trajectories.png",
             caption="../report/uv_sharpness/trajectories.rst",
@@ -150,7 +160,7 @@ rule uv_sharpness_report:
         fig_bifurcation=report(
             f"{UV}/figures/bifurcation.png", caption="../report/uv_sharpness/bifurcation.rst", category="uv_sharpness"
         ),
-        fig_mlp=report(f"{UV}/figures/mlp_sharpness.png", caption="../report/uv_sharpness/mlp.rst", category="uv_sharpness"),
+        fig_mlp=report(f"{UV}/figures/mlp_sharpness.png", caption="../report/uv_sharpness/mlp.rst", category="uv_sharpness", subcategory="2 results"),
     params:
         call="papers.uv_sharpness.stages:report",
         cfg=UV_CFG,

@@ -57,9 +57,11 @@ rule welfare_simulate:
 
 
 rule welfare_sweep:
-    """Simulate one policy at every point of the sweep over the theorems' conditions (N, K, f and g bounds), with its flat control."""
+    """Simulate one policy at every point of the sweep over the theorems' conditions (N, K, f and g bounds), with its flat control;
+    keep per-seed slopes and rates, and the mean-welfare curves of the paper's population (for the crossing times)."""
     output:
-        trajectory=f"{WELFARE}/sweep/{{policy}}.parquet",
+        metrics=f"{WELFARE}/sweep/{{policy}}.parquet",
+        curves=f"{WELFARE}/sweep/{{policy}}_curves.parquet",
     params:
         call="papers.welfare.stages:sweep",
         cfg=config["welfare"],
@@ -112,7 +114,10 @@ rule welfare_report:
         metrics=rules.welfare_evaluate.output.metrics,
         rates=rules.welfare_evaluate.output.rates,
         crossing=rules.welfare_evaluate.output.crossing,
-        sweep_trajectories=expand(rules.welfare_sweep.output.trajectory, policy=config["welfare"]["policies"]),
+        population=rules.welfare_prepare.output.population,
+        control=rules.welfare_prepare.output.control,
+        sweep_metrics=expand(rules.welfare_sweep.output.metrics, policy=config["welfare"]["policies"]),
+        sweep_curves=expand(rules.welfare_sweep.output.curves, policy=config["welfare"]["policies"]),
         benchmarks=[
             rules.welfare_prepare.benchmark,
             *expand(rules.welfare_simulate.benchmark, population=["heterogeneous", "flat"],
@@ -121,15 +126,20 @@ rule welfare_report:
             *expand(rules.welfare_sweep.benchmark, policy=config["welfare"]["policies"]),
         ],
     output:
-        table_md=report(f"{WELFARE}/table.md", caption="../report/welfare/table.rst", category="welfare"),
+        table_md=report(f"{WELFARE}/table.md", caption="../report/welfare/table.rst", category="welfare", subcategory="2 results"),
         table_csv=f"{WELFARE}/table.csv",
         sweep_csv=f"{WELFARE}/sweep_table.csv",
         claims=f"{WELFARE}/claims.json",
         params_json=f"{WELFARE}/params.json",
         report_md=f"{WELFARE}/report.md",
-        figure=report(f"{WELFARE}/figures/growth_rate.png", caption="../report/welfare/growth_rate.rst", category="welfare"),
+        verdicts=report(f"{WELFARE}/figures/verdicts.png", caption="../report/verdicts.rst", category="welfare",
+                        subcategory="1 verdicts and report"),
+        verdicts_caption=f"{WELFARE}/figures/verdicts.rst",
+        page=report(f"{WELFARE}/report.html", caption="../report/page.rst", category="welfare",
+                    subcategory="1 verdicts and report"),
+        figure=report(f"{WELFARE}/figures/growth_rate.png", caption="../report/welfare/growth_rate.rst", category="welfare", subcategory="2 results"),
         phase_figure=report(f"{WELFARE}/figures/phase_diagram.png", caption="../report/welfare/phase_diagram.rst",
-                            category="welfare"),
+                            category="welfare", subcategory="2 results"),
     params:
         call="papers.welfare.stages:report",
         cfg=config["welfare"],

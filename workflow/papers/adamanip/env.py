@@ -61,6 +61,10 @@ class Physics:
     button_travel: float = 0.012  # button stroke (m); pressed at 90 %
     points: int = 64  # points per cloud, shared out evenly over the geoms and the two fingers (so moving
     # parts are as densely sampled as the static body; the paper samples the scene, then down-samples)
+    # blocked tries (a pull, push or turn of at least half a step that moves no part of the object) after which the mechanism jams for the rest of the
+    # episode (no part moves again: the episode fails); 0 = never. Forcing a locked handle, or turning a cap the wrong
+    # way, is what damages a real mechanism; it makes undirected retrying fail where adaptive trying does not.
+    jam_after: int = 0
 
 
 # ---- MJCF per category -------------------------------------------------------------------------
@@ -246,6 +250,8 @@ class Episode:
         self.cmd = np.zeros(POSE_DIM)  # gripper target in the grasp frame: s, lateral y, lateral z, psi
         self.velocity = np.zeros(POSE_DIM)  # its change over the last step / the step sizes
         self.q = {"open": 0.0, "turn": 0.0, "press": 0.0}  # s_open (m of travel), theta (rad), b (m)
+        self.blocked = 0  # blocked tries so far (steps that moved no part)
+        self.jammed = False
         self._write_qpos()
         n_parts = m.ngeom + 2  # the object's geoms and the gripper's two fingers
         if phys.points < n_parts:
@@ -293,10 +299,14 @@ class Episode:
         a = np.clip(np.asarray(action, dtype=float), -1.0, 1.0)
         steps = np.array([ph.step_s, ph.step_s, ph.step_s, ph.step_psi])
         before = self.cmd.copy()
+        q_before = dict(self.q)
         self.cmd += a * steps
         s, psi = self.cmd[0], self.cmd[3]
-        theta = _clamp(float(psi), *self._range("turn"))
-        press = _clamp(float(-s), *self._range("press"))
+        if self.jammed:  # nothing moves any more; the gripper strains by its compliance as against any block
+            theta, press = self.q["turn"], self.q["press"]
+        else:
+            theta = _clamp(float(psi), *self._range("turn"))
+            press = _clamp(float(-s), *self._range("press"))
         if self.category in ("bottle", "bottle_visible", "door", "safe"):
             if self.hidden["direction"] * theta >= self.hidden["unlock"] - 1e-9:
                 self.unlocked = True
@@ -305,8 +315,14 @@ class Episode:
         self._set_open_range()
         hinge = self._has("open") and self.model.jnt_type[self.jid["open"]] == mujoco.mjtJoint.mjJNT_HINGE
         lo, hi = self._range("open", self.radius if hinge else 1.0)
-        s_open = _clamp(float(s), lo, hi)
+        s_open = self.q["open"] if self.jammed else _clamp(float(s), lo, hi)
         self.q = {"open": s_open, "turn": theta, "press": press}
+        # A try: a pull / push or a turn of at least half a step (lateral moves and hesitant commands are not tries).
+        tried = abs(a[0]) >= 0.5 or abs(a[3]) >= 0.5
+        if tried and not any(abs(self.q[k] - q_before[k]) > 1e-9 for k in self.q):
+            self.blocked += 1  # a try that moved no part of the object
+            if ph.jam_after and self.blocked >= ph.jam_after:
+                self.jammed = True
         s_part = s_open - press
         self.cmd[0] = _clamp(float(s), s_part - ph.compliance_s, s_part + ph.compliance_s)
         self.cmd[1:3] = np.clip(self.cmd[1:3], -ph.compliance_s, ph.compliance_s)

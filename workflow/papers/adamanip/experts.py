@@ -14,7 +14,8 @@ rolls it one step about u in direction d.
   turns on when the pull does not move the part; a microwave whose door does not follow a pull gets
   its button pressed; a lamp gets its three ways tried in random order.
 
-Only successful episodes are kept (the official collectors store an episode when the part opened).
+Only successful episodes are kept (the official collectors store an episode when the part opened); an episode
+whose mechanism jams (``Physics.jam_after`` blocked tries) is a failure.
 """
 from __future__ import annotations
 
@@ -32,6 +33,26 @@ def TURN(direction: int) -> np.ndarray:
 
 KINDS = ("one_go", "adaptive")
 TURN_LOCKED = ("bottle", "bottle_visible", "door", "safe")
+# The primitives a category's experts use: the random-primitive reference picks among them.
+PRIMITIVES = {**{c: (PULL, TURN(1), TURN(-1)) for c in TURN_LOCKED}, "microwave": (PULL, PUSH),
+              "lamp": (PUSH, TURN(1), TURN(-1))}
+
+
+def random_primitive_success(eps: list[Episode], max_steps: int, rng: np.random.Generator) -> np.ndarray:
+    """The reference of undirected retrying: every step a primitive drawn uniformly from those the category's
+    experts use (it knows which moves exist, not which one works nor when). Success (0/1) of each episode within
+    `max_steps`, latched as in the policies' evaluation."""
+    out = np.zeros(len(eps), dtype=np.int64)
+    for i, ep in enumerate(eps):
+        prims = PRIMITIVES[ep.category]
+        for _ in range(max_steps):
+            ep.step(prims[int(rng.integers(len(prims)))])
+            if ep.success:
+                out[i] = 1
+                break
+            if ep.jammed:
+                break
+    return out
 
 
 def one_go_action(ep: Episode) -> np.ndarray:
@@ -137,6 +158,8 @@ def collect(category: str, kind: str, n_demos: int, max_steps: int, seed_seq: np
             if ep.success:
                 demos.append({"points": np.stack(points), "state": np.stack(state),
                               "action": np.stack(actions).astype(np.float32)})
+                break
+            if ep.jammed:  # a failure: the expert forced a blocked part too often
                 break
     if len(demos) < n_demos:
         raise RuntimeError(f"adamanip: the {kind} expert succeeded in {len(demos)} of {attempts} {category} "

@@ -251,9 +251,11 @@ class DiffusionPolicy(nn.Module):
         return F.mse_loss(self.unet(self.ddpm.noise(actions, k, eps), k, cond), eps)
 
     @torch.no_grad()
-    def act(self, points, state, generator: torch.Generator) -> torch.Tensor:
+    def act(self, points, state, generator: torch.Generator, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """An action chunk (B, Tp, A) per observation. `noise` (B, Tp, A): the initial sample x_K to denoise (by
+        default drawn fresh; a fixed one per episode makes DDIM's choice a fixed function of the observation)."""
         cond = self.encoder(*self.norm(points, state))
-        x = torch.randn((points.shape[0], self.Tp, self.A), generator=generator)
+        x = torch.randn((points.shape[0], self.Tp, self.A), generator=generator) if noise is None else noise.clone()
         if self.inference_steps == self.ddpm.K:  # ancestral DDPM
             for k in reversed(range(self.ddpm.K)):
                 kk = torch.full((x.shape[0],), k, dtype=torch.long)
@@ -284,5 +286,5 @@ class MLPPolicy(nn.Module):
         return F.mse_loss(self._predict(points, state), actions)
 
     @torch.no_grad()
-    def act(self, points, state, generator: torch.Generator) -> torch.Tensor:
-        return self._predict(points, state).clamp(-1, 1)
+    def act(self, points, state, generator: torch.Generator, noise: torch.Tensor | None = None) -> torch.Tensor:
+        return self._predict(points, state).clamp(-1, 1)  # deterministic: `noise` is not used

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from papers.adamanip.env import CATEGORIES, make_episodes
-from papers.adamanip.experts import KINDS, collect
+from papers.adamanip.experts import KINDS, collect, random_primitive_success
 from papers.adamanip.params import parse
 from papers.common.io import write_parquet
 from papers.common.seeding import seed_everything
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 # SeedSequence keys: (seed, STREAM, category index in env.CATEGORIES, ...), so adding a category does
 # not change another's draws.
-DEMO_STREAM, EVAL_STREAM = 1, 2
+DEMO_STREAM, EVAL_STREAM, REFERENCE_STREAM = 1, 2, 3
 
 
 def _key(seed: int, stream: int, category: str, *more: int) -> np.random.SeedSequence:
@@ -33,8 +33,18 @@ def _key(seed: int, stream: int, category: str, *more: int) -> np.random.SeedSeq
 
 
 # ---- prepare -----------------------------------------------------------------------------------
-def prepare(*, cfg, seed: str, demos, stats):
-    """Collect one seed's one-go and adaptive demonstrations of every category (successes only)."""
+def mechanism_of(ep) -> str:
+    """The hidden mechanism of an episode, in words (for the table of where each arm fails)."""
+    if ep.category == "lamp":
+        return ep.hidden["mode"]
+    if ep.category == "microwave":
+        return "locked" if ep.hidden["locked"] else "unlocked"
+    return "cw" if ep.hidden["direction"] < 0 else "ccw"
+
+
+def prepare(*, cfg, seed: str, demos, stats, reference):
+    """Collect one seed's one-go and adaptive demonstrations of every category (successes only), and run the
+    random-primitive reference on the seed's evaluation episodes (the same episodes the policies meet)."""
     p = parse(cfg)
     seed = int(seed)
     seed_everything(seed)
@@ -52,6 +62,14 @@ def prepare(*, cfg, seed: str, demos, stats):
                      st["demos"], st["mean_length"], st["attempts"])
     np.savez_compressed(demos, **arrays)
     write_parquet(pd.DataFrame(rows), stats)
+    ref = []
+    for cat in p.categories:
+        eps = make_episodes(cat, p.evaluate["episodes"], _key(seed, EVAL_STREAM, cat), phys)
+        done = random_primitive_success(eps, p.evaluate["max_steps"], np.random.default_rng(_key(seed, REFERENCE_STREAM, cat)))
+        ref += [{"category": cat, "episode": i, "success": int(s_), "mechanism": mechanism_of(ep), "seed": seed,
+                 "policy": "random_primitive", "kind": "none", "noise": "none"} for i, (ep, s_) in enumerate(zip(eps, done))]
+        log.info("seed %d: random-primitive reference on %s: success %.2f", seed, cat, done.mean())
+    write_parquet(pd.DataFrame(ref), reference)
 
 
 def read_demos(path, categories, kind: str) -> dict:
@@ -101,7 +119,9 @@ def train(*, cfg, seed: str, policy: str, demos, model, history):
 
 # ---- evaluate ------------------------------------------------------------------------------------
 def evaluate(*, cfg, seed: str, policy: str, model, successes):
-    """Roll out both of the seed's policies (one per demonstration kind) on the same randomised episodes."""
+    """Roll out both of the seed's policies (one per demonstration kind) on the same randomised episodes; the
+    diffusion policy trained on one-go demonstrations once more with its noise fixed per episode (the diagnosis of
+    whether fresh noise per prediction lets it switch a committed choice by chance)."""
     import torch
 
     from papers.adamanip import train as T
@@ -113,24 +133,21 @@ def evaluate(*, cfg, seed: str, policy: str, model, successes):
     phys = p.physics_obj()
     ckpt = torch.load(model, weights_only=False)
     rows = []
-    for k, kind in enumerate(KINDS):
+    passes = [(k, kind, False) for k, kind in enumerate(KINDS)]
+    if policy == "diffusion":
+        passes.append((KINDS.index("one_go"), "one_go", True))
+    for k, kind, fixed in passes:
         zeros = Normalizer(np.zeros(3), np.ones(3), np.zeros(T.LOW_DIM), np.ones(T.LOW_DIM))
         net = T.build(policy, zeros, p.policy)
         net.load_state_dict(ckpt["states"][kind])
         eps = [ep for cat in p.categories for ep in
                make_episodes(cat, p.evaluate["episodes"], _key(seed, EVAL_STREAM, cat), phys)]
-        done = T.rollout(net, eps, p.evaluate["max_steps"], p.policy, seed * 100 + k)
+        done = T.rollout(net, eps, p.evaluate["max_steps"], p.policy, seed * 100 + k, fixed_noise=fixed)
+        noise = "fixed" if fixed else ("fresh" if policy == "diffusion" else "none")
         rows += [{"category": ep.category, "episode": i % p.evaluate["episodes"], "success": int(s),
-                  "mechanism": ep.hidden["mode"] if ep.category == "lamp" else
-                  (("locked" if ep.hidden["locked"] else "unlocked") if ep.category == "microwave" else
-                   ("cw" if ep.hidden["direction"] < 0 else "ccw"))}
+                  "mechanism": mechanism_of(ep), "kind": kind, "noise": noise}
                  for i, (ep, s) in enumerate(zip(eps, done))]
         for cat in p.categories:
             rate = np.mean([r["success"] for r in rows[-len(eps):] if r["category"] == cat])
-            log.info("seed %d %s %s %s: success %.2f", seed, policy, kind, cat, rate)
-        rows_kind = rows[-len(eps):]
-        for r in rows_kind:
-            r["kind"] = kind
+            log.info("seed %d %s %s (%s noise) %s: success %.2f", seed, policy, kind, noise, cat, rate)
     write_parquet(pd.DataFrame(rows).assign(seed=seed, policy=policy), successes)
-
-

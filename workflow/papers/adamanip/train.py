@@ -112,16 +112,17 @@ def fit(policy: str, demos: dict, pol: dict, tr: dict, seed: int) -> tuple[torch
     opt = AdamW(model_params, weight_decay=tr["weight_decay"])
     # the official schedule: linear warm-up, then cosine decay to 0 (diffusers' get_scheduler('cosine'); its 500
     # warm-up steps of a long run scaled here to the first 5 % of the steps)
-    warmup = max(1, tr["steps"] // 20)
+    steps = tr["steps"][policy]
+    warmup = max(1, steps // 20)
 
     def lr_at(i: int) -> float:
         return tr["lr"][policy] * min(1.0, (i + 1) / warmup) * 0.5 * (
-            1.0 + math.cos(math.pi * max(0, i - warmup) / max(1, tr["steps"] - warmup)))
+            1.0 + math.cos(math.pi * max(0, i - warmup) / max(1, steps - warmup)))
 
     gen = torch.Generator().manual_seed(seed)
     P, S, A = (torch.as_tensor(x, dtype=torch.float32) for x in (points, state, actions))
     losses = []
-    for step in range(tr["steps"]):
+    for step in range(steps):
         idx = torch.randint(0, len(A), (min(tr["batch"], len(A)),), generator=gen)
         loss = model.loss(P[idx], S[idx], A[idx], gen)
         for q in model_params:
@@ -135,33 +136,39 @@ def fit(policy: str, demos: dict, pol: dict, tr: dict, seed: int) -> tuple[torch
 
 
 @torch.no_grad()
-def rollout(model, eps: list, max_steps: int, pol: dict, seed: int) -> np.ndarray:
+def rollout(model, eps: list, max_steps: int, pol: dict, seed: int, fixed_noise: bool = False) -> np.ndarray:
     """Success (0/1) of each episode (a batch of any categories, all with the same number of points) under
     receding-horizon control: predict the Tp actions to come from the last To observations (points, gripper
-    state, previous action), execute the first Ta of them (official: Ta = 1), repeat; success latches."""
+    state, previous action), execute the first Ta of them (official: Ta = 1), repeat; success latches.
+    `fixed_noise`: the diffusion policy denoises the same initial noise at every step of an episode (drawn once per
+    episode) instead of fresh noise per prediction, so that it cannot switch its choice by a new draw."""
     model.eval()
     episodes = len(eps)
     To, Ta = pol["obs_horizon"], pol["action_horizon"]
     gen = torch.Generator().manual_seed(seed)
+    noise = torch.randn((episodes, pol["pred_horizon"], ACTION_DIM), generator=gen) if fixed_noise else None
     obs = [ep.observe() for ep in eps]
     # the last To observations of every episode, oldest first (the first one repeated at the start, as in training)
     hist_p = np.repeat(np.stack([o[0] for o in obs])[:, None], To, axis=1)  # (E, To, P, 3)
     first_s = np.concatenate([np.stack([o[1] for o in obs]), np.zeros((episodes, ACTION_DIM), np.float32)], 1)
     hist_s = np.repeat(first_s[:, None], To, axis=1)  # (E, To, 12): gripper state and previous action (none yet)
     done = np.zeros(episodes, dtype=bool)
+    over = np.zeros(episodes, dtype=bool)  # succeeded, or jammed (a jammed mechanism never moves again)
     t = 0
-    while t < max_steps and not done.all():
-        live = np.flatnonzero(~done)  # only the episodes still running are fed to the policy, in one batch
-        chunk = model.act(torch.as_tensor(hist_p[live]), torch.as_tensor(hist_s[live]), gen).numpy()  # (E', Tp, A)
+    while t < max_steps and not over.all():
+        live = np.flatnonzero(~over)  # only the episodes still running are fed to the policy, in one batch
+        chunk = model.act(torch.as_tensor(hist_p[live]), torch.as_tensor(hist_s[live]), gen,
+                          None if noise is None else noise[live]).numpy()  # (E', Tp, A)
         for j in range(Ta):
             if t >= max_steps:
                 break
             for row, i in enumerate(live):
-                if done[i]:
+                if over[i]:
                     continue
                 action = np.clip(chunk[row, j], -1.0, 1.0).astype(np.float32)
                 eps[i].step(action)
                 done[i] = eps[i].success
+                over[i] = done[i] or eps[i].jammed
                 p, s = eps[i].observe()
                 hist_p[i, :-1], hist_s[i, :-1] = hist_p[i, 1:], hist_s[i, 1:]
                 hist_p[i, -1], hist_s[i, -1] = p, np.concatenate([s, action])

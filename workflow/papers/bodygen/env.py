@@ -170,18 +170,21 @@ class Execution:
         return rewards, terminal
 
 
-def passive_rollout(bodies: list[Body], task, sim: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """The bodies' execution stage with zero torque: the return (N,) and episode length (N,) that a design earns
-    by collapsing under gravity alone, which the policy's return must exceed to count as moving."""
+def passive_rollout(bodies: list[Body], task, sim: dict, rng: np.random.Generator):
+    """The bodies' execution stage with zero torque: the return (N,), episode length (N,) and the return of the
+    second half of the execution (N,) that a design earns by collapsing under gravity alone, which the policy's
+    return must exceed to count as moving."""
     ex = Execution(bodies, task, sim, rng)
     alive = np.ones(len(bodies), bool)
-    returns, lengths = np.zeros(len(bodies)), np.zeros(len(bodies))
+    returns, lengths, late = np.zeros(len(bodies)), np.zeros(len(bodies)), np.zeros(len(bodies))
     zero = np.zeros((len(bodies), max(len(b.limbs) for b in bodies)))
-    for _ in range(sim["control_steps"]):
+    for t in range(sim["control_steps"]):
         lengths += alive
         r, done = ex.step(zero, sim["ctrl_cost"], alive)
         returns += r
+        if t >= sim["control_steps"] // 2:
+            late += r
         alive &= ~done
         if not alive.any():
             break
-    return returns, lengths
+    return returns, lengths, late

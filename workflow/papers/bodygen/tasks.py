@@ -59,6 +59,7 @@ class Task:
     fluid: tuple = ()  # (density, viscosity) of the medium (swimmer), empty: none
     geom_defaults: str = 'contype="1" conaffinity="0" condim="3" density="5.0" friction="1 0.5 0.5" margin="0.01"'
     joint_defaults: str = 'armature="1" damping="1" limited="true"'
+    control_log_std: float = 0.0  # initial log-std of the control policy (design_opt/cfg/<task>.yml; crawler: -0.5)
 
     def __post_init__(self):
         """A malformed template stops here, naming the task and the field."""
@@ -131,11 +132,12 @@ TASKS = {
     # and earned 92% of its return with zero torque).
     "crawler2d": Task("crawler2d", "cut from assets/mujoco_envs/ant.xml + design_opt/cfg/crawler.yml", "xz",
                       ((-0.5, 0.5), (-0.5, 0.5), (0.03, 0.10), (10.0, 100.0)), ((0.3, -0.3), (-0.3, -0.3)),
-                      0.08, 30.0, 4, 2, ("sphere", 0.25), (0.0, 0.0), 0.5, 30.0, 0.01, 3600.0, -np.inf, np.inf),
+                      0.08, 30.0, 4, 2, ("sphere", 0.25), (0.0, 0.0), 0.5, 30.0, 0.01, 3600.0, -np.inf, np.inf,
+                      control_log_std=-0.5),
     "crawler": Task("crawler", "assets/mujoco_envs/ant.xml + design_opt/cfg/crawler.yml", "xyz",
                     ((-0.5, 0.5), (-0.5, 0.5), (0.03, 0.10), (20.0, 400.0)),
                     ((0.4, 0.4), (-0.4, 0.4), (-0.4, -0.4), (0.4, -0.4)), 0.08, 150.0, 4, 2, ("sphere", 0.25),
-                    (0.0, 0.0), 0.4, 30.0, 0.01, 60.0, 0.0),
+                    (0.0, 0.0), 0.4, 30.0, 0.01, 60.0, 0.0, control_log_std=-0.5),
     "cheetah": Task("cheetah", "assets/mujoco_envs/hopper.xml + design_opt/cfg/cheetah.yml", legs=((0.0, -0.45),),
                     max_depth=4, max_children=3, joint_range=360.0, max_tilt=20.0, **_HOPPER),
     "swimmer": Task("swimmer", "assets/mujoco_envs/swimmer.xml + design_opt/cfg/swimmer.yml", "xy",

@@ -30,9 +30,11 @@ ACT_KEYS = ("skel", "attr", "ctrl")
 
 
 def make_agent(arch: str, model: dict, task: Task) -> Agent:
+    """The four networks of an arm; the control policy's initial log-std is the task's (official per-task cfg)
+    unless `model` sets one for every task."""
+    log_std = task.control_log_std if model.get("control_log_std") is None else model["control_log_std"]
     return Agent(arch, n_features(task.max_depth, task.sim_width), model["hidden"], model["blocks"],
-                 model["head_hidden"], task.max_depth, model["attr_log_std"], model["control_log_std"],
-                 code_base=task.code_base)
+                 model["head_hidden"], task.max_depth, model["attr_log_std"], log_std, code_base=task.code_base)
 
 
 def initial_body(task: Task) -> Body:
@@ -184,7 +186,7 @@ def train_arm(arm: dict, p, seed: int, log=print, task: Task | None = None) -> t
         return v if rn.count < 2 else v * rn.std().item() + rn.mean.item()
 
     while env_steps < ppo["env_steps"]:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         # Collect batches of `n` episodes side by side until the iteration holds `samples` simulated control steps
         # (official min_batch_size), so that every arm gets as many updates per simulated step.
         runs, collected = [], 0
@@ -193,6 +195,7 @@ def train_arm(arm: dict, p, seed: int, log=print, task: Task | None = None) -> t
             steps, rewards, alive, terminal, is_design, last, bodies = runs[-1]
             collected += int(alive[:, ~is_design].sum())
         env_steps += collected
+        c_rollout = time.process_time() - c0  # CPU time of the rollouts (policy forward passes and MuJoCo)
         flats = [flatten(r[0]) for r in runs]
         alive_flat = [r[2].T.reshape(-1) for r in runs]  # step-major, as the flattened batch
         agent.norm.update(torch.as_tensor(np.concatenate(
@@ -241,12 +244,13 @@ def train_arm(arm: dict, p, seed: int, log=print, task: Task | None = None) -> t
                 torch.nn.utils.clip_grad_norm_(value_params, ppo["max_grad_norm"], foreach=True)
                 opt_pi.step()
                 opt_v.step()
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         episode_return = float(np.concatenate([r[1].sum(1) for r in runs]).mean())
         length = float(np.concatenate([r[2][:, ~r[4]].sum(1) for r in runs]).mean())
         limbs = float(np.mean([len(bd.limbs) for r in runs for bd in r[6]]))
         history.append({"iteration": it, "env_steps": env_steps, "train_return": episode_return,
-                        "episode_length": length, "episodes": n * len(runs), "limbs": limbs, "seconds": seconds})
+                        "episode_length": length, "episodes": n * len(runs), "limbs": limbs, "seconds": seconds,
+                        "cpu_seconds": cpu, "rollout_cpu_seconds": c_rollout, "samples": collected})
         log(f"iter {it}: env steps {env_steps} return {episode_return:.3f} limbs {limbs:.2f} ({seconds:.2f} s)")
         it += 1
     return agent, history

@@ -6,16 +6,18 @@ the masking; ``model/lm_base/_lm_base.py`` for ``CBM``, ``LMBaseClassificationHe
 ``LMBaseLinearLMHead`` and the encoder).
 
 Reproduced, at a tiny CPU scale: the three headline results of the paper as one table and three
-figures, with verdicts computed from intervals over the training seeds, each claim with a negative
-control (shuffled intervention requests, the bottleneck fed another protein's concepts, swapped
-concepts):
+figures, with verdicts computed from intervals over the training seeds, each claim with a premise gate
+and a negative control:
 
-(a) control (Sec. 4.1): intervening on a concept through the bottleneck moves that property of the
-    regenerated protein several times more than a conditional-tag LM does (the paper: ~3x), both
-    measured above the noise floor that regenerating the same residues with a plain LM gives; the
-    tag LM must measurably read its tags (shuffling them raises its perplexity);
+(a) control (Sec. 4.1): intervening on a concept through the bottleneck moves that property at least the
+    paper's 3x more than a conditional LM does, both measured above the noise floor that regenerating the
+    same residues with a plain LM gives; the requests are equal: a continuous-concept conditional LM gets
+    exactly CB-pLM's request (a), and against the conditional-tag LM CB-pLM is asked for the mean concept of
+    the tag's bin (a_tag). The control is the ablation of the mechanism: the intervened concept's embedding
+    zeroed, so that the request reaches no logit;
 (b) perplexity (Sec. 4.3): the CB-pLM keeps at least a fixed share of the plain masked LM's
-    log-perplexity gain over residue frequencies;
+    log-perplexity gain over residue frequencies, read at the end of a training-length sweep whose premise
+    is that concept prediction has converged;
 (c) interpretability (Sec. 4.2): the linear concepts-to-tokens map agrees with residue scales (GRAVY
     weights against Kyte-Doolittle, net-charge weights with K/R positive and D/E negative).
 
@@ -23,13 +25,13 @@ The intervention follows the official ``intervene_on_sequences``: the concept se
 (training minimum / maximum, the official 0 / 1 of the normalised concept), the residues chosen by
 gradient x input attribution of the predicted concept. Deviations: real proteins from the aaanalysis
 wheel (30-128 residues) instead of UniRef50 / SwissProt; 8 Biopython concepts (standardised) instead
-of 718; a 2-layer encoder of width 64 instead of 24M-3B parameters; sampled instead of argmax
-decoding (so that the plain LM's drift is a measured floor); the tag and plain LMs redraw the
-residues CB-pLM's attribution chose; the conditional-tag baseline is built as issue 24 describes
-(concept bins as prefix tokens, their embeddings also added at every position). See
-:mod:`.report` for the wording in the report.
+of 718; a 2-layer encoder instead of 24M-3B parameters; sampled instead of argmax decoding (so that the
+plain LM's drift is a measured floor); the other LMs redraw the residues CB-pLM's attribution chose; the
+two conditional baselines are built here (concept bins as prefix tokens, their embeddings also added at
+every position; or a linear map of the continuous concepts added at every position). See :mod:`.report`
+for the wording in the report.
 
-Modules: :mod:`.data` (sequences, concepts), :mod:`.tokens` (token layout), :mod:`.model` (the three models and the
+Modules: :mod:`.data` (sequences, concepts), :mod:`.tokens` (token layout), :mod:`.model` (the four models and the
 losses), :mod:`.train` (the training loop), :mod:`.evaluate` (perplexity, R^2, attribution, interventions,
 weights), :mod:`.report` (table, figures, claims), :mod:`.stages` (the DAG's stages), :mod:`.params`
 (parameters).

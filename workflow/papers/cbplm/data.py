@@ -1,4 +1,4 @@
-"""Protein sequences, their concepts (Biopython) and the token layout the three models share.
+"""Protein sequences, their concepts (Biopython) and the token layout the four models share.
 
 Sequences: the real proteins that ship in PyPI's ``aaanalysis`` (``_data/benchmarks/SEQ_*.tsv``;
 installed with ``--no-deps``, only its data files are read), or a FASTA / TSV / CSV file the user

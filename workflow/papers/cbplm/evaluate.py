@@ -9,6 +9,12 @@ the new sequence with Biopython:
 * CB-pLM: the concept k fed to the bottleneck is set to its training minimum or maximum (the
   official 0 / 1 of the [0, 1]-normalised concept); the other concepts are the model's own
   predictions (as the official code at inference);
+* CB-pLM at equal request strength: concept k set to the mean concept of the training proteins in
+  the tag LM's lowest / highest bin (what the tag LM's request asks for on average);
+* CB-pLM with concept k's embedding zeroed (the ablation of the mechanism: the request reaches no
+  logit), asked for the extremes;
+* continuous-concept conditional LM: concept k's input set to the same extremes as CB-pLM's; the
+  others keep the sequence's true values;
 * conditional-tag: concept k's tag becomes the lowest or highest bin; the others keep the sequence's
   true bins;
 * plain masked LM: no handle; it redraws the same residues (up and down independently), so its
@@ -18,6 +24,8 @@ The official code takes the argmax; we sample (temperature 1), so the plain LM's
 measured floor and not zero by construction.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pandas as pd
@@ -58,9 +66,17 @@ def _batches(n: int):
         yield slice(start, min(n, start + EVAL_BATCH))
 
 
+def _concept_kwargs(kind: str, z, teacher: bool, device) -> dict:
+    """The concept input of a forward pass: CB-pLM's teacher forcing, the conditional LM's (always) input."""
+    if (kind == "cb" and teacher) or kind == "cond":
+        return {"concepts": torch.as_tensor(np.asarray(z), dtype=torch.float32, device=device)}
+    return {}
+
+
 @torch.no_grad()
 def perplexity(model, kind, seqs, z, bins, masks, n_bins, teacher: bool = False) -> float:
-    """exp(mean CE over the masked residues). CB-pLM uses its predicted concepts unless `teacher`."""
+    """exp(mean CE over the masked residues). CB-pLM uses its predicted concepts unless `teacher`; the conditional
+    LM is fed `z` (its input), the tag LM `bins`."""
     model.eval()
     nll, count = 0.0, 0
     for s in _batches(len(seqs)):
@@ -68,8 +84,7 @@ def perplexity(model, kind, seqs, z, bins, masks, n_bins, teacher: bool = False)
         mask = place(masks[s], n_prefix, tokens.shape)
         tokens, mask = tokens.to(_device(model)), mask.to(_device(model))
         inputs = tokens.masked_fill(mask, T.MASK)
-        kwargs = {"concepts": torch.tensor(z[s], device=tokens.device)} if (kind == "cb" and teacher) else {}
-        logits = model(inputs, **kwargs)["logits"]
+        logits = model(inputs, **_concept_kwargs(kind, z[s], teacher, tokens.device))["logits"]
         targets = tokens - T.AA_OFFSET
         nll += torch.nn.functional.cross_entropy(logits[mask], targets[mask], reduction="sum").item()
         count += int(mask.sum())
@@ -141,12 +156,27 @@ def edit_masks(attributions, fraction: float, direction: int) -> list[np.ndarray
     return masks
 
 
+@dataclasses.dataclass
+class Arm:
+    """One intervening model: `kind` (cb, cond, tag, plain), per concept the (down, up) request `targets`
+    (standardised concept values: CB-pLM, conditional LM) or `target_bins` (tag LM), and `ablate` (CB-pLM with the
+    intervened concept's embedding zeroed)."""
+
+    model: torch.nn.Module
+    kind: str
+    targets: list | None = None
+    target_bins: list | None = None
+    ablate: bool = False
+
+
 @torch.no_grad()
 def regenerate(model, kind, seqs, bins, masks, n_bins, generator: torch.Generator | None = None,
                temperature: float = 1.0, concept: int | None = None, target: float = 0.0,
-               target_bin: int = 0) -> list[str]:
+               target_bin: int = 0, z=None, ablate: bool = False) -> list[str]:
     """Sequences whose masked residues are redrawn under the intervention: sampled from
-    softmax(logits / temperature) with `generator`, or the argmax when temperature = 0 (official)."""
+    softmax(logits / temperature) with `generator`, or the argmax when temperature = 0 (official).
+    The conditional LM reads `z` (B, K), its concept `concept` set to `target`; CB-pLM's bottleneck gets
+    `target` for `concept` (with that concept's embedding zeroed when `ablate`)."""
     model.eval()
     out = []
     for s in _batches(len(seqs)):
@@ -158,6 +188,13 @@ def regenerate(model, kind, seqs, bins, masks, n_bins, generator: torch.Generato
         kwargs = {}
         if kind == "cb" and concept is not None:
             kwargs["intervene"] = (concept, torch.full((tokens.shape[0],), float(target), device=_device(model)))
+            if ablate:
+                kwargs["ablate"] = concept
+        if kind == "cond":
+            c = np.array(z[s], dtype=np.float32)
+            if concept is not None:
+                c[:, concept] = target
+            kwargs["concepts"] = torch.from_numpy(c).to(_device(model))
         logits = model(tokens.masked_fill(mask, T.MASK).to(_device(model)), **kwargs)["logits"].cpu()  # (B, T, 20)
         if temperature == 0:
             drawn = logits[mask].argmax(-1)
@@ -169,30 +206,38 @@ def regenerate(model, kind, seqs, bins, masks, n_bins, generator: torch.Generato
     return out
 
 
-def intervene(models: dict, seqs, z, bins, masks: dict, names, mean, std, targets, target_bins, n_bins: int,
-              temperature: float, seed: int) -> pd.DataFrame:
-    """The paper's single-concept intervention (Sec. 4.1; official ``intervene_on_sequences``) for
-    every model, concept and direction, on the same residues for every model.
+# The arms' fixed places in the seed streams (so that adding an arm never changes another arm's draws).
+ARM_STREAMS = {"cb": 0, "plain": 1, "tag": 2, "cond": 3, "cb_equal": 4, "cb_ablated": 5}
 
-    `masks[(k, direction)]`: the residues to regenerate (chosen by CB-pLM's attribution);
-    `targets[k]` = (low, high): the concept's value for a push down / up (standardised units; the
-    training extremes, i.e. the official 0 / 1 of the [0, 1]-normalised concept); `target_bins[k]`
-    the tag model's bins for the same. The plain LM has no handle: it redraws the same residues, so
-    its change is the drift that regeneration alone causes (the noise floor). One row per
-    (model, concept, direction, sequence); `delta` is the change signed so that positive = requested.
+
+def intervene(arms: dict, seqs, z, bins, masks: dict, names, mean, std, n_bins: int, temperature: float,
+              seed: int) -> pd.DataFrame:
+    """The paper's single-concept intervention (Sec. 4.1; official ``intervene_on_sequences``) for
+    every arm (:class:`Arm`), concept and direction, on the same residues for every arm.
+
+    `masks[(k, direction)]`: the residues to regenerate (chosen by CB-pLM's attribution). The plain LM has no
+    handle: it redraws the same residues, so its change is the drift that regeneration alone causes (the noise
+    floor). One row per (arm, concept, direction, sequence); `delta` is the change signed so that positive =
+    requested; `model` names the arm.
     """
     rows = []
-    for m_i, (kind, model) in enumerate(models.items()):
-        for k, name in enumerate(names):
+    for name, arm in arms.items():
+        for k, concept in enumerate(names):
             for d_i, direction in enumerate((+1, -1)):
-                # One stream per (seed, model, concept, direction): reruns draw the same residues.
-                gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, m_i, k, d_i]).generate_state(1)[0]))
-                handle = {} if kind == "plain" else {"concept": k, "target": targets[k][d_i == 0],
-                                                     "target_bin": int(target_bins[k][d_i == 0])}
-                new = regenerate(model, kind, seqs, bins, masks[(k, direction)], n_bins, gen, temperature, **handle)
-                z_new = (D.concept_matrix(new, [name])[:, 0] - mean[k]) / std[k]
+                # One stream per (seed, arm, concept, direction): reruns draw the same residues.
+                gen = torch.Generator().manual_seed(int(np.random.SeedSequence(
+                    [seed, ARM_STREAMS[name], k, d_i]).generate_state(1)[0]))
+                up = d_i == 0
+                handle = {} if arm.kind == "plain" else {"concept": k}
+                if arm.targets is not None:
+                    handle["target"] = arm.targets[k][up]
+                if arm.target_bins is not None:
+                    handle["target_bin"] = int(arm.target_bins[k][up])
+                new = regenerate(arm.model, arm.kind, seqs, bins, masks[(k, direction)], n_bins, gen, temperature,
+                                 z=z, ablate=arm.ablate, **handle)
+                z_new = (D.concept_matrix(new, [concept])[:, 0] - mean[k]) / std[k]
                 rows.append(pd.DataFrame({
-                    "model": kind, "concept": name, "direction": direction, "sequence": np.arange(len(seqs)),
+                    "model": name, "concept": concept, "direction": direction, "sequence": np.arange(len(seqs)),
                     "z_before": z[:, k], "z_after": z_new, "delta": direction * (z_new - z[:, k]),
                     "changed": [sum(a != b for a, b in zip(x, y)) for x, y in zip(seqs, new)],
                 }))

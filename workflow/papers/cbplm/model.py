@@ -1,4 +1,4 @@
-"""The three masked protein LMs of P7: CB-pLM, a plain masked LM and a conditional-tag LM.
+"""The four masked protein LMs of P7: CB-pLM, a plain masked LM and two conditional LMs (tags, continuous concepts).
 
 All share one encoder (pre-LayerNorm transformer, ESM-2 style as lobster's LMBase, attention by
 ``kernels.attention`` with the padding mask as bias) and differ only in what sits on top:
@@ -8,7 +8,10 @@ All share one encoder (pre-LayerNorm transformer, ESM-2 style as lobster's LMBas
   (``n_tags`` = K) also adds the sum of its K tag embeddings to every position's input, as a
   class-conditional LM adds its class embedding: a shallow encoder trained briefly barely reads
   prefix tokens through attention (issue 24: with prefix tags alone, shuffling them cost 0.1 of
-  perplexity), and a baseline that ignores its handle is no baseline.
+  perplexity), and a baseline that ignores its handle is no baseline. The continuous-concept
+  conditional LM (``n_concepts`` = K; the paper's conditional pLM baselines condition on the
+  concept values) adds a linear map of the K standardised concept values to every position's
+  input instead, so that it can be sent exactly the request the CB-pLM gets.
 * :class:`ConceptBottleneckLM`, the paper's CB-pLM as in the official code (lobster ``CBM``,
   ``LMBaseClassificationHead``, ``LMBaseLinearLMHead``): from the encoder output h,
 
@@ -68,14 +71,17 @@ class Encoder(nn.Module):
         self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff) for _ in range(n_layers))
         self.ln_f = nn.LayerNorm(d_model)
 
-    def forward(self, tokens: torch.Tensor, n_tags: int = 0) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, n_tags: int = 0, condition: torch.Tensor | None = None) -> torch.Tensor:
         """`n_tags` > 0: tokens[:, 1:1 + n_tags] are condition tags whose summed embedding is added at
-        every position (the conditional-tag LM)."""
+        every position (the conditional-tag LM); `condition` (B, C) is added at every position (the
+        continuous-concept conditional LM)."""
         T = tokens.shape[1]
         keep = (tokens != PAD)[:, None, None, :]  # (B, 1, 1, T)
         x = self.tok(tokens) + self.pos(torch.arange(T, device=tokens.device))  # (B, T, C)
         if n_tags:
             x = x + self.tok(tokens[:, 1:1 + n_tags]).sum(1, keepdim=True)  # (B, 1, C), broadcast over T
+        if condition is not None:
+            x = x + condition[:, None, :]  # (B, 1, C), broadcast over T
         for block in self.blocks:
             x = block(x, keep)
         return self.ln_f(x)
@@ -96,18 +102,24 @@ def _init(module: nn.Module) -> None:
 
 
 class MaskedLM(nn.Module):
-    """Plain masked LM; with concept-bin tags in its tokens, the conditional-tag baseline."""
+    """Plain masked LM; with concept-bin tags in its tokens, the conditional-tag baseline; with `n_concepts`, the
+    continuous-concept conditional baseline (forward's `concepts`, (B, K) standardised values, required)."""
 
     def __init__(self, vocab: int, max_tokens: int, d_model: int, n_layers: int, n_heads: int, d_ff: int,
-                 n_tags: int = 0):
+                 n_tags: int = 0, n_concepts: int = 0):
         super().__init__()
         self.n_tags = n_tags  # 0: plain masked LM; K: conditional-tag LM (tags after <cls>, also added everywhere)
+        self.n_concepts = n_concepts  # K: continuous-concept conditional LM (W c added everywhere)
         self.encoder = Encoder(vocab, max_tokens, d_model, n_layers, n_heads, d_ff)
+        self.concept_in = nn.Linear(n_concepts, d_model) if n_concepts else None
         self.lm_head = _mlp_head(d_model, N_AA)
         _init(self)
 
-    def forward(self, tokens: torch.Tensor) -> dict:
-        return {"logits": self.lm_head(self.encoder(tokens, self.n_tags))}  # (B, T, 20)
+    def forward(self, tokens: torch.Tensor, concepts: torch.Tensor | None = None) -> dict:
+        if (concepts is None) != (self.concept_in is None):
+            raise ValueError("the continuous-concept conditional LM needs `concepts`; the other LMs take none")
+        condition = self.concept_in(concepts) if concepts is not None else None
+        return {"logits": self.lm_head(self.encoder(tokens, self.n_tags, condition))}  # (B, T, 20)
 
 
 class ConceptBottleneckLM(nn.Module):
@@ -126,9 +138,11 @@ class ConceptBottleneckLM(nn.Module):
         nn.init.trunc_normal_(self.concept_emb, std=1.0 / math.sqrt(E))  # as the official CBM
 
     def forward(self, tokens: torch.Tensor, concepts: torch.Tensor | None = None,
-                intervene: tuple[int, torch.Tensor] | None = None) -> dict:
+                intervene: tuple[int, torch.Tensor] | None = None, ablate: int | None = None) -> dict:
         """`concepts` (B, K): teacher forcing (training); None: use the predicted c_hat.
-        `intervene` = (k, value (B,)): overwrite concept k before the bottleneck."""
+        `intervene` = (k, value (B,)): overwrite concept k before the bottleneck.
+        `ablate` = k: concept k's embedding e_k zeroed (the mechanism control of the intervention: its value then
+        reaches no logit)."""
         h = self.encoder(tokens)  # (B, T, C)
         B, T, _ = h.shape
         c_hat = self.concept_head(h[:, 0])  # (B, K) from <cls>
@@ -137,7 +151,11 @@ class ConceptBottleneckLM(nn.Module):
             k, value = intervene
             c = c.clone()
             c[:, k] = value
-        z_c = (c[:, :, None] * self.concept_emb).flatten(1)  # (B, K E)
+        emb = self.concept_emb
+        if ablate is not None:
+            emb = emb.clone()
+            emb[ablate] = 0.0
+        z_c = (c[:, :, None] * emb).flatten(1)  # (B, K E)
         z_c = z_c[:, None, :].expand(B, T, -1)  # the same at every position
         z_u = self.unknown(h)  # (B, T, K E)
         logits = self.decoder(torch.cat([z_c, z_u], dim=-1))  # (B, T, 20)

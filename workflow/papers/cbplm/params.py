@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 from papers.common.params import ALL, for_stage, from_config
 
 SLUG = "cbplm"
-MODELS = ("cb", "plain", "tag")  # CB-pLM, plain masked LM, conditional-tag masked LM
+MODELS = ("cb", "plain", "tag", "cond")  # CB-pLM, plain masked LM, conditional-tag LM, continuous-concept conditional LM
 CONCEPTS = ("gravy", "charge", "aromaticity", "instability_index", "helix_fraction", "turn_fraction",
             "sheet_fraction", "flexibility", "isoelectric_point")  # papers.cbplm.data.concept_values
 
 
 @dataclass(frozen=True)
 class ModelParams:
-    """One encoder size for all three models (the paper's smallest CB-pLM is 24M parameters:
+    """One encoder size for all four models (the paper's smallest CB-pLM is 24M parameters:
     official MLM_24M = 10 layers, 12 heads, width 408, feed-forward 2048)."""
 
     d_model: int = 408
@@ -38,6 +38,7 @@ class TrainParams:
     concept_weight: float = 0.1  # official concept_hp (times the number of concepts, as there)
     orthogonality_weight: float = 0.1  # official orthogonality_hp
     log_every: int = 50
+    sweep: tuple = ()  # earlier steps at which CB-pLM and the plain LM are also evaluated (claim b's sweep)
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,11 @@ class InterventionParams:
 class ClaimParams:
     """Thresholds of the claims, fixed before any run; each is met by a 95% interval over the seeds."""
 
-    min_ratio: float = 2.0  # (a) CB excess change / tag excess change over the floor; "several times", paper ~3x
+    min_ratio: float = 3.0  # (a) CB excess change / baseline excess change over the floor; the paper's ~3x (Sec. 4.1)
     min_gain_share: float = 0.9  # (b) share of the plain LM's log-perplexity gain over residue frequencies kept
     min_kd_rank_correlation: float = 0.5  # (c) mean Spearman of the GRAVY weights with Kyte-Doolittle over seeds
+    max_r2_gain: float = 0.02  # (b) premise: concept R^2 rose by at most this over the sweep's last interval
+    min_concept_r2: float = 0.5  # (c) premise: the CB-pLM predicts GRAVY and charge at least this well
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class Params:
         if self.intervention.temperature < 0:
             raise ValueError(f"cbplm.intervention.temperature ({self.intervention.temperature}) must be >= 0 (0 = argmax)")
         if set(self.models) != set(MODELS):
-            raise ValueError(f"cbplm.models must be {list(MODELS)} (the claims compare all three)")
+            raise ValueError(f"cbplm.models must be {list(MODELS)} (the claims compare all four)")
         if self.min_length > self.max_length:
             raise ValueError(f"cbplm.min_length ({self.min_length}) exceeds max_length ({self.max_length})")
         if self.model.d_model % self.model.n_heads:
@@ -98,6 +101,9 @@ class Params:
             raise ValueError(f"cbplm.claims.min_gain_share ({self.claims.min_gain_share}) must be in (0, 1]")
         if self.train.warmup_steps >= self.train.steps:
             raise ValueError(f"cbplm.train.warmup_steps ({self.train.warmup_steps}) must be below steps ({self.train.steps})")
+        if any(not 0 < s < self.train.steps for s in self.train.sweep) or list(self.train.sweep) != sorted(set(self.train.sweep)):
+            raise ValueError(f"cbplm.train.sweep {list(self.train.sweep)}: increasing steps between 0 and train.steps "
+                             f"({self.train.steps}) (the last point of the sweep is train.steps itself)")
 
 
 

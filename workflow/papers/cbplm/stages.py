@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from papers.cbplm import data as D
-from papers.cbplm.params import SLUG, parse
+from papers.cbplm.params import parse
 from papers.common.io import ensure_parent, read_parquet, write_json, write_parquet
 from papers.common.params import to_dict
 from papers.common.seeding import seed_everything
@@ -20,6 +20,7 @@ from papers.common.seeding import seed_everything
 log = logging.getLogger(__name__)
 
 TITLE = "P7 cbplm: Concept Bottleneck protein language models (CB-pLM)"
+SWEPT = ("cb", "plain")  # the models claim (b)'s training-length sweep evaluates at every step of train.sweep
 
 
 def _device() -> str:
@@ -78,6 +79,10 @@ def build_dataset(p) -> tuple[pd.DataFrame, dict]:
         "concept_min_sd": dict(zip(names, z[train].min(0).tolist())),
         "concept_max_sd": dict(zip(names, z[train].max(0).tolist())),
         "tag_bin_edges_sd": {n: edges[:, k].tolist() for k, n in enumerate(names)},
+        # The equal-strength request of claim (a): the mean standardised concept of the training proteins in the
+        # lowest and in the highest tag bin, what the tag LM's extreme bins ask for on average.
+        "tag_bin_mean_sd": {n: [float(z[train & (df[f"bin_{n}"] == b).to_numpy(), k].mean()) for b in (0, p.tag_bins - 1)]
+                            for k, n in enumerate(names)},
         "concept_correlation": pd.DataFrame(z[train], columns=names).corr().round(4).to_dict(),
         "charge_vs_isoelectric_point_r": float(np.corrcoef(ref, pi)[0, 1]),
     })
@@ -99,7 +104,8 @@ def prepare(*, cfg, sequences, summary):
 # ---- train -----------------------------------------------------------------------------------
 def train(*, cfg, seed: int, sequences, checkpoints, histories):
     """Train the models of `cfg.models` for one seed, one after another (same batches and masks); write
-    each one's checkpoint and loss history (`checkpoints`, `histories`: one path per model, in that order)."""
+    each one's checkpoint and loss history (`checkpoints`, `histories`: one path per model, in that order).
+    CB-pLM's and the plain LM's checkpoints also hold their weights at the steps of `train.sweep`."""
     import torch
 
     from papers.cbplm.train import train as train_model
@@ -108,9 +114,10 @@ def train(*, cfg, seed: int, sequences, checkpoints, histories):
     df = read_parquet(sequences)
     for kind, checkpoint, history in zip(p.models, checkpoints, histories, strict=True):
         seed_everything(seed)  # each model as if trained alone
-        net, opt, hist = train_model(kind, p, df, seed, device=_device())
+        sweep = p.train.sweep if kind in SWEPT else ()
+        net, opt, hist, states = train_model(kind, p, df, seed, device=_device(), snapshots=sweep)
         torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "kind": kind, "seed": seed,
-                    "step": p.train.steps, "config": to_dict(p)}, ensure_parent(checkpoint))
+                    "step": p.train.steps, "sweep": states, "config": to_dict(p)}, ensure_parent(checkpoint))
         write_parquet(hist, history)
 
 
@@ -123,19 +130,21 @@ def _derangement(n: int, rng: np.random.Generator) -> np.ndarray:
     return other
 
 
-def load_model(path, p):
+def load_model(path, p, step: int | None = None):
+    """(kind, model) from a checkpoint: the final weights, or those after `step` of the sweep."""
     import torch
 
     from papers.cbplm.train import build
 
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     model = build(ckpt["kind"], p)
-    model.load_state_dict(ckpt["model"])
+    model.load_state_dict(ckpt["model"] if step is None or step == ckpt["step"] else ckpt["sweep"][step])
     return ckpt["kind"], model.to(_device()).eval()
 
 
 def evaluate(*, cfg, seed: int, sequences, summary, checkpoints, metrics, interventions, weights):
-    """Perplexity and concept R^2 on the held-out split, interventions, CB-pLM weights; one seed."""
+    """Perplexity and concept R^2 on the held-out split (CB-pLM and the plain LM also at every step of the
+    sweep), interventions, CB-pLM weights; one seed."""
     from papers.cbplm import evaluate as E
     from papers.common.io import read_json
 
@@ -150,19 +159,19 @@ def evaluate(*, cfg, seed: int, sequences, summary, checkpoints, metrics, interv
     bins = test[[f"bin_{c}" for c in names]].to_numpy(np.int64)
     mean = np.array([info["concept_mean"][c] for c in names])
     std = np.array([info["concept_std"][c] for c in names])
-    edges = np.array([info["tag_bin_edges_sd"][c] for c in names]).T  # (n_bins - 1, K)
-    models = dict(load_model(path, p) for path in checkpoints)
-    models = {kind: models[kind] for kind in p.models}
+    paths = dict(zip(p.models, checkpoints, strict=True))
+    models = {kind: load_model(paths[kind], p)[1] for kind in p.models}
 
     # Perplexity: one mask draw for every model (training mask rate). `other` pairs each held-out protein
-    # with another one: its tags (tag model) or concepts (CB-pLM) are fed in place of the protein's own,
-    # which shows how much each model's handle carries (issue 24) and is the control of claim (b).
+    # with another one: its tags (tag LM) or concepts (CB-pLM, conditional LM) are fed in place of the protein's
+    # own, which shows how much each model's handle carries (issue 24) and is the control of claim (b).
     masks = E.residue_masks([len(s) for s in seqs], p.train.mask_prob, rng)
     other = _derangement(len(seqs), rng)
+    final = p.train.steps
 
-    def row(kind, metric, value, concept="", n_params=0):
+    def row(kind, metric, value, concept="", n_params=0, step=final):
         return {"seed": seed, "model": kind, "metric": metric, "concept": concept, "parameters": n_params,
-                "value": float(value)}
+                "step": int(step), "value": float(value)}
 
     rows = [row("unigram", "perplexity", E.unigram_perplexity(df[df.split == "train"].sequence, seqs, masks))]
     for kind, model in models.items():
@@ -171,27 +180,43 @@ def evaluate(*, cfg, seed: int, sequences, summary, checkpoints, metrics, interv
         if kind == "tag":
             rows.append(row(kind, "perplexity_shuffled_tags",
                             E.perplexity(model, kind, seqs, z, bins[other], masks, p.tag_bins), n_params=n_params))
-        if kind == "cb":
-            for metric, fed in (("perplexity_true_concepts", z), ("perplexity_shuffled_concepts", z[other])):
-                rows.append(row(kind, metric, E.perplexity(model, kind, seqs, fed, bins, masks, p.tag_bins, teacher=True),
-                                n_params=n_params))
-            r2 = E.r_squared(E.predicted_concepts(model, seqs), z)
-            rows += [row(kind, "concept_r2", v, concept=c, n_params=n_params) for c, v in zip(names, r2)]
+        if kind == "cond":
+            rows.append(row(kind, "perplexity_shuffled_concepts",
+                            E.perplexity(model, kind, seqs, z[other], bins, masks, p.tag_bins), n_params=n_params))
+    # CB-pLM and the plain LM along the training-length sweep (the final step included).
+    for step in [*p.train.sweep, final]:
+        for kind in SWEPT:
+            model = models[kind] if step == final else load_model(paths[kind], p, step)[1]
+            n_params = sum(q.numel() for q in model.parameters())
+            if step != final:
+                rows.append(row(kind, "perplexity", E.perplexity(model, kind, seqs, z, bins, masks, p.tag_bins),
+                                n_params=n_params, step=step))
+            if kind == "cb":
+                for metric, fed in (("perplexity_true_concepts", z), ("perplexity_shuffled_concepts", z[other])):
+                    rows.append(row(kind, metric, E.perplexity(model, kind, seqs, fed, bins, masks, p.tag_bins, teacher=True),
+                                    n_params=n_params, step=step))
+                r2 = E.r_squared(E.predicted_concepts(model, seqs), z)
+                rows += [row(kind, "concept_r2", v, concept=c, n_params=n_params, step=step) for c, v in zip(names, r2)]
     write_parquet(pd.DataFrame(rows), metrics)
     log.info("metrics:\n%s", pd.DataFrame(rows).to_string())
 
     # Interventions on the first `sequences` held-out proteins: per concept and direction, the residues
-    # CB-pLM's attribution picks, shared by the three models; targets at the training extremes.
+    # CB-pLM's attribution picks, shared by every model. Requests: the training extremes (CB-pLM, the conditional
+    # LM, and CB-pLM with the concept's embedding zeroed, the mechanism's ablation); the tag LM's extreme bins, and
+    # CB-pLM at those bins' mean concept (equal request strength).
     n = min(p.intervention.sequences, len(seqs))
-    targets = [(info["concept_min_sd"][c], info["concept_max_sd"][c]) for c in names]
+    extremes = [(info["concept_min_sd"][c], info["concept_max_sd"][c]) for c in names]
+    bin_means = [tuple(info["tag_bin_mean_sd"][c]) for c in names]
     target_bins = [(0, p.tag_bins - 1)] * len(names)  # the tag model's most extreme requests
     edit = {}
     for k in range(len(names)):
         attr = E.attribution(models["cb"], seqs[:n], k)
         for direction in (+1, -1):
             edit[(k, direction)] = E.edit_masks(attr, p.intervention.edit_fraction, direction)
-    iv = E.intervene(models, seqs[:n], z[:n], bins[:n], edit, names, mean, std, targets, target_bins, p.tag_bins,
-                     p.intervention.temperature, seed)
+    arms = {"cb": E.Arm(models["cb"], "cb", extremes), "cb_equal": E.Arm(models["cb"], "cb", bin_means),
+            "cb_ablated": E.Arm(models["cb"], "cb", extremes, ablate=True), "cond": E.Arm(models["cond"], "cond", extremes),
+            "tag": E.Arm(models["tag"], "tag", target_bins=target_bins), "plain": E.Arm(models["plain"], "plain")}
+    iv = E.intervene(arms, seqs[:n], z[:n], bins[:n], edit, names, mean, std, p.tag_bins, p.intervention.temperature, seed)
     iv.insert(0, "seed", seed)
     write_parquet(iv, interventions)
     log.info("interventions (mean delta, SD units):\n%s", iv.groupby(["model", "concept"]).delta.mean().unstack().to_string())

@@ -1,4 +1,4 @@
-"""The token layout the three models share: <pad> <cls> <eos> <mask>, the 20 residues, then the
+"""The token layout the four models share: <pad> <cls> <eos> <mask>, the 20 residues, then the
 conditional-tag model's concept-bin tokens (K concepts x n_bins)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Training of the three masked LMs on the same data, order and masks (one straight loop)."""
+"""Training of the four masked LMs on the same data, order and masks (one straight loop)."""
 from __future__ import annotations
 
 import logging
@@ -22,12 +22,12 @@ def max_tokens(p: Params) -> int:
 
 
 def build(kind: str, p: Params) -> torch.nn.Module:
-    """One of the three models; all share the encoder size of `p.model`."""
+    """One of the four models; all share the encoder size of `p.model`."""
     m, K = p.model, len(p.concepts)
     args = (T.vocab_size(K, p.tag_bins), max_tokens(p), m.d_model, m.n_layers, m.n_heads, m.d_ff)
     if kind == "cb":
         return ConceptBottleneckLM(*args, n_concepts=K, concept_emb=m.concept_emb)
-    return MaskedLM(*args, n_tags=K if kind == "tag" else 0)
+    return MaskedLM(*args, n_tags=K if kind == "tag" else 0, n_concepts=K if kind == "cond" else 0)
 
 
 def tags(bins: np.ndarray, n_bins: int) -> np.ndarray:
@@ -59,10 +59,12 @@ def lr_lambda(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
-def train(kind: str, p: Params, df: pd.DataFrame, seed: int, device: str = "cpu") -> tuple[torch.nn.Module, torch.optim.Optimizer, pd.DataFrame]:
-    """Train model `kind` on the training split; returns (model, optimizer, history).
+def train(kind: str, p: Params, df: pd.DataFrame, seed: int, device: str = "cpu",
+          snapshots=()) -> tuple[torch.nn.Module, torch.optim.Optimizer, pd.DataFrame, dict]:
+    """Train model `kind` on the training split; returns (model, optimizer, history, {step: state_dict} after
+    each of the steps in `snapshots`: the training-length sweep reads these).
 
-    The batch order and the masks depend on `seed` only, so the three models see the same data.
+    The batch order and the masks depend on `seed` only, so the models see the same data.
     """
     t = p.train
     rng = np.random.default_rng(seed)
@@ -79,7 +81,8 @@ def train(kind: str, p: Params, df: pd.DataFrame, seed: int, device: str = "cpu"
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(s, t.warmup_steps, t.steps))
     log.info("%s: %d parameters, %d training sequences", kind, sum(q.numel() for q in model.parameters()), len(seqs))
 
-    history, batches = [], []
+    history, batches, states = [], [], {}
+    snapshots = set(int(x) for x in snapshots)
     model.train()
     for step in progress(range(t.steps), desc=f"cbplm train {kind}", total=t.steps):
         if not batches:
@@ -97,7 +100,8 @@ def train(kind: str, p: Params, df: pd.DataFrame, seed: int, device: str = "cpu"
             out = model(inputs, concepts=c)
             loss, parts = cb_loss(out, targets, mask, c, t.concept_weight, t.orthogonality_weight)
         else:
-            loss = masked_ce(model(inputs)["logits"], targets, mask)
+            kwargs = {"concepts": torch.from_numpy(z[idx]).to(device)} if kind == "cond" else {}
+            loss = masked_ce(model(inputs, **kwargs)["logits"], targets, mask)
             parts = {"ce": loss}
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -108,4 +112,6 @@ def train(kind: str, p: Params, df: pd.DataFrame, seed: int, device: str = "cpu"
                    **{f"train/{k}": v.item() for k, v in parts.items()}}
             history.append(row)
             log.info("step %d %s", step, " ".join(f"{k}={v:.4g}" for k, v in row.items() if isinstance(v, float)))
-    return model, opt, pd.DataFrame(history)
+        if step + 1 in snapshots:
+            states[step + 1] = {k: v.detach().clone().cpu() for k, v in model.state_dict().items()}
+    return model, opt, pd.DataFrame(history), states

@@ -80,6 +80,13 @@ def compare_paper(reference: dict, fresh: dict, paper: str) -> tuple[int, list[D
         if new_control.get("verdict") != ref_control.get("verdict"):
             found.append(Difference(paper, ref["id"], f"control verdict '{new_control.get('verdict')}', "
                                                       f"reference '{ref_control.get('verdict')}'"))
+        ref_pos, new_pos = ref.get("positive_control") or {}, new.get("positive_control") or {}
+        if new_pos.get("verdict") != ref_pos.get("verdict"):
+            found.append(Difference(paper, ref["id"], f"positive control verdict '{new_pos.get('verdict')}', "
+                                                      f"reference '{ref_pos.get('verdict')}'"))
+        unmet = lambda c: sorted(g["name"] for g in c.get("premise", []) if not g["met"])  # noqa: E731
+        if unmet(new) != unmet(ref):
+            found.append(Difference(paper, ref["id"], f"premise gates unmet {unmet(new)}, reference {unmet(ref)}"))
         found += [Difference(paper, ref["id"], w) for w in
                   _compare_evidence(ref.get("evidence"), new.get("evidence"), "evidence")
                   + _compare_evidence(ref_control.get("evidence"), new_control.get("evidence"), "control")]
@@ -87,8 +94,18 @@ def compare_paper(reference: dict, fresh: dict, paper: str) -> tuple[int, list[D
     return len(reference["claims"]), found
 
 
+def scales(folder: Path) -> set[str]:
+    """The scales of the claims files in a results folder (one, unless the folder mixes runs)."""
+    return {json.loads(f.read_text()).get("scale") for f in Path(folder).glob("*/claims.json")}
+
+
 def compare_runs(reference: Path, fresh: Path) -> tuple[list[str], int, list[Difference]]:
-    """(papers compared, claims compared, differences) for every paper the fresh run has."""
+    """(papers compared, claims compared, differences) for every paper the fresh run has. Raises ValueError
+    when the two folders hold results of different scales: their verdicts are not meant to agree."""
+    ref_scales, new_scales = scales(reference), scales(fresh)
+    if ref_scales and new_scales and ref_scales != new_scales:
+        raise ValueError(f"{reference} holds the {', '.join(sorted(ref_scales))} scale and {fresh} the "
+                         f"{', '.join(sorted(new_scales))} scale: compare runs of one scale")
     papers, claims, found = [], 0, []
     for new_file in sorted(Path(fresh).glob("*/claims.json")):
         paper = new_file.parent.name

@@ -19,13 +19,20 @@ import yaml
 KEYWORD = "input"
 
 
-def _validator_class():
+# The message by which the validator below reports a path that exists (collected by configured_inputs).
+_PRESENT = "input path present: "
+
+
+def _validator_class(report_present: bool = False):
     from jsonschema import Draft202012Validator, ValidationError, validators
 
     def input_path(validator, flagged, instance, schema):
-        if flagged and isinstance(instance, str) and not os.path.exists(instance):
-            yield ValidationError(f"no such file or directory: '{instance}' (relative paths start from "
-                                  f"{os.getcwd()})")
+        if flagged and isinstance(instance, str):
+            if not os.path.exists(instance):
+                yield ValidationError(f"no such file or directory: '{instance}' (relative paths start from "
+                                      f"{os.getcwd()})")
+            elif report_present:
+                yield ValidationError(_PRESENT + instance)
 
     return validators.extend(Draft202012Validator, {KEYWORD: input_path})
 
@@ -36,6 +43,34 @@ def missing_inputs(config: dict, schema_file: str | Path, sections=None) -> list
     `schema_file` is the workflow's config schema (its ``$ref`` to the papers' schemas are followed);
     `sections`, if given, limits the check to those top-level keys (the selected papers).
     """
+    return [(k, m) for k, m in _input_errors(config, schema_file, sections, False) if not m.startswith(_PRESENT)]
+
+
+def configured_inputs(config: dict, schema_file: str | Path, sections=None) -> dict[str, str]:
+    """``{dotted key: path}`` of every configured input path that exists (a user's data file or folder; null,
+    the packaged data, names none). The workflow declares them as the inputs of the rules whose stage reads
+    them, so that editing such a file in place reruns what reads it."""
+    return {k: m[len(_PRESENT):] for k, m in _input_errors(config, schema_file, sections, True) if m.startswith(_PRESENT)}
+
+
+def in_section(dotted: str, section) -> bool:
+    """Whether the value at `dotted` (``sam_late.data.path``, without the paper's name) lies in `section`, a
+    (possibly cut-down) config section."""
+    node = section
+    for key in dotted.replace("[", ".[").split("."):
+        if key.startswith("["):
+            index = int(key[1:-1])
+            if not isinstance(node, (list, tuple)) or index >= len(node):
+                return False
+            node = node[index]
+        elif isinstance(node, dict) and key in node:
+            node = node[key]
+        else:
+            return False
+    return True
+
+
+def _input_errors(config: dict, schema_file: str | Path, sections, report_present: bool) -> list[tuple[str, str]]:
     from referencing import Registry, Resource
     from referencing.jsonschema import DRAFT202012
 
@@ -51,7 +86,7 @@ def missing_inputs(config: dict, schema_file: str | Path, sections=None) -> list
 
     registry = Registry(retrieve=retrieve).with_resource(schema_file.as_uri(), Resource.from_contents(schema))
     checked = {k: v for k, v in config.items() if sections is None or k in sections}
-    validator = _validator_class()(schema, registry=registry)
+    validator = _validator_class(report_present)(schema, registry=registry)
     found = []
     for error in validator.iter_errors(checked):
         for e in [error, *_leaves(error)]:

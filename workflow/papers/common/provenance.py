@@ -12,7 +12,9 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import json
+import os
 import platform
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +57,7 @@ def run_record(*, run: str, scale: str, configfiles, argv=None) -> dict:
         "scale": scale,
         "commit": commit or "unknown (not a git checkout)",
         "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")) if commit else None,
-        "command": " ".join(sys.argv if argv is None else argv),
+        "command": shlex.join(sys.argv if argv is None else argv),  # quoted: it can be pasted back
         "configfiles": [str(f) for f in configfiles],
         "versions": versions(),
         "machine": f"{platform.node()} ({platform.machine()}, {platform.system()} {platform.release()})",
@@ -63,10 +65,22 @@ def run_record(*, run: str, scale: str, configfiles, argv=None) -> dict:
     }
 
 
+# Two Snakemake processes may run papers of one run side by side (their targets are disjoint); each job reads
+# the record of the process that started it, named in its environment, not the last one written.
+RECORD_VARIABLE = "REPRO_RUN_RECORD"
+
+
 def write_run_record(*, run: str, scale: str, configfiles, argv=None) -> Path:
+    """Write this process's record (``logs/<run>/provenance-<pid>.json``, named to its jobs through the
+    environment they inherit) and the run's latest (``logs/<run>/provenance.json``, for jobs that do not inherit
+    it, e.g. on a cluster that does not export the environment)."""
     path = record_path(run)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(run_record(run=run, scale=scale, configfiles=configfiles, argv=argv), indent=2) + "\n")
+    text = json.dumps(run_record(run=run, scale=scale, configfiles=configfiles, argv=argv), indent=2) + "\n"
+    own = path.with_name(f"provenance-{os.getpid()}.json")
+    own.write_text(text)
+    path.write_text(text)
+    os.environ[RECORD_VARIABLE] = str(own.resolve())
     return path
 
 
@@ -100,7 +114,8 @@ def set_context(config: dict, slug: str | None) -> None:
     global _context
     scale = config.get("scale", "default")
     run = config.get("run") or scale
-    path = record_path(run)
+    own = os.environ.get(RECORD_VARIABLE)
+    path = Path(own) if own and Path(own).is_file() else record_path(run)
     record = json.loads(path.read_text()) if path.is_file() else {"run": run, "scale": scale,
                                                                    "note": f"{path} missing (a dry or partial run)"}
     overrides = {}

@@ -20,6 +20,57 @@ from papers.common.params import StageConfig
 
 log = logging.getLogger("papers")
 
+# Named outputs that common code writes beside the stage's own (see run_stage).
+BYPRODUCTS = ("page", "verdicts_caption")
+
+# A failure that would repeat on a retry (a wrong config value, a missing file, a bug) leaves this marker
+# beside the job's log, so that the profile's retries stop at once instead of queueing the same job again
+# with more memory and time. The workflow's onstart removes every marker, so a new run starts clean.
+DETERMINISTIC_SUFFIX = ".deterministic"
+# What a retry may cure: the machine, not the code (memory, a device error, a lost file system).
+TRANSIENT_ERRORS = (MemoryError, ConnectionError, TimeoutError)
+TRANSIENT_WORDS = ("out of memory", "CUDA error", "NCCL", "ECC", "Stale file handle", "Input/output error")
+
+# The CUDA build of the pinned torch, for the message of a GPU job that finds none.
+CUDA_TORCH = ("pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128 (run with the "
+              "checkout's .venv/bin/python on a GPU node; README, 'Running on a cluster')")
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether a retry of the same job could succeed: a machine fault, not a property of the code or config."""
+    if isinstance(error, TRANSIENT_ERRORS):
+        return True
+    if isinstance(error, OSError) and not isinstance(error, (FileNotFoundError, NotADirectoryError, PermissionError)):
+        return True
+    return any(word in str(error) for word in TRANSIENT_WORDS)
+
+
+def check_gpu(resources) -> None:
+    """A job that asks for a GPU stops at once if torch cannot see one (a CPU build, or no device)."""
+    gpus = int(getattr(resources, "gpu", 0) or 0) if not isinstance(resources, Mapping) else int(resources.get("gpu", 0) or 0)
+    if gpus <= 0:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"this job asked for {gpus} GPU(s) but torch {torch.__version__} sees no CUDA device "
+            f"(torch.version.cuda = {torch.version.cuda}). Install the CUDA build of the same version into the "
+            f"environment the jobs run in: {CUDA_TORCH}; or check the node's driver with nvidia-smi.")
+
+
+def deterministic_marker(log_path: str | None) -> Path | None:
+    return None if not log_path else Path(str(log_path) + DETERMINISTIC_SUFFIX)
+
+
+def clear_deterministic_markers(logs: str) -> int:
+    """Remove the deterministic-failure markers under a run's log folder; returns how many."""
+    found = list(Path(logs).rglob("*" + DETERMINISTIC_SUFFIX)) if Path(logs).is_dir() else []
+    for marker in found:
+        marker.unlink(missing_ok=True)
+    return len(found)
+
+
 # Fault injection for the cluster test (tests/workflow/test_slurm.py): with
 # REPRO_FAIL_ONCE=<rule>:<marker file>, the first run of <rule> creates the marker and fails, so
 # the test can check that the profile's retries resubmit it. Unset, it does nothing.
@@ -99,15 +150,34 @@ def run_stage(smk) -> None:
     if slug in smk.config and isinstance(params.get("cfg"), Mapping):
         # The stage gets its paper's whole section but may read only what its rule was given.
         params["cfg"] = StageConfig(smk.config[slug], readable=params["cfg"], rule=smk.rule)
-    kwargs = {**_named(smk.input), **_named(smk.output), **params}
-    with log_to(smk.log[0] if smk.log else None):
-        limit_threads(smk.threads)
-        func = resolve(target)
-        limit_threads(smk.threads)  # again: importing the function may have loaded torch
-        log.info("rule %s: %s(%s)", smk.rule, target, ", ".join(sorted(kwargs)))
-        _fail_once(smk.rule)
-        start = time.perf_counter()
-        func(**kwargs)
+    outputs = _named(smk.output)
+    # Outputs that common code writes on the stage's behalf, from the paths it is given anyway: not arguments of
+    # the stage function (the report page and the forest plot's caption, written by papers.common.report.write_report).
+    byproducts = {name: outputs.pop(name) for name in BYPRODUCTS if name in outputs}
+    kwargs = {**_named(smk.input), **outputs, **params}
+    log_path = smk.log[0] if smk.log else None
+    marker = deterministic_marker(log_path)
+    if marker is not None and marker.is_file():
+        raise RuntimeError(f"rule {smk.rule}: not retried, the previous attempt of this run failed with an error "
+                           f"that repeats deterministically: {marker.read_text().strip()} (see {log_path})")
+    with log_to(log_path):
+        try:
+            check_gpu(smk.resources)
+            limit_threads(smk.threads)
+            func = resolve(target)
+            limit_threads(smk.threads)  # again: importing the function may have loaded torch
+            log.info("rule %s: %s(%s)", smk.rule, target, ", ".join(sorted(kwargs)))
+            _fail_once(smk.rule)
+            start = time.perf_counter()
+            func(**kwargs)
+        except Exception as e:
+            if marker is not None and not is_transient(e) and not str(e).startswith(f"{FAIL_ONCE_ENV}:"):
+                marker.write_text(f"{type(e).__name__}: {e}\n")
+            raise
+        missing = [path for path in byproducts.values() if not os.path.exists(path)]
+        if missing:
+            raise RuntimeError(f"rule {smk.rule}: {', '.join(missing)} not written (papers.common.report.write_report "
+                               "writes the page beside report.md and the forest plot's caption beside the figure)")
         if "params_json" in kwargs:
             _add_provenance(kwargs["params_json"])
         log.info("rule %s: done in %.1f s", smk.rule, time.perf_counter() - start)

@@ -9,7 +9,7 @@ import pandas as pd
 
 from papers.common.claims import STATES, count_states
 from papers.common.io import ensure_parent, read_json
-from papers.common.report import job_times, short, verdict_cell
+from papers.common.report import job_times, premise_cell, short, verdict_cell
 
 
 def _evidence_cell(ev: dict | None) -> str:
@@ -57,11 +57,11 @@ def _time_lines(times: pd.DataFrame) -> list[str]:
 
 
 def write_summary(*, claims, reports, summary_md, summary_csv, scale: str, benchmarks=(), job_benchmarks=None,
-                  time_budget=None, job_times_csv=None) -> None:
+                  time_budget=None, job_times_csv=None, verdicts_figure=None) -> None:
     """Aggregate the papers' ``claims.json`` files (list `claims`, same order as `reports`), and their
     run time against the budget (`job_benchmarks`: {slug: benchmark files}; `benchmarks`, the same
     files as one list, is the rule's input only)."""
-    rows = []
+    rows, plotted, checks = [], [], []
     # A run of a subset of papers must not silently shrink a fuller summary: papers already in this
     # results folder but not selected now are kept, marked as not rerun.
     selected = {Path(c).resolve() for c in claims}
@@ -69,10 +69,15 @@ def write_summary(*, claims, reports, summary_md, summary_csv, scale: str, bench
     sources = [(c, r, True) for c, r in zip(claims, reports)] + [(p, p.with_name("report.md"), False) for p in kept]
     for claims_path, report_path, rerun in sources:
         data = read_json(claims_path)
+        scope = data.get("scope", "")
+        checks += [{"paper": data["paper"], **k} for k in data.get("checks", [])]
         for c in data["claims"]:
             ev = c.get("evidence")
+            pos = c.get("positive_control")
+            plotted.append({"paper": data["paper"], **c})
             rows.append({
                 "paper": data["paper"],
+                "scope": scope,
                 "claim": c["id"],
                 "statement": c["statement"],
                 "paper_value": c["paper"],
@@ -85,8 +90,13 @@ def write_summary(*, claims, reports, summary_md, summary_csv, scale: str, bench
                 "direction": ev["direction"] if ev else None,
                 "replicates": ev["replicates"] if ev else 0,
                 "evidence": _evidence_cell(ev),
+                "threshold_source": (c.get("threshold_source") or {}).get("kind", ""),
+                "premise": premise_cell(c.get("premise", [])),
+                "premise_met": all(g["met"] for g in c.get("premise", [])),
                 "control": c["control"]["description"],
+                "control_kind": c["control"].get("kind", ""),
                 "control_verdict": c["control"]["verdict"],
+                "positive_control_verdict": pos["verdict"] if pos else "none",
                 "note": c.get("note", ""),
                 "scale": c["scale"],
                 "rerun": rerun,
@@ -106,25 +116,62 @@ def write_summary(*, claims, reports, summary_md, summary_csv, scale: str, bench
         f"{len(df)} claims across {len(papers)} papers ({', '.join(papers)}): "
         + ", ".join(f"**{counts[s]} {s}**" for s in STATES) + ".",
         "",
+        f"Premise gates: {int(df['premise_met'].sum() - (df['premise'] == 'none stated').sum())} claims with their "
+        f"premise met, {int((~df['premise_met']).sum())} with a gate unmet, {int((df['premise'] == 'none stated').sum())} "
+        f"stating none; {int((df['positive_control_verdict'] != 'none').sum())} with a positive control. Scope: "
+        + ", ".join(f"{k} {v}" for k, v in df.drop_duplicates('paper')['scope'].replace('', 'unstated')
+                    .value_counts().items()) + " papers.",
+        "",
         *([f"Kept from an earlier run in this folder (not selected now): {', '.join(old)}.", ""] if old else []),
         "Each verdict is computed from measured data: a claim **holds** when the whole interval of its effect "
         "(over independent replicates) clears the threshold fixed in the config, **does not hold** when the whole "
         "interval misses it, and is **inconclusive** otherwise, or when fewer than 3 replicates stand behind it, or "
-        "when the same criterion also holds on its negative control (a run where the paper's mechanism is absent). "
-        "**Not measured** (e.g. a GPU-only figure on a CPU) is not a failure. Each paper's report gives the "
-        "criterion, the evidence, the control and, for a claim that does not hold, why.",
+        "when the same criterion also holds on its negative control (a run where the paper's mechanism is absent), "
+        "or when a **premise** gate is unmet (the setting lacks what the claim presupposes: the model did not learn, "
+        "the arms did not converge), or when its **positive control** (the same analysis where the effect is "
+        "planted) does not hold. **Not measured** (e.g. a GPU-only figure on a CPU) is not a failure. **Scope**: "
+        "`replication` runs the paper's data and method at reduced size; `analogue` a named stand-in, where a claim "
+        "that does not hold is *not reproduced in this analogue*, not refuted. The threshold's source is the paper, "
+        "a reference measured in the same run (`derived`) or a `convention` (a sign, a tolerance). Each paper's "
+        "report gives the criterion, the evidence, the premise gates, the controls and, for a claim that does not "
+        "hold, why.",
         "",
-        "| paper | claim | statement | paper says | evidence: effect [interval] vs threshold (replicates) | verdict | negative control | table |",
-        "|---|---|---|---|---|---|---|---|",
+        *([f"![verdicts]({os.path.relpath(verdicts_figure, Path(summary_md).parent)})", "",
+           "Every claim's effect as its signed distance from its threshold, in half-widths of its own interval (right "
+           "of the dashed line: the side the claim asks for; green: holds, red: does not hold, orange: "
+           "inconclusive).", ""] if verdicts_figure else []),
+        "| paper | scope | claim | statement | paper says | evidence: effect [interval] vs threshold (replicates) | "
+        "threshold source | premise | verdict | negative control | positive control | table |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     if scale == "smoke":
         lines[2:2] = ["> The smoke scale checks that the pipeline runs end to end; its tiny runs are not evidence for "
                       "or against any claim.", ""]
     for r in df.itertuples(index=False):
-        cells = [f"[{r.paper}]({r.report})", r.claim, r.statement, r.paper_value, r.evidence,
-                 verdict_cell(r.verdict), r.control_verdict, f"[table]({r.table})"]
+        cells = [f"[{r.paper}]({r.report})", r.scope, r.claim, r.statement, r.paper_value, r.evidence,
+                 r.threshold_source, r.premise, verdict_cell(r.verdict, r.scope),
+                 f"{r.control_verdict} ({r.control_kind})" if r.control_kind else r.control_verdict,
+                 r.positive_control_verdict, f"[table]({r.table})"]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
+    if checks:
+        lines += ["", "## Checks (true by construction or self-consistency; not counted as claims)", "",
+                  f"{sum(k['passed'] for k in checks)} of {len(checks)} pass.", "",
+                  "| paper | check | statement | measured | requirement | passed |", "|---|---|---|---|---|---|"]
+        lines += ["| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in
+                                    (k["paper"], k["id"], k["statement"], short(k["measured"]), k["requirement"],
+                                     "yes" if k["passed"] else "**no**")) + " |" for k in checks]
+    if verdicts_figure:
+        from papers.common.forest import summary_forest_plot
+
+        summary_forest_plot(plotted, verdicts_figure)
     times = time_table(dict(job_benchmarks or {}), dict(time_budget or {}))
+    if job_times_csv and Path(job_times_csv).is_file() and old:
+        # The papers kept from an earlier run keep the run times that run measured.
+        earlier = pd.read_csv(job_times_csv)
+        earlier = earlier[earlier["paper"].isin(old) & ~earlier["paper"].isin(times["paper"])]
+        times = pd.concat([times, earlier.assign(within_budget=earlier["within_budget"].astype(str)
+                                                 .str.replace(r" \(earlier run\)$", "", regex=True) + " (earlier run)")],
+                          ignore_index=True)
     if job_times_csv:
         times.to_csv(ensure_parent(job_times_csv), index=False, float_format="%.6g")
     lines += _time_lines(times)

@@ -55,9 +55,9 @@ class ModelParams:
 
 @dataclass(frozen=True)
 class TrainParams:
-    steps: int = 20000  # optimiser steps per arm (the same for every arm); official: 200 epochs
-    eval_every: int = 500  # validation every this many steps
-    patience: int = 5  # early stopping: evaluations without improvement
+    epochs: int = 200  # passes over the training circuits, the same for every arm (official: 200 epochs)
+    patience: int = 10  # early stopping: epochs without improvement of the validation error
+    flat_tol: float = 0.01  # converged: the last `patience` epochs improve the best validation error by <= this
     lr: float = 1e-4  # official run/train_large.sh
     batch_nodes: int = 4000  # small circuits are merged into unions of at most this many nodes
     device: str = "auto"  # training and evaluation: auto (CUDA when present) | cpu | cuda

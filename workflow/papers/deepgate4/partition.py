@@ -145,14 +145,18 @@ def _sub(new: np.ndarray, gate, level, fanin, R_new: sp.csr_matrix, roots: np.nd
     io = (R_new + R_new.T).tocoo()  # fan-in or fan-out cone (R is reflexive: self loops once)
     att_io = torch.from_numpy(np.stack([io.col, io.row]).astype(np.int64))
     io_layout = kernels.graph_layout(att_io, new.size, new.size)
-    cones = [R_new[r].indices for r in roots]
+    R_new = R_new.tocsr()
+    R_new.sort_indices()
+    ptr, idx = R_new.indptr, R_new.indices
+    cones = [idx[ptr[r]:ptr[r + 1]] for r in roots]  # each root's cone, sorted local indices
     L = max(c.size for c in cones)
     areas = np.full((len(cones), L), -1, dtype=np.int64)
     mask = np.zeros((len(cones), L, L), dtype=bool)
     pick = np.zeros(new.size, dtype=np.int64)
+    dense = R_new.toarray() > 0 if new.size <= 8192 else None  # (n, n): cone masks by fancy indexing, not scipy
     for a, c in enumerate(cones):
         areas[a, :c.size] = c
-        mask[a, :c.size, :c.size] = R_new[c][:, c].toarray() > 0
+        mask[a, :c.size, :c.size] = dense[np.ix_(c, c)] if dense is not None else R_new[c][:, c].toarray() > 0
         pick[c] = a * L + np.arange(c.size)
     mask[:, np.arange(L), np.arange(L)] = True  # padding rows see themselves only (no empty row); never read
     return Sub(torch.from_numpy(nodes), int(ctx.size), steps, att, layout, torch.from_numpy(areas),

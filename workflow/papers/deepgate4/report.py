@@ -5,11 +5,23 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import NullFormatter
 
-from papers.common.claims import LEVEL, Claim, Control, Evidence, mean_test, write_claims
+from papers.common.claims import (
+    LEVEL,
+    Check,
+    Claim,
+    Control,
+    Evidence,
+    PositiveControl,
+    Premise,
+    Scope,
+    convention,
+    mean_test,
+    write_claims,
+)
 from papers.common.io import read_json, read_parquet, read_parquets, write_json
 from papers.common.params import to_dict
 from papers.common.plotting import savefig, subplots
-from papers.common.report import write_report
+from papers.common.report import job_times, write_report
 from papers.common.tables import mean_std, to_markdown, write_table
 from papers.deepgate4.params import SLUG, parse
 
@@ -20,6 +32,10 @@ TASKS = {"prob": "Prob (signal probability L1)", "tt": "TTDis (truth-table dista
 OVERALL = "overall"
 PAPER_IMPROVEMENT = {"ITC99": 15.5, "EPFL": 31.1}  # the paper's abstract: over the next-best model
 PAPER_FUSED = {"runtime": 35.1, "memory": 46.8}  # the paper's abstract: Fused-DeepGate4 reductions
+SCOPE = Scope("analogue", "the paper's models (DeepGate2, GAT, a plain graph transformer, DeepGate4 with its partitioned "
+              "update and sparse attention) and its two gate-level tasks, at a small size on real ISCAS, ITC-99 and EPFL "
+              "netlists (circuitgraph) and generated arithmetic circuits; the training set, the equal-epoch budget and "
+              "the held-out circuits stand in for the paper's large-circuit data sets")
 
 
 def fit_exponent(sizes, values) -> tuple[float, float]:
@@ -54,7 +70,7 @@ def improvements(err: pd.DataFrame, method: str, exclude=()) -> dict:
 
 
 def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, kernel, benchmarks,
-           table_md, table_csv, claims, params_json, report_md, fig_errors, fig_memory, fig_training):
+           table_md, table_csv, claims, params_json, report_md, verdicts, fig_errors, fig_memory, fig_training):
     p = parse(cfg)
     info = read_parquet(circuits)
     err = errors(read_parquet(metrics))
@@ -87,8 +103,9 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
     errors_md = pd.DataFrame(rows)
 
     # --- table 2: peak memory of a forward pass against size
-    mem = read_parquet(memory)
-    piv = mem.pivot_table(index=["circuit", "nodes"], columns="mode", values="peak_bytes").reset_index()
+    mem_all = read_parquet(memory)
+    mem = mem_all[mem_all["mode"].isin(["full", "partitioned"])]
+    piv = mem_all.pivot_table(index=["circuit", "nodes"], columns="mode", values="peak_bytes").reset_index()
     piv = piv.sort_values(["nodes", "circuit"])
     hist = mem[mem["mode"] == "partitioned"].set_index("circuit").history_bytes
     mem_md = pd.DataFrame({"circuit": piv.circuit, "nodes": piv.nodes,
@@ -119,18 +136,20 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
         circ_rows.append(row)
     circ_md = pd.DataFrame(circ_rows)
 
-    # --- table 4: the training budgets (equal optimiser steps, early stopping) and their wall time
+    # --- table 4: the training budgets (equal epochs, early stopping), convergence and wall time
     hist_df = read_parquets(histories)
-    last = hist_df.sort_values("step").groupby(["arm", "seed"]).last().reset_index()
+    last = hist_df.sort_values("epoch").groupby(["arm", "seed"]).last().reset_index()
     budget_rows = []
     for arm in arms:
         h = last[last.arm == arm]
-        budget_rows.append({"model": arm, "steps taken": mean_std(h.step, 3), "best step (kept)": mean_std(h.best_step, 3),
-                            "training (s)": mean_std(h.train_seconds, 3), "validation (s)": mean_std(h.val_seconds, 3),
-                            "s per step": f"{(h.train_seconds / h.step).mean():.3g}"})
+        budget_rows.append({"model": arm, "epochs run": mean_std(h.epoch, 3), "best epoch (kept)": mean_std(h.best_epoch, 3),
+                            "optimiser steps": mean_std(h.step, 3),
+                            "converged": f"{int(h.converged.sum())} of {len(h)}",
+                            "last gain (%)": mean_std(100 * h.final_gain.clip(lower=0), 3),
+                            "training (s)": mean_std(h.train_seconds, 3), "validation (s)": mean_std(h.val_seconds, 3)})
         csv_rows += [{"table": "budget", "row": arm, "column": c, "mean": float(h[c].mean()),
                       "std": float(h[c].std(ddof=1)) if len(h) > 1 else 0.0}
-                     for c in ("step", "best_step")]
+                     for c in ("epoch", "best_epoch", "step", "converged")]
     budget_md = pd.DataFrame(budget_rows)
 
     seeds = sorted(err.seed.unique())
@@ -140,17 +159,23 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
                f"DeepGate4 over the next-best model (its overall column); the per-task reductions are beside it. "
                f"{p.control} is claim (a)'s negative control, not a baseline.")
     write_table(errors_md, table_md, table_csv, caption=caption, csv_df=pd.DataFrame(csv_rows))
+    planted = {k: fit_exponent(piv.nodes, piv[f"planted_{k}"])[0] for k in ("linear", "constant")
+               if f"planted_{k}" in piv}
     mem_caption = (f"Peak activation memory of one forward pass (autograd on) of the {p.method} model "
                    f"(hidden {p.scaling.hidden}, {p.scaling.layers} refinement layers), full graph against the "
                    f"partitioned update ({p.scaling.areas_per_batch} areas per mini-batch); fitted exponents of "
-                   f"peak ~ N^a: full {a_full:.2f}, partitioned {a_part:.2f}.")
+                   f"peak ~ N^a: full {a_full:.2f}, partitioned {a_part:.2f}"
+                   + (f"; the positive control's planted peaks: linear {planted['linear']:.2f}, constant "
+                      f"{planted['constant']:.2f}" if len(planted) == 2 else "") + ".")
     circ_caption = ("Per held-out circuit (seed means): L1 errors of every model; the family values above pool "
                     "the gates (pairs) of these circuits, so large circuits weigh most.")
-    budget_caption = (f"Training budgets: every arm at most {p.train.steps} optimiser steps (one per circuit union for "
-                      f"the full-graph arms, one per mini-batch of areas for the partitioned update), validation every "
-                      f"{p.train.eval_every} steps on {', '.join(p.data.val)}, stopped after {p.train.patience} "
-                      f"evaluations without improvement, best weights kept; wall time on this machine (mean +- std "
-                      f"over seeds; it varies with the machine's load).")
+    budget_caption = (f"Training budgets: every arm at most {p.train.epochs} epochs over the same training circuits (one "
+                      f"optimiser step per circuit union for the full-graph arms, one per mini-batch of areas for the "
+                      f"partitioned update), validation after every epoch on {', '.join(p.data.val)}, stopped after "
+                      f"{p.train.patience} epochs without improvement, best weights kept; converged = the last "
+                      f"{p.train.patience} epochs improved the best validation error by at most flat_tol = "
+                      f"{100 * p.train.flat_tol:g}% (last gain: that improvement); wall time on this machine (mean +- "
+                      f"std over seeds; it varies with the machine's load).")
     with open(table_md, "a") as f:
         f.write("\n" + budget_caption + "\n\n" + to_markdown(budget_md))
         f.write("\n" + circ_caption + "\n\n" + to_markdown(circ_md))
@@ -190,18 +215,18 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
 
     fig, axes = subplots(1, 2, width=4.4, height=3.4)
     for arm in arms:
-        h = hist_df[hist_df.arm == arm].groupby("step")[["train/prob_l1", "train/tt_l1", "val/overall"]].mean()
+        h = hist_df[hist_df.arm == arm].groupby("epoch")[["train/prob_l1", "train/tt_l1", "val/overall"]].mean()
         axes[0, 0].plot(h.index, h["train/prob_l1"] + h["train/tt_l1"], label=arm)
         axes[0, 1].plot(h.index, h["val/overall"], label=arm)
     axes[0, 0].set_title("training L1, prob + TT (seed mean)"); axes[0, 1].set_title("validation overall L1")
     for ax in axes[0]:
-        ax.set_xlabel("optimiser step"); ax.legend(fontsize=7)
+        ax.set_xlabel("epoch"); ax.legend(fontsize=7)
     savefig(fig, fig_training)
 
     # --- claims: computed from per-seed errors, per-circuit memory and the kernel run (see deepgate4_claims)
     k = read_json(kernel)
-    claim_list = list(deepgate4_claims(p, err, imp, piv, k))
-    write_claims(claim_list, claims, paper=SLUG, scale=scale)
+    claim_list, check_list = deepgate4_claims(p, err, imp, piv, k, last)
+    write_claims(claim_list, claims, paper=SLUG, scale=scale, scope=SCOPE, checks=check_list)
     write_json(to_dict(p), params_json)
 
     # --- report
@@ -210,6 +235,12 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
     val_c = info[info.val]
     cons = read_json(consistency)["max_abs_prob_diff_full_vs_partitioned"]
     mem_time = mem.pivot_table(index="circuit", columns="mode", values="seconds")
+    mem_dev = str(mem.device.iloc[0]) if "device" in mem else "cpu"
+    steps = last.groupby("arm").apply(lambda h: float((h.step / h.epoch).mean()), include_groups=False)
+    steps_text = "; ".join(f"{a} {steps[a]:.0f} optimiser steps" for a in arms if a in steps)
+    t = job_times(benchmarks)
+    budget_text = (f"this run: {t['seconds']:.0f} s of summed job time, {t['cpu_seconds']:.0f} s of CPU time over "
+                   f"{t['jobs']} jobs")
     what = f"""
 Circuits from the netlists in PyPI circuitgraph 0.2.1, converted to AIGs (PI / AND / NOT nodes, as DeepGate) by
 `papers.deepgate4.aig` (checked against circuitgraph's own reading by random simulation in the tests), plus generated
@@ -222,9 +253,9 @@ Training: {len(train_c)} circuits ({int(train_c.nodes.sum())} nodes, depth up to
 held out: {', '.join(f"{r.circuit} ({r.family}, {r.nodes} nodes, depth {r.depth})" for r in test_c.itertuples())}.
 
 Arms ({', '.join(arms)}), each trained with Adam (lr {p.train.lr}) on the summed L1 losses for at most
-{p.train.steps} optimiser steps (the same budget for every arm), validated every {p.train.eval_every} steps,
-stopped after {p.train.patience} evaluations without improvement, best weights kept; hidden {p.model.hidden},
-{len(seeds)} seed(s) (every arm of a seed starts from that seed): {'; '.join(f"{a}: {v}" for a, v in p.arms.items())}.
+{p.train.epochs} epochs over the same training circuits (equal data for every arm: {steps_text}), validated after
+every epoch, stopped after {p.train.patience} epochs without improvement, best weights kept; hidden {p.model.hidden},
+{len(seeds)} seeds (every arm of a seed starts from that seed): {'; '.join(f"{a}: {v}" for a, v in p.arms.items())}.
 {p.method} uses the partitioned update (windows of {p.model.window_levels} levels, up to {p.model.areas_per_batch}
 cone areas per mini-batch, history table) in training and evaluation, and the {p.model.level_encoding} level
 encoding; its sparse attention covers the {p.arms[p.method].get('cone', 'fanin').replace('_', ' and ')} cone(s).
@@ -232,19 +263,23 @@ Full-graph against partitioned forward on the held-out circuits, maximal |differ
 {max(cons.values()) if cons else float('nan'):.2g} (0 up to rounding with fan-in cones only; fan-out cones crossing
 mini-batches make them differ).
 
-Scaling: one forward pass with autograd of the {p.method} model on {', '.join(piv.circuit)}; peak activation memory
-counted tensor by tensor (`papers.deepgate4.memory.PeakMemory`). Forward times on this machine (s, full / partitioned):
+Scaling: one forward pass with autograd of the {p.method} model on {', '.join(piv.circuit)}
+({len(piv)} circuits, {int(piv.nodes.min())}-{int(piv.nodes.max())} nodes); peak activation memory
+{'with torch.cuda.max_memory_allocated on ' + mem_dev if mem_dev != 'cpu' else 'counted tensor by tensor on the CPU (`papers.deepgate4.memory.PeakMemory`)'}; beside it the
+positive control, passes whose peak is linear and constant in N by construction, counted and fitted the same way.
+Forward times on this machine (s, full / partitioned):
 {'; '.join(f"{c} {mem_time.loc[c, 'full']:.2f} / {mem_time.loc[c, 'partitioned']:.2f}" for c in piv.circuit)}.
 """
     differences = f"""
-- Scale: hidden {p.model.hidden} (paper 128), at most {p.train.steps} optimiser steps per arm (paper 200 epochs),
-  lr {p.train.lr} (official 1e-4), refinement layers as listed (official 12), training on {int(train_c.nodes.sum())}
-  nodes of small and generated circuits on one CPU thread; the paper trains on large ITC-99 / EPFL circuits on a GPU.
-  Numbers are therefore far from the paper's.
-- Training budget: the same number of optimiser steps for every arm, with early stopping on validation circuits
-  (the paper trains every model the same epochs and has no validation split). A step of a full-graph arm covers a
-  whole circuit union, one of the partitioned update a mini-batch of areas of one level window: at equal steps the
-  partitioned arms see less data, and take much less wall time (table of budgets).
+- Scale: hidden {p.model.hidden} (paper 128), at most {p.train.epochs} epochs per arm (paper 200), lr {p.train.lr}
+  (official 1e-4), refinement layers as listed (official 12), training on {int(train_c.nodes.sum())} nodes of small
+  and generated circuits on one CPU thread; the paper trains on large ITC-99 / EPFL circuits on a GPU. Numbers are
+  therefore far from the paper's.
+- Training budget: the same number of epochs (passes over the same circuits) for every arm, as the paper trains
+  every model 200 epochs, with early stopping on validation circuits (the paper has no validation split). An epoch
+  is {steps_text}: the partitioned arms take many small steps, the full-graph arms few large ones. The budget
+  ({p.train.epochs} epochs, {len(seeds)} seeds) is what the default time budget allows ({budget_text}); claim (a) is
+  gated on every compared arm's convergence.
 - Level encoding: {p.model.level_encoding} ({'sinusoid of ' + str(p.model.level_scale) + ' x level / depth of the circuit; the paper encodes the level itself, which on circuits deeper than any training one falls outside the trained range' if p.model.level_encoding == 'normalised' else 'the level itself, as the paper'}).
 - Held-out set: arbiter (EPFL, 23k nodes, no truth-table pair) is replaced by int2float and router (moved out of
   training); deep generated adders and multipliers make the training circuits as deep as the held-out ones.
@@ -261,14 +296,14 @@ counted tensor by tensor (`papers.deepgate4.memory.PeakMemory`). Forward times o
   batch norm / dropout in the readouts; PI structural vectors (DeepGate2's hs_init) for all circuit models; the plain
   transformer attends globally within each level window of a circuit (DeepGate3 pools sub-circuits instead); the GAT
   baseline is the official one-hot-input GAT.
-- Memory: measured on CPU tensors with a dispatch-mode counter (activations, unfused references), in the
+- Memory: measured {'on ' + mem_dev + ' with the allocator' if mem_dev != 'cpu' else 'on CPU tensors with a dispatch-mode counter (activations, unfused references)'}, in the
   memory study with {p.scaling.areas_per_batch} areas per mini-batch (circuits here are at most {int(piv.nodes.max())} nodes, so a
   smaller mini-batch than the official 256 areas keeps the circuits much larger than one mini-batch, as the paper's are).
 - Fused kernel (claims c, d): {kernel_text(k)}.
 """
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md,
                  figures=[fig_errors, fig_memory, fig_training], claims=claim_list, benchmarks=benchmarks,
-                 differences=differences)
+                 differences=differences, scope=SCOPE, verdicts_figure=verdicts, checks=check_list)
 
 
 # ---- claims ------------------------------------------------------------------------------------
@@ -305,16 +340,21 @@ def relative_reductions(err: pd.DataFrame, method: str, baseline: str, family: s
     return ((e[baseline] - e[method]) / e[baseline]).to_numpy()
 
 
-def deepgate4_claims(p, err: pd.DataFrame, imp: dict, piv: pd.DataFrame, k: dict) -> tuple[Claim, ...]:
-    """The paper's three claims, decided on intervals over independent replicates.
+def deepgate4_claims(p, err: pd.DataFrame, imp: dict, piv: pd.DataFrame, k: dict,
+                     runs: pd.DataFrame | None = None) -> tuple[list[Claim], list[Check]]:
+    """The paper's claims, decided on intervals over independent replicates, and the checks.
 
-    (a) per family and task, the per-seed relative error reduction of the method over the next-best
-        baseline (chosen by its seed mean, as the paper picks the next-best model), t interval over
-        seeds, must exceed min_improvement -- at every family x task point of the run;
+    (a) per held-out family, the per-seed relative reduction of the overall error of the method over the
+        next-best baseline (chosen by its seed mean, as the paper picks the next-best model), t interval over
+        seeds, must exceed min_improvement; gated on the convergence of every compared arm (`runs`: one row per
+        arm and seed, the last epoch of its training history) and on the method beating a constant predictor;
+        the control is the method without its refinement layers (an ablation);
     (b) the fitted memory exponents, t interval over the circuits of the study: partitioned below
-        sublinear_max_exponent, full graph above linear_min_exponent; the control applies the
-        sub-linearity criterion to the full-graph pass (the partitioned update absent);
-    (c), (d) the fused kernel's memory and runtime reductions (see :func:`kernel_claims`).
+        sublinear_max_exponent, full graph above linear_min_exponent; the control applies the sub-linearity
+        criterion to the full-graph pass (the partitioned update absent); the positive control fits passes whose
+        peaks are linear and constant by construction;
+    (c), (d) the fused kernel's memory and runtime reductions on a GPU (see :func:`kernel_claims`); without one,
+        the interpreter's op-level trace is a check.
     """
     families = list(p.data.test)
     seeds = sorted(err.seed.unique())
@@ -329,14 +369,26 @@ def deepgate4_claims(p, err: pd.DataFrame, imp: dict, piv: pd.DataFrame, k: dict
     ev_a = overall_evidence(p.method)
     if p.control:
         ctl_a = Control(f"the same criterion applied to {p.control}, the method without its refinement layers "
-                        "(the GAT-based sparse transformer) but with its encodings, partitioned update and step budget, "
+                        "(the GAT-based sparse transformer) but with its encodings, partitioned update and epochs, "
                         "against the same next-best baselines: where it holds too, the gain is not the transformer's",
                         overall_evidence(p.control, " (control)"),
                         {f"{fam} overall": round(100 * float(np.mean(relative_reductions(err, p.control, nb[fam], fam,
                                                                                            OVERALL))), 2)
-                         for fam in families})
+                         for fam in families}, kind="ablation")
     else:
-        ctl_a = Control("not run: config `control` is null (no arm without the method's mechanism)")
+        ctl_a = Control("not run: config `control` is null (no arm without the method's mechanism)", kind="ablation")
+    premise_a = []
+    if runs is not None and len(runs):
+        compared = sorted({p.method, *nb.values(), *([p.control] if p.control else [])})
+        sel = runs[runs.arm.isin(compared)]
+        premise_a.append(Premise.at_least(
+            f"compared arms converged ({', '.join(compared)}: runs whose validation error was flat over the last "
+            f"{p.train.patience} epochs, or that stopped early)", float(sel.converged.mean()), 1.0,
+            what=f"every run; flat = best improved by <= {p.train.flat_tol:g}"))
+        m = runs[runs.arm == p.method]
+        premise_a.append(Premise.at_most(f"{p.method} learned: best validation error / the constant predictor's "
+                                         "(mean over seeds)", float((m.best_val / m["val/constant"]).mean()), 1.0,
+                                         what="below a constant prediction"))
     measured = {f"{fam} {t}": round(imp[f"{fam} {t}"], 2) for fam in families for t in (*TASKS, OVERALL)}
     behind = [f"{fam} {t} (vs {imp[f'{fam} {t} next-best']}, {imp[f'{fam} {t}']:.1f}%)"
               for fam in families for t in (*TASKS, OVERALL) if not imp[f"{fam} {t}"] > 100 * p.min_improvement]
@@ -348,14 +400,19 @@ def deepgate4_claims(p, err: pd.DataFrame, imp: dict, piv: pd.DataFrame, k: dict
         criterion=(f"for every held-out family in {families}, the {n}-seed 95% interval of the per-seed relative "
                    f"reduction of the overall error (probability L1 + truth-table L1, the paper's overall figure) of "
                    f"{p.method} against the next-best baseline (lowest seed-mean overall error; arms paired by seed, "
-                   f"equal optimiser-step budgets, early stopping on validation circuits) lies above min_improvement = "
-                   f"{p.min_improvement:g} (config: 0 = strictly better, the paper claims an improvement of any size)"),
+                   f"equal epochs, early stopping on validation circuits) lies above min_improvement = "
+                   f"{p.min_improvement:g}"),
         evidence=ev_a,
         control=ctl_a,
         note=("seed means: " + ("behind the next-best baseline on " + "; ".join(behind) if behind else
                                "ahead of the next-best baseline on every task and family")
-              + f". Small scale: {p.train.steps} optimiser steps at most per arm (hidden {p.model.hidden}), far from "
-                "the paper's 200 epochs"))
+              + f". Small scale: {p.train.epochs} epochs at most per arm (hidden {p.model.hidden}), the paper's 200"),
+        threshold_source=convention("a sign: the paper claims an improvement over the next-best model of any size "
+                                    "(it reports 15.5% on ITC-99, 31.1% on EPFL)"),
+        premise=premise_a,
+        no_positive_control="held-out errors are measured directly against simulation labels; no estimator stands "
+                            "between the models and the numbers compared",
+        paper_effect=min(PAPER_IMPROVEMENT.get(f, np.inf) for f in families) / 100)
 
     s = p.scaling
     span = float(piv.nodes.max() / piv.nodes.min())
@@ -365,6 +422,16 @@ def deepgate4_claims(p, err: pd.DataFrame, imp: dict, piv: pd.DataFrame, k: dict
                        name="full-graph exponent")]
     ctl_b = slope_test(piv.nodes, piv["full"], threshold=s.sublinear_max_exponent, direction="<",
                        name="full-graph exponent (control)")
+    positive_b = None
+    if {"planted_linear", "planted_constant"} <= set(piv.columns):
+        positive_b = PositiveControl(
+            "the same counter and fit on passes whose activations are linear and constant in N by construction "
+            "(papers.deepgate4.memory.planted_peaks): the linear one must clear linear_min_exponent, the constant one "
+            "sublinear_max_exponent",
+            [slope_test(piv.nodes, piv["planted_linear"], threshold=s.linear_min_exponent, direction=">",
+                        name="planted linear exponent"),
+             slope_test(piv.nodes, piv["planted_constant"], threshold=s.sublinear_max_exponent, direction="<",
+                        name="planted constant exponent")])
     claim_b = Claim(
         id="b", statement="the update strategy's peak memory grows sub-linearly with circuit size while the full-graph "
                           "model's grows at least linearly",
@@ -373,50 +440,58 @@ def deepgate4_claims(p, err: pd.DataFrame, imp: dict, piv: pd.DataFrame, k: dict
                   "sizes": f"{int(piv.nodes.min())}-{int(piv.nodes.max())} nodes ({span:.1f}x)"},
         criterion=(f"the fitted exponent a of peak ~ N^a over the {len(piv)} circuits of the memory study (95% t interval "
                    f"of the OLS slope over circuits): partitioned below sublinear_max_exponent = {s.sublinear_max_exponent:g} "
-                   f"and full graph above linear_min_exponent = {s.linear_min_exponent:g} (config)"),
+                   f"and full graph above linear_min_exponent = {s.linear_min_exponent:g}"),
         evidence=ev_b,
         control=Control("the sub-linearity criterion (exponent interval below sublinear_max_exponent) applied to the "
                         "full-graph pass of the same model and circuits, where the partitioned update is absent",
-                        ctl_b),
+                        ctl_b, kind="ablation"),
         note=(f"activations only: the history table (2 N hidden floats) grows linearly; the official code keeps it in "
               f"host memory. The intervals rest on {len(piv)} circuits ({max(len(piv) - 2, 0)} degrees of freedom), "
-              f"up to {int(piv.nodes.max())} nodes, the largest that fit the default time budget (config/full.yaml "
-              "adds b18_Cg and b19_Cg)"))
+              f"up to {int(piv.nodes.max())} nodes"),
+        threshold_source=convention(f"sub-linear is an exponent below {s.sublinear_max_exponent:g} (the paper's word); "
+                                    f"'at least linear' allows fixed overheads down to {s.linear_min_exponent:g}"),
+        premise=[Premise.at_least("circuit sizes spanned (largest / smallest)", span, 10.0, what="a decade")],
+        positive_control=positive_b,
+        no_positive_control="" if positive_b is not None else "the memory table has no planted passes")
 
-    claim_c, claim_d = kernel_claims(p, k)
-    return claim_a, claim_b, claim_c, claim_d
+    claim_c, claim_d, checks = kernel_claims(p, k)
+    return [claim_a, claim_b, claim_c, claim_d], checks
 
 
 def kernel_text(k: dict) -> str:
     """One line on where and how the fused kernel was measured, with the counts per circuit."""
-    if not k["memory"]:
+    if not k["runs"]:
         return f"not measured ({k['reason']})"
     cols = [c for c in ("fused_bytes", "unfused_bytes", "fused_peak_bytes", "unfused_peak_bytes",
                         "fused_seconds", "unfused_seconds") if c in k["runs"][0]]
     per = "; ".join(f"{r['circuit']}: " + ", ".join(f"{c} {r[c]:.4g}" for c in cols) for r in k["runs"])
-    extra = f"; runtime not measured ({k['reason']})" if not k["runtime"] else ""
+    extra = f"; the claims not measured ({k['reason']})" if not k["memory"] else ""
     return f"{k['device']}, {k['what']}: {per}{extra}"
 
 
-def kernel_claims(p, k: dict) -> tuple[Claim, Claim]:
-    """(c) memory and (d) runtime of the fused graph-attention kernel against the unfused path.
+def kernel_claims(p, k: dict) -> tuple[Claim, Claim, list[Check]]:
+    """(c) memory and (d) runtime of the fused graph-attention kernel against the unfused path, and the checks.
 
-    Per circuit of the memory study (the replicates), the fractional reduction 1 - fused / unfused,
-    t interval over circuits, must exceed min_reduction. The control is an A/A comparison: the
-    unfused path measured a second time stands in for the fused one, so the kernel is absent and
-    no reduction may appear. On a GPU both are measured on the whole forward pass; without one the
-    memory of the kernel itself (Triton's interpreter, CPU allocator trace) and no runtime.
+    On a GPU, per circuit of the memory study (the replicates), the fractional reduction 1 - fused / unfused of
+    the whole forward pass, t interval over circuits, must exceed min_reduction. The control is an A/A comparison:
+    the unfused path measured a second time stands in for the fused one, so the kernel is absent and no reduction
+    may appear. Without a GPU the claims are not measured: the kernel's own allocation in Triton's interpreter (an
+    op-level trace, whose temporaries the CPU allocator cannot see as a GPU's would) is a check.
     """
     runs = pd.DataFrame(k["runs"])
-    criterion = (f"per-circuit reduction 1 - fused / unfused, 95% t interval over the circuits of the memory study, "
-                 f"> min_reduction = {100 * p.kernel.min_reduction:g}% (config)")
+    criterion = (f"per-circuit reduction 1 - fused / unfused of the whole forward pass on a GPU, 95% t interval over "
+                 f"the circuits of the memory study, > min_reduction = {100 * p.kernel.min_reduction:g}%")
     control_what = ("A/A: the unfused path measured twice, the second run in the fused arm's place (the fused "
                     "kernel absent)")
+    source = convention("a sign: the paper claims the fused kernel lowers both (by 35.1% and 46.8%), of any size")
+    paper = f"Fused-DeepGate4: runtime -{PAPER_FUSED['runtime']}%, memory -{PAPER_FUSED['memory']}%"
+    no_pos = "the reduction is read from the allocator and the clock directly; no estimator stands in between"
 
-    def claim(id_, statement, paper, measured_key, fused_col, unfused_col, control_col):
+    def claim(id_, statement, measured_key, fused_col, unfused_col, control_col, paper_effect):
         if not k[measured_key]:
             return Claim.not_measured(id_, statement, paper, criterion,
-                                      why=f"not measured: {k['reason']} (scaling stage, papers.deepgate4.memory)")
+                                      why=f"not measured: {k['reason']} (scaling stage, papers.deepgate4.memory)",
+                                      threshold_source=source, no_positive_control=no_pos)
         red = (1 - runs[fused_col] / runs[unfused_col]).to_numpy()
         ctl = (1 - runs[control_col] / runs[unfused_col]).to_numpy()
         test = lambda v, name: mean_test(v, threshold=p.kernel.min_reduction, direction=">", what="circuits",
@@ -426,19 +501,23 @@ def kernel_claims(p, k: dict) -> tuple[Claim, Claim]:
             {"reduction % per circuit": {c: round(100 * r, 1) for c, r in zip(runs.circuit, red)},
              "device": k["device"], "measured on": k["what"]},
             criterion, test(red, f"{measured_key} reduction"),
-            Control(control_what, test(ctl, f"{measured_key} reduction, A/A")), note=note)
+            Control(control_what, test(ctl, f"{measured_key} reduction, A/A"), kind="null"),
+            threshold_source=source, no_positive_control=no_pos, paper_effect=paper_effect)
 
-    note = ("the attention op alone at the model's shapes (Triton's interpreter runs the kernel on CPU tensors): the "
-            "paper's figures are for the whole model's inference, where the op's share of the memory dilutes the "
-            "reduction" if k["device"] and "interpreter" in k["device"] else "")
-
-    paper = f"Fused-DeepGate4: runtime -{PAPER_FUSED['runtime']}%, memory -{PAPER_FUSED['memory']}%"
-    if k["device"] and "interpreter" in k["device"]:
-        c = claim("c", "the fused graph-attention kernel lowers memory against the unfused path", paper, "memory",
-                  "fused_bytes", "unfused_bytes", "control_bytes")
-    else:
-        c = claim("c", "the fused graph-attention kernel lowers memory against the unfused path", paper, "memory",
-                  "fused_peak_bytes", "unfused_peak_bytes", "control_peak_bytes")
-    d = claim("d", "the fused graph-attention kernel lowers runtime against the unfused path", paper, "runtime",
-              "fused_seconds", "unfused_seconds", "control_seconds")
-    return c, d
+    c = claim("c", "the fused graph-attention kernel lowers the model's memory against the unfused path", "memory",
+              "fused_peak_bytes", "unfused_peak_bytes", "control_peak_bytes", PAPER_FUSED["memory"] / 100)
+    d = claim("d", "the fused graph-attention kernel lowers the model's runtime against the unfused path", "runtime",
+              "fused_seconds", "unfused_seconds", "control_seconds", PAPER_FUSED["runtime"] / 100)
+    checks = []
+    if len(runs) and {"fused_bytes", "unfused_bytes"} <= set(runs.columns):
+        red = 1 - runs.fused_bytes / runs.unfused_bytes
+        checks.append(Check.at_least(
+            "fused_kernel_op_trace", "one GAT attention of the model, run by Triton's interpreter on CPU tensors over "
+            "each circuit's largest mini-batch, allocates less with the fused kernel than the unfused reference "
+            f"(smallest reduction over {len(runs)} circuits; an op-level trace, not the model on a GPU)",
+            float(red.min()), p.kernel.min_reduction))
+        if "max_abs_diff" in runs:
+            checks.append(Check.at_most("fused_kernel_matches_reference", "the fused kernel's output equals the "
+                                        "unfused reference's (largest |difference| over the circuits)",
+                                        float(runs.max_abs_diff.max()), 1e-4, what="float32 rounding"))
+    return c, d, checks

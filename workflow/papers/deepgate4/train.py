@@ -4,8 +4,9 @@ Losses as in the official trainer: L1 on the signal probability of each gate and
 truth-table distance of each sampled pair, summed with weight 1. Full-graph models take one
 optimizer step per circuit batch; DeepGate4 with the partitioned update takes one per
 mini-batch of areas (the official ``mini_batch`` loop), its history table carrying the gates
-computed before. Every arm gets the same number of optimiser steps, with early stopping on
-validation circuits (:func:`train`).
+computed before. Every arm gets the same number of epochs (passes over the same training
+circuits, as the paper trains every model 200 epochs), with early stopping on validation
+circuits (:func:`train`); :func:`converged` says whether a validation curve ended flat.
 """
 from __future__ import annotations
 
@@ -73,10 +74,6 @@ def pack(circuits, max_nodes: int):
     return [union(g) for g in groups]
 
 
-class _BudgetSpent(Exception):
-    """Raised after the last optimiser step (budget spent or early stop), from inside a pass."""
-
-
 def validation_error(model, val, *, partitioned: bool) -> tuple[float, float]:
     """Pooled L1 errors (probability over the gates, distance over the pairs) on the validation circuits."""
     e_prob = n_prob = e_tt = n_tt = 0.0
@@ -90,77 +87,92 @@ def validation_error(model, val, *, partitioned: bool) -> tuple[float, float]:
     return e_prob / max(n_prob, 1), (e_tt / n_tt if n_tt else 0.0)
 
 
-def train(model, examples, val, *, partitioned: bool, steps: int, lr: float, eval_every: int, patience: int,
-          seed: int, log=print):
-    """Adam on the summed L1 losses for at most `steps` optimiser steps, with early stopping.
+def constant_error(examples, val) -> float:
+    """The overall validation error (probability L1 + distance L1) of the best constant predictor: the
+    training labels' medians (the L1-optimal constants). A model that learned anything beats it."""
+    prob = torch.cat([ex.prob[ex.gates] for ex in examples])
+    tt = torch.cat([ex.tt for ex in examples])
+    p0, t0 = prob.median(), (tt.median() if tt.numel() else torch.tensor(0.0))
+    e_prob = torch.cat([(ex.prob[ex.gates] - p0).abs() for ex in val]).mean()
+    tts = [(ex.tt - t0).abs() for ex in val if ex.tt.numel()]
+    return float(e_prob + (torch.cat(tts).mean() if tts else 0.0))
 
-    Every arm gets the same budget of optimiser steps: a full-graph model takes one per circuit
-    union, the partitioned update one per mini-batch of areas (the official ``mini_batch`` loop),
-    passes over the training unions in a seeded random order until the budget is spent. Every
-    `eval_every` steps the validation error (probability L1 + distance L1, the overall error) is
-    measured; training stops after `patience` evaluations without improvement and the weights of
-    the best evaluation are restored. Returns one row per evaluation (step, training and
-    validation losses, seconds spent training and validating so far).
+
+def converged(curve: list[float], *, window: int, tol: float) -> tuple[bool, float]:
+    """Is a validation curve flat at its end? The relative improvement of the best value of the last `window`
+    evaluations over the best before them: (before - last) / before, converged when at most `tol`. A run
+    stopped by patience has improved by nothing over its last `window` = patience evaluations."""
+    if len(curve) <= window:
+        return False, float("inf")
+    before, last = min(curve[:-window]), min(curve[-window:])
+    gain = (before - last) / before if before > 0 else 0.0
+    return bool(gain <= tol), float(gain)
+
+
+def train(model, examples, val, *, partitioned: bool, epochs: int, lr: float, patience: int, seed: int, log=print):
+    """Adam on the summed L1 losses for at most `epochs` passes over the training unions, with early stopping.
+
+    Every arm gets the same number of epochs (passes over the same training circuits): a full-graph model
+    takes one optimiser step per circuit union, the partitioned update one per mini-batch of areas (the
+    official ``mini_batch`` loop), the unions in a seeded random order each epoch. After every epoch the
+    validation error (probability L1 + distance L1, the overall error) is measured; training stops after
+    `patience` epochs without improvement and the weights of the best epoch are restored. Returns one row
+    per epoch (epoch, optimiser steps so far, training and validation losses, seconds spent training and
+    validating so far).
     """
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    rows, totals = [], {"prob": [], "tt": []}
-    state = {"step": 0, "best": float("inf"), "best_step": 0, "bad": 0, "weights": None,
-             "t_train": 0.0, "t_val": 0.0, "t0": time.perf_counter()}
+    rows, totals = [], {"prob": [], "tt": [], "steps": 0}
+    best, best_epoch, bad, weights = float("inf"), 0, 0, None
+    t_train = t_val = 0.0
 
-    def after_step():
-        state["step"] += 1
-        step = state["step"]
-        if step % eval_every and step < steps:
-            return
-        now = time.perf_counter()
-        state["t_train"] += now - state["t0"]
-        v_prob, v_tt = validation_error(model, val, partitioned=partitioned)
-        state["t_val"] += time.perf_counter() - now
-        mean = lambda xs: float(np.mean(xs)) if xs else float("nan")
-        row = {"step": step, "train/prob_l1": mean(totals["prob"]), "train/tt_l1": mean(totals["tt"]),
-               "val/prob_l1": v_prob, "val/tt_l1": v_tt, "val/overall": v_prob + v_tt,
-               "train_seconds": state["t_train"], "val_seconds": state["t_val"]}
-        totals["prob"].clear()
-        totals["tt"].clear()
-        if row["val/overall"] < state["best"]:
-            state.update(best=row["val/overall"], best_step=step, bad=0,
-                         weights={k: v.detach().clone() for k, v in model.state_dict().items()})
-        else:
-            state["bad"] += 1
-        row["best_step"] = state["best_step"]
-        rows.append(row)
-        log(f"step {step}: train prob {row['train/prob_l1']:.4f} tt {row['train/tt_l1']:.4f}; "
-            f"val overall {row['val/overall']:.4f} (best at {state['best_step']})")
-        state["t0"] = time.perf_counter()
-        if step >= steps or state["bad"] >= patience:
-            raise _BudgetSpent
+    def step_done():
+        totals["steps"] += 1
 
     model.train()
-    try:
-        while True:
-            for i in rng.permutation(len(examples)):
-                ex = examples[i]
-                if partitioned:
-                    _train_partitioned(model, ex, opt, totals, after_step)
-                    continue
-                _, hf = model.embed(ex.plan, ex.pi_vec)
-                prob, tt = model.heads(hf, ex.pairs)
-                l_prob = F.l1_loss(prob[ex.gates], ex.prob[ex.gates])
-                l_tt = F.l1_loss(tt, ex.tt) if ex.tt.numel() else prob.sum() * 0
-                opt.zero_grad()
-                (l_prob + l_tt).backward()
-                opt.step()
-                totals["prob"].append(l_prob.item())
-                totals["tt"].append(l_tt.item())
-                after_step()
-    except _BudgetSpent:
-        pass
-    model.load_state_dict(state["weights"])
+    for epoch in range(1, epochs + 1):
+        t0 = time.perf_counter()
+        for i in rng.permutation(len(examples)):
+            ex = examples[i]
+            if partitioned:
+                _train_partitioned(model, ex, opt, totals, step_done)
+                continue
+            _, hf = model.embed(ex.plan, ex.pi_vec)
+            prob, tt = model.heads(hf, ex.pairs)
+            l_prob = F.l1_loss(prob[ex.gates], ex.prob[ex.gates])
+            l_tt = F.l1_loss(tt, ex.tt) if ex.tt.numel() else prob.sum() * 0
+            opt.zero_grad()
+            (l_prob + l_tt).backward()
+            opt.step()
+            totals["prob"].append(l_prob.item())
+            totals["tt"].append(l_tt.item())
+            step_done()
+        t1 = time.perf_counter()
+        t_train += t1 - t0
+        v_prob, v_tt = validation_error(model, val, partitioned=partitioned)
+        t_val += time.perf_counter() - t1
+        mean = lambda xs: float(np.mean(xs)) if xs else float("nan")
+        row = {"epoch": epoch, "step": totals["steps"], "train/prob_l1": mean(totals["prob"]),
+               "train/tt_l1": mean(totals["tt"]), "val/prob_l1": v_prob, "val/tt_l1": v_tt,
+               "val/overall": v_prob + v_tt, "train_seconds": t_train, "val_seconds": t_val}
+        totals["prob"].clear()
+        totals["tt"].clear()
+        if row["val/overall"] < best:
+            best, best_epoch, bad = row["val/overall"], epoch, 0
+            weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        else:
+            bad += 1
+        row["best_epoch"] = best_epoch
+        rows.append(row)
+        log(f"epoch {epoch} ({totals['steps']} steps): train prob {row['train/prob_l1']:.4f} tt "
+            f"{row['train/tt_l1']:.4f}; val overall {row['val/overall']:.4f} (best at epoch {best_epoch})")
+        if bad >= patience:
+            break
+    model.load_state_dict(weights)
     return rows
 
 
-def _train_partitioned(model, ex: Example, opt, totals, after_step=lambda: None):
+def _train_partitioned(model, ex: Example, opt, totals, step_done=lambda: None):
     """One pass of the partitioned update over a circuit: a step per mini-batch of areas.
 
     The probability loss covers the gates computed for the first time; a pair is used in the
@@ -200,7 +212,7 @@ def _train_partitioned(model, ex: Example, opt, totals, after_step=lambda: None)
             opt.zero_grad()
             sum(terms).backward()
             opt.step()
-            after_step()
+            step_done()
 
     model.embed(ex.plan, ex.pi_vec, partitioned=True, on_sub=on_sub)
 

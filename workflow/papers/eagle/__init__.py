@@ -11,12 +11,15 @@ encoder), each pretrained on its own objective; a tiny causal LM pretrained on t
 fusions of Sec. 2.4 (Fusion strategy) at matched parameter budgets (channel concatenation, sequence append, LLaVA-HR-style
 injection, Mini-Gemini-style cross-attention, deformable attention); the two training stages (projector
 alignment with frozen towers and LM, then SFT with the towers unfrozen, Sec. 2.1 and 2.2); Pre-Alignment
-(Sec. 2.5) and the round-robin expert selection (Sec. 2.6, Extension to multi-experts). Claims (a)-(d) of issue 28, each with a negative control.
+(Sec. 2.5) and the round-robin expert selection (Sec. 2.6, Extension to multi-experts; with three experts, i.e. at the
+full scale). Claims (a)-(d) of issue 28, each with its premise gates (every arm converged on validation, every
+mixture reads the fine print) and a negative control (issue 52).
 
 How we deviate: synthetic 32 x 32 canvases built from sklearn's 8 x 8 digits (a big digit, a small digit, marks)
-(default: digits 0-3, global and fine questions only) with templated questions instead of LLaVA data and
-benchmarks; convolutional towers of a few thousand parameters whose lower layers stay frozen (only the last
-layer trains in Pre-Alignment and SFT); a one-block LM; one answer word per question. The report's "What differs from the paper" lists
+(default: digits 0-3, global and fine questions only, so two experts, CLIP and the high-res reader) with templated
+questions instead of LLaVA data and benchmarks; convolutional towers of a few thousand parameters, pretrained once
+and shared by every seed, whose lower layers stay frozen (only the last layer trains in Pre-Alignment and SFT); a
+two-block LM; one answer word per question. The report's "What differs from the paper" lists
 every difference.
 
 Modules: data.py (canvases, questions, the prepare stage), experts.py (towers and their pretraining),

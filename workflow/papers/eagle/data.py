@@ -152,13 +152,17 @@ def build_split(scene: dict, questions: dict) -> dict:
 
 
 def prepare(*, cfg, data):
-    """Every seed's train / val / test canvases and questions in one .npz (keys `<seed>/<split>/<name>`); at the
-    full scale (config eagle.llava set) the checked LLaVA-style records instead (papers.eagle.llava.prepare).
+    """The pretraining canvases and every seed's train / val / test canvases and questions in one .npz (keys
+    `<seed>/<split>/<name>`, the pretraining draw under `pretrain/pretrain/<name>`); at the full scale (config
+    eagle.llava set) the checked LLaVA-style records instead (papers.eagle.llava.prepare).
 
-    Only the digits 0 .. `digit_classes` - 1 are drawn and only the question kinds `kinds` are asked. Per seed the digit images are split into a training
-    pool and a held-out pool (`heldout_fraction`); train canvases use the first, val and test canvases the
-    second. Train, val and test questions use the training templates; split `novel` asks the test canvases
-    with the held-out template of each kind (the LM's generalisation to new wordings, reported apart).
+    Only the digits 0 .. `digit_classes` - 1 are drawn and only the question kinds `kinds` are asked. The digit
+    images are split once into a training pool and a held-out pool (`heldout_fraction`): the experts' and the LM's
+    pretraining canvases (one draw, shared by every seed, as the paper's experts are one set of public checkpoints)
+    and every seed's training canvases use the first, every seed's val and test canvases the second, so no test
+    canvas shows a digit image that any model saw in training. Train, val and test questions use the training
+    templates; split `novel` asks the test canvases with the held-out template of each kind (the LM's
+    generalisation to new wordings, reported apart).
     """
     from papers.eagle.params import full_scale, parse
 
@@ -176,21 +180,27 @@ def prepare(*, cfg, data):
                          f"in {p.data['digits_file'] or 'sklearn digits'}")
     n_templates = len(TEMPLATES["global"])
     train_templates, novel_templates = list(range(n_templates - 1)), [n_templates - 1]
+    perm = np.random.default_rng([8]).permutation(len(images))
+    cut = int(round(len(images) * (1 - p.data["heldout_fraction"])))
+    pools = {"train": perm[:cut], "heldout": perm[cut:]}
     arrays = {}
+
+    def draw(prefix, split, n, pool, rng, templates):
+        idx = pools[pool]
+        scene = make_canvases(n, images[idx], labels[idx], rng)
+        for k, v in build_split(scene, make_questions(scene, templates, rng, p.data["kinds"])).items():
+            arrays[f"{prefix}/{split}/{k}"] = v
+        return scene
+
+    draw("pretrain", "pretrain", p.data["train_canvases"], "train", np.random.default_rng([8, 1]), train_templates)
     for seed in range(p.seeds):
         rng = np.random.default_rng([seed, 8])
-        perm = rng.permutation(len(images))
-        cut = int(round(len(images) * (1 - p.data["heldout_fraction"])))
-        pools = {"train": perm[:cut], "heldout": perm[cut:]}
         for split, n, pool in (("train", p.data["train_canvases"], "train"), ("val", p.data["val_canvases"], "heldout"),
                                ("test", p.data["test_canvases"], "heldout")):
-            idx = pools[pool]
-            scene = make_canvases(n, images[idx], labels[idx], rng)
-            for k, v in build_split(scene, make_questions(scene, train_templates, rng, p.data["kinds"])).items():
-                arrays[f"{seed}/{split}/{k}"] = v
-            if split == "test":  # the same test canvases asked with the held-out templates
-                for k, v in build_split(scene, make_questions(scene, novel_templates, rng, p.data["kinds"])).items():
-                    arrays[f"{seed}/novel/{k}"] = v
+            scene = draw(seed, split, n, pool, rng, train_templates)
+        # the same test canvases asked with the held-out templates
+        for k, v in build_split(scene, make_questions(scene, novel_templates, rng, p.data["kinds"])).items():
+            arrays[f"{seed}/novel/{k}"] = v
         log.info("seed %d: %d train, %d val, %d test canvases", seed, p.data["train_canvases"],
                  p.data["val_canvases"], p.data["test_canvases"])
     Path(data).parent.mkdir(parents=True, exist_ok=True)

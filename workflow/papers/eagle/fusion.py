@@ -96,9 +96,12 @@ class LlavaHRInjection(nn.Module):
 
 
 def region_mask(grid: int, size: int) -> torch.Tensor:
-    """(G^2, S^2) bool: low-res cell (i, j) sees the high-res cells of its (S/G x S/G) region."""
-    r = size // grid
-    cell = torch.arange(size) // r  # high-res row/col -> low-res row/col
+    """(G^2, S^2) bool: low-res cell (i, j) sees the high-res cells of its region, high-res row (column) r falling
+    in low-res row (column) floor(r G / S): S / G x S / G regions when G divides S, and otherwise regions of
+    floor or ceil(S / G) cells that still tile the map (a 24 x 24 query grid over a 32 x 32 ConvNeXt map)."""
+    if size < grid:
+        raise ValueError(f"region_mask: the high-res map ({size} x {size}) is coarser than the query grid ({grid})")
+    cell = torch.arange(size) * grid // size  # high-res row/col -> low-res row/col
     low = (cell[:, None] * grid + cell[None, :]).flatten()  # (S^2,) the low-res cell of each high-res cell
     return low[None, :] == torch.arange(grid * grid)[:, None]
 

@@ -38,7 +38,7 @@ from torch import nn
 
 from papers.common.hf import model_dir
 from papers.eagle import fusion as Fu
-from papers.eagle.params import EXPERTS, full_scale
+from papers.eagle.params import full_scale
 from papers.eagle.train import prealigned
 
 log = logging.getLogger(__name__)
@@ -170,12 +170,60 @@ class HFExpert(nn.Module):
         return h[:, h.shape[1] - side * side:].transpose(1, 2).reshape(h.shape[0], h.shape[2], side, side)
 
 
-def load_lm(path):
-    """The causal LM and its tokenizer from the local directory (papers.common.hf); trainable, train mode."""
+def load_lm(path, dtype: str = "float32"):
+    """The causal LM and its tokenizer from the local directory (papers.common.hf), weights in `dtype`; train mode."""
     from papers.common.hf import load_causal_lm
 
-    model, tokenizer = load_causal_lm(path, key="eagle.llava.lm")
+    model, tokenizer = load_causal_lm(path, dtype=dtype, key="eagle.llava.lm")
     return model.train(), tokenizer
+
+
+class LoRALinear(nn.Module):
+    """A frozen linear layer with a low-rank update (LoRA, Hu et al. 2022, Eq. 3): y = W x + (alpha / r) B A x.
+
+    A (r, in) starts Kaiming-uniform and B (out, r) at zero, so the layer starts as the pretrained one; A and B are
+    kept in float32 whatever the base weight's dtype (a bf16 LM trains its adapters in full precision). Written
+    here because peft is not installed in this environment.
+    """
+
+    def __init__(self, base: nn.Linear, rank: int, alpha: float):
+        super().__init__()
+        self.base, self.scale = base, alpha / rank
+        dev = base.weight.device
+        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features, device=dev, dtype=torch.float32))
+        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, device=dev, dtype=torch.float32))
+        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        update = (x.to(self.lora_a.dtype) @ self.lora_a.T) @ self.lora_b.T  # (..., out)
+        return self.base(x) + (self.scale * update).to(x.dtype)
+
+
+# The attention projections of LLaMA-style LMs (Vicuna), where LoRA's paper puts its adapters.
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+def add_lora(lm: nn.Module, rank: int, alpha: float, targets=LORA_TARGETS) -> int:
+    """Wrap every linear layer of `lm` named in `targets` in a :class:`LoRALinear`; returns how many."""
+    found = [(parent, name, child) for parent in lm.modules() for name, child in parent.named_children()
+             if name in targets and isinstance(child, nn.Linear)]
+    for parent, name, child in found:
+        setattr(parent, name, LoRALinear(child, rank, alpha))
+    if not found:
+        raise ValueError(f"eagle.llava.lora: no linear layer named {', '.join(targets)} in the LM")
+    return len(found)
+
+
+def static_memory_gb(model: nn.Module) -> float:
+    """Weights, gradients and Adam's two moments of `model` in GB: every parameter's own bytes, plus 3 x 4 bytes
+    (float32 gradient-sized moments and gradient) for each trainable one. A lower bound of one GPU's memory: the
+    activations come on top (they scale with batch x sequence length)."""
+    total = 0
+    for q in model.parameters():
+        total += q.numel() * q.element_size()
+        if q.requires_grad:
+            total += q.numel() * (q.element_size() + 8)
+    return total / 1e9
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -293,22 +341,33 @@ def accuracy(model: HFMLLM, records: list[dict], tokenizer, max_tokens: int, chu
 
 
 def set_trainable(model: HFMLLM, towers: bool, fusion: bool, lm: bool) -> None:
+    """Which parts train; an LM with LoRA adapters trains only them (its pretrained weights stay frozen)."""
     for part, flag in ((model.towers, towers), (model.fusion, fusion), (model.lm, lm)):
         for q in part.parameters():
             q.requires_grad_(flag)
+    adapters = [m for m in model.lm.modules() if isinstance(m, LoRALinear)]
+    if lm and adapters:
+        for q in model.lm.parameters():
+            q.requires_grad_(False)
+        for m in adapters:
+            m.lora_a.requires_grad_(True)
+            m.lora_b.requires_grad_(True)
 
 
 def build(arm: dict, p, device) -> tuple[HFMLLM, object]:
-    """Fresh pretrained towers and LM from their directories, and a new fusion at the concat's parameter
-    budget (as papers.eagle.train.build)."""
+    """Fresh pretrained towers and LM from their directories (the LM in eagle.llava.lm_dtype, with LoRA adapters
+    when eagle.llava.lora.rank > 0), and a new fusion at the concat's parameter budget (as papers.eagle.train.build).
+    Mini-Gemini's regions tile any high-res map at least as fine as the grid (papers.eagle.fusion.region_mask)."""
     lv = p.llava
     towers = [HFExpert(e, lv["experts"][e], image_size=lv["image_sizes"].get(e), select_layer=lv["select_layer"])
               for e in arm["experts"]]
-    lm, tokenizer = load_lm(lv["lm"])
+    lm, tokenizer = load_lm(lv["lm"], lv["lm_dtype"])
+    if lv["lora"]["rank"] > 0:
+        add_lora(lm, lv["lora"]["rank"], lv["lora"]["alpha"])
     d, grid, points = lm.get_input_embeddings().embedding_dim, p.fusion["grid"], p.fusion["deformable_points"]
     channels, sizes = [t.channels for t in towers], [t.out_size for t in towers]
-    if arm["fusion"] == "mini_gemini" and max(sizes[1:]) % grid:
-        raise ValueError(f"eagle.fusion.grid ({grid}) must divide the high-resolution map side {max(sizes[1:])} "
+    if min(sizes) < 1 or (arm["fusion"] == "mini_gemini" and max(sizes[1:]) < grid):
+        raise ValueError(f"eagle.fusion.grid ({grid}) exceeds the high-resolution map side {max(sizes[1:])} "
                          "(Mini-Gemini's regions)")
     target = Fu.n_params(Fu.build("concat", channels, sizes, d, grid, p.fusion["hidden"]))
     hidden = p.fusion["hidden"] if arm["fusion"] == "concat" else Fu.matched_hidden(arm["fusion"], channels, sizes, d, grid, target, points)
@@ -331,26 +390,30 @@ def run_arm(arm: dict, splits: dict, p, rng: np.random.Generator, device="cpu") 
     set_trainable(model, towers=False, fusion=True, lm=False)  # stage 1: the projector alone
     fit(model, splits["train"], tok, steps=t["align_steps"], batch=t["batch"], lr=t["align_lr"], max_tokens=n, rng=rng)
     set_trainable(model, towers=True, fusion=True, lm=True)  # stage 2: SFT
+    memory = static_memory_gb(model)
+    log.info("%s: weights, gradients and Adam state of SFT %.1f GB (activations on top)", arm["name"], memory)
     loss = fit(model, splits["train"], tok, steps=t["sft_steps"], batch=t["batch"], lr=t["sft_lr"], max_tokens=n, rng=rng)
     rows = []
     for split in ("val", "test"):
         for kind, acc in accuracy(model, splits[split], tok, n).items():
             rows.append({"arm": arm["name"], "split": split, "kind": kind, "accuracy": acc,
                          "visual_tokens": model.fusion.n_tokens, "fusion_params": Fu.n_params(model.fusion),
-                         "experts": "+".join(arm["experts"]), "final_loss": loss})
+                         "experts": "+".join(arm["experts"]), "final_loss": loss, "late_gain": float("nan"),
+                         "static_memory_gb": memory})
     log.info("%s: val %.3f test %.3f", arm["name"], *(r["accuracy"] for r in rows if r["kind"] == "all"))
     return rows
 
 
 def describe(p) -> dict:
-    """Each expert's map (channels, side, input size) and the LM's width: loads every model once, so that a
-    wrong directory stops the pretrain job, before the long training job."""
+    """Each expert's map (channels, side, input size, parameters) and the LM's width and parameters: loads every
+    model once, so that a wrong directory stops the pretrain job, before the long training jobs."""
     lv = p.llava
     out = {"experts": {}, "lm": str(lv["lm"])}
-    for e in EXPERTS:
+    for e in p.experts["names"]:
         t = HFExpert(e, lv["experts"][e], image_size=lv["image_sizes"].get(e), select_layer=lv["select_layer"])
         out["experts"][e] = {"path": str(lv["experts"][e]), "channels": t.channels, "side": t.out_size,
-                             "input": t.in_size}
-    lm, _ = load_lm(lv["lm"])
+                             "input": t.in_size, "parameters": sum(q.numel() for q in t.parameters())}
+    lm, _ = load_lm(lv["lm"], lv["lm_dtype"])
     out["lm_width"] = lm.get_input_embeddings().embedding_dim
+    out["lm_parameters"] = sum(q.numel() for q in lm.parameters())
     return out

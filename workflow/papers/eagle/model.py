@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+import kernels
 from papers.eagle.experts import Tower
 from papers.common.gpt import Block, GPTConfig
 
@@ -35,15 +36,39 @@ class LM(nn.Module):
             if isinstance(m, nn.Linear) and m.bias is not None:
                 nn.init.zeros_(m.bias)
 
-    def forward(self, idx: torch.Tensor, prefix: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits (B, T, V) at the text positions; `prefix` (B, N, d) visual tokens come first."""
+    def forward(self, idx: torch.Tensor, prefix: torch.Tensor | None = None, last_only: bool = False) -> torch.Tensor:
+        """Logits (B, T, V) at the text positions; `prefix` (B, N, d) visual tokens come first. `last_only`: the
+        logits at the last position alone (B, 1, V), the answer's, the same numbers with the last block computed
+        at that position only (:func:`last_position`)."""
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))  # (B, T, d)
         n = 0 if prefix is None else prefix.shape[1]
         if prefix is not None:
             x = torch.cat([prefix, x], dim=1)  # (B, N + T, d)
-        for block in self.blocks:
+        blocks = list(self.blocks)
+        if last_only:
+            for block in blocks[:-1]:
+                x = block(x)
+            return self.head(self.ln_f(last_position(blocks[-1], x)))  # (B, 1, V)
+        for block in blocks:
             x = block(x)
         return self.head(self.ln_f(x[:, n:]))
+
+
+def last_position(block: Block, x: torch.Tensor) -> torch.Tensor:
+    """block(x)[:, -1:] computed at the last position only: x (B, T, d) -> (B, 1, d).
+
+    In a causal block the last position's output needs every position's keys and values but only its own query,
+    attention row and MLP; the answer is read there, so the training step skips the rest of the last block (the
+    GPT blocks of papers.common.gpt, their own weights; the causal mask is bottom-right, so one query sees all T keys).
+    """
+    B, T, C = x.shape
+    H = block.attn.n_head
+    q, k, v = block.attn.c_attn(block.ln_1(x)).split(C, dim=2)  # 3 x (B, T, C)
+    q = q[:, -1:].reshape(B, 1, H, C // H).transpose(1, 2)  # (B, H, 1, D)
+    k, v = (z.reshape(B, T, H, C // H).transpose(1, 2) for z in (k, v))  # (B, H, T, D)
+    y = kernels.attention(q, k, v, causal=True)  # (B, H, 1, D)
+    h = x[:, -1:] + block.attn.c_proj(y.transpose(1, 2).reshape(B, 1, C))
+    return h + block.mlp(block.ln_2(h))
 
 
 def pretrain_lm(lm: LM, tokens: torch.Tensor, answers: torch.Tensor, *, steps: int, batch: int, lr: float, rng) -> list[float]:
@@ -84,4 +109,4 @@ class MLLM(nn.Module):
 
     def forward(self, trunks: list[torch.Tensor], question: torch.Tensor) -> torch.Tensor:
         """trunks (one per expert), question (B, 6) -> answer logits (B, V) read at "?"."""
-        return self.lm(question, self.visual_tokens(trunks))[:, -1]
+        return self.lm(question, self.visual_tokens(trunks), last_only=True)[:, -1]

@@ -14,19 +14,24 @@ FUSIONS = ("concat", "sequence_append", "llava_hr", "mini_gemini", "deformable")
 class Params:
     """Defaults: this reproduction's default scale (config/config.yaml says where each value comes from)."""
 
-    seeds: int = 3  # independent replicates: canvases, pretraining and every arm's initialisation
+    seeds: int = 4  # independent replicates: canvases and every arm's initialisation and batches
+    # Seeds (the first n of `seeds`) on which each group of arms trains: the fusions of claim (a), the single
+    # experts and the blinded mixture of claim (b), Pre-Alignment and its shuffled control of claim (c); the channel
+    # concatenation trains on every seed (every claim pairs with it).
+    arm_seeds: dict = field(default_factory=lambda: {"fusion": 4, "single": 3, "prealign": 3})
     # Canvases per split and seed; the question kinds asked of each canvas; the digit classes drawn
     # (0 .. digit_classes - 1); share of the digit images held out for val/test canvases; an .npz of digits
     # (images (N, 8, 8), labels) instead of sklearn's (null).
-    data: dict = field(default_factory=lambda: {"train_canvases": 1000, "val_canvases": 150, "test_canvases": 500,
+    data: dict = field(default_factory=lambda: {"train_canvases": 1000, "val_canvases": 200, "test_canvases": 1000,
                                                 "kinds": ["global", "fine"], "digit_classes": 4,
                                                 "heldout_fraction": 0.4, "digits_file": None})
-    # Experts: channels of every tower's output map; pretraining steps, batch and lr of each objective;
-    # the CLIP loss's temperature (CLIP's initial 0.07).
-    experts: dict = field(default_factory=lambda: {"channels": 16, "pretrain_steps": 300, "batch": 32, "lr": 3.0e-3,
-                                                   "temperature": 0.07})
+    # Experts: which (of clip, hires, det; clip and hires at least; with three the round-robin selection of claim
+    # d runs), channels of every tower's output map; pretraining steps, batch and lr of each objective; the CLIP
+    # loss's temperature (CLIP's initial 0.07).
+    experts: dict = field(default_factory=lambda: {"names": ["clip", "hires"], "channels": 16, "pretrain_steps": 300,
+                                                   "batch": 32, "lr": 3.0e-3, "temperature": 0.07})
     # The causal LM: width, layers, heads; pretraining steps on the QA text, batch, lr.
-    lm: dict = field(default_factory=lambda: {"d_model": 32, "n_layer": 1, "n_head": 2, "pretrain_steps": 200,
+    lm: dict = field(default_factory=lambda: {"d_model": 32, "n_layer": 2, "n_head": 2, "pretrain_steps": 200,
                                               "batch": 32, "lr": 3.0e-3})
     # Fusion: the common grid side (Eagle interpolates every map to it), the concat projector's hidden width
     # (every other fusion's width is solved to match its parameter count), sampling points per expert of
@@ -34,20 +39,22 @@ class Params:
     fusion: dict = field(default_factory=lambda: {"grid": 4, "hidden": 64, "deformable_points": 4})
     # Training of each arm: Pre-Alignment steps per expert, stage-1 (alignment) and stage-2 (SFT) steps,
     # batch, learning rates (a tower's lower layers stay frozen throughout; its last layer trains in
-    # Pre-Alignment and SFT).
-    train: dict = field(default_factory=lambda: {"prealign_steps": 30, "align_steps": 30, "sft_steps": 180,
-                                                 "batch": 96, "align_lr": 3.0e-3, "sft_lr": 3.0e-3})
+    # Pre-Alignment and SFT); validation accuracy every eval_every SFT steps (the convergence gate's curve).
+    train: dict = field(default_factory=lambda: {"prealign_steps": 30, "align_steps": 30, "sft_steps": 360,
+                                                 "batch": 96, "align_lr": 3.0e-3, "sft_lr": 3.0e-3, "eval_every": 45})
     # Full scale (papers.eagle.llava): LLaVA-style train / val / test JSON files and their image folder, the
     # three experts' and the LM's local Hugging Face directories; null everywhere = the synthetic canvases. Each
     # expert's input side (null = its config's image_size), the hidden state read from a ViT expert (LLaVA: -2),
-    # the longest text in tokens.
+    # the longest text in tokens; the LM's weight dtype and its LoRA adapters (rank 0: the whole LM trains).
     llava: dict = field(default_factory=lambda: {"train_json": None, "val_json": None, "test_json": None,
                                                  "image_folder": None,
                                                  "experts": {"clip": None, "hires": None, "det": None}, "lm": None,
                                                  "image_sizes": {"clip": None, "hires": None, "det": None},
-                                                 "select_layer": -2, "max_text_tokens": 512})
-    # Claim thresholds, fixed before the run (config/config.yaml says where each comes from).
-    claims: dict = field(default_factory=lambda: {"equivalence_margin": 0.03, "gain_threshold": 0.0})
+                                                 "select_layer": -2, "max_text_tokens": 512, "lm_dtype": "float32",
+                                                 "lora": {"rank": 0, "alpha": 16}})
+    # Claim thresholds and gates, fixed before the run (config/config.yaml says where each comes from).
+    claims: dict = field(default_factory=lambda: {"equivalence_margin": 0.03, "gain_threshold": 0.0,
+                                                  "convergence_tol": 0.03, "fine_gate": 0.5})
 
     def check_rules(self) -> None:
         d = self.data
@@ -57,6 +64,17 @@ class Params:
         if len(set(kinds)) != len(kinds) or not set(kinds) <= set(KINDS) or not {"global", "fine"} <= set(kinds):
             raise ValueError(f"eagle.data.kinds must be distinct kinds of {list(KINDS)} including global and fine "
                              f"(claim b compares them), got {kinds}")
+        names = list(self.experts["names"])
+        if len(set(names)) != len(names) or not set(names) <= set(EXPERTS) or not {"clip", "hires"} <= set(names):
+            raise ValueError(f"eagle.experts.names must be distinct experts of {list(EXPERTS)} including clip and "
+                             f"hires, got {names}")
+        for group, n in self.arm_seeds.items():
+            if not 1 <= n <= self.seeds:
+                raise ValueError(f"eagle.arm_seeds.{group} must be in 1 .. eagle.seeds ({self.seeds}), got {n}")
+        if self.train["eval_every"] * 4 > self.train["sft_steps"]:
+            raise ValueError(f"eagle.train.sft_steps ({self.train['sft_steps']}) must be at least 4 x "
+                             f"eagle.train.eval_every ({self.train['eval_every']}): the convergence gate compares the "
+                             "last quarter of the validation curve with the rest")
         if not 2 <= d["digit_classes"] <= 10:
             raise ValueError(f"eagle.data.digit_classes must be in 2 .. 10, got {d['digit_classes']}")
         if not 0 < d["heldout_fraction"] < 1:
@@ -64,8 +82,10 @@ class Params:
         if self.lm["d_model"] % self.lm["n_head"]:
             raise ValueError(f"eagle.lm.d_model ({self.lm['d_model']}) must be a multiple of lm.n_head ({self.lm['n_head']})")
         lv = self.llava
+        if lv["lm_dtype"] not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"eagle.llava.lm_dtype must be float32, bfloat16 or float16, got {lv['lm_dtype']!r}")
         paths = {**{k: lv.get(k) for k in ("train_json", "val_json", "test_json", "image_folder", "lm")},
-                 **{f"experts.{e}": (lv.get("experts") or {}).get(e) for e in EXPERTS}}
+                 **{f"experts.{e}": (lv.get("experts") or {}).get(e) for e in names}}
         unset = [k for k, v in paths.items() if v is None]
         if unset and len(unset) != len(paths):
             raise ValueError(f"eagle.llava: set every path or none (null = the synthetic canvases); unset: "
@@ -84,7 +104,7 @@ def full_scale(p) -> bool:
 STAGE_PARAMS = {
     "prepare": ("seeds", "data", "llava"),
     "pretrain": ("experts", "lm", "llava"),
-    "train": ("experts", "lm", "fusion", "train", "llava"),
+    "train": ("arm_seeds", "experts", "lm", "fusion", "train", "llava"),
     "evaluate": ("seeds",),
     "report": ALL,
 }

@@ -1,5 +1,6 @@
-"""The eagle DAG's stages pretrain and train (one job per seed each); prepare is papers.eagle.data.prepare and
-evaluate papers.eagle.report.evaluate (no torch import: those jobs stay light), the report papers.eagle.report.
+"""The eagle DAG's stages pretrain (one job: the experts and the LM that every seed shares) and train (one job per
+seed); prepare is papers.eagle.data.prepare and evaluate papers.eagle.report.evaluate (no torch import: those jobs
+stay light), the report papers.eagle.report.
 
 Each function takes its parameters and its input and output paths explicitly, so it runs under
 Snakemake (workflow/rules/eagle.smk) and in tests alike.
@@ -22,34 +23,34 @@ log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test", "novel")
 
 
-def pretrain(*, cfg, seed: str, data, experts):
-    """The three experts on their own objectives and the LM on the QA text, for one seed (a .pt file). At the
-    full scale the experts and the LM come pretrained from their Hugging Face directories: this job loads each
-    once and records its map and width (a wrong directory stops here, before the long training job)."""
+def pretrain(*, cfg, data, experts):
+    """The experts on their own objectives and the LM on the QA text, once for every seed (a .pt file), on the
+    pretraining canvases. At the full scale the experts and the LM come pretrained from their Hugging Face
+    directories: this job loads each once and records its map and width (a wrong directory stops here, before the
+    long training jobs)."""
     p = parse(cfg)
-    seed = int(seed)
-    seed_everything(seed)
+    seed_everything(0)
     if llava.enabled(p):
         found = llava.describe(p)
-        log.info("seed %d: pretrained experts and LM %s", seed, found)
+        log.info("pretrained experts and LM %s", found)
         torch.save({"llava": found}, experts)
         return
-    splits = {s: read_split(data, seed, s) for s in SPLITS}
-    out = T.pretrain_all(splits, p, seed)
+    out = T.pretrain_all(read_split(data, "pretrain", "pretrain"), p)
     for name, curve in out["curves"].items():
-        log.info("seed %d: %s pretraining loss %.3f -> %.3f", seed, name, curve[0], curve[-1])
+        log.info("%s pretraining loss %.3f -> %.3f", name, curve[0], curve[-1])
     torch.save(out, experts)
 
 
 def train(*, cfg, seed: str, data, experts, accuracies):
-    """Every arm of the study on one seed: one row per (arm, split, question kind)."""
+    """Every arm of this seed's groups (eagle.arm_seeds) on one seed: one row per (arm, split, question kind)."""
     p = parse(cfg)
     seed = int(seed)
     seed_everything(seed)
-    if llava.enabled(p):  # the full scale: every seed trains every arm anew from the same pretrained models
+    if llava.enabled(p):  # the full scale: every seed trains its arms anew from the same pretrained models
         splits = {s: llava.read_records(data, s) for s in ("train", "val", "test")}
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        rows = T.study(lambda a, rng: llava.run_arm(a, splits, p, rng, device), seed)
+        rows = T.study(lambda a, rng: llava.run_arm(a, splits, p, rng, device), seed, list(p.experts["names"]),
+                       T.seed_groups(p.arm_seeds, seed))
         write_parquet(pd.DataFrame(rows).assign(seed=seed), accuracies)
         return
     splits = {s: read_split(data, seed, s) for s in SPLITS}

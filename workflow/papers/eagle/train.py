@@ -13,13 +13,15 @@ Lighter than the paper: a tower's lower layers stay frozen in every stage (Pre-A
 last layer only), so that their activations are computed once per seed (:func:`trunk_bank`) and the
 budget goes to training steps.
 
-Then accuracy of the answer word per question kind on validation (held-out canvases, training templates),
-test (other held-out canvases, training templates) and novel (the test canvases, held-out templates).
+During SFT the validation accuracy is read every ``eval_every`` steps: the convergence gate bounds its rise in the
+last quarter (:func:`late_gain`). Then accuracy of the answer word per question kind on validation (held-out
+canvases, training templates), test (other held-out canvases, training templates) and novel (the test canvases,
+held-out templates).
 """
 from __future__ import annotations
 
-import copy
 import logging
+import zlib
 
 import numpy as np
 import torch
@@ -60,22 +62,35 @@ def trunks(model: MLLM, bank: dict, canvases: torch.Tensor) -> list[torch.Tensor
 
 
 def fit(model: MLLM, params, split: dict, bank: dict, *, steps: int, batch: int, lr: float,
-        rng: np.random.Generator, shuffle_images: bool = False) -> float:
-    """`steps` Adam steps on the answer's cross-entropy, updating `params` only; returns the last loss."""
+        rng: np.random.Generator, shuffle_images: bool = False, every: int = 0, evaluate=None) -> tuple[float, list]:
+    """`steps` Adam steps on the answer's cross-entropy, updating `params` only; returns the last loss and, with
+    `evaluate` (a function of the model giving a validation accuracy), that accuracy every `every` steps."""
     n_canvas = len(split["scene_canvas"])
     q_canvas, q_tokens = split["q_canvas"], torch.as_tensor(split["q_tokens"])
     answer = torch.as_tensor(split["q_answer"])
     params = [p for p in params if p.requires_grad]
     opt = torch.optim.Adam(params, lr=lr, fused=True)  # fused: one kernel per step (the tiny model is overhead-bound)
-    loss = torch.tensor(float("nan"))
-    for _ in range(steps):
+    loss, curve = torch.tensor(float("nan")), []
+    for step in range(1, steps + 1):
         i = rng.integers(0, len(answer), batch)
         c = q_canvas[i] if not shuffle_images else rng.integers(0, n_canvas, batch)
         loss = F.cross_entropy(model(trunks(model, bank, torch.as_tensor(c)), q_tokens[i]), answer[i])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    return loss.item()
+        if evaluate is not None and every and step % every == 0:
+            curve.append(evaluate(model))
+    return loss.item(), curve
+
+
+def late_gain(curve) -> float:
+    """How much the validation accuracy still rose in the last quarter of SFT: the best of the curve's last quarter
+    minus the best before it (<= 0: it had peaked; the convergence gate bounds it). NaN without a curve."""
+    curve = list(curve)
+    if len(curve) < 4:
+        return float("nan")
+    cut = len(curve) - max(1, len(curve) // 4)
+    return float(max(curve[cut:]) - max(curve[:cut]))
 
 
 @torch.no_grad()
@@ -135,8 +150,9 @@ def prealigned(arm: dict) -> list[int]:
 
 
 def run_arm(arm: dict, pretrained: dict, splits: dict, banks: dict, p, rng: np.random.Generator) -> list[dict]:
-    """Train one arm through its stages; one row per (split, kind) with its accuracy. `banks[split]`:
-    the experts' cached lower-layer activations (:func:`trunk_bank`)."""
+    """Train one arm through its stages; one row per (split, kind) with its accuracy, and the convergence gate's
+    measure (the validation curve's late gain). `banks[split]`: the experts' cached lower-layer activations
+    (:func:`trunk_bank`)."""
     model = build(arm, pretrained, p)
     t = p.train
     for i in prealigned(arm):
@@ -150,15 +166,18 @@ def run_arm(arm: dict, pretrained: dict, splits: dict, banks: dict, p, rng: np.r
     fit(model, model.parameters(), splits["train"], banks["train"], steps=t["align_steps"], batch=t["batch"],
         lr=t["align_lr"], rng=rng)
     unfreeze(model, towers=True, fusion=True, lm=True)  # stage 2: SFT
-    loss = fit(model, model.parameters(), splits["train"], banks["train"], steps=t["sft_steps"], batch=t["batch"],
-               lr=t["sft_lr"], rng=rng)
+    loss, curve = fit(model, model.parameters(), splits["train"], banks["train"], steps=t["sft_steps"],
+                      batch=t["batch"], lr=t["sft_lr"], rng=rng, every=t["eval_every"],
+                      evaluate=lambda m: accuracy(m, splits["val"], banks["val"])["all"])
+    gain = late_gain(curve)
     rows = []
     for split in ("val", "test", "novel"):
         for kind, acc in accuracy(model, splits[split], banks[split]).items():
             rows.append({"arm": arm["name"], "split": split, "kind": kind, "accuracy": acc,
                          "visual_tokens": model.fusion.n_tokens, "fusion_params": Fu.n_params(model.fusion),
-                         "experts": "+".join(arm["experts"]), "final_loss": loss})
-    log.info("%s: val %.3f test %.3f novel %.3f", arm["name"], *(r["accuracy"] for r in rows if r["kind"] == "all"))
+                         "experts": "+".join(arm["experts"]), "final_loss": loss, "late_gain": gain})
+    log.info("%s: val %.3f test %.3f novel %.3f; validation curve %s", arm["name"],
+             *(r["accuracy"] for r in rows if r["kind"] == "all"), " ".join(f"{v:.3f}" for v in curve))
     return rows
 
 
@@ -167,46 +186,64 @@ def arm(name, experts, fusion="concat", inputs=None, prealign=None) -> dict:
             "inputs": list(inputs or ["image"] * len(experts)), "prealign": prealign}
 
 
-# The fixed arms: single experts (claim b), every fusion over the three experts (a), Pre-Alignment and its
-# shuffled control (c), and the control of (b) and (d): the two non-CLIP experts fed noise (experts that add
-# no information to CLIP).
-def fixed_arms(experts=("clip", "hires", "det")) -> list[dict]:
-    arms = [arm(f"single:{e}", [e]) for e in experts]
-    arms += [arm(f"fusion:{f}", experts, f) for f in Fu.FUSIONS]
-    arms += [arm("prealign:concat", experts, prealign="aligned"),
-             arm("prealign_shuffled:concat", experts, prealign="shuffled"),
-             arm("control:blind_hires_experts", experts, inputs=["image"] + ["noise"] * (len(experts) - 1))]
+# The arms, by the claim they serve: the single experts and the mixture with its non-CLIP experts fed noise (claim
+# b), every fusion over the experts (a), Pre-Alignment and its shuffled control (c). The channel concatenation, which
+# every claim compares with, trains on every seed; each group on the first arm_seeds[group] seeds.
+def fixed_arms(experts=("clip", "hires"), groups=("fusion", "single", "prealign")) -> list[dict]:
+    experts = list(experts)
+    arms = [arm("fusion:concat", experts)]
+    if "single" in groups:
+        arms += [arm(f"single:{e}", [e]) for e in experts]
+        arms.append(arm("control:blind_hires_experts", experts, inputs=["image"] + ["noise"] * (len(experts) - 1)))
+    if "fusion" in groups:
+        arms += [arm(f"fusion:{f}", experts, f) for f in Fu.FUSIONS if f != "concat"]
+    if "prealign" in groups:
+        arms += [arm("prealign:concat", experts, prealign="aligned"),
+                 arm("prealign_shuffled:concat", experts, prealign="shuffled")]
     return arms
 
 
+def seed_groups(arm_seeds: dict, seed: int) -> tuple[str, ...]:
+    """The groups of arms that train on `seed` (those whose arm_seeds exceed it)."""
+    return tuple(g for g, n in arm_seeds.items() if seed < n)
+
+
 def run_seed(pretrained: dict, splits: dict, p, seed: int) -> list[dict]:
-    """Every arm on one seed, then the round-robin selection (Sec. 2.6) over the experts (:func:`study`)."""
+    """Every arm of this seed's groups, then, with three experts, the round-robin selection (Sec. 2.6; :func:`study`)."""
     banks = {split: trunk_bank(pretrained, splits[split]["scene_canvas"], p.experts["channels"]) for split in splits}
-    return study(lambda a, rng: run_arm(a, pretrained, splits, banks, p, rng), seed)
+    return study(lambda a, rng: run_arm(a, pretrained, splits, banks, p, rng), seed, list(p.experts["names"]),
+                 seed_groups(p.arm_seeds, seed))
 
 
-def study(train_arm, seed: int) -> list[dict]:
-    """The fixed arms, then the round-robin selection (Sec. 2.6); `train_arm(arm, rng)` trains one arm and
-    returns its rows (papers.eagle.train.run_arm here, papers.eagle.llava.run_arm at the full scale)."""
+def study(train_arm, seed: int, experts: list[str], groups=("fusion", "single", "prealign")) -> list[dict]:
+    """The arms of `groups`, then, with three or more experts and the single experts trained, the round-robin
+    selection (Sec. 2.6); `train_arm(arm, rng)` trains one arm and returns its rows (papers.eagle.train.run_arm
+    here, papers.eagle.llava.run_arm at the full scale). Each arm's initialisation and batches are seeded from
+    (seed, its name), so an arm trains the same whatever else this seed trains."""
     rows = []
-    for a in fixed_arms():
-        torch.manual_seed(seed * 1000 + len(rows))
-        rows += train_arm(a, np.random.default_rng([seed, len(rows)]))
+
+    def train(a):
+        key = [seed, zlib.crc32(a["name"].encode())]
+        torch.manual_seed(int(np.random.default_rng(key).integers(2 ** 31)))
+        return train_arm(a, np.random.default_rng(key))
+
+    for a in fixed_arms(experts, groups):
+        rows += train(a)
+    if len(experts) < 3 or "single" not in groups:
+        return [dict(r, rr_step=0) for r in rows]
 
     def val_acc(name):
         return next(r["accuracy"] for r in rows if r["arm"] == name and r["split"] == "val" and r["kind"] == "all")
 
     # Round-robin (Sec. 2.6): start from the best single expert, add the expert whose addition gives the
-    # best validation accuracy, until all are in. The last step is the three-expert concat already trained.
-    experts = ["clip", "hires", "det"]
+    # best validation accuracy, until all are in. The last step is the all-expert concat already trained.
     chosen = [max(experts, key=lambda e: val_acc(f"single:{e}"))]
     order = [f"single:{chosen[0]}"]
     while len(chosen) < len(experts) - 1:
         best = None
         for e in (e for e in experts if e not in chosen):
             name = f"rr:{'+'.join(sorted([*chosen, e]))}"
-            torch.manual_seed(seed * 1000 + len(rows))
-            rows += train_arm(arm(name, [x for x in experts if x in [*chosen, e]]), np.random.default_rng([seed, len(rows)]))
+            rows += train(arm(name, [x for x in experts if x in [*chosen, e]]))
             if best is None or val_acc(name) > val_acc(best[1]):
                 best = (e, name)
         chosen.append(best[0])
@@ -221,28 +258,28 @@ def study(train_arm, seed: int) -> list[dict]:
     return rows
 
 
-def pretrain_all(splits: dict, p, seed: int) -> dict:
-    """The experts on their own objectives and the LM on the QA text (training canvases only)."""
+def pretrain_all(canvases: dict, p, seed: int = 0) -> dict:
+    """The experts on their own objectives and the LM on the QA text, on the pretraining canvases (training digit
+    images only; papers.eagle.data.prepare). One set for every seed, as the paper's experts are one set of
+    pretrained checkpoints."""
     from papers.eagle.data import vocabulary
     from papers.eagle.experts import pretrain
+    from papers.eagle.model import pretrain_lm
 
-    train = splits["train"]
-    scene = {k[len("scene_"):]: v for k, v in train.items() if k.startswith("scene_")}
+    scene = {k[len("scene_"):]: v for k, v in canvases.items() if k.startswith("scene_")}
     out = {"towers": {}, "curves": {}}
     e = p.experts
-    for i, name in enumerate(("clip", "hires", "det")):
+    for i, name in enumerate(e["names"]):
         torch.manual_seed(seed * 100 + i)
         tower = Tower(name, e["channels"])
         out["curves"][name] = pretrain(tower, scene, steps=e["pretrain_steps"], batch=e["batch"], lr=e["lr"],
                                        temperature=e["temperature"], rng=np.random.default_rng([seed, i]))
         out["towers"][name] = tower.state_dict()
-    lm_cfg = {"vocab": len(vocabulary()), "length": train["q_tokens"].shape[1] + 1, "d_model": p.lm["d_model"],
+    lm_cfg = {"vocab": len(vocabulary()), "length": canvases["q_tokens"].shape[1] + 1, "d_model": p.lm["d_model"],
               "n_layer": p.lm["n_layer"], "n_head": p.lm["n_head"]}
     torch.manual_seed(seed * 100 + 9)
     lm = LM(**lm_cfg)
-    from papers.eagle.model import pretrain_lm
-
-    out["curves"]["lm"] = pretrain_lm(lm, torch.as_tensor(train["q_tokens"]), torch.as_tensor(train["q_answer"]),
+    out["curves"]["lm"] = pretrain_lm(lm, torch.as_tensor(canvases["q_tokens"]), torch.as_tensor(canvases["q_answer"]),
                                       steps=p.lm["pretrain_steps"], batch=p.lm["batch"], lr=p.lm["lr"],
                                       rng=np.random.default_rng([seed, 9]))
     out["lm"], out["lm_config"] = lm.state_dict(), lm_cfg

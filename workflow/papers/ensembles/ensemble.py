@@ -5,8 +5,11 @@ p̄_M(x) = (1/M) sum_m p_m(x) (the paper's deep ensemble averages probabilities)
 mean_n [argmax_c p̄_M(x_n)_c = y_n] and its loss is the NLL, mean_n -log p̄_M(x_n)_{y_n}.
 
 - :func:`curves`: accuracy, NLL and the Jensen gap of the ensemble at every M = 1 ... M_max.
-- :func:`equivalence_pvalues`: the test of distributional equivalence of two members' outputs.
-- :func:`estimate`: the estimator that predicts accuracy and NLL at every M from K members.
+- :func:`ks_distances`: how far apart two members' output distributions are (claim (c)), with
+  :func:`exchangeable_distances` the floor that sampling alone gives, :func:`ks_margin` the margin over it,
+  and :func:`equivalence_pvalues` the significance test (reported, not decided on).
+- :func:`estimate`: the estimator that predicts accuracy and NLL at every M from K members, and
+  :func:`planted_members`, i.i.d. members on which its premise holds by construction (its positive control).
 
 The official code (yipei-wang/DeepEnsembleDemystified) could not be read from this machine (no stored
 snapshot and no indexed copy); the test and the estimator follow the paper's statement of distributional
@@ -69,6 +72,76 @@ def disagreement(P: np.ndarray) -> float:
     return float(np.mean(pairs))
 
 
+def ks_distances(P: np.ndarray, y: np.ndarray, pairs) -> np.ndarray:
+    """The two-sample Kolmogorov-Smirnov distance D_ij = sup_t |F_i(t) - F_j(t)| per pair (i, j), F_m the
+    empirical CDF over the N test points of member m's true-class probability s_m(x) = p_m(x)_y.
+
+    The equivalence claim (c) rests on this distance, not on a p-value: a KS test at a fixed level rejects any
+    fixed difference once N is large (at the paper's N = 10,000 almost every pair), while D estimates the size
+    of the difference whatever N is: claim (c) compares its excess over the exchangeable floor
+    (:func:`exchangeable_distances`) with a fixed margin (:func:`ks_margin`).
+    """
+    s = true_class(P, y)  # (M, N)
+    return np.array([stats.ks_2samp(s[i], s[j]).statistic for i, j in pairs])
+
+
+def ks_margin(alpha: float, n: int) -> float:
+    """The smallest KS distance a two-sample KS test at level `alpha` can detect with two samples of `n` each:
+    the asymptotic critical value c(alpha) sqrt(2 / n), c(alpha) = sqrt(-ln(alpha / 2) / 2) (1.358 at 0.05).
+
+    Claim (c)'s margin: at the paper's test-set size (CIFAR-10, 10,000 images) the paper's own test cannot tell
+    two members apart whose output distributions differ by less than this (0.0192 at alpha = 0.05), so members
+    whose distance exceeds what sampling alone gives (:func:`exchangeable_distances`) by less than it are
+    "identical in distribution" in the paper's sense; unlike a p-value at this run's N, the margin does not
+    depend on how many test images this run has.
+    """
+    return float(np.sqrt(-np.log(alpha / 2) / 2) * np.sqrt(2 / n))
+
+
+def exchangeable_distances(P: np.ndarray, y: np.ndarray, pairs, seed: int) -> np.ndarray:
+    """KS distances of pairs made exchangeable by construction (claim (c)'s positive control).
+
+    For each pair (i, j), each test image's two outputs are swapped between the members with probability 1/2,
+    giving two pseudo-members that share the pair's point-wise disagreement and dependence through the images,
+    but whose output distributions are equal by construction: their D is what sampling alone gives.
+    """
+    s = true_class(P, y)  # (M, N)
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, j in pairs:
+        swap = rng.random(s.shape[1]) < 0.5
+        out.append(stats.ks_2samp(np.where(swap, s[i], s[j]), np.where(swap, s[j], s[i])).statistic)
+    return np.array(out)
+
+
+def planted_members(P: np.ndarray, members: int, disagreement_target: float, seed: int,
+                    iters: int = 30) -> np.ndarray:
+    """i.i.d. members with a given disagreement, around the mean of the members P (K, N, C): claims (b) and (d)'s
+    positive control, a setting in which the estimator's premise (members' outputs at each image are i.i.d.
+    draws of one distribution) holds by construction.
+
+    Member m's logits at image n are log p̄(x_n) + sigma z_mn, z ~ N(0, I_C) (one standard-normal draw per
+    member, image and class, fixed by `seed`), p̄ the mean of P; sigma is set by bisection so that the planted
+    members' mean pairwise disagreement (:func:`disagreement`) equals `disagreement_target`, that of the real
+    members. Returns (members, N, C) probabilities.
+    """
+    log_mean = np.log(np.clip(P.mean(0), 1e-12, 1.0))  # (N, C)
+    z = np.random.default_rng(seed).standard_normal((members,) + log_mean.shape)  # (M, N, C)
+
+    def draw(sigma):
+        logits = log_mean[None] + sigma * z
+        q = np.exp(logits - logits.max(-1, keepdims=True))
+        return q / q.sum(-1, keepdims=True)
+
+    lo, hi = 0.0, 1.0
+    while disagreement(draw(hi)) < disagreement_target and hi < 64:  # bracket the target
+        lo, hi = hi, 2 * hi
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if disagreement(draw(mid)) < disagreement_target else (lo, mid)
+    return draw((lo + hi) / 2)
+
+
 def equivalence_pvalues(P: np.ndarray, y: np.ndarray, pairs) -> np.ndarray:
     """Do two members' outputs form one distribution? A two-sample Kolmogorov-Smirnov test per pair.
 
@@ -83,7 +156,9 @@ def equivalence_pvalues(P: np.ndarray, y: np.ndarray, pairs) -> np.ndarray:
     for N <= 10,000, else asymptotic). The two samples share the test points, and members agree on most
     of them, so they are positively dependent, which makes this p-value conservative (too large).
     Every pair's p-value is returned: no minimum-p or Bonferroni rule summarises them, so the share of
-    rejections is in plain view; disjoint pairs (a perfect matching) give independent tests.
+    rejections is in plain view; disjoint pairs (a perfect matching) give independent tests. The table reports
+    them; claim (c) decides on the distance (:func:`ks_distances`), since a significance test rejects any
+    difference, however small, at a large enough N.
 
     Args:
         P: (M, N, C) class probabilities; y: (N,) labels; pairs: (i, j) member indices.

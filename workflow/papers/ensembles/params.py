@@ -1,7 +1,7 @@
 """Parameters of P9 ensembles, checked when the workflow is parsed (before any job runs)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from papers.common.params import ALL, for_stage, from_config
@@ -23,7 +23,7 @@ class Setting:
     widths: tuple = (8,)  # the CNN's or the ResNet's k (layer widths k, 2k, ...), or the MLP hidden width
     depths: tuple = (1,)  # MLP hidden layers (cnn and resnet18: must be (1,), their depth is fixed)
     init_gain: float = 1.0  # weights ~ U(+-gain sqrt(6 / (fan_in + fan_out))) (Glorot, as sklearn's MLP)
-    epochs: int = 40
+    epochs: int = 200  # trained to convergence (the premise gates of the claims check it)
     batch_size: int = 32
     lr: float = 1e-2  # Adam, cosine-annealed to 0 over the epochs
     weight_decay: float = 0.0
@@ -38,6 +38,10 @@ class Setting:
         archs = self.architectures
         return archs[member * len(archs) // members]
 
+    def single(self, width: int, depth: int) -> "Setting":
+        """This pipeline with one architecture: what trains a member of that width and depth."""
+        return replace(self, widths=(width,), depths=(depth,))
+
     @property
     def heterogeneous(self) -> bool:
         return len(self.architectures) > 1
@@ -48,21 +52,26 @@ class Params:
     """Parameters of the ensemble experiments (the paper's protocol, scaled to sklearn's digits)."""
 
     data: str | None = None  # None = sklearn digits; else CIFAR-10/100 (python-pickle folder or .npz)
-    replicates: int = 5  # independent replicates: each its own random train/val/test split and member seeds
+    replicates: int = 10  # independent replicates: each its own random train/val/test split and member seeds
     train_size: int | None = 200  # training images per replicate (None = all not held out)
     val_size: int = 300  # validation images per replicate (the member of claim (a) is chosen on them)
     data_seed: int = 0  # seed of the splits (replicate r draws from data_seed + r) and of the member orderings
     members: int = 16  # M_max: members per setting and replicate
-    members_per_job: int = 64  # (replicate, setting, member) triples trained in one job
+    members_per_job: int = 48  # distinct member trainings (replicate, pipeline, member) in one training job
     orderings: int = 50  # random member orderings averaged in the measured curves over M
-    estimator_members: int = 4  # K: members the estimator sees (members 0..K-1; the curve uses the others)
+    estimator_members: int = 8  # K: members the estimator sees (members 0..K-1; the curve uses the others)
+    curve_from: int = 2  # claims (b), (d) compare the curves from this M on (at M = 1 the normal approximation is biased)
     snapshots: int = 16  # claim (a)'s control: the last `snapshots` epochs of member 0, as an ensemble
-    alpha: float = 0.05  # level of the two-sample KS test of distributional equivalence
+    alpha: float = 0.05  # level of the two-sample KS test, reported in the table (no claim rests on it)
     chosen: str = "cnn_k8"  # the homogeneous setting whose numbers the claims' `measured` show
-    control: str = "cnn_k4_k16"  # the heterogeneous negative control of claims (b), (c) and (d)
-    equivalence_share_min: float = 0.75  # claim (c): share of disjoint member pairs the KS test does not reject
+    control: str = "cnn_k8_k16"  # the heterogeneous negative control of claims (b), (c) and (d)
     estimator_rel_tolerance: float = 0.25  # claims (b), (d): |error| <= this x the measured gain ...
     estimator_acc_floor: float = 0.003  # ... but never below this for accuracy
+    # The premise gates (convergence, disagreement): the paper's members are trained to fit their training set.
+    train_acc_min: float = 0.99  # every replicate's mean member training accuracy (un-augmented images)
+    flat_window: float = 0.25  # the last share of the epochs over which the training loss must be flat ...
+    train_loss_fall_max: float = 0.05  # ... falling by at most this (nats, mean member) over that window
+    disagreement_min: float = 0.01  # mean share of test images on which two members' predicted classes differ
     selected: tuple = ()  # the settings to run, in table order (a config overlay can replace a list)
     settings: Mapping[str, Setting] = field(default_factory=dict)  # after parse(): the selected ones only
 
@@ -71,15 +80,52 @@ class Params:
         """Members the measured curve averages (those the estimator does not see): M = 1 ... held_out."""
         return self.members - self.estimator_members
 
+    def member_pipeline(self, name: str, member: int) -> Setting:
+        """The single-architecture pipeline that trains member `member` of setting `name`."""
+        s = self.settings[name]
+        return s.single(*s.architecture(member, self.members))
+
+    @property
+    def pipelines(self) -> list[Setting]:
+        """Every distinct single-architecture pipeline the settings use, in order of first use. A heterogeneous
+        setting's member m is the member m of the pipeline of its architecture: trained once, whoever uses it
+        (member m's seed depends on the replicate and m only, so the two would be the same run)."""
+        out = []
+        for name in self.settings:
+            for m in range(self.members):
+                q = self.member_pipeline(name, m)
+                if q not in out:
+                    out.append(q)
+        return out
+
+    @property
+    def trainings(self) -> list[tuple[int, int, int]]:
+        """The distinct member trainings (replicate, pipeline index, member), each once, in order of first use."""
+        pipes, out, seen = self.pipelines, [], set()
+        for r in range(self.replicates):
+            for name in self.settings:
+                for m in range(self.members):
+                    key = (r, pipes.index(self.member_pipeline(name, m)), m)
+                    if key not in seen:
+                        seen.add(key)
+                        out.append(key)
+        return out
+
     @property
     def jobs(self) -> int:
-        """Training jobs: the (replicate, setting, member) list cut into blocks of `members_per_job`."""
-        return -(-self.replicates * len(self.settings) * self.members // self.members_per_job)
+        """Training jobs: the distinct member trainings cut into blocks of `members_per_job`."""
+        return -(-len(self.trainings) // self.members_per_job)
 
-    def job_members(self, job: int) -> list[tuple[int, str, int]]:
-        """The (replicate, setting, member) triples that training job `job` trains."""
-        triples = [(r, name, m) for r in range(self.replicates) for name in self.settings for m in range(self.members)]
-        return triples[job * self.members_per_job:(job + 1) * self.members_per_job]
+    def job_members(self, job: int) -> list[tuple[int, int, int]]:
+        """The (replicate, pipeline index, member) trainings of training job `job`."""
+        return self.trainings[job * self.members_per_job:(job + 1) * self.members_per_job]
+
+    @property
+    def snapshot_pipelines(self) -> list[int]:
+        """The pipelines whose member 0 records its last epochs (claim (a)'s control): the homogeneous settings'."""
+        pipes = self.pipelines
+        return sorted({pipes.index(s.single(*s.architectures[0])) for s in self.settings.values()
+                       if not s.heterogeneous})
 
     def check(self) -> None:
         """Cross-field rules the schema cannot state."""
@@ -94,6 +140,9 @@ class Params:
         if not 2 <= self.estimator_members <= self.members - 2:
             raise ValueError(f"{SLUG}.estimator_members must lie in [2, members - 2 = {self.members - 2}] "
                              "(the measured curve needs at least 2 members the estimator does not see)")
+        if not 1 <= self.curve_from < self.held_out:
+            raise ValueError(f"{SLUG}.curve_from must lie in [1, members - estimator_members = {self.held_out}) "
+                             "(the comparison needs at least two values of M)")
         if self.members % 2:
             raise ValueError(f"{SLUG}.members must be even (claim (c) pairs the members)")
         for name, s in self.settings.items():
@@ -119,7 +168,7 @@ class Params:
 # A report writes every parameter to params.json, so it reads them all.
 STAGE_PARAMS = {
     "prepare": ("data", "replicates", "train_size", "val_size", "data_seed"),
-    "train": ("replicates", "members", "members_per_job", "snapshots", "settings"),
+    "train": ("replicates", "members", "members_per_job", "snapshots", "flat_window", "settings"),
     "evaluate": ("replicates", "data_seed", "members", "orderings", "estimator_members", "alpha", "settings"),
     "report": ALL,
 }

@@ -53,12 +53,13 @@ def _long_table(blocks: list[tuple[dict, np.ndarray, np.ndarray]]) -> pd.DataFra
 
 
 def train(*, cfg, job, data, probs, members, snapshots, checkpoint):
-    """Train block `job` of the (replicate, setting, member) list; write validation and test probabilities.
+    """Train block `job` of the distinct member trainings; write validation and test probabilities.
 
-    Members of one setting and one architecture train side by side (one batched module); member m of
-    replicate r draws its initialisation, batch order and augmentation from its own seed (:func:`member_seed`).
-    For claim (a)'s control, member 0 of each homogeneous setting is trained once more on its own (the same
-    seed, so the same run) and its last `snapshots` epochs are recorded.
+    Members of one pipeline (one architecture) train side by side (one batched module); member m of replicate r
+    draws its initialisation, batch order and augmentation from its own seed (:func:`member_seed`). A member
+    that several settings share (a heterogeneous setting's members are members of the homogeneous pipelines) is
+    trained once. For claim (a)'s control, member 0 of each homogeneous pipeline records its last `snapshots`
+    epochs. Rows are keyed by (replicate, pipeline, member); :func:`setting_probs` assembles a setting from them.
     """
     import torch
 
@@ -69,42 +70,43 @@ def train(*, cfg, job, data, probs, members, snapshots, checkpoint):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     df = pd.read_parquet(data)
     n_classes = int(df.label.max()) + 1
+    pipes, snap_pipes = p.pipelines, p.snapshot_pipelines
 
-    groups = defaultdict(list)  # (replicate, setting, width, depth) -> members; a ResNet trains alone
-    for r, name, m in p.job_members(job):
-        s = p.settings[name]
-        width, depth = s.architecture(m, p.members)
-        groups[(r, name, width, depth, m if s.arch == "resnet18" else -1)].append(m)
+    groups = defaultdict(list)  # (replicate, pipeline) -> members; a ResNet trains alone
+    for r, q, m in p.job_members(job):
+        groups[(r, q, m if pipes[q].arch == "resnet18" else -1)].append(m)
 
     prob_blocks, snap_blocks, member_rows, states = [], [], [], []
-    for (r, name, width, depth, _), ms in groups.items():
-        s = p.settings[name]
+    for (r, q, _), ms in groups.items():
+        s = pipes[q]
+        (width,), (depth,) = s.widths, s.depths
         x, y = (torch.from_numpy(a.copy()) for a in data_mod.arrays(df, r, "train"))
         evals = {split: data_mod.arrays(df, r, split) for split in ("val", "test")}
         x_eval = torch.from_numpy(np.concatenate([evals["val"][0], evals["test"][0]]))
         n_val = len(evals["val"][1])
-        log.info("replicate %d, setting %s: members %s, width %d, depth %d, %d training images", r, name, ms, width,
-                 depth, len(x))
-        model, train_loss, train_acc, _ = train_group(
-            s, [member_seed(r, m) for m in ms], width, depth, x, y, n_classes, device,
-            progress=lambda it: progress(it, desc=f"r{r} {name} {ms[0]}..{ms[-1]}"))
-        prob = log_probs(model, x_eval, len(ms), device).exp().numpy()  # (G, N_val + N_test, C)
+        snap = q in snap_pipes and 0 in ms
+        log.info("replicate %d, pipeline %d (%s k=%d, depth %d): members %s, %d training images", r, q, s.arch, width,
+                 depth, ms, len(x))
+        out = train_group(s, [member_seed(r, m) for m in ms], width, depth, x, y, n_classes, device,
+                          progress=lambda it: progress(it, desc=f"r{r} pipeline {q} {ms[0]}..{ms[-1]}"),
+                          snapshot_x=x_eval if snap else None, snapshots=p.snapshots if snap else 0,
+                          snapshot_member=ms.index(0) if snap else 0, flat_window=p.flat_window)
+        prob = log_probs(out.model, x_eval, len(ms), device).exp().numpy()  # (G, N_val + N_test, C)
         splits = (("val", slice(0, n_val)), ("test", slice(n_val, None)))
         for split, sl in splits:
-            prob_blocks += [({"replicate": r, "setting": name, "member": m, "split": split}, prob[g, sl], evals[split][1])
-                            for g, m in enumerate(ms)]
-        if not s.heterogeneous and 0 in ms:  # claim (a)'s control: one run's snapshots
-            *_, snaps = train_group(s, [member_seed(r, 0)], width, depth, x, y, n_classes, device,
-                                    snapshot_x=x_eval, snapshots=p.snapshots)
+            prob_blocks += [({"replicate": r, "pipeline": q, "member": m, "split": split}, prob[g, sl],
+                             evals[split][1]) for g, m in enumerate(ms)]
+        if snap:
             for split, sl in splits:
-                snap_blocks += [({"replicate": r, "setting": name, "member": 0, "snapshot": t, "split": split},
-                                 snaps[t, sl].numpy(), evals[split][1]) for t in range(len(snaps))]
+                snap_blocks += [({"replicate": r, "pipeline": q, "member": 0, "snapshot": t, "split": split},
+                                 out.snapshots[t, sl].numpy(), evals[split][1]) for t in range(len(out.snapshots))]
         for g, m in enumerate(ms):
-            member_rows.append({"replicate": r, "setting": name, "member": m, "seed": member_seed(r, m),
+            member_rows.append({"replicate": r, "pipeline": q, "member": m, "seed": member_seed(r, m),
                                 "arch": s.arch, "width": width, "depth": depth, "train_size": len(x),
-                                "train_loss": float(train_loss[g]), "train_acc": float(train_acc[g])})
-        states.append({"replicate": r, "setting": name, "members": ms, "width": width, "depth": depth,
-                       "model": {k: v.cpu() for k, v in model.state_dict().items()}})
+                                "train_loss": float(out.train_loss[g]), "train_acc": float(out.train_acc[g]),
+                                "window_loss": float(out.window_loss[g])})
+        states.append({"replicate": r, "pipeline": q, "members": ms, "width": width, "depth": depth,
+                       "model": {k: v.cpu() for k, v in out.model.state_dict().items()}})
     write_parquet(_long_table(prob_blocks), probs)
     write_parquet(_long_table(snap_blocks) if snap_blocks else pd.DataFrame(), snapshots)
     write_parquet(pd.DataFrame(member_rows), members)
@@ -118,6 +120,18 @@ def stacked(frame: pd.DataFrame, by: str = "member") -> tuple[np.ndarray, np.nda
     cols = [c for c in frame.columns if c.startswith("p") and c[1:].isdigit()]
     M, N = frame[by].nunique(), frame["sample"].nunique()
     return frame[cols].to_numpy(np.float64).reshape(M, N, len(cols)), frame.label.to_numpy()[:N]
+
+
+def setting_probs(frames: pd.DataFrame, p, name: str, replicate: int, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """P (M, N, C) and y (N,) of setting `name`'s members 0..M-1 in one replicate and split, each read from the
+    pipeline that trained it (a heterogeneous setting's members come from several pipelines)."""
+    pipes = p.pipelines
+    part = frames[(frames.replicate == replicate) & (frames.split == split)]
+    blocks = []
+    for m in range(p.members):
+        q = pipes.index(p.member_pipeline(name, m))
+        blocks.append(part[(part.pipeline == q) & (part.member == m)])
+    return stacked(pd.concat(blocks))
 
 
 def val_chosen(P_val: np.ndarray, y_val: np.ndarray) -> tuple[int, int]:
@@ -143,45 +157,96 @@ def matching(M: int, seed: int) -> list[tuple[int, int]]:
     return [(int(i), int(j)) for i, j in order.reshape(-1, 2)]
 
 
+def estimator_sweep(K: int) -> list[int]:
+    """K' = 2, 4, 8, ... below K: the estimator from fewer of its members, beside claims (b), (d). The paper estimates
+    from as few as two members (its few-member regime); doubling from there reaches K in a few steps."""
+    return [2 ** i for i in range(1, K.bit_length()) if 2 ** i < K]
+
+
+def folds(M: int, K: int) -> list[tuple[slice, slice]]:
+    """The two ways to split members 0..M-1 into K the estimator sees and H = M - K it is compared with: the first K
+    and the rest, then the last K and the first H (disjoint in both; averaging the two halves the comparison's
+    variance at no training cost)."""
+    H = M - K
+    return [(slice(0, K), slice(K, M)), (slice(H, M), slice(0, H))]
+
+
+def _curve_frame(name: str, r: int, P: np.ndarray, y: np.ndarray, K: int, sweep, orderings: int,
+                 seed: int) -> pd.DataFrame:
+    """Per fold (:func:`folds`), the measured curve of the held-out members (averaged over orderings) beside the
+    estimate from the fold's K members, and from the first K' of them for each K' in `sweep`: columns
+    `<metric>_hat_k<K'>`, and `<metric>_flat_k<K'>`, the estimator's own value at M = K' at every M (the same
+    estimate with its M dependence removed: claims (b), (d)'s ablation)."""
+    frames = []
+    for fold, (seen, held) in enumerate(folds(len(P), K)):
+        c = ensemble.curves(P[held], y, orderings, seed=seed + 100_000 * fold)
+        cols = {k: c[k] for k in ("M", "acc", "nll", "member_acc", "member_nll", "jensen_gap")}
+        for k in sorted({K, *sweep}):
+            est, flat = ensemble.estimate(P[seen][:k], y, c["M"]), ensemble.estimate(P[seen][:k], y, [k])
+            for metric in ("acc", "nll"):
+                cols[f"{metric}_hat_k{k}"] = est[metric]
+                cols[f"{metric}_flat_k{k}"] = np.full(len(c["M"]), flat[metric][0])
+        frames.append(pd.DataFrame({"setting": name, "replicate": r, "fold": fold, **cols}))
+    return pd.concat(frames, ignore_index=True)
+
+
 def evaluate(*, cfg, probs, members, snapshots, metrics, curves):
-    """Per setting and replicate: the members, the full ensemble against the validation-chosen member, the
-    ensemble curve over M of the held-out members against the estimator from K members, disjoint-pair KS
-    tests of distributional equivalence, and one run's snapshot ensemble (claim (a)'s control)."""
+    """Per setting and replicate: the members' convergence, the full ensemble against the validation-chosen member,
+    the ensemble curve over M of the held-out members against the estimator from K members and from K' = 2, 4, ...
+    of them, and against its flat version, in two folds (and the same on planted i.i.d. members, the positive
+    control), KS distances of disjoint member pairs and of the same pairs made exchangeable (within a pipeline,
+    across architectures in the heterogeneous setting, and among the planted members), and one run's snapshot
+    ensemble (claim (a)'s control)."""
     p = parse(cfg)
     frames, snaps = read_parquets(probs), read_parquets(snapshots)
     member_table = read_parquets(members)
-    K = p.estimator_members
+    pipes = p.pipelines
+    K, M = p.estimator_members, p.members
     out, curve_frames = {}, []
     for name, s in p.settings.items():
         out[name] = []
         for r in range(p.replicates):
-            f = frames[(frames.setting == name) & (frames.replicate == r)]
-            (P_val, y_val), (P, y) = stacked(f[f.split == "val"]), stacked(f[f.split == "test"])
+            seed = p.data_seed + r
+            (P_val, y_val), (P, y) = setting_probs(frames, p, name, r, "val"), setting_probs(frames, p, name, r, "test")
             acc_m, nll_m = ensemble.member_metrics(P, y)
-            # the measured curve: ensembles of the members the estimator does not see (K .. M-1)
-            c = ensemble.curves(P[K:], y, p.orderings, seed=p.data_seed + r)
-            est = ensemble.estimate(P[:K], y, c["M"])
-            curve_frames.append(pd.DataFrame({"setting": name, "replicate": r, **{k: c[k] for k in (
-                "M", "acc", "nll", "member_acc", "member_nll", "jensen_gap")}, "acc_hat": est["acc"], "nll_hat": est["nll"]}))
-            pairs = matching(p.members, p.data_seed + r)
-            # across architectures: member m with member m + M/2 (the heterogeneous control's blocks differ)
-            cross = [(m, m + p.members // 2) for m in range(p.members // 2)]
-            trained = member_table[(member_table.setting == name) & (member_table.replicate == r)]
+            curve_frames.append(_curve_frame(name, r, P, y, K, estimator_sweep(K), p.orderings, seed))
+            keys = pd.DataFrame([{"pipeline": pipes.index(p.member_pipeline(name, m)), "member": m} for m in range(M)])
+            trained = member_table[member_table.replicate == r].merge(keys, on=["pipeline", "member"])
+            pairs = matching(M, seed)
             rec = {"replicate": r, "members": int(len(P)), "test_size": int(len(y)), "val_size": int(len(y_val)),
-                   "train_loss_max": float(trained.train_loss.max()), "train_acc_min": float(trained.train_acc.min()),
+                   "train_loss_mean": float(trained.train_loss.mean()), "train_loss_max": float(trained.train_loss.max()),
+                   "train_acc_mean": float(trained.train_acc.mean()), "train_acc_min": float(trained.train_acc.min()),
+                   "train_loss_fall": float((trained.window_loss - trained.train_loss).mean()),
                    "member_acc": acc_m.tolist(), "member_nll": nll_m.tolist(),
                    "disagreement": ensemble.disagreement(P),
                    "jensen_gap": float(nll_m.mean() - ensemble.member_metrics(P.mean(0, keepdims=True), y)[1][0]),
                    **versus_chosen(P_val, y_val, P, y),
                    "pairs": pairs, "pair_p": ensemble.equivalence_pvalues(P, y, pairs).tolist(),
-                   "cross_pair_p": ensemble.equivalence_pvalues(P, y, cross).tolist()}
-            g = snaps[(snaps.setting == name) & (snaps.replicate == r) & (snaps.member == 0)]
-            if not s.heterogeneous and len(g):
+                   "pair_ks": ensemble.ks_distances(P, y, pairs).tolist()}
+            if s.heterogeneous:
+                # across architectures: member m with member m + M/2 (the blocks differ), and the same pairs made
+                # exchangeable: claim (c)'s null control (two distributions through the same rule)
+                half = M // 2
+                cross = [(m, m + half) for m in range(half)]
+                rec.update(cross_pairs=cross, cross_pair_p=ensemble.equivalence_pvalues(P, y, cross).tolist(),
+                           cross_ks=ensemble.ks_distances(P, y, cross).tolist(),
+                           cross_exchangeable_ks=ensemble.exchangeable_distances(P, y, cross, seed).tolist())
+            else:
+                rec["exchangeable_ks"] = ensemble.exchangeable_distances(P, y, pairs, seed).tolist()
+                planted = ensemble.planted_members(P, M, rec["disagreement"], seed)
+                # claim (c)'s positive control: members identical in distribution by construction, the same rule
+                rec.update(planted_disagreement=ensemble.disagreement(planted),
+                           planted_pair_ks=ensemble.ks_distances(planted, y, pairs).tolist(),
+                           planted_exchangeable_ks=ensemble.exchangeable_distances(planted, y, pairs, seed).tolist())
+                curve_frames.append(_curve_frame(f"{name}@planted", r, planted, y, K, estimator_sweep(K), p.orderings,
+                                                 seed))
+                q = pipes.index(s.single(*s.architectures[0]))
+                g = snaps[(snaps.pipeline == q) & (snaps.replicate == r) & (snaps.member == 0)]
                 (S_val, _), (S, _) = stacked(g[g.split == "val"], "snapshot"), stacked(g[g.split == "test"], "snapshot")
                 rec["snapshots"] = {**versus_chosen(S_val, y_val, S, y), "disagreement": ensemble.disagreement(S)}
             out[name].append(rec)
-            log.info("%s r%d: members acc %.4f, ensemble %.4f, val-chosen %.4f; pairs not rejected %d/%d", name, r,
-                     acc_m.mean(), rec["ensemble_acc"], rec["chosen_acc"], sum(q > p.alpha for q in rec["pair_p"]),
-                     len(pairs))
+            log.info("%s r%d: members acc %.4f (train acc %.4f), ensemble %.4f, val-chosen %.4f; mean KS distance "
+                     "%.4f", name, r, acc_m.mean(), rec["train_acc_mean"], rec["ensemble_acc"], rec["chosen_acc"],
+                     np.mean(rec["pair_ks"]))
     write_json(out, metrics)
     write_parquet(pd.concat(curve_frames, ignore_index=True), curves)

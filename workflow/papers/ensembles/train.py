@@ -10,6 +10,7 @@ are therefore i.i.d. draws from one training pipeline, the paper's homogeneous e
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +43,17 @@ def shift_digits(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     dy, dx = torch.randint(0, 3, (2, b, 1), generator=generator)  # (B, 1) offsets into the padded image
     rows, cols = dy + torch.arange(8), dx + torch.arange(8)  # (B, 8)
     return img[torch.arange(b)[:, None, None], rows[:, :, None], cols[:, None, :]].reshape(b, 64)
+
+
+def shift_digit_groups(x: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+    """:func:`shift_digits` for the mini-batches x (G, B, 64) of G members at once, member g's shifts drawn from
+    `generators[g]` exactly as :func:`shift_digits` draws them (so a member's run does not depend on its group)."""
+    g, b = x.shape[:2]
+    img = F.pad(x.reshape(g, b, 8, 8), (1, 1, 1, 1))  # (G, B, 10, 10)
+    dy, dx = torch.stack([torch.randint(0, 3, (2, b, 1), generator=gen) for gen in generators], 1)  # (G, B, 1) each
+    rows, cols = dy + torch.arange(8), dx + torch.arange(8)  # (G, B, 8)
+    gi, bi = torch.arange(g)[:, None, None, None], torch.arange(b)[None, :, None, None]
+    return img[gi, bi, rows[..., :, None], cols[..., None, :]].reshape(g, b, 64)
 
 
 class Adam:
@@ -80,15 +92,29 @@ def cosine_lr(lr: float, epoch: int, epochs: int) -> float:
     return 0.5 * lr * (1 + math.cos(math.pi * epoch / epochs))
 
 
+@dataclass
+class Trained:
+    """A trained group: the model, each member's training loss and accuracy on the un-augmented training set at
+    the end (G,), the same loss at the start of the flatness window (G,) (the convergence gate: has the loss
+    stopped falling?), and the snapshots (snapshots, N', C) of member `snapshot_member`, or None."""
+
+    model: torch.nn.Module
+    train_loss: torch.Tensor
+    train_acc: torch.Tensor
+    window_loss: torch.Tensor
+    snapshots: torch.Tensor | None
+
+
 def train_group(s: Setting, seeds: list[int], width: int, depth: int, x: torch.Tensor, y: torch.Tensor,
                 n_classes: int, device: str = "cpu", progress=None, snapshot_x: torch.Tensor | None = None,
-                snapshots: int = 0):
+                snapshots: int = 0, snapshot_member: int = 0, flat_window: float = 0.25) -> Trained:
     """Train the members with `seeds` (one architecture) on (x (N, D), y (N,)).
 
     Each epoch, member g visits the N examples in its own random order, in batches of `batch_size`, each
-    batch augmented from its own generator when `s.augment`. Returns (model, train_loss (G,), train_acc (G,),
-    snaps), with snaps (snapshots, N', C) the class probabilities of the first member on `snapshot_x` (N', D)
-    after each of the last `snapshots` epochs (claim (a)'s control: one run's snapshots), else None.
+    batch augmented from its own generator when `s.augment`. The training loss is also taken (eval mode, no
+    augmentation) after epoch E - ceil(flat_window E) - 1, where the flatness window starts. With `snapshot_x`
+    (N', D), member `snapshot_member`'s class probabilities on it are kept after each of the last `snapshots`
+    epochs (claim (a)'s control: one run's snapshots); that member alone is evaluated (1/G of the group's cost).
     """
     gens = [torch.Generator().manual_seed(seed) for seed in seeds]
     model = models.build(s.arch, gens, d_in=x.shape[1], width=width, depth=depth, n_classes=n_classes,
@@ -96,9 +122,10 @@ def train_group(s: Setting, seeds: list[int], width: int, depth: int, x: torch.T
     opt = Adam(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
     n, g = len(x), len(seeds)
     x, y = x.to(device), y.to(device)
-    shift = shift_digits if x.shape[1] == 64 else augment
+    digits = x.shape[1] == 64
+    window_start = s.epochs - math.ceil(flat_window * s.epochs) - 1  # the last epoch before the window
     epochs = range(s.epochs) if progress is None else progress(range(s.epochs))
-    snaps = []
+    snaps, window_loss = [], None
     for epoch in epochs:
         opt.lr = cosine_lr(s.lr, epoch, s.epochs)
         model.train()
@@ -106,27 +133,42 @@ def train_group(s: Setting, seeds: list[int], width: int, depth: int, x: torch.T
         for start in range(0, n, s.batch_size):
             idx = order[:, start:start + s.batch_size].to(device)  # (G, B)
             xb = x[idx]  # (G, B, D)
-            if s.augment:
-                xb = torch.stack([shift(xb[i].cpu(), gens[i]).to(device) for i in range(g)])
+            if s.augment and digits:
+                xb = shift_digit_groups(xb.cpu(), gens).to(device)
+            elif s.augment:
+                xb = torch.stack([augment(xb[i].cpu(), gens[i]).to(device) for i in range(g)])
             logits = model(xb)  # (G, B, C)
             # the sum over members of each member's mean cross-entropy: gradients stay per member
             loss = F.cross_entropy(logits.flatten(0, 1), y[idx].flatten(), reduction="sum") / idx.shape[1]
             opt.zero_grad()
             loss.backward()
             opt.step()
+        if epoch == window_start:
+            model.eval()
+            window_loss, _ = _fit(model, x, y, g, device)
         if snapshot_x is not None and epoch >= s.epochs - snapshots:
             model.eval()
-            snaps.append(log_probs(model, snapshot_x, g, device)[0].exp())
+            snaps.append(log_probs(model, snapshot_x, 1, device, member=snapshot_member)[0].exp())
     model.eval()
-    lp = log_probs(model, x, g, device)  # (G, N, C) on the training set
-    train_loss = -lp.gather(2, y.cpu().expand(g, -1).unsqueeze(-1)).squeeze(-1).mean(1)  # (G,)
-    train_acc = (lp.argmax(2) == y.cpu()).double().mean(1)  # (G,)
-    return model, train_loss, train_acc, (torch.stack(snaps) if snaps else None)
+    train_loss, train_acc = _fit(model, x, y, g, device)
+    if window_loss is None:  # fewer epochs than the window: the loss at the start is the untrained one
+        window_loss = torch.full_like(train_loss, float("nan"))
+    return Trained(model, train_loss, train_acc, window_loss, torch.stack(snaps) if snaps else None)
+
+
+def _fit(model, x, y, g: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each member's mean cross-entropy (G,) and accuracy (G,) on the un-augmented training set."""
+    lp = log_probs(model, x, g, device)  # (G, N, C)
+    loss = -lp.gather(2, y.cpu().expand(g, -1).unsqueeze(-1)).squeeze(-1).mean(1)
+    return loss, (lp.argmax(2) == y.cpu()).double().mean(1)
 
 
 @torch.no_grad()
-def log_probs(model, x: torch.Tensor, g: int, device: str = "cpu", batch: int = 1000) -> torch.Tensor:
-    """log p(c | x) of every member of the group on x (N, D): (G, N, C) in float64."""
-    out = [model(x[i:i + batch].to(device).expand(g, -1, -1)).double().log_softmax(-1).cpu()
+def log_probs(model, x: torch.Tensor, g: int, device: str = "cpu", batch: int = 1000,
+              member: int | None = None) -> torch.Tensor:
+    """log p(c | x) on x (N, D) of every member of the group, (G, N, C), or of member `member` alone, (1, N, C);
+    float64."""
+    width = g if member is None else 1
+    out = [model(x[i:i + batch].to(device).expand(width, -1, -1), member).double().log_softmax(-1).cpu()
            for i in range(0, len(x), batch)]
     return torch.cat(out, dim=1)

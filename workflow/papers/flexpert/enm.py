@@ -63,8 +63,9 @@ def gnm_fluctuations(coords: np.ndarray, cutoff: float = 16.0, gamma: float = 1.
 
 
 # ---- numpy (independent implementation, for the tests) ------------------------------------------
-def kirchhoff(coords: np.ndarray, cutoff: float, gamma: float = 1.0) -> np.ndarray:
-    """The GNM Kirchhoff (connectivity Laplacian) matrix, (N, N)."""
+def kirchhoff(coords: np.ndarray, cutoff: float, gamma: float | np.ndarray = 1.0) -> np.ndarray:
+    """The GNM Kirchhoff (connectivity Laplacian) matrix, (N, N); `gamma` a number or an (N, N) matrix of spring
+    constants per pair."""
     d = np.linalg.norm(coords[:, None, :] - coords[None, :, :], axis=-1)
     contact = (d <= cutoff) & ~np.eye(len(coords), dtype=bool)
     g = -gamma * contact.astype(float)
@@ -72,7 +73,7 @@ def kirchhoff(coords: np.ndarray, cutoff: float, gamma: float = 1.0) -> np.ndarr
     return g
 
 
-def gnm_fluctuations_numpy(coords: np.ndarray, cutoff: float = 16.0, gamma: float = 1.0) -> np.ndarray:
+def gnm_fluctuations_numpy(coords: np.ndarray, cutoff: float = 16.0, gamma: float | np.ndarray = 1.0) -> np.ndarray:
     """sqrt(diag(Gamma^+)), with Gamma^+ = (Gamma + u u^T)^{-1} - u u^T for the unit zero mode u = 1 / sqrt(N)
     (exact when the network is connected; an inverse costs a fraction of a full eigendecomposition)."""
     g = kirchhoff(np.asarray(coords, float), cutoff, gamma)
@@ -85,13 +86,14 @@ def gnm_fluctuations_numpy(coords: np.ndarray, cutoff: float = 16.0, gamma: floa
     return np.sqrt(sq)
 
 
-def hessian(coords: np.ndarray, cutoff: float, gamma: float = 1.0) -> np.ndarray:
-    """The ANM Hessian, (3N, 3N)."""
+def hessian(coords: np.ndarray, cutoff: float, gamma: float | np.ndarray = 1.0) -> np.ndarray:
+    """The ANM Hessian, (3N, 3N); `gamma` a number or an (N, N) matrix of spring constants per pair."""
     n = len(coords)
     r = coords[None, :, :] - coords[:, None, :]  # (N, N, 3): r[i, j] = x_j - x_i
     d2 = (r ** 2).sum(-1)
     contact = (d2 <= cutoff ** 2) & ~np.eye(n, dtype=bool)
-    blocks = -gamma * r[..., :, None] * r[..., None, :] / np.where(contact, d2, 1.0)[..., None, None]
+    g = np.broadcast_to(np.asarray(gamma, float), (n, n))[..., None, None]
+    blocks = -g * r[..., :, None] * r[..., None, :] / np.where(contact, d2, 1.0)[..., None, None]
     blocks *= contact[..., None, None]  # (N, N, 3, 3)
     blocks[np.arange(n), np.arange(n)] = -blocks.sum(1)
     return blocks.transpose(0, 2, 1, 3).reshape(3 * n, 3 * n)
@@ -111,7 +113,7 @@ def rigid_body_modes(coords: np.ndarray) -> np.ndarray:
     return q
 
 
-def anm_fluctuations_numpy(coords: np.ndarray, cutoff: float = 16.0, gamma: float = 1.0) -> np.ndarray:
+def anm_fluctuations_numpy(coords: np.ndarray, cutoff: float = 16.0, gamma: float | np.ndarray = 1.0) -> np.ndarray:
     """sqrt of tr of the 3 x 3 diagonal blocks of H^+, with H^+ = (H + U U^T)^{-1} - U U^T for the
     rigid-body basis U (exact when the six rigid-body modes are H's only zero modes)."""
     coords = np.asarray(coords, float)
@@ -124,6 +126,51 @@ def anm_fluctuations_numpy(coords: np.ndarray, cutoff: float = 16.0, gamma: floa
         nz = w > 1e-6 * w.max()
         sq = ((v[:, nz] ** 2) / w[nz]).sum(1).reshape(-1, 3).sum(1)
     return np.sqrt(sq)
+
+
+# ---- a judge from outside the Flexpert family: the designed sequence threaded onto the backbone ---------------
+def contact_strengths(sequence: str) -> np.ndarray:
+    """Per residue, its Miyazawa-Jernigan contact energy (Miyazawa & Jernigan, Macromolecules 18:534, 1985; the
+    per-residue scale Biopython ships as ``ProtParamData.mi``) over the 20 residues' mean: hydrophobic residues
+    (I, L, F, M) make stronger contacts than small or charged ones (G, D, E, K, N)."""
+    from Bio.SeqUtils.ProtParamData import mi
+
+    mean = float(np.mean(list(mi.values())))
+    return np.array([mi[a] / mean for a in sequence])
+
+
+def threaded_gnm_fluctuations(coords: np.ndarray, sequence: str, cutoff: float = 16.0, gamma: float = 1.0) -> np.ndarray:
+    """sqrt of the GNM square fluctuations of `sequence` threaded onto the backbone `coords`: the spring between
+    residues i and j in contact has the constant gamma (s_i + s_j) / 2, s the residues' contact strengths
+    (:func:`contact_strengths`): the sequence-dependent elastic network of Hamacher & McCammon (J. Chem. Theory
+    Comput. 2, 873, 2006), with their pair energies replaced by the additive per-residue scale and on the GNM,
+    whose N x N inverse costs a 27th of the ANM's 3N x 3N one. The same backbone with another sequence gives other
+    fluctuations, so it judges a designed sequence without any network.
+
+    .. math::
+        \\Gamma_{ij} = -\\gamma_{ij} [d_{ij} \\le r_c] \\; (i \\ne j), \\qquad \\gamma_{ij} = \\gamma\\,(s_i + s_j)/2
+    """
+    coords = np.asarray(coords, float)
+    if len(sequence) != len(coords):
+        raise ValueError(f"threaded GNM: {len(sequence)} residues for {len(coords)} C-alpha positions")
+    s = contact_strengths(sequence)
+    return gnm_fluctuations_numpy(coords, cutoff, gamma * 0.5 * (s[:, None] + s[None, :]))
+
+
+# ---- ensembles: RMSF over conformers ------------------------------------------------------------
+def ensemble_rmsf(conformers: np.ndarray, iterations: int = 10) -> np.ndarray:
+    """Per-residue RMSF (N,) of C-alpha conformers (M, N, 3), after iterative superposition onto their mean
+    (Kabsch; as ProDy's ``Ensemble.iterpose``): the flexibility an NMR ensemble or an MD trajectory shows."""
+    x = np.asarray(conformers, float)
+    x = x - x.mean(1, keepdims=True)
+    ref = x[0]
+    for _ in range(iterations):
+        for m in range(len(x)):
+            u, _, vt = np.linalg.svd(x[m].T @ ref)
+            d = np.sign(np.linalg.det(u @ vt))
+            x[m] = x[m] @ (u @ np.diag([1.0, 1.0, d]) @ vt)
+        ref = x.mean(0)
+    return np.sqrt(((x - ref) ** 2).sum(-1).mean(0))
 
 
 # ---- comparing profiles ----------------------------------------------------------------------

@@ -12,6 +12,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import kernels
+
 N_AA = 20
 PAD, MASK = N_AA, N_AA + 1  # token ids after the 20 residues
 VOCAB = N_AA + 2
@@ -28,7 +30,9 @@ def sinusoidal(length: int, dim: int) -> torch.Tensor:
 
 # ---- the protein language model ----------------------------------------------------------------------
 class Block(nn.Module):
-    """Pre-norm transformer block: x + Attn(LN(x)), then x + MLP(LN(x)); padded keys masked."""
+    """Pre-norm transformer block: x + Attn(LN(x)), then x + MLP(LN(x)); padded keys masked. Attention is the
+    project's op (``kernels.attention``: Triton on CUDA, the torch reference or PyTorch's fused CPU attention
+    elsewhere)."""
 
     def __init__(self, d: int, heads: int):
         super().__init__()
@@ -40,7 +44,7 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         B, L, D = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(B, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)  # (B, H, L, Dh)
-        att = F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :])  # keys: True = attend
+        att = kernels.attention(q, k, v, bias=keep[:, None, None, :])  # (B, H, L, Dh); keys: True = attend
         x = x + self.proj(att.transpose(1, 2).reshape(B, L, D))
         return x + self.mlp(self.ln2(x))
 

@@ -146,12 +146,21 @@ def record_drill(rng: np.random.Generator, length: int) -> tuple[np.ndarray, np.
 
 
 def retrieval_prompt(rng: np.random.Generator, text: np.ndarray, start: int, length: int, n_keys: int,
-                     depth: float) -> tuple[np.ndarray, int, int]:
+                     depth: float, width: int = RECORD_LEN) -> tuple[np.ndarray, int, int]:
     """A retrieval prompt of ``length`` bytes: ``text[start:]`` with ``n_keys`` records written
     over it, the queried one (the first key) at ``depth`` (0 = the start, 1 = just before the
     query), the others (distinct keys, their own values) at uniform random places; it ends with the
     queried key, whose value (the last byte) is the answer. ``n_keys = 1`` is passkey retrieval;
-    more is multi-key retrieval. Returns ``(tokens, answer_at, needle_at)``."""
+    more is multi-key retrieval. Returns ``(tokens, answer_at, needle_at)``.
+
+    ``width`` (even, >= 2) is how many positions each record in the haystack spans: its ``K V`` pair
+    written ``width / 2`` times in a row. A one-pair record (width 2) has no attention locality: the
+    keys next to it score like any text, which a search that scores one representative block per
+    chunk cannot exploit. The paper's passkey is a sentence of many tokens ("The pass key is 12345.
+    Remember it. 12345 is the pass key."), so its needle spans many positions; a wide record is that
+    regime in our format (every pair of it answers the query alike). The query stays one pair."""
+    if width < RECORD_LEN or width % RECORD_LEN:
+        raise ValueError(f"width must be a positive multiple of {RECORD_LEN}, got {width}")
     x = text[start: start + length].copy()
     if len(x) < length:
         raise ValueError(f"held-out text too short for a prompt of {length} bytes at {start}")
@@ -159,20 +168,22 @@ def retrieval_prompt(rng: np.random.Generator, text: np.ndarray, start: int, len
         raise ValueError(f"n_keys must lie in 1 .. {len(KEY_BYTES)} (the key bytes), got {n_keys}")
     _check_no_keys(x)
     query_at = length - RECORD_LEN
-    room = query_at - RECORD_LEN  # last place a record may start before the query
+    room = query_at - width  # last place a record may start before the query
+    if room < 0 or n_keys * width > query_at:
+        raise ValueError(f"a prompt of {length} bytes cannot hold {n_keys} records of width {width} and the query")
     needle_at = int(round(depth * room))
     keys = rng.choice(KEY_BYTES, n_keys, replace=False)
     values = rng.choice(VALUE_BYTES, n_keys)
-    taken = [(needle_at, needle_at + RECORD_LEN), (query_at, length)]
-    x[needle_at], x[needle_at + 1] = keys[0], values[0]
+    taken = [(needle_at, needle_at + width), (query_at, length)]
+    x[needle_at: needle_at + width] = np.tile([keys[0], values[0]], width // RECORD_LEN)
     x[query_at], x[query_at + 1] = keys[0], values[0]
     for key, value in zip(keys[1:], values[1:]):
         for _ in range(100):
             at = int(rng.integers(0, room + 1))
-            if _free(taken, at, at + RECORD_LEN):
+            if _free(taken, at, at + width):
                 break
         else:
-            raise ValueError(f"no free place for {n_keys} records in a prompt of {length} bytes")
-        x[at], x[at + 1] = key, value
-        taken.append((at, at + RECORD_LEN))
+            raise ValueError(f"no free place for {n_keys} records of width {width} in a prompt of {length} bytes")
+        x[at: at + width] = np.tile([key, value], width // RECORD_LEN)
+        taken.append((at, at + width))
     return x, query_at + 1, needle_at

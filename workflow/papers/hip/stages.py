@@ -58,44 +58,61 @@ def train_lm(*, cfg, seed, train_tokens, checkpoint, history):
 def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offload):
     """Everything measured on one trained model (seed `seed`), on held-out text:
 
-    * ``retrieval``: per prompt (T, n_keys, needle depth) and method, the answer's NLL and
-      whether the greedy decode is right; prompts are the same for every method (paired);
+    * ``retrieval``: per prompt (T, n_keys, needle depth, record width) and method, the answer's NLL and
+      whether the greedy decode is right; prompts are the same for every method (paired). Rows with
+      ``source = "planted"`` are the positive control: the same accuracy on one attention head with a planted
+      needle (:func:`papers.hip.evaluate.planted_needle`), drawn with this seed;
     * ``text``: per held-out window (no records) and method, the mean NLL of the second half;
-    * ``recall``: per prompt and pruned layer, the recall of the oracle top-n key blocks by HiP
-      and by random blocks, on the model's q, k and on the same keys shuffled (the control);
-    * ``offload``: the decoding simulation per (layer, T) (papers.hip.offload).
+    * ``recall``: per prompt and pruned layer, the recall of the oracle top-n key blocks by HiP and by random
+      blocks, on the model's q, k and on the same keys shuffled; keys ``planted`` / ``planted_shuffled``: the
+      same on keys with planted locality (the positive control);
+    * ``offload``: the decoding simulation per (window, layer, T) at ``offload.mask_k`` (papers.hip.offload).
     """
     p, seed = parse(cfg), int(seed)
     seed_everything(seed)
     model = load(checkpoint)[0].to(p.device)
     val = data.load_tokens(val_tokens)
+    e = p.eval
     rng = np.random.default_rng(10_000 + seed)  # prompts: disjoint from the training draws
     gen = torch.Generator().manual_seed(seed)  # random blocks
 
-    # retrieval prompts: every (T, n_keys, depth) cell, `prompts` each, held-out text at random starts
+    # retrieval prompts: every (T, n_keys, depth, width) cell, `prompts` each, held-out text at random starts
     prompts = []
-    for T in p.eval.lengths:
-        for n_keys in p.eval.n_keys:
-            for depth in p.eval.depths:
-                for i in range(p.eval.prompts):
-                    start = int(rng.integers(0, len(val) - T))
-                    x, answer, needle = data.retrieval_prompt(rng, val, start, T, n_keys, depth)
-                    prompts.append({"T": T, "n_keys": n_keys, "depth": depth, "prompt": len(prompts),
-                                    "x": x, "answer": answer, "needle_at": needle})
+    for T in e.lengths:
+        for width in e.widths:
+            for n_keys in e.n_keys:
+                for depth in e.depths:
+                    for _ in range(e.prompts):
+                        start = int(rng.integers(0, len(val) - T))
+                        x, answer, needle = data.retrieval_prompt(rng, val, start, T, n_keys, depth, width)
+                        prompts.append({"T": T, "n_keys": n_keys, "depth": depth, "width": width,
+                                        "prompt": len(prompts), "x": x, "answer": answer, "needle_at": needle})
+    keys = ("T", "n_keys", "depth", "width", "prompt", "needle_at")
     rows = []
     for method in progress(methods.METHODS, desc="retrieval"):
-        for T in p.eval.lengths:
+        for T in e.lengths:
             group = [q for q in prompts if q["T"] == T]
             x = torch.from_numpy(np.stack([q["x"] for q in group]).astype(np.int64))
             nll, correct = ev.answer_scores(model, x, group[0]["answer"], 1, method, p.hip, gen)  # the value byte
-            rows += [{"seed": seed, "method": method, **{k: q[k] for k in ("T", "n_keys", "depth", "prompt",
-                                                                          "needle_at")},
+            rows += [{"seed": seed, "source": "model", "method": method, **{k: q[k] for k in keys},
                       "answer_nll": float(a), "correct": bool(c)} for q, a, c in zip(group, nll, correct)]
+    # the positive control: one head with a planted needle, every method on the same draw
+    pgen = torch.Generator().manual_seed(20_000 + seed)
+    i = 0
+    for T in e.lengths:
+        for width in e.widths:
+            for depth in e.depths:
+                for _ in range(e.planted_prompts):
+                    hit = ev.planted_needle(T, width, depth, p.hip, pgen, strength=e.planted_strength)
+                    rows += [{"seed": seed, "source": "planted", "method": m, "T": T, "n_keys": 1, "depth": depth,
+                              "width": width, "prompt": i, "needle_at": -1, "answer_nll": float("nan"),
+                              "correct": hit[m]} for m in methods.METHODS]
+                    i += 1
     write_parquet(pd.DataFrame(rows), retrieval)
 
-    # held-out text without records: how much ordinary bytes use far context (the far claim's control)
+    # held-out text without records: how much ordinary bytes use far context (the far premise's control)
     Tt = p.train.seq_len
-    starts = np.linspace(0, len(val) - Tt - 2, p.eval.text_windows).astype(int)
+    starts = np.linspace(0, len(val) - Tt - 2, e.text_windows).astype(int)
     windows = torch.from_numpy(np.stack([val[s: s + Tt + 1] for s in starts]).astype(np.int64))
     rows = []
     for method in progress(methods.METHODS, desc="text"):
@@ -103,36 +120,44 @@ def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offl
         rows += [{"seed": seed, "method": method, "text_window": w, "nll_late": float(v)} for w, v in enumerate(late)]
     write_parquet(pd.DataFrame(rows), text)
 
-    # top-k recall per pruned layer, on the dense pass's q, k of prompts at the largest T
-    T = max(p.eval.lengths)
-    group = [q for q in prompts if q["T"] == T][:: max(1, len([q for q in prompts if q["T"] == T])
-                                                        // p.eval.recall_prompts)][: p.eval.recall_prompts]
+    # top-k recall per pruned layer, on the dense pass's q, k of prompts at the largest T (spread over the cells)
+    T = max(e.lengths)
+    at_T = [q for q in prompts if q["T"] == T]
+    group = [at_T[j] for j in np.linspace(0, len(at_T) - 1, min(e.recall_prompts, len(at_T))).astype(int)]
     rows = []
     for q in progress(group, desc="recall"):
         qk = ev.record_qk(model, torch.from_numpy(q["x"][None].astype(np.int64)).to(p.device))
         for layer, (qq, kk) in qk.items():
             if layer < p.hip.dense_layers:
                 continue
-            for keys in ("model", "shuffled"):
-                k_used = kk if keys == "model" else ev.shuffle_keys(kk, p.hip, gen)
+            for keys_, k_used in (("model", kk), ("shuffled", ev.shuffle_keys(kk, p.hip, gen))):
                 for m, r in ev.topk_recall(qq, k_used, p.hip, gen).items():
-                    rows.append({"seed": seed, "prompt": q["prompt"], "layer": layer, "keys": keys, "method": m,
+                    rows.append({"seed": seed, "prompt": q["prompt"], "layer": layer, "keys": keys_, "method": m,
                                  "recall": r})
+    # the positive control: keys with planted locality, as many draws as prompts, the model's head shape
+    H, D = model.cfg.n_head, model.cfg.n_embd // model.cfg.n_head
+    for j in range(len(group)):
+        qq, kk = ev.planted_locality_keys(T, H, D, pgen)
+        for keys_, k_used in (("planted", kk), ("planted_shuffled", ev.shuffle_keys(kk, p.hip, gen))):
+            for m, r in ev.topk_recall(qq, k_used, p.hip, gen).items():
+                rows.append({"seed": seed, "prompt": j, "layer": -1, "keys": keys_, "method": m, "recall": r})
     write_parquet(pd.DataFrame(rows), recall)
 
-    # decoding with an offloaded cache, on held-out text, q and k of each pruned layer under HiP
+    # decoding with an offloaded cache, on held-out windows of the largest length, at the offloading mask_k:
+    # q and k of each pruned layer of the model running HiP at that budget
     o = p.offload
+    cfg_off = dataclasses.replace(p.hip, mask_k=o.mask_k)
+    starts = np.linspace(0, len(val) - max(o.lengths) - 1, o.windows).astype(int)
     rows = []
-    for w in range(o.windows):
-        s = int(starts[w])
+    for w, s in enumerate(starts):
         x = torch.from_numpy(val[s: s + max(o.lengths)][None].astype(np.int64)).to(p.device)
         record = []
         with torch.no_grad():
-            model(x, methods.make_attend("hip", p.hip, record=record))
+            model(x, methods.make_attend("hip", cfg_off, record=record))
         for layer, qq, kk, _ in record:
             for To in o.lengths:
                 for arm, g in (("hip", None), ("random", gen)):
-                    r = off.simulate_decode(qq[0].cpu(), kk[0].cpu(), To, o.decode_steps, o.refresh_interval, p.hip,
+                    r = off.simulate_decode(qq[0].cpu(), kk[0].cpu(), To, o.decode_steps, o.refresh_interval, cfg_off,
                                             o.lru_scale, g)
                     rows.append({"seed": seed, "window": w, "layer": layer, "T": To, "arm": arm, **r})
     write_parquet(pd.DataFrame(rows), offload)
@@ -140,18 +165,18 @@ def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offl
 
 # ---- cost ----------------------------------------------------------------------------------------
 def cost(*, cfg, table):
-    """HiP's counted key scores and wall time against T, and dense attention's, on random q, k of one
-    head; the control runs the same tree search with mask_k = T / control_fraction (up to
-    control_max_len: its cost is quadratic)."""
+    """HiP's counted key products and time against T, and dense attention's, on random q, k of one head;
+    the control runs the same tree search with mask_k = T / control_fraction (up to control_max_len: its cost
+    is quadratic). Per T and input, the arms are timed in turn `timing_repeats` times and the fastest timing of
+    each is kept (papers.hip.evaluate.min_seconds)."""
     p = parse(cfg)
     c = p.cost
     rows = []
     for rep in range(c.repeats):
         gen = torch.Generator().manual_seed(rep)
         for T in progress(c.lengths, desc=f"cost, input {rep}"):
-            arms = [("hip", p.hip.mask_k)] + ([("control", T // c.control_fraction)] if T <= c.control_max_len else [])
-            for arm, mask_k in arms:
-                cfg_arm = dataclasses.replace(p.hip, mask_k=mask_k)
-                row = ev.cost_at(T, cfg_arm, c.head_dim, arm == "hip" and T <= c.dense_max_len, gen, c.device)
-                rows.append({"input": rep, "arm": arm, "mask_k": mask_k, **row})
+            control = T // c.control_fraction if T <= c.control_max_len else None
+            rows += [{"input": rep, **r} for r in ev.cost_at(T, p.hip, c.head_dim, gen, control_mask_k=control,
+                                                            time_dense=T <= c.dense_max_len,
+                                                            repeats=c.timing_repeats, device=c.device)]
     write_parquet(pd.DataFrame(rows), table)

@@ -8,17 +8,18 @@ thresholds (``infoprop_dyna.py``), nothing copied.
 What is reproduced: the Infoprop rollout step (Sec. 4: fuse the ensemble, read a random member's draw as a noisy
 observation of the next state, condition on it with a Kalman gain so that only aleatoric uncertainty propagates),
 its information loss and the termination by lambda1/lambda2 (Sec. 5), against MBPO's random-member sampling and the
-ensemble mean, on a probabilistic ensemble fitted to logged HalfCheetah-v5 transitions; the rollouts are compared
-with the true simulator continued from the same held-out states (claim a), and the transitions Infoprop drops with
-those it keeps (claim b).
+ensemble mean, on a probabilistic ensemble (early stopping and elites as MBRL-Lib's trainer) fitted to logged
+HalfCheetah-v5 transitions of the deterministic simulator; the rollouts are compared with the true simulator
+continued from the same held-out states (claim a, gated on MBPO's rollouts diverging and the members disagreeing),
+and the transitions Infoprop drops with those it keeps, by an error that excludes the true spread (claim b).
 
 Claim (c), Infoprop-Dyna (Sec. 6, Alg. 1: SAC trained on model rollouts) against MBPO-style Dyna at equal real
-steps, with Infoprop's loop at K = 1 as the control, runs on Pendulum-v1 with every arm and seed vectorised in one
-process (dyna.py).
+steps, with Infoprop's loop at K = 1 as the ablation and the loop with the true simulator as its model as the
+learnability reference, runs on Pendulum-v1 with every arm and seed vectorised in one process (dyna.py).
 
-How we deviate: one task per study, a fixed noisy policy with an explicit actuator noise instead of a learning agent
-in the rollout study, a small Dyna task and budget (1500 real steps), smaller networks; the report's "What differs
-from the paper" lists every difference.
+How we deviate: one task per study, fixed noisy policies (one per replicate, the regimes in turn) instead of a
+learning agent in the rollout study, a small Dyna task and budget, smaller networks; the report's "What differs from
+the paper" lists every difference.
 
 Modules: data.py (the true system, the logged data and the prepare stage), model.py (the ensemble), propagation.py
 (the schemes, information loss, thresholds), stages.py (train, evaluate), dyna.py (the Dyna comparison), report.py

@@ -24,6 +24,9 @@ The arms (one per rollout scheme, :data:`ARMS`):
 * ``infoprop_k1`` (the negative control): the same loop, horizon and thresholds with the Kalman gain forced to 1:
   the step becomes a random member's sample (no epistemic removal) and its conditional variance is 0, so the
   information loss is 0 and no rollout is ever stopped -- long MBPO-style rollouts, the mechanism absent.
+* ``true_model`` (the learnability reference): the same loop with the true simulator as its model (Pendulum's
+  equations, :func:`pendulum_step`), rollouts of the full Infoprop horizon: perfect long rollouts, so that whether
+  this loop can learn the task at this budget is measured, apart from any model's errors.
 
 SAC (Haarnoja et al. 2018, as the official ``pytorch_sac_pranz24``): a tanh-squashed Gaussian policy, twin Q
 networks with soft-updated targets (tau), the entropy temperature alpha tuned to a target entropy of -act_dim,
@@ -59,7 +62,28 @@ from papers.infoprop.params import parse
 log = logging.getLogger(__name__)
 
 # The Dyna arms: the MBPO baseline, Infoprop, and the control (Infoprop's loop with K = 1: no mechanism).
-ARMS = ("mbpo", "infoprop", "infoprop_k1")
+ARMS = ("mbpo", "infoprop", "infoprop_k1", "true_model")
+# gymnasium's Pendulum-v1 (classic_control/pendulum.py): g, mass, length, time step, torque and speed limits.
+PENDULUM = {"g": 10.0, "m": 1.0, "l": 1.0, "dt": 0.05, "max_torque": 2.0, "max_speed": 8.0}
+
+
+def pendulum_step(obs: torch.Tensor, act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pendulum-v1's own dynamics and reward, batched: obs (..., 3) = (cos th, sin th, thdot), act (..., 1) in
+    [-1, 1] (scaled to the torque box) -> next obs (..., 3), reward (..., 1).
+
+    .. math::
+        r = -(\\theta^2 + 0.1 \\dot\\theta^2 + 0.001 u^2), \\quad
+        \\dot\\theta' = \\mathrm{clip}(\\dot\\theta + (\\tfrac{3g}{2l} \\sin\\theta + \\tfrac{3}{ml^2} u) dt, \\pm 8), \\quad
+        \\theta' = \\theta + \\dot\\theta' dt
+    (theta normalised to [-pi, pi) in the cost)."""
+    c = PENDULUM
+    th, thdot = torch.atan2(obs[..., 1:2], obs[..., 0:1]), obs[..., 2:3]
+    u = (act * c["max_torque"]).clamp(-c["max_torque"], c["max_torque"])
+    cost = th ** 2 + 0.1 * thdot ** 2 + 0.001 * u ** 2  # atan2 already lies in [-pi, pi]
+    thdot2 = (thdot + (3 * c["g"] / (2 * c["l"]) * torch.sin(th) + 3.0 / (c["m"] * c["l"] ** 2) * u) * c["dt"]).clamp(
+        -c["max_speed"], c["max_speed"])
+    th2 = th + thdot2 * c["dt"]
+    return torch.cat([torch.cos(th2), torch.sin(th2), thdot2], -1), -cost
 LOG_STD_BOUNDS = (-20.0, 2.0)  # the policy's log-std clamp (pytorch_sac_pranz24)
 
 
@@ -194,6 +218,10 @@ def rollouts(agent: Agent, model: RunEnsemble, arm_of_run: np.ndarray, real: dic
         mu, s2 = mu.view(-1, runs, b, dim), s2.view(-1, runs, b, dim)
         y, var = torch.zeros(runs, b, dim, dtype=mu.dtype), torch.zeros(runs, b, dim, dtype=mu.dtype)
         for arm, idx in blocks.items():
+            if arm == "true_model":  # the simulator's own step: no variance, so no information loss, no stop
+                nxt, rew = pendulum_step(o[idx].double(), a[idx].double())
+                y[idx] = torch.cat([nxt - o[idx].double(), rew], -1)
+                continue
             yk, vk = P.step(arm, mu[:, idx].flatten(1, 2), s2[:, idx].flatten(1, 2), generator)
             y[idx] = yk.view(len(idx), b, dim)
             if vk is not None:

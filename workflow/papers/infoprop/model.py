@@ -17,6 +17,13 @@ between learned bounds by soft clamps (Chua et al. 2018, App. A.1),
 with :math:`0.01 (\\sum \\ell_{max} - \\sum \\ell_{min})` added to the loss so the bounds tighten.
 Targets are standardised for training; :meth:`GaussianEnsemble.predict` returns means and variances in the
 data's own units (the information loss is measured there, against an absolute resolution).
+
+Training to convergence as the official trainer (MBRL-Lib ``ModelTrainer.train``, which the official
+``infoprop_dyna.py`` calls): after every epoch each member's held-out MSE is computed; a member whose score
+improved by more than 1% (relative) since its best keeps a snapshot of its weights; training stops when no
+member improved for ``patience`` epochs in a row (or after ``epochs``), every member returns to its best
+snapshot, and the ``elites`` members with the lowest held-out MSE are kept (MBRL-Lib ``num_elites``: 5 of 7);
+only they propagate.
 """
 from __future__ import annotations
 
@@ -74,6 +81,15 @@ class GaussianEnsemble(nn.Module):
         logvar = self.min_logvar + F.softplus(logvar - self.min_logvar)
         return mean, logvar
 
+    @torch.no_grad()
+    def keep(self, members) -> None:
+        """Keep only `members` (indices along the ensemble axis): the elites."""
+        index = torch.as_tensor(list(members))
+        for layer in [*self.hidden, self.head]:
+            layer.weight = nn.Parameter(layer.weight[index].clone())
+            layer.bias = nn.Parameter(layer.bias[index].clone())
+        self.ensemble = len(index)
+
     def set_normalisers(self, inputs: np.ndarray, targets: np.ndarray) -> None:
         for name, arr in (("in", inputs), ("out", targets)):
             getattr(self, f"{name}_mean").copy_(torch.as_tensor(arr.mean(0)))
@@ -92,18 +108,27 @@ def gaussian_nll(mean: torch.Tensor, logvar: torch.Tensor, target: torch.Tensor)
     return ((mean - target) ** 2 * torch.exp(-logvar) + logvar).mean()
 
 
+def _member_slices(model: GaussianEnsemble) -> list[torch.Tensor]:
+    """The parameters that carry a member axis (every layer's weight and bias), in a fixed order."""
+    return [t for layer in [*model.hidden, model.head] for t in (layer.weight, layer.bias)]
+
+
 def train_ensemble(inputs: np.ndarray, targets: np.ndarray, m: dict, generator: torch.Generator):
     """Fit a GaussianEnsemble on (inputs, targets) = ((s, a), (s' - s, r)); each member on its own bootstrap.
 
-    A share `val_fraction` is held out (never trained on) and its per-epoch MSE and NLL are logged; the
-    ensemble of the last epoch is returned with the history (a list of per-epoch dicts).
+    A share `val_fraction` is held out (never trained on). After each epoch every member's held-out MSE
+    (standardised targets) is measured; members that improved by more than 1% keep a snapshot; training stops after
+    `patience` epochs without any member improving, or at `epochs`. Every member returns to its best snapshot and
+    the `elites` best are kept (the module docstring). Returns the ensemble and the history: one dict per epoch
+    (train loss, held-out MSE and NLL of the ensemble, how many members improved) and a last one with
+    ``"final": True`` (the elites' held-out MSE, the epoch of stopping, whether patience stopped it).
     """
     n = len(inputs)
     perm = torch.randperm(n, generator=generator).numpy()
     n_val = int(round(m["val_fraction"] * n))
     val, fit = perm[:n_val], perm[n_val:]
     model = GaussianEnsemble(inputs.shape[1], targets.shape[1], m["ensemble"], m["hidden"], m["layers"],
-                             m["learn_logvar_bounds"])  
+                             m["learn_logvar_bounds"])
     model.set_normalisers(inputs[fit], targets[fit])
     x = ((torch.as_tensor(inputs) - model.in_mean) / model.in_std).float()
     y = ((torch.as_tensor(targets) - model.out_mean) / model.out_std).float()
@@ -113,7 +138,9 @@ def train_ensemble(inputs: np.ndarray, targets: np.ndarray, m: dict, generator: 
     decay = [p for name, p in model.named_parameters() if name.endswith("weight")]
     rest = [p for name, p in model.named_parameters() if not name.endswith("weight") and p.requires_grad]
     opt = torch.optim.Adam([{"params": decay, "weight_decay": m["weight_decay"]}, {"params": rest}], lr=m["lr"])
-    history = []
+    best = torch.full((m["ensemble"],), float("inf"))
+    snapshot = [t.detach().clone() for t in _member_slices(model)]
+    history, idle, stopped = [], 0, False
     for epoch in range(m["epochs"]):
         order = boot[:, torch.randperm(len(fit), generator=generator)]
         for start in range(0, len(fit), m["batch"]):
@@ -126,7 +153,25 @@ def train_ensemble(inputs: np.ndarray, targets: np.ndarray, m: dict, generator: 
             opt.step()
         with torch.no_grad():
             mean, logvar = model(x[val].expand(m["ensemble"], -1, -1))
-            history.append({"epoch": epoch, "train_loss": float(loss), "val_mse": float(((mean - y[val]) ** 2).mean()),
-                            "val_nll": float(gaussian_nll(mean, logvar, y[val]))})
+            member_mse = ((mean - y[val]) ** 2).mean((1, 2))  # (E,)
+            improved = member_mse < best * (1.0 - 0.01)  # MBRL-Lib: improvement_threshold 0.01
+            for t, snap in zip(_member_slices(model), snapshot):
+                snap[improved] = t[improved]
+            best = torch.where(improved, member_mse, best)
+            history.append({"epoch": epoch, "train_loss": float(loss), "val_mse": float(member_mse.mean()),
+                            "val_nll": float(gaussian_nll(mean, logvar, y[val])), "improved": int(improved.sum()),
+                            "final": False, "stopped_early": False, "elites": ""})
         log.info("epoch %d: %s", epoch, history[-1])
+        idle = 0 if improved.any() else idle + 1
+        if idle >= m["patience"]:
+            stopped = True
+            break
+    with torch.no_grad():
+        for t, snap in zip(_member_slices(model), snapshot):
+            t.copy_(snap)
+    elites = torch.argsort(best)[: m["elites"]].sort().values
+    model.keep(elites.tolist())
+    history.append({"epoch": history[-1]["epoch"], "train_loss": history[-1]["train_loss"],
+                    "val_mse": float(best[elites].mean()), "val_nll": float("nan"), "improved": 0, "final": True,
+                    "stopped_early": stopped, "elites": ",".join(map(str, elites.tolist()))})
     return model, history

@@ -30,14 +30,15 @@ class Params:
         "train_episodes": 10, "heldout_episodes": 2, "episode_steps": 1000, "gain": 1.0, "policy_noise": 0.3,
         "process_noise": 0.3})
     # Rollout-quality study: start states, samples per start (true simulator and each scheme alike), horizon H, and
-    # the rollout policies: W + shift x N(0, gain^2 / obs_dim) per shift (0: the logging policy, in distribution;
-    # 1: a policy as far from it again, as a Dyna agent's policy moves away from the data).
+    # the rollout policies W + shift x N(0, gain^2 / obs_dim), one per seed, the shifts in turn (0: the logging
+    # policy, in distribution; 1: a policy as far from it again, as a Dyna agent's policy moves away from the data).
     rollout: dict = field(default_factory=lambda: {"starts": 64, "samples": 16, "horizon": 50, "policy_shifts": [0.0, 1.0]})
-    # Probabilistic ensemble (official config gaussian_mlp_ensemble.yaml: E = 7, SiLU; info_hopper.yaml: 4 x 200
-    # hidden, lr 4e-4, wd 8e-4 (as L2 on the weights), batch 256, 20% validation; 3 x 128 here for time).
+    # Probabilistic ensemble (official config gaussian_mlp_ensemble.yaml: E = 7, 5 elites, SiLU; info_hopper.yaml:
+    # 4 x 200 hidden, lr 4e-4, wd 8e-4 (as L2 on the weights), batch 256, 20% validation; MBRL-Lib's trainer stops
+    # after `patience` epochs without a 1% improvement of any member; 3 x 128 here for time).
     model: dict = field(default_factory=lambda: {
-        "ensemble": 7, "hidden": 128, "layers": 3, "lr": 4.0e-4, "weight_decay": 8.0e-4, "batch": 256, "epochs": 20,
-        "val_fraction": 0.2, "learn_logvar_bounds": True})
+        "ensemble": 7, "elites": 5, "hidden": 128, "layers": 3, "lr": 4.0e-4, "weight_decay": 8.0e-4, "batch": 256,
+        "epochs": 200, "patience": 5, "val_fraction": 0.2, "learn_logvar_bounds": True})
     # Information loss and termination (official infoprop_dyna.py: resolution 1e-6, lambda1 = the 0.9999 quantile
     # of the one-step loss on real data per dimension, lambda2 = H x its 0.01 quantile).
     info: dict = field(default_factory=lambda: {"resolution": 1.0e-6, "upper_quantile": 0.9999, "lower_quantile": 0.01})
@@ -51,9 +52,9 @@ class Params:
         "model": {"ensemble": 7, "hidden": 64, "layers": 3, "lr": 1.0e-3, "weight_decay": 5.0e-5, "batch": 256,
                   "epochs": 10, "learn_logvar_bounds": True}})
     # Thresholds of the claims (config/config.yaml says where each comes from).
-    claims: dict = field(default_factory=lambda: {"long_horizon_steps": [20, 30, 40, 50], "w1_margin": 0.0,
-                                                  "error_gap": 0.2, "min_group": 20,
-                                                  "return_margin": 0.0})
+    claims: dict = field(default_factory=lambda: {"long_horizon_steps": [20, 30, 40, 50], "w1_log_ratio": 0.0,
+                                                  "w1_growth": 2.0, "min_share": 0.2, "cut_margin": 0.0,
+                                                  "min_group": 20, "return_margin": 0.0, "learned_share": 0.5})
 
     def check_rules(self) -> None:
         """Cross-field rules the schema cannot state."""
@@ -67,6 +68,9 @@ class Params:
         if not d["initial_steps"] < d["real_steps"]:
             raise ValueError(f"infoprop.dyna.initial_steps = {d['initial_steps']} must be below dyna.real_steps = "
                              f"{d['real_steps']} (the agent has to act)")
+        if not 1 <= self.model["elites"] <= self.model["ensemble"]:
+            raise ValueError(f"infoprop.model.elites = {self.model['elites']} must lie in 1..model.ensemble = "
+                             f"{self.model['ensemble']}")
         if self.info["lower_quantile"] >= self.info["upper_quantile"]:
             raise ValueError("infoprop.info.lower_quantile must be below info.upper_quantile")
 

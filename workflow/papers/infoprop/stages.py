@@ -31,7 +31,8 @@ def transitions(d: dict) -> tuple[np.ndarray, np.ndarray]:
 
 # ---- train -------------------------------------------------------------------------------------
 def train(*, cfg, seed: str, data, model, history):
-    """Fit one seed's probabilistic ensemble on its logged transitions; checkpoint and per-epoch history."""
+    """Fit one seed's probabilistic ensemble on its logged transitions to convergence (early stopping, elites kept);
+    checkpoint and per-epoch history."""
     p = parse(cfg)
     seed = int(seed)
     seed_everything(seed)
@@ -39,14 +40,14 @@ def train(*, cfg, seed: str, data, model, history):
     generator = torch.Generator().manual_seed(seed)
     net, hist = train_ensemble(inputs, targets, p.model, generator)
     torch.save({"state_dict": net.state_dict(), "d_in": inputs.shape[1], "d_out": targets.shape[1],
-                "model": dict(p.model), "seed": seed}, model)
+                "members": net.ensemble, "model": dict(p.model), "seed": seed}, model)
     write_parquet(pd.DataFrame(hist).assign(seed=seed), history)
 
 
 def load_model(path) -> GaussianEnsemble:
     ckpt = torch.load(path, weights_only=True)
     m = ckpt["model"]
-    net = GaussianEnsemble(ckpt["d_in"], ckpt["d_out"], m["ensemble"], m["hidden"], m["layers"],
+    net = GaussianEnsemble(ckpt["d_in"], ckpt["d_out"], ckpt["members"], m["hidden"], m["layers"],
                            m["learn_logvar_bounds"])
     net.load_state_dict(ckpt["state_dict"])
     return net.eval()
@@ -97,18 +98,51 @@ def wasserstein_1d(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
     return np.abs(np.sort(x, axis=axis) - np.sort(y, axis=axis)).mean(axis=axis)
 
 
+def excess_error(x: np.ndarray, true: np.ndarray) -> np.ndarray:
+    """Each model sample's squared distance to the true mean beyond the true spread, averaged over dimensions:
+    mean_d [(x_d - mu_d)^2 - sigma_d^2] with mu, sigma^2 (ddof 1) of the true continuations from the same start at
+    the same step. A sample drawn from the true distribution scores 0 in expectation, whatever the true (aleatoric)
+    spread, so the error measures the model's departure alone. x (N, M, H, D), true (N, M', H, D) -> (N M, H)."""
+    mu, var = true.mean(1, keepdims=True), true.var(1, ddof=1, keepdims=True)
+    return ((x - mu) ** 2 - var).mean(-1).reshape(-1, x.shape[2])
+
+
+def dropped_above(err: np.ndarray, accepted: np.ndarray) -> float:
+    """The probability that a dropped sample's error exceeds an accepted one's (ties count half): the Mann-Whitney
+    U of the dropped over n_dropped x n_accepted, 0.5 when the cut is blind to the error. NaN if a group is empty."""
+    from scipy.stats import rankdata
+
+    n_a, n_d = int(accepted.sum()), int((~accepted).sum())
+    if n_a == 0 or n_d == 0:
+        return float("nan")
+    ranks = rankdata(err)
+    return float((ranks[~accepted].sum() - n_d * (n_d + 1) / 2) / (n_a * n_d))
+
+
 def cut_errors(err: np.ndarray, stop: np.ndarray) -> list[dict]:
-    """Per step, the count and summed error of accepted (step < stop) and dropped (step >= stop) samples. err (B, H)."""
+    """Per step, the count and summed error of accepted (step < stop) and dropped (step >= stop) samples, and the
+    probability that a dropped sample's error exceeds an accepted one's (:func:`dropped_above`). err (B, H)."""
     rows = []
     for t in range(err.shape[1]):
         accepted = stop > t
         rows.append({"step": t + 1, "accepted": int(accepted.sum()), "dropped": int((~accepted).sum()),
-                     "err_sum_accepted": float(err[accepted, t].sum()), "err_sum_dropped": float(err[~accepted, t].sum())})
+                     "err_sum_accepted": float(err[accepted, t].sum()), "err_sum_dropped": float(err[~accepted, t].sum()),
+                     "dropped_above": dropped_above(err[:, t], accepted)})
     return rows
 
 
+def oracle_stops(err: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """The positive control of claim (b): Infoprop's stop steps, given to the rollouts in order of their error
+    (the earliest stop to the rollout with the highest mean error over the horizon), so that the cut follows the
+    error by construction with the same count of cuts at every step. err (B, H), stop (B,) -> (B,)."""
+    out = np.empty_like(stop)
+    out[np.argsort(-err.mean(1), kind="stable")] = np.sort(stop, kind="stable")
+    return out
+
+
 def evaluate(*, cfg, seed: str, data, model, curves, cuts):
-    """Every scheme's rollouts against the true continuations (claim a); Infoprop's cuts (claim b)."""
+    """Every scheme's rollouts against the true continuations (claim a); Infoprop's cuts against a random and an
+    error-ordered cut (claim b)."""
     p = parse(cfg)
     seed = int(seed)
     seed_everything(seed)
@@ -124,26 +158,34 @@ def evaluate(*, cfg, seed: str, data, model, curves, cuts):
     curve_rows, cut_rows = [], []
     for c, (shift, w) in enumerate(zip(d["shifts"], d["w_rollout"])):
         true = d["true_states"][c] / scale  # (N, M, H, obs)
-        true_mean = true.mean(1, keepdims=True)
         n, m, h, _ = true.shape
+        half = m // 2
+        curve_rows.append(pd.DataFrame({
+            "seed": seed, "shift": float(shift), "scheme": "true", "step": np.arange(1, h + 1), "w1": np.nan,
+            "w1_half": wasserstein_1d(true[:, half: 2 * half], true[:, :half], axis=1).mean((0, 2)),
+            "state_error": np.nan, "epistemic_share": np.nan}))
         for k, scheme in enumerate(SCHEMES):
             gen = torch.Generator().manual_seed(seed * 1000 + 10 * c + k)
             rng = np.random.default_rng([seed, 2, c, k])
             states, var, share = rollout(net, scheme, d["starts"], w, p.data, m, h, gen, rng)
             x = states / scale
             w1 = wasserstein_1d(x, true, axis=1).mean((0, 2))  # (H,): over starts and dimensions
-            err = np.abs(x - true_mean).mean(-1).reshape(n * m, h)  # (B, H): per sample, to the true mean
+            # The positive control of claim (a), at half the samples: this scheme's first half against the true
+            # first half (beside the true second half against the true first half, below).
+            w1_half = wasserstein_1d(x[:, :half], true[:, :half], axis=1).mean((0, 2))
+            err = excess_error(x, true)  # (B, H)
             row = {"seed": seed, "shift": float(shift), "scheme": scheme, "step": np.arange(1, h + 1), "w1": w1,
-                   "state_error": err.mean(0), "epistemic_share": share}
+                   "w1_half": w1_half, "state_error": err.mean(0), "epistemic_share": share}
             if var is not None:
                 losses = P.information_loss(var, info["resolution"]).reshape(n * m, h, -1)
                 stop = P.stop_step(losses, lambda1, lambda2)
                 row["accepted_fraction"] = (stop[:, None] > np.arange(h)).mean(0)
                 row["info_loss"] = np.cumsum(losses, 1).sum(-1).mean(0)
                 if scheme == "infoprop":
-                    # The control: the same number of cuts at the same steps, given to random rollouts.
+                    # The negative control: the same number of cuts at the same steps, given to random rollouts; the
+                    # positive control: given to the rollouts in order of their error.
                     random_stop = np.random.default_rng([seed, 3, c]).permutation(stop)
-                    for cut, st in (("infoprop", stop), ("random", random_stop)):
+                    for cut, st in (("infoprop", stop), ("random", random_stop), ("oracle", oracle_stops(err, stop))):
                         cut_rows += [{"seed": seed, "shift": float(shift), "cut": cut, **e} for e in cut_errors(err, st)]
                     log.info("seed %d shift %g: mean accepted length %.1f of %d", seed, shift, stop.mean(), h)
             curve_rows.append(pd.DataFrame(row))

@@ -17,5 +17,7 @@ default scale, so every run can be trained to convergence in its time budget; MN
 instead of the paper's larger tasks.
 
 Modules: :mod:`.exact` (model, closed form, gradient descent), :mod:`.phase` (phase diagram and labels),
-:mod:`.mlp` (the nonlinear check), :mod:`.params`, :mod:`.stages` (the DAG's stages), :mod:`.figures`.
+:mod:`.mlp` (the nonlinear check: its arms and their frozen-first-layer ablations), :mod:`.params`,
+:mod:`.stages` (the thin layer the rules call, and the training stages), :mod:`.evaluate`, :mod:`.claims`
+(claims, premise gates, controls, the check c_phase), :mod:`.report`, :mod:`.figures`.
 """

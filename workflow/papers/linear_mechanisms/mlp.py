@@ -1,19 +1,27 @@
 """The nonlinear check: a two-layer tanh network at several init scales, its NTK change and test accuracy.
 
 The paper checks that its mechanisms carry over to nonlinear networks on real tasks; here a two-layer tanh
-MLP in NTK parameterisation on real images (sklearn's digits by default), trained by full-batch gradient
-descent on the mean squared error to one-hot targets:
+MLP on real images (sklearn's digits by default), trained by full-batch gradient descent on the mean squared
+error to one-hot targets:
 
 .. math::
-    f(x) = \\frac{1}{\\sqrt{h}} U \\tanh\\!\\Big(\\frac{W x}{\\sqrt{d_{in}}}\\Big), \\qquad
+    f(x) = h^{-\\alpha} U \\tanh\\!\\Big(\\frac{W x}{\\sqrt{d_{in}}}\\Big), \\qquad
     W_{ij}, U_{ki} \\sim \\mathcal N(0, \\sigma^2),
 
-with the init scale sigma as the knob (the linear model's sigma). The NTK, traced over the outputs, has a
+with the init scale sigma as the knob (the linear model's sigma) and the output exponent alpha the linear
+model's kappa = d^-alpha: 1/2 is NTK parameterisation, 1 mean-field. With ``centred=True`` (the default scale's
+setting) the network's output at initialisation is subtracted, f_c(x) = f(x; W, U) - f(x; W_0, U_0), so it starts
+at zero whatever sigma: the centring of the kernel-regime literature (Chizat, Oyallon and Bach, "On Lazy Training in
+Differentiable Programming", NeurIPS 2019, Sec. 2: the scaled model is centred so that h(w_0) = 0, otherwise the
+initial output grows with the scale and training must first cancel it). Without it, a large sigma makes a large
+random starting function that the readout must shrink to cancel, and that shrinkage, not feature learning, moves
+the NTK (whose second term carries sum_k U_ki^2). f(x; W_0, U_0) does not depend on the parameters, so the NTK
+below is the same for the centred network. The NTK, traced over the outputs, has a
 closed form (g_i = 1 - tanh^2 of unit i):
 
 .. math::
-    K(x, x') = \\frac{C}{h} \\phi(x) \\cdot \\phi(x') + \\frac{x \\cdot x'}{d_{in}\\, h}
-    \\sum_i \\Big(\\sum_k U_{ki}^2\\Big) g_i(x) g_i(x') .
+    K(x, x') = h^{-2\\alpha} \\Big[ C \\phi(x) \\cdot \\phi(x') + \\frac{x \\cdot x'}{d_{in}}
+    \\sum_i \\Big(\\sum_k U_{ki}^2\\Big) g_i(x) g_i(x') \\Big] .
 """
 from __future__ import annotations
 
@@ -24,6 +32,8 @@ import torch
 
 from papers.common.hessian import top_eigenvalue
 
+NTK, MEAN_FIELD = 0.5, 1.0  # output exponents alpha: f = h^-alpha U tanh(...)
+
 
 def init(gen: torch.Generator, d_in: int, hidden: int, classes: int, scale: float, dtype=torch.float32):
     """W (hidden, d_in) and U (classes, hidden) with i.i.d. N(0, scale^2) entries."""
@@ -32,20 +42,20 @@ def init(gen: torch.Generator, d_in: int, hidden: int, classes: int, scale: floa
     return W, U
 
 
-def forward(W: torch.Tensor, U: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def forward(W: torch.Tensor, U: torch.Tensor, x: torch.Tensor, output_exponent: float = NTK) -> torch.Tensor:
     """(n, d_in) -> (n, classes)."""
     phi = torch.tanh(x @ W.T / math.sqrt(W.shape[1]))  # (n, h)
-    return phi @ U.T / math.sqrt(W.shape[0])
+    return phi @ U.T * W.shape[0] ** -output_exponent
 
 
-def ntk(W: torch.Tensor, U: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def ntk(W: torch.Tensor, U: torch.Tensor, x: torch.Tensor, output_exponent: float = NTK) -> torch.Tensor:
     """The output-traced NTK (n, n) of the module docstring."""
     hidden, d_in = W.shape
     phi = torch.tanh(x @ W.T / math.sqrt(d_in))  # (n, h)
     g = 1 - phi * phi
-    readout = U.shape[0] * phi @ phi.T / hidden
-    inner = (g * (U * U).sum(0)) @ g.T / hidden  # (n, n)
-    return readout + inner * (x @ x.T) / d_in
+    readout = U.shape[0] * phi @ phi.T
+    inner = (g * (U * U).sum(0)) @ g.T  # (n, n)
+    return (readout + inner * (x @ x.T) / d_in) * hidden ** (-2 * output_exponent)
 
 
 def layer_alignment(W: torch.Tensor, U: torch.Tensor) -> float:
@@ -71,15 +81,19 @@ def layer_state(W, U, W0, U0) -> dict:
 
 def train(x_train, y_train, x_test, y_test, *, scale: float, hidden: int, steps: int, lr_factor: float,
           power_iterations: int, probe: int, seed: int, converge_accuracy: float = 1.0, lr_ratio: float = 1.0,
+          output_exponent: float = NTK, centred: bool = False, converge_loss: float | None = None,
           progress=None) -> dict:
     """Full-batch GD on L = mean_j |f(x_j) - onehot(y_j)|^2 / 2 from init scale `scale`, until converged.
 
     The learning rate is lr_factor x 2 / lambda_max, lambda_max the top Hessian eigenvalue at
-    initialisation (power iteration), so every init scale trains at the same relative step. `lr_ratio`
-    (readout / first layer, the linear model's eta_u / eta_w) divides the first layer's rate by it (which
-    cannot raise the preconditioned sharpness, so the step stays stable). Training stops once the training
-    accuracy reaches `converge_accuracy` (converged: the training set is fit), or after `steps` steps (not
-    converged: reported, not used by the claims).
+    initialisation (power iteration), so every init scale and output exponent trains at the same relative step.
+    `lr_ratio` (readout / first layer, the linear model's eta_u / eta_w) divides the first layer's rate by it
+    (which cannot raise the preconditioned sharpness, so the step stays stable); ``inf`` freezes the first layer
+    (the ablation of feature learning: the readout alone learns, on the same init at the same rate). Training
+    stops once the training accuracy reaches `converge_accuracy` (converged: the training set is fit), or, where
+    `converge_loss` is given, once the training loss is at most `converge_loss` (accuracy ignored: a slow first
+    layer keeps learning long after the readout fits the labels); after `steps` steps it is not converged.
+    `centred`: subtract the output at initialisation (module docstring).
     Returns the NTK change ||K_T - K_0||_F / ||K_0||_F on the first `probe` training points, the test
     accuracy, the final training loss, the steps run, whether it converged, and the layers' state (layer_state).
     """
@@ -91,37 +105,48 @@ def train(x_train, y_train, x_test, y_test, *, scale: float, hidden: int, steps:
     W.requires_grad_(True)
     U.requires_grad_(True)
     params = [W, U]
+    with torch.no_grad():  # the starting function, subtracted when centred (a constant: no gradient flows)
+        offset_train = forward(W0, U0, x_train, output_exponent) if centred else 0.0
+        offset_test = forward(W0, U0, x_test, output_exponent) if centred else 0.0
+
+    def output(x, offset):
+        return forward(W, U, x, output_exponent) - offset
 
     def loss_fn():
-        return 0.5 * ((forward(W, U, x_train) - target) ** 2).sum(1).mean()
+        return 0.5 * ((output(x_train, offset_train) - target) ** 2).sum(1).mean()
 
     lam, _ = top_eigenvalue(loss_fn, params, iters=power_iterations, generator=gen)
     lr = lr_factor * 2 / abs(lam)
-    rates = (lr / lr_ratio, lr)  # (first layer W, readout U)
+    rates = (lr / lr_ratio, lr)  # (first layer W, readout U); lr / inf = 0: frozen
     x_probe = x_train[:probe]
     with torch.no_grad():
-        k0 = ntk(W, U, x_probe)
+        k0 = ntk(W, U, x_probe, output_exponent)
     converged, taken = False, 0
     it = range(steps + 1) if progress is None else progress(range(steps + 1))
     for k in it:
-        out = forward(W, U, x_train)  # (n, C)
-        if float((out.argmax(1) == y_train).float().mean()) >= converge_accuracy:
+        out = output(x_train, offset_train)  # (n, C)
+        loss = 0.5 * ((out - target) ** 2).sum(1).mean()
+        if (float(loss.detach()) <= converge_loss if converge_loss is not None
+                else float((out.argmax(1) == y_train).float().mean()) >= converge_accuracy):
             converged = True
             break
-        loss = 0.5 * ((out - target) ** 2).sum(1).mean()
         if not torch.isfinite(loss) or k == steps:
             break
         grads = torch.autograd.grad(loss, params)
         with torch.no_grad():
             for p, g, rate in zip(params, grads, rates):
-                p -= rate * g
+                if rate:
+                    p -= rate * g
         taken += 1
     with torch.no_grad():
-        k_t = ntk(W, U, x_probe)
-        accuracy = float((forward(W, U, x_test).argmax(1) == y_test).float().mean())
+        k_t = ntk(W, U, x_probe, output_exponent)
+        accuracy = float((output(x_test, offset_test).argmax(1) == y_test).float().mean())
+        initial_output = float(offset_train.norm(dim=1).mean()) if centred else float(
+            forward(W0, U0, x_train, output_exponent).norm(dim=1).mean())
         loss = float(loss_fn())
         state = layer_state(W, U, W0, U0)
     change = float(torch.linalg.norm(k_t - k0) / torch.linalg.norm(k0))
     return {"ntk_change": change, "test_accuracy": accuracy, "train_loss": loss, "lr": lr, "lr_ratio": lr_ratio,
+            "output_exponent": output_exponent, "centred": centred, "initial_output": initial_output,
             "sharpness0": float(lam), "steps_run": taken, "converged": converged,
             "diverged": bool(not np.isfinite(loss)), **state}

@@ -14,6 +14,7 @@ from papers.linear_mechanisms.phase import HYPER, MECHANISMS
 
 SLUG = "linear_mechanisms"
 DATASETS = ("digits", "mnist1d")
+PARAMETERISATIONS = ("ntk", "mean_field")
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class Thresholds:
 class Nonlinear:
     """The nonlinear check: two-layer tanh MLP, NTK parameterisation, full-batch GD on MSE."""
 
-    seeds: int = 3
+    seeds: int = 10
     dataset: str = "digits"  # the paper uses larger real tasks; digits ship with scikit-learn
     path: str | None = None  # digits CSV (None: the copy inside scikit-learn)
     train_size: int = 300  # config.yaml says why (the training budget)
@@ -69,6 +70,10 @@ class Nonlinear:
     steps: int = 20000  # the most GD steps a run may take (a cap); it stops earlier once converged
     # converged: the training accuracy reached converge_accuracy (1: the training set is fit)
     converge_accuracy: float = 1.0
+    # subtract the output at initialisation (Chizat, Oyallon and Bach 2019: the centred model starts at zero)
+    centred: bool = True
+    # the rescaling arm (and its frozen twin) converge on the training loss instead: loss <= this
+    rescaling_converge_loss: float = 1e-3
     lr_factor: float = 0.5
     power_iterations: int = 20
     probe: int = 200
@@ -77,6 +82,9 @@ class Nonlinear:
     # rescaling_lr_ratio (readout / first layer; the linear model's rescaling point has eta_u / eta_w = 100)
     rescaling_scale: float = 1.0
     rescaling_lr_ratio: float = 100.0
+    # the rescaling arm's output scaling: mean_field (f = U tanh(.) / h, as the linear model's rescaling point,
+    # kappa = d^-1) or ntk (/ sqrt(h)); in NTK scaling the readout can fit the data alone
+    rescaling_parameterisation: str = "mean_field"
     # claim (e): the layer alignment ||U W|| / (||U|| ||W||) rises (alignment) / falls (disalignment) by more than
     # this fraction of its initial value (the linear model's cos_change = 0.1, made relative: at h hidden units
     # the initial alignment is ~ 1/sqrt(h), far below 0.1)
@@ -108,7 +116,7 @@ class Params:
     ntk_slope_max: float = -0.5
     mean_field_min: float = 0.1
     mean_field_spread_max: float = 2.0
-    agreement_min: float = 0.7
+    agreement_min: float = 0.7  # the check c_phase (phase diagram: measured label = predicted label)
     nonlinear: Nonlinear = field(default_factory=Nonlinear)
 
     def check(self) -> None:
@@ -141,6 +149,13 @@ class Params:
             raise ValueError(f"{SLUG}.nonlinear.probe ({nl.probe}) exceeds train_size ({nl.train_size})")
         if len(nl.init_scales) < 2:
             raise ValueError(f"{SLUG}.nonlinear.init_scales needs at least two scales (claim d)")
+        if not isinstance(nl.centred, bool):
+            raise ValueError(f"{SLUG}.nonlinear.centred must be true or false, got {nl.centred!r}")
+        if not nl.rescaling_converge_loss > 0:
+            raise ValueError(f"{SLUG}.nonlinear.rescaling_converge_loss must be > 0, got {nl.rescaling_converge_loss!r}")
+        if nl.rescaling_parameterisation not in PARAMETERISATIONS:
+            raise ValueError(f"{SLUG}.nonlinear.rescaling_parameterisation must be one of {PARAMETERISATIONS}, "
+                             f"got {nl.rescaling_parameterisation!r}")
 
 
 def _grids(raw, where: str) -> dict:

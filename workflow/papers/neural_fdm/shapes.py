@@ -165,16 +165,23 @@ def tube_structure(levels: int, sides: int, rings: int) -> Structure:
 
 
 def tower_targets(rng: np.random.Generator, n: int, *, height: float, radius: float, sides: int, levels: int,
-                  rings: int, radius_range: tuple, twist: float) -> np.ndarray:
+                  rings: int, radius_range: tuple, twist: float, twist_range: tuple | None = None) -> np.ndarray:
     """n target towers (n, levels * sides, 3): elliptical, rotated compression rings at their heights.
 
-    Tension levels sit at radius `radius` (only their heights enter the loss).
+    Each compression ring's two radii are `radius` times factors drawn from `radius_range`, its rotation
+    is uniform in [-twist, twist] degrees (the official generator), or, with `twist_range` (lo, hi), of a
+    magnitude uniform in [lo, hi] and a random sign. Tension levels sit at radius `radius` (only their
+    heights enter the loss).
     """
     comp = ring_levels(levels, rings)
     radii = np.full((n, levels, 2), float(radius))
     angle = np.zeros((n, levels))
     radii[:, comp] = radius * rng.uniform(*radius_range, size=(n, rings, 2))
-    angle[:, comp] = np.radians(rng.uniform(-twist, twist, size=(n, rings)))
+    if twist_range is None:
+        angle[:, comp] = np.radians(rng.uniform(-twist, twist, size=(n, rings)))
+    else:
+        sign = rng.choice([-1.0, 1.0], size=(n, rings))
+        angle[:, comp] = np.radians(sign * rng.uniform(*twist_range, size=(n, rings)))
     phi = 2 * np.pi * np.arange(sides) / sides
     x = radii[..., 0, None] * np.cos(phi)  # (n, levels, sides)
     y = radii[..., 1, None] * np.sin(phi)
@@ -186,10 +193,12 @@ def tower_targets(rng: np.random.Generator, n: int, *, height: float, radius: fl
 
 def sample_targets(task: str, p, rng: np.random.Generator, n: int, split: str = "id") -> np.ndarray:
     """n random targets (n, N, 3) of `task` ("shell" | "tower", parameters `p`), in distribution ("id")
-    or out of it ("ood": the shells' ood family and symmetry, the towers' ood height)."""
+    or out of it ("ood": the shells' ood family and symmetry; the towers' compression rings wider and more
+    rotated than any training ring, radii factors in ood_radius_range and |rotation| in ood_twist_range)."""
     if task == "shell":
         family, symmetry = (p.family, p.symmetry) if split == "id" else (p.ood_family, p.ood_symmetry)
         return shell_targets(rng, n, grid=p.grid, size=p.size, family=family, symmetry=symmetry, lerp=p.lerp)
-    height = p.height if split == "id" else p.ood_height
-    return tower_targets(rng, n, height=height, radius=p.radius, sides=p.sides, levels=p.levels, rings=p.rings,
-                         radius_range=p.radius_range, twist=p.twist)
+    common = dict(height=p.height, radius=p.radius, sides=p.sides, levels=p.levels, rings=p.rings, twist=p.twist)
+    if split == "id":
+        return tower_targets(rng, n, radius_range=p.radius_range, **common)
+    return tower_targets(rng, n, radius_range=p.ood_radius_range, twist_range=p.ood_twist_range, **common)

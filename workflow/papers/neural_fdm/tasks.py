@@ -25,6 +25,11 @@ class Task:
     load: float  # vertical area load
 
     @property
+    def span(self) -> float:
+        """The structure's governing dimension: a shell's side, a tower's height (for length tolerances)."""
+        return float(self.p.size if self.levels is None else self.p.height)
+
+    @property
     def num_compared(self) -> int:
         """Coordinates the shape error compares (it is reported per coordinate)."""
         if self.levels is None:

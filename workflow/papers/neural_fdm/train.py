@@ -1,23 +1,37 @@
-"""Training a learned model (official ``training.py``): Adam on a fresh batch of random targets per step.
+"""Training the learned models (official ``training.py``): Adam on a fresh batch of random targets per step.
 
 There is no fixed training set: the paper samples new target shapes from the generator at every
-step, so the model never sees a test shape. The loss is the task's (:meth:`Task.loss`); only the
+step, so a model never sees a test shape. The loss is the task's (:meth:`Task.loss`); only the
 fully neural model pays the residual penalty (the hybrid's residual is zero to solver precision).
+
+Several independent runs (training seeds, or the (rate, seed) pairs of the learning-rate search) train
+side by side as one stack (:class:`Stack`): member m's weights are slice m of every stacked tensor,
+its encoder and decoder MLPs run as batched matrix products, and the hybrid's force density solves of
+all members form one batch. Members never interact: each has its own target stream, its own loss,
+its own Adam state and learning rate (Adam is elementwise) and its own gradient clipping, so a member
+trains exactly as it would alone (tested), at a fraction of the Python overhead of separate runs.
+
+The learning rate decays along a cosine from its initial value to 0 over the run (ours; the official
+configs keep it constant): the last weights are a decayed-rate iterate, not a point of a noisy walk.
 
 The hybrid may train with a guard against near-singular stiffness (ours): a step after which the
 stiffness K of the batch's first shapes has another inertia than the untrained model's (q crossed a
 singular K: the solver's shape jumps to another branch, from which the loss barrier of the singularity
-keeps it) or a condition number above the limit is undone. The learning rate comes from :func:`search_lr`, the same search for every model.
+keeps it) or a condition number above the limit is undone, member by member. The learning rate comes
+from :func:`search_lr`, the same search for every model.
 """
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import pandas as pd
 import torch
+from torch import nn
+from torch.nn import functional as F
 
-from papers.neural_fdm.models import spectrum_check
+from papers.neural_fdm.models import Hybrid, spectrum_check
 from papers.neural_fdm.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -25,67 +39,208 @@ log = logging.getLogger(__name__)
 # Shapes of each batch whose stiffness the guard checks (an eigendecomposition each: a few keep it cheap;
 # the encoder's q moves smoothly with the shape, so a step that crosses a singular K crosses it for all).
 GUARD_SHAPES = 4
+SCHEDULES = ("constant", "cosine")
+# torch.optim.Adam's defaults, which the stacked Adam reproduces.
+BETAS, EPS = (0.9, 0.999), 1e-8
 
 
-def train(task: Task, model_name: str, *, seed: int, steps: int, batch_size: int, lr: float, clip_norm: float,
-          residual_weight: float, log_every: int, guard: bool = False, condition_limit: float = 1e4,
-          progress=None) -> tuple[torch.nn.Module, pd.DataFrame]:
-    """Train one model; returns it and its history (step, loss and loss terms every `log_every` steps).
+def linears(net: nn.Module) -> list[nn.Linear]:
+    """The linear layers of a model in a fixed order (encoder first, then the neural decoder's)."""
+    return [m for m in net.modules() if isinstance(m, nn.Linear)]
 
-    A step whose loss is not finite (a batch that lands on a singular K) is skipped and counted; with
-    `guard`, a hybrid's step after which K on the batch's first shapes has another inertia than the
-    untrained model's (its most common one on the first batch), or a cond(K) above `condition_limit`, is
-    undone and counted ("rejected").
+
+def stacked_mlp(layers, h: torch.Tensor) -> torch.Tensor:
+    """An MLP of :func:`papers.neural_fdm.models.mlp` for every member at once: `layers` is a list of
+    (weight (M, out, in), bias (M, out)); h (M, B, in) -> (M, B, out), ELU between layers."""
+    for i, (w, b) in enumerate(layers):
+        h = torch.baddbmm(b[:, None, :], h, w.transpose(1, 2))
+        if i < len(layers) - 1:
+            h = F.elu(h)
+    return h
+
+
+class Stack:
+    """M independent models of one kind (hybrid or neural) as stacked weights; `nets` are the members'
+    freshly built models, whose weights become slice m of each stacked tensor (leaves with gradients)."""
+
+    def __init__(self, task: Task, model_name: str, nets: list[nn.Module]):
+        self.task, self.model_name, self.nets = task, model_name, nets
+        per_member = [linears(n) for n in nets]
+        self.params = []
+        for group in zip(*per_member):
+            self.params += [torch.stack([m.weight.detach() for m in group]).requires_grad_(),
+                            torch.stack([m.bias.detach() for m in group]).requires_grad_()]
+        self.n_encoder = len(linears(nets[0].encoder))
+
+    def _layers(self, first: int, last: int):
+        return [(self.params[2 * i], self.params[2 * i + 1]) for i in range(first, last)]
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """q (M, B, E) of targets x (M, B, N, 3): each member's encoder on its own targets."""
+        enc = self.nets[0].encoder
+        M, B = x.shape[:2]
+        inp = x[:, :, enc.inputs]  # (M, B, I, 3)
+        if enc.normalise_height:
+            zs = x[:, :, enc.supports, 2]  # (M, B, S)
+            z0 = zs.min(-1).values
+            span = zs.max(-1).values - z0
+            inp = torch.cat([inp[..., :2], ((inp[..., 2] - z0[..., None]) / span[..., None])[..., None]], -1)
+        h = stacked_mlp(self._layers(0, self.n_encoder), inp.reshape(M, B, -1))
+        return (F.softplus(h) + enc.shift) * enc.signs
+
+    def forward(self, x: torch.Tensor, loads: torch.Tensor):
+        """(x_hat (M, B, N, 3), q (M, B, E)) of every member on its own targets x and loads."""
+        M, B, N, _ = x.shape
+        q = self.encode(x)
+        fdm = self.task.fdm
+        if self.model_name == "hybrid":  # one batch of solves for every member's shapes
+            x_hat = fdm.equilibrium(q.reshape(M * B, -1), x.reshape(M * B, N, 3), loads.reshape(M * B, N, 3))
+            return x_hat.view(M, B, N, 3), q
+        h = torch.cat([q, x[:, :, fdm.supports].flatten(2), loads[..., 2]], -1)
+        out = stacked_mlp(self._layers(self.n_encoder, len(self.params) // 2), h)
+        x_hat = x.clone()
+        x_hat[:, :, fdm.free] = out.view(M, B, -1, 3)
+        return x_hat, q
+
+    def members(self) -> list[nn.Module]:
+        """The members as ordinary models (their weights copied out of the stack)."""
+        out = []
+        for m, net in enumerate(self.nets):
+            with torch.no_grad():
+                for i, layer in enumerate(linears(net)):
+                    layer.weight.copy_(self.params[2 * i][m])
+                    layer.bias.copy_(self.params[2 * i + 1][m])
+            out.append(net)
+        return out
+
+
+class StackedAdam:
+    """Adam (torch.optim.Adam's update, its default betas and eps) over stacked weights, with a learning rate
+    per member: `lr` (M,), and a step count per member (a member whose step is skipped does not advance)."""
+
+    def __init__(self, params, lr: torch.Tensor):
+        self.params, self.lr = params, lr
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+        self.t = torch.zeros(len(lr))
+
+    @torch.no_grad()
+    def step(self, active: torch.Tensor, scale: torch.Tensor) -> None:
+        """One Adam step for the members where `active` (M,) bool, at learning rate lr * scale (M,)."""
+        b1, b2 = BETAS
+        self.t += active.to(self.t.dtype)
+        t = self.t.clamp(min=1)
+        step = (self.lr * scale / (1 - b1 ** t)).to(self.params[0].dtype)  # (M,)
+        root = torch.sqrt(1 - b2 ** t).to(self.params[0].dtype)
+        idx = torch.flatnonzero(active) if not bool(active.all()) else None  # the members that step
+        for p, m, v in zip(self.params, self.m, self.v):
+            shape = (-1,) + (1,) * (p.dim() - 1)
+            if idx is None:  # every member steps (the usual case): in place, no masks
+                m.mul_(b1).add_(p.grad, alpha=1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                p.sub_(step.view(shape) * m / (v.sqrt().div_(root.view(shape)).add_(EPS)))
+                continue
+            g = p.grad[idx]
+            m[idx] = b1 * m[idx] + (1 - b1) * g
+            v[idx] = b2 * v[idx] + (1 - b2) * g * g
+            p[idx] -= step[idx].view(shape) * m[idx] / (v[idx].sqrt() / root[idx].view(shape) + EPS)
+
+
+def lr_scale(step: int, steps: int, schedule: str) -> float:
+    """The factor of the initial learning rate at `step` (0-based) of `steps`: 1, or a cosine down to 0."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"learning-rate schedule must be one of {SCHEDULES}, got {schedule!r}")
+    return 1.0 if schedule == "constant" else 0.5 * (1 + math.cos(math.pi * step / steps))
+
+
+def clip_per_member(params, clip_norm: float) -> None:
+    """torch.nn.utils.clip_grad_norm_ for every member on its own: its gradients' global norm at most `clip_norm`."""
+    sq = sum(p.grad.flatten(1).pow(2).sum(1) for p in params)  # (M,)
+    coef = (clip_norm / (sq.sqrt() + 1e-6)).clamp(max=1.0)
+    for p in params:
+        p.grad.mul_(coef.view((-1,) + (1,) * (p.dim() - 1)))
+
+
+def train(task: Task, model_name: str, *, seeds, lrs, steps: int, batch_size: int, clip_norm: float,
+          residual_weight: float, log_every: int, schedule: str = "constant", guard: bool = False,
+          condition_limit: float = 1e4, progress=None) -> tuple[list[nn.Module], pd.DataFrame]:
+    """Train one model per member (seed, lr) of zip(`seeds`, `lrs`), side by side; returns the trained
+    models (in member order) and the history (member, seed, lr, step, loss and its terms every `log_every`
+    steps, steps skipped and undone).
+
+    Member (seed, lr) starts from the weights ``task.build`` draws after ``torch.manual_seed(seed)`` and
+    trains on its own stream of random targets (numpy seed [seed, task]), as a run of its own would. A
+    member's step whose loss is not finite (a batch that lands on a singular K) is skipped and counted;
+    with `guard`, a hybrid member's step after which K on the batch's first shapes has another inertia than
+    its untrained model's (its most common one on the first batch), or a cond(K) above `condition_limit`,
+    is undone and counted ("rejected").
     """
-    torch.manual_seed(seed)
-    rng = np.random.default_rng([seed, 1 + ("shell", "tower").index(task.name)])
-    model = task.build(model_name)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    seeds, lrs = [int(s) for s in seeds], [float(r) for r in lrs]
+    if len(seeds) != len(lrs) or not seeds:
+        raise ValueError(f"train: {len(seeds)} seeds for {len(lrs)} learning rates")
+    nets = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        nets.append(task.build(model_name))
+    stack = Stack(task, model_name, nets)
+    M = len(seeds)
+    rngs = [np.random.default_rng([seed, 1 + ("shell", "tower").index(task.name)]) for seed in seeds]
+    opt = StackedAdam(stack.params, torch.tensor(lrs, dtype=torch.float64))
     kappa = residual_weight if model_name == "neural" else 0.0
     guard = guard and model_name == "hybrid"  # the fully neural model never solves with K
     dtype = task.fdm.signs.dtype
-    rows, skipped, rejected, inertia = [], 0, 0, None
+    rows, skipped, rejected, inertia = [], np.zeros(M, int), np.zeros(M, int), None
     it = range(steps) if progress is None else progress(range(steps))
     for step in it:
-        x = torch.as_tensor(task.sample(rng, batch_size, "id"), dtype=dtype)  # (B, N, 3)
-        loads = task.loads(x)
-        x_hat, q = model(x, loads)
-        loss, terms = task.loss(x, x_hat, q, loads, kappa)
-        if not torch.isfinite(loss):
-            skipped += 1
+        x = torch.as_tensor(np.stack([task.sample(r, batch_size, "id") for r in rngs]), dtype=dtype)  # (M, B, N, 3)
+        loads = task.loads(x.flatten(0, 1)).view_as(x)
+        x_hat, q = stack.forward(x, loads)
+        losses, terms = zip(*(task.loss(x[m], x_hat[m], q[m], loads[m], kappa) for m in range(M)))
+        finite = torch.tensor([bool(torch.isfinite(v)) for v in losses])
+        skipped += (~finite).numpy()
+        if not finite.any():
             continue
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        for p in stack.params:
+            p.grad = None
+        sum(v for v, ok in zip(losses, finite) if ok).backward()
         if clip_norm:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+            clip_per_member(stack.params, clip_norm)
         if guard:
-            if inertia is None:  # the untrained model's branch: its most common inertia on the first batch
-                inertia = int(torch.mode(spectrum_check(task.fdm, q[:GUARD_SHAPES].detach(), condition_limit)[0]).values)
-            before = [p.detach().clone() for p in model.parameters()]
-        opt.step()
+            if inertia is None:  # each member's untrained branch: its most common inertia on the first batch
+                with torch.no_grad():
+                    inertia = torch.stack([torch.mode(spectrum_check(task.fdm, q[m, :GUARD_SHAPES].detach(),
+                                                                     condition_limit)[0]).values for m in range(M)])
+            before = [p.detach().clone() for p in stack.params]
+        opt.step(finite, torch.full((M,), lr_scale(step, steps, schedule), dtype=torch.float64))
         if guard:
             with torch.no_grad():
-                neg, ok = spectrum_check(task.fdm, model.encoder(x[:GUARD_SHAPES]), condition_limit)
-                if bool((neg != inertia).any() or not ok.all()):
-                    for p, old in zip(model.parameters(), before):
-                        p.copy_(old)
-                    rejected += 1
+                q_new = stack.encode(x[:, :GUARD_SHAPES])
+                bad = torch.zeros(M, dtype=torch.bool)
+                for m in range(M):
+                    neg, ok = spectrum_check(task.fdm, q_new[m], condition_limit)
+                    bad[m] = bool((neg != inertia[m]).any() or not ok.all()) and bool(finite[m])
+                if bad.any():
+                    for p, old in zip(stack.params, before):
+                        p[bad] = old[bad]
+                    rejected += bad.numpy()
         if step % log_every == 0 or step == steps - 1:
-            rows.append({"step": step, "loss": loss.item(), **{k: v.item() for k, v in terms.items()}})
-    if skipped or rejected:
-        log.warning("%s %s seed %d: skipped %d steps with a non-finite loss, undid %d steps the guard rejected",
-                    task.name, model_name, seed, skipped, rejected)
+            for m in range(M):
+                if finite[m]:
+                    rows.append({"member": m, "seed": seeds[m], "lr": lrs[m], "step": step,
+                                 "loss": losses[m].item(), **{k: v.item() for k, v in terms[m].items()}})
+    if skipped.any() or rejected.any():
+        log.warning("%s %s: skipped steps with a non-finite loss per member %s, undid steps the guard rejected %s",
+                    task.name, model_name, skipped.tolist(), rejected.tolist())
     history = pd.DataFrame(rows)
-    history["skipped"] = skipped
-    history["rejected"] = rejected
-    return model, history
+    if len(history):
+        history["skipped"] = history.member.map(dict(enumerate(skipped.tolist())))
+        history["rejected"] = history.member.map(dict(enumerate(rejected.tolist())))
+    return stack.members(), history
 
 
 def validation_error(task: Task, model: torch.nn.Module, x: torch.Tensor, condition_limit: float) -> float:
     """Median shape error per coordinate of `model` on validation targets x (n, N, 3); a failed solve
     (a shape that is not finite, or a hybrid's cond(K) above `condition_limit`) counts as infinite."""
-    from papers.neural_fdm.models import Hybrid
-
     with torch.no_grad():
         loads = task.loads(x)
         x_hat, q = model(x, loads)
@@ -99,16 +254,18 @@ def validation_error(task: Task, model: torch.nn.Module, x: torch.Tensor, condit
 def search_lr(task: Task, model_name: str, *, grid, x_val: torch.Tensor, seeds, steps: int, condition_limit: float,
               **train_kw) -> tuple[float, pd.DataFrame]:
     """The learning rate of `grid` whose models, trained `steps` steps from each of `seeds`, have the lowest
-    worst-seed median validation error (a rate is as good as its worst start; ties: the smaller rate). The
-    same search for every model; x_val is never a test set. Returns the rate and one row per (rate, seed)."""
+    worst-seed median validation error (a rate is as good as its worst start; ties: the smaller rate). Every
+    (rate, seed) pair trains in one stack. The same search for every model; x_val is never a test set.
+    Returns the rate and one row per (rate, seed)."""
+    pairs = [(lr, seed) for lr in sorted(float(r) for r in grid) for seed in seeds]
+    models, hist = train(task, model_name, seeds=[s for _, s in pairs], lrs=[r for r, _ in pairs], steps=steps,
+                         condition_limit=condition_limit, **train_kw)
     rows = []
-    for lr in sorted(grid):
-        for seed in seeds:
-            model, hist = train(task, model_name, seed=seed, steps=steps, lr=lr, condition_limit=condition_limit,
-                                **train_kw)
-            rows.append({"lr": lr, "seed": seed, "validation_error": validation_error(task, model, x_val, condition_limit),
-                         "skipped": int(hist["skipped"].iloc[0]) if len(hist) else steps,
-                         "rejected": int(hist["rejected"].iloc[0]) if len(hist) else 0})
+    for m, ((lr, seed), model) in enumerate(zip(pairs, models)):
+        h = hist[hist.member == m] if len(hist) else hist
+        rows.append({"lr": lr, "seed": seed, "validation_error": validation_error(task, model, x_val, condition_limit),
+                     "skipped": int(h["skipped"].iloc[0]) if len(h) else steps,
+                     "rejected": int(h["rejected"].iloc[0]) if len(h) else 0})
     table = pd.DataFrame(rows)
     worst = table.groupby("lr").validation_error.max().reset_index().sort_values(["validation_error", "lr"])
     best = float(worst.lr.iloc[0])

@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import kernels
-from papers.orion.model import GPT, GPTConfig, causal_window, rotary, rotary_angles
+from papers.orion.model import GPT, GPTConfig, causal_window, rotary, rotary_angles, routing_masks
 
 # GPT parameter name -> how it is stored here (Linear weights transposed to (in, out)).
 _LINEARS = ("attn.c_attn", "attn.c_proj", "mlp.0", "mlp.2")
@@ -89,6 +89,8 @@ class EnsembleGPT(nn.Module):
         wte = p["wte"]  # (E, V, C)
         x = torch.gather(wte, 1, idx.reshape(E, B * T, 1).expand(-1, -1, C)).view(E, B, T, C)
         cos, sin = self.cos[:T], self.sin[:T]
+        masks = routing_masks(idx.reshape(E * B, T), torch.tensor(self.cfg.request_markers, device=idx.device)) \
+            if self.cfg.request_markers else None  # 2 x (E B, T, T): the routed model's block 1, blocks after it
         for i in range(self.cfg.n_layer):
             h = _layer_norm(x, p[f"b{i}_ln_1_w"], p[f"b{i}_ln_1_b"])
             q, k, v = _linear(h, p[f"b{i}_attn_c_attn_w"], p[f"b{i}_attn_c_attn_b"]).split(C, dim=-1)
@@ -99,7 +101,11 @@ class EnsembleGPT(nn.Module):
                     v = causal_window(v, w[:, 1])
             q, k, v = (z.reshape(E * B, T, H, C // H).transpose(1, 2) for z in (q, k, v))  # (E B, H, T, D)
             q, k = rotary(q, cos, sin), rotary(k, cos, sin)
-            y = kernels.attention(q, k, v, causal=True).transpose(1, 2).reshape(E, B, T, C)
+            if masks is not None:
+                y = kernels.attention(q, k, v, bias=masks[0 if i == 0 else 1][:, None])
+            else:
+                y = kernels.attention(q, k, v, causal=True)
+            y = y.transpose(1, 2).reshape(E, B, T, C)
             x = x + _linear(y, p[f"b{i}_attn_c_proj_w"], p[f"b{i}_attn_c_proj_b"])
             h = _layer_norm(x, p[f"b{i}_ln_2_w"], p[f"b{i}_ln_2_b"])
             h = F.gelu(_linear(h, p[f"b{i}_mlp_0_w"], p[f"b{i}_mlp_0_b"]))

@@ -57,8 +57,8 @@ class WordLM:
     def last_logits(self, batch: Batch) -> torch.Tensor:
         return last_logits(self.model, batch.ids, batch.pos)
 
-    def residuals(self, batch: Batch, span: int = 1) -> torch.Tensor:
-        return residuals(self.model, batch.ids, batch.pos, span)
+    def residuals(self, batch: Batch) -> torch.Tensor:
+        return residuals(self.model, batch.ids, batch.pos)
 
     def patched_logits(self, batch: Batch, layer: int, vectors: torch.Tensor) -> torch.Tensor:
         return patched_logits(self.model, batch.ids, batch.pos, layer, vectors)

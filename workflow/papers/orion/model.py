@@ -30,15 +30,66 @@ Hook = Callable[[int, torch.Tensor], torch.Tensor]
 
 @dataclasses.dataclass(frozen=True)
 class GPTConfig(gpt.GPTConfig):
-    """papers.common.gpt's config and kv_window: each key and value is a learned per-channel mix of the keys
-    (values) of its own and the kv_window - 1 previous positions (1: plain attention)."""
+    """papers.common.gpt's config, kv_window (each key and value is a learned per-channel mix of the keys
+    (values) of its own and the kv_window - 1 previous positions; 1: plain attention) and request_markers (the
+    token ids that open a request; non-empty: the routed model of :func:`routing_masks`)."""
 
     kv_window: int = 1
     value_layers: int = -1  # values mixed too in the first value_layers blocks (-1: every block, 0: keys only)
+    request_markers: tuple = ()  # token ids opening a request; non-empty: block 1 reads the request alone, 2.. not it
 
     def windows_values(self, layer: int) -> bool:
         """Whether block `layer` (0-based) mixes its values as well as its keys."""
         return self.kv_window > 1 and (self.value_layers < 0 or layer < self.value_layers)
+
+    def value_reach_after(self, layer: int) -> int:
+        """How many positions before its own the last token reads through value windows in the blocks that run
+        after the residual stream at `layer` (0 = embeddings .. n_layer): the positions a last-token patch at
+        that layer leaves unpatched and still read, whatever the patched state's query (0: none)."""
+        return self.kv_window - 1 if any(self.windows_values(i) for i in range(layer, self.n_layer)) else 0
+
+
+def _request_start(idx: torch.Tensor, markers: torch.Tensor) -> torch.Tensor:
+    """(..., T): the position of the latest request-opening token (one of `markers`) at or before each token, -1
+    before any."""
+    pos = torch.arange(idx.shape[-1], device=idx.device)
+    return torch.where(torch.isin(idx, markers), pos, -1).cummax(-1).values
+
+
+def request_blind_mask(idx: torch.Tensor, markers: torch.Tensor) -> torch.Tensor:
+    """(..., T, T) bool, True where query t may attend key s: s <= t, and s outside [start(t), t), where start(t)
+    is the position of the latest request-opening token (one of `markers`) at or before t (no such token: no
+    restriction). idx (..., T) token ids. The mask of a routed model's blocks after the first (:func:`routing_masks`)."""
+    T = idx.shape[-1]
+    pos = torch.arange(T, device=idx.device)
+    start = _request_start(idx, markers)
+    causal = pos[None, :] <= pos[:, None]  # (T, T): [t, s]
+    own_request = (pos[None, :] >= start[..., :, None]) & (pos[None, :] < pos[:, None]) & (start[..., :, None] >= 0)
+    return causal & ~own_request
+
+
+def request_only_mask(idx: torch.Tensor, markers: torch.Tensor) -> torch.Tensor:
+    """(..., T, T) bool, True where query t may attend key s: s <= t, and s >= start(t) for a token inside a request
+    (from its opening token on; :func:`request_blind_mask`); before any request, causal. The mask of a routed
+    model's first block: a request's tokens read their own request and nothing of the context."""
+    T = idx.shape[-1]
+    pos = torch.arange(T, device=idx.device)
+    start = _request_start(idx, markers)
+    return (pos[None, :] <= pos[:, None]) & (pos[None, :] >= start[..., :, None])
+
+
+def routing_masks(idx: torch.Tensor, markers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention masks of a routed model: (:func:`request_only_mask` for block 1, :func:`request_blind_mask`
+    for the blocks after it), each (..., T, T).
+
+    The positive control of claims (a) and (b): in block 1 the last token reads its own request and nothing of the
+    context; in the blocks after it, the context and no token of its request. So after block 1 the last token's
+    state is a function of the request's tokens alone (rotary positions enter through offsets only), and the
+    answer must be retrieved from the context afterwards, through that state: request-patching at layer 1 gives
+    the output of (C2, R1) by construction, R1(C2), in any model that does the task; it is the setting where the
+    paper's decomposition is planted. (A first version masked the blocks after the first only: its block 1 read
+    the context too, gathered the values, and patching at layer 1 carried C1's answer, R1(C1).)"""
+    return request_only_mask(idx, markers), request_blind_mask(idx, markers)
 
 
 def causal_window(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -51,7 +102,8 @@ def causal_window(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     a match a plain attention layer cannot make on one token; without the window those families did not pass the
     accuracy gate within the default budget (issue 20; the report gives the runs). The query is left as it is, so
     a query reads only its own residual stream; the values are not: through them the last token reads the tokens
-    just before it, which request-patching leaves unpatched (the report's caveat; `value_layers` limits that)."""
+    just before it, which request-patching leaves unpatched, whatever the patched query (GPTConfig.value_reach_after;
+    the claims' premise gate asks that no such window runs after the patched layer: keys only, value_layers 0)."""
     T = x.shape[-2]
     y = x * w[..., 0]
     for j in range(1, min(w.shape[-1], T)):  # tap j: x shifted j positions later, zeros in front
@@ -79,6 +131,8 @@ class CausalSelfAttention(gpt.CausalSelfAttention):
 
     def __init__(self, cfg: GPTConfig, layer: int = 0):
         super().__init__(cfg)
+        # routed model: which of routing_masks this block uses (0: block 1, 1: the blocks after it)
+        self.routing = (0 if layer == 0 else 1) if cfg.request_markers else None
         self.kv_mix = None
         if cfg.kv_window > 1:
             w = torch.zeros(2, cfg.n_embd, cfg.kv_window)
@@ -86,7 +140,10 @@ class CausalSelfAttention(gpt.CausalSelfAttention):
             self.kv_mix = nn.Parameter(w)
         self.window_values = cfg.windows_values(layer)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                masks: tuple | None = None) -> torch.Tensor:
+        """x (B, T, C) -> (B, T, C); `masks`, :func:`routing_masks` ((B, T, T) each), replace the causal mask in a
+        routed model."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
         if self.kv_mix is not None:
@@ -95,7 +152,10 @@ class CausalSelfAttention(gpt.CausalSelfAttention):
                 v = causal_window(v, self.kv_mix[1])
         q, k, v = (z.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
         q, k = rotary(q, cos, sin), rotary(k, cos, sin)  # positions enter through q.k only
-        y = kernels.attention(q, k, v, causal=True)  # (B, H, T, D)
+        if self.routing is not None:  # the masks hold causality too (and keep the diagonal, so no row is empty)
+            y = kernels.attention(q, k, v, bias=masks[self.routing][:, None])  # (B, H, T, D)
+        else:
+            y = kernels.attention(q, k, v, causal=True)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -106,8 +166,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd)
         self.mlp = nn.Sequential(nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(), nn.Linear(4 * cfg.n_embd, cfg.n_embd))
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), cos, sin)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                masks: tuple | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), cos, sin, masks)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -141,34 +202,23 @@ class GPT(nn.Module):
         if hook is not None:
             x = hook(0, x)
         cos, sin = self.cos[:T], self.sin[:T]
+        masks = routing_masks(idx, torch.tensor(self.cfg.request_markers, device=idx.device)) \
+            if self.cfg.request_markers else None  # 2 x (B, T, T)
         for layer, block in enumerate(self.blocks, start=1):
-            x = block(x, cos, sin)
+            x = block(x, cos, sin, masks)
             if hook is not None:
                 x = hook(layer, x)
         return self.lm_head(self.ln_f(x))  # (B, T, V)
 
 
 # ---- reading and overwriting the residual stream ------------------------------------------------
-def _positions(pos: torch.Tensor, span: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Index pair (rows, cols) of token pos[b] of each sequence (span None: (B,) each), or of its last `span`
-    tokens pos[b] - span + 1 .. pos[b] ((B, 1) and (B, span))."""
-    rows = torch.arange(len(pos))
-    if span is None:
-        return rows, pos
-    if bool((pos < span - 1).any()):  # a negative index would silently read the sequence's end
-        raise ValueError(f"a span of {span} tokens needs sequences of at least {span} tokens (shortest: {int(pos.min()) + 1})")
-    return rows[:, None], pos[:, None] - torch.arange(span - 1, -1, -1)
-
-
 @torch.no_grad()
-def residuals(model: GPT, idx: torch.Tensor, pos: torch.Tensor, span: int = 1) -> torch.Tensor:
-    """The residual stream at token pos[b] of each sequence, at every layer: (L + 1, B, C); with span > 1, at the
-    last `span` tokens up to pos[b]: (L + 1, B, span, C)."""
-    rows, cols = _positions(pos, None if span == 1 else span)
-    out = []
+def residuals(model: GPT, idx: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """The residual stream at token pos[b] of each sequence, at every layer: (L + 1, B, C)."""
+    rows, out = torch.arange(len(pos)), []
 
     def read(layer, x):
-        out.append(x[rows, cols].clone())  # (B, C) or (B, span, C)
+        out.append(x[rows, pos].clone())  # (B, C)
         return x
 
     model(idx, hook=read)
@@ -178,17 +228,16 @@ def residuals(model: GPT, idx: torch.Tensor, pos: torch.Tensor, span: int = 1) -
 @torch.no_grad()
 def patched_logits(model: GPT, idx: torch.Tensor, pos: torch.Tensor, layer: int, vectors: torch.Tensor) -> torch.Tensor:
     """Logits (B, V) at token pos[b] when the residual stream at that token, at `layer`, is overwritten by
-    vectors[b] (B, C) and the forward pass continues from there (the paper's request-patching). vectors
-    (B, S, C) overwrite the last S tokens up to pos[b] instead (:func:`residuals` with span S)."""
-    rows, cols = _positions(pos, None if vectors.dim() == 2 else vectors.shape[1])
+    vectors[b] (B, C) and the forward pass continues from there (the paper's request-patching)."""
+    rows = torch.arange(idx.shape[0])
 
     def write(at, x):
         if at == layer:
             x = x.clone()
-            x[rows, cols] = vectors
+            x[rows, pos] = vectors
         return x
 
-    return model(idx, hook=write)[torch.arange(idx.shape[0]), pos]
+    return model(idx, hook=write)[rows, pos]
 
 
 @torch.no_grad()

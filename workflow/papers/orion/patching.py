@@ -46,7 +46,7 @@ def accuracy(lm: LM, token_lists, answers) -> tuple[float, float]:
     return float(hit.mean()), float(p.mean())
 
 
-def request_patching(lm: LM, pairs: pd.DataFrame, *, control_seed: int = 0, span: int = 1) -> pd.DataFrame:
+def request_patching(lm: LM, pairs: pd.DataFrame, *, control_seed: int = 0) -> pd.DataFrame:
     """The layer sweep over the pairs of one family. `pairs` has the token strings x1, x2, x21 (= (C2, R1))
     and the answers r1c1, r2c2, r1c2. Returns one row per (source, layer, hypothesis): the mean patched
     probability, the mean clean probability, their ratio (the normalised metric), and the patched top-1 accuracy.
@@ -55,15 +55,7 @@ def request_patching(lm: LM, pairs: pd.DataFrame, *, control_seed: int = 0, span
     source "shuffled" (the negative control): x1's state at a random position of the first half of x1 (inside
     its context C1, before any request token; drawn with `control_seed`) is written instead. That state cannot
     carry R1, which comes later in a causal model, so the decomposition predicts that R1(C2) never appears;
-    any R1(C2) it gets comes from the metric itself (e.g. a disrupted model guessing among C2's values).
-
-    source "span" (a diagnostic, not the paper's patch; only with `span` > 1, on our tiny models): x1's states at
-    its last `span` tokens overwrite x2's, aligned from the end. A model whose last token reads the tokens just
-    before it directly (the key/value window of papers.orion.model) can answer from x2's unpatched request tokens
-    whatever the last token carries; patching the window's whole span closes that path. It also swaps whatever
-    request tokens lie in the span, so R1(C2) at L = 0 is by construction; at an interior layer R1(C2) says the
-    span carries the request and the answer is not yet retrieved, R1(C1) that it is, R2(C2) that the model reads
-    x2's request from further back."""
+    any R1(C2) it gets comes from the metric itself (e.g. a disrupted model guessing among C2's values)."""
     x1, x2, x21 = (lm.encode([s.split() for s in pairs[c]]) for c in ("x1", "x2", "x21"))
     ans = {h: lm.answer_ids(pairs[c]) for h, c in zip(HYPOTHESES, ("r2c2", "r1c2", "r1c1"))}
     clean = {  # the unpatched run that asks each hypothesis' question
@@ -75,8 +67,6 @@ def request_patching(lm: LM, pairs: pd.DataFrame, *, control_seed: int = 0, span
     early = torch.as_tensor([int(rng.integers(0, max(int(q) // 2, 1))) for q in x1.pos.cpu()], device=x1.pos.device)
     sources = {"request": lm.residuals(x1),  # (L + 1, B, C): x1's last token at every layer
                "shuffled": lm.residuals(dataclasses.replace(x1, pos=early))}
-    if span > 1:
-        sources["span"] = lm.residuals(x1, span)  # (L + 1, B, span, C)
     rows = []
     for source, states in sources.items():
         for layer in range(lm.n_layer + 1):
@@ -95,15 +85,23 @@ def best_layer(sweep: pd.DataFrame) -> int:
     return int(r.layer.iloc[int(np.argmax(r.normalized.to_numpy()))])
 
 
-def layer_profile(sweep: pd.DataFrame) -> list[str]:
-    """The dominant hypothesis (largest normalised metric) at each layer, from layer 0 up."""
+NONE = "none"  # a layer where no hypothesis keeps enough of its clean probability to dominate
+
+
+def layer_profile(sweep: pd.DataFrame, floor: float = 0.0) -> list[str]:
+    """The dominant hypothesis at each layer, from layer 0 up: the one with the largest normalised metric, if that
+    is at least `floor`; else :data:`NONE`. Without a floor the argmax of three near-zero ratios (a patch that
+    destroys the output, or the shuffled-position control) would name a "dominant" output by noise."""
     wide = sweep.pivot(index="layer", columns="hypothesis", values="normalized").sort_index()
-    return [str(wide.loc[layer, list(HYPOTHESES)].astype(float).idxmax()) for layer in wide.index]
+    rows = (wide.loc[layer, list(HYPOTHESES)].astype(float) for layer in wide.index)
+    return [str(r.idxmax()) if r.max() >= floor else NONE for r in rows]
 
 
 def is_decomposition_profile(profile: list[str]) -> bool:
     """True if the dominant hypothesis goes R2(C2) -> R1(C2) -> R1(C1) as L grows: never back in that order,
     starting with R2(C2), ending with R1(C1), and with R1(C2) dominating at one layer at least."""
+    if NONE in profile:
+        return False
     order = [HYPOTHESES.index(h) for h in profile]
     monotone = all(a <= b for a, b in zip(order, order[1:]))
     return monotone and order[0] == 0 and order[-1] == 2 and 1 in order
@@ -117,7 +115,10 @@ def is_interior_decomposition(profile: list[str]) -> bool:
     The two end layers are left out because they are fixed by construction: at L = 0 the patched state is the
     embedding of x1's last token alone, which carries nothing of C1 and in most pairs is x2's own last token
     (both end on the same separator), so the patch changes little or nothing (R2(C2)); at L = n_layer it is
-    x1's final state, which alone sets the output (R1(C1)). A model without interior layers fails."""
+    x1's final state, which alone sets the output (R1(C1)). A model without interior layers fails, and so does a
+    profile with an interior layer where no hypothesis dominates (:data:`NONE`: the patch broke the output)."""
+    if NONE in profile[1:-1]:
+        return False
     interior = [HYPOTHESES.index(h) for h in profile[1:-1]]
     return bool(interior) and all(a <= b for a, b in zip(interior, interior[1:])) and 1 in interior
 

@@ -396,7 +396,49 @@ def patch_pair(family: Family, test_styles: list, vocab: Vocab, rng: np.random.G
     c1, c2 = render_context(family, s1, b1, rng), render_context(family, s2, b2, rng)
     r1, r2 = render_request(family, s1, k1, rng), render_request(family, s2, k2, rng)
     return {"family": family.name, "k1": k1, "k2": k2, "x1": " ".join(c1 + r1), "x2": " ".join(c2 + r2),
-            "x21": " ".join(c2 + r1), "r1c1": b1[k1], "r2c2": b2[k2], "r1c2": b2[k1]}
+            "x21": " ".join(c2 + r1), "r1c1": b1[k1], "r2c2": b2[k2], "r1c2": b2[k1],
+            "request_tokens": len(r2), "key_distance": key_distance(r1, r2)}
+
+
+def key_distance(r1: tuple, r2: tuple) -> int:
+    """Positions from the last token of request r2 back to the nearest token that tells it from r1 (aligned from
+    the end): 3 for "Q : where did the hero live ? A :" against "Q : who is the hero ? A :" ("live" / "hero").
+    Where a window of that many positions reaches, it reads which request was asked."""
+    for d in range(1, max(len(r1), len(r2))):
+        if d >= min(len(r1), len(r2)) or r1[-1 - d] != r2[-1 - d]:
+            return d
+    raise ValueError(f"requests {' '.join(r1)!r} and {' '.join(r2)!r} do not differ before their last token")
+
+
+def context_words(family: Family) -> set[str]:
+    """Every token a context of this family can hold apart from its values (prefixes, clauses, suffix, the closer
+    between answers, the story's injected note)."""
+    text = [*family.prefixes, family.suffix, family.closer]
+    for k in family.keys:
+        text += [clause(family, k, v).replace("{v}", "") for v in
+                 range(STORY_CLAUSE_VARIANTS if family.name == "story" else len(family.clauses))]
+    if family.name == "story":
+        text += [INJECTION.replace("{k}", k) for k in family.keys]
+    return {t for x in text for t in x.split()}
+
+
+def request_markers(names) -> tuple[str, ...]:
+    """The tokens that open a request of the families `names`: the first token of each request wording. The
+    routed positive-control model (papers.orion.model.routing_masks) finds a request by them, so none may
+    occur in any context, copy sequence or value pool; a family whose requests open with a context word (the
+    induction family's "alpha :") has none, and the routed model cannot be trained on it (ValueError)."""
+    elsewhere = set(COPY_PREFIX.split()) | set(COPY_SEPARATORS)
+    for f in FAMILIES.values():
+        elsewhere |= context_words(f)
+    markers = []
+    for name in names:
+        first = {wording.split()[0] for wordings in FAMILIES[name].requests.values() for wording in wordings}
+        clash = sorted(first & elsewhere)
+        if clash:
+            raise ValueError(f"family {name}: its requests open with {clash}, which contexts also hold, so no token "
+                             f"marks where a request starts (the routed model needs one)")
+        markers += sorted(first - set(markers))
+    return tuple(markers)
 
 
 def injected_prompt(test_styles: list, vocab: Vocab, rng: np.random.Generator, key: str) -> dict:

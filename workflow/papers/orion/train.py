@@ -9,8 +9,8 @@ kind a pretrained LM has seen, which makes the induction circuits form early; wi
 bind a key to a value in context stayed at chance for 4,000 steps in the issue's prototype. AdamW with weight
 decay on matrices only, linear warmup then a constant rate, gradient clipping per model.
 
-:func:`train_until_gate` trains the seeds of one size side by side (papers.orion.ensemble) and takes each one
-out when all its families pass the accuracy gate on held-out prompts (issue 20: the gate is reached by
+:func:`train_until_gate` trains the seeds of one model side by side (papers.orion.ensemble) and takes each one
+out when all its families pass the accuracy gate on the validation prompts (issue 20: the gate is reached by
 training, not by dropping pairs), or at the step cap.
 """
 from __future__ import annotations
@@ -133,7 +133,7 @@ def bucketed_loss(ens: EnsembleGPT, parts: list[tuple[torch.Tensor, torch.Tensor
 
 def train_until_gate(models: list[GPT], samplers: list, *, max_steps: int, lr: float, warmup: int,
                      weight_decay: float, grad_clip: float, lm_weight: float, eval_every: int, evaluate,
-                     gate: float, copy_warmup: int = 0, buckets: int = 1,
+                     gate: float, gate_records: int = 1, copy_warmup: int = 0, buckets: int = 1,
                      progress=lambda it: it) -> tuple[list[GPT], list[int], pd.DataFrame]:
     """Train the members `models` (one per seed, same size) side by side (papers.orion.ensemble), member e on
     batches from `samplers[e](copy_only)`, until each has passed the accuracy gate or `max_steps` is reached.
@@ -144,46 +144,67 @@ def train_until_gate(models: list[GPT], samplers: list, *, max_steps: int, lr: f
     stayed on; see the report); then the task mixture with `lm_weight`. Each step's batches are cut into
     `buckets` parts by length (:func:`length_buckets`; the same loss with less padding).
 
-    Every `eval_every` steps, `evaluate(model)` gives each member's held-out accuracy per family; the first time
-    every family of member e is >= `gate`, member e is copied out: that copy, taken at the gate, is the model
-    the analysis sees ("stop at the gate"). Training goes on while some member has not passed (the members
-    share one forward pass, so a finished member costs little); a member that never passes is copied out at
-    `max_steps` and reported below the gate. Returns the models, the step each was taken at, and the history
-    (one row per member and record)."""
+    Every `eval_every` steps, `evaluate(model)` gives each member's validation accuracy per family; once every
+    family of member e has been >= `gate` at `gate_records` consecutive records, member e is copied out: that
+    copy is the model the analysis sees ("stop at the gate"; more than one record asks that the model keeps the
+    task after the step at which it learned it, the least reproducible point of a run). The members still below
+    go on without it (:func:`_keep`: the same weights and optimiser moments, so their training is unchanged; a
+    step costs in proportion to the members it trains); a member that never passes is copied out at `max_steps`
+    and reported below the gate. Returns the models, the step each was taken at, and the history (one row per
+    member and record)."""
     ens = EnsembleGPT.from_members(models)
     opt = torch.optim.AdamW(decay_groups(ens, weight_decay), lr=lr, betas=(0.9, 0.95))
     E = len(models)
-    final, at_step, history, passed = [None] * E, [max_steps] * E, [], [False] * E
+    active = list(range(E))  # the members still training, in the ensemble's order
+    final, at_step, history, passed = [None] * E, [max_steps] * E, [], [0] * E  # passed: consecutive records
     loss_sum, n = 0.0, 0
     for step in progress(range(1, max_steps + 1)):
         for group in opt.param_groups:
             group["lr"] = lr * min(1.0, step / max(warmup, 1))
         copy_only = step <= copy_warmup
-        parts = length_buckets([sample(copy_only) for sample in samplers], buckets)
+        parts = length_buckets([samplers[e](copy_only) for e in active], buckets)
         loss = bucketed_loss(ens, parts, 0.0 if copy_only else lm_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         clip_per_member(ens.parameters(), grad_clip)
         opt.step()
-        loss_sum, n = loss_sum + loss.item() / E, n + 1
+        loss_sum, n = loss_sum + loss.item() / len(active), n + 1
         if step % eval_every and step != max_steps:
             continue
-        for e in range(E):
-            if final[e] is not None:
-                continue
-            member = ens.member(e)
+        for i, e in enumerate(active):
+            member = ens.member(i)
             with torch.no_grad():
                 held_out = evaluate(member)
             history.append({"member": e, "step": step, "train/loss": loss_sum / n,
                             **{f"eval/{k}": v for k, v in held_out.items()}})
-            passed[e] = min(held_out.values()) >= gate
-            if passed[e] or step == max_steps:
+            passed[e] = passed[e] + 1 if min(held_out.values()) >= gate else 0
+            if passed[e] >= gate_records or step == max_steps:
                 final[e], at_step[e] = member, step
-        worst = [min((v, k) for k, v in h.items() if k.startswith("eval/")) for h in history[-E:]]
-        log.info("step %d: loss %.3f, members past the gate: %d of %d; worst family of the last records: %s", step,
-                 loss_sum / n, sum(passed), E, ", ".join(f"{k.removeprefix('eval/')} {v:.2f}" for v, k in worst))
+        worst = [min((v, k) for k, v in h.items() if k.startswith("eval/")) for h in history[-len(active):]]
+        log.info("step %d: loss %.3f, members taken at the gate: %d of %d; worst family of the last records: %s", step,
+                 loss_sum / n, sum(f is not None for f in final), E, ", ".join(f"{k.removeprefix('eval/')} {v:.2f}" for v, k in worst))
         loss_sum, n = 0.0, 0
-        if all(f is not None for f in final):
+        still = [e for e in active if final[e] is None]
+        if not still:
             break
+        if len(still) < len(active):
+            ens, opt = _keep(ens, opt, [active.index(e) for e in still], weight_decay)
+            active = still
     return final, at_step, pd.DataFrame(history)
 
+
+def _keep(ens: EnsembleGPT, opt: torch.optim.AdamW, rows: list[int], weight_decay: float
+          ) -> tuple[EnsembleGPT, torch.optim.AdamW]:
+    """The members `rows` of `ens` as an ensemble of their own, with an AdamW that holds their moments and step
+    count: AdamW and the per-member clipping act on each member alone, so their training goes on unchanged."""
+    kept = EnsembleGPT(ens.cfg, len(rows))
+    index = torch.tensor(rows)
+    new_opt = torch.optim.AdamW(decay_groups(kept, weight_decay), lr=opt.param_groups[0]["lr"],
+                                betas=opt.param_groups[0]["betas"])
+    with torch.no_grad():
+        for old, new in zip(ens.params.values(), kept.params.values()):
+            new.copy_(old[index])
+            state = opt.state.get(old)
+            if state:  # step (a scalar shared by the members), exp_avg and exp_avg_sq (per member)
+                new_opt.state[new] = {k: v.clone() if v.dim() == 0 else v[index].clone() for k, v in state.items()}
+    return kept, new_opt

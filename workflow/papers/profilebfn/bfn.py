@@ -63,6 +63,24 @@ def continuous_loss(x: torch.Tensor, e_hat: torch.Tensor, t: torch.Tensor, beta1
     return (per_position * mask).sum() / mask.sum().clamp(min=1)
 
 
+def continuous_loss_per_sequence(x: torch.Tensor, e_hat: torch.Tensor, t: torch.Tensor, beta1: float,
+                                 mask: torch.Tensor) -> torch.Tensor:
+    """:func:`continuous_loss` per sequence (B,): the mean over each sequence's own unmasked positions."""
+    e_x = F.one_hot(x.clamp(min=0).long(), K).to(e_hat.dtype)
+    per_position = 0.5 * K * beta_rate(t, beta1).view(-1, 1) * ((e_x - e_hat) ** 2).sum(-1)  # (B, L)
+    return (per_position * mask).sum(1) / mask.sum(1).clamp(min=1)
+
+
+def context_free_prediction(theta: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
+    """The best prediction of a residue from its own position alone: the posterior of x given the flow's sender
+    sample with the composition `prior` (K,). The sender density is N(y; beta (K e_x - 1), beta K I), whose x-
+    dependent part is exp(y_x), so p(x | y) is proportional to prior_x exp(y_x), i.e. to prior_x theta_x.
+    A network that reads no other position can do no better in expectation; beating it on held-out sequences
+    means it uses context (the competence gate)."""
+    w = theta * prior
+    return w / w.sum(-1, keepdim=True)
+
+
 def bayesian_update(theta: torch.Tensor, x: torch.Tensor, alpha: float, generator: torch.Generator | None = None) -> torch.Tensor:
     """One Bayesian update of a categorical belief (BFN's Bayesian update for discrete data): y ~ N(alpha (K e_x - 1), alpha K I),
     theta' = theta e^y / sum(theta e^y). Composing updates of accuracies alpha_i equals one flow sample

@@ -4,7 +4,8 @@ The official model (bfn_model/bfn_roberta.py) is ESM-2 / RoBERTa whose token emb
 a linear map of theta (B, L, K) plus a linear map of a Gaussian basis of t (``BFNInputLayer`` with
 ``time_dim`` basis functions on [0, 1]); it outputs logits over the residues at every position.
 Ours is the same at a small size: pre-norm encoder layers without dropout and sinusoidal positions
-(ESM-2 uses rotary ones), so that one model serves families of any length.
+(ESM-2 uses rotary ones), so that one model serves families of any length. Attention is the project's op
+(``kernels.attention``: Triton on CUDA, the torch reference or PyTorch's fused CPU attention elsewhere).
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import math
 
 import torch
 from torch import nn
+
+import kernels
 
 
 class TimeBasis(nn.Module):
@@ -37,6 +40,25 @@ def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
     return out
 
 
+class Block(nn.Module):
+    """Pre-norm bidirectional transformer layer: x + Attn(LN(x)), then x + MLP(LN(x)) (GELU, 4x width, no
+    dropout); padded keys masked."""
+
+    def __init__(self, d_model: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.qkv, self.proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        B, L, D = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(B, L, 3, self.n_head, D // self.n_head).permute(2, 0, 3, 1, 4)  # (B, H, L, Dh)
+        att = kernels.attention(q, k, v, bias=keep)  # keep (B, 1, 1, L): True = attend (not padding)
+        x = x + self.proj(att.transpose(1, 2).reshape(B, L, D))
+        return x + self.mlp(self.ln2(x))
+
+
 class ProfileBFNNet(nn.Module):
     """e_hat logits = Head(Encoder(theta W_theta + phi(t) W_t + pos)).
 
@@ -49,9 +71,7 @@ class ProfileBFNNet(nn.Module):
         self.embed_theta = nn.Linear(k, d_model)
         self.time_basis = TimeBasis(time_dim)
         self.embed_time = nn.Linear(time_dim, d_model)
-        layer = nn.TransformerEncoderLayer(d_model, n_head, 4 * d_model, dropout=0.0, activation="gelu",
-                                           batch_first=True, norm_first=True)
-        self.encoder = nn.TransformerEncoder(layer, n_layer, enable_nested_tensor=False)
+        self.blocks = nn.ModuleList(Block(d_model, n_head) for _ in range(n_layer))
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, k)
 
@@ -59,5 +79,7 @@ class ProfileBFNNet(nn.Module):
         B, L, _ = theta.shape
         h = self.embed_theta(theta) + self.embed_time(self.time_basis(t))[:, None, :]  # (B, L, D)
         h = h + sinusoidal_positions(L, h.shape[-1]).to(h)  # (B, L, D)
-        h = self.encoder(h, src_key_padding_mask=padding)  # (B, L, D): every position sees every other
+        keep = None if padding is None else ~padding[:, None, None, :]  # (B, 1, 1, L)
+        for block in self.blocks:  # every position sees every other
+            h = block(h, keep)
         return self.head(self.norm(h))  # (B, L, K)

@@ -16,8 +16,9 @@ ARMS = ("profilebfn", "untrained", "profile", "hmm", "copies")
 
 @dataclass(frozen=True)
 class Potts:
-    """The synthetic family with planted contacts (ours: the paper has no synthetic family)."""
+    """The synthetic families with planted contacts (ours: the paper has no synthetic family)."""
 
+    families: int = 3  # planted families, each with its own fields and contacts (and one null family besides)
     length: int = 40  # columns L
     contacts: int = 20  # planted pairs (L / 2: the top-L/2 precision of the paper's contact metric)
     min_separation: int = 4  # |i - j| of planted and scored pairs
@@ -26,7 +27,8 @@ class Potts:
     coupling: float = 2.0  # J_ij(a, pi(a)) on the planted pairs
     sweeps: int = 30  # Gibbs sweeps per draw
     reference: int = 500  # sequences of the reference MSA (the profile and the comparison set)
-    train: int = 2000  # other draws, added to the training set as single sequences
+    heldout: int = 200  # further draws, never trained on: the held-out denoising loss of the coupling premise
+    train: int = 1000  # other draws, added to the training set as single sequences
 
 
 @dataclass(frozen=True)
@@ -52,10 +54,8 @@ class Train:
 
 @dataclass(frozen=True)
 class Thresholds:
-    family_fraction: float = 0.5  # (a) "most" generated sequences above the family threshold
-    max_nearest_identity: float = 0.8  # (b) mean identity to the nearest reference below this
-    min_uniqueness: float = 0.9  # (b) share of distinct sequences above this
-    contact_margin: float = 0.0  # (c) generated minus independent-profile contact precision above this
+    family_margin: float = 0.1  # (a), (b) non-inferiority: share above the HMM threshold >= the profile arm's - this
+    covariation_share: float = 0.5  # (c) share of the reference MSA's covariation lead over profile draws kept
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,7 @@ class Params:
     training_fasta: str | None = None  # single training sequences; None = pyhmmer's 2,100 test proteins
     pseudocount: float = 1.0e-3  # official profile_from_lists: counts + 1e-3
     holdout_evalue: float = 1.0e-3  # training proteins hitting a held-out family's HMM at this E are removed
+    heldout_proteins: dict = field(default_factory=lambda: {"fraction": 0.05, "max": 200})  # competence gate's set
     noise_sequences: int = 500  # random sequences behind each family's noise cutoff
     potts: Potts = Potts()
     model: Model = Model()
@@ -95,6 +96,8 @@ class Params:
             raise ValueError(f"profilebfn.potts.length ({self.potts.length}) must not exceed train.crop ({self.train.crop})")
         if self.model.d_model % self.model.n_head:
             raise ValueError(f"profilebfn.model: d_model {self.model.d_model} is not a multiple of n_head {self.model.n_head}")
+        if not 0 < self.heldout_proteins["fraction"] < 1 or self.heldout_proteins["max"] < 1:
+            raise ValueError(f"profilebfn.heldout_proteins: fraction in (0, 1) and max >= 1, got {self.heldout_proteins}")
         if 2 * self.potts.contacts > self.potts.length:
             raise ValueError(f"profilebfn.potts.contacts: {self.potts.contacts} disjoint pairs need "
                              f"{2 * self.potts.contacts} > length {self.potts.length} columns")
@@ -102,10 +105,11 @@ class Params:
 
 # The parameters each stage reads (papers.common.params.for_stage keeps a stage from reading others).
 STAGE_PARAMS = {
-    "prepare": ("families", "family_paths", "training_fasta", "pseudocount", "holdout_evalue", "noise_sequences",
-                "potts"),
+    "prepare": ("families", "family_paths", "training_fasta", "pseudocount", "holdout_evalue", "heldout_proteins",
+                "noise_sequences", "potts"),
     "train": ("model", "train", "beta1"),
-    "evaluate": ("model", "beta1", "pseudocount", "t0", "sample_steps", "n_generate", "n_generate_potts", "mutation_rate", "potts"),
+    "evaluate": ("model", "train", "beta1", "pseudocount", "t0", "sample_steps", "n_generate", "n_generate_potts",
+                 "mutation_rate", "potts"),
     "report": ALL,
 }
 

@@ -23,57 +23,118 @@ from papers.profilebfn.params import ARMS, parse
 log = logging.getLogger(__name__)
 
 
-
 # ---- prepare -----------------------------------------------------------------------------------
-def _training_sequences(p) -> list[tuple[str, str]]:
-    path = Path(p.training_fasta) if p.training_fasta else data.default_training_path()
-    records = data.read_fasta(path)
-    bad = [(n, s) for n, s in records if not s or set(s) - set(data.AMINO_ACIDS + "XBZUOJ")]
-    if bad:
-        raise ValueError(f"{path}: record {bad[0][0]!r} holds symbols outside the amino-acid alphabet: "
-                         f"{sorted(set(bad[0][1]) - set(data.AMINO_ACIDS))[:5]}")
-    return records
+STREAM_CHUNK = 50_000  # training records searched and written at a time (UniRef50 never sits in memory whole)
+POTTS_NULL = "potts_null"
 
 
-def prepare(*, cfg, families, training, contacts, hmms, meta):
-    """Families (match-column rows), the held-out-filtered training set, planted contacts, HMMs, thresholds."""
+def potts_names(p) -> list[str]:
+    """The planted Potts families' names, then the null family's."""
+    return [f"potts_planted_{f}" for f in range(p.potts.families)] + [POTTS_NULL]
+
+
+def _check_record(path, name, seq):
+    if not seq or set(seq) - set(data.AMINO_ACIDS + "XBZUOJ"):
+        raise ValueError(f"{path}: record {name!r} holds symbols outside the amino-acid alphabet: "
+                         f"{sorted(set(seq) - set(data.AMINO_ACIDS))[:5]}")
+
+
+def _chunks(records, size: int):
+    chunk = []
+    for r in records:
+        chunk.append(r)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def filter_training(path, held_out_hmms: list, evalue: float, heldout: dict, rng: np.random.Generator,
+                    training_out, extra: dict, chunk_size: int = STREAM_CHUNK) -> dict:
+    """Stream the training FASTA: drop every record that hits a held-out family's HMM below `evalue` (whole
+    families held out), set aside each other record with probability heldout['fraction'] (at most
+    heldout['max']) for the competence gate, and write the rest to `training_out` (Parquet, one row group per
+    chunk) as it goes, then the `extra` rows (name, sequence, source: the Potts draws); count the proteins'
+    residues for the composition. Memory: one chunk, never the whole file (UniRef50)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     import pyhmmer
 
+    alphabet = pyhmmer.easel.Alphabet.amino()
+    counts = np.zeros(data.K)
+    kept = removed = 0
+    held = []
+    writer = None
+    try:
+        for chunk in _chunks(data.iter_fasta(path), chunk_size):
+            for name, seq in chunk:
+                _check_record(path, name, seq)
+            block = pyhmmer.easel.DigitalSequenceBlock(alphabet, [
+                pyhmmer.easel.TextSequence(name=f"t{i}", sequence=s).digitize(alphabet) for i, (_, s) in enumerate(chunk)])
+            hits = set()
+            for hmm in held_out_hmms:
+                pipeline = pyhmmer.plan7.Pipeline(alphabet, E=evalue, Z=len(chunk))
+                for hit in pipeline.search_hmm(hmm, block):
+                    if hit.evalue < evalue:
+                        hits.add(int(str(hit.name.decode() if isinstance(hit.name, bytes) else hit.name)[1:]))
+            removed += len(hits)
+            rows = {"name": [], "sequence": []}
+            for i, (name, seq) in enumerate(chunk):
+                if i in hits:
+                    continue
+                if len(held) < heldout["max"] and rng.random() < heldout["fraction"]:
+                    held.append((name, seq))
+                    continue
+                rows["name"].append(name)
+                rows["sequence"].append(seq)
+                x = data.encode_one(seq)
+                counts += np.bincount(x[x >= 0], minlength=data.K)
+            kept += len(rows["name"])
+            table = pa.table({**rows, "source": ["proteins"] * len(rows["name"])})
+            if writer is None:
+                writer = pq.ParquetWriter(str(ensure_parent(training_out)), table.schema)
+            writer.write_table(table)
+        writer.write_table(pa.table(extra, schema=writer.schema))
+    finally:
+        if writer is not None:
+            writer.close()
+    return {"kept": kept, "removed": removed, "heldout": held, "composition": (counts + 1.0) / (counts + 1.0).sum()}
+
+
+def prepare(*, cfg, families, training, heldout, contacts, hmms, meta):
+    """Families (match-column rows), the held-out-filtered training set (streamed), the competence gate's held-out
+    sequences, planted contacts, HMMs, thresholds."""
     p = parse(cfg)
     rng = seed_everything(12345)  # the data are the same for every training seed
     paths = {**data.default_family_paths(), **p.family_paths}
     fams = [data.read_stockholm(paths[name], name) for name in p.families]
 
-    # Potts families: planted couplings, and a null family with its own fields and no couplings.
+    # Potts families: each planted one has its own fields and contacts; the null family its own fields and no
+    # couplings (its "contacts" are the first planted family's pairs, scored where nothing co-varies).
     q = p.potts
-    planted = data.planted_contacts(q.length, q.contacts, q.min_separation, rng)
-    potts_rows, potts_train = {}, []
-    for name, coupling in (("potts_planted", q.coupling), ("potts_null", 0.0)):
-        h, J = data.potts_model(q.length, planted, q.residues_per_column, q.field, coupling, rng)
-        x = data.gibbs_sample(h, J, q.reference + q.train, q.sweeps, rng)
+    potts_rows, potts_heldout, potts_train, planted = {}, [], [], {}
+    for name in potts_names(p):
+        pairs = data.planted_contacts(q.length, q.contacts, q.min_separation, rng) if name != POTTS_NULL \
+            else planted[potts_names(p)[0]]
+        planted[name] = pairs
+        h, J = data.potts_model(q.length, pairs, q.residues_per_column, q.field, 0.0 if name == POTTS_NULL else q.coupling, rng)
+        x = data.gibbs_sample(h, J, q.reference + q.heldout + q.train, q.sweeps, rng)
         potts_rows[name] = x[: q.reference]
-        potts_train += [(f"{name}_{i}", s) for i, s in enumerate(data.decode(x[q.reference:]))]
+        potts_heldout += [(name, s) for s in data.decode(x[q.reference:q.reference + q.heldout])]
+        potts_train += [(f"{name}_{i}", s) for i, s in enumerate(data.decode(x[q.reference + q.heldout:]))]
 
-    # Training set: single sequences, minus those that hit a held-out family (whole families held out).
-    records = _training_sequences(p)
-    alphabet = pyhmmer.easel.Alphabet.amino()
+    # Training set: single sequences, minus those that hit a held-out family (whole families held out), streamed.
     built = {f.name: M.build_hmm(f.name, f.aligned, f.match_columns) for f in fams}
     for name, x in potts_rows.items():
         built[name] = M.build_hmm(name, data.decode(x), np.arange(q.length))
-    target = pyhmmer.easel.DigitalSequenceBlock(alphabet, [
-        pyhmmer.easel.TextSequence(name=f"t{i}", sequence=s).digitize(alphabet) for i, (_, s) in enumerate(records)])
-    removed = set()
-    for f in fams:
-        pipeline = pyhmmer.plan7.Pipeline(alphabet, E=p.holdout_evalue, Z=len(records))
-        for hit in pipeline.search_hmm(built[f.name], target):
-            if hit.evalue < p.holdout_evalue:
-                removed.add(int(str(hit.name.decode() if isinstance(hit.name, bytes) else hit.name)[1:]))
-    kept = [(n, s) for i, (n, s) in enumerate(records) if i not in removed]
-    composition = data.profile(data.encode(["".join(s for _, s in kept)]).reshape(-1, 1), 1.0)[0]
-    train_df = pd.DataFrame({"name": [n for n, _ in kept] + [n for n, _ in potts_train],
-                             "sequence": [s for _, s in kept] + [s for _, s in potts_train],
-                             "source": ["proteins"] * len(kept) + [n.rsplit("_", 1)[0] for n, _ in potts_train]})
-    write_parquet(train_df, training)
+    path = Path(p.training_fasta) if p.training_fasta else data.default_training_path()
+    stream = filter_training(path, [built[f.name] for f in fams], p.holdout_evalue, p.heldout_proteins, rng, training,
+                             {"name": [n for n, _ in potts_train], "sequence": [s for _, s in potts_train],
+                              "source": [n.rsplit("_", 1)[0] for n, _ in potts_train]})
+    write_parquet(pd.DataFrame({"family": ["proteins"] * len(stream["heldout"]) + [f for f, _ in potts_heldout],
+                                "sequence": [s for _, s in stream["heldout"]] + [s for _, s in potts_heldout]}), heldout)
+    composition = stream["composition"]
 
     rows, info = [], {}
     for f in fams:
@@ -84,7 +145,7 @@ def prepare(*, cfg, families, training, contacts, hmms, meta):
     for name, x in potts_rows.items():
         rows += [{"family": name, "kind": "potts", "row": i, "sequence": s} for i, s in enumerate(data.decode(x))]
         info[name] = {"kind": "potts", "source": "Gibbs sampling (papers.profilebfn.data)", "length": q.length,
-                      "members": int(len(x)), "gathering": float("nan")}
+                      "members": int(len(x)), "gathering": float("nan"), "planted": name != POTTS_NULL}
     for name, hmm in built.items():
         # Pfam's gathering threshold is set above the best-scoring non-member (its noise cutoff); the
         # seed files' GA lines are HMMER2 scores, so we take the larger of the two.
@@ -92,13 +153,16 @@ def prepare(*, cfg, families, training, contacts, hmms, meta):
         info[name]["noise_cutoff"] = nc
         info[name]["threshold"] = float(np.nanmax([nc, info[name]["gathering"]]))
     write_parquet(pd.DataFrame(rows), families)
-    write_parquet(pd.DataFrame(planted, columns=["i", "j"]), contacts)
+    write_parquet(pd.DataFrame([{"family": name, "i": int(i), "j": int(j)} for name, pairs in planted.items()
+                                for i, j in pairs]), contacts)
     with open(ensure_parent(hmms), "wb") as fh:
         for name in sorted(built):
             built[name].write(fh, binary=False)
-    write_json({"families": info, "training_sequences": len(kept), "removed_as_held_out": len(removed),
-                "potts_training_sequences": len(potts_train), "composition": composition.tolist()}, meta)
-    log.info("prepare: %d training proteins kept, %d removed as hits of held-out families", len(kept), len(removed))
+    write_json({"families": info, "training_sequences": stream["kept"], "removed_as_held_out": stream["removed"],
+                "heldout_proteins": len(stream["heldout"]), "potts_training_sequences": len(potts_train),
+                "composition": composition.tolist()}, meta)
+    log.info("prepare: %d training proteins kept, %d removed as hits of held-out families, %d held out for the gate",
+             stream["kept"], stream["removed"], len(stream["heldout"]))
 
 
 # ---- train -------------------------------------------------------------------------------------
@@ -107,11 +171,39 @@ def build_net(p) -> ProfileBFNNet:
     return ProfileBFNNet(d_model=m.d_model, n_layer=m.n_layer, n_head=m.n_head, time_dim=m.time_dim)
 
 
-def _batch(pool: list[np.ndarray], batch: int, crop: int, rng: np.random.Generator) -> torch.Tensor:
+class TrainingPool:
+    """The training sequences, drawn at random. A file of at most `in_memory` rows is read whole; a larger one (the
+    full scale's UniRef50) is read one Parquet row group at a time, a random group (weighted by its rows) every
+    `refresh` batches, so that memory holds one group, never the whole set."""
+
+    def __init__(self, path, rng: np.random.Generator, in_memory: int = 2_000_000, refresh: int = 50):
+        import pyarrow.parquet as pq
+
+        self.file, self.rng, self.refresh = pq.ParquetFile(str(path)), rng, refresh
+        meta = self.file.metadata
+        self.group_rows = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)], dtype=float)
+        self.streaming = meta.num_rows > in_memory
+        self.pool, self.drawn = [], 0
+        if not self.streaming:
+            self.pool = self._encode(self.file.read(columns=["sequence"]).column("sequence").to_pylist())
+
+    @staticmethod
+    def _encode(sequences) -> list[np.ndarray]:
+        pool = [x[x >= 0] for x in map(data.encode_one, sequences)]
+        return [x for x in pool if len(x)]
+
+    def sample(self, n: int) -> list[np.ndarray]:
+        if self.streaming and self.drawn % self.refresh == 0:
+            g = int(self.rng.choice(len(self.group_rows), p=self.group_rows / self.group_rows.sum()))
+            self.pool = self._encode(self.file.read_row_group(g, columns=["sequence"]).column("sequence").to_pylist())
+        self.drawn += 1
+        return [self.pool[i] for i in self.rng.integers(0, len(self.pool), n)]
+
+
+def _batch(pool: TrainingPool, batch: int, crop: int, rng: np.random.Generator) -> torch.Tensor:
     """(B, crop) residue indices, GAP (-1) on padding: random sequences, each a random window."""
     x = np.full((batch, crop), data.GAP, dtype=np.int64)
-    for b, i in enumerate(rng.integers(0, len(pool), batch)):
-        s = pool[i]
+    for b, s in enumerate(pool.sample(batch)):
         if len(s) > crop:
             start = rng.integers(0, len(s) - crop + 1)
             s = s[start:start + crop]
@@ -125,9 +217,7 @@ def train(*, cfg, seed, training, checkpoint, curve):
     seed = int(seed)
     rng = seed_everything(seed)
     g = torch.Generator().manual_seed(seed)
-    df = read_parquet(training)
-    pool = [x[x >= 0] for x in map(data.encode_one, df.sequence)]
-    pool = [x for x in pool if len(x)]
+    pool = TrainingPool(training, rng)
     net = build_net(p)
     init_state = {k: v.clone() for k, v in net.state_dict().items()}  # the untrained control's weights
     tr = p.train
@@ -209,13 +299,47 @@ def family_metrics(x: np.ndarray, raw: list[str], reference: np.ndarray, hmm, th
     if contacts is not None and len(xu) > 1:
         scored = M.apc(M.mutual_information(xu))
         out["contact_precision"] = M.contact_precision(scored, contacts, len(contacts), min_separation)
+        out["contact_auc"] = M.contact_auc(scored, contacts, min_separation)
     else:
-        out["contact_precision"] = float("nan")
+        out["contact_precision"] = out["contact_auc"] = float("nan")
     return out
 
 
-def evaluate(*, cfg, seed, checkpoint, families, contacts, hmms, meta, metrics, generated):
-    """Generate with every arm on every family and measure it (one training seed)."""
+@torch.no_grad()
+def denoising_losses(net, sequences: list[str], beta1: float, composition: np.ndarray, crop: int, seed: int,
+                     repeats: int = 4, batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """Per sequence, the continuous-time loss (bfn.continuous_loss, mean over `repeats` draws of t ~ U(0, 1) and
+    of the flow) of the network and of the context-free predictor (bfn.context_free_prediction: the composition
+    prior times the position's own belief, the best any predictor does without reading other positions), on the
+    same draws. A sequence longer than `crop` is cut to its first `crop` residues (a fixed window)."""
+    g = torch.Generator().manual_seed(seed)
+    x_all = [x[x >= 0][:crop] for x in map(data.encode_one, sequences)]
+    prior = torch.tensor(composition, dtype=torch.float32)
+    net_out, cf_out = [], []
+    for start in range(0, len(x_all), batch):
+        part = x_all[start:start + batch]
+        L = max(len(x) for x in part)
+        x = torch.full((len(part), L), data.GAP, dtype=torch.long)
+        for i, xi in enumerate(part):
+            x[i, :len(xi)] = torch.from_numpy(xi.astype(np.int64))
+        mask = x >= 0
+        net_l, cf_l = torch.zeros(len(part)), torch.zeros(len(part))
+        for _ in range(repeats):
+            t = torch.rand(len(part), generator=g)
+            e_x = torch.nn.functional.one_hot(x.clamp(min=0), data.K).float()
+            theta = bfn.flow(e_x, t, beta1, g)
+            theta = torch.where(mask[..., None], theta, torch.full_like(theta, 1.0 / data.K))
+            for out, e_hat in ((net_l, torch.softmax(net(theta, t, ~mask), dim=-1)),
+                               (cf_l, bfn.context_free_prediction(theta, prior))):
+                out += bfn.continuous_loss_per_sequence(x, e_hat, t, beta1, mask) / repeats
+        net_out.append(net_l.numpy())
+        cf_out.append(cf_l.numpy())
+    return np.concatenate(net_out), np.concatenate(cf_out)
+
+
+def evaluate(*, cfg, seed, checkpoint, families, heldout, contacts, hmms, meta, metrics, generated, competence):
+    """Generate with every arm on every family and measure it; the held-out denoising losses of the trained and the
+    untrained network against the context-free predictor (the competence gate; one training seed)."""
     import pyhmmer
 
     p = parse(cfg)
@@ -229,8 +353,10 @@ def evaluate(*, cfg, seed, checkpoint, families, contacts, hmms, meta, metrics, 
     net.eval()
     untrained.eval()
     fams = read_parquet(families)
-    planted = read_parquet(contacts)[["i", "j"]].to_numpy()
-    info = read_json(meta)["families"]
+    pairs = read_parquet(contacts)
+    planted = {name: g[["i", "j"]].to_numpy() for name, g in pairs.groupby("family")}
+    info_all = read_json(meta)
+    info = info_all["families"]
     with pyhmmer.plan7.HMMFile(hmms) as fh:
         models = {(h.name.decode() if isinstance(h.name, bytes) else h.name): h for h in fh}
     rows, gen_rows = [], []
@@ -243,11 +369,22 @@ def evaluate(*, cfg, seed, checkpoint, families, contacts, hmms, meta, metrics, 
             start = time.perf_counter()
             x, raw = generate(p, net, untrained, arm, prior, reference, models[name], n, seed, rng, g)
             m = family_metrics(x, raw, reference, models[name], info[name]["threshold"],
-                               planted if is_potts else None, p.potts.min_separation)
+                               planted[name] if is_potts else None, p.potts.min_separation)
             rows.append({"seed": seed, "family": name, "kind": info[name]["kind"], "arm": arm, **m,
                          "seconds": time.perf_counter() - start})
             gen_rows += [{"seed": seed, "family": name, "arm": arm, "sequence": s} for s in raw]
             log.info("evaluate/%s/%s: %s", name, arm, {k: round(v, 3) for k, v in m.items()})
     write_parquet(pd.DataFrame(rows).drop(columns="seconds"), metrics)
     write_parquet(pd.DataFrame(gen_rows), generated)
+
+    held = read_parquet(heldout)
+    composition = np.asarray(info_all["composition"])
+    comp_rows = []
+    for group, g_rows in held.groupby("family", sort=True):
+        for which, model in (("trained", net), ("untrained", untrained)):
+            net_l, cf_l = denoising_losses(model, list(g_rows.sequence), p.beta1, composition, p.train.crop, 2000 + seed)
+            comp_rows.append({"seed": seed, "group": group, "network": which, "sequences": len(g_rows),
+                              "network_loss": float(net_l.mean()), "context_free_loss": float(cf_l.mean())})
+            log.info("evaluate/competence/%s/%s: network %.4f, context-free %.4f", group, which, net_l.mean(), cf_l.mean())
+    write_parquet(pd.DataFrame(comp_rows), competence)
 

@@ -24,6 +24,7 @@ ARMS = {
 }
 SAM_ARMS = ("sam", "late_sam", "early_sam")  # trained at the main rho; the other rhos train sam and late_sam
 ADV_ARMS = ("adv", "late_adv")
+NOISY_ARMS = ("sgd", "sam", "late_sam")  # the noisy-label extension: the switch at the main rho, nothing else
 
 
 
@@ -45,8 +46,8 @@ class DataParams:
     path: str | None = None  # digits: None = sklearn's packaged digits.csv.gz; cifar10: cifar-10-batches-py/
     train_size: int = 50000  # CIFAR-10's training set
     test_size: int = 10000
-    label_noise: float = 0.0  # the paper trains on clean labels; the digits scale adds noise (see config)
-    noise_seed: int = 0  # which training labels are corrupted (fixed across training seeds)
+    label_noise: float = 0.2  # the noisy-label extension's share of corrupted training labels (the paper: clean)
+    seed: int = 0  # seed of every seed's split and label noise (seed s draws from (seed, s))
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,9 @@ class AttackParams:
 
 @dataclass(frozen=True)
 class Params:
-    seeds: int = 3
+    seeds: int = 10  # independent replicates: each seed its own initialisation, batch order, split and label noise
     data: DataParams = field(default_factory=DataParams)
+    conditions: tuple = ("clean",)  # clean: the paper's labels (every claim); noisy: the extension (table only)
     model: str = "vgg16_bn"  # ERM_to_SAM.py --model vgg16_bn; mlp for the digits
     hidden: tuple = (256, 256)  # widths of the MLP's hidden layers (unused by vgg16_bn)
     epochs: int = 160  # --epochs 160
@@ -87,11 +89,14 @@ class Params:
     interpolation_points: int = 29  # includes alpha = 0 and 1 exactly on this grid
     interpolation_samples: int = 1000  # LMC.py --sample_num 1000
     escape_steps: int = 100  # steps after the switch over which ||w_t - w_switch|| is recorded and fitted
-    # Claim thresholds (fixed before any run; see config/config.yaml for their reading of the paper).
+    # Claim thresholds and premise gates (fixed before any run; see config/config.yaml for their sources).
     gap_fraction_min: float = 0.5
+    close_share_max: float = 0.5
     early_ratio_max: float = 0.5
     escape_r2_min: float = 0.9
     barrier_tolerance: float = 0.05
+    switch_train_acc_min: float = 0.99
+    plateau_share_max: float = 0.1
 
     @property
     def switch_epochs(self) -> list[int]:
@@ -136,11 +141,19 @@ class Params:
         if self.data.source == "digits" and self.data.train_size + self.data.test_size > 1797:
             raise ValueError(f"sam_late.data: train_size + test_size = {self.data.train_size + self.data.test_size} "
                              "exceeds the 1797 digits")
+        late_steps = self.late_epochs * -(-self.data.train_size // self.batch_size)
+        if self.escape_steps > late_steps:
+            raise ValueError(f"sam_late.escape_steps = {self.escape_steps} exceeds the {late_steps} steps of the late "
+                             "phase (late_epochs x steps per epoch): the escape is recorded during it")
         if self.hessian_samples > self.data.train_size or self.interpolation_samples > self.data.train_size:
             raise ValueError("sam_late.hessian_samples and interpolation_samples must not exceed data.train_size "
                              f"= {self.data.train_size}")
         if self.model == "vgg16_bn" and self.data.source != "cifar10":
             raise ValueError("sam_late.model vgg16_bn needs data.source cifar10 (32x32 colour images)")
+        unknown = [c for c in self.conditions if c not in ("clean", "noisy")]
+        if unknown or "clean" not in self.conditions or len(set(self.conditions)) != len(self.conditions):
+            raise ValueError(f"sam_late.conditions must hold 'clean' (the paper's labels; every claim) and may add "
+                             f"'noisy' (the extension), each once; got {list(self.conditions)}")
 
 
 
@@ -148,7 +161,7 @@ class Params:
 # does not rerun the stage; papers.common.params.for_stage keeps the stage from reading any other.
 # A report writes every parameter to params.json, so it reads them all.
 STAGE_PARAMS = {
-    "prepare": ("data",),
+    "prepare": ("seeds", "data", "conditions"),
     "train_sgd": (
         "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "batch_size", "lr", "momentum",
         "weight_decay", "lr_milestones", "lr_gamma", "label_smoothing", "augment", "escape_steps",

@@ -66,9 +66,10 @@ def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, s
 
     Returns:
         history (one row per epoch: rule, lr, train_loss, test_loss, test_acc), escape (one row per
-        tracked step: step, distance), and the checkpoints {"switch": at p.switch_epoch, e: for SGD at
-        every other epoch e of p.switch_epochs (the sweep's branch points), "final": at the end} (those
-        before the run's first epoch are absent).
+        tracked step: step, distance, the full training set's loss after the step and at w_switch), and the
+        checkpoints {"switch": at p.switch_epoch, e: for SGD at every other epoch e of p.switch_epochs (the
+        sweep's branch points), "last_epoch": for late arms at the start of the last epoch, "final": at the
+        end} (those before the run's first epoch are absent).
     """
     params = [q for q in model.parameters() if q.requires_grad]
     optimizers = {rule: torch.optim.SGD(params, lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay)
@@ -93,6 +94,11 @@ def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, s
             ckpts[epoch] = checkpoint(model, optimizers, epoch)
         if epoch == switch and track:
             w_ref = flat_params(model)
+            # The training loss at w_switch: the premise of claim (c) asks whether it rises after the switch
+            # (escape.py tracks the training loss; plain cross-entropy on the run's labels, in eval mode).
+            ref_loss = evaluate(model, x, y)[0]
+        if arm.startswith("late") and epoch == p.epochs - 1:
+            ckpts["last_epoch"] = checkpoint(model, optimizers, epoch)  # convergence over the last late epoch
         rule = p.rule(arm, epoch, switch)
         opt = optimizers["sam" if rule == "sam" else "sgd"]
         for o in optimizers.values():
@@ -119,9 +125,60 @@ def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, s
             losses.append(float(loss))
             if w_ref is not None and step < p.escape_steps:
                 step += 1
-                escape.append({"step": step, "distance": float((flat_params(model) - w_ref).norm())})
+                escape.append({"step": step, "distance": float((flat_params(model) - w_ref).norm()),
+                               "train_loss": evaluate(model, x, y)[0], "switch_train_loss": ref_loss})
+                model.train()
         test_loss, test_acc = evaluate(model, data["x_test"], data["y_test"])
         history.append({"epoch": epoch, "rule": rule, "lr": p.lr_at(epoch), "train_loss": float(np.mean(losses)),
                         "test_loss": test_loss, "test_acc": test_acc})
     ckpts["final"] = checkpoint(model, optimizers, p.epochs)
-    return pd.DataFrame(history), pd.DataFrame(escape, columns=["step", "distance"]), ckpts
+    return pd.DataFrame(history), pd.DataFrame(escape, columns=["step", "distance", "train_loss", "switch_train_loss"]), ckpts
+
+
+# ---- the arms of one training job ---------------------------------------------------------------------
+def new_model(p, seed: int, device: str) -> nn.Module:
+    """The initialisation depends on the seed only, so every arm of a seed starts from the same weights."""
+    from papers.sam_late.data import CIFAR_SHAPE, DIGITS_SHAPE, N_CLASSES
+    from papers.sam_late.model import build
+
+    torch.manual_seed(seed)
+    shape = DIGITS_SHAPE if p.data.source == "digits" else CIFAR_SHAPE
+    return build(p.model, shape, p.hidden, N_CLASSES).to(device)
+
+
+def train_arms(p, df: pd.DataFrame, condition: str, arms, rho: float, sgd_runs: dict | None, device: str,
+               progress=None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """Train `arms` for every seed on that seed's split and `condition`'s labels; late arms start from SGD's
+    checkpoint at their switch epoch (`sgd_runs`: seed -> SGD's checkpoints, from the same condition).
+
+    `arms`: names of params.ARMS, or (name, k) for a late-SAM arm of the switch sweep (SAM for the last k epochs).
+    Returns the histories and escapes (columns labels, arm, rho, seed first) and {arm: {seed: checkpoints}}
+    (late arms keep only their final state and that one epoch before: their branch points are SGD's).
+    """
+    from papers.common.seeding import seed_everything
+    from papers.sam_late.data import load_tensors
+    from papers.sam_late.params import is_sam_arm
+
+    histories, escapes, runs = [], [], {}
+    for seed in range(p.seeds):
+        tensors = load_tensors(df, p.data.source, seed, condition, device)
+        for job in arms:
+            name, arm, switch = ((job, job, p.switch_epoch) if isinstance(job, str)
+                                 else (job[0], "late_sam", p.epochs - job[1]))
+            seed_everything(seed)
+            model = new_model(p, seed, device)
+            late = arm.startswith("late")
+            start = sgd_runs[seed]["switch" if switch == p.switch_epoch else switch] if late else None
+            bar = (lambda it: progress(it, desc=f"{condition} {name} rho={rho} seed={seed}")) if progress else None
+            h, e, ckpts = train(model, tensors, p, arm=arm, rho=rho, seed=seed, start=start, switch=switch,
+                                track=late or arm == "sgd", progress=bar)
+            runs.setdefault(name, {})[seed] = ({"final": ckpts["final"], "last_epoch": ckpts["last_epoch"]} if late
+                                               else ckpts)
+            for df_ in (h, e):
+                df_.insert(0, "labels", condition)
+                df_.insert(1, "arm", name)
+                df_.insert(2, "rho", rho if is_sam_arm(name) else 0.0)
+                df_.insert(3, "seed", seed)
+            histories.append(h)
+            escapes.append(e)
+    return pd.concat(histories, ignore_index=True), pd.concat(escapes, ignore_index=True), runs

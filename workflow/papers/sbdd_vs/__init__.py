@@ -8,15 +8,16 @@ maximum Tanimoto similarity (Morgan fingerprints) to the generated set and the r
 EF1%, BEDROC (alpha = 80.5) and AUROC. Beside the conventional metrics (docking score, QED, SA,
 validity, uniqueness) this shows that a generator can win on docking and lose on screening.
 
-Deviations: the published SBDD models and their pocket data cannot be had offline, so five generators
-of different natures stand in (:mod:`.generators`: a SMILES LM fine-tuned on known actives, a GA that
-climbs the docking score, BRICS recombination, random draws, and the known actives as the upper
-bound). The screening library is built DUD-E style from RDKit's real EGFR and CDK2 actives and from
-WEHI/NCI compounds (:mod:`.data`), in independent replicates: each a similarity-stringent cluster split
-(planted actives dissimilar to the known ones) with decoys property-matched to the planted actives and
-dissimilar to them; the decoy pool is kept out of everything the generators see. The docking score is
-a shape-and-size proxy against the real DUD-E pocket (claim (a) uses it per heavy atom), with AutoDock
-Vina (dockstring) at the full scale (:mod:`.docking`).
+Deviations: the published SBDD models and their pocket data cannot be had offline, so generators of
+different natures stand in (:mod:`.generators`: a SMILES LM fine-tuned on known actives (full scale), a GA that
+climbs the docking score, BRICS recombination, random draws, and the known actives); a real SBDD model's
+molecules plug in as files (``sbdd_vs.external``). The screening library is built DUD-E style from RDKit's real
+EGFR and CDK2 actives and from WEHI/NCI compounds (:mod:`.data`), in independent replicates: each a
+similarity-stringent cluster split (planted actives dissimilar to the known ones, at least ``min_planted`` of
+them) with decoys property-matched to the planted actives (balanced) and dissimilar to them; the decoy pool is
+kept out of everything the generators see. The docking score of every molecule is a shape-and-size proxy against
+the real DUD-E pocket; AutoDock Vina (dockstring) docks a sample at the default scale (claim a) and everything at
+the full scale (:mod:`.docking`).
 
 Modules: :mod:`.chem` (RDKit), :mod:`.data`, :mod:`.docking`, :mod:`.lm` (the transformer),
 :mod:`.generators`, :mod:`.screening` (the paper's metrics), :mod:`.params`, :mod:`.stages`, :mod:`.report`.

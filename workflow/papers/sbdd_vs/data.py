@@ -185,16 +185,20 @@ def exclude(df: pd.DataFrame, smiles) -> pd.DataFrame:
 
 # ---- decoys -------------------------------------------------------------------------------------
 def select_decoys(planted: pd.DataFrame, pool: pd.DataFrame, pool_max_sim: np.ndarray, *, per_active: int,
-                  max_similarity: float, seed: int) -> pd.DataFrame:
+                  max_similarity: float, seed: int, balance: int = 1) -> pd.DataFrame:
     """DUD-E-style decoys: property-matched to each planted active, dissimilar to the planted actives.
 
     Candidates are the pool compounds whose maximum Tanimoto similarity to the planted actives
     (`pool_max_sim`) is below `max_similarity`; the known actives play no part (a filter against
-    them would push the decoys away from the known actives and so favour them as queries). Distance to an active: Euclidean over the matching
-    properties, each scaled by its standard deviation among the candidates, plus 10 per unit of
-    net-charge difference (charge matches wherever the pool allows). Actives take turns (seeded
-    order) picking their nearest unassigned candidate, `per_active` rounds, so no decoy serves two
-    actives and no active gets only the leftovers.
+    them would push the decoys away from the known actives and so favour them as queries). Distance to an
+    active: Euclidean over the matching properties, each scaled by its standard deviation among the
+    candidates, plus 10 per unit of net-charge difference (charge matches wherever the pool allows).
+    Actives take turns (seeded order) picking an unassigned candidate, `per_active` rounds, so no decoy
+    serves two actives and no active gets only the leftovers. With `balance` > 1 an active picks, among its
+    `balance` nearest unassigned candidates, the one that brings the running mean of (decoy - active)
+    property differences closest to zero: where the pool thins out in one direction (few dissimilar
+    compounds as heavy, or with as many H-bond donors, as the actives), plain nearest neighbours drift to
+    one side and bias that property; this keeps the decoys' property distributions centred on the actives'.
     Returns the decoys with column ``decoy_for`` (the active's id).
     """
     cand = pool[pool_max_sim < max_similarity].reset_index(drop=True)
@@ -211,18 +215,39 @@ def select_decoys(planted: pd.DataFrame, pool: pd.DataFrame, pool_max_sim: np.nd
     order = np.argsort(dist, axis=1, kind="stable")
     taken = np.zeros(len(cand), dtype=bool)
     pointer = np.zeros(len(planted), dtype=int)
+    drift = np.zeros(len(cont))  # running sum of (decoy - active) scaled property differences
     assigned = []  # (candidate index, active position)
     turn = np.random.default_rng(seed).permutation(len(planted))
     for _ in range(per_active):
         for i in turn:
             while taken[order[i, pointer[i]]]:
                 pointer[i] += 1
-            j = order[i, pointer[i]]
+            options, k = [], pointer[i]
+            while len(options) < balance and k < len(cand):  # the `balance` nearest unassigned candidates
+                if not taken[order[i, k]]:
+                    options.append(order[i, k])
+                k += 1
+            dev = c[options] - a[i]  # (K, P)
+            j = options[int(np.argmin(((drift + dev) ** 2).sum(1)))] if balance > 1 else options[0]
+            drift += c[j] - a[i]
             taken[j] = True
             assigned.append((j, i))
     rows = cand.iloc[[j for j, _ in assigned]].copy()
     rows["decoy_for"] = planted.id.to_numpy()[[i for _, i in assigned]]
     return rows.reset_index(drop=True)
+
+
+def property_auroc(values, active) -> float:
+    """AUROC of ranking a library by one property (higher first) for its actives, ties counting one half
+    (Mann-Whitney): 0.5 when actives and decoys share the property's distribution."""
+    from scipy.stats import rankdata
+
+    values, active = np.asarray(values, float), np.asarray(active, bool)
+    n_a, n_d = int(active.sum()), int((~active).sum())
+    if n_a == 0 or n_d == 0:
+        return float("nan")
+    ranks = rankdata(values)  # average ranks for ties
+    return float((ranks[active].sum() - n_a * (n_a + 1) / 2) / (n_a * n_d))
 
 
 def unmatched_decoys(pool: pd.DataFrame, pool_max_sim: np.ndarray, n: int, *, max_similarity: float,

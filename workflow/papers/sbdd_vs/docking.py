@@ -146,15 +146,51 @@ def proxy_score(mol: Chem.Mol, pocket: Pocket, p) -> float:
     return -(p.e_buried * n_in + p.e_exposed * (n - n_in)) / (1.0 + p.w_rot * rot)
 
 
-def vina_score(smiles: str, target: str, *, cpus: int, seed: int) -> float:
-    """AutoDock Vina through dockstring (needs Debian's openbabel); NaN where docking fails."""
-    from dockstring import load_target
+def _vina_target(target: str, *, exhaustiveness: int, box: float | None):
+    """dockstring's Target for `target`, its Vina call given an exhaustiveness and, if `box` is set, a cubic search
+    box of that edge around dockstring's centre (everything else, ligand preparation included, is dockstring's)."""
+    import subprocess
 
+    from dockstring import load_target
+    from dockstring.utils import get_vina_path
+
+    t = load_target(target)
+
+    def dock_pdbqt(pdbqt_path, log_path, out_path, seed, num_cpus=None):
+        conf = t.conf_path
+        if box is not None:
+            conf = os.path.join(t.working_dir, "conf_box.txt")
+            with open(t.conf_path) as fh, open(conf, "w") as out:
+                out.writelines(line for line in fh if not line.strip().startswith("size_"))
+                out.writelines(f"size_{a} = {box}\n" for a in "xyz")
+        cmd = [get_vina_path(), "--receptor", t.pdbqt_path, "--config", conf, "--ligand", pdbqt_path, "--log", log_path,
+               "--out", out_path, "--seed", str(seed), "--exhaustiveness", str(exhaustiveness)]
+        if num_cpus is not None:
+            cmd += ["--cpu", str(num_cpus)]
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if done.returncode != 0:
+            raise RuntimeError(f"Vina failed: {done.stdout.decode()[-500:]}")
+
+    t._dock_pdbqt = dock_pdbqt
+    return t
+
+
+def vina_score(smiles: str, target: str, *, cpus: int, seed: int, exhaustiveness: int = 8,
+               box: float | None = None) -> tuple[float, float]:
+    """AutoDock Vina through dockstring (needs Debian's openbabel): (best score, CPU seconds of the child
+    processes, Vina and Open Babel); NaN where docking fails."""
+    import resource
+
+    def child_cpu():
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    start = child_cpu()
     try:
-        score, _ = load_target(target).dock(smiles, num_cpus=cpus, seed=seed)
+        score, _ = _vina_target(target, exhaustiveness=exhaustiveness, box=box).dock(smiles, num_cpus=cpus, seed=seed)
     except Exception:  # noqa: BLE001 (dockstring raises on ligand preparation or Vina failures)
-        return math.nan
-    return math.nan if score is None else float(score)
+        score = None
+    return (math.nan if score is None else float(score)), child_cpu() - start
 
 
 class Scorer:
@@ -171,4 +207,5 @@ class Scorer:
     def __call__(self, mol: Chem.Mol) -> float:
         if self.engine == "proxy":
             return proxy_score(mol, self.pocket, self.p)
-        return vina_score(Chem.MolToSmiles(mol), self.target, cpus=self.p.vina_cpus, seed=self.seed)
+        return vina_score(Chem.MolToSmiles(mol), self.target, cpus=self.p.vina_cpus, seed=self.seed,
+                          exhaustiveness=self.p.vina_exhaustiveness, box=self.p.vina_box)[0]

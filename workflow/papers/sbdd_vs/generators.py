@@ -122,13 +122,15 @@ def _tournament(pop: list[str], scores: dict[str, float], rng: np.random.Generat
 
 
 def optimise(start: list[str], library: list[str], score, n: int, rng: np.random.Generator, *, population: int,
-             children: int, generations: int, library_fragments: int, max_fragments: int) -> tuple[list[str], list[dict]]:
+             children: int, generations: int, library_fragments: int, max_fragments: int,
+             max_heavy_atoms: int | None = None) -> tuple[list[str], list[dict]]:
     """A (mu + lambda) genetic algorithm on the docking score (lower is better).
 
     Crossover: the BRICS fragments of two tournament-selected parents, plus `library_fragments`
     random fragments of the drug-like `library`, are reassembled into one child of at most
-    `max_fragments` fragments. The fittest `population` distinct molecules survive. Returns the
-    `n` best molecules ever scored and the best and mean score per generation.
+    `max_fragments` fragments; a child with more than `max_heavy_atoms` heavy atoms is discarded (SBDD
+    models sample molecules of a drug's size, not ever larger ones). The fittest `population` distinct
+    molecules survive. Returns the `n` best molecules ever scored and the best and mean score per generation.
     """
     scores: dict[str, float] = {}
 
@@ -147,7 +149,7 @@ def optimise(start: list[str], library: list[str], score, n: int, rng: np.random
             frags = set(fragments(_tournament(pop, scores, rng)) + fragments(_tournament(pop, scores, rng)))
             frags |= {lib_frags[i] for i in rng.choice(len(lib_frags), size=library_fragments, replace=False)}
             mol = assemble(sorted(frags), rng, max_fragments=max_fragments)
-            if mol is not None:
+            if mol is not None and (max_heavy_atoms is None or mol.GetNumHeavyAtoms() <= max_heavy_atoms):
                 child = chem.canonical(mol)
                 fitness(child)
                 pop.append(child)

@@ -8,25 +8,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import zlib
 
 import numpy as np
 import pandas as pd
 from rdkit import Chem, DataStructs
 
-from papers.common.claims import write_claims
-from papers.common.io import (
-    read_json,
-    read_parquet,
-    read_parquets,
-    write_json,
-    write_parquet,
-)
-from papers.common.params import to_dict
+from papers.common.io import read_json, read_parquet, write_json, write_parquet
 from papers.common.progress import progress
-from papers.common.report import write_report
 from papers.common.seeding import seed_everything
 from papers.sbdd_vs import chem, data, docking, generators, screening
-from papers.sbdd_vs.params import GENERATORS, SLUG, TARGETS, parse
+from papers.sbdd_vs.params import GENERATORS, TARGETS, parse
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +32,10 @@ def _fps(smiles, p) -> list:
 
 
 def _rng(seed: int, target: str, generator: str) -> np.random.Generator:
-    """An independent stream per (sampling seed, target, generator)."""
-    return np.random.default_rng([seed, TARGETS.index(target), GENERATORS.index(generator)])
+    """An independent stream per (sampling seed, target, generator); an external generator or a control query set
+    is keyed by its name."""
+    key = GENERATORS.index(generator) if generator in GENERATORS else zlib.crc32(generator.encode())
+    return np.random.default_rng([seed, TARGETS.index(target), key])
 
 
 def _read_files(paths, *, on_bad, limit, bad, counts) -> pd.DataFrame:
@@ -55,47 +49,60 @@ def _read_files(paths, *, on_bad, limit, bad, counts) -> pd.DataFrame:
 
 
 # ---- prepare ------------------------------------------------------------------------------------
-def _library(act: pd.DataFrame, pool: pd.DataFrame, pool_fps, p, replicate: int):
-    """One library replicate of one target: a similarity-stringent split of the actives (split seed
-    split.seed + replicate), the planted hidden actives, their DUD-E decoys (decoy seed decoys.seed +
-    replicate) and, for the decoy-bias control, as many unmatched decoys."""
-    split = data.split_by_cluster(act, hidden_fraction=p.split.hidden_fraction, max_hidden=p.split.max_hidden,
-                                  seed=p.split.seed + replicate, fps=_fps(act.smiles, p),
-                                  max_known_similarity=p.split.max_known_similarity)
+def qualifying_splits(act: pd.DataFrame, fps, p) -> list[tuple[int, pd.DataFrame]]:
+    """The library replicates' splits: scanning split seeds split.seed, split.seed + 1, ..., the first `seeds`
+    similarity-stringent splits that leave at least split.min_planted eligible hidden actives to plant. The rule
+    reads the actives alone (no result of any generator), so it is fixed before any screening is run."""
+    out = []
+    for seed in range(p.split.seed, p.split.seed + p.split.max_split_seeds):
+        try:
+            split = data.split_by_cluster(act, hidden_fraction=p.split.hidden_fraction, max_hidden=p.split.max_hidden,
+                                          seed=seed, fps=fps, max_known_similarity=p.split.max_known_similarity)
+        except ValueError:  # no eligible hidden active at all
+            continue
+        if int(split.planted.sum()) >= p.split.min_planted:
+            out.append((seed, split))
+            if len(out) == p.seeds:
+                return out
+    raise ValueError(f"sbdd_vs.split: only {len(out)} of split seeds {p.split.seed}..{p.split.seed + p.split.max_split_seeds - 1} "
+                     f"leave >= min_planted = {p.split.min_planted} eligible hidden actives; {p.seeds} are needed "
+                     "(raise split.hidden_fraction or max_split_seeds, or lower min_planted)")
+
+
+def _library(split: pd.DataFrame, split_seed: int, pool: pd.DataFrame, pool_fps, p, replicate: int):
+    """One library replicate of one target from its split: the planted hidden actives, their DUD-E decoys (decoy
+    seed decoys.seed + replicate); and, for the decoy check, as many unmatched decoys (their property AUROCs only)."""
     planted = split[split.planted]
     pool_max_sim = chem.max_similarity(pool_fps, _fps(planted.smiles, p))  # (n_pool,) to the planted actives
     seed = p.decoys.seed + replicate
     decoys = data.select_decoys(planted, pool, pool_max_sim, per_active=p.decoys.per_active,
-                                max_similarity=p.decoys.max_similarity, seed=seed)
+                                max_similarity=p.decoys.max_similarity, seed=seed, balance=p.decoys.balance)
     unmatched = data.unmatched_decoys(pool, pool_max_sim, len(decoys), max_similarity=p.decoys.max_similarity,
                                       seed=seed)
     cols = ["smiles", "id", "active", "decoy_for", *chem.PROPERTIES]
     actives_ = planted.assign(active=1, decoy_for="")[cols]
-    parts = []
-    for name, dec in (("dude", decoys), ("unmatched", unmatched.assign(decoy_for=""))):
-        lib = pd.concat([actives_, dec.assign(active=0)[cols]], ignore_index=True)
-        lib = lib.sample(frac=1.0, random_state=seed).reset_index(drop=True)  # ties keep this order
-        parts.append(lib.assign(replicate=replicate, library=name))
+    lib = pd.concat([actives_, decoys.assign(active=0)[cols]], ignore_index=True)
+    lib = lib.sample(frac=1.0, random_state=seed).reset_index(drop=True)  # ties keep this order
+    control = pd.concat([actives_, unmatched.assign(active=0, decoy_for="")[cols]], ignore_index=True)
     check = {
-        "replicate": replicate, "split_seed": p.split.seed + replicate, "decoy_seed": seed,
+        "replicate": replicate, "split_seed": split_seed, "decoy_seed": seed,
         "known": int((split.role == "known").sum()), "hidden": int((split.role == "hidden").sum()),
         "eligible": int(((split.role == "hidden") & (split.known_similarity < p.split.max_known_similarity)).sum()),
         "planted": len(planted), "planted_clusters": int(planted.cluster.nunique()), "decoys": len(decoys),
         "planted_known_similarity_max": float(planted.known_similarity.max()),
         "dissimilar_candidates": int((pool_max_sim < p.decoys.max_similarity).sum()),
-        # property bias: AUROC of ranking the library by each matching property alone (0.5 = matched)
-        "property_auroc": {lib_name: {prop: screening.screening_metrics(
-            lib[prop].to_numpy(float), lib.active.to_numpy(), ef_fraction=p.screen.ef_fraction,
-            alpha=p.screen.bedroc_alpha)["auroc"] for prop in chem.PROPERTIES}
-            for lib_name, lib in zip(("dude", "unmatched"), parts)},
+        # property bias: AUROC of ranking the library by each matching property alone (0.5 = matched; ties 1/2)
+        "property_auroc": {name: {prop: data.property_auroc(l[prop], l.active == 1) for prop in chem.PROPERTIES}
+                           for name, l in (("dude", lib), ("unmatched", control))},
     }
-    return split.assign(replicate=replicate), pd.concat(parts, ignore_index=True), check
+    return split.assign(replicate=replicate), lib.assign(replicate=replicate, library="dude"), check
 
 
 def prepare(*, cfg, actives, libraries, druglike, records):
-    """Per target and library replicate: actives split by cluster (similarity-stringent) and a screening
-    library (planted hidden actives + DUD-E decoys, and an unmatched-decoy control); the drug-like set the
-    generators draw from, with every decoy-pool compound removed. `records` reports every malformed record."""
+    """Per target and library replicate: actives split by cluster (similarity-stringent, qualifying splits only) and
+    a screening library (planted hidden actives + DUD-E decoys; the property AUROCs of an unmatched-decoy control
+    in `records`); the drug-like set the generators draw from, with every decoy-pool compound removed. `records`
+    reports every malformed record."""
     p = parse(cfg)
     on_bad = p.data.on_bad_record
     bad, counts = [], []
@@ -132,8 +139,8 @@ def prepare(*, cfg, actives, libraries, druglike, records):
     for target, act_path, lib_path in zip(p.targets, actives, libraries):
         act = data.add_properties(all_actives[target])
         splits, libs, reps = [], [], []
-        for r in range(p.seeds):
-            split, lib, check = _library(act, pool, pool_fps, p, r)
+        for r, (split_seed, split) in enumerate(qualifying_splits(act, _fps(act.smiles, p), p)):
+            split, lib, check = _library(split, split_seed, pool, pool_fps, p, r)
             splits.append(split)
             libs.append(lib)
             reps.append(check)
@@ -184,7 +191,7 @@ def train(*, cfg, druglike, actives, pretrained, finetuned, history):
     base = {k: v.clone() for k, v in model.state_dict().items()}
     for target, path in zip(p.targets, finetuned):
         states = []
-        for r in range(p.seeds):
+        for r in range(p.seeds if "lm" in p.generators else 0):  # no fine-tuning when the LM only embeds
             model.load_state_dict(base)
             gen = torch.Generator().manual_seed(q.seed)
             losses = lm.train(model, encode(known[target, r]), steps=q.finetune_steps, batch=q.batch,
@@ -217,20 +224,39 @@ def _pocket(records, target) -> docking.Pocket:
     return docking.Pocket(**read_json(records)["targets"][target]["pocket"])
 
 
-def generate(*, cfg, target, actives, druglike, records, checkpoint, generated, optimiser_history):
+# The positive control's query set (not a generator): hidden actives left unplanted, drawn from the clusters of
+# the planted ones, so that by construction they are analogues of what they must retrieve.
+SIBLINGS = "siblings"
+
+
+def siblings(act: pd.DataFrame, replicate: int) -> list[str]:
+    """The hidden, unplanted actives of replicate `replicate` whose cluster holds a planted active."""
+    a = act[act.replicate == replicate]
+    clusters = set(a[a.planted].cluster)
+    return a[(a.role == "hidden") & ~a.planted & a.cluster.isin(clusters)].smiles.tolist()
+
+
+def generate(*, cfg, target, actives, druglike, records, generated, optimiser_history, checkpoint=None):
     """Every generator's molecules for one target, for every replicate (seed): the generators that use actives
-    see that replicate's known ones only."""
+    see that replicate's known ones only; an external generator's molecules are drawn from its file. Also the
+    positive control's query set (:func:`siblings`), screened like a generator's molecules."""
     p = parse(cfg)
     act = read_parquet(actives)
     dl = read_parquet(druglike).smiles.tolist()
     fitness = docking.Scorer(target, p.optimiser.fitness, p.docking, _pocket(records, target))
+    external = {name: data.read_smiles(files[target]).smiles.tolist() for name, files in p.external.items()
+                if name in p.generators}
     rows, hist = [], []
     for seed in range(p.seeds):
         known = act[(act.replicate == seed) & (act.role == "known")].smiles.tolist()
         model = None
-        for name in p.generators:
+        for name in (*p.generators, SIBLINGS):
             rng = _rng(seed, target, name)
-            if name == "known":
+            if name == SIBLINGS:
+                out = generators.draw(siblings(act, seed), p.n_generate, rng)
+            elif name in external:
+                out = generators.draw(external[name], p.n_generate, rng)
+            elif name == "known":
                 out = generators.draw(known, p.n_generate, rng)
             elif name == "random":
                 out = generators.draw(dl, p.n_generate, rng)
@@ -242,7 +268,7 @@ def generate(*, cfg, target, actives, druglike, records, checkpoint, generated, 
                 out, h = generators.optimise(dl, generators.draw(dl, o.library_molecules, rng), fitness,
                                              p.n_generate, rng, population=o.population, children=o.children,
                                              generations=o.generations, library_fragments=o.library_fragments,
-                                             max_fragments=o.max_fragments)
+                                             max_fragments=o.max_fragments, max_heavy_atoms=o.max_heavy_atoms)
                 hist += [{"seed": seed, **r} for r in h]
             else:  # lm
                 import torch
@@ -260,25 +286,10 @@ def generate(*, cfg, target, actives, druglike, records, checkpoint, generated, 
 
 
 # ---- evaluate -----------------------------------------------------------------------------------
-def random_query_auroc(lib: pd.DataFrame, lib_fps, druglike_fps, *, n: int, draws: int, rng: np.random.Generator,
-                       p) -> list[float]:
-    """The decoy-bias check: AUROC of ranking `lib` by max Tanimoto to `draws` random sets of `n` drug-like
-    molecules (queries that are not actives; 0.5 when the decoys are as close to them as the actives are)."""
-    sets = [rng.choice(len(druglike_fps), size=min(n, len(druglike_fps)), replace=False) for _ in range(draws)]
-    used = np.unique(np.concatenate(sets))
-    col = {j: k for k, j in enumerate(used)}
-    sim = np.array([DataStructs.BulkTanimotoSimilarity(fp, [druglike_fps[j] for j in used]) for fp in lib_fps])
-    active = lib.active.to_numpy()
-    return [screening.screening_metrics(sim[:, [col[j] for j in s]].max(axis=1), active,
-                                        ef_fraction=p.screen.ef_fraction, alpha=p.screen.bedroc_alpha)["auroc"]
-            for s in sets]
-
-
-def evaluate(*, cfg, target, library, actives, records, generated, druglike, pretrained, metrics, bias):
+def evaluate(*, cfg, target, library, actives, records, generated, metrics, pretrained=None):
     """Conventional metrics and the paper's screening metrics of every (generator, seed) of one target, each
-    screened against its seed's library replicate, with Morgan fingerprints and with a learned embedding
-    (the pretrained SMILES LM's, :func:`lm.embed`; columns ``*_emb``); and the random-query AUROCs of every
-    replicate's DUD-E and unmatched decoys (`bias`).
+    screened against its seed's library replicate, with Morgan fingerprints and, with screen.embedding, a learned
+    embedding (the pretrained SMILES LM's, :func:`lm.embed`; columns ``*_emb``).
 
     The embedding comes from the LM pretrained on the drug-like set alone, one fixed representation for
     every generator and replicate: it has seen no active, and no generator is screened in its own space.
@@ -286,27 +297,20 @@ def evaluate(*, cfg, target, library, actives, records, generated, druglike, pre
     from papers.sbdd_vs import lm
 
     p = parse(cfg)
-    encoder, vocab = _load_lm(pretrained)
+    encoder, vocab = _load_lm(pretrained) if p.screen.embedding else (None, None)
     libs = read_parquet(library)
     act = read_parquet(actives)
     gen = read_parquet(generated)
-    dl_fps = _fps(read_parquet(druglike).smiles, p)
     scorer = docking.Scorer(target, p.docking.engine, p.docking, _pocket(records, target))
     dock_cache: dict[str, float] = {}
-    rows, bias_rows, screens = [], [], {}
+    rows, screens = [], {}
     for r in sorted(libs.replicate.unique()):
-        for name in ("dude", "unmatched"):
-            lib = libs[(libs.replicate == r) & (libs.library == name)].reset_index(drop=True)
-            lib_fps = _fps(lib.smiles, p)
-            lib_emb = lm.embed(encoder, vocab, lib.smiles).numpy() if name == "dude" else None
-            screens[int(r), name] = (lib_fps, lib_emb, lib.active.to_numpy())
-            rng = np.random.default_rng([int(r), TARGETS.index(target), len(GENERATORS), ("dude", "unmatched").index(name)])
-            aurocs = random_query_auroc(lib, lib_fps, dl_fps, n=p.n_generate, draws=p.screen.random_draws, rng=rng, p=p)
-            bias_rows += [{"target": target, "replicate": int(r), "library": name, "draw": i, "auroc": v}
-                          for i, v in enumerate(aurocs)]
+        lib = libs[libs.replicate == r].reset_index(drop=True)
+        emb = lm.embed(encoder, vocab, lib.smiles).numpy() if encoder is not None else None
+        screens[int(r)] = (_fps(lib.smiles, p), emb, lib.active.to_numpy())
     for (name, seed), g in progress(gen.groupby(["generator", "seed"], sort=False), desc=f"evaluate {target}"):
         known = set(act[(act.replicate == seed) & (act.role == "known")].smiles)
-        lib_fps, lib_emb, active = screens[int(seed), "dude"]
+        lib_fps, lib_emb, active = screens[int(seed)]
         parsed = [chem.parse_smiles(s) for s in g.raw]
         valid = [chem.canonical(m) for m in parsed if m is not None]
         unique = sorted(set(valid))
@@ -316,8 +320,9 @@ def evaluate(*, cfg, target, library, actives, records, generated, druglike, pre
                 dock_cache[s] = scorer(m)
         vs = screening.screening_metrics(chem.max_similarity(lib_fps, _fps(unique, p)), active,
                                          ef_fraction=p.screen.ef_fraction, alpha=p.screen.bedroc_alpha)
-        emb = screening.screening_metrics(screening.max_cosine(lib_emb, lm.embed(encoder, vocab, unique).numpy()),
-                                          active, ef_fraction=p.screen.ef_fraction, alpha=p.screen.bedroc_alpha)
+        emb = {} if encoder is None else screening.screening_metrics(
+            screening.max_cosine(lib_emb, lm.embed(encoder, vocab, unique).numpy()), active,
+            ef_fraction=p.screen.ef_fraction, alpha=p.screen.bedroc_alpha)
         rows.append({
             "target": target, "generator": name, "seed": int(seed), "n": len(g),
             "validity": len(valid) / max(len(g), 1), "uniqueness": len(unique) / max(len(valid), 1),
@@ -333,29 +338,29 @@ def evaluate(*, cfg, target, library, actives, records, generated, druglike, pre
             **{f"{k}_emb": v for k, v in emb.items()},
         })
     write_parquet(pd.DataFrame(rows), metrics)
-    write_parquet(pd.DataFrame(bias_rows, columns=["target", "replicate", "library", "draw", "auroc"]), bias)
 
 
-# ---- report -------------------------------------------------------------------------------------
-TITLE = "P15 sbdd_vs: Evaluating structure-based drug design models by ligand-based virtual screening"
-def report(*, cfg, scale, metrics, bias, records, lm_history, optimiser_histories, benchmarks,
-           table_md, table_csv, claims, params_json, report_md, fig_metrics, fig_decoys):
-    from papers.sbdd_vs import (
-        report as rep,  # matplotlib: only this stage pays its import
-    )
-
+# ---- dock ---------------------------------------------------------------------------------------
+def dock(*, cfg, target, generated, records, vina):
+    """AutoDock Vina (dockstring's receptor and box) on a sample: for each of the first `vina.pairs` library
+    replicates, one molecule drawn from the docking optimiser's set and one from the known actives (claim (a)'s
+    docking part), each also scored by the proxy. Each Vina run's CPU time is measured (its child process)."""
     p = parse(cfg)
-    m = read_parquets(metrics)
-    b = read_parquets(bias)
-    rec = read_json(records)
-    rep.write_table(m, p, table_md, table_csv)
-    rep.figure_metrics(m, p, fig_metrics)
-    rep.figure_decoys(b, rec, p, fig_decoys)
-    claim_list = rep.claims(m, b, p)
-    write_claims(claim_list, claims, paper=SLUG, scale=scale)
-    write_json(to_dict(p), params_json)
-    opt_hists = {t: read_parquet(path) for t, path in zip(p.targets, optimiser_histories)}
-    what = rep.what_was_run(p, rec, read_parquet(lm_history), opt_hists) + "\n\n" + rep.upper_bound_check(m, p)
-    write_report(report_md, title=TITLE, scale=scale, what_was_run=what,
-                 table_md=table_md, figures=[fig_metrics, fig_decoys], claims=claim_list, benchmarks=benchmarks,
-                 differences=rep.DIFFERENCES)
+    gen = read_parquet(generated)
+    proxy = docking.Scorer(target, "proxy", p.docking, _pocket(records, target))
+    rows = []
+    for seed in range(p.vina.pairs):
+        rng = np.random.default_rng([p.vina.seed, seed, TARGETS.index(target)])
+        for name in ("optimiser", "known"):
+            pool = sorted({chem.canonical(m) for m in map(chem.parse_smiles, gen[(gen.generator == name) & (gen.seed == seed)].raw)
+                           if m is not None})
+            smi = pool[int(rng.integers(len(pool)))]
+            mol = Chem.MolFromSmiles(smi)
+            score, seconds = docking.vina_score(smi, target, cpus=p.docking.vina_cpus, seed=p.vina.seed,
+                                                exhaustiveness=p.docking.vina_exhaustiveness, box=p.docking.vina_box)
+            rows.append({"target": target, "seed": seed, "generator": name, "smiles": smi, "vina": score,
+                         "proxy": proxy(mol), "heavy_atoms": mol.GetNumHeavyAtoms(), "cpu_seconds": seconds})
+            log.info("%s seed %d %s: Vina %.2f, proxy %.2f, %d heavy atoms, %.1f CPU s", target, seed, name,
+                     score, rows[-1]["proxy"], rows[-1]["heavy_atoms"], seconds)
+    write_parquet(pd.DataFrame(rows, columns=["target", "seed", "generator", "smiles", "vina", "proxy", "heavy_atoms",
+                                              "cpu_seconds"]), vina)

@@ -13,15 +13,18 @@ task whose sequence mode is NOT greedy decoding's answer (:mod:`.task`: reversal
 correct with a prompt-dependent probability a(x), else a decoy pair whose first letter fools greedy decoding
 when a(x) < 1/2): (1) an exact tabular version of the task's generator, swept over the number of pairs K
 (so over C_cov = E_x[a(x)^-K]) in a compositional and an atomic form, where coverage, best-of-N and the
-KL-regularised optimum are closed forms; (2) tiny character-level transformers (:mod:`.model`, attention by
-``kernels.attention``), several independently pretrained base models, with 2 pairs (high coverage) and
-4 pairs (low coverage). Claims: (a) best-of-N improves with N and beats sampling and greedy decoding;
-(b) SFT-sharpening amortises best-of-N; (c) SFT's required budget grows with C_cov while RL's does not;
-(d) tabular RL converges to the closed-form optimum; (e) under low coverage RL beats SFT at every budget.
+KL-regularised optimum are closed forms; (2) tiny character-level transformers (``papers.common.gpt``, attention
+by ``kernels.attention``), several independently pretrained base models, each trained to a gate on its fit to the
+task's law, with 2 pairs (high coverage) and 4 pairs (low coverage). Claims: (a) best-of-N improves with N (a slope
+per base model) and beats greedy decoding; (b) SFT-sharpening amortises best-of-N (ablation: SFT on unselected
+samples); (c) SFT's required budget grows with C_cov while RL's does not (ablation: the atomic sweep); (d) tabular
+RL converges to the closed-form optimum, nearer to it than to its neighbouring formulas (control: a wrong formula);
+(e) RL's lead over SFT is larger under low coverage than under high coverage (the interaction). At the full scale,
+best-of-N of a local pretrained LM on GSM-style math prompts decides (a).
 
 Deviations: synthetic task and tiny models instead of LLMs on benchmarks; RL-sharpening is plain on-policy
 REINFORCE with the KL term, not the paper's exploration-augmented preference algorithm.
 
-Modules: :mod:`.tabular` (level 1), :mod:`.task`, :mod:`.model`, :mod:`.lm` (level 2), :mod:`.params`,
-:mod:`.stages` (the DAG's stages).
+Modules: :mod:`.tabular` (level 1), :mod:`.task`, :mod:`.lm` (level 2), :mod:`.pretrained` (the full scale's LMs),
+:mod:`.params`, :mod:`.stages` (the DAG's stages), :mod:`.verdicts` (the claims), :mod:`.report`.
 """

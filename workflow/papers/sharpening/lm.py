@@ -41,7 +41,7 @@ def sample_answers(model: GPT, prompts: torch.Tensor, n: int, k: int, generator:
 
 
 # ---- best-of-N ------------------------------------------------------------------------------------------
-def best_of_n_from_pool(rewards: np.ndarray, values: np.ndarray, sizes) -> dict[int, float]:
+def best_of_n_from_pool(rewards: np.ndarray, values: np.ndarray, sizes, *, per_prompt: bool = False) -> dict:
     """E[value of the best-of-N winner] for each N in `sizes`, from a pool of M >= N samples per prompt
     (B, M), averaged over prompts; value = correctness gives best-of-N accuracy.
 
@@ -49,6 +49,7 @@ def best_of_n_from_pool(rewards: np.ndarray, values: np.ndarray, sizes) -> dict[
     an unbiased estimate with less variance than one draw: with the pool sorted by reward (rank j = 1 is
     the best), the subset's winner is the rank-j sample with probability C(M - j, N - 1) / C(M, N).
     Equal rewards belong to equal answers (the reward is a function of the answer), so ties are harmless.
+    With ``per_prompt`` each N maps to the (B,) per-prompt estimates instead of their mean.
     """
     B, M = rewards.shape
     order = np.argsort(-rewards, axis=1, kind="stable")
@@ -58,7 +59,7 @@ def best_of_n_from_pool(rewards: np.ndarray, values: np.ndarray, sizes) -> dict[
         if not 1 <= N <= M:
             raise ValueError(f"best-of-{N} needs a pool of at least {N} samples, got {M}")
         w = np.array([math.comb(M - j, N - 1) for j in range(1, M + 1)], dtype=float) / math.comb(M, N)
-        out[int(N)] = float((c @ w).mean())
+        out[int(N)] = c @ w if per_prompt else float((c @ w).mean())  # (B,) with per_prompt
     return out
 
 
@@ -134,6 +135,19 @@ def rl_sharpen(base: GPT, prompts: torch.Tensor, n: int, budgets, *, beta: float
 
 
 # ---- evaluation -------------------------------------------------------------------------------------------
+@torch.no_grad()
+def law_gap(model: GPT, prompts: torch.Tensor, answers: torch.Tensor, law_logprob: torch.Tensor) -> float:
+    """KL(law || model) per answer letter, estimated on answers drawn from the corpus law:
+    mean over draws of log law(y | x) - log model(y | x), divided by the answer length.
+
+    prompts (B, P), answers (B, n) drawn from the law, law_logprob (B,) their exact log-probabilities under it
+    (papers.sharpening.task.log_prob). Since the law's own log-probability is subtracted draw by draw, the
+    estimate varies only with the model's misfit, not with the law's entropy; it is >= 0 in expectation and 0
+    exactly when the model is the law on these prompts."""
+    return float((law_logprob - self_reward(model, prompts, answers)).mean() / answers.shape[1])
+
+
+
 @torch.no_grad()
 def best_of_n_curve(base: GPT, prompts: torch.Tensor, correct: torch.Tensor, sizes, *,
                     generator: torch.Generator, shuffle_seed: int = 0) -> dict:

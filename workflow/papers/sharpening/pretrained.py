@@ -96,7 +96,8 @@ def sample_and_score(model, tokenizer, prompt: str, samples: int, max_new_tokens
 def best_of_n(model, tokenizer, questions: list[dict], *, template: str, sizes, max_new_tokens: int, stop: str,
               seed: int) -> dict:
     """Best-of-N accuracy under the self-reward for each N in `sizes` (one pool of max(sizes) samples per
-    question), with the shuffled-reward control, plain sampling (N = 1) and greedy decoding."""
+    question), with the shuffled-reward control, plain sampling (N = 1) and greedy decoding; every value per
+    question ({N: (Q,)} and (Q,) for greedy), so that intervals can resample the questions."""
     M = max(sizes)
     rewards, correct, greedy = [], [], []
     for i, q in enumerate(questions):
@@ -108,6 +109,7 @@ def best_of_n(model, tokenizer, questions: list[dict], *, template: str, sizes, 
         greedy.append(is_correct(g[0], q["reference"], stop))
     rewards, correct = np.array(rewards), np.array(correct)
     perm = np.random.default_rng(seed).permuted(np.tile(np.arange(M), (len(questions), 1)), axis=1)
-    return {"accuracy": best_of_n_from_pool(rewards, correct, sizes),
-            "shuffled_accuracy": best_of_n_from_pool(np.take_along_axis(rewards, perm, 1), correct, sizes),
-            "greedy_accuracy": float(np.mean(greedy))}
+    return {"accuracy": best_of_n_from_pool(rewards, correct, sizes, per_prompt=True),
+            "shuffled_accuracy": best_of_n_from_pool(np.take_along_axis(rewards, perm, 1), correct, sizes,
+                                                     per_prompt=True),
+            "greedy_accuracy": np.array(greedy, dtype=float)}

@@ -172,6 +172,41 @@ def kl_optimum(beta: float) -> float:
     return 1.0 + 1.0 / beta
 
 
+def point_mass_kl(logp: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """KL(delta_y || pi) per prompt (X,): -log pi(y(x) | x), the divergence of a point mass on y (e.g. the mode)."""
+    return -seq_logprob(logp, y[:, None, :])[:, 0]
+
+
+def formula_distances(logp_rl: np.ndarray, logp_base: np.ndarray, y_star: np.ndarray, beta: float,
+                      hypotheses=(1.0, 2.0)) -> list[dict]:
+    """How well a policy fits the closed form pi*_b ∝ pi_base^(1 + 1/b), against its nearest wrong formulas.
+
+    For each hypothesis b = f * beta (f in `hypotheses`; f = 1 is the paper's optimum, f = 2 a wrong formula, the
+    negative control), the mean over prompts of KL(pi_RL || pi*_b), of KL(pi_RL || pi*_{b/2}) and of
+    KL(pi_RL || pi*_{2b}), and the tolerance: the smallest KL(W || pi*_b) of the wrong answers W in {pi*_{b/2},
+    pi*_{2b}, the point mass on the mode} (how far from pi*_b the nearest wrong formula lies, on this base
+    model). A policy fits formula b when it is nearer to pi*_b than to its neighbours and nearer to it than any
+    wrong answer is."""
+    star = {}
+
+    def tilted(b):
+        if b not in star:
+            star[b] = tilt(logp_base, kl_optimum(b))
+        return star[b]
+
+    rows = []
+    for f in hypotheses:
+        b = f * beta
+        s, half, double = tilted(b), tilted(b / 2), tilted(2 * b)
+        rows.append({"hypothesis": f, "beta": b,
+                     "kl_rl": float(kl(logp_rl, s).mean()),
+                     "kl_rl_half": float(kl(logp_rl, half).mean()),
+                     "kl_rl_double": float(kl(logp_rl, double).mean()),
+                     "tolerance": float(min(kl(half, s).mean(), kl(double, s).mean(),
+                                            point_mass_kl(s, y_star).mean()))})
+    return rows
+
+
 def state_marginals(logp: np.ndarray) -> np.ndarray:
     """P_pi(y_{t-1} = a) for every t (X, L, V); at t = 0 all the mass is on the start state."""
     X, L, V, _ = logp.shape

@@ -11,27 +11,34 @@ from pathlib import Path
 
 import numpy as np
 
-from papers.symspace.params import parse
+from papers.symspace.params import parse, real_eeg
 
 log = logging.getLogger(__name__)
 
 
 def prepare(*, cfg, data):
-    """Every seed's EEG-like subjects (or the user's EEG files) and noisy tree; the digits' region covariances.
+    """Every seed's EEG-like subjects (or the user's EEG datasets) and digits draw; every tree seed's noisy tree.
 
     Written as one pickle of numpy arrays (the matrices do not fit Parquet's columns), read by :func:`read_prepared`.
+    ``eeg``: {task name: {seed: [subject, ...]}}; the mixing model draws new subjects per seed (task "eeg"), real
+    EEG gives every seed the same subjects of each dataset (task "eeg:<dataset>"; the subjects are its replicates).
     """
     p = parse(cfg)
-    if p.eeg_files:
-        real = [load_trials_npz(path, p.eeg["windows"], p.eeg["shrink"]) for path in p.eeg_files]
-        eeg = {seed: real for seed in range(p.seeds)}
+    if real_eeg(p):
+        eeg = {}
+        for name, folder in sorted(p.eeg_datasets.items()):
+            files = sorted(Path(folder).glob("*.npz"))
+            if not files:
+                raise FileNotFoundError(f"symspace.eeg_datasets.{name}: no .npz subject files in {folder}")
+            subjects = [load_trials_npz(str(f), p.eeg["windows"], p.eeg["shrink"]) for f in files]
+            eeg[f"eeg:{name}"] = {seed: subjects for seed in range(p.seeds)}
     else:
-        eeg = {seed: eeg_like(p.eeg, seed) for seed in range(p.seeds)}
+        eeg = {"eeg": {seed: eeg_like(p.eeg, seed) for seed in range(p.seeds)}}
     prepared = {"eeg": eeg, "digits": digits(p.digits["eps"]),
-                "tree": {seed: noisy_tree(p.tree, seed) for seed in range(p.seeds)}}
+                "tree": {seed: noisy_tree(p.tree, seed) for seed in range(p.tree["seeds"])}}
     with open(data, "wb") as fh:
         pickle.dump(prepared, fh, protocol=pickle.HIGHEST_PROTOCOL)
-    log.info("prepared %d seeds: %d EEG subjects, digits, tree", p.seeds, len(eeg[0]))
+    log.info("prepared %d seeds of %s, digits, %d trees", p.seeds, ", ".join(eeg), p.tree["seeds"])
 
 
 def read_prepared(path: str) -> dict:
@@ -102,15 +109,20 @@ def digits(eps: float) -> dict:
 
 
 def noisy_tree(t, seed: int) -> dict:
-    """Nodes of a full tree embedded in the Poincare disk, perturbed by hyperbolic noise (Data (3)).
+    """Nodes of a full tree embedded in the Poincare disk, perturbed by hyperbolic noise, then moved by an isometry
+    (Data (3)).
 
     Node at depth r sits at hyperbolic radius r * `edge_length` in the middle of its angular sector
     (the root's sector is the circle, each child gets 1 / `branching` of its parent's); its position is
     then Mobius-moved by a tangent vector of hyperbolic length ~ `noise` (x (+) tanh(|v|/2) v/|v|). The
-    label is the node's ancestor at depth `label_depth`. Nodes above that depth are dropped.
+    label is the node's ancestor at depth `label_depth`. Nodes above that depth are dropped. Last, the whole
+    tree is rotated by a random angle and Mobius-translated so that its root lands at hyperbolic distance
+    `root_shift` from the origin (x -> c (+) R x, an isometry of the disk): hyperbolic distances, and so what a
+    hyperbolic head can represent, are unchanged, but the classes are no longer angular sectors about the origin
+    (with root_shift 0 a fixed angle rule gives the labels). Returns the points, their labels and depths.
     """
     rng = np.random.default_rng([seed, 3])
-    pts, labels = [], []
+    pts, labels, depths = [], [], []
     sectors = [(0.0, 2 * np.pi, -1)]  # (start, width, ancestor at label_depth)
     for depth in range(1, t["depth"] + 1):
         nxt = []
@@ -125,11 +137,17 @@ def noisy_tree(t, seed: int) -> dict:
                 r = np.tanh(depth * t["edge_length"] / 2)
                 pts.append([r * np.cos(angle), r * np.sin(angle)])
                 labels.append(anc)
+                depths.append(depth)
     x = np.asarray(pts)
     v = t["noise"] * rng.normal(size=x.shape)
     norm = np.linalg.norm(v, axis=1, keepdims=True)
     u = np.tanh(norm / 2) * v / np.maximum(norm, 1e-15)
-    return {"points": _mobius_add_np(x, u), "labels": np.asarray(labels)}
+    x = _mobius_add_np(x, u)
+    phi, psi = rng.uniform(0, 2 * np.pi, size=2)
+    rot = np.array([[np.cos(phi), -np.sin(phi)], [np.sin(phi), np.cos(phi)]])
+    centre = np.tanh(t["root_shift"] / 2) * np.array([np.cos(psi), np.sin(psi)])
+    moved = _mobius_add_np(np.broadcast_to(centre, x.shape), x @ rot.T)
+    return {"points": moved, "labels": np.asarray(labels), "depths": np.asarray(depths)}
 
 
 def _mobius_add_np(x, y):
@@ -144,7 +162,7 @@ def load_trials_npz(path: str, windows: int, shrink: float) -> dict:
     key or record at fault."""
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"{path}: no such file (symspace.eeg_files)")
+        raise FileNotFoundError(f"{path}: no such file (symspace.eeg_datasets)")
     with np.load(p) as f:
         for key in ("trials", "labels", "session"):
             if key not in f:

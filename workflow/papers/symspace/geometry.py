@@ -176,19 +176,20 @@ def ball_distance(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def ball_horocycle(x: torch.Tensor, p: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     """s_{p,a}(x) = log(1 - |y|^2) - log|y - omega|^2, y = (-p) (+) x, omega = a/|a| (Sec. 3.2).
 
-    x: (B, d); p, a: (K, d) -> (B, K): the signed distance to the horocycle through p normal to omega.
+    x: (..., B, d); p, a: (..., K, d) -> (..., B, K): the signed distance to the horocycle through p normal to omega
+    (leading dimensions broadcast: several independent problems, e.g. seeds, side by side).
     """
-    y = mobius_add(-p.unsqueeze(0), x.unsqueeze(1))  # (B, K, d)
+    y = mobius_add(-p.unsqueeze(-3), x.unsqueeze(-2))  # (..., B, K, d)
     omega = a / a.norm(dim=-1, keepdim=True).clamp_min(1e-15)
-    return torch.log1p(-(y * y).sum(-1)) - ((y - omega.unsqueeze(0)) ** 2).sum(-1).log()
+    return torch.log1p(-(y * y).sum(-1)) - ((y - omega.unsqueeze(-3)) ** 2).sum(-1).log()
 
 
 def ball_gyroplane(x: torch.Tensor, p: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     """Ganea et al. (2018) eq. 25's signed distance to the gyroplane through p with normal a:
-    asinh(2 <y, a> / ((1 - |y|^2) |a|)), y = (-p) (+) x. (B, d), (K, d) -> (B, K)."""
-    y = mobius_add(-p.unsqueeze(0), x.unsqueeze(1))
-    a_norm = a.norm(dim=-1).clamp_min(1e-15)
-    return torch.asinh(2 * (y * a.unsqueeze(0)).sum(-1) / ((1 - (y * y).sum(-1)) * a_norm))
+    asinh(2 <y, a> / ((1 - |y|^2) |a|)), y = (-p) (+) x. (..., B, d), (..., K, d) -> (..., B, K)."""
+    y = mobius_add(-p.unsqueeze(-3), x.unsqueeze(-2))
+    a_norm = a.norm(dim=-1).clamp_min(1e-15).unsqueeze(-2)
+    return torch.asinh(2 * (y * a.unsqueeze(-3)).sum(-1) / ((1 - (y * y).sum(-1)) * a_norm))
 
 
 def ball_busemann_limit(x: np.ndarray, p: np.ndarray, omega: np.ndarray, times) -> list[float]:

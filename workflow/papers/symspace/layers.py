@@ -4,7 +4,7 @@ Paper: Nguyen et al., ICLR 2025. Sec. 4.1: multinomial logistic regression whose
 the (scaled) signed distance of the input to the class's hyperplane; Sec. 4.2: an FC layer whose
 outputs are distances to learned hyperplanes; Sec. 4.3: an attention whose weights come from those
 distances and whose aggregation is a weighted Frechet mean. Baselines: LogEig + linear, SPDNet
-(Huang & Van Gool 2017: BiMap, ReEig, LogEig), a Euclidean MLP on vectorised matrices, and on the ball
+(Huang & Van Gool 2017: BiMap, ReEig, LogEig) under either head, and on the ball
 a Euclidean MLR and Ganea et al.'s (2018) gyroplane MLR.
 """
 from __future__ import annotations
@@ -126,32 +126,28 @@ class LogEigLinear(nn.Module):
 
 
 class SPDNet(nn.Module):
-    """BiMap -> ReEig -> LogEig -> linear."""
+    """BiMap -> ReEig -> a classification head (Huang & Van Gool 2017, one BiMap/ReEig block).
 
-    def __init__(self, n, m, classes, generator):
+    ``head="logeig_linear"``: LogEig + linear, SPDNet's own head; ``head="busemann_mlr"``: the paper's Busemann
+    MLR (Sec. 4.1) on the backbone's SPD(m) output, as the paper's SPD networks put it after their BiMap/ReEig
+    layers. The backbone's initial weights come from `generator`, the head's from `head_generator` (default: the
+    same generator), so that two heads can share one initial backbone.
+    """
+
+    def __init__(self, n, m, classes, generator, head: str = "logeig_linear", head_generator=None):
         super().__init__()
         self.bimap, self.reeig = BiMap(n, m, generator), ReEig()
-        self.head = nn.Linear(m * (m + 1) // 2, classes, dtype=torch.float64)
-        _init(self.head, generator)
+        head_generator = generator if head_generator is None else head_generator
+        if head == "logeig_linear":
+            self.log_eig, self.head = LogEig(), nn.Linear(m * (m + 1) // 2, classes, dtype=torch.float64)
+            _init(self.head, head_generator)
+        elif head == "busemann_mlr":
+            self.log_eig, self.head = nn.Identity(), BusemannMLR(m, classes, 1.0, 0.0, head_generator)
+        else:
+            raise ValueError(f"symspace: unknown SPDNet head {head!r} (logeig_linear, busemann_mlr)")
 
-    def forward(self, x):
-        return self.head(LogEig()(self.reeig(self.bimap(x))))
-
-
-class EuclideanMLP(nn.Module):
-    """Vectorised X (upper triangle) -> hidden ReLU layer -> logits; inputs standardised by training statistics."""
-
-    def __init__(self, n, hidden, classes, generator, mean, std):
-        super().__init__()
-        self.register_buffer("mean", mean)
-        self.register_buffer("std", std)
-        self.net = nn.Sequential(nn.Linear(n * (n + 1) // 2, hidden, dtype=torch.float64), nn.ReLU(),
-                                 nn.Linear(hidden, classes, dtype=torch.float64))
-        for layer in (self.net[0], self.net[2]):
-            _init(layer, generator)
-
-    def forward(self, x):
-        return self.net((triu_vec(x) - self.mean) / self.std)
+    def forward(self, x):  # (B, n, n) -> (B, classes)
+        return self.head(self.log_eig(self.reeig(self.bimap(x))))
 
 
 class BusemannMLR(nn.Module):
@@ -223,36 +219,53 @@ class SPDAttentionNet(nn.Module):
 
 
 # ---- Poincare-ball heads -----------------------------------------------------------------------
+# Each head can hold `replicas` independent copies of its parameters (a leading dimension), trained side by side on
+# (replicas, N, d) inputs: the tree's seeds in one full-batch run (every copy has its own gradient; Adam is
+# elementwise, so each copy trains as it would alone).
 class EuclideanMLR(nn.Module):
-    def __init__(self, d, classes, generator):
+    """logits = W x + b: (..., N, d) -> (..., N, classes)."""
+
+    def __init__(self, d, classes, generator, replicas: int | None = None):
         super().__init__()
-        self.head = nn.Linear(d, classes, dtype=torch.float64)
-        _init(self.head, generator)
+        lead = () if replicas is None else (replicas,)
+        bound = 1 / d ** 0.5  # nn.Linear's default range
+        self.weight = nn.Parameter((torch.rand(*lead, classes, d, generator=generator, dtype=torch.float64) * 2 - 1) * bound)
+        self.bias = nn.Parameter(torch.zeros(*lead, classes, dtype=torch.float64))
 
     def forward(self, x):
-        return self.head(x)
+        return x @ self.weight.transpose(-1, -2) + self.bias.unsqueeze(-2)
 
 
 class BallMLR(nn.Module):
-    """MLR on the ball: `busemann` (logit |a_k| s_{p_k,a_k}(x), Sec. 3.2) or `ganea` (Ganea et al. eq. 25:
-    lambda_{p_k} |a_k| times the signed gyroplane distance)."""
+    """MLR on the ball, one hyperplane (base point p_k, normal a_k) per class.
 
-    def __init__(self, d, classes, kind, generator):
+    ``busemann`` (Sec. 3.2, as the authors' released code computes it, nguyenxuanson10/symspaces-ic
+    ``PoincareBall.dist2planebm``): logit d(p_k, x) s_{p_k,a_k}(x) / |y|, with y = (-p_k) (+) x, s the horocycle
+    value log(1 - |y|^2) - log|y - a_k/|a_k||^2 (:func:`geometry.ball_horocycle`) and d(p_k, x) = 2 artanh |y|;
+    a_k sets only the direction. ``ganea`` (Ganea et al. 2018, eq. 25): lambda_{p_k} |a_k| times the signed
+    gyroplane distance.
+    """
+
+    def __init__(self, d, classes, kind, generator, replicas: int | None = None):
         super().__init__()
+        if kind not in ("busemann", "ganea"):
+            raise ValueError(f"symspace: unknown ball head {kind!r} (busemann, ganea)")
         self.kind = kind
-        self.p = nn.Parameter(0.01 * torch.randn(classes, d, generator=generator, dtype=torch.float64))
-        self.a = nn.Parameter(0.1 * torch.randn(classes, d, generator=generator, dtype=torch.float64))
+        lead = () if replicas is None else (replicas,)
+        self.p = nn.Parameter(0.01 * torch.randn(*lead, classes, d, generator=generator, dtype=torch.float64))
+        self.a = nn.Parameter(0.1 * torch.randn(*lead, classes, d, generator=generator, dtype=torch.float64))
 
     def _p(self):  # keep base points inside the ball
         norm = self.p.norm(dim=-1, keepdim=True)
         return self.p * (torch.tanh(norm) / norm.clamp_min(1e-15))
 
-    def forward(self, x):
-        p, a_norm = self._p(), self.a.norm(dim=-1)
+    def forward(self, x):  # (..., N, d) -> (..., N, classes)
+        p = self._p()
         if self.kind == "busemann":
-            return a_norm * geo.ball_horocycle(x, p, self.a)
+            y = geo.mobius_add(-p.unsqueeze(-3), x.unsqueeze(-2)).norm(dim=-1).clamp(1e-12, 1 - 1e-12)  # |y|
+            return 2 * torch.atanh(y) / y * geo.ball_horocycle(x, p, self.a)
         lam = 2 / (1 - (p * p).sum(-1))
-        return lam * a_norm * geo.ball_gyroplane(x, p, self.a)
+        return (lam * self.a.norm(dim=-1)).unsqueeze(-2) * geo.ball_gyroplane(x, p, self.a)
 
 
 def _init(linear: nn.Linear, generator: torch.Generator) -> None:

@@ -1,196 +1,275 @@
-"""The symspace report: the accuracy table, the figures, the five claims with their controls, report.md."""
+"""The symspace report: the accuracy table, the figures, claims (a)-(e) with their gates and controls, the checks,
+report.md."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from papers.common.claims import Claim, Control, mean_test, paired_test, write_claims
+from papers.common.claims import (Check, Claim, Control, Evidence, PositiveControl, Premise, Scope, convention,
+                                  mean_test, paired_test, write_claims)
 from papers.common.io import read_parquet, write_json
 from papers.common.params import to_dict
 from papers.common.plotting import savefig, subplots
-from papers.common.report import write_report
+from papers.common.report import job_times, write_report
 from papers.common.tables import mean_std, write_table
-from papers.symspace.params import SLUG, parse
+from papers.symspace.params import SLUG, parse, real_eeg
+from papers.symspace.stages import ASYMPTOTIC, CHECKS, KNOWN_VALUE, LIMIT_CHECKS, WRONG_FORMULAS
 
 TITLE = "P4 symspace: Neural networks on symmetric spaces of noncompact type (Busemann point-to-hyperplane distance)"
-TASKS = {"eeg": "EEG-like covariances (session 1 -> 2)", "digits": "digits region covariances 5x5",
-         "tree": "noisy tree in the Poincare disk"}
-AI = (1.0, 0.0)
-# What we know of the reasons, shown in the report for each claim that does not hold or is inconclusive.
-WHY = {
-    "a": "the Richardson-extrapolated limit carries truncation error (O(t^-3) and terms exp(-t (h_i - h_i+1))) "
-         "that grows when h has close entries; or the seeds' largest errors vary too much for a 3-seed interval.",
-    "b": "our Busemann MLR is one layer on the raw covariance, trained for a fixed budget of full-batch steps; in the mixing model "
-         "the class is the power of one source, which the LogEig tangent-space classifier and SPDNet read almost "
-         "linearly, so the curved decision boundaries of the Busemann hyperplanes have nothing to add. The paper's "
-         "networks stack BiMap/ReEig layers before its MLR and train for many epochs on real EEG, where it reports "
-         "that they beat these baselines.",
-    "c": "in the MLR the beta term is a linear reparametrisation of the normal (a' = alpha a + beta (sum a) 1), so the "
-         "(alpha, beta) family changes only the optimisation path, not the model class; on the digits a larger beta "
-         "also trained worse within our fixed step budget (see the grid in the table).",
-    "d": "the horocycle head's logits diverge at the boundary point omega and its accuracy varies far more across "
-         "seeds than Ganea's (std in the table): with a fixed, untuned step budget some seeds end far from the "
-         "other heads, so the interval of the difference is wide.",
-    "e": "the interval of the attention's gain straddles the non-inferiority margin.",
-}
+SPD_ARMS = {"spdnet_logeig_linear": "BiMap -> ReEig -> LogEig + linear (SPDNet)",
+            "spdnet_busemann_mlr": "BiMap -> ReEig -> Busemann MLR"}
+BALL_ARMS = {"euclidean_mlr": "Euclidean MLR", "ganea_mlr": "Ganea et al.'s gyroplane MLR",
+             "busemann_mlr": "Busemann (horocycle) MLR", "angle_rule": "angle rule about the origin (premise of d)"}
+NO_POSITIVE = ("a direct comparison of two trained classifiers' test accuracies on the same held-out data: no "
+               "estimator or detector stands between the models and the verdict, so there is no analysis to blind")
 
 
-def per_seed(acc: pd.DataFrame, task: str, arm: str, variant: str = "main", metric=AI, column: str = "test_acc") -> np.ndarray:
-    """One value per seed: the accuracy of an arm, averaged over the task's units (EEG subjects)."""
-    sel = acc[(acc.task == task) & (acc.arm == arm) & (acc.variant == variant)
-              & np.isclose(acc.alpha, metric[0]) & np.isclose(acc.beta, metric[1])]
+def replicates(acc: pd.DataFrame, task: str, arm: str, variant: str = "main", column: str = "test_acc") -> np.ndarray:
+    """One value per replicate (a seed where each seed draws its own data; a subject of real EEG, averaged over
+    the seeds that vary its initialisation), in replicate order: arms of one task pair by replicate."""
+    sel = acc[(acc.task == task) & (acc.arm == arm) & (acc.variant == variant)]
     if sel.empty:
-        raise ValueError(f"symspace: no accuracies for task {task}, arm {arm}, variant {variant}, metric {metric}")
-    return sel.groupby("seed")[column].mean().sort_index().to_numpy()
+        raise ValueError(f"symspace: no accuracies for task {task}, arm {arm}, variant {variant}")
+    return sel.groupby("replicate")[column].mean().sort_index().to_numpy()
 
 
-def best_metric_per_seed(acc, task, variant, metrics) -> tuple[np.ndarray, list]:
-    """Per seed, the test accuracy of the (alpha, beta) with the best validation accuracy (ties: the first in the grid)."""
-    val = np.stack([per_seed(acc, task, "busemann_mlr", variant, m, "val_acc") for m in metrics])  # (M, S)
-    test = np.stack([per_seed(acc, task, "busemann_mlr", variant, m) for m in metrics])
-    choice = val.argmax(0)
-    return test[choice, np.arange(test.shape[1])], [tuple(metrics[c]) for c in choice]
+def eeg_tasks(acc: pd.DataFrame) -> list[str]:
+    return sorted(t for t in acc.task.unique() if t == "eeg" or t.startswith("eeg:"))
 
 
-def symspace_claims(p, acc: pd.DataFrame, checks: pd.DataFrame) -> list[Claim]:
-    tol, order_tol, margin = p.claims["distance_tol"], p.claims["order_tol"], p.claims["noninferiority_margin"]
-    metrics = [tuple(float(v) for v in m) for m in p.metrics]
+def range_test(errors, tol: float, name: str) -> Evidence:
+    """Every case against a tolerance: effect the largest error, 'interval' the (smallest, largest) over the cases.
+    It holds when every case is below `tol`, fails when every case is at or above it; a numerical check of an
+    identity needs no interval over replicates (a t interval on per-seed maxima would test their mean)."""
+    e = np.asarray(errors, dtype=float)
+    return Evidence(float(e.max()), (float(e.min()), float(e.max())), e.size,
+                    f"range (smallest, largest) of the absolute error over {e.size} random cases: holds when every "
+                    "case is below the tolerance, fails when every case is at or above it", tol, "<", name,
+                    values=tuple(e))
 
-    # (a) every exact check's per-seed largest error below distance_tol; the 1/t order with its own tolerance.
-    def check_test(name, threshold):
-        values = checks[checks.check == name].sort_values("seed").max_abs_error.to_numpy()
-        return mean_test(values, threshold=threshold, direction="<", what="seeds (largest error over the seed's cases)",
-                         name=name)
 
-    exact = [c for c in checks.check.unique() if not c.startswith("control") and "t x gap" not in c]
-    order = [c for c in checks.check.unique() if "t x gap" in c]
-    controls_a = [c for c in checks.check.unique() if c.startswith("control")]
-    claim_a = Claim(
-        "a", "The closed-form Busemann distance equals its limit definition (gap shrinking like 1/t), is invariant "
-             "under the group action, and recovers the LogEig-linear form and Ganea's distance in their settings",
-        "exact (Sec. 3, propositions)",
-        {c: float(checks[checks.check == c].max_abs_error.max()) for c in exact + order},
-        f"sanity check: per seed, the largest absolute error over the seed's random cases; its t interval over seeds "
-        f"< {tol:g} (config symspace.claims.distance_tol) for each exact identity, and the relative change of "
-        f"t x gap over the last doubling of t < {order_tol:g} (order_tol: a 1/sqrt(t) gap would change by 0.29)",
-        [check_test(c, tol) for c in exact] + [check_test(c, order_tol) for c in order],
-        Control("wrong formulas under the same criterion: the plain Cholesky factor (X = L D L^T, L unit lower) and "
-                "the (alpha, beta) form with the beta term dropped",
-                [check_test(c, tol) for c in controls_a]))
+def converged_gate(acc: pd.DataFrame, sel, tol: float, what: str) -> Premise:
+    """Every arm of `sel` (per task) had peaked on validation: the mean of its runs' late gains, t interval over
+    its replicates, lies below `tol`.
 
-    # (b) the Busemann MLR beats LogEig + linear and SPDNet on both SPD tasks (paired by seed, test accuracy).
-    def beats(variant):
-        return [paired_test(per_seed(acc, task, "busemann_mlr", variant), per_seed(acc, task, base, variant),
-                            name=f"{task}: busemann_mlr - {base}", what="seeds")
-                for task in ("eeg", "digits") for base in ("logeig_linear", "spdnet")]
+    Per arm, not per run: one run's late gain is read on a validation set of 27-45 items, so it moves in steps of
+    one item (0.02-0.04) and a flat curve's noise alone lifts the largest of 48-60 runs' gains to 3-4 items (the
+    first default run of issue 52: 0.125 on one of 16 EEG runs whose median was -0.03). The mean over an arm's
+    replicates averages that noise out; a systematic late rise of the arm still shows in it, and the interval
+    keeps an arm with too few or too scattered runs from passing. The largest single run stays in table.csv."""
+    rows = acc[sel]
+    parts = [mean_test(g.late_gain.to_numpy(dtype=float), threshold=tol, direction="<",
+                       name=f"{task} {arm}: mean late gain", what="runs")
+             for (task, arm), g in rows.groupby(["task", "arm"], sort=True)]
+    return Premise.from_evidence(f"every arm converged ({what}): per task and arm, the mean over its runs of the "
+                                 "rise of validation accuracy in the last quarter of training over the best before "
+                                 "(t interval) below symspace.claims.convergence_tol", parts)
 
-    claim_b = Claim(
-        "b", "On the SPD tasks the Busemann MLR beats LogEig + linear and SPDNet",
-        "BCIC-IV-2a 78.24%, MAMEM-SSVEP-II 70.96%, BCI-NER 78.02% (above SPDNet and LogEig baselines)",
-        {f"{task} {arm}": float(per_seed(acc, task, arm).mean()) for task in ("eeg", "digits")
-         for arm in ("busemann_mlr", "logeig_linear", "spdnet", "euclidean_mlp")},
-        "paired-by-seed t interval of the test-accuracy difference > 0, every task and baseline",
-        beats("main"),
-        Control("every arm trained on permuted labels (no class information to learn), the same criterion",
-                beats("permuted_labels")))
 
-    # (c) the (alpha, beta) chosen on validation beats the affine-invariant (1, 0) on test accuracy.
-    def metric_gain(task, variant):
-        best, chosen = best_metric_per_seed(acc, task, variant, metrics)
-        ev = paired_test(best, per_seed(acc, task, "busemann_mlr", variant, AI),
-                         name=f"{task} ({variant}): best-on-validation (alpha, beta) - (1, 0)", what="seeds")
-        return ev, chosen
+def claim_a(p, chk: pd.DataFrame) -> Claim:
+    tol, order_tol = p.claims["distance_tol"], p.claims["order_tol"]
+    errors = lambda name, sel=None: chk[chk.check == name].error.to_numpy()  # noqa: E731
+    spd = chk[chk.check == LIMIT_CHECKS["spd"]]
+    parts = [range_test(g.error, tol, f"spd {metric}: closed form vs limit") for metric, g in
+             spd.assign(metric=spd.case.str.split(":").str[1]).groupby("metric", sort=False)]
+    parts.append(range_test(errors(LIMIT_CHECKS["ball"]), tol, "ball: horocycle closed form vs limit"))
+    return Claim(
+        "a", "The closed-form Busemann distance on SPD(n) (every (alpha, beta) metric tried) and on the Poincare ball "
+             "equals its limit definition",
+        "exact (Sec. 3, the closed forms of the Busemann function)",
+        {part.name: part.effect for part in parts},
+        f"every random case's absolute error (closed form minus the Richardson-extrapolated limit d(X, gamma(t)) - t, "
+        f"mpmath at {p.check['dps']} digits) below {tol:g} (symspace.claims.distance_tol); the wrong formulas must "
+        "have every case at or above it",
+        parts,
+        Control("wrong formulas, same procedure: the plain (not reversed) Cholesky factor, and the (alpha, beta) form "
+                "with the beta term dropped", [range_test(errors(WRONG_FORMULAS["cholesky"]), tol, "plain Cholesky"),
+                                               range_test(errors(WRONG_FORMULAS["beta"]), tol, "beta term dropped")],
+                kind="null"),
+        threshold_source=convention(f"numerical tolerance {tol:g}: the two-level Richardson remainder is O(t^-3) "
+                                    f"(~1e-5 at t = {p.check['times'][0]:g} for 1/t coefficients of order 1-10), a "
+                                    "wrong formula errs by order 0.1-1"),
+        premise=[Premise.at_most("the limit is evaluated in its 1/t regime (what Richardson's extrapolation "
+                                 "presupposes): the largest relative change of t x gap over the last doubling of t",
+                                 float(errors(ASYMPTOTIC).max()), order_tol,
+                                 what="symspace.claims.order_tol; a 1/sqrt(t) gap would change by 0.29")],
+        positive_control=PositiveControl(
+            "the same limit procedure on diagonal X, whose Busemann value -<h, log x>_(alpha, beta) follows from the "
+            "definition alone: the procedure must confirm it", range_test(errors(KNOWN_VALUE), tol, "known value")))
 
-    parts_c = [metric_gain(task, "main") for task in ("eeg", "digits")]
-    ctl_c, _ = metric_gain("eeg", "unit_det")
-    ties = [ev for ev, _ in parts_c if -margin < ev.interval[0] and ev.interval[1] < margin]
-    claim_c = Claim(
-        "c", "The (alpha, beta) family matters: the best (alpha, beta) beats the affine-invariant (1, 0) metric",
+
+def claim_b(p, acc: pd.DataFrame) -> Claim:
+    tasks = eeg_tasks(acc) + ["digits"]
+    bus, log = "spdnet_busemann_mlr", "spdnet_logeig_linear"
+
+    def heads(variant):
+        return [paired_test(replicates(acc, t, bus, variant), replicates(acc, t, log, variant),
+                            name=f"{t}: Busemann MLR - LogEig head ({variant})", what="replicates") for t in tasks]
+
+    learned = [paired_test(replicates(acc, t, log), replicates(acc, t, log, "permuted_labels"),
+                           name=f"{t}: SPDNet - SPDNet on permuted labels", what="replicates") for t in tasks]
+    main = acc.task.isin(tasks) & acc.arm.isin([bus, log]) & (acc.variant == "main")
+    return Claim(
+        "b", "On the SPD tasks the Busemann MLR head beats SPDNet's LogEig + linear head on the same BiMap -> ReEig "
+             "backbone",
+        "BCIC-IV-2a 78.24%, MAMEM-SSVEP-II 70.96%, BCI-NER 78.02%, above SPDNet (LogEig head) and other SPD baselines",
+        {f"{t} {arm}": float(replicates(acc, t, arm).mean()) for t in tasks for arm in (bus, log)},
+        "paired-by-replicate t interval of the test-accuracy difference (Busemann head - LogEig head, the same "
+        "backbone with the same initial weights: the head is the only difference) > 0 on every task",
+        heads("main"),
+        Control("both heads trained on permuted labels (no class information to learn), same criterion",
+                heads("permuted_labels"), kind="null"),
+        threshold_source=convention("a sign: the paper reports the Busemann MLR above SPDNet's LogEig head"),
+        premise=[converged_gate(acc, main, p.claims["convergence_tol"], "both heads, every task"),
+                 Premise.from_evidence("the backbone learns each task: SPDNet above its permuted-label control "
+                                       "(paired t interval > 0)", learned)],
+        no_positive_control=NO_POSITIVE)
+
+
+def claim_c() -> Claim:
+    return Claim.not_measured(
+        "c", "The (alpha, beta) family matters: a tuned (alpha, beta) beats the affine-invariant (1, 0) metric",
         "best (alpha, beta) above (1, 0) or tied, per data set",
-        {ev.name: f"{ev.effect:.4f}; chosen per seed {chosen}" for ev, chosen in parts_c},
-        f"per seed the (alpha, beta) of {metrics} with the best validation accuracy; paired t interval of its test "
-        f"accuracy minus (1, 0)'s > 0 on every task (a tie is stated when the interval lies within +-{margin:g})",
-        [ev for ev, _ in parts_c],
-        Control("EEG covariances scaled to unit determinant: the beta term is then a per-class constant", ctl_c),
-        note=("ties with (1, 0) (interval within +-margin): " + "; ".join(ev.name for ev in ties)) if ties else "")
+        "not testable in this design",
+        "not testable in this design: in the MLR the metric enters only through <h, l>_(alpha, beta) = <alpha h + beta "
+        "(sum h) 1, l>, so every (alpha, beta) model is a (1, 0) model with the normal a' = alpha a + beta (sum a) 1 "
+        "(check 'reparametrisation' confirms it numerically) and the Frechet mean of the attention is the same for "
+        "every (alpha, beta): the family changes only the optimisation path, not what the network can represent, so a "
+        "difference in accuracy here would measure optimisation, not the metric",
+        "not run: the claim is not testable in this design", threshold_source=convention("a sign"))
 
-    # (d) the Busemann head matches or beats Ganea's MLR and the Euclidean head (non-inferiority).
-    def matches(variant):
-        bus = per_seed(acc, "tree", "busemann_mlr", variant)
-        return [paired_test(bus, per_seed(acc, "tree", base), threshold=-margin,
-                            name=f"tree: busemann_mlr ({variant}) - {base}", what="seeds")
+
+def claim_d(p, acc: pd.DataFrame) -> Claim:
+    margin, tol = p.claims["noninferiority_margin"], p.claims["convergence_tol"]
+    bus = replicates(acc, "tree", "busemann_mlr")
+
+    def matches(values, what):
+        return [paired_test(values, replicates(acc, "tree", base), threshold=-margin,
+                            name=f"tree: Busemann head ({what}) - {base}", what="tree seeds")
                 for base in ("ganea_mlr", "euclidean_mlr")]
 
-    claim_d = Claim(
-        "d", "On the hyperbolic task the Busemann (horocycle) head matches or beats Ganea's MLR and the Euclidean head",
+    angle = replicates(acc, "tree", "angle_rule")
+    main = (acc.task == "tree") & acc.arm.isin(["euclidean_mlr", "ganea_mlr", "busemann_mlr"]) & (acc.variant == "main")
+    learned = paired_test(replicates(acc, "tree", "ganea_mlr"),
+                          replicates(acc, "tree", "busemann_mlr", "permuted_labels"),
+                          name="Ganea head - Busemann head on permuted labels", what="tree seeds")
+    return Claim(
+        "d", f"On the hyperbolic task the Busemann (horocycle) head is within {margin:g} accuracy of, or above, "
+             "Ganea's hyperbolic MLR and the Euclidean head",
         "on par or better than hyperbolic MLR baselines",
-        {arm: float(per_seed(acc, "tree", arm).mean()) for arm in ("busemann_mlr", "ganea_mlr", "euclidean_mlr")},
-        f"paired-by-seed t interval of the test-accuracy difference > -{margin:g} "
-        "(non-inferiority margin, symspace.claims.noninferiority_margin)",
-        matches("main"),
-        Control("the Busemann head trained on permuted labels against the same baselines", matches("permuted_labels")))
+        {**{arm: float(replicates(acc, "tree", arm).mean()) for arm in ("busemann_mlr", "ganea_mlr", "euclidean_mlr")},
+         "angle rule": float(angle.mean())},
+        f"paired-by-seed t interval of the test-accuracy difference > -{margin:g} against each baseline",
+        matches(bus, "main"),
+        Control("the Busemann head trained on permuted labels against the same baselines",
+                matches(replicates(acc, "tree", "busemann_mlr", "permuted_labels"), "permuted labels"), kind="null"),
+        threshold_source=convention(f"a non-inferiority margin of {margin:g} accuracy, a judgement of this "
+                                    "reproduction set before any run (the paper states none)"),
+        premise=[converged_gate(acc, main, tol, "the three heads"),
+                 Premise.at_most("no angle rule about the origin gives the labels: the best angular-sector rule's "
+                                 "mean test accuracy", float(angle.mean()), p.claims["angle_rule_max"],
+                                 what="symspace.claims.angle_rule_max"),
+                 Premise.from_evidence("the hyperbolic baseline learns the task: Ganea's head above the permuted-label "
+                                       "head (paired t interval > 0)", learned)],
+        no_positive_control=NO_POSITIVE)
 
-    # (e) the attention network is at least as accurate as the same network without attention.
-    no_att = per_seed(acc, "eeg", "no_attention")
-    claim_e = Claim(
-        "e", "The distance-based attention (weighted Frechet-mean aggregation) is at least as accurate as the same network without it",
+
+def claim_e(p, acc: pd.DataFrame) -> Claim:
+    tasks = eeg_tasks(acc)
+    tol = p.claims["convergence_tol"]
+
+    def gain(variant):
+        return [paired_test(replicates(acc, t, "attention", variant), replicates(acc, t, "no_attention"),
+                            name=f"{t}: attention ({variant}) - no attention", what="replicates") for t in tasks]
+
+    chance = {t: float(acc[acc.task == t].chance.iloc[0]) for t in tasks}
+    learned = [mean_test(replicates(acc, t, "no_attention") - chance[t], threshold=0.0, direction=">",
+                         name=f"{t}: no-attention network - chance ({chance[t]:.3g})") for t in tasks]
+    main = acc.task.isin(tasks) & acc.arm.isin(["attention", "no_attention"]) & (acc.variant == "main")
+    return Claim(
+        "e", "The distance-based attention (Busemann FC queries and keys, weighted Frechet-mean aggregation) improves "
+             "accuracy over the same network without it",
         "attention improves accuracy",
-        {"attention": float(per_seed(acc, "eeg", "attention").mean()), "no_attention": float(no_att.mean()),
-         "attention, weights shuffled": float(per_seed(acc, "eeg", "attention", "shuffled_weights").mean())},
-        f"paired-by-seed t interval of attention - no attention (EEG window tokens, test accuracy) > -{margin:g}",
-        paired_test(per_seed(acc, "eeg", "attention"), no_att, threshold=-margin,
-                    name="eeg: attention - no_attention", what="seeds"),
+        {**{f"{t} attention": float(replicates(acc, t, "attention").mean()) for t in tasks},
+         **{f"{t} no attention": float(replicates(acc, t, "no_attention").mean()) for t in tasks},
+         **{f"{t} attention, weights shuffled": float(replicates(acc, t, "attention", "shuffled_weights").mean())
+            for t in tasks}},
+        "paired-by-replicate t interval of attention - no attention (the same network with the attention removed: "
+        "the ablation; EEG window tokens, test accuracy) > 0",
+        gain("main"),
         Control("the trained attention network with each query's weights shuffled over the tokens at test time",
-                paired_test(per_seed(acc, "eeg", "attention", "shuffled_weights"), no_att, threshold=-margin,
-                            name="eeg: attention (shuffled weights) - no_attention", what="seeds")))
-    return [claim_a, claim_b, claim_c, claim_d, claim_e]
+                gain("shuffled_weights"), kind="null"),
+        threshold_source=convention("a sign: the paper reports that the attention improves accuracy"),
+        premise=[converged_gate(acc, main, tol, "both networks"),
+                 Premise.from_evidence("the network without attention learns the task (above chance, t interval)",
+                                       learned)],
+        no_positive_control=NO_POSITIVE)
 
 
-def _table(p, acc, checks):
-    """Test accuracy per task and arm (mean +- std over seeds), with the controls and the metric grid."""
+def symspace_checks(p, chk: pd.DataFrame) -> list[Check]:
+    tol = p.claims["distance_tol"]
+    statements = {"invariance_n": "the closed form is invariant under X -> N X N^T, N unit upper triangular "
+                                  "(horospheres are N-orbits)",
+                  "invariance_o": "the point-to-hyperplane distance is invariant when the hyperplane and the point "
+                                  "move together under an orthogonal O",
+                  "logeig": "for diagonal X the closed form is the LogEig linear form -<h, log x>_(alpha, beta) (the "
+                            "Busemann MLR generalises LogEig + linear)",
+                  "ganea": "on the ball, the horocycle distance equals Ganea's gyroplane distance on the geodesic "
+                           "normal to the hyperplane",
+                  "reparametrisation": "the (alpha, beta) MLR equals the (1, 0) MLR with the normal a' = alpha a + "
+                                       "beta (sum a) 1 (why claim c is not testable here)"}
+    return [Check.at_most(key, statement, float(chk[chk.check == CHECKS[key]].error.max()), tol,
+                          what=f"largest error over {int((chk.check == CHECKS[key]).sum())} cases; distance_tol")
+            for key, statement in statements.items()]
+
+
+def symspace_claims(p, acc: pd.DataFrame, chk: pd.DataFrame) -> list[Claim]:
+    return [claim_a(p, chk), claim_b(p, acc), claim_c(), claim_d(p, acc), claim_e(p, acc)]
+
+
+# ---- table, figures, text ------------------------------------------------------------------------
+def _table(acc: pd.DataFrame, chk: pd.DataFrame):
+    """Test accuracy per task and arm (mean +- std over replicates, and every replicate's value in table.csv), the
+    controls, and the largest and smallest errors of claim (a)'s quantities and of the checks."""
     md, csv = [], []
-
-    def add(task, arm, variant="main", metric=AI, label=None):
-        v = per_seed(acc, task, arm, variant, metric)
-        name = label or (arm if variant == "main" else f"{arm} [{variant}]")
-        md.append({"task": TASKS[task], "model": name, "test accuracy": mean_std(v, 3)})
-        csv.append({"task": task, "model": name, "mean": v.mean(), "std": v.std(ddof=1) if v.size > 1 else 0.0})
-
-    for task in ("eeg", "digits"):
-        for arm in ("logeig_linear", "spdnet", "euclidean_mlp"):
-            add(task, arm)
-        for m in p.metrics:
-            add(task, "busemann_mlr", metric=tuple(m), label=f"busemann_mlr (alpha, beta) = ({m[0]:g}, {m[1]:g})")
-        for arm in ("logeig_linear", "spdnet", "busemann_mlr"):
-            add(task, arm, "permuted_labels")
-    for m in p.metrics:
-        add("eeg", "busemann_mlr", "unit_det", tuple(m), f"busemann_mlr [unit_det] (alpha, beta) = ({m[0]:g}, {m[1]:g})")
-    add("eeg", "no_attention", label="Busemann MLR on window tokens, no attention")
-    add("eeg", "attention", label="Busemann MLR on window tokens, with attention")
-    add("eeg", "attention", "shuffled_weights", label="attention [weights shuffled at test]")
-    for arm in ("euclidean_mlr", "ganea_mlr", "busemann_mlr"):
-        add("tree", arm)
-    add("tree", "busemann_mlr", "permuted_labels")
-    check_rows = checks.groupby("check", sort=False).max_abs_error.max()
-    for name, value in check_rows.items():
-        md.append({"task": "distance check (claim a)", "model": name, "test accuracy": f"max error {value:.3g}"})
-        csv.append({"task": "distance_check", "model": name, "mean": value, "std": float("nan")})
+    rows = [(t, arm, v) for t in eeg_tasks(acc) + ["digits"] for arm in SPD_ARMS for v in ("main", "permuted_labels")]
+    rows += [(t, arm, v) for t in eeg_tasks(acc) for arm, v in
+             (("no_attention", "main"), ("attention", "main"), ("attention", "shuffled_weights"))]
+    rows += [("tree", arm, "main") for arm in BALL_ARMS] + [("tree", "busemann_mlr", "permuted_labels")]
+    for task, arm, variant in rows:
+        v = replicates(acc, task, arm, variant)
+        label = {**SPD_ARMS, **BALL_ARMS}.get(arm, arm.replace("_", " "))
+        name = label + ("" if variant == "main" else f" [{variant}]")
+        gains = acc[(acc.task == task) & (acc.arm == arm) & (acc.variant == variant)].late_gain
+        md.append({"task": task, "model": name, "test accuracy": mean_std(v, 3), "replicates": v.size,
+                   "largest late validation gain": f"{gains.max():.3g}" if gains.notna().any() else "n/a"})
+        csv.append({"task": task, "arm": arm, "variant": variant, "mean": v.mean(),
+                    "std": v.std(ddof=1) if v.size > 1 else 0.0, "replicates": v.size,
+                    "max_late_gain": gains.max(), "per_replicate": ";".join(f"{x:.6g}" for x in v)})
+    for name, g in chk.groupby("check", sort=False):
+        md.append({"task": "closed-form check", "model": name, "test accuracy": f"error {g.error.min():.3g} .. "
+                   f"{g.error.max():.3g}", "replicates": len(g), "largest late validation gain": "n/a"})
+        csv.append({"task": "distance_check", "arm": name, "variant": "", "mean": g.error.max(),
+                    "std": float("nan"), "replicates": len(g), "max_late_gain": float("nan"),
+                    "per_replicate": f"min {g.error.min():.6g}"})
     return pd.DataFrame(md), pd.DataFrame(csv)
 
 
-def _figures(p, acc, gaps, acc_figure, gap_figure):
-    fig, axes = subplots(1, 3, width=4.5, height=3.8)
-    for ax, task in zip(axes[0], ("eeg", "digits", "tree")):
-        arms = (["logeig_linear", "spdnet", "euclidean_mlp", "busemann_mlr"] + (["no_attention", "attention"] if task == "eeg" else [])
-                if task != "tree" else ["euclidean_mlr", "ganea_mlr", "busemann_mlr"])
-        vals = [per_seed(acc, task, a) for a in arms]
+def _figures(acc, gaps, acc_figure, gap_figure):
+    tasks = eeg_tasks(acc) + ["digits", "tree"]
+    fig, axes = subplots(1, len(tasks), width=4.5, height=3.8)
+    for ax, task in zip(axes[0], tasks):
+        arms = (list(SPD_ARMS) + (["no_attention", "attention"] if task.startswith("eeg") else [])
+                if task != "tree" else list(BALL_ARMS))
+        vals = [replicates(acc, task, a) for a in arms]
         ax.bar(range(len(arms)), [v.mean() for v in vals], yerr=[v.std(ddof=1) if v.size > 1 else 0 for v in vals],
                color="tab:blue", alpha=0.7)
-        ctl = per_seed(acc, task, "busemann_mlr", "permuted_labels")
-        ax.axhline(ctl.mean(), color="grey", ls=":", label="Busemann, permuted labels")
+        ctl_arm = "busemann_mlr" if task == "tree" else "spdnet_busemann_mlr"
+        ax.axhline(replicates(acc, task, ctl_arm, "permuted_labels").mean(), color="grey", ls=":",
+                   label="Busemann head, permuted labels")
         ax.set_xticks(range(len(arms)))
-        ax.set_xticklabels(arms, rotation=30, ha="right", fontsize=7)
-        ax.set_title(TASKS[task], fontsize=9)
+        ax.set_xticklabels([a.replace("spdnet_", "") for a in arms], rotation=30, ha="right", fontsize=7)
+        ax.set_title(task, fontsize=9)
         ax.set_ylabel("test accuracy")
         ax.legend(fontsize=7)
     savefig(fig, acc_figure)
@@ -203,61 +282,97 @@ def _figures(p, acc, gaps, acc_figure, gap_figure):
     ax.loglog(t, np.abs(gaps[gaps.t == t[0]].gap).mean() * t[0] / t, "k--", lw=0.8, label="1/t")
     ax.set_xlabel("t")
     ax.set_ylabel("|d(X, gamma(t)) - t - B(X)|")
-    ax.set_title("Gap to the closed form (first case of each seed)", fontsize=9)
+    ax.set_title("Gap to the closed form (first case of each metric)", fontsize=9)
     ax.legend(fontsize=7)
     savefig(fig, gap_figure)
 
 
-def report(*, cfg, scale, table, checks, gaps, benchmarks, table_md, table_csv, claims, params_json, report_md,
-           accuracy_figure, gap_figure):
-    p = parse(cfg)
-    acc, chk, gp = read_parquet(table), read_parquet(checks), read_parquet(gaps)
-    md, csv = _table(p, acc, chk)
-    caption = (f"Test accuracy, mean +- std over {p.seeds} seeds (EEG: mean over {acc[acc.task == 'eeg'].unit.nunique()} "
-               "subjects per seed, trained on session 1, tested on session 2). [permuted_labels]: trained on permuted "
-               "labels; [unit_det]: inputs scaled to unit determinant; last rows: claim (a)'s largest errors over all seeds.")
-    write_table(md, table_md, table_csv, caption=caption, csv_df=csv)
-    _figures(p, acc, gp, accuracy_figure, gap_figure)
-    claim_list = symspace_claims(p, acc, chk)
-    write_claims(claim_list, claims, paper=SLUG, scale=scale)
-    write_json(to_dict(p), params_json)
-    e, t = p.eeg, p.tree
-    what = (
-        f"{p.seeds} seeds (each draws its own data, splits and initialisations). "
-        f"(1) EEG-like: {e['subjects']} subjects, {e['channels']} channels = sources, {e['classes']} classes, "
-        f"{e['trials_per_class']} trials per class and session, {e['windows']} windows of {e['samples']} samples; "
-        f"class k multiplies source k's power by {e['class_gain']:g} in one randomly placed window; per-subject "
-        f"forward matrix, perturbed by {e['session_shift']:g} in session 2; trial covariance = mean of window covariances. "
+def _what_was_run(p, acc) -> str:
+    e, t, tr = p.eeg, p.tree, p.train
+    if real_eeg(p):
+        eeg = (f"(1) real EEG: {', '.join(f'{k} ({v})' for k, v in sorted(p.eeg_datasets.items()))}, one .npz per "
+               f"subject, {e['windows']} windows per trial; the subjects are the replicates of an EEG task "
+               f"({p.seeds} seeds vary the initialisation only); session 0 trains, session 1 tests. ")
+    else:
+        eeg = (f"(1) EEG-like mixing model: {e['subjects']} subjects per seed, {e['channels']} channels = sources, "
+               f"{e['classes']} classes, {e['trials_per_class']} trials per class and session, {e['windows']} windows "
+               f"of {e['samples']} samples; class k multiplies source k's power by {e['class_gain']:g} in one randomly "
+               f"placed window; per-subject forward matrix, perturbed by {e['session_shift']:g} in session 2 (which "
+               "tests); trial covariance = mean of window covariances. ")
+    return (
+        f"{p.seeds} seeds for the SPD tasks (each draws its own data, splits and initialisations), {t['seeds']} for "
+        "the tree. " + eeg +
         f"(2) sklearn digits ({p.digits['max_images']} images drawn per seed, {p.digits['train_fraction']:.0%} train): "
         "5 x 5 region covariances of (x, y, I, |Ix|, |Iy|). "
-        f"(3) a {t['branching']}-ary tree of depth {t['depth']} in the Poincare disk (edge length {t['edge_length']:g}, "
-        f"hyperbolic noise {t['noise']:g}), labels = ancestor at depth {t['label_depth']}, {t['train_fraction']:.0%} train. "
-        f"Every model trains {p.train['steps']} full-batch Adam steps (lr {p.train['lr']:g}) in float64; "
-        f"{p.train['val_fraction']:.0%} of the training data is held out to choose (alpha, beta) for claim (c). "
-        f"Claim (a): {p.check['matrices']} random SPD({p.check['dim']}) matrices per seed and metric, the limit "
-        f"at t = {list(p.check['times'])} in mpmath ({p.check['dps']} digits), Richardson-extrapolated.")
+        f"(3) a {t['branching']}-ary tree of depth {t['depth']} in the Poincare disk (edge length "
+        f"{t['edge_length']:g}, hyperbolic noise {t['noise']:g}), labels = ancestor at depth {t['label_depth']}, "
+        "moved by a random rotation and a Mobius translation of its root to hyperbolic distance "
+        f"{t['root_shift']:g} from the origin, "
+        f"{t['train_fraction']:.0%} of the nodes train. "
+        f"Claim (b): the same BiMap ({p.model['bimap_dim']} x {p.model['bimap_dim']} output) -> ReEig backbone, with "
+        "the same initial weights, under SPDNet's LogEig + linear head and under the Busemann MLR. Claim (e): the "
+        f"attention network ({p.model['attention_dim']} hyperplanes per query/key FC layer, {p.model['frechet_iters']} "
+        "Frechet-mean iteration(s)) and the same network without attention, on the window tokens of "
+        + ("every EEG subject" if tr["attention_subjects"] is None else
+           f"the first {tr['attention_subjects']} EEG subject(s) of each seed")
+        + f", {tr['attention_steps']} steps each. "
+        f"Every SPD model trains {tr['steps']} full-batch Adam steps (lr {tr['lr']:g}), the ball heads "
+        f"{tr['tree_steps']} (lr {tr['tree_lr']:g}), in float64; "
+        f"{tr['val_fraction']:.0%} of the training data is held out and its accuracy read every {tr['eval_every']} "
+        "steps (the convergence gate: per task and arm, the mean over its runs of the rise in the last quarter "
+        "over the best before, t interval). "
+        f"Claim (a): {p.check['matrices']} random SPD({p.check['dim']}) cases per metric {list(p.metrics)} and "
+        f"{p.check['matrices']} ball cases, the limit at t = {list(p.check['times'])} in mpmath ({p.check['dps']} "
+        "digits), Richardson-extrapolated.")
+
+
+def _budget(benchmarks) -> str:
+    t = job_times(benchmarks)
+    return (f"Cost of this run: {t['seconds']:.0f} s of summed job time ({t['cpu_seconds']:.0f} s CPU) over "
+            f"{t['jobs']} jobs.")
+
+
+def report(*, cfg, scale, table, checks, gaps, benchmarks, table_md, table_csv, claims, params_json, report_md,
+           verdicts, accuracy_figure, gap_figure):
+    p = parse(cfg)
+    acc, chk, gp = read_parquet(table), read_parquet(checks), read_parquet(gaps)
+    md, csv = _table(acc, chk)
+    caption = ("Test accuracy, mean +- std over replicates (the mixing model and the digits: seeds, each its own data; "
+               "real EEG: subjects; the tree: tree seeds); [permuted_labels]: trained on permuted labels; "
+               "[shuffled_weights]: attention weights shuffled at test; the late validation gain is the convergence "
+               "gate's measure; last rows: claim (a)'s and the checks' smallest and largest errors. table.csv lists "
+               "every replicate's value.")
+    write_table(md, table_md, table_csv, caption=caption, csv_df=csv)
+    _figures(acc, gp, accuracy_figure, gap_figure)
+    claim_list, check_list = symspace_claims(p, acc, chk), symspace_checks(p, chk)
+    scope = Scope("analogue", "the paper's closed forms, MLR, FC and attention layers and SPDNet's BiMap/ReEig "
+                  "backbone, implemented as in the paper; "
+                  + ("the user's EEG data sets, " if real_eeg(p) else "an EEG mixing model in place of BCIC-IV-2a, "
+                     "MAMEM-SSVEP-II and BCI-NER, ")
+                  + "region covariances of sklearn's digits and a noisy tree in the Poincare disk in place of the "
+                  "paper's image data, small full-batch models.")
+    write_claims(claim_list, claims, paper=SLUG, scale=scale, scope=scope, checks=check_list)
+    write_json(to_dict(p), params_json)
     differences = (
-        "Data: the paper's EEG sets (BCIC-IV-2a, MAMEM-SSVEP-II, BCI-NER), ImageNet/CIFAR and the NLI/generation tasks are "
-        "not used at the default scale; a mixing model stands in for EEG (sources white, not band-limited: the class "
-        "information is source power, the covariance's content either way), region covariances of 8x8 digits for "
-        "images, and a noisy embedded tree for the hyperbolic task (node positions, not a graph network's features). "
-        "The full scale reads one .npz per EEG subject (trials x channels x time, labels, session; MNE is not "
-        "used) and only dry-runs here. Models: tiny, full-batch, no BiMap before the Busemann MLR (so that claim c's "
-        "unit-determinant control acts on the MLR's input). The FC layer is used as the attention's query/key map "
-        "(distances to learned hyperplanes); the paper's FC layer also maps those distances back onto the manifold, "
-        "which we do not need here. The MLR logit is |a_k| times the signed Busemann distance (h_k = sorted a_k / "
-        "|a_k|); in that parametrisation the beta term of the metric is a linear reparametrisation of a_k "
-        "(a' = alpha a + beta (sum a) 1), so (alpha, beta) can only act through optimisation, which bounds what "
-        "claim (c) can find here. Ganea's MLR and the horocycle head see the same 2-d points. The paper reports "
-        "single runs or few seeds on real data; our intervals are over seeds of synthetic data, so magnitudes are "
-        "not comparable, only directions. The EEG-like data put the class information in one randomly placed window "
-        "per trial (a jittered event), so a network that can weight windows has something to find, and the uniform "
-        "geometric mean of the network without attention dilutes it: claim (e) says that the attention works as a "
-        "mechanism here, not that it helps on real EEG. Claim (a)'s control is inconclusive rather than failing "
-        "because the wrong formulas' errors vary widely across seeds (per seed in evaluate/distance_checks.parquet); "
-        "every one of them is orders of magnitude above the tolerance (table).")
-    why = [f"- ({c.id}) {WHY[c.id]}" for c in claim_list if c.verdict in ("does not hold", "inconclusive")]
-    if why:
-        differences += "\n\nWhy a claim does not hold or stays inconclusive here (as far as we can tell):\n\n" + "\n".join(why)
-    write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md,
-                 figures=[accuracy_figure, gap_figure], claims=claim_list, benchmarks=benchmarks, differences=differences)
+        "Data: " + ("the user's EEG (one .npz per subject: trials x channels x time, labels, session; MNE is not "
+                    "used); " if real_eeg(p) else
+                    "a mixing model stands in for the paper's EEG sets (BCIC-IV-2a, MAMEM-SSVEP-II, BCI-NER): sources "
+                    "white, not band-limited, the class information is source power, the covariance's content either "
+                    "way; the full scale reads real EEG per subject (config symspace.eeg_datasets) and only dry-runs "
+                    "here; ")
+        + "region covariances of 8x8 digits stand in for images, a noisy embedded tree for the hyperbolic task (node "
+        "positions, not a network's features). Models: one BiMap/ReEig block, full-batch Adam with one learning rate "
+        "and step count for every arm (not tuned per arm), no batch normalisation. The FC layer is used as the "
+        "attention's query/key map (distances to learned hyperplanes); the paper's FC layer also maps those distances "
+        "back onto the manifold, which is not needed here. The MLR logit is |a_k| times the signed Busemann distance "
+        "(h_k = sorted a_k / |a_k|); in that parametrisation the metric's beta term is a linear reparametrisation of "
+        "a_k (check 'reparametrisation'), which is why claim (c) is not testable here. The EEG-like data put the class "
+        "information in one randomly placed window per trial (a jittered event), so a network that can weight windows "
+        "has something to find: claim (e) tests the attention as a mechanism, not that it helps on real EEG. The tree "
+        "is moved by an isometry so that its classes are not angular sectors about the origin (a fixed angle rule "
+        "solves the unmoved tree); claim (d)'s premise measures the best angle rule. The paper reports single runs or "
+        "few seeds on real data; our intervals are over replicates of synthetic data, so magnitudes are not "
+        "comparable, only directions. " + _budget(benchmarks))
+    write_report(report_md, title=TITLE, scale=scale, what_was_run=_what_was_run(p, acc), table_md=table_md,
+                 figures=[accuracy_figure, gap_figure], claims=claim_list, benchmarks=benchmarks,
+                 differences=differences, scope=scope, verdicts_figure=verdicts, checks=check_list)

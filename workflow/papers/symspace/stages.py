@@ -12,34 +12,43 @@ import numpy as np
 import pandas as pd
 import torch
 
-from papers.common.io import read_parquets, write_parquet
+from papers.common.io import read_parquet, read_parquets, write_parquet
 from papers.common.seeding import seed_everything
 from papers.symspace import data as D
 from papers.symspace import geometry as geo
+from papers.symspace import layers as L
 from papers.symspace import train as T
 from papers.symspace.params import parse
 
 log = logging.getLogger(__name__)
 
 
-# ---- train -------------------------------------------------------------------------------------
+# ---- train ----------------------------------------------------------------------------------------
 def train(*, cfg, seed: str, data, accuracies):
-    """Every arm of every task on one seed: one row per (task, unit, arm, variant, alpha, beta)."""
+    """Every SPD arm (claims b, e) of every task on one seed: one row per (task, unit, arm, variant).
+
+    The replicate of a row is the seed where each seed draws its own data (the mixing model, the digits), and the
+    subject where every seed sees the same subjects (real EEG: the seeds then vary the initialisation only)."""
     p = parse(cfg)
     seed = int(seed)
     rng = seed_everything(seed)
     d = D.read_prepared(data)
     rows = []
-    for unit, subject in enumerate(d["eeg"][seed]):
-        tok_train = torch.as_tensor(subject["train"]["tokens"], dtype=torch.float64)  # (N, W, C, C)
-        tok_test = torch.as_tensor(subject["test"]["tokens"], dtype=torch.float64)
-        y_train = torch.as_tensor(subject["train"]["labels"], dtype=torch.long)
-        y_test = torch.as_tensor(subject["test"]["labels"], dtype=torch.long)
-        # The trial covariance: the mean of its window covariances (the whole trial's covariance up to
-        # the window means), the input of every arm but the attention pair.
-        rows += T.spd_task("eeg", unit, tok_train.mean(1), y_train, tok_test.mean(1), y_test, p, seed, rng,
-                           tokens_train=tok_train, tokens_test=tok_test)
-        log.info("seed %d: EEG subject %d done", seed, unit)
+    for task, by_seed in d["eeg"].items():
+        real = task != "eeg"
+        for unit, subject in enumerate(by_seed[seed]):
+            tok_train = torch.as_tensor(subject["train"]["tokens"], dtype=torch.float64)  # (N, W, C, C)
+            tok_test = torch.as_tensor(subject["test"]["tokens"], dtype=torch.float64)
+            y_train = torch.as_tensor(subject["train"]["labels"], dtype=torch.long)
+            y_test = torch.as_tensor(subject["test"]["labels"], dtype=torch.long)
+            # The trial covariance: the mean of its window covariances (the whole trial's covariance up to
+            # the window means), the input of every arm but the attention pair.
+            # The attention pair (claim e) on the first attention_subjects subjects (null: all; its step is ~10x an MLR's).
+            attend = p.train["attention_subjects"] is None or unit < p.train["attention_subjects"]
+            rows += T.spd_task(task, unit, unit if real else seed, tok_train.mean(1), y_train, tok_test.mean(1),
+                               y_test, p, seed, rng, tokens_train=tok_train if attend else None,
+                               tokens_test=tok_test if attend else None)
+            log.info("seed %d: %s subject %d done", seed, task, unit)
     dg = d["digits"]
     n_img = min(p.digits["max_images"], len(dg["labels"]))
     chosen = np.sort(rng.choice(len(dg["labels"]), size=n_img, replace=False))
@@ -47,14 +56,35 @@ def train(*, cfg, seed: str, data, accuracies):
     train_idx, test_idx = T.split(labels, p.digits["train_fraction"], rng)
     x = torch.as_tensor(spd, dtype=torch.float64)
     y = torch.as_tensor(labels, dtype=torch.long)
-    rows += T.spd_task("digits", 0, x[train_idx], y[train_idx], x[test_idx], y[test_idx], p, seed, rng)
+    rows += T.spd_task("digits", 0, seed, x[train_idx], y[train_idx], x[test_idx], y[test_idx], p, seed, rng)
     log.info("seed %d: digits done", seed)
-    tree = d["tree"][seed]
-    rows += T.ball_task(tree["points"], tree["labels"], p, seed, rng)
     write_parquet(pd.DataFrame(rows).assign(seed=seed), accuracies)
 
 
+def tree(*, cfg, data, accuracies):
+    """The ball heads and the angle rule on every tree seed (claim d), the seeds side by side in one job."""
+    p = parse(cfg)
+    seed_everything(0)
+    trees = D.read_prepared(data)["tree"]
+    rows = T.ball_tasks([trees[s] for s in range(p.tree["seeds"])], p)
+    log.info("%d tree seeds done", p.tree["seeds"])
+    write_parquet(pd.DataFrame(rows), accuracies)
+
+
 # ---- evaluate ----------------------------------------------------------------------------------
+# The names of claim (a)'s quantities (evaluate/distance_checks.parquet, column `check`).
+LIMIT_CHECKS = {"spd": "spd: closed form vs limit", "ball": "ball: horocycle closed form vs limit"}
+KNOWN_VALUE = "positive control: limit procedure vs the known value (diagonal X)"
+ASYMPTOTIC = "spd: relative change of t x gap over the last doubling"
+WRONG_FORMULAS = {"cholesky": "control: plain (not reversed) Cholesky vs limit",
+                  "beta": "control: beta term dropped vs limit"}
+CHECKS = {"invariance_n": "spd: B(N X N^T) - B(X), N unit upper triangular",
+          "invariance_o": "spd: base-point distance invariant under O",
+          "logeig": "spd: diagonal X equals LogEig linear form",
+          "ganea": "ball: equals Ganea's distance on the normal geodesic",
+          "reparametrisation": "mlr: (alpha, beta) logits equal (1, 0) logits with a' = alpha a + beta (sum a) 1"}
+
+
 def _random_spd(n: int, rng: np.random.Generator) -> np.ndarray:
     a = rng.normal(size=(n, n))
     return a @ a.T / n + 0.3 * np.eye(n)
@@ -68,43 +98,49 @@ def _unit_h(n, alpha, beta, rng) -> np.ndarray:
 
 
 def distance_checks(p, seed: int) -> tuple[list[dict], list[dict]]:
-    """Claim (a) on one seed's random cases: the closed forms against their definitions and special cases.
+    """Claim (a) on one seed's random cases: the closed forms against their limit definitions, the same limit
+    procedure where the answer is known (its positive control), the wrong formulas (its null control); and the
+    checks (invariances, special cases, the (alpha, beta) reparametrisation of the MLR).
 
-    Returns per-check rows (the largest absolute error over the seed's cases) and the gap curve
-    d(X, gamma(t)) - t - B(X) of the first case (the figure). Wrong formulas (the plain Cholesky factor,
-    the beta term dropped) are measured the same way: the control.
+    Returns one row per case and quantity (its absolute error: claim a reads the largest and the smallest over
+    all cases, not an interval) and the gap curve d(X, gamma(t)) - t - B(X) of the first case (the figure).
     """
     rng = np.random.default_rng([seed, 7])
     n, times = p.check["dim"], list(p.check["times"])
-    err: dict[str, list[float]] = {}
-    curve = []
+    rows, curve = [], []
 
-    def add(name, value):
-        err.setdefault(name, []).append(abs(float(value)))
+    def add(name, case, value):
+        rows.append({"seed": seed, "case": case, "check": name, "error": abs(float(value))})
 
     for i in range(p.check["matrices"]):
         x = _random_spd(n, rng)
         xt = torch.as_tensor(x)
-        for alpha, beta in p.metrics:
+        for j, (alpha, beta) in enumerate(p.metrics):
+            case = f"{i}:{alpha:g},{beta:g}"
             h = _unit_h(n, alpha, beta, rng)
             ht = torch.as_tensor(h)
             gaps = geo.spd_busemann_limit(x, h, alpha, beta, times, p.check["dps"])
             limit = geo.richardson(times, gaps)
             closed = float(geo.spd_busemann(xt, ht, alpha, beta))
-            add("spd: closed form vs limit", closed - limit)
-            add("control: plain (not reversed) Cholesky vs limit", float(geo.spd_busemann(xt, ht, alpha, beta, reverse=False)) - limit)
+            add(LIMIT_CHECKS["spd"], case, closed - limit)
+            add(WRONG_FORMULAS["cholesky"], case, float(geo.spd_busemann(xt, ht, alpha, beta, reverse=False)) - limit)
             if beta != 0:
-                add("control: beta term dropped vs limit", float(geo.spd_busemann(xt, ht, alpha, 0.0)) - limit)
+                add(WRONG_FORMULAS["beta"], case, float(geo.spd_busemann(xt, ht, alpha, 0.0)) - limit)
             # The gap shrinks like 1/t: t * gap is constant up to O(1/t), so its relative change between the
-            # last two times is small.
+            # last two times is small (the regime Richardson's extrapolation presupposes: claim a's premise).
             tg = [t * (g - closed) for t, g in zip(times, gaps)]
-            add("spd: relative change of t x gap over the last doubling", (tg[-1] - tg[-2]) / tg[-1])
+            add(ASYMPTOTIC, case, (tg[-1] - tg[-2]) / tg[-1])
             if i == 0:
                 curve += [{"seed": seed, "alpha": alpha, "beta": beta, "t": t, "gap": g - closed} for t, g in zip(times, gaps)]
-            # Invariance: horospheres are orbits of the unit upper-triangular group N: B(N X N^T) = B(X).
+            # Positive control: the same limit procedure on a diagonal X, whose Busemann value is known from the
+            # definition alone (d(X, gamma(t))^2 = |log x - t h|^2_{alpha,beta}, so B = -<h, log x>_{alpha,beta}).
+            dx = np.exp(rng.normal(size=n))
+            known = -(alpha * h @ np.log(dx) + beta * h.sum() * np.log(dx).sum())
+            add(KNOWN_VALUE, case, geo.richardson(times, geo.spd_busemann_limit(np.diag(dx), h, alpha, beta, times,
+                                                                                 p.check["dps"])) - known)
+            # Checks. Invariance: horospheres are orbits of the unit upper-triangular group N: B(N X N^T) = B(X).
             nu = np.triu(rng.normal(size=(n, n)), 1) + np.eye(n)
-            add("spd: B(N X N^T) - B(X), N unit upper triangular",
-                float(geo.spd_busemann(torch.as_tensor(nu @ x @ nu.T), ht, alpha, beta)) - closed)
+            add(CHECKS["invariance_n"], case, float(geo.spd_busemann(torch.as_tensor(nu @ x @ nu.T), ht, alpha, beta)) - closed)
             # The hyperplane moves with the group: (P, R, X) -> (O P O^T, O R, O X O^T), O orthogonal.
             pm, o = _random_spd(n, rng), np.linalg.qr(rng.normal(size=(n, n)))[0]
             r = np.linalg.qr(rng.normal(size=(n, n)))[0]
@@ -115,13 +151,21 @@ def distance_checks(p, seed: int) -> tuple[list[dict], list[dict]]:
                 y = geo.spd_to_base(torch.as_tensor(xmat), pis, torch.as_tensor(rot))
                 return float(geo.spd_busemann((y + y.T) / 2, ht, alpha, beta))
 
-            add("spd: base-point distance invariant under O", based(o @ pm @ o.T, o @ r, o @ x @ o.T) - based(pm, r, x))
+            add(CHECKS["invariance_o"], case, based(o @ pm @ o.T, o @ r, o @ x @ o.T) - based(pm, r, x))
             # The LogEig case: for diagonal X the closed form is the linear form -<h, log x>_{alpha,beta}
             # of the tangent vector at the identity (LogEig + linear).
-            dx = np.exp(rng.normal(size=n))
-            add("spd: diagonal X equals LogEig linear form",
-                float(geo.spd_busemann(torch.as_tensor(np.diag(dx)), ht, alpha, beta))
-                + (alpha * h @ np.log(dx) + beta * h.sum() * np.log(dx).sum()))
+            add(CHECKS["logeig"], case, float(geo.spd_busemann(torch.as_tensor(np.diag(dx)), ht, alpha, beta)) - known)
+            # Claim (c) is not testable here: under (alpha, beta) the MLR's logits equal those under (1, 0) with
+            # the normal a' = alpha a + beta (sum a) 1 (the same model class, another optimisation path).
+            g = torch.Generator().manual_seed(int(rng.integers(2 ** 31)))
+            layer = L.BusemannDistance(n, 3, alpha, beta, g)
+            flat = L.BusemannDistance(n, 3, 1.0, 0.0, g)
+            with torch.no_grad():
+                flat.s.copy_(layer.s)
+                flat.r.copy_(layer.r)
+                flat.a.copy_(alpha * layer.a + beta * layer.a.sum(-1, keepdim=True))
+                xs = torch.as_tensor(np.stack([_random_spd(n, rng) for _ in range(4)]))
+                add(CHECKS["reparametrisation"], case, float((layer(xs) - flat(xs)).abs().max()))
         # Poincare ball: the horocycle closed form vs its limit, and Ganea's gyroplane distance on the
         # geodesic through p normal to the hyperplane (where the two hyperplanes' distances coincide).
         d = 3
@@ -136,23 +180,18 @@ def distance_checks(p, seed: int) -> tuple[list[dict], list[dict]]:
         ball_times = [4.0, 8.0, 16.0]
         lim = geo.ball_busemann_limit(xb, pt, omega, ball_times)[-1]
         s = float(geo.ball_horocycle(torch.as_tensor(xb)[None], torch.as_tensor(pt)[None], torch.as_tensor(a)[None]))
-        add("ball: horocycle closed form vs limit", s + lim)
+        add(LIMIT_CHECKS["ball"], f"{i}:ball", s + lim)
         on_line = geo.mobius_add(torch.as_tensor(pt), float(rng.uniform(-0.9, 0.9)) * torch.as_tensor(omega))[None]
-        add("ball: equals Ganea's distance on the normal geodesic",
+        add(CHECKS["ganea"], f"{i}:ball",
             float(geo.ball_horocycle(on_line, torch.as_tensor(pt)[None], torch.as_tensor(a)[None]))
             - float(geo.ball_gyroplane(on_line, torch.as_tensor(pt)[None], torch.as_tensor(a)[None])))
-    rows = [{"seed": seed, "check": k, "max_abs_error": max(v), "cases": len(v)} for k, v in err.items()]
     return rows, curve
 
 
-def evaluate(*, cfg, accuracies, table, checks, gaps):
-    """All seeds' accuracies in one table, and claim (a)'s numerical checks per seed."""
+def evaluate(*, cfg, accuracies, tree_accuracies, table, checks, gaps):
+    """All seeds' accuracies (SPD tasks and tree) in one table, and claim (a)'s numerical checks per seed."""
     p = parse(cfg)
-    write_parquet(read_parquets(accuracies), table)
-    rows, curve = [], []
-    for seed in range(p.seeds):
-        r, c = distance_checks(p, seed)
-        rows += r
-        curve += c
+    write_parquet(pd.concat([read_parquets(accuracies), read_parquet(tree_accuracies)], ignore_index=True), table)
+    rows, curve = distance_checks(p, seed=0)  # a check of formulas: its cases are random draws, not replicates
     write_parquet(pd.DataFrame(rows), checks)
     write_parquet(pd.DataFrame(curve), gaps)

@@ -1,31 +1,42 @@
-"""The claims of P12 uv_sharpness, decided on intervals over seeds (papers.common.claims).
+"""The claims of P12 uv_sharpness (Kalra, He and Barkeshli, ICLR 2025), decided on intervals over replicates.
 
-UV claims rest on the initial conditions (seeds of the init); MLP claims on the MLP's seeds. Each claim
-has a negative control: the same test where the paper's mechanism is absent (r < 1, the other init
-scale, permuted labels, a wrong formula, the untrained network).
+UV claims rest on sweep replicates that each draw their own example (x, y), initial point and grid offset
+(stages.sweep_instance), or on trajectory seeds (initial points); MLP claims on the MLP's seeds.
 
-* (a) edge of stability: late mean sharpness at 2/eta over every eta > 2/lambda_min the sweep covers;
-* (b) the period-doubling route 1 -> 2 -> 4 -> 8 -> chaos, per seed;
-* (c) the MLP: sharpness rises to about 2/eta and stays there;
-* (d) early sharpness reduction (catapult) when eta Theta_0 in (2, 4) (Theta: the NTK);
-* (e) progressive sharpening from a small init (eta Theta_0 < 1);
-* (f) the fixed-point conditions for EoS derived from the paper's function-space map (:mod:`.uv`):
-  eta_c = 2/lambda_min, the 2-cycle's mean sharpness 1 + (r - 1)/4, period 4 at r = sqrt(5) - 1.
+* (a) the route to chaos lies on the EoS manifold: from a large init (off the manifold), the late-time imbalance
+  1 - 4kf^2/Theta^2 (0 exactly when u || v) is ~0 at every eta above 2/lambda_min, over the runs that stay bounded
+  (a diverged run has no late orbit; the share that diverge is a premise gate); control: the same init below it,
+  where GD stops at a minimum off the manifold;
+* (b) the period-doubling route 1 -> 2 -> 4 -> 8 -> chaos, per replicate; positive control: the same detection on
+  the logistic map, whose route is known; control: the sweep's eta labels permuted;
+* (c) a real network's sharpness rises to about 2/eta and stays there; control: the untrained network;
+* (d) early sharpness reduction from a large init needs a large learning rate: at eta Theta_0 just below 2 (no
+  catapult) and inside the catapult window, against the same init and seeds at eta Theta_0 < 1 (the ablation);
+* (d_catapult) the catapult adds early reduction: eta Theta_0 in (2, 4) against the same init just below 2, every run
+  gated on what its setting presupposes (a loss rise and fall in the catapult, none below 2, no divergence);
+  control: the same eta step taken below 2.
 
-That the attractor above eta_c lies on the EoS manifold u || v is reported (the imbalance curve), not
-claimed: gradient flow from the sweep's small init already aligns u and v at the minima below eta_c
-(imbalance ~ 2e-4), so a test with a loose tolerance cannot fail on the r < 1 control.
+Progressive sharpening from a small init is a check, not a claim: the small init puts Theta_0 at a tenth of
+lambda_min, the smallest sharpness of any minimum, so a run that trains must rise (:func:`sharpening_check`).
+The fixed-point conditions derived in :mod:`.uv` from the paper's map (eta_c = 2/lambda_min, the 2-cycle's mean
+sharpness 1 + (r - 1)/4, period 4 at r = sqrt(5) - 1) are the project's derivation measured against its own
+simulation of the same map: they are checks (:func:`fixed_point_checks`), not claims.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from papers.common.claims import HOLDS, Claim, Control, decide, mean_test, paired_test
+from papers.common.claims import (MIN_REPLICATES, Check, Claim, Control, PositiveControl, Premise, convention,
+                                  mean_test, paired_test)
 from papers.uv_sharpness import uv
 
 # The fixed seed of the permutation of the sweep's eta labels (claim b's control).
 PERMUTATION_SEED = 0
+# The logistic map x' = mu x (1 - x), claim (b)'s positive control: period 2 from mu = 3, then period doubling
+# (period 4 from 1 + sqrt(6), period 8 from 3.5441) into chaos from mu = 3.5699 (May 1976; Feigenbaum 1978).
+LOGISTIC_RANGE = (2.9, 3.62)
+LOGISTIC_PERIOD_2 = 3.0
 
 
 def _chaotic(g):
@@ -56,76 +67,12 @@ def onsets_per_seed(points: pd.DataFrame, onset, ratio_column: str = "ratio") ->
     return np.asarray(found, dtype=float)
 
 
-def eos_deviation(sharpness_over_2_eta) -> np.ndarray:
-    """Per run, |<sharpness> eta/2 - 1| capped at 1 (a 100% deviation); a diverged run (NaN) counts as 1.
-
-    The cap keeps a diverged run inside the interval (it is as far from 2/eta as the test can say)
-    without changing on which side of any tolerance below 1 a run falls."""
-    x = np.abs(np.asarray(sharpness_over_2_eta, dtype=float) - 1)
-    return np.where(np.isfinite(x), np.minimum(x, 1.0), 1.0)
-
-
-def _clears(e) -> bool:
-    """The interval alone clears the threshold (the verdict also needs 3 seeds)."""
-    return decide(e.interval, e.threshold, e.direction) == HOLDS
-
-
-def _eos_parts(eos: pd.DataFrame, pts: pd.DataFrame, tol: float, keep) -> list:
-    """Claim (a)'s test at every trajectory setting and sweep point whose ratio passes `keep`: the
-    seed-mean capped deviation from 2/eta below `tol` (t interval over seeds)."""
-    parts = []
-    for (s, r), g in eos[keep(eos.ratio)].groupby(["init_scale", "ratio"]):
-        parts.append(mean_test(eos_deviation(g.sort_values("seed").sharpness_over_2_eta), threshold=tol, direction="<",
-                               what="seeds", name=f"trajectory sigma = {s:g}, r = {r:g}"))
-    for r, g in pts[keep(pts.ratio)].groupby("ratio"):
-        parts.append(mean_test(eos_deviation(g.sort_values("seed").sharpness_over_2_eta), threshold=tol, direction="<",
-                               what="seeds", name=f"sweep r = {r:.5g}"))
-    return parts
-
-
-def _route_parts(pts: pd.DataFrame, r_below: float, ratio_column: str = "ratio") -> tuple[list, dict]:
-    """Claim (b)'s tests on per-seed onsets: nothing but period 1 up to the last sweep point below r = 1,
-    then period 2 before period 4 before period 8 before chaos (paired by seed)."""
-    keys = ("not_period_1", "period_2", "period_4", "period_8", "chaos")
-    on = {k: onsets_per_seed(pts, ONSETS[k], ratio_column) for k in keys}
-    return [mean_test(on["not_period_1"], threshold=r_below, direction=">", what="seeds",
-                      name="first r with a period other than 1"),
-            paired_test(on["period_4"], on["period_2"], threshold=0.0, direction=">", name="onset of period 4 - of period 2"),
-            paired_test(on["period_8"], on["period_4"], threshold=0.0, direction=">", name="onset of period 8 - of period 4"),
-            paired_test(on["chaos"], on["period_8"], threshold=0.0, direction=">", name="onset of chaos - of period 8")], on
-
-
 def grid_step(p) -> float:
     return (p.sweep_range[1] - p.sweep_range[0]) / (p.sweep_points - 1)
 
 
-def same_attractor(orbits: pd.DataFrame, pts: pd.DataFrame, rtol: float) -> dict:
-    """Do the seeds reach the same attractor? Per sweep point: same label, and for a periodic orbit the same
-    set of late values (sorted, within `rtol`). Counts of points where they do, where all seeds are
-    chaotic (compared by label only), and where seeds differ."""
-    same = chaotic = differ = 0
-    labels = pts.set_index(["ratio", "seed"]).label
-    for r, g in orbits.groupby("ratio"):
-        seeds = sorted(g.seed.unique())
-        labs = {labels[(r, s)] for s in seeds}
-        if len(labs) > 1:
-            differ += 1
-            continue
-        lab = labs.pop()
-        if not lab.startswith("period"):
-            chaotic += 1
-            continue
-        period = int(lab.split()[1])  # compare one full period (its last `period` values), whatever its phase
-        values = [np.sort(g[g.seed == s].f.to_numpy()[-period:]) for s in seeds]
-        ok = all(np.all(np.abs(v - values[0]) <= rtol * (1 + np.abs(values[0]))) for v in values[1:])
-        same += ok
-        differ += not ok
-    return {"same_periodic_orbit": same, "all_aperiodic": chaotic, "seeds_differ": differ,
-            "points": int(orbits.ratio.nunique()), "seeds": int(orbits.seed.nunique())}
-
-
 def _interval_text(values) -> str:
-    """'1.236 [1.236, 1.236] (3 seeds: 1.236, 1.236, 1.236)' for a table cell."""
+    """'1.236 [1.235, 1.237] (5 seeds)' for a table cell."""
     from papers.common.claims import t_interval
 
     x = np.asarray(values, dtype=float)
@@ -137,215 +84,392 @@ def _interval_text(values) -> str:
     return f"{m:.5g} [{lo:.5g}, {hi:.5g}] ({found.size} seeds{extra})"
 
 
-def uv_claims(p, eos: pd.DataFrame, pts: pd.DataFrame, runs: pd.DataFrame, mlp_df: pd.DataFrame,
-              attractor: dict) -> list:
-    """The six claims.
+# ---- (a) the EoS manifold ---------------------------------------------------------------------------
+def _capped(values) -> np.ndarray:
+    """A deviation per run, a diverged run (NaN) counted as 1 (the fixed-point check: a 2-cycle that diverged
+    missed the prediction)."""
+    x = np.asarray(values, dtype=float)
+    return np.where(np.isfinite(x), x, 1.0)
 
-    `eos`: late sharpness x eta/2 per (init scale, ratio, seed) of the trajectories; `pts`: the sweep, one
-    row per (seed, ratio); `runs`: per trajectory run its initial, early-minimum and late sharpness and
-    eta x initial sharpness; `mlp_df`: one row per (lr, seed); `attractor`: :func:`same_attractor`.
-    """
+
+def _manifold_parts(large: pd.DataFrame, keep, tol: float) -> tuple[list, int]:
+    """Claim (a)'s test at every grid index of the large-init sweep whose replicates' ratios all pass `keep`: the
+    late imbalance of the replicates that stayed bounded below `tol` (t interval). A diverged run has no late orbit,
+    on the manifold or off it: it is left out here and counted by the claim's divergence gate. Returns the tests and
+    the number of grid points where every replicate diverged (not tested; a point with fewer than MIN_REPLICATES
+    bounded replicates is tested, and its part is inconclusive)."""
+    parts, untested = [], 0
+    for j, g in large.groupby("index"):
+        if keep(g.ratio).all():
+            bounded = g[~g.diverged].sort_values("seed")
+            if not len(bounded):
+                untested += 1
+                continue
+            parts.append(mean_test(bounded.imbalance, threshold=tol, direction="<", what="bounded replicates",
+                                   name=f"r = {g.ratio.mean():.5g}: late imbalance"))
+    return parts, untested
+
+
+def manifold_claim(p, large: pd.DataFrame) -> Claim:
     h = grid_step(p)
-    same_note = (f"{attractor['same_periodic_orbit']} of {attractor['points']} sweep points: all {attractor['seeds']} "
-                 f"seeds reach the same periodic orbit; {attractor['all_aperiodic']}: aperiodic in every seed; "
-                 f"{attractor['seeds_differ']}: seeds differ")
-    # ---- (a) EoS over every ratio above 1 the run covers; control: every ratio below 1 (a stable minimum exists)
-    ev_a = _eos_parts(eos, pts, p.eos_tolerance, lambda r: r > 1)
-    ctl_a = _eos_parts(eos, pts, p.eos_tolerance, lambda r: r < 1)
-    sweep_above = [e for e in ev_a if e.name.startswith("sweep")]
-    ratios_above = sorted(pts.ratio[pts.ratio > 1].unique())
-    holds_upto = float("nan")  # the largest sweep ratio r with every sweep point in (1, r] clearing the tolerance
-    for r, e in zip(ratios_above, sweep_above):
-        if not _clears(e):
-            break
-        holds_upto = float(r)
-    n_hold = sum(_clears(e) for e in sweep_above)
-    dev_traj = eos_deviation(eos[eos.ratio > 1].sharpness_over_2_eta)
-    dev_sweep = eos_deviation(pts[pts.ratio > 1].sharpness_over_2_eta)
-    range_text = (f"every sweep point's interval clears the tolerance from r = 1 up to r = {holds_upto:.4g}"
-                  if np.isfinite(holds_upto) else "the first sweep point above r = 1 already misses the tolerance")
-    # where the fixed-point analysis puts the edge of the tolerance: 1 + (r - 1)/4 = 1 + tol on the 2-cycle
-    r_theory = 1 + 4 * p.eos_tolerance
-    failing = [e for e in ev_a if not _clears(e)]
-    claim_a = Claim(
-        "a", "Edge of stability: for every eta > 2/lambda_min, up to divergence, the late-time mean sharpness sits at "
-             f"2/eta (the paper places the whole period-doubling route to chaos on the EoS manifold; our sweep covers "
-             f"r = eta / (2/lambda_min) in (1, {p.sweep_range[1]:g}]).",
-        "sharpness settles at 2/eta (EoS) when eta exceeds 2/lambda_min; the route to chaos lies on the EoS manifold",
-        {"worst_deviation_trajectories": float(dev_traj.max()) if dev_traj.size else float("nan"),
-         "worst_deviation_sweep": float(dev_sweep.max()) if dev_sweep.size else float("nan"),
-         "sweep_points_above_1": len(sweep_above), "sweep_points_within_tolerance": n_hold,
-         "holds_up_to_r": holds_upto, "fixed_point_edge_r": r_theory,
-         "diverged_runs": int(eos[eos.ratio > 1].sharpness_over_2_eta.isna().sum() + pts[pts.ratio > 1].diverged.sum())},
-        f"at every trajectory setting with r > 1 ({sorted(set(eos.ratio[eos.ratio > 1]))}, each init scale) and every "
-        f"sweep point with r > 1 ({len(sweep_above)} points), the {p.seeds}-seed 95% t interval of "
-        f"|<sharpness> eta/2 - 1| over the last {p.late_window} steps (capped at 1; a diverged run counts as 1) lies "
-        f"below eos_tolerance = {p.eos_tolerance}",
-        ev_a, Control("below the threshold (r < 1, a stable minimum exists, the EoS mechanism absent): the same test "
-                      "at every trajectory setting and sweep point with r < 1", ctl_a),
-        note=(f"{range_text}; the intervals of {n_hold} of {len(sweep_above)} sweep points above r = 1 clear it"
-              + (f"; first that does not: {failing[0].describe()}" if failing else "")
-              + f"; the fixed-point analysis (claim f) predicts a mean of 1 + (r - 1)/4 on the 2-cycle, which leaves the "
-                f"tolerance at r = {r_theory:.4g}: the sharpness sits near, not at, 2/eta, and further from it as eta grows"))
+    edge = p.onset_tolerance_steps * h  # the critical neighbourhood of r = 1, where the orbit settles slowest
+    ev, untested = _manifold_parts(large, lambda r: r > 1 + edge, p.manifold_tolerance)
+    ctl, _ = _manifold_parts(large, lambda r: r < 1 - edge, p.manifold_tolerance)
+    above, below = large[large.ratio > 1 + edge], large[large.ratio < 1 - edge]
+    start = large.groupby("seed").imbalance0.first()
+    theta = large.groupby("seed").eta_theta0.max()
+    escape = onsets_per_seed(large, ONSETS["divergence"])
+    diverged_share = float(above.diverged.mean()) if len(above) else float("nan")
+    bounded_above = above[~above.diverged]
+    return Claim(
+        "a", "The route to chaos lies on the edge-of-stability manifold: from a large init off it, gradient descent "
+             "with eta above 2/lambda_min ends on the manifold u || v (imbalance 1 - 4kf^2/Theta^2 = 0), at every "
+             "eta the sweep covers, in every run that stays bounded.",
+        "a period-doubling route to chaos on the edge of stability manifold as the learning rate is increased",
+        {"points_above": len(ev), "within_tolerance": sum(e.verdict == "holds" for e in ev),
+         "points_untested": untested,
+         "worst_imbalance_above": float(bounded_above.imbalance.max()) if len(bounded_above) else float("nan"),
+         "smallest_imbalance_below": float(below.imbalance.min()) if len(below) else float("nan"),
+         "initial_imbalance": float(start.mean()), "diverged_runs": int(above.diverged.sum()),
+         "runs_above": int(len(above)),
+         "divergence_onset_per_replicate": [float(x) for x in escape]},
+        f"at every grid point of the large-init sweep (Theta_0 / lambda_min = {p.sweep_inits['large']:g}) with "
+        f"r = eta / (2/lambda_min) > 1 + {p.onset_tolerance_steps} grid steps ({1 + edge:.4g}) for every replicate "
+        f"({len(ev)} points tested, {untested} where every replicate diverged), the 95% t "
+        f"interval over the {p.seeds} replicates that stay bounded of the imbalance averaged over the last "
+        f"{p.late_window} steps lies below manifold_tolerance = {p.manifold_tolerance:g}",
+        ev or None, Control(f"the same large init with eta below 2/lambda_min (r < {1 - edge:.4g}, {len(ctl)} points): a "
+                    "stable minimum exists, GD stops there and need not reach the manifold", ctl or None,
+                    kind="ablation"),
+        threshold_source=convention(f"a numerical tolerance: the imbalance lies in [0, 1] and is 0 exactly on "
+                                    f"u || v; {p.manifold_tolerance:g} of its range"),
+        premise=[Premise.at_least("the large init starts off the manifold: smallest initial imbalance over the "
+                                  "replicates", float(start.min()), p.off_manifold_min,
+                                  what="off_manifold_min: reaching the manifold is not inherited from the start"),
+                 Premise.at_most("the large init starts no catapult (which would throw the run off the route): "
+                                 "largest eta Theta_0 over the sweep", float(theta.max()), 2.0,
+                                 what="eta Theta_0 < 2: the first steps are stable"),
+                 Premise.at_most("the sweep probes the route, not escape from it: share of the claim's runs "
+                                 f"(r > {1 + edge:.4g}) that diverged", diverged_share, p.divergence_max,
+                                 what="divergence_max")],
+        no_positive_control="the imbalance is a closed form of (f, Theta), 0 exactly when u || v (tests check it on "
+                            "planted parallel and random pairs); the test reads it directly, with no detection step",
+        note="the critical neighbourhood of r = 1 (within the onset tolerance, where the orbit's attraction to the "
+             "manifold vanishes and the late window may not have settled) is left out of both claim and control; "
+             + (f"{int(above.diverged.sum())} of {len(above)} runs above diverged, in {int(np.isfinite(escape).sum())} "
+                f"of {escape.size} replicates, first at r = {np.nanmin(escape):.4g} (left out of the imbalance test)"
+                if np.isfinite(escape).any() else "no run diverged"))
 
-    # ---- (b) the period-doubling route, per seed; control: the same tests with the sweep's eta labels permuted
-    below = pts.ratio[pts.ratio < 1]
-    r_below = float(below.max()) if len(below) else float("nan")
-    ev_b, on = _route_parts(pts, r_below)
+
+# ---- (b) the route to chaos -------------------------------------------------------------------------
+def route_parts(pts: pd.DataFrame, threshold: float, edge: float, ratio_column: str = "ratio",
+                what: str = "r") -> tuple[list, dict]:
+    """Claim (b)'s tests on per-replicate onsets: nothing but period 1 below `threshold` outside its critical
+    neighbourhood (the first ratio off period 1 lies above threshold - edge: right below a period doubling the
+    fixed point's multiplier is near -1, and the late window may still show the decaying alternation as period 2),
+    then period 2 before period 4 before period 8 before chaos (paired by replicate)."""
+    keys = ("not_period_1", "period_2", "period_4", "period_8", "chaos")
+    on = {k: onsets_per_seed(pts, ONSETS[k], ratio_column) for k in keys}
+    return [mean_test(on["not_period_1"] - (threshold - edge), threshold=0.0, direction=">", what="replicates",
+                      name=f"first {what} off period 1 - ({threshold:g} - {edge:.3g})"),
+            paired_test(on["period_4"], on["period_2"], name="onset of period 4 - of period 2"),
+            paired_test(on["period_8"], on["period_4"], name="onset of period 8 - of period 4"),
+            paired_test(on["chaos"], on["period_8"], name="onset of chaos - of period 8")], on
+
+
+def logistic_sweep(p) -> pd.DataFrame:
+    """The logistic map over mu in LOGISTIC_RANGE, through the same period detection, Lyapunov exponent and labels
+    as the UV sweep: one replicate per seed, each with its own initial point and grid offset."""
+    mu_step = (LOGISTIC_RANGE[1] - LOGISTIC_RANGE[0]) / (p.sweep_points - 1)
+    rows = []
+    for seed in range(p.seeds):
+        rng = np.random.default_rng([seed, 2])
+        offset = rng.uniform() if p.grid_jitter else 0.0
+        mu = LOGISTIC_RANGE[0] + (np.arange(p.sweep_points) + offset) * mu_step
+        x = np.full_like(mu, rng.uniform(0.1, 0.9))
+        late = np.empty((mu.size, p.late_window))
+        log_slope = np.zeros_like(mu)
+        for t in range(p.steps):
+            if t >= p.steps - p.late_window:
+                late[:, t - (p.steps - p.late_window)] = x
+                log_slope += np.log(np.abs(mu * (1 - 2 * x)) + 1e-300)
+            x = mu * x * (1 - x)
+        lyap = log_slope / p.late_window
+        for i, m in enumerate(mu):
+            period = uv.detect_period(late[i], max_period=p.max_period, rtol=p.period_rtol)
+            rows.append({"seed": seed, "ratio": m, "period": period, "lyapunov": lyap[i], "diverged": False,
+                         "label": uv.classify(period, lyap[i])})
+    return pd.DataFrame(rows)
+
+
+def route_claim(p, small: pd.DataFrame, logistic: pd.DataFrame) -> Claim:
+    edge = p.onset_tolerance_steps * grid_step(p)
+    ev, on = route_parts(small, 1.0, edge)
     rng = np.random.default_rng(PERMUTATION_SEED)
-    shuffled = pts.sort_values(["seed", "ratio"]).copy()
+    shuffled = small.sort_values(["seed", "ratio"]).copy()
     shuffled["shuffled_ratio"] = np.concatenate([rng.permutation(g.ratio.to_numpy()) for _, g in shuffled.groupby("seed")])
-    ctl_b, _ = _route_parts(shuffled, r_below, ratio_column="shuffled_ratio")
-    missing = [f"{k.replace('_', ' ')} never reached in {int(np.isnan(v).sum())} of {v.size} seeds"
+    ctl, _ = route_parts(shuffled, 1.0, edge, ratio_column="shuffled_ratio")
+    mu_edge = p.onset_tolerance_steps * (LOGISTIC_RANGE[1] - LOGISTIC_RANGE[0]) / (p.sweep_points - 1)
+    pos, pos_on = route_parts(logistic, LOGISTIC_PERIOD_2, mu_edge, what="mu")
+    missing = [f"{k.replace('_', ' ')} never reached in {int(np.isnan(v).sum())} of {v.size} replicates"
                for k, v in on.items() if k != "not_period_1" and np.isnan(v).any()]
-    seed_means = {k: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan") for k, v in on.items()}
-    feigenbaum = ((seed_means["period_4"] - seed_means["period_2"]) / (seed_means["period_8"] - seed_means["period_4"])
-                  if np.isfinite([seed_means[k] for k in ("period_2", "period_4", "period_8")]).all() else float("nan"))
-    periods = pts[pts.period > 0].period
+    means = {k: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan") for k, v in on.items()}
+    feigenbaum = ((means["period_4"] - means["period_2"]) / (means["period_8"] - means["period_4"])
+                  if np.isfinite([means[k] for k in ("period_2", "period_4", "period_8")]).all() else float("nan"))
+    periods = small[small.period > 0].period
     other = sorted(int(q) for q in periods.unique() if q & (q - 1))  # not a power of two
-    notes_b = missing + [
+    unsettled = float((small.label == "aperiodic").mean())
+    h = grid_step(p)
+    notes = missing + [
         f"periods 1 .. {p.max_period} are detected (not only powers of two): windows of period {other} appear" if other
         else f"periods 1 .. {p.max_period} are detected; no window of a period other than a power of two appears",
-        f"onsets are resolved to the sweep's grid step ({h:.3g} in r); {same_note}, so the interval over seeds shows "
-        "the spread over initial conditions (none where they share an attractor), not the grid resolution"]
-    claim_b = Claim(
+        f"onsets are resolved to the sweep's grid step ({h:.3g} in r); each replicate's grid is offset by its own "
+        "fraction of a step, so the interval over replicates shows that resolution"]
+    return Claim(
         "b", "Period doubling: period 1 -> 2 -> 4 -> 8 -> chaos as eta grows past 2/lambda_min.",
         "a period-doubling route to chaos on the EoS manifold",
-        {"onset_per_seed": {k: [float(x) for x in v] for k, v in on.items()},
+        {"onset_per_replicate": {k: [float(x) for x in v] for k, v in on.items()},
          "feigenbaum_ratio": feigenbaum, "other_periods": other,
-         "all_period_1_below_threshold": bool((pts[pts.ratio < 1].period == 1).all()) if len(below) else None},
-        f"per seed (initial condition), on the sweep of r in {list(p.sweep_range)}: the first r with any period other "
-        f"than 1 lies above the last sweep point below r = 1 ({r_below:.5g}), i.e. every point below 2/lambda_min "
-        "has period 1; and the onsets of period 2, 4, 8 and chaos (aperiodic with Lyapunov exponent > 0 on 3 "
-        f"consecutive points) increase in that order: {p.seeds}-seed 95% t intervals, the onset differences paired "
-        "by seed, above 0",
-        ev_b, Control(f"permuted keys: the same tests with the sweep's eta labels permuted within each seed "
-                      f"(fixed seed {PERMUTATION_SEED}), so that no route can be read in order", ctl_b),
-        note="; ".join(notes_b))
+         "logistic_onsets": {k: float(np.nanmean(v)) for k, v in pos_on.items()}},
+        f"per replicate (its own example, initial point and grid offset), on the small-init sweep of r in "
+        f"{list(p.sweep_range)}: the first r with any period other than 1 lies above 1 - {p.onset_tolerance_steps} "
+        f"grid steps ({1 - edge:.4g}: the critical neighbourhood, as the checks), and the onsets of period 2, 4, 8 and chaos (aperiodic with Lyapunov exponent > 0 on 3 "
+        f"consecutive points) increase in that order: {p.seeds}-replicate paired 95% t intervals above 0",
+        ev, Control(f"permuted keys: the same tests with the sweep's eta labels permuted within each replicate "
+                    f"(fixed seed {PERMUTATION_SEED}), so that no route can be read in order", ctl, kind="null"),
+        threshold_source=convention("a sign: the claim is an order of onsets, not their distances"),
+        premise=[Premise.at_most("the late window has settled: share of sweep points labelled aperiodic (no period "
+                                 "and a non-positive Lyapunov exponent: a transient)", unsettled, p.aperiodic_max,
+                                 what="aperiodic_max")],
+        positive_control=PositiveControl(
+            f"the same detection (periods, Lyapunov exponent, labels, onsets) on the logistic map x' = mu x (1 - x) "
+            f"over mu in {list(LOGISTIC_RANGE)}, whose route (period 2 from mu = 3, period 4 from 1 + sqrt(6), chaos "
+            "from 3.5699) is known: the same tests must hold", pos),
+        note="; ".join(notes))
 
-    # ---- (c) the MLP: starts below 2/eta, ends near it, at every learning rate; control: the untrained network
-    ev_c, ctl_c = [], []
+
+# ---- (c) the real network --------------------------------------------------------------------------
+def mlp_claim(p, mlp_df: pd.DataFrame) -> Claim:
+    ev, ctl = [], []
     for lr, g in mlp_df.sort_values(["lr", "seed"]).groupby("lr"):
         start, late = g.initial_sharpness * lr / 2, g.late_sharpness * lr / 2
-        ev_c += [mean_test(start, threshold=1.0, direction="<", what="seeds", name=f"eta = {lr:g}: initial sharpness x eta/2"),
-                 mean_test(np.abs(late - 1), threshold=p.mlp.eos_tolerance, direction="<", what="seeds",
-                           name=f"eta = {lr:g}: |late sharpness x eta/2 - 1|")]
-        ctl_c += [mean_test(start, threshold=1.0, direction="<", what="seeds", name=f"eta = {lr:g}: initial sharpness x eta/2"),
-                  mean_test(np.abs(start - 1), threshold=p.mlp.eos_tolerance, direction="<", what="seeds",
-                            name=f"eta = {lr:g}: |initial sharpness x eta/2 - 1|")]
-    mlp_dev = (mlp_df.late_sharpness * mlp_df.lr / 2 - 1).abs()
-    claim_c = Claim(
-        "c", "A real network's sharpness rises to about 2/eta and stays there, at every learning rate run.",
+        ev += [mean_test(start, threshold=1.0, direction="<", what="seeds", name=f"eta = {lr:g}: initial sharpness x eta/2"),
+               mean_test(np.abs(late - 1), threshold=p.mlp.eos_tolerance, direction="<", what="seeds",
+                         name=f"eta = {lr:g}: |late sharpness x eta/2 - 1|")]
+        ctl += [mean_test(start, threshold=1.0, direction="<", what="seeds", name=f"eta = {lr:g}: initial sharpness x eta/2"),
+                mean_test(np.abs(start - 1), threshold=p.mlp.eos_tolerance, direction="<", what="seeds",
+                          name=f"eta = {lr:g}: |initial sharpness x eta/2 - 1|")]
+    dev = (mlp_df.late_sharpness * mlp_df.lr / 2 - 1).abs()
+    loss_ratio = float((mlp_df.final_loss / mlp_df.initial_loss).max())
+    net = f"{p.mlp.architecture.upper()} on {p.mlp.dataset}"
+    return Claim(
+        "c", f"A real network's sharpness rises to 2/eta within {p.mlp.eos_tolerance:.0%} and stays there, at every "
+             "learning rate run.",
         "progressive sharpening up to 2/eta, then EoS, in real networks",
-        {"worst_relative_deviation": float(mlp_dev.max()), "runs": int(len(mlp_df)),
+        {"network": net, "worst_relative_deviation": float(dev.max()), "runs": int(len(mlp_df)),
          "initial_sharpness_x_eta_over_2": float((mlp_df.initial_sharpness * mlp_df.lr / 2).max())},
         f"at every learning rate {sorted(mlp_df.lr.unique().tolist())}, {p.mlp.seeds}-seed 95% t intervals: the initial "
         f"sharpness x eta/2 lies below 1 (it starts below 2/eta) and |<sharpness> eta/2 - 1| over the last third of "
         f"training below mlp.eos_tolerance = {p.mlp.eos_tolerance}",
-        ev_c, Control("the untrained network (no progressive sharpening): the same tests with the initial sharpness in "
-                      "place of the late one", ctl_c))
+        ev, Control("the untrained network (no progressive sharpening): the same tests with the initial sharpness in "
+                    "place of the late one", ctl, kind="null"),
+        threshold_source=convention(f"a tolerance of {p.mlp.eos_tolerance:.0%} around 2/eta: the paper and Cohen et "
+                                    "al. (2021) report sharpness hovering just above 2/eta, with no number"),
+        premise=[Premise.at_most("the network trained: largest final / initial training loss over the runs",
+                                 loss_ratio, p.trained_loss_ratio, what="trained_loss_ratio")],
+        no_positive_control="the sharpness is the top Hessian eigenvalue by power iteration (papers.common.hessian), "
+                            "which tests/papers/test_uv_sharpness.py checks against the exact eigenvalue of a small "
+                            "network's Hessian; the claim reads it directly")
 
-    # ---- (d), (e): the early-time mechanisms on the trajectories, by the catapult condition eta Theta_0 vs 2
-    setting = runs.groupby(["init_scale", "ratio"]).eta_theta0.mean()
-    catapult = [k for k, v in setting.items() if 2 < v < 4]
-    no_catapult = [k for k, v in setting.items() if v < 1]
 
-    def change_parts(keys, column, what):
-        parts = []
-        for s, r in keys:
-            g = runs[(runs.init_scale == s) & (runs.ratio == r)].sort_values("seed")
-            parts.append(mean_test(g[column], threshold=p.change_threshold, direction=">", what="seeds",
-                                   name=f"sigma = {s:g}, r = {r:g} (eta Theta_0 = {setting[(s, r)]:.3g}): {what}"))
-        return parts
+# ---- (d), (d_catapult): early sharpness reduction from a large init -----------------------------------
+def early_arms(runs: pd.DataFrame) -> dict:
+    """The product runs (set eta Theta_0) as (seed x product) arrays: `products` (sorted), `reduction`, `rise` (the
+    loss rises above L_0 in the early phase), `catapult` (it rises, falls below L_0 by the phase's end and never
+    diverges), `calm` (no rise, no divergence) and `diverged_step`."""
+    runs = runs[runs["product"].notna()]
 
-    def seed_means(keys, column):
-        return {f"sigma {s:g}, r {r:g}": float(runs[(runs.init_scale == s) & (runs.ratio == r)][column].mean())
-                for s, r in keys}
+    def grid(column):  # (seed, product); float (a JSON round trip leaves missing values as None)
+        return runs.pivot(index="seed", columns="product", values=column).sort_index(axis=1).astype(float)
 
-    def settings_text(keys):
-        return ", ".join(f"(sigma {s:g}, r {r:g})" for s, r in keys) or "none"
+    peak, end, diverged = grid("early_loss_peak"), grid("early_loss_end"), grid("diverged").astype(bool)
+    rise = (peak > 1).to_numpy()
+    return {"products": grid("reduction").columns.to_numpy(dtype=float), "reduction": grid("reduction").to_numpy(),
+            "rise": rise, "catapult": rise & (end < 1).to_numpy() & ~diverged.to_numpy(),
+            "calm": ~rise & ~diverged.to_numpy(), "diverged_step": grid("diverged_step").to_numpy()}
 
-    crit_d = (f"per seed, on the NTK Theta (the paper's function-space sharpness; at a minimum it is the sharpness): the "
-              f"early reduction 1 - min(Theta over the first {p.early_steps} steps) / Theta_0; "
-              f"its {p.seeds}-seed 95% t interval above change_threshold = {p.change_threshold} (10x what gradient flow "
-              "allows without a catapult)")
-    statement_d = ("Early sharpness reduction: when eta Theta_0 lies in (2, 4) (a large init), the sharpness (NTK "
-                   "Theta) first falls (the catapult: the loss grows, Theta shrinks while eta Theta < 4, until it is "
-                   "below 2/eta).")
-    paper_d = "early sharpness reduction from a large initialisation"
-    if catapult:
-        claim_d = Claim(
-            "d", statement_d, paper_d,
-            seed_means(catapult, "reduction"),
-            crit_d + f", at every trajectory setting with eta Theta_0 in (2, 4): {settings_text(catapult)}",
-            change_parts(catapult, "reduction", "reduction"),
-            Control(f"no catapult (eta Theta_0 < 1, the small init): the same test at {settings_text(no_catapult)}",
-                    change_parts(no_catapult, "reduction", "reduction") or None),
-            note="the reduction is read on the trajectory figure's settings; settings with eta Theta_0 in [1, 2] are "
-                 "neither claim nor control: at r near 1 a large init's first steps (a = r (f - y) / y) can overshoot "
-                 "f past y, so Theta may fall there without eta Theta_0 > 2 (the table shows them); eta Theta_0 in "
-                 "(2, 4) is the catapult's sufficient condition, not a necessary one")
-    else:
-        claim_d = Claim.not_measured("d", statement_d, paper_d, crit_d,
-                                     "no trajectory setting has eta x initial sharpness in (2, 4)")
-    crit_e = (f"per seed, on the NTK Theta: the rise late mean Theta (last {p.late_window} steps) / Theta_0 - 1; its "
-              f"{p.seeds}-seed 95% t interval above change_threshold = {p.change_threshold}")
-    statement_e = ("Progressive sharpening: from a small init (eta Theta_0 < 1) the sharpness (NTK Theta) rises over "
-                   "training (the minima it can reach have sharpness >= lambda_min, and below 2/eta nothing caps it).")
-    paper_e = "progressive sharpening from a small initialisation"
-    if no_catapult:
-        claim_e = Claim(
-            "e", statement_e, paper_e,
-            seed_means(no_catapult, "rise"),
-            crit_e + f", at every trajectory setting with eta Theta_0 < 1: {settings_text(no_catapult)}",
-            change_parts(no_catapult, "rise", "rise"),
-            Control(f"a large init above 2/eta (eta Theta_0 in (2, 4): stability caps the late sharpness near 2/eta, "
-                    f"below Theta_0): the same test at {settings_text(catapult)}",
-                    change_parts(catapult, "rise", "rise") or None))
-    else:
-        claim_e = Claim.not_measured("e", statement_e, paper_e, crit_e,
-                                     "no trajectory setting has eta x initial sharpness below 1")
 
-    # ---- (f) the fixed-point conditions for EoS, derived in papers.uv_sharpness.uv from the paper's map
-    tol_on = p.onset_tolerance_steps * h
-    on_f = {"period_2": on["not_period_1"], "period_4": on["period_4"]}
-    in_two_cycle = pts[(pts.ratio > uv.R_PERIOD_2) & (pts.ratio < uv.R_PERIOD_4)]
+def catapult_onsets(arms: dict, start: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per seed, on the grid from `start`: the index of the catapult onset (the first product whose loss rises; -1 if
+    none), and the gated reductions at the onset, one grid step below it and two below (NaN where that seed's runs
+    lack what the comparison presupposes: the onset run a catapult, the two below calm, all inside the grid)."""
+    products, red = arms["products"], arms["reduction"]
+    first = int(np.argmax(products >= start - 1e-9))
+    onset = np.full(red.shape[0], -1)
+    at, below, below2 = (np.full(red.shape[0], np.nan) for _ in range(3))
+    for s in range(red.shape[0]):
+        hits = np.flatnonzero(arms["rise"][s, first:])
+        if not hits.size:
+            continue
+        i = first + int(hits[0])
+        onset[s] = i
+        if i - 2 >= first and arms["catapult"][s, i] and arms["calm"][s, i - 1] and arms["calm"][s, i - 2]:
+            at[s], below[s], below2[s] = red[s, i], red[s, i - 1], red[s, i - 2]
+    return onset, at, below, below2
 
-    def cycle_parts(predict):
-        parts = []
-        for r, g in in_two_cycle.groupby("ratio"):
-            # a diverged run (NaN) counts as a miss of 1, as in claim (a)
-            dev = np.abs(g.sort_values("seed").sharpness_over_2_eta.to_numpy() - predict(r))
-            parts.append(mean_test(np.where(np.isfinite(dev), dev, 1.0), threshold=p.fixed_point_tolerance,
-                                   direction="<", what="seeds", name=f"sweep r = {r:.5g}: |sharpness x eta/2 - prediction|"))
-        return parts
 
+def _divergence_text(arms: dict) -> str:
+    steps = arms["diverged_step"]
+    hit = np.argwhere(np.isfinite(steps))
+    if not hit.size:
+        return f"no run of the {steps.size} early-phase runs diverged"
+    return (f"{len(hit)} of {steps.size} early-phase runs diverged: " + ", ".join(
+        f"eta Theta_0 {arms['products'][j]:g} seed {s} at step {int(steps[s, j])}" for s, j in hit))
+
+
+def large_lr_claim(p, runs: pd.DataFrame) -> Claim:
+    """(d) from the same large init and seeds, the early reduction at eta Theta_0 = stop (in the catapult window)
+    minus that at the ablation's eta Theta_0 < 1: the large learning rate removed, init and seeds kept."""
+    c = p.catapult_products
+    statement = ("Early sharpness reduction from a large init needs a large learning rate: at eta Theta_0 = "
+                 f"{c['stop']:g} the NTK Theta falls early by more than change_threshold beyond the same init and "
+                 f"seeds at eta Theta_0 = {c['ablation']:g} (< 1: the first step does not overshoot).")
+    paper = ("(i) the mechanism behind early sharpness reduction and (iii) the role of learning rate and "
+             "initialisation: early sharpness reduction from a large init at a large learning rate")
+    source = convention(f"change_threshold = {p.change_threshold}: ten times the largest reduction gradient flow "
+                        "allows from a random init (it conserves Theta^2 - 4kf^2: ~1/(2n))")
+    crit = (f"per seed, the early reduction 1 - min(Theta over the first {p.early_steps} steps) / Theta_0 at "
+            f"eta Theta_0 = {c['stop']:g} (gated: a loss rise and fall, no divergence) minus the same at "
+            f"{c['ablation']:g} (gated: no loss rise, no divergence), same init scale {max(p.init_scales):g} and seeds, "
+            "eta set from each run's own Theta_0; its paired 95% t interval above change_threshold = "
+            f"{p.change_threshold}")
+    if not runs["product"].notna().any():
+        return Claim.not_measured("d", statement, paper, crit, "no early-phase runs at a set eta Theta_0",
+                                  threshold_source=source, control_kind="ablation")
+    arms = early_arms(runs)
+    j_hi = int(np.argmin(np.abs(arms["products"] - c["stop"])))
+    j_ab = int(np.argmin(np.abs(arms["products"] - c["ablation"])))
+    red = arms["reduction"]
+    hi = np.where(arms["catapult"][:, j_hi], red[:, j_hi], np.nan)
+    ab = np.where(arms["calm"][:, j_ab], red[:, j_ab], np.nan)
+    d = hi - ab
+    return Claim(
+        "d", statement, paper,
+        {f"reduction at eta Theta_0 = {c['stop']:g} (gated seeds)": float(np.nanmean(hi)) if np.isfinite(hi).any()
+         else float("nan"),
+         f"reduction at eta Theta_0 = {c['ablation']:g} (gated seeds)": float(np.nanmean(ab)) if np.isfinite(ab).any()
+         else float("nan"), "valid pairs": int(np.isfinite(d).sum()), "seeds": int(d.size)},
+        crit, paired_test(hi, np.where(np.isfinite(hi), ab, np.nan), threshold=p.change_threshold, direction=">",
+                          name=f"reduction at eta Theta_0 {c['stop']:g} - at {c['ablation']:g}"),
+        Control(f"the ablation alone (the same large init at eta Theta_0 = {c['ablation']:g}): its own reduction "
+                "above change_threshold", mean_test(ab, threshold=p.change_threshold, direction=">",
+                                                    what="gated seeds", name=f"eta Theta_0 {c['ablation']:g}: reduction"),
+                kind="ablation"),
+        threshold_source=source,
+        premise=[Premise.at_least(f"the runs have what their setting presupposes: share of seeds whose pair passes "
+                                  f"the run gates (a catapult at {c['stop']:g}: loss rise and fall; no rise at "
+                                  f"{c['ablation']:g}; no divergence)", _valid_share(d), p.valid_pairs_min,
+                                  what="valid_pairs_min")],
+        no_positive_control="Theta is read directly from the run (the closed-form NTK of the UV model), with no "
+                            "detection step",
+        note=_divergence_text(arms))
+
+
+def _valid_share(d: np.ndarray) -> float:
+    return float(np.isfinite(d).mean()) if d.size else float("nan")
+
+
+def catapult_claim(p, runs: pd.DataFrame) -> Claim:
+    """(d_catapult) per seed, the early reduction at its catapult onset (the first grid eta Theta_0 whose loss rises)
+    minus that one grid step below (no rise: exactly the catapult removed, the learning rate one step smaller);
+    control: the same step taken below the onset, where neither run catapults."""
+    c = p.catapult_products
+    statement = ("The catapult adds to early sharpness reduction: at each seed's catapult onset (the smallest eta "
+                 "Theta_0 on the grid whose loss first rises), the NTK Theta falls early by more than change_threshold "
+                 f"beyond the same init one grid step ({c['step']:g} in eta Theta_0) below it, where the loss does "
+                 "not rise.")
+    paper = ("early sharpness reduction attributed to the catapult (this project's earlier reading of the paper's "
+             "mechanism (i); the catapult is Lewkowycz et al. 2020's loss rise at a large learning rate)")
+    source = convention(f"change_threshold = {p.change_threshold}, as claim (d)")
+    crit = (f"per seed, on the grid eta Theta_0 = {c['start']:g}, {c['start'] + c['step']:g}, ..., {c['stop']:g} "
+            f"(init scale {max(p.init_scales):g}, eta set from each run's own Theta_0): the early reduction at the "
+            "onset (gated: a loss rise and fall, no divergence) minus one step below (gated: no rise, no divergence); "
+            f"its paired 95% t interval above change_threshold = {p.change_threshold}")
+    if not runs["product"].notna().any():
+        return Claim.not_measured("d_catapult", statement, paper, crit, "no early-phase runs at a set eta Theta_0",
+                                  threshold_source=source, control_kind="ablation")
+    arms = early_arms(runs)
+    onset, at, below, below2 = catapult_onsets(arms, c["start"])
+    onset_value = np.where(onset >= 0, arms["products"][np.maximum(onset, 0)], np.nan)
+    d = at - below
+    return Claim(
+        "d_catapult", statement, paper,
+        {"catapult onset eta Theta_0 per seed": [float(x) for x in onset_value],
+         "reduction at the onset (valid seeds)": float(np.nanmean(at)) if np.isfinite(at).any() else float("nan"),
+         "reduction one step below": float(np.nanmean(below)) if np.isfinite(below).any() else float("nan"),
+         "reduction two steps below": float(np.nanmean(below2)) if np.isfinite(below2).any() else float("nan"),
+         "valid pairs": int(np.isfinite(d).sum()), "seeds": int(d.size)},
+        crit, paired_test(at, below, threshold=p.change_threshold, direction=">",
+                          name="reduction at the catapult onset - one step below"),
+        Control("the catapult removed from both sides: the same step taken one grid step lower (reduction one step "
+                "below the onset minus two steps below, neither run's loss rising): if it also holds, a larger "
+                "learning rate alone gives the difference",
+                paired_test(below, below2, threshold=p.change_threshold, direction=">",
+                            name="reduction one step below the onset - two steps below"), kind="ablation"),
+        threshold_source=source,
+        premise=[Premise.at_least("the catapult's onset is resolved: share of seeds with an onset inside the grid "
+                                  "(two calm steps below it) whose onset run rises and falls without diverging",
+                                  _valid_share(d), p.valid_pairs_min, what="valid_pairs_min")],
+        no_positive_control="Theta and the loss are read directly from the run, with no detection step",
+        note=_divergence_text(arms))
+
+
+def sharpening_check(p, runs: pd.DataFrame) -> Check:
+    """Progressive sharpening from the small init, as a check: the small init puts Theta_0 at a tenth of lambda_min,
+    the smallest sharpness of any minimum, and gradient flow conserves Theta^2 - 4kf^2, so from f_0 ~ 0 a run that
+    trains must rise by about sqrt(1 + (lambda_min / Theta_0)^2) - 1: true by construction of the setting."""
+    small = runs[runs["product"].isna() & (runs.init_scale == min(p.init_scales)) & (runs.eta_theta0 < 1)]
+    trained = small[small.loss_ratio <= p.trained_loss_ratio]
+    return Check.at_least(
+        "progressive_sharpening", f"from the small init (sigma {min(p.init_scales):g}, eta Theta_0 < 1; Theta_0 below "
+        "lambda_min by construction) the NTK rises over training: smallest late mean Theta / Theta_0 - 1 over the "
+        f"{len(trained)} of {len(small)} runs that trained (late loss / initial at most {p.trained_loss_ratio:g})",
+        float(trained.rise.min()) if len(trained) and len(trained) == len(small) else float("nan"),
+        p.change_threshold, what="change_threshold; NaN if a run did not train")
+
+
+# ---- the checks (the project's derivation against its own simulation) ------------------------------
+def fixed_point_checks(p, small: pd.DataFrame) -> list[Check]:
+    """eta_c, the period-4 onset and the 2-cycle's mean sharpness, derived in uv.py from the paper's map, against the
+    small-init sweep of the same map: self-consistency, not evidence about the paper (its text could not be read)."""
+    h = grid_step(p)
+    tol = p.onset_tolerance_steps * h
+    first_off = onsets_per_seed(small, ONSETS["not_period_1"])
+    period_4 = onsets_per_seed(small, ONSETS["period_4"])
     span = p.sweep_range[1] - p.sweep_range[0]
 
-    def miss(onset, predicted):  # an onset never reached misses by the sweep's span (as far as it can say)
-        return np.where(np.isfinite(onset), np.abs(onset - predicted), span)
+    def miss(onset, predicted):  # an onset never reached misses by the sweep's span
+        return float(np.max(np.where(np.isfinite(onset), np.abs(onset - predicted), span)))
 
-    ev_f = [mean_test(miss(on_f["period_2"], uv.R_PERIOD_2), threshold=tol_on, direction="<", what="seeds",
-                      name="|first r off period 1 - 1| (eta_c = 2/lambda_min)"),
-            mean_test(miss(on_f["period_4"], uv.R_PERIOD_4), threshold=tol_on, direction="<", what="seeds",
-                      name="|onset of period 4 - (sqrt(5) - 1)|"),
-            *cycle_parts(uv.two_cycle_sharpness_ratio)]
-    cyc = in_two_cycle.groupby("ratio").sharpness_over_2_eta.mean()
-    worst_cycle = float(np.max(np.abs(cyc.to_numpy() - uv.two_cycle_sharpness_ratio(cyc.index.to_numpy())))) if len(cyc) else float("nan")
-    claim_f = Claim(
-        "f", "Fixed-point conditions for EoS (derived from the paper's function-space map): minima are stable only for "
-             "eta < eta_c = 2/lambda_min; above it GD settles on a 2-cycle of the EoS manifold whose mean sharpness is "
-             "(2/eta)(1 + (r - 1)/4), stable until r = sqrt(5) - 1, where period 4 begins.",
-        "the required conditions for edge of stability, from the fixed points in function space",
-        {"period_2_onset": _interval_text(on_f["period_2"]), "period_4_onset": _interval_text(on_f["period_4"]),
-         "predicted_period_4": uv.R_PERIOD_4, "two_cycle_points": int(in_two_cycle.ratio.nunique()),
-         "worst_two_cycle_deviation": worst_cycle},
-        f"per seed: the first r off period 1 within {p.onset_tolerance_steps} grid steps ({tol_on:.3g}) of 1, the onset "
-        f"of period 4 within {tol_on:.3g} of sqrt(5) - 1 = {uv.R_PERIOD_4:.5f}; and at every sweep point with "
-        f"1 < r < sqrt(5) - 1 ({int(in_two_cycle.ratio.nunique())} points) |<sharpness> eta/2 - (1 + (r - 1)/4)| below "
-        f"fixed_point_tolerance = {p.fixed_point_tolerance}; {p.seeds}-seed 95% t intervals",
-        ev_f, Control("a wrong formula (EoS at exactly 2/eta, no 2-cycle structure): the same test of the late mean "
-                      "sharpness x eta/2 against 1 at the same sweep points", cycle_parts(lambda r: 1.0) or None),
-        note=same_note)
+    cycle = small[(small.ratio > uv.R_PERIOD_2 + tol) & (small.ratio < uv.R_PERIOD_4 - tol)]
+    dev = np.abs(cycle.sharpness_over_2_eta - uv.two_cycle_sharpness_ratio(cycle.ratio.to_numpy()))
+    return [
+        Check.at_most("eta_c", "minima lose stability at eta_c = 2/lambda_min: largest |first r off period 1 - 1| over "
+                      "the replicates", miss(first_off, uv.R_PERIOD_2), tol,
+                      what=f"{p.onset_tolerance_steps} grid steps"),
+        Check.at_most("period_4", "the 2-cycle loses stability at r = sqrt(5) - 1: largest |onset of period 4 - "
+                      "(sqrt(5) - 1)| over the replicates", miss(period_4, uv.R_PERIOD_4), tol,
+                      what=f"{p.onset_tolerance_steps} grid steps"),
+        Check.at_most("two_cycle", "on the 2-cycle the late mean sharpness x eta/2 is 1 + (r - 1)/4: largest deviation "
+                      f"over the {len(cycle)} sweep runs with 1 < r < sqrt(5) - 1 (off the critical neighbourhoods)",
+                      float(_capped(dev).max()) if len(dev) else float("nan"), p.fixed_point_tolerance,
+                      what="fixed_point_tolerance")]
 
-    return [claim_a, claim_b, claim_c, claim_d, claim_e, claim_f]
+
+def uv_claims(p, large: pd.DataFrame, small: pd.DataFrame, runs: pd.DataFrame, mlp_df: pd.DataFrame,
+              logistic: pd.DataFrame) -> tuple[list[Claim], list[Check]]:
+    """The five claims and the checks. `large`, `small`: the two sweeps (one row per replicate and grid point);
+    `runs`: per trajectory run (stages.trajectory_runs) its initial, early-minimum and late NTK, loss and divergence; `mlp_df`: one row per (lr, seed);
+    `logistic`: :func:`logistic_sweep`."""
+    return ([manifold_claim(p, large), route_claim(p, small, logistic), mlp_claim(p, mlp_df),
+             large_lr_claim(p, runs), catapult_claim(p, runs)], fixed_point_checks(p, small) + [sharpening_check(p, runs)])

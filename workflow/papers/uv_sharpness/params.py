@@ -9,13 +9,21 @@ from papers.uv_sharpness import uv
 SLUG = "uv_sharpness"
 
 
+ARCHITECTURES = ("fcn", "cnn")
+DATASETS = ("digits", "cifar10")
+
+
 @dataclass(frozen=True)
 class MLPParams:
-    """The real-network check: full-batch GD with MSE, sharpness by power iteration."""
+    """The real-network check: full-batch GD with MSE, sharpness by power iteration (Cohen et al. 2021's protocol,
+    which the paper follows for its CIFAR-10 networks)."""
 
     seeds: int = 3  # papers.common.claims.MIN_REPLICATES
-    train_size: int = 500  # the paper uses CIFAR-10 subsets; we use sklearn's digits
-    hidden: int = 128
+    dataset: str = "digits"  # the paper uses CIFAR-10 subsets (cifar10, from `path`); digits ship with scikit-learn
+    path: str | None = None  # cifar10: the cifar-10-batches-py folder (or an .npz); digits: None = scikit-learn's copy
+    architecture: str = "fcn"  # fcn: tanh MLP; cnn: two tanh conv layers with max pooling and a linear readout
+    train_size: int = 500
+    hidden: int = 128  # hidden units (fcn) or channels (cnn)
     learning_rates: tuple = (0.08, 0.11, 0.14, 0.17)  # 2 / eta above the initial sharpness (about 9)
     steps: int = 3000
     sharpness_every: int = 100
@@ -32,19 +40,32 @@ class Params:
     x: float = 1.0
     y: float = 1.0
     init_scales: tuple = (0.1, 0.35)
-    trajectory_ratios: tuple = (0.8, 1.05, 1.1)
+    trajectory_ratios: tuple = (0.3, 0.8, 1.05, 1.1)
     steps: int = 20000
     sweep_range: tuple = (0.8, 1.5)
     sweep_points: int = 561
     late_window: int = 2048
-    sweep_init_scale: float = 0.1
-    eos_tolerance: float = 0.05
+    # The sweeps' initialisations, by name, as Theta_0 / lambda_min (eta Theta_0 = 2 r x this): "small" for the route
+    # to chaos (claim b, the checks), "large" (off the EoS manifold, catapult regime) for claim (a).
+    sweep_inits: dict = field(default_factory=lambda: {"small": 0.1, "large": 0.5})
+    example_range: tuple = (0.5, 2.0)  # each sweep replicate draws x and y log-uniformly in this range
+    grid_jitter: bool = True  # each sweep replicate shifts its grid by a uniform fraction of a grid step
+    manifold_tolerance: float = 1e-3  # claim (a): late imbalance 1 - 4kf^2/Theta^2 below this
+    off_manifold_min: float = 0.5  # claim (a)'s premise: the large init starts with imbalance at least this
+    aperiodic_max: float = 0.05  # claim (b)'s premise: share of unsettled (aperiodic, non-chaotic) sweep points
     max_period: int = 64  # periods tried: 1 .. max_period (any integer, not only powers of two)
     period_rtol: float = 1e-6
-    onset_tolerance_steps: int = 2  # claim (f): grid steps between predicted and measured onsets
-    fixed_point_tolerance: float = 1e-3  # claim (f): 2-cycle mean sharpness x eta/2 = 1 + (r - 1)/4
-    early_steps: int = 1000  # claims (d), (e): the early phase (a catapult takes tens of steps)
-    change_threshold: float = 0.1  # claims (d), (e): 10x gradient flow's largest reduction ~ 1/(2n)
+    onset_tolerance_steps: int = 2  # checks: grid steps between predicted and measured onsets
+    fixed_point_tolerance: float = 1e-3  # checks: 2-cycle mean sharpness x eta/2 = 1 + (r - 1)/4
+    divergence_max: float = 0.05  # claim (a)'s premise: largest share of diverged runs among its sweep points
+    early_steps: int = 1000  # claims (d), (d_catapult): the early phase (a catapult takes tens of steps)
+    # Claims (d), (d_catapult): early-phase runs of the largest init scale whose eta is set from each run's own
+    # Theta_0 (eta = product / Theta_0), so every seed sits at the same eta Theta_0: the ablation (< 1), and a grid
+    # start, start + step, ..., stop (the catapult window's (2, 4) included) on which each seed's catapult onset is found.
+    catapult_products: dict = field(default_factory=lambda: {"ablation": 0.7, "start": 1.0, "stop": 2.5, "step": 0.05})
+    valid_pairs_min: float = 0.75  # premise of (d), (d_catapult): share of seeds whose runs pass their run gates
+    change_threshold: float = 0.1  # claims (d), (d_catapult), check: 10x gradient flow's largest reduction ~ 1/(2n)
+    trained_loss_ratio: float = 0.5  # premise of claim (c), check: final (late) / initial training loss at most this
     mlp: MLPParams = field(default_factory=MLPParams)
 
     @property
@@ -60,6 +81,24 @@ class Params:
             raise ValueError(f"uv_sharpness.max_period ({self.max_period}) must be at most late_window / 2")
         if self.sweep_range[1] <= self.sweep_range[0]:
             raise ValueError(f"uv_sharpness.sweep_range: stop must exceed start, got {list(self.sweep_range)}")
+        if set(self.sweep_inits) != {"small", "large"}:
+            raise ValueError(f"uv_sharpness.sweep_inits must name exactly small and large, got {sorted(self.sweep_inits)}")
+        if not 0 < self.example_range[0] <= self.example_range[1]:
+            raise ValueError(f"uv_sharpness.example_range: 0 < low <= high, got {list(self.example_range)}")
+        c = self.catapult_products
+        if set(c) != {"ablation", "start", "stop", "step"}:
+            raise ValueError(f"uv_sharpness.catapult_products must name exactly ablation, start, stop and step, got {sorted(c)}")
+        if not (0 < c["ablation"] < 1 <= c["start"] < c["stop"] and 2 < c["stop"] < 4 and 0 < c["step"] <= (c["stop"] - c["start"]) / 2):
+            raise ValueError("uv_sharpness.catapult_products: need 0 < ablation < 1 <= start < stop, 2 < stop < 4 and "
+                             f"0 < step <= (stop - start) / 2; got {c}")
+        if self.mlp.architecture not in ARCHITECTURES:
+            raise ValueError(f"uv_sharpness.mlp.architecture must be one of {ARCHITECTURES}, got {self.mlp.architecture!r}")
+        if self.mlp.dataset not in DATASETS:
+            raise ValueError(f"uv_sharpness.mlp.dataset must be one of {DATASETS}, got {self.mlp.dataset!r}")
+        if self.mlp.dataset == "cifar10" and self.mlp.path is None:
+            raise ValueError("uv_sharpness.mlp.path: the cifar10 dataset needs the cifar-10-batches-py folder (or an .npz)")
+        if self.mlp.architecture == "cnn" and self.mlp.dataset != "cifar10":
+            raise ValueError("uv_sharpness.mlp.architecture cnn needs images: set mlp.dataset to cifar10")
 
 
 # The parameters each stage reads. Its rule receives only these, so a change to another parameter
@@ -67,13 +106,14 @@ class Params:
 # A report writes every parameter to params.json, so it reads them all.
 STAGE_PARAMS = {
     "prepare": ("mlp",),
-    "trajectories": ("seeds", "width", "x", "y", "init_scales", "trajectory_ratios", "steps"),
+    "trajectories": ("seeds", "width", "x", "y", "init_scales", "trajectory_ratios", "steps", "early_steps",
+                     "catapult_products"),
     "sweep": (
-        "seeds", "width", "x", "y", "steps", "sweep_range", "sweep_points", "late_window",
-        "sweep_init_scale", "max_period", "period_rtol",
+        "seeds", "width", "steps", "sweep_range", "sweep_points", "late_window", "sweep_inits", "example_range",
+        "grid_jitter", "max_period", "period_rtol",
     ),
     "train_mlp": ("mlp",),
-    "evaluate": ("width", "x", "y", "steps", "late_window", "period_rtol", "early_steps"),
+    "evaluate": ("width", "x", "y", "steps", "late_window", "early_steps"),
     "report": ALL,
 }
 

@@ -8,11 +8,14 @@ figure (growth rate against time), with computed verdicts on three claims: a uti
 leads in the short run, the Rawlsian policy leads in the long run (with the crossing time), and
 the long-run rates match the theoretical (K f_ub - (N-K) g_lb)/N and (K f_ub - (N-K) g_ub)/N.
 A sweep over the theorems' conditions (Sec. 3: survival K f_lb > (N-K) g_ub, ruin K f_ub < (N-K) g_lb,
-and points where neither holds) checks the predicted winner and rates at every point (claims c-e)
-and draws a phase diagram (predicted vs observed winner).
+and points where neither holds) checks the short-run lead at every point (claim a), the predicted winner
+and rates at every theorem point (claims c-e), where Rawlsian and random treatment part (claim f), and
+draws a phase diagram (predicted vs observed winner). :mod:`.claims` says which premise gates and
+controls stand behind each verdict.
 
 Deviation: the initial welfare comes from the Engel (1857) household incomes that ship in
 statsmodels, not from SIPP 2014 (not installable offline); see `stages.report` for the wording.
 
-Modules: :mod:`.dynamics` (the model, the policies, the theory), :mod:`.stages` (the DAG's stages).
+Modules: :mod:`.dynamics` (the model, the policies, the theory), :mod:`.stages` (the DAG's stages),
+:mod:`.claims` (the claims, their premise gates and controls, the check).
 """

@@ -14,7 +14,9 @@ N(0, K (f_ub + g_ub)) clipped to +-2 K (f_ub + g_ub) and rounded.
 
 Policies: Rawlsian ones treat the worst off (min U) or the fastest decaying (max g);
 utilitarian ones maximise the immediate gain (max U, max f, max f + g); `random` treats K at random.
-Ties go to the lowest index, as the official ``heapq.nlargest`` keys do.
+Ties go to the lowest index, as the official ``heapq.nlargest`` keys do, except for the max-g policy: the
+official code re-sorts that policy's welfare every step (``if_differ_tie_break = False``), so among equal g
+it treats the currently worst off; g is flat at g_lb above the decay knots, so such ties are common.
 
 The long-run growth rates (the paper's long-run analysis, Sec. 3; budget-K form as in the official code) are
 (K f_ub - (N - K) g_lb) / N for the Rawlsian policy, whose treated cohort keeps everyone on the
@@ -87,7 +89,8 @@ def choose(policy: str, u, f, g, k: int, rng: np.random.Generator):
     if policy == "rawlsian_min_u":
         idx = top_k(-u, k)
     elif policy == "rawlsian_max_g":
-        idx = top_k(g, k)
+        # Largest g first; among equal g the lowest current welfare (the official per-step sort), then index.
+        idx = np.lexsort((u, -g), axis=1)[:, :k]
     elif policy == "util_max_u":
         idx = top_k(u, k)
     elif policy == "util_max_f":
@@ -133,14 +136,47 @@ def growth_rate(mean_welfare, t):
     return (mean_welfare[..., t] - mean_welfare[..., 0]) / t
 
 
-def late_slope(mean_welfare, window: float):
-    """Least-squares slope of U_bar(t) over the last `window` fraction of the run, per row."""
+def window_slope(mean_welfare, start: float, stop: float = 1.0):
+    """Least-squares slope of U_bar(t) over t in [start T, stop T] (fractions of the run), per row."""
     horizon = mean_welfare.shape[-1] - 1
-    start = int(round(horizon * (1 - window)))
-    t = np.arange(start, horizon + 1, dtype=float)
-    y = mean_welfare[..., start:]
+    lo, hi = int(round(horizon * start)), int(round(horizon * stop))
+    t = np.arange(lo, hi + 1, dtype=float)
+    y = mean_welfare[..., lo:hi + 1]
     tc = t - t.mean()
     return ((y - y.mean(axis=-1, keepdims=True)) * tc).sum(axis=-1) / (tc**2).sum()
+
+
+def late_slope(mean_welfare, window: float):
+    """Least-squares slope of U_bar(t) over the last `window` fraction of the run, per row."""
+    return window_slope(mean_welfare, 1 - window)
+
+
+def settling(mean_welfare, window: float):
+    """Has the long-run slope settled? The slopes over the two halves of the long-run window (the last
+    `window` fraction of T), per row: (earlier, later). On a plateau they agree up to noise; a slope still
+    drifting (individuals still moving between plateaus) makes them differ."""
+    mid = 1 - window / 2
+    return window_slope(mean_welfare, 1 - window, mid), window_slope(mean_welfare, mid)
+
+
+def plateau_spread(bounds: Bounds, n: int, k: int) -> float:
+    """The upper minus the lower plateau rate, (K f_ub - (N-K) g_lb)/N - (K f_lb - (N-K) g_ub)/N: the most
+    two policies' long-run rates can differ (everyone on the upper plateau against everyone on the lower one).
+    The yardstick of the claims that compare two policies' rates, or a rate with itself over time."""
+    return (k * (bounds.f_ub - bounds.f_lb) + (n - k) * (bounds.g_ub - bounds.g_lb)) / n
+
+
+def one_step_gain_gap(u0, f_slope, f_icpt, g_slope, g_icpt, bounds: Bounds, k: int):
+    """Per row, the immediate gain of the greedy choice minus that of the Rawlsian one at t = 0.
+
+    Treating i instead of leaving it to decay changes the mean welfare by (f_i + g_i) / N, so the greedy
+    (utilitarian) choice gains the sum of the K largest f + g, the Rawlsian one the f + g of the K worst off.
+    Zero when f + g is the same for everyone (the flat-returns control): then whom a policy treats cannot
+    matter, even in the short run."""
+    gain = treatment(u0, f_slope, f_icpt, bounds) + decay(u0, g_slope, g_icpt, bounds)
+    greedy = np.take_along_axis(gain, top_k(gain, k), axis=1).sum(axis=1)
+    worst_off = np.take_along_axis(gain, top_k(-np.asarray(u0, float), k), axis=1).sum(axis=1)
+    return greedy - worst_off
 
 
 # ---- The theorems' conditions (Sec. 3) ---------------------------------------------------------

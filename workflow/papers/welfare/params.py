@@ -29,10 +29,11 @@ class Params:
     short_run: int = 10
     long_run_window: float = 0.5
     rate_tolerance: float = 0.05
+    settle_tolerance: float = 0.05  # premise of the long-run claims: the slope has stopped drifting
     # The sweep over the theorems' conditions (Sec. 3): each point sets N, K, the g bounds and the
     # factors of the f bounds; the regime (survival, ruin, neither) follows from them (dynamics.regime).
     sweep_points: tuple = ()
-    sweep_horizon: int = 2000
+    sweep_horizon: int = 6000
     # Income bin edges (income units): None draws N incomes; edges draw N individuals spread over the
     # bins in proportion to their counts, uniformly within each bin (the official read_data's scheme).
     income_bins: tuple | None = None

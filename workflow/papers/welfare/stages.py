@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import logging
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from papers.common.claims import Claim, Control, mean_test, paired_test, write_claims
+from papers.common.claims import Scope, paired_test, write_claims
 from papers.common.io import read_json, read_parquet, read_parquets, write_json, write_parquet
 from papers.common.params import to_dict
 from papers.common.plotting import savefig, subplots
@@ -20,11 +21,20 @@ from papers.common.report import write_report
 from papers.common.seeding import seed_everything
 from papers.common.tables import mean_std, write_table
 from papers.welfare import dynamics as dyn
+from papers.welfare.claims import MAIN, best_utilitarian, per_seed, point_frame, welfare_claims
 from papers.welfare.params import SLUG, parse
 
 log = logging.getLogger(__name__)
 
 TITLE = "P2 welfare: Policy design in long-run welfare dynamics (Rawlsian vs utilitarian)"
+
+
+def scope(p) -> Scope:
+    """A replication: the paper's model and official code's dynamics; only the incomes stand in (unless given)."""
+    incomes = ("the initial welfare comes from the Engel (1857) household incomes that ship in statsmodels, standing "
+               "in for SIPP 2014" if p.incomes is None else f"the initial welfare comes from {p.incomes}")
+    return Scope("replication", f"the paper's model, policies, bounds, noise and tie-breaking (official code), at "
+                 f"N = {p.individuals}, T = {p.horizon} and {p.seeds} samples; {incomes}")
 
 
 def load_incomes(path: str | None = None) -> np.ndarray:
@@ -149,34 +159,49 @@ def simulate(*, cfg, policy: str, population_name: str, population, trajectory):
 
 
 # ---- sweep -----------------------------------------------------------------------------------
-def sweep(*, cfg, policy: str, trajectory):
+def sweep_population(p, incomes: np.ndarray, pt: dict) -> pd.DataFrame:
+    """Every seed's population at sweep point `pt` (its own stream per (seed, point), so N can differ across
+    points); the sweep simulates on it and the report reads its one-step gains (the premise of claim a)."""
+    n = pt["individuals"]
+    if p.income_bins is None and incomes.size < n:
+        raise ValueError(f"welfare.sweep_points[{pt['point']}]: N = {n} exceeds the {incomes.size} incomes available")
+    return pd.concat([draw_population(p, incomes, n, pt["bounds"], np.random.default_rng([seed, pt["point"], 1]))
+                      .assign(seed=seed) for seed in range(p.seeds)], ignore_index=True)
+
+
+def sweep(*, cfg, policy: str, metrics, curves):
     """Simulate one policy at every sweep point (dynamics.regime: survival, ruin, neither), on the
-    paper's population and on its flat-returns control, every seed at once; write mean welfare per
-    (point, population, seed, t) over `sweep_horizon` steps.
+    paper's population and on its flat-returns control, every seed at once, for `sweep_horizon` steps;
+    write per (point, population, seed) the long-run slope, the slopes of the two halves of its window,
+    and the growth rates at short_run and at T (`metrics`), and the mean welfare per (point, seed, t) on
+    the paper's population (`curves`, float32: the report reads them for the crossing times).
 
     A point's seeds draw their own populations (N differs across points), and the flat control
     shares them, so the two are paired by seed as in the main run.
     """
     p = parse(cfg)
     incomes = load_incomes(p.incomes)
-    out = []
+    rows, out = [], []
     for pt in p.sweep():
         n, k, b = pt["individuals"], pt["budget"], pt["bounds"]
-        if p.income_bins is None and incomes.size < n:
-            raise ValueError(f"welfare.sweep_points[{pt['point']}]: N = {n} exceeds the {incomes.size} incomes available")
-        pop = pd.concat([draw_population(p, incomes, n, b, np.random.default_rng([seed, pt["point"], 1])).assign(seed=seed)
-                         for seed in range(p.seeds)], ignore_index=True)
+        pop = sweep_population(p, incomes, pt)
         both = [pop, flat_returns(pop, b)]  # rows 0..S-1 the paper's population, S..2S-1 the control
         mat = {c: np.concatenate([_matrix(df, c) for df in both]) for c in ("welfare0", "f_slope", "f_icpt", "g_slope", "g_icpt")}
         rng = np.random.default_rng([p.seeds, dyn.POLICIES.index(policy), pt["point"], 2])
         mean = dyn.simulate(policy, mat["welfare0"], mat["f_slope"], mat["f_icpt"], mat["g_slope"], mat["g_icpt"], b,
                             k=k, horizon=p.sweep_horizon, noise=p.noise, rng=rng)  # (2S, T + 1)
-        rows, t = np.meshgrid(np.arange(2 * p.seeds), np.arange(p.sweep_horizon + 1), indexing="ij")
-        out.append(pd.DataFrame({"point": pt["point"], "policy": policy,
-                                 "population": np.where(rows.ravel() < p.seeds, POPULATIONS[0], POPULATIONS[1]),
-                                 "seed": rows.ravel() % p.seeds, "t": t.ravel(), "mean_welfare": mean.ravel()}))
+        slope = dyn.late_slope(mean, p.long_run_window)
+        early, late = dyn.settling(mean, p.long_run_window)
+        short, final = dyn.growth_rate(mean, p.short_run), dyn.growth_rate(mean, p.sweep_horizon)
+        rows += [{"point": pt["point"], "population": POPULATIONS[r // p.seeds], "policy": policy, "seed": r % p.seeds,
+                  "long_run_slope": slope[r], "slope_early": early[r], "slope_late": late[r], "rate_short": short[r],
+                  "rate_T": final[r]} for r in range(2 * p.seeds)]
+        seeds, t = np.meshgrid(np.arange(p.seeds), np.arange(p.sweep_horizon + 1), indexing="ij")
+        out.append(pd.DataFrame({"point": pt["point"], "seed": seeds.ravel(), "t": t.ravel(),
+                                 "mean_welfare": mean[:p.seeds].ravel().astype(np.float32)}))
         log.info("sweep point %d (%s, N = %d, K = %d): %s done", pt["point"], pt["regime"], n, k, policy)
-    write_parquet(pd.concat(out, ignore_index=True), trajectory)
+    write_parquet(pd.DataFrame(rows), metrics)
+    write_parquet(pd.concat(out, ignore_index=True).assign(policy=policy), curves)
 
 
 # ---- evaluate --------------------------------------------------------------------------------
@@ -199,8 +224,10 @@ def _metrics(curves: dict[str, np.ndarray], p, population_name: str) -> list[dic
     rows = []
     for pol, mean in curves.items():
         slope = dyn.late_slope(mean, p.long_run_window)
+        early, late = dyn.settling(mean, p.long_run_window)
         for seed in range(mean.shape[0]):
-            row = {"population": population_name, "policy": pol, "seed": seed, "long_run_slope": slope[seed]}
+            row = {"population": population_name, "policy": pol, "seed": seed, "long_run_slope": slope[seed],
+                   "slope_early": early[seed], "slope_late": late[seed]}
             row.update({f"rate_t{h}": dyn.growth_rate(mean[seed], h) for h in sorted({*p.table_horizons, p.short_run, p.horizon})})
             rows.append(row)
     return rows
@@ -230,31 +257,28 @@ def evaluate(*, cfg, trajectories, control_trajectories, metrics, rates, crossin
 
 
 # ---- report ----------------------------------------------------------------------------------
-def sweep_metrics(p, trajectories) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per (point, population, policy, seed): the long-run slope and the growth rate at short_run and
-    at T; and per (point, seed) the crossing time of rawlsian_min_u over the best utilitarian policy."""
-    df = read_parquets(trajectories)
-    rows, cross = [], []
-    for (pt, pop), g in df.groupby(["point", "population"], sort=True):
-        curves = {pol: c.pivot(index="seed", columns="t", values="mean_welfare").to_numpy()
-                  for pol, c in g.groupby("policy", sort=False)}
-        for pol, mean in curves.items():
-            slope = dyn.late_slope(mean, p.long_run_window)
-            short, final = dyn.growth_rate(mean, p.short_run), dyn.growth_rate(mean, p.sweep_horizon)
-            rows += [{"point": pt, "population": pop, "policy": pol, "seed": s, "long_run_slope": slope[s],
-                      "rate_short": short[s], "rate_T": final[s]} for s in range(mean.shape[0])]
-        utils = [pol for pol in dyn.UTILITARIAN if pol in curves]
-        if pop == POPULATIONS[0] and "rawlsian_min_u" in curves and utils:
-            t = np.arange(1, p.sweep_horizon + 1)
-            rate = {pol: (m[:, 1:] - m[:, :1]) / t for pol, m in curves.items()}
-            best = np.max([rate[pol] for pol in utils], axis=0)
-            cross += [{"point": pt, "seed": s, "crossing_time": crossing_time(rate["rawlsian_min_u"][s], best[s])}
-                      for s in range(best.shape[0])]
-    return pd.DataFrame(rows), pd.DataFrame(cross)
+def sweep_crossings(p, curves) -> pd.DataFrame:
+    """Per (point, seed) on the paper's population: the crossing time of rawlsian_min_u over the best utilitarian
+    policy at each t (NaN where it never ends ahead)."""
+    utils = [pol for pol in dyn.UTILITARIAN if pol in p.policies]
+    if "rawlsian_min_u" not in p.policies or not utils:
+        return pd.DataFrame(columns=["point", "seed", "crossing_time"])
+    wanted = [c for c in curves if Path(c).stem.removesuffix("_curves") in ["rawlsian_min_u", *utils]]
+    df = read_parquets(wanted)
+    t = np.arange(1, p.sweep_horizon + 1)
+    cross = []
+    for pt, g in df.groupby("point", sort=True):
+        mean = {pol: c.pivot(index="seed", columns="t", values="mean_welfare").to_numpy(dtype=float)
+                for pol, c in g.groupby("policy", sort=False)}
+        rate = {pol: (m[:, 1:] - m[:, :1]) / t for pol, m in mean.items()}
+        best = np.max([rate[pol] for pol in utils], axis=0)
+        cross += [{"point": pt, "seed": s, "crossing_time": crossing_time(rate["rawlsian_min_u"][s], best[s])}
+                  for s in range(best.shape[0])]
+    return pd.DataFrame(cross)
 
 
-def report(*, cfg, scale, metrics, rates, crossing, sweep_trajectories, benchmarks, table_md, table_csv,
-           sweep_csv, claims, params_json, report_md, figure, phase_figure):
+def report(*, cfg, scale, metrics, rates, crossing, population, control, sweep_metrics, sweep_curves, benchmarks, table_md,
+           table_csv, sweep_csv, claims, params_json, report_md, verdicts, figure, phase_figure):
     """The results table, the growth-rate figure, the claims with computed verdicts, the report."""
     p = parse(cfg)
     all_metrics = read_parquet(metrics)
@@ -289,7 +313,7 @@ def report(*, cfg, scale, metrics, rates, crossing, sweep_trajectories, benchmar
     write_table(pd.DataFrame(md_rows), table_md, table_csv, caption=caption, csv_df=pd.DataFrame(csv_rows))
 
     # The sweep: the phase table (predicted vs observed winner per point) and its figure.
-    sm, sc = sweep_metrics(p, sweep_trajectories)
+    sm, sc = read_parquets(sweep_metrics), sweep_crossings(p, sweep_curves)
     points = p.sweep()
     phase = phase_table(p, points, sm, sc)
     phase.to_csv(sweep_csv, index=False)
@@ -316,11 +340,12 @@ def report(*, cfg, scale, metrics, rates, crossing, sweep_trajectories, benchmar
     ax.legend(fontsize=7)
     savefig(fig, figure)
 
-    # Claims. Each compares per-seed quantities (policies share a seed's population, so differences
-    # are paired by seed) with a threshold fixed before the run; each is also run on the flat-returns
-    # control (or, for (c), against the wrong formula), where it must not hold.
-    claims_list = welfare_claims(p, m, flat, crossing, theory, points, sm)
-    write_claims(claims_list, claims, paper=SLUG, scale=scale)
+    # Claims. Each compares per-seed quantities (policies share a seed's population, so differences are paired by
+    # seed) with a threshold fixed before the run, behind premise gates measured here, beside a negative control
+    # (welfare.claims says which).
+    data = pd.concat([point_frame(all_metrics, p), sm], ignore_index=True)
+    claims_list, checks = welfare_claims(p, data, crossing, one_step_gain_gaps(p, population, control))
+    write_claims(claims_list, claims, paper=SLUG, scale=scale, scope=scope(p), checks=checks)
     write_json(to_dict(p), params_json)
 
     what = (f"{p.seeds} seeds x {len(p.policies)} policies ({', '.join(p.policies)}), N = {p.individuals} "
@@ -328,140 +353,47 @@ def report(*, cfg, scale, metrics, rates, crossing, sweep_trajectories, benchmar
             f"({'Engel 1857 incomes, statsmodels' if p.incomes is None else p.incomes}), K = {p.budget} treated per step, "
             f"T = {p.horizon} steps, f in [{p.bounds().f_lb:.0f}, {p.bounds().f_ub:.0f}] and g in "
             f"[{p.bounds().g_lb:.0f}, {p.bounds().g_ub:.0f}], linear between per-individual knots as the official code, "
-            f"with its symmetric noise ({'on' if p.noise else 'off'}).")
+            f"with its symmetric noise ({'on' if p.noise else 'off'}). Each seed draws its own population (initial "
+            "welfare and knots), so seeds are independent replicates.")
+    what += (" Negative control (an ablation of the paper's mechanism): the same populations and noise with f and g "
+             "flat in welfare (every policy then has the same expected growth), simulated for every policy.")
+    regimes = pd.Series([pt["regime"] for pt in points]).value_counts()
+    what += (f" Sweep over the theorems' conditions (Sec. 3): {len(points)} points of (N, K, g bounds, f bound factors) "
+             f"({', '.join(f'{v} {k}' for k, v in regimes.items())}), {p.seeds} seeds each, T = {p.sweep_horizon}, "
+             "every policy, on the paper's population and on its flat control; each point's regime (survival "
+             "K f_lb > (N-K) g_ub, ruin K f_ub < (N-K) g_lb, or neither) gives the predicted long-run winner and rates "
+             "(papers.welfare.dynamics.predicted).")
     differences = (
-        "The paper initialises welfare from SIPP 2014 incomes (individuals grouped by income bin) and runs "
-        "T = 10,000 steps over 100 samples; no SIPP file ships in an installable package, so we draw N "
-        "households from the Engel (1857) incomes in statsmodels and scale them to the same range of welfare "
-        "units as the paper's (tens to hundreds). Everything else (the bounds, the linear f and g, the "
-        "rounding, the noise, the tie-breaking) follows the official code. The full scale uses the paper's T "
-        "and sample count; point `welfare.incomes` at a SIPP extract to use the paper's population.")
-    what += (" Negative control: the same populations and noise with f and g flat in welfare "
-             "(every policy then has the same expected growth), simulated for every policy.")
-    what += (f" Sweep over the theorems' conditions (Sec. 3): {len(points)} points of (N, K, g bounds, f bound factors), "
-             f"{p.seeds} seeds each, T = {p.sweep_horizon}, every policy, on the paper's population and on its flat "
-             "control; each point's regime (survival K f_lb > (N-K) g_ub, ruin K f_ub < (N-K) g_lb, or neither) "
-             "gives the predicted long-run winner and rates (papers.welfare.dynamics.predicted).")
+        f"The paper initialises welfare from SIPP 2014 incomes (individuals grouped by income bin) and runs "
+        f"T = 10,000 steps over 100 samples; here T = {p.horizon} at the main point and {p.sweep_horizon} at the sweep "
+        f"points, over {p.seeds} samples. No SIPP file ships in an installable package, so we draw N = {p.individuals} "
+        f"households from the Engel (1857) incomes in statsmodels and scale them (x {p.income_scale}) to the paper's "
+        "range of welfare units (tens to hundreds). Everything else (the bounds, the linear f and g, the rounding, the "
+        "noise, the tie-breaking) follows the official code. The sweep over the theorems' conditions, the random "
+        "policy's claims (e, f) and the flat-returns ablation are this project's additions. The full scale uses the "
+        "paper's T and sample count; point `welfare.incomes` at a SIPP extract to use the paper's population.")
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md, figures=[figure, phase_figure],
-                 claims=claims_list, benchmarks=benchmarks, differences=differences)
+                 claims=claims_list, checks=checks, benchmarks=benchmarks, differences=differences, scope=scope(p),
+                 verdicts_figure=verdicts)
 
 
-def welfare_claims(p, m: pd.DataFrame, flat: pd.DataFrame, crossing: dict, theory: dict,
-                   points: list[dict] = (), sm: pd.DataFrame | None = None) -> list[Claim]:
-    """The three claims of Fig. 1, decided on per-seed intervals, each with its negative control.
-
-    `m` and `flat` hold one row per (policy, seed) of the paper's population and of the flat-returns
-    control. The best utilitarian policy is picked by its mean in each population separately, so the
-    control pays the same selection effect (the best of three noisy arms) as the claim.
-    """
-    rawls = crossing["rawlsian_policy"]
-    utils = [pol for pol in dyn.UTILITARIAN if pol in p.policies]
-    n = p.seeds
-
-    def per_seed(df, pol, column):
-        return df[df.policy == pol].sort_values("seed")[column].to_numpy()
-
-    def best_util(df, column):
-        return max(utils, key=lambda pol: per_seed(df, pol, column).mean())
-
-    short = f"rate_t{p.short_run}"
-    final = f"rate_t{p.horizon}"
-
-    def lead_short(df):  # (a): best utilitarian minus Rawlsian at the short-run horizon
-        u = best_util(df, short)
-        return u, paired_test(per_seed(df, u, short), per_seed(df, rawls, short), threshold=0.0, direction=">",
-                              name=f"{u} - {rawls} at t = {p.short_run}")
-
-    def lead_long(df):  # (b): Rawlsian minus best utilitarian, long-run slope and rate at T
-        u = best_util(df, final)
-        return u, [paired_test(per_seed(df, rawls, "long_run_slope"), per_seed(df, u, "long_run_slope"),
-                               name=f"{rawls} - {u}, long-run slope"),
-                   paired_test(per_seed(df, rawls, final), per_seed(df, u, final),
-                               name=f"{rawls} - {u}, rate at t = T = {p.horizon}")]
-
-    u_a, ev_a = lead_short(m)
-    u_a_ctl, ctl_a = lead_short(flat)
-    u_b, ev_b = lead_long(m)
-    u_b_ctl, ctl_b = lead_long(flat)
-    cross = np.asarray(crossing["crossing_time_per_seed"], dtype=float)
-    random_lead = (paired_test(per_seed(m, "random", "long_run_slope"), per_seed(m, u_b, "long_run_slope"),
-                               name="random - best utilitarian, long-run slope") if "random" in p.policies else None)
-
-    def rel_error(df, pol, formula):  # (c): per-seed |slope / theory - 1|
-        return np.abs(per_seed(df, pol, "long_run_slope") / theory[formula] - 1)
-
-    kind = {**{pol: "rawlsian" for pol in dyn.RAWLSIAN}, **{pol: "utilitarian" for pol in dyn.UTILITARIAN}}
-    checked = [pol for pol in p.policies if pol in kind]
-    wrong = {"rawlsian": "utilitarian", "utilitarian": "rawlsian"}
-    ev_c = [mean_test(rel_error(m, pol, kind[pol]), threshold=p.rate_tolerance, direction="<", what="seeds",
-                      name=f"{pol} vs the {kind[pol]} rate") for pol in checked]
-    ctl_c = [mean_test(rel_error(m, pol, wrong[kind[pol]]), threshold=p.rate_tolerance, direction="<", what="seeds",
-                       name=f"{pol} vs the {wrong[kind[pol]]} rate") for pol in checked]
-    # ... and at every sweep point a theorem covers, each policy against its regime's predicted rate
-    # (under ruin the Rawlsian one sinks to the lower plateau: a different formula, not a re-check).
-    covered = [pt for pt in points if pt["winner"] is not None] if sm is not None else []
-    for pt in covered:
-        d = sm[(sm.point == pt["point"]) & (sm.population == POPULATIONS[0])]
-        for pol in checked:
-            slope = per_seed(d, pol, "long_run_slope")
-            tag = f"point {pt['point']} ({pt['regime']}): {pol}"
-            ev_c.append(mean_test(np.abs(slope / pt[kind[pol]] - 1), threshold=p.rate_tolerance, direction="<",
-                                  what="seeds", name=f"{tag} vs the {kind[pol]} rate"))
-            ctl_c.append(mean_test(np.abs(slope / pt[wrong[kind[pol]]] - 1), threshold=p.rate_tolerance, direction="<",
-                                   what="seeds", name=f"{tag} vs the {wrong[kind[pol]]} rate"))
-
-    flat_desc = ("the same people and noise with f and g flat in welfare (the paper's mechanism, welfare-dependent "
-                 "returns, absent): every policy has the same expected growth")
-    return [
-        Claim("a", "A utilitarian policy leads in the short run.",
-              "utilitarian policies dominate in the short run (Fig. 1)",
-              {"t": p.short_run, "best_utilitarian": u_a, "utilitarian_rate": per_seed(m, u_a, short).mean(),
-               "rawlsian_rate": per_seed(m, rawls, short).mean()},
-              f"the {n}-seed paired 95% interval of (best utilitarian - {rawls}) growth rate at t = {p.short_run} "
-              "lies above 0 (the paper claims a lead, of any size)",
-              ev_a, Control(f"{flat_desc} (best utilitarian there: {u_a_ctl})", ctl_a)),
-        Claim("b", "The Rawlsian policy leads in the long run, after a crossing time.",
-              "Rawlsian policies outperform utilitarian ones in the long run (Fig. 1)",
-              {"t": p.horizon, "rawlsian_rate": per_seed(m, rawls, final).mean(), "best_utilitarian": u_b,
-               "utilitarian_rate": per_seed(m, u_b, final).mean(),
-               "crossing_time_mean_curve": crossing["crossing_time_of_mean"],
-               "crossing_time_seeds": mean_std(cross[np.isfinite(cross)], 4) if np.isfinite(cross).any() else "never",
-               **({"random_minus_best_util_slope": random_lead.effect} if random_lead else {})},
-              f"the {n}-seed paired 95% intervals of ({rawls} - best utilitarian) lie above 0 for both the long-run "
-              f"slope (the last {p.long_run_window:.0%} of T, the whole long-run range the run covers) and the growth "
-              f"rate at t = T; with claim (a) this implies a crossing",
-              ev_b, Control(f"{flat_desc} (best utilitarian there: {u_b_ctl})", ctl_b),
-              note=("" if random_lead is None else
-                    f"the random policy also leads the best utilitarian in the long run "
-                    f"({random_lead.describe()}): at this parameter point the experiment does not single out the "
-                    "Rawlsian rule (issue 22 sweeps the theorem's conditions)")),
-        Claim("c", "Long-run growth rates match the theory: (K f_ub - (N-K) g_lb)/N for Rawlsian policies, "
-                   "(K f_ub - (N-K) g_ub)/N for utilitarian ones.",
-              f"Rawlsian {theory['rawlsian']:.4g}, utilitarian {theory['utilitarian']:.4g} (at our N, K)",
-              {**{f"{pol}_slope": per_seed(m, pol, "long_run_slope").mean() for pol in checked},
-               "rawlsian_theory": theory["rawlsian"], "utilitarian_theory": theory["utilitarian"]},
-              f"for every Rawlsian and utilitarian policy (all three utilitarian variants), at the main point and at "
-              f"every theorem-covered sweep point ({len(covered)}; under ruin the Rawlsian rate is (K f_lb - (N-K) g_ub)/N), "
-              f"the {n}-seed 95% interval of the relative error |long-run slope / theory - 1| lies below "
-              f"rate_tolerance = {p.rate_tolerance}",
-              ev_c, Control("the wrong formula: each policy's slope against the other family's theoretical rate "
-                            f"({theory['rawlsian']:.4g} vs {theory['utilitarian']:.4g})", ctl_c),
-              note="near-mechanical once individuals sit on the clip bounds of f and g (the mean step is then the "
-                   "formula plus zero-mean noise); what the data can refute is which plateau each policy's population "
-                   "ends on, which the regime decides (the Rawlsian formula switches between survival and ruin points)"),
-    ] + (sweep_claims(p, list(points), sm) if sm is not None else [])
+def one_step_gain_gaps(p, population, control) -> dict:
+    """{population: {point: per-seed one-step gain of the greedy choice minus the Rawlsian one at t = 0}} at the main
+    point (the prepare stage's populations) and at every sweep point (its populations drawn again, as the sweep does)."""
+    out = {POPULATIONS[0]: {}, POPULATIONS[1]: {}}
+    cols = ("welfare0", "f_slope", "f_icpt", "g_slope", "g_icpt")
+    for name, path in zip(POPULATIONS, (population, control)):
+        pop = read_parquet(path)
+        out[name][MAIN] = dyn.one_step_gain_gap(*(_matrix(pop, c) for c in cols), p.bounds(), p.budget)
+    incomes = load_incomes(p.incomes)
+    for pt in p.sweep():
+        pop = sweep_population(p, incomes, pt)
+        for name, df in zip(POPULATIONS, (pop, flat_returns(pop, pt["bounds"]))):
+            out[name][pt["point"]] = dyn.one_step_gain_gap(*(_matrix(df, c) for c in cols), pt["bounds"], pt["budget"])
+    return out
 
 
-# ---- the sweep's phase table and its claims ---------------------------------------------------
-def _per_seed(df: pd.DataFrame, pol: str, column: str) -> np.ndarray:
-    return df[df.policy == pol].sort_values("seed")[column].to_numpy()
-
-
-def _best_util(p, df: pd.DataFrame, column: str) -> str:
-    utils = [pol for pol in dyn.UTILITARIAN if pol in p.policies]
-    return max(utils, key=lambda pol: _per_seed(df, pol, column).mean())
-
-
+# ---- the sweep's phase table ------------------------------------------------------------------
 def _winner(e) -> str:
     """Observed long-run winner from a paired interval of (Rawlsian - best utilitarian)."""
     lo, hi = e.interval
@@ -476,10 +408,10 @@ def phase_table(p, points: list[dict], sm: pd.DataFrame, sc: pd.DataFrame) -> pd
     for pt in points:
         d = sm[(sm.point == pt["point"]) & (sm.population == POPULATIONS[0])]
         fl = sm[(sm.point == pt["point"]) & (sm.population == POPULATIONS[1])]
-        u, u_fl = _best_util(p, d, "long_run_slope"), _best_util(p, fl, "long_run_slope")
-        lead = paired_test(_per_seed(d, "rawlsian_min_u", "long_run_slope"), _per_seed(d, u, "long_run_slope"))
-        lead_fl = paired_test(_per_seed(fl, "rawlsian_min_u", "long_run_slope"), _per_seed(fl, u_fl, "long_run_slope"))
-        vs_random = paired_test(_per_seed(d, "rawlsian_min_u", "long_run_slope"), _per_seed(d, "random", "long_run_slope"))
+        u, u_fl = best_utilitarian(p, d, "long_run_slope"), best_utilitarian(p, fl, "long_run_slope")
+        lead = paired_test(per_seed(d, "rawlsian_min_u", "long_run_slope"), per_seed(d, u, "long_run_slope"))
+        lead_fl = paired_test(per_seed(fl, "rawlsian_min_u", "long_run_slope"), per_seed(fl, u_fl, "long_run_slope"))
+        vs_random = paired_test(per_seed(d, "rawlsian_min_u", "long_run_slope"), per_seed(d, "random", "long_run_slope"))
         ct = sc[sc.point == pt["point"]].crossing_time.to_numpy(dtype=float) if len(sc) else np.array([np.nan])
         b = pt["bounds"]
         rows.append({
@@ -492,9 +424,9 @@ def phase_table(p, points: list[dict], sm: pd.DataFrame, sc: pd.DataFrame) -> pd
             "rawlsian_minus_random": vs_random.effect, "rawlsian_minus_random_lo": vs_random.interval[0],
             "rawlsian_minus_random_hi": vs_random.interval[1],
             "predicted_rawlsian_rate": pt["rawlsian"], "predicted_utilitarian_rate": pt["utilitarian"],
-            "rawlsian_slope": _per_seed(d, "rawlsian_min_u", "long_run_slope").mean(),
-            "utilitarian_slope": _per_seed(d, u, "long_run_slope").mean(),
-            "random_slope": _per_seed(d, "random", "long_run_slope").mean() if "random" in p.policies else np.nan,
+            "rawlsian_slope": per_seed(d, "rawlsian_min_u", "long_run_slope").mean(),
+            "utilitarian_slope": per_seed(d, u, "long_run_slope").mean(),
+            "random_slope": per_seed(d, "random", "long_run_slope").mean() if "random" in p.policies else np.nan,
             "crossing_seeds": int(np.isfinite(ct).sum()),
             "crossing_time_median": float(np.nanmedian(ct)) if np.isfinite(ct).any() else np.nan,
         })
@@ -545,62 +477,3 @@ def phase_figure_plot(p, phase: pd.DataFrame, path) -> None:
     savefig(fig, path)
 
 
-def sweep_claims(p, points: list[dict], sm: pd.DataFrame) -> list[Claim]:
-    """(d) the predicted long-run winner at every sweep point a theorem covers; (e) Rawlsian and random
-    share the long-run rate there. Returns [] when the sweep has no theorem-covered point."""
-    covered = [pt for pt in points if pt["winner"] is not None]
-    if not covered:
-        return []
-    ev_d, ctl_d, ev_e, ctl_e = [], [], [], []
-    for pt in covered:
-        tag = f"point {pt['point']} ({pt['regime']}, N={pt['individuals']}, K={pt['budget']})"
-        d = sm[(sm.point == pt["point"]) & (sm.population == POPULATIONS[0])]
-        fl = sm[(sm.point == pt["point"]) & (sm.population == POPULATIONS[1])]
-
-        def lead(df):  # predicted winner minus predicted loser, long-run slope, best utilitarian by mean
-            r, u = _per_seed(df, "rawlsian_min_u", "long_run_slope"), _per_seed(df, _best_util(p, df, "long_run_slope"), "long_run_slope")
-            a, b = (r, u) if pt["winner"] == "rawlsian" else (u, r)
-            return paired_test(a, b, threshold=0.0, direction=">", name=f"{tag}: {pt['winner']} - other")
-
-        ev_d.append(lead(d))
-        ctl_d.append(lead(fl))
-        scale_ = abs(pt["rawlsian"])
-
-        def gap(df, other):  # |Rawlsian - other| long-run slope, relative to the predicted Rawlsian rate
-            return np.abs(_per_seed(df, "rawlsian_min_u", "long_run_slope") - _per_seed(df, other, "long_run_slope")) / scale_
-
-        if "random" in p.policies:
-            ev_e.append(mean_test(gap(d, "random"), threshold=p.rate_tolerance, direction="<", what="seeds",
-                                  name=f"{tag}: |Rawlsian - random| / |rate|"))
-            u = _best_util(p, d, "long_run_slope")
-            ctl_e.append(mean_test(gap(d, u), threshold=p.rate_tolerance, direction="<", what="seeds",
-                                   name=f"{tag}: |Rawlsian - {u}| / |rate|"))
-    n = p.seeds
-    regimes = sorted({pt["regime"] for pt in covered})
-    out = [Claim(
-        "d", "At every sweep point the theorems cover, the predicted policy wins the long run: Rawlsian under the "
-             "survival condition K f_lb > (N-K) g_ub, utilitarian under the ruin condition K f_ub < (N-K) g_lb.",
-        "Sec. 3: Rawlsian policies outperform utilitarian ones in the long run under survival; the reverse under ruin "
-        "(Appendix, Fig. 5)",
-        {"points": len(covered), "regimes": ", ".join(regimes),
-         "agree": sum(e.verdict == "holds" for e in ev_d), "of": len(ev_d)},
-        f"at every theorem-covered point ({len(covered)} of {len(points)}), the {n}-seed paired 95% interval of "
-        "(predicted winner - the other) long-run slope lies above 0, Rawlsian = rawlsian_min_u, utilitarian = the "
-        "best variant by mean",
-        ev_d, Control("the flat-returns population at every point (f and g flat in welfare: no policy can lead)", ctl_d),
-        note="" if {pt["regime"] for pt in covered} >= {dyn.SURVIVAL, dyn.RUIN} else
-             "the sweep covers only one of the two theorem regimes")]
-    if ev_e:
-        out.append(Claim(
-            "e", "Under either theorem condition the random policy reaches the Rawlsian long-run rate: prioritising the "
-                 "worst off beats random treatment only where neither condition holds.",
-            "derived from Sec. 3 (dynamics.py: a randomly treated individual drifts by (K f(U) - (N-K) g(U)) / N, "
-            "positive everywhere under survival, negative everywhere under ruin)",
-            {"points": len(covered)},
-            f"at every theorem-covered point, the {n}-seed 95% interval of |rawlsian_min_u - random| long-run slope / "
-            f"|predicted Rawlsian rate| lies below rate_tolerance = {p.rate_tolerance}",
-            ev_e, Control("the same criterion with the best utilitarian policy in place of random (theory: it differs "
-                          "by (N-K)(g_ub - g_lb)/N under survival, K (f_ub - f_lb)/N under ruin)", ctl_e),
-            note="the intermediate points (no theorem) are where the two may part: see the phase table's "
-                 "Rawlsian - random column"))
-    return out

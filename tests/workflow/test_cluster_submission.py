@@ -1,0 +1,105 @@
+"""Every job of the full-scale DAG, submitted through the real profiles/slurm and the real executor plugin to a
+fake SLURM (tests/workflow/fake_slurm/fake_slurm.py: its sbatch records the call and writes the job's outputs, its
+sacct reports the job done), so that the test reads what each job asked the cluster for:
+
+* the settings are profiles/slurm's, not the workflow profile's (profiles/default is applied to every run and
+  wins over --profile, so it must not set what a cluster run sets differently): threads per job as the config's
+  kind gives them, not capped by a local `cores`;
+* no account and no CPU partition are sent by default (the cluster's defaults apply);
+* every job of the `gpu` kind asks for its GPU on the GPU partition, and no other job asks for a GPU.
+"""
+import json
+import os
+import re
+import shlex
+
+import yaml
+
+from smk import ROOT, full_scale_stand_ins, snakemake
+
+FAKE = ROOT / "tests" / "workflow" / "fake_slurm" / "fake_slurm.py"
+TOOLS = ("sbatch", "sacct", "squeue", "sacctmgr", "sshare", "sinfo", "scontrol", "scancel")
+RULES = "".join(f.read_text() for f in (ROOT / "workflow" / "rules").glob("*.smk"))
+GPU_RULES = set(re.findall(r'^rule (\w+):(?:(?!^rule ).)*?job_resources\("gpu"\)', RULES, re.M | re.S))
+KIND = {rule: kind for kind in ("light", "train", "gpu")
+        for rule in re.findall(rf'^rule (\w+):(?:(?!^rule ).)*?job_resources\("{kind}"\)', RULES, re.M | re.S)}
+
+
+def target_key(rule: str, wildcards: str) -> str:
+    """'rule:a=1,b=2' with the wildcards sorted, as both the dry run and sbatch's --target-jobs give them."""
+    items = sorted(w for w in wildcards.split(",") if w)
+    return f"{rule}:{','.join(items)}"
+
+
+def dry_run_jobs(stdout: str) -> dict[str, list[str]]:
+    """{target key: the files the job writes (outputs, log, benchmark)} of every job in a dry run's listing."""
+    jobs = {}
+    for block in re.split(r"^rule ", stdout, flags=re.M)[1:]:
+        rule = block.split(":", 1)[0]
+        files = [f for kind in ("output", "log", "benchmark")
+                 for line in re.findall(rf"^\s+{kind}: (.*)$", block, re.M) for f in line.split(", ")]
+        wildcards = re.search(r"^\s+wildcards: (.*)$", block, re.M)
+        wc = ",".join(w.strip() for w in wildcards.group(1).split(", ")) if wildcards else ""
+        jobs[target_key(rule, wc)] = files
+    return jobs
+
+
+def test_every_full_scale_job_reaches_slurm_as_the_profile_and_config_say(tmp_path):
+    work, state, bin_dir = tmp_path / "work", tmp_path / "slurm", tmp_path / "bin"
+    for d in (work, state, bin_dir):
+        d.mkdir()
+    for tool in TOOLS:
+        (bin_dir / tool).symlink_to(FAKE)
+    full_scale_stand_ins(work)
+    profile = ["--profile", str(ROOT / "profiles" / "slurm"), "--configfile", str(ROOT / "config" / "full.yaml")]
+    dry = snakemake("-n", *profile, workdir=work, timeout=300)
+    assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
+    jobs = dry_run_jobs(dry.stdout)
+    jobs = {k: v for k, v in jobs.items() if not k.startswith("all:")}  # `all` is a local rule: not submitted
+    (state / "outputs.json").write_text(json.dumps(jobs))
+
+    run = snakemake(*profile, "--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "1",
+                    workdir=work, timeout=900, env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SLURM_DIR": str(state)})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+    submissions = [json.loads(line) for line in (state / "submissions.jsonl").read_text().splitlines()]
+    submitted = {}
+    for s in submissions:
+        target = re.search(r"--target-jobs '([^']*)'", next(a for a in s["args"] if a.startswith("--wrap=")))
+        rule, _, wc = target.group(1).partition(":")
+        submitted.setdefault(target_key(rule, wc), []).append(s["args"])
+    assert set(submitted) == set(jobs), (set(jobs) ^ set(submitted))
+    assert all(len(calls) == 1 for calls in submitted.values())
+
+    kinds = yaml.safe_load((ROOT / "config" / "full.yaml").read_text())["resources"]
+    slurm_profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.v8+.yaml").read_text())
+    for key, calls in submitted.items():
+        args = calls[0]
+        rule = key.split(":")[0]
+        kind = KIND[rule]
+        flags = " ".join(args)
+        assert not any(a in ("-A", "--account") or a.startswith("--account") for a in args), (key, flags)
+        assert f"--cpus-per-task={kinds[kind]['threads']}" in args, (key, flags)  # not capped by a local `cores`
+        assert args[args.index("--mem") + 1] == str(kinds[kind]["mem_mb"]), (key, flags)
+        assert args[args.index("-t") + 1] == str(kinds[kind]["runtime"]), (key, flags)
+        wrapped = shlex.split(next(a for a in args if a.startswith("--wrap=")).split("=", 1)[1])
+        assert wrapped[wrapped.index("--latency-wait") + 1] == str(slurm_profile["latency-wait"]), key
+        if kind == "gpu":
+            assert f"--gpus={kinds['gpu']['gpu']}" in args or "--gpus" in flags, (key, flags)
+            assert args[args.index("-p") + 1] == kinds["gpu"]["partition"], (key, flags)
+        else:
+            assert "--gpus" not in flags and "gpu" not in " ".join(a for a in args if a.startswith("--gres")), (key, flags)
+            assert "-p" not in args, (key, flags)  # no CPU partition by default: the cluster's default applies
+    # orion_evaluate_pretrained and the like join the DAG only when pretrained models are configured.
+    assert GPU_RULES - {k.split(":")[0] for k in submitted} <= {"orion_evaluate_pretrained"}
+
+
+def test_the_workflow_profile_agrees_with_the_slurm_profile():
+    """profiles/default is applied to every run and wins over --profile: whatever it sets, the SLURM profile must
+    set alike (or not at all), and it must not set `cores` or `keep-going`."""
+    workflow_profile = yaml.safe_load((ROOT / "profiles" / "default" / "config.v8+.yaml").read_text())
+    slurm_profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.v8+.yaml").read_text())
+    assert "cores" not in workflow_profile and "keep-going" not in workflow_profile
+    for key, value in workflow_profile.items():
+        assert slurm_profile.get(key, value) == value, key
+    assert slurm_profile["keep-going"] is True and "slurm_account" not in slurm_profile["default-resources"]

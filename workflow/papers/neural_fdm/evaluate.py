@@ -1,0 +1,179 @@
+"""The neural_fdm evaluate stage: every learned model and seed on every test shape, the controls, and direct
+optimisation on the in-distribution shapes its claim compares.
+
+Per shape (float64): the shape error (the task's loss, per compared coordinate), the RMS distance per
+compared coordinate (a length, for claim (c)'s tolerance), the residual and relative residual (claim
+(b)), the force-density signs, and the stiffness matrix's condition number and inertia. Beside the
+learned models two arms that are controls:
+
+- ``untrained``: the hybrid of every seed with its initial weights (the same draw as training's): the
+  solver without learning, the negative control of claims (a) and (c);
+- ``perturbed``: every trained hybrid's equilibrium shapes with their free nodes displaced at random by
+  span / deviation_ratio (RMS per coordinate): shapes planted out of equilibrium by the construction
+  tolerance, the positive control of claim (b) (its residual analysis must find them).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+
+from papers.common.io import read_parquet, write_json, write_parquet
+from papers.common.progress import progress
+from papers.neural_fdm.params import parse
+
+SPLITS = ("id", "ood")
+
+
+def load_targets(path, task: str, split: str):
+    """Targets (n, N, 3) float64 of one task and split from the prepare stage's table."""
+    import torch
+
+    df = read_parquet(path)
+    df = df[(df.task == task) & (df.split == split)].sort_values(["shape", "node"])
+    if df.empty:
+        raise ValueError(f"{path}: no targets for task {task!r}, split {split!r}")
+    n, N = df["shape"].nunique(), df["node"].nunique()
+    return torch.tensor(df[["x", "y", "z"]].to_numpy().reshape(n, N, 3), dtype=torch.float64)
+
+
+def rms_error(task, x, x_hat):
+    """RMS distance per compared coordinate (B,), a length: shells every coordinate, towers the compression
+    rings' xyz and the tension rings' z (the coordinates the task's loss compares)."""
+    if task.levels is None:
+        return ((x - x_hat) ** 2).flatten(1).mean(1).sqrt()
+    return (task.shape_error(x, x_hat) / task.num_compared).sqrt()  # the towers' loss is a squared error
+
+
+def shape_metrics(task, x, x_hat, q, loads, condition_limit: float = float("inf"), solves: bool = True) -> dict:
+    """Per-shape metrics (numpy arrays of length B): shape error, RMS error, residual, relative residual, signs,
+    the smallest |eigenvalue|, log10 condition number and inertia (negative eigenvalues) of K (how close the
+    solve is to a singular stiffness matrix, and on which side of one), and `failed`: a shape that is not
+    finite, or (for a model that `solves` with K) whose K has a condition number above `condition_limit`."""
+    import torch
+
+    from papers.neural_fdm import models
+
+    fdm = task.fdm
+    with torch.no_grad():
+        err = task.shape_error(x, x_hat)
+        res = models.residual_norm(fdm, q, x_hat, loads)
+        scale = fdm.force_scale(q, x_hat, loads)[:, fdm.free].norm(dim=1)
+        signed = q[:, fdm.active] * fdm.signs[fdm.active]  # s_e q_e >= 0 is the constraint
+        signed_eig = torch.linalg.eigvalsh(fdm.stiffness(q))  # (B, Nf)
+        eig = signed_eig.abs()
+        log_cond = torch.log10(eig.max(1).values) - torch.log10(eig.min(1).values)
+        failed = ~torch.isfinite(x_hat).flatten(1).all(1)
+        if solves:
+            failed |= ~task.admissible(q, condition_limit)
+    return {"shape_error": err.numpy(), "shape_error_per_coord": (err / task.num_compared).numpy(),
+            "rms_error": rms_error(task, x, x_hat).numpy(),
+            "residual": res.numpy(), "relative_residual": (res / scale).numpy(),
+            "sign_ok": (signed >= 0).all(1).numpy(), "stiffness_min_eig": eig.min(1).values.numpy(),
+            "log_condition": log_cond.numpy(), "negative_eigs": (signed_eig < 0).sum(1).numpy(),
+            "failed": failed.numpy()}
+
+
+def perturb(task, x_hat, amplitude: float, rng: np.random.Generator):
+    """`x_hat` (B, N, 3) with its free nodes displaced by Gaussian noise of `amplitude` RMS per coordinate."""
+    import torch
+
+    out = x_hat.clone()
+    free = task.fdm.free
+    noise = rng.normal(0.0, amplitude, size=(x_hat.shape[0], len(free), 3))
+    out[:, free] += torch.as_tensor(noise, dtype=x_hat.dtype)
+    return out
+
+
+def _time_per_shape(fn, xs) -> float:
+    """Median wall time (s) of fn on one shape at a time (report text only: not deterministic)."""
+    times = []
+    for x in xs:
+        start = time.perf_counter()
+        fn(x[None])
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def evaluate(*, cfg, task, targets, checkpoints, metrics, timing, examples):
+    """The learned models (every seed) on every test shape, the untrained and perturbed controls, and direct
+    optimisation on the first `direct.shapes` in-distribution shapes; per-shape metrics, cost per shape
+    (FLOPs), an example shape per split."""
+    import torch
+
+    from papers.neural_fdm import tasks
+    from papers.neural_fdm.direct import optimize
+    from papers.neural_fdm.models import mlp_flops
+
+    p = parse(cfg)
+    t = tasks.build(task, p, dtype=torch.float64)
+    d = t.p.direct
+    rows, example_rows, times = [], [], {}
+
+    def add(split, model, seed, m, flops, first=0, **extra):  # m: per-shape metrics of shapes first, first + 1, ...
+        for i in range(len(m["shape_error"])):
+            rows.append({"task": task, "split": split, "model": model, "seed": seed, "shape": first + i,
+                         **{k: v[i] for k, v in m.items()}, "flops": flops, **extra})
+
+    def add_example(split, model, x_hat):
+        xyz = x_hat[0].numpy()
+        example_rows.append(pd.DataFrame({"task": task, "split": split, "model": model,
+                                          "node": np.arange(len(xyz)), "x": xyz[:, 0], "y": xyz[:, 1], "z": xyz[:, 2]}))
+
+    data = {split: load_targets(targets, task, split) for split in SPLITS}
+    for split in SPLITS:
+        add_example(split, "target", data[split][:1])
+
+    def untrained(seed):  # the initial weights of the hybrid of `seed` (training seeds torch, then builds)
+        torch.manual_seed(seed)
+        return t.build("hybrid").double().state_dict()
+
+    amplitude = t.span / p.deviation_ratio  # the planted displacement of the positive control
+    arms = [(torch.load(path, weights_only=False), None) for path in checkpoints]
+    arms.append(({"model": "hybrid", "states": {seed: untrained(seed) for seed in range(p.seeds)}}, "untrained"))
+    for ckpt, arm in arms:
+        name = ckpt["model"]
+        for seed, state in sorted(ckpt["states"].items()):
+            net = t.build(name).double()
+            net.load_state_dict(state)
+            net.eval()
+            flops = mlp_flops(net.encoder) + (t.fdm.solve_flops() if name == "hybrid" else mlp_flops(net.decoder))
+            for split in SPLITS:
+                x = data[split]
+                loads = t.loads(x)
+                with torch.no_grad():
+                    x_hat, q = net(x, loads)
+                add(split, arm or name, seed, shape_metrics(t, x, x_hat, q, loads, p.condition_limit, name == "hybrid"),
+                    flops)
+                if name == "hybrid" and arm is None:  # the planted non-equilibrium shapes (positive control of (b))
+                    rng = np.random.default_rng([p.test_seed, 11, seed, SPLITS.index(split)])
+                    moved = perturb(t, x_hat, amplitude, rng)
+                    add(split, "perturbed", seed, shape_metrics(t, x, moved, q, t.loads(moved), p.condition_limit), flops)
+                if seed == 0 and arm is None:
+                    add_example(split, name, x_hat[:1])
+            if seed == 0 and arm is None:
+                with torch.no_grad():
+                    times[name] = _time_per_shape(lambda x, net=net: net(x, t.loads(x)), data["id"][: p.timing_shapes])
+
+    # Direct optimisation on the in-distribution shapes claim (c) compares (one independent run per shape).
+    rng = np.random.default_rng([p.test_seed, 7])
+    direct_seconds = []
+    for i in progress(range(d.shapes), desc=f"{task} direct"):
+        x = data["id"][i: i + 1]
+        out = optimize(t, x, method=d.method, init=d.init, bounds=tuple(d.bounds), maxiter=d.maxiter, tol=d.tol,
+                       rng=rng)
+        m = shape_metrics(t, x, out["x_hat"], out["q"], t.loads(x), p.condition_limit)
+        flops = out["nfev"] * (t.fdm.solve_flops() + t.fdm.adjoint_flops())
+        add("id", "direct", 0, m, flops, first=i, nfev=out["nfev"], nit=out["nit"], success=out["success"])
+        direct_seconds.append(out["seconds"])
+        if i == 0:
+            add_example("id", "direct", out["x_hat"])
+    times["direct"] = float(np.median(direct_seconds)) if direct_seconds else float("nan")
+    df = pd.DataFrame(rows)
+    df["sign_ok"] = df["sign_ok"].astype(bool)
+    df["failed"] = df["failed"].astype(bool)
+    write_parquet(df, metrics)
+    write_parquet(pd.concat(example_rows, ignore_index=True), examples)
+    write_json({"task": task, "seconds_per_shape": times, "span": t.span, "perturbation": amplitude,
+                "device": "cpu, 1 thread, float64"}, timing)

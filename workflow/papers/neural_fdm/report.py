@@ -1,0 +1,512 @@
+"""The neural_fdm report stage: the table, the figures, the claims with their verdicts, report.md.
+
+Claims (each over every task x split the run covers, replicates = training seeds unless said):
+
+- (a) the hybrid is more accurate than the fully neural model, in and out of distribution: the paired
+  per-seed difference of median shape errors; out of distribution means towers whose compression rings
+  are wider and more rotated than any training ring, and asymmetric shells, which neither model can map
+  back onto a training shape (a premise gate checks that both models feel the shift);
+- (b) the fully neural model's shapes are out of equilibrium beyond an engineering tolerance; its positive
+  control is the hybrid's shapes displaced by the construction tolerance, which the analysis must flag;
+- (c) the hybrid comes within span / 250 of direct optimisation's accuracy at under a tenth of its cost,
+  the shape sampling in the interval (a bootstrap over test shapes and seeds).
+
+The hybrid's equilibrium and force-density signs hold by construction of the solver and the encoder:
+they are checks, not claims.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from papers.common.claims import (
+    LEVEL,
+    Check,
+    Claim,
+    Control,
+    Evidence,
+    Premise,
+    PositiveControl,
+    Scope,
+    convention,
+    mean_test,
+    paired_test,
+    write_claims,
+)
+from papers.common.io import read_json, read_parquets, write_json
+from papers.common.params import to_dict
+from papers.common.plotting import savefig, subplots
+from papers.common.report import job_times, write_report
+from papers.common.tables import write_table
+from papers.neural_fdm.evaluate import SPLITS
+from papers.neural_fdm.params import SLUG, parse
+
+TITLE = ("P14 neural_fdm: Real-time design of architectural structures with differentiable mechanics "
+         "and neural networks (masonry shells, cable-net towers)")
+MODEL_NAMES = {"hybrid": "hybrid (encoder + FDM)", "neural": "fully neural (+ residual penalty)",
+               "direct": "direct optimisation", "untrained": "untrained hybrid (control)",
+               "perturbed": "hybrid displaced by span / deviation_ratio (control)"}
+ORDER = {m: i for i, m in enumerate(MODEL_NAMES)}
+SCOPE = Scope("replication", "the paper's two tasks (masonry shells on Bezier targets, cable-net towers), its "
+              "hybrid model, fully neural baseline and direct-optimisation baseline, after the official code, at a "
+              "reduced size (shorter training, smaller towers); the out-of-distribution sets are ours")
+# Relative residuals of float64 solves are ~1e-15; the check allows round-off on ill-conditioned K.
+SOLVER_PRECISION = 1e-9
+
+
+def summarise(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per (task, split, model): statistics over shapes per seed, then mean and std over seeds; and the
+    per-seed table. shape_error is the mean over shapes, median_error the median (a shape that is not finite
+    counts as infinite), failure_rate the share of failed solves (:func:`.evaluate.shape_metrics`)."""
+    df = df.assign(robust_error=df.shape_error_per_coord.fillna(np.inf), robust_rms=df.rms_error.fillna(np.inf))
+    per_seed = (df.groupby(["task", "split", "model", "seed"])
+                .agg(shape_error=("shape_error_per_coord", "mean"), median_error=("robust_error", "median"),
+                     median_rms=("robust_rms", "median"), failure_rate=("failed", "mean"), residual=("residual", "mean"),
+                     relative_residual=("relative_residual", "mean"), max_relative_residual=("relative_residual", "max"),
+                     sign_ok=("sign_ok", "mean"), flops=("flops", "mean"), shapes=("shape", "count"),
+                     stiffness_min_eig=("stiffness_min_eig", "median"), log_condition=("log_condition", "median"),
+                     negative_eigs=("negative_eigs", "median"))
+                .reset_index())
+    out = (per_seed.groupby(["task", "split", "model"])
+           .agg(shape_error=("shape_error", "mean"), shape_error_std=("shape_error", "std"),
+                median_error=("median_error", "mean"), median_error_std=("median_error", "std"),
+                median_rms=("median_rms", "mean"), failure_rate=("failure_rate", "mean"), residual=("residual", "mean"),
+                relative_residual=("relative_residual", "mean"),
+                max_relative_residual=("max_relative_residual", "max"), sign_ok=("sign_ok", "min"),
+                flops=("flops", "mean"), shapes=("shapes", "max"), seeds=("seed", "count"),
+                stiffness_min_eig=("stiffness_min_eig", "mean"), log_condition=("log_condition", "mean"),
+                negative_eigs=("negative_eigs", "mean"))
+           .reset_index())
+    out["shape_error_std"] = out["shape_error_std"].fillna(0.0)
+    out["median_error_std"] = out["median_error_std"].fillna(0.0)
+    out = out.sort_values(["task", "split", "model"], key=lambda c: c.map(ORDER) if c.name == "model" else c,
+                          ignore_index=True)
+    return out, per_seed
+
+
+def excess_test(df: pd.DataFrame, task: str, model: str, *, threshold: float, n_boot: int, name: str,
+                level: float = LEVEL, seed: int = 0) -> Evidence:
+    """Claim (c)'s accuracy part: how much `model`'s RMS shape error exceeds direct optimisation's, on the
+    in-distribution shapes direct optimisation solved.
+
+    Statistic: the median over shapes of (mean over training seeds of the model's RMS error on the shape
+    - direct optimisation's RMS error on it); a shape that is not finite counts as infinite. Interval: a
+    two-way percentile bootstrap that resamples the test shapes (the same draw for the model and direct
+    optimisation) and, independently, the training seeds, so that both the shape sampling and the training
+    seed are in it. Replicates: the shapes (each an independent direct optimisation of its own target).
+    """
+    sel = df[(df.task == task) & (df.split == "id")]
+    direct = sel[sel.model == "direct"].set_index("shape").rms_error.fillna(np.inf).sort_index()
+    arm = sel[(sel.model == model) & sel["shape"].isin(direct.index)]
+    h = arm.pivot_table(index="seed", columns="shape", values="rms_error", aggfunc="first")[direct.index]
+    h = h.fillna(np.inf).to_numpy(float)  # (S, n)
+    d = direct.to_numpy(float)  # (n,)
+
+    def stat(rows, cols):
+        return float(np.median(h[np.ix_(rows, cols)].mean(0) - d[cols]))
+
+    S, n = h.shape
+    point = stat(np.arange(S), np.arange(n))
+    rng = np.random.default_rng(seed)
+    draws = np.array([stat(rng.integers(0, S, S), rng.integers(0, n, n)) for _ in range(n_boot)])
+    lo, hi = np.quantile(np.nan_to_num(draws, posinf=1e300), [0.5 - level / 2, 0.5 + level / 2])  # inf: failed solves
+    return Evidence(point, (float(lo), float(hi)), n,
+                    f"two-way percentile bootstrap {level:.0%} over {n} test shapes and {S} training seeds "
+                    f"({n_boot} resamples, seed {seed})", threshold, "<", name,
+                    values=tuple(h.mean(0) - d))
+
+
+def cost_ratios(df: pd.DataFrame, task: str) -> np.ndarray:
+    """Direct optimisation's cost over the hybrid's (FLOPs per shape), one value per direct run."""
+    sel = df[(df.task == task) & (df.split == "id")]
+    direct = sel[sel.model == "direct"].sort_values("shape").flops.to_numpy(float)
+    return direct / float(sel[sel.model == "hybrid"].flops.mean())
+
+
+def _seeds_of(per_seed, task, split, model, col) -> np.ndarray:
+    sel = per_seed[(per_seed.task == task) & (per_seed.split == split) & (per_seed.model == model)]
+    return sel.sort_values("seed")[col].to_numpy(float)
+
+
+def learned_gate(per_seed, p, task: str, model: str) -> Premise:
+    """The model learned its task: its median in-distribution error (mean over seeds) at most min_learned of the
+    untrained hybrid's (the solver with its initial encoder)."""
+    ratio = (float(np.mean(_seeds_of(per_seed, task, "id", model, "median_error")))
+             / float(np.mean(_seeds_of(per_seed, task, "id", "untrained", "median_error"))))
+    return Premise.at_most(f"{task} {model} learned: median error / the untrained hybrid's", ratio, p.min_learned,
+                           what="config min_learned")
+
+
+def shift_gate(per_seed, task: str, model: str) -> Premise:
+    """The out-of-distribution split is out of distribution for `model`: its median error there exceeds its
+    in-distribution one (paired by seed). Without it the ood part would not test generalisation."""
+    return Premise.from_evidence(
+        f"{task} ood felt by the {model} model: ood - id median error",
+        paired_test(_seeds_of(per_seed, task, "ood", model, "median_error"),
+                    _seeds_of(per_seed, task, "id", model, "median_error"), threshold=0.0, direction=">",
+                    name=f"{task} {model}: ood - id"))
+
+
+def late_gain(hist: pd.DataFrame, task: str, model: str) -> float:
+    """How much a model was still learning at the end: 1 - (mean training shape loss over the last 10% of steps) /
+    (its mean over 65-75% of the steps), the largest over seeds (the batch loss is noisy; means over logged rows)."""
+    h = hist[(hist.task == task) & (hist.model == model)]
+    if h.empty:
+        return float("nan")
+    steps = h.step.max()
+    gains = []
+    for _, g in h.groupby("seed"):
+        ref = g[(g.step >= 0.65 * steps) & (g.step < 0.75 * steps)]["shape"].mean()
+        gains.append(1 - g[g.step >= 0.9 * steps]["shape"].mean() / ref)
+    return float(np.max(gains))
+
+
+def neural_fdm_claims(p, df: pd.DataFrame, summary: pd.DataFrame, per_seed: pd.DataFrame, spans: dict,
+                      hist: pd.DataFrame | None = None) -> tuple[list[Claim], list[Check]]:
+    """The paper's three claims (see the module docstring) and the hybrid's checks. `spans`: task -> the
+    structure's span (shell side, tower height), the length the tolerances of claims (b), (c) scale with."""
+    combos = [(t, s) for t in p.tasks for s in SPLITS]
+    n = p.seeds
+
+    def val(task, split, model, col="shape_error"):
+        sel = summary[(summary.task == task) & (summary.split == split) & (summary.model == model)]
+        return float(sel[col].iloc[0]) if len(sel) else float("nan")
+
+    learned = {(t, m): learned_gate(per_seed, p, t, m) for t in p.tasks for m in ("hybrid", "neural")}
+
+    # (a) hybrid more accurate than the fully neural model: per-seed median shape error over the test shapes
+    # (robust to a few failed solves; the mean and the failure rate are in `measured`), paired by seed (both
+    # models of a seed train on the same stream of random targets and meet the same test shapes).
+    a_measured = {f"{t}_{s}": {m: {"median": val(t, s, m, "median_error"), "mean": val(t, s, m),
+                                   "failure_rate": val(t, s, m, "failure_rate")}
+                               for m in ("hybrid", "neural", "untrained")} for t, s in combos}
+    ev_a = [paired_test(_seeds_of(per_seed, t, s, "neural", "median_error"),
+                        _seeds_of(per_seed, t, s, "hybrid", "median_error"), threshold=0.0, direction=">",
+                        name=f"{t} {s}: neural - hybrid") for t, s in combos]
+    ctl_a = [paired_test(_seeds_of(per_seed, t, s, "neural", "median_error"),
+                         _seeds_of(per_seed, t, s, "untrained", "median_error"), threshold=0.0, direction=">",
+                         name=f"{t} {s}: neural - untrained hybrid") for t, s in combos]
+    premise_a = [learned[t, m] for t in p.tasks for m in ("hybrid", "neural")]
+    if "ood" in SPLITS:
+        premise_a += [shift_gate(per_seed, t, m) for t in p.tasks for m in ("hybrid", "neural")]
+    behind = [k for k, v in a_measured.items() if not v["hybrid"]["median"] < v["neural"]["median"]]
+    note_a = "" if not behind else "seed medians: the fully neural model is more accurate in " + "; ".join(
+        f"{k} (median {a_measured[k]['hybrid']['median']:.3g} vs {a_measured[k]['neural']['median']:.3g})" for k in behind)
+    if hist is not None and len(hist):
+        gains = {f"{t} {m}": late_gain(hist, t, m) for t in p.tasks for m in ("hybrid", "neural")}
+        a_measured["late_training_gain"] = gains
+        note_a += ("; " if note_a else "") + (
+            f"both models train {p.shell.train.steps} / {p.tower.train.steps} steps (the paper: 10,000); over the last "
+            "quarter of training the shape loss still fell by (largest over seeds) "
+            + ", ".join(f"{k} {100 * v:.0f}%" for k, v in gains.items())
+            + ": a model still falling there is not converged, and the comparison is at this budget")
+
+    # (b) the fully neural model's shapes are out of equilibrium beyond the engineering tolerance. A relative residual
+    # is a positive ratio spanning orders of magnitude (the hybrid's is ~1e-15), so its per-seed means are compared on
+    # log10 (the t interval of the geometric mean over seeds): on the raw scale one seed on another branch (0.75
+    # against 0.09 for the others, in the first run) stretched the interval below zero, a residual no model can have.
+    def log_test(model, t, s, name):
+        return mean_test(np.log10(_seeds_of(per_seed, t, s, model, "relative_residual")), threshold=np.log10(p.eq_tolerance),
+                         direction=">", name=f"{t} {s}: {name}, log10", what="seeds")
+
+    ev_b = [log_test("neural", t, s, "fully neural") for t, s in combos]
+    ctl_b = [log_test("hybrid", t, s, "hybrid") for t, s in combos]
+    pos_b = [log_test("perturbed", t, s, f"hybrid displaced by span/{p.deviation_ratio:g}") for t, s in combos]
+    hyb = summary[summary.model == "hybrid"]
+    checks = [Check.at_most("hybrid_equilibrium", "the hybrid's shapes are in equilibrium to solver precision "
+                            "(largest relative residual over every test shape and seed; true by construction of the "
+                            "force density solver)", float(hyb.max_relative_residual.max()), SOLVER_PRECISION,
+                            what="float64 solves give ~1e-15"),
+              Check.at_least("hybrid_signs", "the hybrid keeps every force-density sign on every test shape (true by "
+                             "construction of the encoder)", float(hyb.sign_ok.min()), 1.0)]
+
+    # (c) within span / deviation_ratio of direct optimisation's accuracy, at under 1 / speedup of its cost.
+    ev_c, ctl_c, c_measured = [], [], {}
+    for t in p.tasks:
+        tol = spans[t] / p.deviation_ratio
+        ex = excess_test(df, t, "hybrid", threshold=tol, n_boot=p.bootstrap, name=f"{t}: hybrid - direct RMS error (m)")
+        cost = mean_test(cost_ratios(df, t), threshold=p.speedup, direction=">",
+                         what="direct-optimisation runs (one per test shape)", name=f"{t}: direct cost / hybrid cost")
+        ev_c += [ex, cost]
+        ctl_c.append(excess_test(df, t, "untrained", threshold=tol, n_boot=p.bootstrap,
+                                 name=f"{t}: untrained hybrid - direct RMS error (m)"))
+        sel = df[(df.task == t) & (df.split == "id")]
+        c_measured[t] = {"shapes": ex.replicates, "tolerance_m": tol, "excess_rms_m": ex.effect,
+                         "hybrid_median_rms_m": val(t, "id", "hybrid", "median_rms"),
+                         "direct_median_rms_m": float(sel[sel.model == "direct"].rms_error.median()),
+                         "cost_ratio": cost.effect}
+
+    source_c = convention(f"EN 1992-1-1 7.4.1(4): span / {p.deviation_ratio:g}, the sag beyond which a structure's "
+                          f"appearance is impaired ({', '.join(f'{t}: {spans[t]:g} / {p.deviation_ratio:g} = {spans[t] / p.deviation_ratio:.3g} m' for t in p.tasks)}); "
+                          f"and a cost ratio of {p.speedup:g}, an order of magnitude (the paper states neither number)")
+    claims = [
+        Claim("a", "The hybrid model (encoder + force density solver) is more accurate than the fully neural model, "
+              "in and out of distribution, on shells and towers.",
+              "hybrid shape error < fully neural shape error on both tasks, in and out of distribution",
+              a_measured,
+              f"in every task x split ({len(combos)} points), the {n}-seed paired 95% interval of (fully neural - hybrid) "
+              "median shape error per coordinate over the test shapes lies above 0; out of distribution: asymmetric "
+              "shells, towers with rings wider and more rotated than any training ring",
+              ev_a,
+              Control("the same criterion with the untrained hybrid (each seed's initial encoder + the solver: the "
+                      "physics without learning) in the hybrid's place; it must not hold, or the baseline is worse "
+                      "than no learning at all", ctl_a, kind="null"),
+              note=note_a,
+              threshold_source=convention("a sign: the paper claims better accuracy and generalisation, by any margin"),
+              premise=premise_a,
+              no_positive_control="the shape error is measured directly against the targets; no estimator stands "
+                                  "between the models and the number compared"),
+        Claim("b", f"The fully neural model's shapes are out of equilibrium: its relative residual exceeds an "
+              f"engineering tolerance of {p.eq_tolerance:.0%} of the nodal forces in every task and split.",
+              "hybrid: residual 0 up to solver precision, all constraints met; fully neural: residual > 0",
+              {f"{t}_{s}": val(t, s, "neural", "relative_residual") for t, s in combos},
+              f"in every task x split ({len(combos)} points), the {n}-seed 95% t interval of log10 of the fully neural "
+              f"model's mean relative residual ||r_free|| / ||bar forces at free nodes|| (the geometric mean over seeds) "
+              f"lies above log10(eq_tolerance) = log10({p.eq_tolerance:g})",
+              ev_b,
+              Control("the same criterion on the hybrid, whose force density solver puts every shape in equilibrium "
+                      "(a residual above the tolerance must not be found there)", ctl_b, kind="null"),
+              threshold_source=convention(f"an engineering tolerance: residual forces of {p.eq_tolerance:.0%} of the "
+                                          "forces that meet at the free nodes (the paper states no number)"),
+              premise=[learned[t, "neural"] for t in p.tasks],
+              positive_control=PositiveControl(
+                  f"the hybrid's equilibrium shapes with their free nodes displaced at random by span / "
+                  f"{p.deviation_ratio:g} (RMS per coordinate, the construction tolerance of claim (c)): shapes out of "
+                  "equilibrium by construction, which the residual analysis must flag", pos_b)),
+        Claim("c", f"The hybrid's shapes come within span / {p.deviation_ratio:g} of direct optimisation's accuracy "
+              f"(in distribution), at under 1/{p.speedup:g} of its cost per shape.",
+              "comparable accuracy to direct optimisation, in real time instead of seconds per shape",
+              c_measured,
+              f"on every task, on the in-distribution shapes direct optimisation solved: the 95% interval (bootstrap "
+              f"over shapes and seeds) of the median over shapes of (hybrid RMS error - direct RMS error) lies below "
+              f"span / deviation_ratio = span / {p.deviation_ratio:g}, and the 95% interval over direct-optimisation "
+              f"runs of direct cost / hybrid cost (floating-point operations per shape) lies above speedup = {p.speedup:g}",
+              ev_c,
+              Control("the accuracy part of the criterion with the untrained hybrid (each seed's initial encoder + the "
+                      "solver) in the hybrid's place: no learning, so it must not hold", ctl_c, kind="null"),
+              threshold_source=source_c,
+              premise=[learned[t, "hybrid"] for t in p.tasks],
+              no_positive_control="shape errors and operation counts are measured directly; no estimator stands "
+                                  "between the models and the numbers compared"),
+    ]
+    return claims, checks
+
+
+def report(*, cfg, scale, metrics, timings, examples, histories, searches, benchmarks,
+           table_md, table_csv, claims, params_json, report_md, verdicts, fig_errors, fig_training, fig_shapes):
+    p = parse(cfg)
+    df = read_parquets(metrics)
+    summary, per_seed = summarise(df)
+    timing = {read_json(path)["task"]: read_json(path) for path in timings}
+    times = {t: v["seconds_per_shape"] for t, v in timing.items()}
+    spans = {t: v["span"] for t, v in timing.items()}
+
+    # --- table: our numbers; the paper's direction (its numbers are not available offline)
+    paper_dir = {"hybrid": "accurate; in equilibrium, signs kept", "neural": "less accurate; residual > 0",
+                 "direct": "most accurate; slow", "untrained": "(ours: no learning)",
+                 "perturbed": "(ours: planted non-equilibrium)"}
+    rows = []
+    for r in summary.itertuples(index=False):
+        err = (f"{r.shape_error:.4g} +- {r.shape_error_std:.2g}" if r.seeds > 1 else f"{r.shape_error:.4g}")
+        med = (f"{r.median_error:.4g} +- {r.median_error_std:.2g}" if r.seeds > 1 else f"{r.median_error:.4g}")
+        solves = r.model not in ("neural", "perturbed")
+        rows.append({"task": r.task, "split": r.split, "model": MODEL_NAMES[r.model], "shapes": int(r.shapes),
+                     "seeds": int(r.seeds), "mean error / coord": err, "median": med,
+                     "median RMS (m)": f"{r.median_rms:.3g}",
+                     "failed": f"{100 * r.failure_rate:.0f}%" if solves else "-",
+                     "log10 cond(K)": f"{r.log_condition:.2f}" if solves else "-",
+                     "K inertia": f"{r.negative_eigs:.3g}" if solves else "-",
+                     "relative residual": f"{r.relative_residual:.2g}", "signs kept": f"{100 * r.sign_ok:.0f}%",
+                     "MFLOP / shape": f"{r.flops / 1e6:.3g}", "paper": paper_dir[r.model]})
+    caption = (f"Shape error per compared coordinate (shells: mean |x - x_hat| over all nodes; towers: mean squared "
+               f"error over the compression rings' xyz and the tension rings' z): mean and median over test shapes, "
+               f"each then mean +- std over training seeds; median RMS = the median over shapes of the RMS distance "
+               f"per compared coordinate (a length, claim c); failed = share of shapes whose stiffness K has a "
+               f"condition number above condition_limit = {p.condition_limit:g} (or that are not finite), for the "
+               f"models that solve with K; log10 cond(K) and K inertia (its number of negative eigenvalues) = median "
+               f"over shapes, mean over seeds; relative residual = ||r_free|| / ||sum of bar-force magnitudes at the "
+               f"free nodes||; id = in distribution, ood = out of distribution. Direct optimisation runs on the first "
+               f"in-distribution shapes only. The untrained hybrid is the negative control of claims (a) and (c); the "
+               f"displaced hybrid, the positive control of claim (b).")
+    write_table(pd.DataFrame(rows), table_md, table_csv, caption=caption,
+                csv_df=summary[["task", "split", "model", "shapes", "seeds", "shape_error", "shape_error_std",
+                                "median_error", "median_error_std", "median_rms", "failure_rate", "residual",
+                                "relative_residual", "max_relative_residual", "sign_ok", "stiffness_min_eig",
+                                "log_condition", "negative_eigs", "flops"]])
+
+    # --- figures
+    _figure_errors(summary, fig_errors)
+    hist = read_parquets(histories)
+    _figure_training(hist, fig_training)
+    _figure_shapes(read_parquets(examples), p, fig_shapes)
+
+    # --- claims
+    claim_list, check_list = neural_fdm_claims(p, df, summary, per_seed, spans, hist)
+    write_claims(claim_list, claims, paper=SLUG, scale=scale, scope=SCOPE, checks=check_list)
+    write_json(to_dict(p), params_json)
+
+    write_report(report_md, title=TITLE, scale=scale, what_was_run=_what_was_run(p, df, hist, times, spans, searches),
+                 table_md=table_md, figures=[fig_errors, fig_training, fig_shapes], claims=claim_list,
+                 benchmarks=benchmarks, differences=_differences(p, benchmarks), scope=SCOPE, verdicts_figure=verdicts,
+                 checks=check_list)
+
+
+def _what_was_run(p, df, hist, times, spans, searches) -> str:
+    s, tw = p.shell, p.tower
+    search = read_parquets(searches)
+    lr_of = {(r.task, r.model): r.lr for r in search[search.chosen].itertuples(index=False)}
+    if p.lr_grid:
+        lr_text = ("learning rate from one search shared by both models: each rate of "
+                   f"{[float(x) for x in p.lr_grid]} trains {p.tune_steps} steps from each of {p.tune_seeds} search "
+                   f"seeds ({p.tune_seed}, ...), and the rate whose worst search seed has the lowest median error on "
+                   f"{p.validation_shapes} validation targets (seed {p.validation_seed}, not the test set; a solve "
+                   "above condition_limit counts as infinite) trains every seed; chosen: "
+                   + ", ".join(f"{t} {m} {lr:g}" for (t, m), lr in sorted(lr_of.items())))
+    else:
+        lr_text = "learning rates as configured: " + ", ".join(f"{t} {m} {lr:g}" for (t, m), lr in sorted(lr_of.items()))
+    schedules = {f"{name}s": p.task(name).train.schedule for name in p.tasks}
+    sched_text = "; ".join(f"{k}: {'a cosine decay of the rate to 0 at the last step' if v == 'cosine' else 'a constant rate'}"
+                           for k, v in schedules.items())
+    guarded = [name for name, on in (("shells", s.guard), ("towers", tw.guard)) if on]
+    guard_text = ((f"The hybrid's training on {' and '.join(guarded)} undoes every step after which the stiffness K of "
+                   "the batch's first shapes has another number of negative eigenvalues (q jumped across a singular K) "
+                   f"or a condition number above {p.condition_limit:g}: a guard against near-singular stiffness, "
+                   "ours") if guarded else "No guard against near-singular stiffness")
+    if guarded and "rejected" in hist:
+        undone = (hist[(hist.model == "hybrid") & hist.task.map(lambda t: p.task(t).guard)]
+                  .groupby(["task", "seed"]).rejected.first())
+        guard_text += ("; steps undone per seed: " + "; ".join(
+            f"{task} {', '.join(str(int(v)) for v in g.to_numpy())} of {p.task(task).train.steps}"
+            for task, g in undone.groupby(level=0)))
+    timing_text = "; ".join(
+        f"{t}: " + ", ".join(f"{MODEL_NAMES[m]} {1e3 * v:.3g} ms" for m, v in times[t].items())
+        + f" (wall-clock speed-up of the hybrid over direct optimisation {times[t]['direct'] / times[t]['hybrid']:.3g}x)"
+        for t in p.tasks if t in times and "hybrid" in times[t])
+    direct = df[df.model == "direct"]
+    conv = "; ".join(f"{t}: {int(g.success.sum())} of {len(g)} runs report convergence, median {int(g.nit.median())} "
+                     f"iterations" for t, g in direct.groupby("task"))
+    return (
+        f"Two tasks. Shells: a {s.grid} x {s.grid} bar grid (boundary pinned, area load {s.load}) fitted to "
+        f"doubly-symmetric Bezier patches of the '{s.family}' family ({s.size} x {s.size}); out of distribution: "
+        f"'{s.ood_symmetry}' patches (blend {s.lerp} of a doubly-symmetric and an asymmetric patch). Towers: "
+        f"{tw.levels} levels x {tw.sides} nodes, {tw.rings} compression rings (top and bottom pinned), height "
+        f"{tw.height}, ring radii x [{tw.radius_range[0]}, {tw.radius_range[1]}] of {tw.radius}, twist +-{tw.twist} deg; "
+        f"out of distribution: every compression ring wider and more rotated than any training ring (radii x "
+        f"[{tw.ood_radius_range[0]}, {tw.ood_radius_range[1]}], |twist| in [{tw.ood_twist_range[0]}, "
+        f"{tw.ood_twist_range[1]}] deg). Models: the hybrid (MLP encoder -> force densities -> force density solver, "
+        f"Cholesky for shells, LU for towers), the fully neural baseline (same encoder, MLP decoder, residual penalty "
+        f"kappa = {s.residual_weight}), both trained with Adam on fresh random targets (shells {s.train.steps} steps of "
+        f"{s.train.batch_size}; towers {tw.train.steps} steps of {tw.train.batch_size}, clip {tw.train.clip_norm}; "
+        f"{sched_text}; {lr_text}), {p.seeds} seeds trained side by side (each its own initial weights and target "
+        f"stream); the encoders read "
+        + ("heights as fractions of the target's height (ours)" if tw.normalise_height else "raw coordinates (as the official code)")
+        + f". {guard_text}. Direct optimisation of q per shape ({s.direct.method} for shells, {tw.direct.method} for "
+        f"towers, at most {s.direct.maxiter} / {tw.direct.maxiter} iterations) on the first {s.direct.shapes} / "
+        f"{tw.direct.shapes} in-distribution test shapes ({conv}). {p.test_shapes} test shapes per split, evaluated in "
+        f"float64. Claim (b)'s positive control displaces the hybrid's shapes by span / {p.deviation_ratio:g} = "
+        + ", ".join(f"{spans[t] / p.deviation_ratio:.3g} m ({t})" for t in p.tasks)
+        + f". Time per shape (median, one shape at a time, 1 CPU thread; wall clock, so it is not in table.csv or "
+        f"claims.json): {timing_text}.")
+
+
+def _differences(p, benchmarks) -> str:
+    s, tw = p.shell, p.tower
+    notes = []
+    if min(s.train.steps, tw.train.steps) < 10000:
+        notes.append(f"the paper trains each model for 10,000 steps at a constant rate; this scale trains {s.train.steps} "
+                     f"(shells) and {tw.train.steps} (towers) steps with learning rates from a search and "
+                     + ("a cosine decay" if "cosine" in (s.train.schedule, tw.train.schedule) else "a constant rate")
+                     + ", so the learned models are less accurate than the paper's")
+    if (tw.levels, tw.sides) != (21, 16):
+        notes.append(f"the towers have {tw.levels} levels x {tw.sides} sides instead of the paper's 21 x 16")
+    if max(s.direct.maxiter, tw.direct.maxiter) < 5000 or min(s.direct.shapes, tw.direct.shapes) < 100:
+        notes.append(f"direct optimisation stops after {s.direct.maxiter} / {tw.direct.maxiter} iterations "
+                     f"(paper: 5000) and runs on {s.direct.shapes} / {tw.direct.shapes} in-distribution shapes "
+                     "(paper: 100)")
+    t = job_times(benchmarks)
+    return (
+        "The method, losses, shape families, sign constraints and direct-optimisation setup follow the official "
+        "code (read, not copied; the force density solver is our torch port of jax_fdm's). "
+        + ("Scale: " + "; ".join(notes) + ". " if notes else "")
+        + "The hybrid is trained on the shape loss only (its residual is zero to solver precision, so the residual "
+        "term the official config also adds to it is dropped); the towers keep the official q-variance "
+        "regulariser. The towers' stiffness matrix is indefinite (tension and compression bars), so their solves use "
+        "LU instead of Cholesky. Ours, not the paper's: the learning-rate search shared by both models (the official "
+        "configs fix one rate per model); the guard against near-singular stiffness and the failure rate by condition "
+        "number; medians beside means; the untrained hybrid as a negative control and the displaced hybrid as a "
+        "positive one; the out-of-distribution sets (the official 'lerp' shell generator for shells; towers whose "
+        "compression rings are wider and more rotated than any training ring: taller towers, used before, were an "
+        "exact vertical stretch for the solver with a height-normalised encoder, so in distribution for the hybrid by "
+        f"construction). The thresholds are conventions, the paper states none: {100 * p.eq_tolerance:g}% of the "
+        f"nodal forces for equilibrium, span / {p.deviation_ratio:g} (a code's appearance limit) for comparable "
+        f"accuracy, 1 / {p.speedup:g} of the cost for real time. Only the saddle family of shells is run (the paper also has others). The speed-up in claim (c) counts "
+        "floating-point operations (deterministic) instead of seconds; wall-clock times are given above. The paper's "
+        "numbers are not available offline, so the table states the paper's direction only. "
+        f"This run: {t['seconds']:.0f} s of summed job time, {t['cpu_seconds']:.0f} s of CPU time over {t['jobs']} jobs.")
+
+
+def _figure_errors(summary, path):
+    tasks_ = list(dict.fromkeys(summary.task))
+    fig, axes = subplots(1, len(tasks_), width=4.6, height=3.4)
+    colors = {"hybrid": "tab:blue", "neural": "tab:orange", "direct": "tab:green"}
+    for ax, task in zip(axes[0], tasks_):
+        sub = summary[summary.task == task]
+        for j, model in enumerate(("hybrid", "neural", "direct")):
+            for k, split in enumerate(SPLITS):
+                r = sub[(sub.model == model) & (sub.split == split)]
+                if len(r):
+                    ax.bar(k + 0.27 * (j - 1), r.median_error.iloc[0], 0.25, yerr=r.median_error_std.iloc[0],
+                           color=colors[model], label=MODEL_NAMES[model] if k == 0 else None)
+        ax.set_xticks(range(len(SPLITS)), ["in distribution", "out of distribution"])
+        ax.set_yscale("log")
+        ax.set_ylabel("median shape error per coordinate")
+        ax.set_title(task)
+        ax.legend(fontsize=7)
+    savefig(fig, path)
+
+
+def _figure_training(hist, path):
+    tasks_ = list(dict.fromkeys(hist.task))
+    fig, axes = subplots(1, len(tasks_), width=4.6, height=3.4)
+    colors = {"hybrid": "tab:blue", "neural": "tab:orange"}
+    for ax, task in zip(axes[0], tasks_):
+        for (model, seed), g in hist[hist.task == task].groupby(["model", "seed"]):
+            ax.plot(g.step, g["shape"], lw=0.7, color=colors.get(model, "k"), alpha=0.7,
+                    label=f"{model} (one line per seed)" if seed == 0 else None)
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_ylabel("training shape loss (batch mean)")
+        ax.set_title(task)
+        ax.legend(fontsize=7)
+    savefig(fig, path)
+
+
+def _figure_shapes(ex, p, path):
+    """Shells: the section through the middle row of nodes; towers: the middle compression ring in plan."""
+    from papers.neural_fdm.shapes import ring_levels
+
+    tasks_ = list(dict.fromkeys(ex.task))
+    fig, axes = subplots(len(tasks_), len(SPLITS), width=4.2, height=3.4)
+    styles = {"target": ("k", "-", 1.8), "hybrid": ("tab:blue", "--", 1.2), "neural": ("tab:orange", ":", 1.2),
+              "direct": ("tab:green", "-.", 1.0)}
+    for i, task in enumerate(tasks_):
+        for j, split in enumerate(SPLITS):
+            ax = axes[i, j]
+            for model, g in ex[(ex.task == task) & (ex.split == split)].groupby("model", sort=False):
+                color, ls, lw = styles[model]
+                g = g.sort_values("node")
+                if task == "shell":
+                    n = p.shell.grid
+                    row = g.iloc[(n // 2) * n: (n // 2 + 1) * n]  # nodes (n // 2, v): a section along v
+                    ax.plot(row.y, row.z, color=color, ls=ls, lw=lw, marker=".", label=model)
+                    ax.set_xlabel("y"); ax.set_ylabel("z")
+                else:
+                    t = p.tower
+                    level = ring_levels(t.levels, t.rings)[1]
+                    ring = g.iloc[level * t.sides: (level + 1) * t.sides]
+                    ax.plot(np.r_[ring.x, ring.x.iloc[:1]], np.r_[ring.y, ring.y.iloc[:1]], color=color, ls=ls, lw=lw,
+                            marker=".", label=model)
+                    ax.set_aspect("equal"); ax.set_xlabel("x"); ax.set_ylabel("y")
+            ax.set_title(f"{task}, {split}: " + ("mid-span section" if task == "shell" else "middle compression ring"))
+            ax.legend(fontsize=7)
+    savefig(fig, path)

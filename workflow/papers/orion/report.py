@@ -1,0 +1,486 @@
+"""The orion report stage: one row per model-task pair (test accuracy, request-patching outcome, the window premise),
+the claims with their premise gates, negative and positive controls, the checks, the table, the figures and
+report.md. Claims (a) and (b) are decided on the tested models; the routed models (papers.orion.model
+.routing_masks), in which the decomposition is planted, are their positive control.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from papers.common.claims import Check, Claim, Control, Evidence, PositiveControl, Premise, Scope, convention, \
+    from_paper, mean_test
+from papers.orion import patching
+from papers.orion.params import SLUG, Params, parse
+
+TITLE = "P1 orion: Look Before You Leap: a universal emergent decomposition of retrieval tasks in language models"
+SCOPE = Scope("analogue", "the paper analyses 18 pretrained LMs (125M-70B) on its ORION tasks; here tiny causal "
+                          "transformers trained from scratch on ORION-style task families stand in for them (pretrained "
+                          "LMs join only where orion.pretrained lists local ones, at the full scale); the request-"
+                          "patching analysis and its metric are the paper's")
+TESTED, CONTROL, PRETRAINED = "tested", "positive control", "pretrained"
+
+
+# ---- one row per model-task pair ---------------------------------------------------------------------
+def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, gate: float, floor: float = 0.0) -> pd.DataFrame:
+    """One row per model-task pair (model, seed, family): test accuracy and whether it passes the gate, the best
+    R1(C2) layer and value, the layer profile, the same under the shuffled-position control, and the window
+    premise: `window_tokens`, the most tokens of x2's request (besides the last) that a value window in a block
+    after any patched layer still reads, and `key_distance`, how far before the last token the request's
+    identifying token sits (shortest over the family's pairs). `floor`: the least normalised probability with which
+    a hypothesis dominates a layer (patching.layer_profile; claims.dominance_min)."""
+    rows = []
+    for (model, seed, family), g in sweep.groupby(["model", "seed", "family"], sort=False):
+        a = acc[(acc.model == model) & (acc.seed == seed) & (acc.family == family)].iloc[0]
+        req, ctl = g[g.source == "request"], g[g.source == "shuffled"]
+        profile, ctl_profile = patching.layer_profile(req, floor), patching.layer_profile(ctl, floor)
+        best = patching.best_layer(req)
+        n_layer = int(g.n_layer.iloc[0])
+        rows.append({"model": model, "seed": seed, "family": family, "routed": bool(a.get("routed", False)),
+                     "n_layer": n_layer, "width": int(g.width.iloc[0]), "gate_step": int(a.gate_step),
+                     "accuracy": a.accuracy, "gated": bool(a.accuracy >= gate),
+                     "window_tokens": int(g.window_request_tokens.max()), "key_distance": int(g.key_distance.min()),
+                     "r1c2_max": float(req[req.hypothesis == "R1(C2)"].normalized.max()), "r1c2_layer": best,
+                     "depth": best / n_layer, "profile": " > ".join(profile),
+                     "interior": patching.is_interior_decomposition(profile),
+                     "ends_by_construction": profile[0] == patching.HYPOTHESES[0] and profile[-1] == patching.HYPOTHESES[-1],
+                     "control_r1c2_max": float(ctl[ctl.hypothesis == "R1(C2)"].normalized.max()),
+                     "control_interior": patching.is_interior_decomposition(ctl_profile)})
+    return pd.DataFrame(rows)
+
+
+def summarise_oversight(over: pd.DataFrame) -> pd.DataFrame:
+    """One row per pretrained model: accuracy under injection before and after patching the trusted prompt's
+    state at the chosen layer, and after patching the control's (a trusted prompt asking another key)."""
+    rows = []
+    for model, g in over.groupby("model", sort=False):
+        chosen = int(g.chosen_layer.iloc[0])
+
+        def at(condition, role, layer):
+            r = g[(g.condition == condition) & (g.trusted == role)].set_index("layer")
+            return r.loc[layer]
+
+        rows.append({"model": model, "seed": 0, "n_layer": int(g.n_layer.iloc[0]), "layer": chosen,
+                     "before": at("injected", "trusted", -1).accuracy, "after": at("injected", "trusted", chosen).accuracy,
+                     "after_other": at("injected", "trusted_other", chosen).accuracy,
+                     "follows_before": at("injected", "trusted", -1).follows_injection,
+                     "follows_after": at("injected", "trusted", chosen).follows_injection,
+                     "clean_before": at("clean", "trusted", -1).accuracy, "clean_after": at("clean", "trusted", chosen).accuracy})
+    return pd.DataFrame(rows, columns=["model", "seed", "n_layer", "layer", "before", "after", "after_other",
+                                       "follows_before", "follows_after", "clean_before", "clean_after"])
+
+
+def roles(p: Params, names) -> dict[str, str]:
+    """Each model's part in claims (a) and (b): tested (a trained model), positive control (a routed one) or
+    pretrained (an LM of orion.pretrained, tested too)."""
+    control, pretrained = set(p.control_names), set(p.pretrained_names)
+    return {n: CONTROL if n in control else PRETRAINED if n in pretrained else TESTED for n in names}
+
+
+def per_replicate(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
+    """One row per trained (model, seed) or pretrained model: over ALL its model-task pairs, the share that passed
+    the gate AND keep R1(C2) (claim (a)) or show the interior profile (claim (b)), and the same shares under the
+    shuffled-position control; the mean relative depth of the R1(C2) peak over gated pairs. `group` names the
+    replicate group: each trained model on its own (replicates: its seeds), the pretrained LMs together
+    (replicates: the models, the paper's unit). Each share comes twice: with the pairs below the gate counted as
+    not showing the pattern (`share_*`, the worst case) and as showing it (`share_*_best`, the best case)."""
+    c = p.claims
+    role = roles(p, pairs.model.unique())
+    rows = []
+    for (model, seed), g in pairs.groupby(["model", "seed"], sort=False):
+        below = float((~g.gated).mean())  # the share of pairs whose outcome the run could not measure
+        row = {"group": "pretrained LMs" if role[model] == PRETRAINED else model, "role": role[model], "model": model,
+               "seed": seed, "pairs_trained": len(g), "pairs_gated": int(g.gated.sum()), "gate_step": int(g.gate_step.iloc[0]),
+               "depth": float(g[g.gated].depth.mean()) if g.gated.any() else float("nan")}
+        for column, shows in (("share_kept", g.r1c2_max >= c.keep_fraction), ("share_interior", g.interior),
+                              ("control_kept", g.control_r1c2_max >= c.keep_fraction),
+                              ("control_interior", g.control_interior)):
+            row[column] = float((g.gated & shows).mean())  # pairs below the gate counted as not showing it
+            row[column + "_best"] = row[column] + below  # ... and as showing it
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ---- the claims ------------------------------------------------------------------------------------
+def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame) -> list[Claim]:
+    """The three claims. (a) and (b) are decided per replicate group of tested models (every tested trained model,
+    and the pretrained LMs together; every group must hold) on the mean over the group's replicates of a
+    per-replicate share, a Student t 95% interval against the config's threshold. Their premise: every tested pair
+    passes the accuracy gate on the test prompts, and no value window reads around the last-token patch; their
+    negative control (null) is the same criterion on the shuffled-position patch; their positive control is the
+    same criterion on the routed models, where the decomposition is planted. (c) needs a model not trained to
+    obey the injected note: a pretrained LM."""
+    c = p.claims
+    reps = per_replicate(p, pairs)
+    role = roles(p, pairs.model.unique())
+    tested = pairs[pairs.model.map(role) != CONTROL]
+    tested_groups = list(dict.fromkeys(reps[reps.role != CONTROL].group))
+    control_groups = list(dict.fromkeys(reps[reps.role == CONTROL].group))
+
+    def evidence(groups, column, threshold, label):
+        """Per group: the mean worst-case share with an interval from the low end of its t interval to the high
+        end of the best case's, so that a pair below the gate can neither make a claim hold nor fail."""
+        parts = []
+        for grp in groups:
+            r = reps[reps.group == grp]
+            what = "pretrained models" if grp == "pretrained LMs" else "seeds"
+            worst = mean_test(r[column], threshold=threshold, direction=">", what=what)
+            best = mean_test(r[column + "_best"], threshold=threshold, direction=">")
+            low, high = max(0.0, worst.interval[0]), min(1.0, best.interval[1])  # a share lies in [0, 1]
+            parts.append(Evidence(worst.effect, (low, high), worst.replicates,
+                                  f"Student t 95% interval over {worst.replicates} {what}, from the low end with pairs "
+                                  f"below the gate counted as failures to the high end with them counted as successes "
+                                  f"(worst-case bounds), clipped to [0, 1]", threshold, ">", f"{grp}: {label}",
+                                  values=worst.values))
+        return parts
+
+    def shares(column, groups):
+        return {grp: [round(v, 3) for v in reps[reps.group == grp][column]] for grp in groups}
+
+    described = f"{len(tested)} tested pairs ({', '.join(tested_groups)} x {', '.join(dict.fromkeys(tested.family))})"
+    distance = int(tested.key_distance.min())
+    premise = [
+        Premise.at_least(f"test accuracy of the least accurate of the {described}", tested.accuracy.min(),
+                         c.gate_accuracy, what="the accuracy gate: the model does the task it is analysed on"),
+        Premise.at_most(f"request tokens the last token still reads through a value window after the patched layer, "
+                        f"most over the {described}", tested.window_tokens.max(), 0,
+                        what=f"no value window around the last-token patch (the identifying token sits {distance} "
+                             f"positions before the last token)"),
+    ]
+    control_text = ("the shuffled-position patch: x1's state at a random position of its context (before any request "
+                    "token, so it cannot carry R1) written into x2's last token, on the same models and pairs; the same "
+                    "criterion must not hold")
+    routed = ", ".join(f"{n} ({p.seeds} seeds)" for n in p.control_names)
+    positive_text = (f"the same analysis on the routed models {routed}: in block 1 a request's tokens attend to their "
+                     f"own request alone, in the blocks after it to the context and not to their request, so the "
+                     f"request reaches the answer only through the last token's state after block 1, which holds "
+                     f"nothing of the context (the decomposition planted by construction); trained, gated and patched "
+                     f"like the tested models, the same criterion must hold")
+    below = pairs[~pairs.gated]
+    below_text = {"pairs_below_gate": [f"{r.model}/{r.family} seed {r.seed} ({r.accuracy:.2f})" for r in below.itertuples()]}
+
+    a = Claim(
+        "a", f"Request-patching keeps >= {c.keep_fraction:.0%} of the normalised correct-token probability at some "
+             f"layer for at least {c.pairs_fraction_min:.0%} of model-task pairs, in every tested model.",
+        "98 of 106 model-task pairs (0.92) keep >= 70%, models of 125M-70B (abstract)",
+        {"pairs_kept": int((tested.gated & (tested.r1c2_max >= c.keep_fraction)).sum()),
+         "pairs_tested": len(tested), "share_per_seed": shares("share_kept", tested_groups),
+         "control_share_per_seed": shares("control_kept", tested_groups),
+         "positive_control_share_per_seed": shares("share_kept", control_groups), **below_text},
+        f"for every tested model (replicates: its seeds) and the pretrained LMs together (replicates: the models), "
+        f"the 95% t interval of the mean per-replicate share of its model-task pairs whose max over layers of "
+        f"p(R1(C2)) / p_clean is >= keep_fraction = {c.keep_fraction} lies above pairs_fraction_min = "
+        f"{c.pairs_fraction_min}; a pair below the gate (test accuracy < {c.gate_accuracy}) counts as a failure for "
+        f"the interval's low end and as a success for its high end",
+        evidence(tested_groups, "share_kept", c.pairs_fraction_min,
+                 f"share of pairs with max_L p(R1(C2)) / p_clean >= {c.keep_fraction}"),
+        Control(control_text, evidence(tested_groups, "control_kept", c.pairs_fraction_min, "control share"), kind="null"),
+        threshold_source=from_paper(f"the paper's 70% of the correct-token probability (keep_fraction {c.keep_fraction}) "
+                                    f"in 98 of 106 pairs = 0.92 (pairs_fraction_min {c.pairs_fraction_min}); abstract"),
+        premise=premise,
+        positive_control=PositiveControl(positive_text, evidence(control_groups, "share_kept", c.pairs_fraction_min,
+                                                                 "positive control share")))
+
+    b = Claim(
+        "b", f"On the interior layers (1 .. n_layer - 1), as the patched layer L grows the dominant output (keeping "
+             f">= {c.dominance_min:.0%} of its clean probability) goes R2(C2) -> R1(C2) -> R1(C1), never back, with "
+             f"R1(C2) dominant at one of them at least, for at least "
+             f"{c.profile_fraction_min:.0%} of model-task pairs in every tested model.",
+        "early layers R2(C2), middle layers R1(C2), late layers R1(C1) (the paper's layer plots; no share given)",
+        {"pairs_with_interior_profile": int((tested.gated & tested.interior).sum()), "pairs_tested": len(tested),
+         "share_per_seed": shares("share_interior", tested_groups),
+         "control_share_per_seed": shares("control_interior", tested_groups),
+         "positive_control_share_per_seed": shares("share_interior", control_groups),
+         "n_layer": sorted(int(x) for x in set(pairs.n_layer)), **below_text},
+        f"for every tested model (replicates: its seeds) and the pretrained LMs together (replicates: the models), "
+        f"the 95% t interval of the mean per-replicate share of its pairs whose dominant hypothesis per interior layer "
+        f"(the largest normalised probability, if it is >= dominance_min = {c.dominance_min}; else none dominates and "
+        f"the pair fails) follows that order and includes R1(C2) lies above profile_fraction_min = "
+        f"{c.profile_fraction_min} (pairs below the gate bound the interval as in (a)). Layers 0 and n_layer are left "
+        f"out: R2(C2) there and R1(C1) at the last layer hold by construction (a check below)",
+        evidence(tested_groups, "share_interior", c.profile_fraction_min, "share of pairs with the interior profile"),
+        Control(control_text, evidence(tested_groups, "control_interior", c.profile_fraction_min, "control share"),
+                kind="null"),
+        threshold_source=convention(f"profile_fraction_min {c.profile_fraction_min}: 'most pairs', ours; the paper shows "
+                                    f"the layer profile in plots and gives no share for it"),
+        premise=premise,
+        positive_control=PositiveControl(positive_text, evidence(control_groups, "share_interior",
+                                                                 c.profile_fraction_min, "positive control share")))
+    return [a, b, _claim_c(p, over)]
+
+
+def _claim_c(p: Params, over: pd.DataFrame) -> Claim:
+    c = p.claims
+    statement = (f"Patching the middle-layer last-token state of one trusted prompt raises accuracy under prompt "
+                 f"injection by at least {c.injection_gain_min}, in a model not trained to obey the injected note.")
+    paper = "15.5% -> 97.5% on Pythia-12b (abstract), a gain of 0.82"
+    criterion = (f"for the pretrained LMs together (replicates: the models), the 95% t interval of the mean accuracy "
+                 f"gain after - before on the injected stories (the trusted prompt's state patched at the story's best "
+                 f"request-patching layer) lies above injection_gain_min = {c.injection_gain_min}")
+    control = ("the same gain when the patched state comes from a trusted story that asks another attribute (it "
+               "carries a request, but not the right one): it must not restore the asked attribute")
+    source = convention(f"injection_gain_min {c.injection_gain_min}: half of the accuracy range regained, ours; the "
+                        f"paper's gain is 0.82")
+    no_positive = ("the oversight patch is the paper's intervention itself, read off the output's accuracy (no hidden "
+                   "analysis that could be blind); its control is the other-attribute patch")
+    if over.empty:
+        return Claim.not_measured(
+            "c", statement, paper, criterion,
+            "not measured: it needs a model that was not trained on injected notes and follows them anyway, as a "
+            "pretrained LM does (instruction-like text in its training data); our tiny models never saw a note, and "
+            "no pretrained LM is given at this scale (orion.pretrained is empty; the full scale analyses any local "
+            "Hugging Face model listed there)", control, threshold_source=source, no_positive_control=no_positive,
+            paper_effect=0.82)
+    premise = [Premise.at_least("test accuracy on the clean stories, least accurate pretrained LM", over.clean_before.min(),
+                                c.gate_accuracy, what="the accuracy gate: the model answers the story's question"),
+               Premise.at_least("accuracy lost to the injected note (clean - injected), least affected pretrained LM",
+                                (over.clean_before - over.before).min(), c.injection_gain_min,
+                                what="the injection must cost at least the gain the claim asks to restore")]
+    return Claim(
+        "c", statement, paper,
+        {"models": len(over), "accuracy_before": over.before.tolist(), "accuracy_after": over.after.tolist(),
+         "accuracy_after_control": over.after_other.tolist(), "layers": over.layer.tolist()},
+        criterion,
+        mean_test(over.after - over.before, threshold=c.injection_gain_min, direction=">", what="pretrained models",
+                  name="pretrained LMs: accuracy after - before"),
+        Control(control, mean_test(over.after_other - over.before, threshold=c.injection_gain_min, direction=">",
+                                   what="pretrained models", name="control gain"), kind="null"),
+        threshold_source=source, premise=premise, no_positive_control=no_positive, paper_effect=0.82)
+
+
+def build_checks(pairs: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame) -> list[Check]:
+    """What holds by construction or by the data's design: not claims."""
+    gated = pairs[pairs.gated]
+    return [
+        Check.at_least("profile_ends", "R2(C2) dominates at L = 0 and R1(C1) at L = n_layer in every gated pair (at "
+                       "L = 0 the patch is the embedding of the last token, the same token in x1 and x2; at L = n_layer "
+                       "it is the state that sets the output), so claim (b) reads the interior layers only",
+                       float(gated.ends_by_construction.mean()) if len(gated) else float("nan"), 1.0,
+                       what="share of gated pairs"),
+        Check.at_most("validation_disjoint", "validation prompts (the early-stopping gate) that are also test prompts "
+                      "(the accuracy premise)", float(len(set(val.prompt) & set(test.prompt))), 0,
+                      what="the gate never reads a test prompt"),
+    ]
+
+
+def size_table(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
+    """Per replicate group: its role, the seeds' gate steps, and the mean [95% t interval] over replicates of the
+    claims' shares (and the control's) and of the relative depth of the R1(C2) peak."""
+    from papers.common.claims import t_interval
+
+    reps = per_replicate(p, pairs)
+    rows = []
+    for grp, g in reps.groupby("group", sort=False):
+        first = pairs[pairs.model == g.model.iloc[0]].iloc[0]
+        row = {"model": grp, "role": g.role.iloc[0], "layers": int(first.n_layer), "width": int(first.width),
+               "replicates": len(g), "gate steps": ", ".join(str(s) for s in g.gate_step),
+               "pairs gated": f"{g.pairs_gated.sum()} of {g.pairs_trained.sum()}"}
+        for column, label in (("share_kept", "(a) share"), ("control_kept", "(a) control"),
+                              ("share_interior", "(b) share"), ("control_interior", "(b) control"),
+                              ("depth", "R1(C2) peak depth L / n_layer")):
+            x = g[column].dropna().to_numpy()
+            if len(x) >= 2:
+                m, lo, hi = t_interval(x)
+                row[label] = f"{m:.2f} [{max(lo, 0.0):.2f}, {min(hi, 1.0):.2f}]"  # shares and depths lie in [0, 1]
+            else:
+                row[label] = f"{x[0]:.2f}" if len(x) else "n/a"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ---- the stage -------------------------------------------------------------------------------------
+def report(*, cfg, scale, metrics, sweeps, oversights, histories, val, test, benchmarks, table_md, table_csv, claims,
+           params_json, report_md, verdicts, fig_layers, fig_training, fig_oversight=None):
+    """The results table (per model, then per model-task pair; oversight per pretrained model), the figures, the
+    claims with computed verdicts, the checks and the report section."""
+    from papers.common.claims import write_claims
+    from papers.common.io import read_parquet, read_parquets, write_json
+    from papers.common.params import to_dict
+    from papers.common.report import write_report
+    from papers.common.tables import to_markdown, write_table
+    from papers.orion import figures
+
+    p = parse(cfg)
+    acc, sweep, hist = (read_parquets(x) for x in (metrics, sweeps, histories))
+    over = read_parquets(oversights) if oversights else pd.DataFrame()
+    pairs = summarise(acc, sweep, p.claims.gate_accuracy, p.claims.dominance_min)
+    oversight = summarise_oversight(over) if len(over) else summarise_oversight(
+        pd.DataFrame(columns=["model", "chosen_layer", "n_layer", "condition", "trusted", "layer"]))
+
+    role = roles(p, pairs.model.unique())
+    yes_no = {True: "yes", False: "no"}
+    md = pairs.assign(role=pairs.model.map(role), gated=pairs.gated.map({True: "yes", False: "below"}),
+                      interior=pairs.interior.map(yes_no), control_interior=pairs.control_interior.map(yes_no))
+    md = md[["model", "role", "seed", "family", "gate_step", "accuracy", "gated", "window_tokens", "r1c2_max",
+             "r1c2_layer", "profile", "interior", "control_r1c2_max", "control_interior"]]
+    md = md.rename(columns={"gate_step": "steps", "accuracy": "test accuracy", "gated": f"gate (>= {p.claims.gate_accuracy})",
+                            "window_tokens": "request tokens in a value window after the patch",
+                            "r1c2_max": "max_L p(R1(C2)) / p_clean", "r1c2_layer": "at layer L",
+                            "profile": "dominant output, L = 0 ..", "interior": "interior profile (b)",
+                            "control_r1c2_max": "control: max_L p(R1(C2)) / p_clean",
+                            "control_interior": "control: interior profile"})
+    long = pairs.melt(id_vars=["model", "seed", "family"],
+                      value_vars=["gate_step", "accuracy", "window_tokens", "r1c2_max", "r1c2_layer", "control_r1c2_max"],
+                      var_name="quantity")
+    if len(oversight):
+        long = pd.concat([long, oversight.assign(family="story (injected)").melt(
+            id_vars=["model", "seed", "family"], value_vars=["layer", "before", "after", "after_other"],
+            var_name="quantity")], ignore_index=True)
+    caption = (f"Request-patching on held-out prompts ({p.patch_pairs} pairs per family and layer), every model-task "
+               f"pair: steps trained (a seed stops at the first validation record where every family passes the gate, "
+               f"at most {p.train.max_steps}), test accuracy, the request tokens a value window after the patched layer "
+               f"still reads (the window premise: 0), the largest normalised probability of R1(C2) over the patched "
+               f"layers L (the paper's Fig. 3; paper: >= 0.7 for 98 of 106 pairs) and its layer, the dominant "
+               f"hypothesis at each layer, and the same under the shuffled-position control. Role: tested (decides the "
+               f"claims) or positive control (the routed model).")
+    write_table(md, table_md, table_csv, caption=caption, csv_df=long)
+    with open(table_md, "a") as f:
+        f.write("\nPer model (mean [95% t interval] over replicates; a share counts every pair, a pair below the gate "
+                "as a failure here, while the claims bound its unknown outcome both ways; intervals clipped to [0, 1], "
+                "the range of a share):\n\n")
+        f.write(to_markdown(size_table(p, pairs)))
+        if len(oversight):
+            f.write(f"\n\nOversight: {p.inject_prompts} held-out stories asking for the {p.inject_key}, with an "
+                    "injected note asking for another attribute; the last-token state of one trusted story is patched "
+                    "in at the layer where the story's request-patching peaks (paper: 15.5% -> 97.5% on Pythia-12b); "
+                    "control: a trusted story asking another attribute.\n\n")
+            f.write(to_markdown(oversight))
+        f.write("\n")
+
+    figures.layer_profiles(sweep, pairs, fig_layers)
+    figures.training(hist, p.claims.gate_accuracy, fig_training)
+    figs = [fig_layers, fig_training]
+    if fig_oversight is not None:
+        figures.oversight(over, oversight, fig_oversight)
+        figs.append(fig_oversight)
+
+    claim_list = build_claims(p, pairs, oversight)
+    check_list = build_checks(pairs, read_parquet(val), read_parquet(test))
+    write_claims(claim_list, claims, paper=SLUG, scale=scale, scope=SCOPE, checks=check_list)
+    write_json(to_dict(p), params_json)
+    write_report(report_md, title=TITLE, scale=scale, what_was_run=what_was_run(p) + " " + outcome(p, pairs),
+                 table_md=table_md, figures=figs, claims=claim_list, checks=check_list, benchmarks=benchmarks,
+                 differences=differences(p), scope=SCOPE, verdicts_figure=verdicts)
+
+
+# ---- the report's prose, computed from the parameters and the run -----------------------------------
+def _describe_model(p: Params, name: str) -> str:
+    m = p.model(name)
+    if m.kv_window == 1:
+        attention = "plain attention"
+    elif m.value_layers == 0:
+        attention = f"keys mixed over {m.kv_window} positions, values not"
+    else:
+        blocks = "every block" if m.value_layers < 0 else f"the first {m.value_layers} blocks"
+        attention = f"keys mixed over {m.kv_window} positions, values too in {blocks}"
+    routed = ("; routed: in block 1 a request reads its own tokens alone, in blocks 2.. the context and not its "
+              "request") if m.routed else ""
+    return f"{name} ({m.n_layer} layers, width {m.n_embd}, {m.n_head} heads, {attention}{routed})"
+
+
+def what_was_run(p: Params) -> str:
+    t = p.train
+    tested = ", ".join(_describe_model(p, n) for n in p.tested_names)
+    control = ", ".join(_describe_model(p, n) for n in p.control_names)
+    copies = (f"with {t.copy_fraction:.0%} of each batch copy sequences (a list of {t.copy_length[0]}-{t.copy_length[1]} "
+              f"words written twice; {t.copy_separated:.0%} of them with a separator after each word)"
+              + (f", after a curriculum of {t.copy_warmup} steps on copy sequences alone" if t.copy_warmup else "")
+              if t.copy_fraction > 0 else "with no copy sequences")
+    return (f"Tested models: {tested}. Positive control: {control}. {p.seeds} seeds each, the seeds of one model "
+            f"trained side by side in one process, from scratch, until every task family passes the accuracy gate "
+            f"({p.claims.gate_accuracy} on {p.val_prompts} validation prompts per family, checked every "
+            f"{t.eval_every} steps; the validation prompts are drawn apart from the test prompts) or for at most "
+            f"{t.max_steps} steps (batch {t.batch_size}, AdamW lr {t.lr}, constant after {t.warmup} warmup steps) on "
+            f"{len(p.families)} ORION-style task famil{'y' if len(p.families) == 1 else 'ies'} "
+            f"({', '.join(p.families)}) whose entity names come from Debian's wamerican word list ({p.pool_size} words "
+            f"per pool), {copies}. Each training sequence asks 1-{t.max_requests} requests (at most a family's keys), "
+            f"the loss on their answers plus {t.lm_weight} x the next-token loss elsewhere. {_pretrained_sentence(p)}"
+            f"Test prompts ({p.test_prompts} per family) use held-out context wordings ({p.test_fraction:.0%} of the "
+            f"styles). Every model-task pair is analysed by request-patching at every layer (the residual stream at "
+            f"the last token of x2 = (C2, R2) overwritten by that of x1 = (C1, R1), {p.patch_pairs} pairs per family) "
+            f"and by the same patch from a random context position of x1 (the negative control).")
+
+
+def outcome(p: Params, pairs: pd.DataFrame) -> str:
+    """What the tested pairs past the gate show on the interior layers, and what the positive control shows."""
+    role = pairs.model.map(roles(p, pairs.model.unique()))
+    trained = pairs[pairs.model.isin(p.model_names)]
+    taken = trained.groupby(["model", "seed"]).gate_step.first()
+    text = [f"The seeds were taken at steps {int(taken.min())}-{int(taken.max())} of the cap of {p.train.max_steps} "
+            f"({int((taken < p.train.max_steps).sum())} of {len(taken)} before it)."] if len(taken) else []
+    for label, part in (("tested", pairs[role != CONTROL]), ("positive-control", pairs[role == CONTROL])):
+        gated = part[part.gated]
+        if gated.empty:
+            text.append(f"No {label} pair passed the gate, so no request-patching result describes such a model that "
+                        f"does its task.")
+            continue
+        interior = gated.profile.str.split(" > ").map(lambda layers: layers[1:-1])
+        unmoved = int(interior.map(lambda layers: bool(layers) and all(h == "R2(C2)" for h in layers)).sum())
+        peaks = ", ".join(f"{r.model}/{r.family} seed {r.seed}: {r.r1c2_max:.2g} at L = {r.r1c2_layer}"
+                          for r in gated.itertuples())
+        text.append(f"Of the {len(gated)} {label} pairs past the gate, {unmoved} keep R2(C2) dominant at every interior "
+                    f"layer (patching the last token does not move their request) and {int(gated.interior.sum())} show "
+                    f"the interior profile of claim (b); max_L p(R1(C2)) / p_clean per pair: {peaks}.")
+    return " ".join(text)
+
+
+def _pretrained_sentence(p: Params) -> str:
+    if not p.pretrained:
+        return "No pretrained LM was listed (orion.pretrained), so the injection experiment (claim (c)) is not measured. "
+    return ("Pretrained LMs analysed as they are: " + ", ".join(f"{m['name']} ({m['path']})" for m in p.pretrained)
+            + "; they read the prompts as text and are scored on the first token of each answer. ")
+
+
+def differences(p: Params) -> str:
+    """What differs from the paper, in words; the only numbers are this run's parameters."""
+    left_out = [f for f in ("code", "induction", "quantity", "translation") if f not in p.families]
+    windowed = [n for n in p.model_names if p.model(n).kv_window > 1]
+    return f"""\
+This is an analogue of the paper's study, not a replication on its models. The paper analyses 18 pretrained
+language models (GPT-2, Pythia, Falcon, Llama 2; 125M to 70B parameters) on its ORION prompts; no model weights
+can be downloaded here, so we train tiny transformers ({', '.join(_describe_model(p, n) for n in p.model_names)})
+on our own ORION-style tasks, and they are trained on the very task families they are then analysed on.
+Families. This run trains and analyses {', '.join(p.families)}{(f"; {', '.join(left_out)} are implemented "
+"(papers/orion/tasks.py) but left out") if left_out else ""}. Claims (a) and (b) presuppose that the last token's
+state is the only way the request reaches the answer after the patched layer: a model that reads the request's tokens
+again through a short value window around the last token (papers/orion/model.py, causal_window, kv_window with
+values mixed) bypasses the patch by construction, and the committed runs before issue 47 (windows over keys and
+values in every block) showed exactly that. Dated diagnostics (one seed each, issues 20 and 47): models without a
+value window learned the story family (this run's steps are under "What was run") but stayed near chance on code,
+induction and translation within the step budget, whose keys sit two or three tokens from their values and need the
+window; with it they learned all four, but their request is read around the patch. The default run therefore tests the family whose premise can hold:
+story, with models that mix no values (the premise gate checks it per pair: request tokens read through a value
+window after the patched layer must be 0; a model with such a window reads inconclusive, never "does not hold").
+Question answering over a story is also the task of the paper's fine-grained case study (on Pythia-2.8b). Other
+configurations may list more families and windowed models; the premise gate decides per run whether they can speak
+to the claims. Our story's attributes draw their values from separate pools (names, cities, jobs), as the paper's
+stories name characters, cities and occupations, so retrieval can find a value by its kind.
+{"Windowed models in this run: " + ", ".join(windowed) + "." if windowed else "No model of this run mixes keys or values over positions: plain causal attention, as in the paper's LMs."}
+The positive control. A routed model (model.routing_masks) has the same architecture and training, but in its
+first block a request's tokens attend to their own request alone (from the request's first token, which only
+requests use: papers/orion/tasks.py, request_markers), and in the blocks after it to the context and no token of
+their request; the request reaches the answer only through the last token's state after block 1, which holds nothing
+of the context, so request-patching at layer 1 gives R1(C2) in a model that does the task. Claims (a) and (b) count
+only where this control holds: it shows that the analysis, at this size and with these pairs, finds the
+decomposition where it is planted. (A first version masked only the blocks after the first; in a dated run of
+3 December 2026 its block 1 read the context as well, and patching its layer-1 state carried x1's answer, R1(C1), so
+it planted nothing and was replaced.)
+The accuracy gate and early stopping. Each seed trains until every family passes the gate on validation prompts
+drawn apart from the test prompts at {p.train.gate_records} consecutive checks, {p.train.eval_every} steps apart, and is
+taken there; the claims then require every tested pair to pass the same gate on the test prompts (a premise: a pair
+below it makes the claim inconclusive, never "does not hold"), and the step cap ({p.train.max_steps}) is set well
+beyond the steps the seeds need (the steps this run's seeds were taken at are under "What was run"), so that whether
+a seed learns does not depend on the CPU's floating-point path (issue 55).
+The seeds of one model train side by side in one process (their weights stacked; papers/orion/ensemble.py), the
+same computation as separate runs (a test checks it).
+Request-patching follows the official code: the residual stream after a block at the last token, normalised by
+the clean probability (ratio of means over pairs); we also draw pairs so that R2(C2), R1(C2) and R1(C1) are three
+different tokens (the official code allows collisions). The negative control is ours: the same patch taken from
+a context position of x1, which cannot carry the request.
+Prompt injection (claim (c)). The paper's models were never trained to obey injected notes but do; ours would
+follow a note only if trained to, which would make the experiment start at zero by design, so our models never
+see a note and claim (c) is measured only on pretrained LMs listed under orion.pretrained (a local Hugging Face
+directory; nothing is downloaded; full scale). They read our word-level prompts joined by spaces and are scored
+on the first token of each answer, with the residual stream patched after each block as in the official code.
+No pretrained weights ship with any package, so no default run includes one; the tests check that path on a tiny
+random GPT-2 against Hugging Face's own hidden states.
+"""
