@@ -9,7 +9,7 @@ import subprocess
 from smk import ROOT, full_scale_stand_ins, snakemake
 
 RULES = "".join(f.read_text() for f in (ROOT / "workflow" / "rules").glob("*.smk"))
-GPU_RULES = set(re.findall(r'^rule (\w+):(?:(?!^rule ).)*?job_resources\("gpu"\)', RULES, re.M | re.S))
+GPU_RULES = set(re.findall(r'^\s*rule (\w+):(?:(?!^\s*rule ).)*?job_resources\("gpu"\)', RULES, re.M | re.S))
 
 
 def _jobs(stdout: str) -> list[tuple[str, dict]]:

@@ -20,9 +20,9 @@ from smk import ROOT, full_scale_stand_ins, snakemake
 FAKE = ROOT / "tests" / "workflow" / "fake_slurm" / "fake_slurm.py"
 TOOLS = ("sbatch", "sacct", "squeue", "sacctmgr", "sshare", "sinfo", "scontrol", "scancel")
 RULES = "".join(f.read_text() for f in (ROOT / "workflow" / "rules").glob("*.smk"))
-GPU_RULES = set(re.findall(r'^rule (\w+):(?:(?!^rule ).)*?job_resources\("gpu"\)', RULES, re.M | re.S))
+GPU_RULES = set(re.findall(r'^\s*rule (\w+):(?:(?!^\s*rule ).)*?job_resources\("gpu"\)', RULES, re.M | re.S))
 KIND = {rule: kind for kind in ("light", "train", "gpu")
-        for rule in re.findall(rf'^rule (\w+):(?:(?!^rule ).)*?job_resources\("{kind}"\)', RULES, re.M | re.S)}
+        for rule in re.findall(rf'^\s*rule (\w+):(?:(?!^\s*rule ).)*?job_resources\("{kind}"[,)]', RULES, re.M | re.S)}
 
 
 def target_key(rule: str, wildcards: str) -> str:
@@ -71,7 +71,12 @@ def test_every_full_scale_job_reaches_slurm_as_the_profile_and_config_say(tmp_pa
     assert set(submitted) == set(jobs), (set(jobs) ^ set(submitted))
     assert all(len(calls) == 1 for calls in submitted.values())
 
-    kinds = yaml.safe_load((ROOT / "config" / "full.yaml").read_text())["resources"]
+    full = yaml.safe_load((ROOT / "config" / "full.yaml").read_text())
+    kinds = full["resources"]
+    # rules whose paper estimates its own jobs' wall time: job_resources(kind, runtime=config[paper][key])
+    own_runtime = {rule: full[paper][key] for rule, paper, key in re.findall(
+        r'^\s*rule (\w+):(?:(?!^\s*rule ).)*?job_resources\("\w+", runtime=config\["(\w+)"\]\["(\w+)"\]\)',
+        RULES, re.M | re.S)}
     slurm_profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.v8+.yaml").read_text())
     for key, calls in submitted.items():
         args = calls[0]
@@ -81,7 +86,8 @@ def test_every_full_scale_job_reaches_slurm_as_the_profile_and_config_say(tmp_pa
         assert not any(a in ("-A", "--account") or a.startswith("--account") for a in args), (key, flags)
         assert f"--cpus-per-task={kinds[kind]['threads']}" in args, (key, flags)  # not capped by a local `cores`
         assert args[args.index("--mem") + 1] == str(kinds[kind]["mem_mb"]), (key, flags)
-        assert args[args.index("-t") + 1] == str(kinds[kind]["runtime"]), (key, flags)
+        runtime = own_runtime.get(rule, kinds[kind]["runtime"])
+        assert args[args.index("-t") + 1] == str(runtime), (key, flags)
         wrapped = shlex.split(next(a for a in args if a.startswith("--wrap=")).split("=", 1)[1])
         assert wrapped[wrapped.index("--latency-wait") + 1] == str(slurm_profile["latency-wait"]), key
         if kind == "gpu":

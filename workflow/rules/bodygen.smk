@@ -53,8 +53,8 @@ rule bodygen_train:
         f"{BENCHMARKS}/bodygen/train/{{task}}/{{arm}}_{{seed}}.tsv"
     threads: res("train", "threads")
     resources:
-        # the config's estimate of one job's wall time (bodygen.train_minutes), growing with each retry
-        **{**job_resources("train"), "runtime": lambda wildcards, attempt: config["bodygen"]["train_minutes"] * attempt},
+        # the config's estimate of one job's wall time (bodygen.train_minutes), growing with each retry up to the cap
+        **job_resources("train", runtime=config["bodygen"]["train_minutes"]),
     conda:
         "../../envs/base.yaml"
     script:
