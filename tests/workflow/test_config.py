@@ -1,4 +1,6 @@
 """The configuration is validated at parse time: bad values stop the run before any job, naming the key."""
+import re
+
 import pytest
 
 from smk import ROOT, snakemake
@@ -51,7 +53,9 @@ def test_missing_key_is_named(tmp_path):
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".venv", ".git", "results", "logs", "benchmarks",
                                                                ".snakemake", "__pycache__", "tests"))
     cfg = copy / "config" / "config.yaml"
-    cfg.write_text(cfg.read_text().replace("  seeds: 10\n", "", 1))
+    text, removed = re.subn(r"(\nwelfare:\n(?:.*\n)*?)  seeds: \d+.*\n", r"\1", cfg.read_text(), count=1)
+    assert removed == 1
+    cfg.write_text(text)
     result = subprocess.run([SNAKEMAKE, "-n"], cwd=copy, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0
     assert "key 'welfare': 'seeds' is a required property" in result.stdout + result.stderr

@@ -9,8 +9,7 @@ ADAMANIP = f"{RESULTS}/adamanip"
 
 
 rule adamanip_prepare:
-    """Collect one seed's one-go and adaptive expert demonstrations (successes only) of every category; run the
-    random-primitive reference on the seed's evaluation episodes."""
+    """Collect one seed's one-go and adaptive expert demonstrations (successes only) of every category; run the random-primitive reference on the seed's evaluation episodes."""
     output:
         demos=f"{ADAMANIP}/prepare/demos_{{seed}}.npz",
         stats=f"{ADAMANIP}/prepare/demo_stats_{{seed}}.parquet",

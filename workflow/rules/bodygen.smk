@@ -30,8 +30,7 @@ rule bodygen_prepare:
 
 
 rule bodygen_train:
-    """Co-design with PPO: one arm (BodyGen, Transform2Act-style GNN, an ablation, the fixed body, a control) on one
-    task and seed."""
+    """Co-design with PPO: one arm (BodyGen, Transform2Act-style GNN, an ablation, the fixed body, a control) on one task and seed."""
     input:
         template=rules.bodygen_prepare.output.template,
     output:
@@ -62,8 +61,7 @@ rule bodygen_train:
 
 
 rule bodygen_credit:
-    """TCA against GAE on the design-only bandit (scripted gait, late design reward), every replicate, and the null
-    control (rewards independent of the design chosen)."""
+    """TCA against GAE on the design-only bandit (scripted gait, late design reward), every replicate, and the null control (rewards independent of the design chosen)."""
     output:
         curves=f"{BODYGEN}/credit/curves.parquet",
     params:

@@ -61,8 +61,7 @@ rule sam_late_train_sgd:
 
 
 rule sam_late_train_sam:
-    """At one condition and rho, every seed: SAM throughout and late SAM; clean labels at the main rho: early SAM and
-    the switch sweep too."""
+    """At one condition and rho, every seed: SAM throughout and late SAM; clean labels at the main rho: early SAM and the switch sweep too."""
     input:
         data=rules.sam_late_prepare.output.data,
         sgd=f"{SL}/train/{{labels}}/sgd/checkpoints.pt",
@@ -116,13 +115,12 @@ rule sam_late_train_adv:
         CALL
 
 
-def _sl_train(kind):
-    """The training outputs of `kind` (history, escape, checkpoints) of every job, in a fixed order."""
-    return [
-        *expand(f"{SL}/train/{{labels}}/sgd/{kind}", labels=SL_LABELS),
-        *[f"{SL}/train/{labels}/sam_rho{rho}/{kind}" for labels, rho in SL_SAM_JOBS],
-        f"{SL}/train/clean/adv/{kind}",
-    ]
+# The training outputs of `kind` (history, escape, checkpoints) of every job, in a fixed order.
+_sl_train = lambda kind: [  # noqa: E731 (a lambda: Snakemake's lint keeps functions out of rule files)
+    *expand(f"{SL}/train/{{labels}}/sgd/{kind}", labels=SL_LABELS),
+    *[f"{SL}/train/{labels}/sam_rho{rho}/{kind}" for labels, rho in SL_SAM_JOBS],
+    f"{SL}/train/clean/adv/{kind}",
+]
 
 
 rule sam_late_evaluate:

@@ -48,8 +48,7 @@ rule uv_sharpness_trajectories:
 
 
 rule uv_sharpness_sweep:
-    """Sweep the learning rate over the UV model's (f, Theta) map from one init (small or large): period, Lyapunov
-    exponent, late imbalance, orbit, per replicate (its own example, initial point and grid offset)."""
+    """Sweep the learning rate over the UV model's (f, Theta) map from one init (small or large): period, Lyapunov exponent, late imbalance, orbit, per replicate (its own example, initial point and grid offset)."""
     output:
         points=f"{UV}/train/sweep_points_{{init}}.parquet",
         orbits=f"{UV}/train/sweep_orbits_{{init}}.parquet",

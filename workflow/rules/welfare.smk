@@ -57,8 +57,7 @@ rule welfare_simulate:
 
 
 rule welfare_sweep:
-    """Simulate one policy at every point of the sweep over the theorems' conditions (N, K, f and g bounds), with its flat control;
-    keep per-seed slopes and rates, and the mean-welfare curves of the paper's population (for the crossing times)."""
+    """Simulate one policy at every point of the sweep over the theorems' conditions (N, K, f and g bounds), with its flat control; keep per-seed slopes and rates, and the mean-welfare curves of the paper's population (for the crossing times)."""
     output:
         metrics=f"{WELFARE}/sweep/{{policy}}.parquet",
         curves=f"{WELFARE}/sweep/{{policy}}_curves.parquet",
