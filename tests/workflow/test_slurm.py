@@ -67,7 +67,8 @@ def test_smoke_dag_through_slurm(cluster, smoke_runs, tmp_path):
     workdir = tmp_path / "slurm"
     workdir.mkdir()
     marker = tmp_path / "failed-once"
-    env = {**os.environ, "REPRO_FAIL_ONCE": f"{FAILING_RULE}:{marker}"}
+    # REPRO_FAKE_GPU: the GPU rule asks this CPU-only node for a GPU (profiles/ci-slurm), so its preflight is off
+    env = {**os.environ, "REPRO_FAIL_ONCE": f"{FAILING_RULE}:{marker}", "REPRO_FAKE_GPU": "1"}
     # timeout -k: with accounting off, a misconfigured plugin polls sacct forever; never hang CI.
     cmd = ["timeout", "-k", "10", "1500", SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
            "--profile", str(ROOT / "profiles" / "ci-slurm"),

@@ -45,10 +45,15 @@ def is_transient(error: BaseException) -> bool:
     return any(word in str(error) for word in TRANSIENT_WORDS)
 
 
+# A test cluster may ask SLURM for a GPU on a CPU-only node, to check that the request reaches sbatch
+# (tests/workflow/test_slurm.py sets this); the job then runs on the CPU.
+FAKE_GPU_ENV = "REPRO_FAKE_GPU"
+
+
 def check_gpu(resources) -> None:
     """A job that asks for a GPU stops at once if torch cannot see one (a CPU build, or no device)."""
     gpus = int(getattr(resources, "gpu", 0) or 0) if not isinstance(resources, Mapping) else int(resources.get("gpu", 0) or 0)
-    if gpus <= 0:
+    if gpus <= 0 or os.environ.get(FAKE_GPU_ENV) == "1":
         return
     import torch
 
