@@ -156,6 +156,11 @@ def test_bad_config_and_data_are_named(tmp_path):
         parse({"experts": {**SMALL_CFG["experts"], "names": ["clip", "det"]}})
     with pytest.raises(ValueError, match="eagle.arm_seeds.single"):
         parse({"seeds": 2, "arm_seeds": {"fusion": 1, "single": 3, "prealign": 1}})
+    with pytest.raises(ValueError, match="eagle.arm_seeds.fusion"):  # only the trained controls may be skipped
+        parse({"seeds": 2, "arm_seeds": {"fusion": 0, "single": 1, "prealign": 1}})
+    with pytest.raises(ValueError, match="eagle.arm_seeds.nope"):
+        parse({"seeds": 2, "arm_seeds": {"fusion": 1, "single": 1, "prealign": 1, "nope": 1}})
+    assert parse({"seeds": 2, "arm_seeds": {"fusion": 1, "single": 1, "prealign": 1, "blind": 0, "shuffled": 0}})
     with pytest.raises(ValueError, match="eagle.train.sft_steps"):
         parse({"train": {**SMALL_CFG["train"], "sft_steps": 3, "eval_every": 1}})
     with pytest.raises(FileNotFoundError, match="missing.npz"):
@@ -188,7 +193,7 @@ SMALL_CFG = {"seeds": 2, "arm_seeds": {"fusion": 1, "single": 2, "prealign": 1},
                          "temperature": 0.07},
              "lm": {"d_model": 8, "n_layer": 2, "n_head": 2, "pretrain_steps": 2, "batch": 4, "lr": 1e-3},
              "train": {"prealign_steps": 1, "align_steps": 1, "sft_steps": 4, "batch": 4, "align_lr": 1e-3,
-                       "sft_lr": 1e-3, "eval_every": 1}}
+                       "sft_lr": 1e-3, "eval_every": 1, "sft_schedule": "cosine", "warmup_ratio": 0.03}}
 
 
 def test_prepare_draws_only_the_chosen_digits_and_asks_the_test_canvases_twice(tmp_path):
@@ -255,7 +260,40 @@ def test_one_arm_end_to_end(tmp_path):
     # The seeds' groups: seed 0 trains every group, seed 1 the single experts only (and concat, always).
     assert T.seed_groups(p.arm_seeds, 0) == ("fusion", "single", "prealign") and T.seed_groups(p.arm_seeds, 1) == ("single",)
     names = [a["name"] for a in T.fixed_arms(["clip", "hires"], ("single",))]
-    assert names == ["fusion:concat", "single:clip", "single:hires", "control:blind_hires_experts"]
+    assert names == ["fusion:concat", "single:clip", "single:hires"]  # the trained controls are groups of their own
+    names = [a["name"] for a in T.fixed_arms(["clip", "hires"], ("prealign", "blind", "shuffled"))]
+    assert names == ["fusion:concat", "control:blind_hires_experts", "prealign:concat", "prealign_shuffled:concat"]
+    assert T.seed_groups({"fusion": 2, "single": 2, "prealign": 2, "blind": 0, "shuffled": 1}, 0) == (
+        "fusion", "single", "prealign", "shuffled")
+
+    # Claim b's ablation at test: the trained concat's rows with its non-CLIP experts fed noise equal the same weights
+    # run with noise inputs under the same random state, and the model's inputs come back.
+    model = T.build(T.arm("fusion:concat", ["clip", "hires", "det"]), pre, p)
+    torch.manual_seed(5)
+    blinded = T.blinded_at_test(model, splits, banks, 0.0, 0.0)
+    assert model.inputs == ["image", "image", "image"]
+    assert {r["arm"] for r in blinded} == {T.BLINDED} and {r["split"] for r in blinded} == {"test"}
+    model.inputs = ["image", "noise", "noise"]
+    torch.manual_seed(5)
+    by_hand = T.accuracy(model, splits["test"], banks["test"])
+    assert {r["kind"]: r["accuracy"] for r in blinded} == by_hand
+
+
+def test_lr_factor_is_llavas_warmup_and_cosine():
+    from papers.eagle.schedule import lr_factor
+
+    assert all(lr_factor(s, 50, "constant", 0.5) == 1.0 for s in range(50))
+    # 103 steps, warm-up ceil(0.03 x 103) = 4 steps: 1/4 .. 4/4, then 1/2 (1 + cos(pi k / 99)), k = 0 .. 98.
+    f = [lr_factor(s, 103, "cosine", 0.03) for s in range(103)]
+    assert f[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert f[4 + 33] == pytest.approx(0.5 * (1 + math.cos(math.pi / 3)))
+    assert f[-1] == pytest.approx(0.5 * (1 + math.cos(math.pi * 98 / 99))) and all(a >= b for a, b in zip(f[3:], f[4:]))
+    with pytest.raises(ValueError, match="eagle.train.sft_schedule"):
+        lr_factor(0, 10, "linear", 0.0)
+    with pytest.raises(ValueError, match="eagle.train.sft_schedule"):
+        parse({"train": {**SMALL_CFG["train"], "sft_schedule": "linear"}})
+    with pytest.raises(ValueError, match="eagle.train.warmup_ratio"):
+        parse({"train": {**SMALL_CFG["train"], "warmup_ratio": 1.0}})
 
 
 def test_region_mask_tiles_a_map_the_grid_does_not_divide():
@@ -312,3 +350,34 @@ def test_late_gain_and_the_gates_on_a_planted_table():
     assert claim_a(p, table(0.1)).verdict == "does not hold"  # every fusion 0.1 above concat
     stuck = claim_a(p, table(0.0, stuck=True))  # one fusion run never read the fine print
     assert stuck.verdict == "inconclusive" and "fine print" in stuck.note
+
+
+def test_claims_b_and_c_without_the_trained_controls():
+    # Default scale (eagle.arm_seeds blind = shuffled = 0): claim b's ablation is the mixture blinded at test, and
+    # claim c's null is reported as not run (its claim still decided on Pre-Alignment - joint).
+    import pandas as pd
+
+    from papers.eagle.params import BLINDED
+    from papers.eagle.report import claim_b, claim_c
+
+    p = parse({"seeds": 3, "arm_seeds": {"fusion": 3, "single": 3, "prealign": 3, "blind": 0, "shuffled": 0}})
+    # accuracy per (arm, kind): the mixture reads both digits, CLIP the big one, the high-res expert the small one,
+    # the blinded mixture only the big one; Pre-Alignment 0.05 above joint training.
+    acc = {"fusion:concat": (0.95, 0.9), "single:clip": (0.95, 0.25), "single:hires": (0.25, 0.9),
+           BLINDED: (0.9, 0.25), "prealign:concat": (1.0, 0.95)}
+    rows = []
+    for seed in range(3):
+        for arm, (g, f) in acc.items():
+            jitter = 0.002 * seed
+            for kind, a in (("global", g), ("fine", f), ("all", (g + f) / 2)):
+                rows.append({"arm": arm, "seed": seed, "split": "test", "kind": kind, "accuracy": a + jitter,
+                             "late_gain": 0.0, "visual_tokens": 16})
+            if arm != BLINDED:
+                rows.append({"arm": arm, "seed": seed, "split": "val", "kind": "fine", "accuracy": f,
+                             "late_gain": 0.0, "visual_tokens": 16})
+    df = pd.DataFrame(rows)
+    b = claim_b(p, df)
+    assert b.verdict == "holds" and b.control.kind == "ablation" and BLINDED in b.control.description
+    assert b.control.verdict == "does not hold"  # blinded: no gain over CLIP
+    c = claim_c(p, df)
+    assert c.verdict == "holds" and c.control.verdict == "not measured" and "not run" in c.control.description

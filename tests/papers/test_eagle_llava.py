@@ -59,7 +59,8 @@ def hf(tmp_path_factory):
     for name in ("train", "bench"):
         (root / f"{name}.json").write_text(json.dumps(recs))
     defaults = to_dict(Params())
-    cfg = {"seeds": 1, "arm_seeds": {"fusion": 1, "single": 1, "prealign": 1}, "data": defaults["data"],
+    cfg = {"seeds": 1, "arm_seeds": {"fusion": 1, "single": 1, "prealign": 1, "blind": 1, "shuffled": 1},
+           "data": defaults["data"],
            "experts": {**defaults["experts"], "names": ["clip", "hires", "det"]},
            "fusion": {"grid": 4, "hidden": 8, "deformable_points": 2},
            "train": {**defaults["train"], "prealign_steps": 1, "align_steps": 1, "sft_steps": 4, "batch": 2,

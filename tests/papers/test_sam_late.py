@@ -228,7 +228,7 @@ def test_schedule_follows_the_official_scripts():
 
 def _tiny(**kw):
     cfg = {"seeds": 1, "data": {"source": "digits", "train_size": 40, "test_size": 20}, "model": "mlp",
-           "hidden": [8], "epochs": 4, "late_epochs": 2, "batch_size": 10, "lr": 0.05, "momentum": 0.9,
+           "hidden": [8], "epochs": 4, "late_epochs": 2, "adv_late_epochs": 2, "batch_size": 10, "lr": 0.05, "momentum": 0.9,
            "lr_milestones": [], "augment": False, "rho": 0.3, "rhos": [0.3], "hessian_samples": 40,
            "interpolation_samples": 40, "escape_steps": 3, "attack": {"epsilon": 0.1, "step_size": 0.05, "steps": 2}}
     cfg.update(kw)
@@ -262,9 +262,20 @@ def test_a_late_arm_branched_from_the_sgd_checkpoint_equals_the_run_from_scratch
     at_switch.load_state_dict(sgd_ckpts["switch"]["model"])
     assert esc.switch_train_loss.iloc[0] == pytest.approx(evaluate(at_switch, t["x_train"], t["y_train"])[0])
     assert (esc.train_loss > 0).all()
-    # late arms keep the state one epoch before the end (the convergence premise of (e))
-    assert ("last_epoch" in ckpts) == arm.startswith("late")
-    assert ckpts.get("last_epoch", {"epoch": p.epochs - 1})["epoch"] == p.epochs - 1
+    # late arms keep the state halfway through their late phase (the convergence premise of (e))
+    assert ("midway" in ckpts) == arm.startswith("late")
+    assert ckpts.get("midway", {"epoch": p.epochs - 1})["epoch"] == p.epochs - 1  # 2 late epochs: the last one
+
+
+def test_late_adv_runs_its_own_length_from_a_switch_of_the_sweep():
+    p, t = _tiny(epochs=8, late_epochs=2, late_sweep=[4], adv_late_epochs=4)
+    assert p.adv_switch_epoch == 4 and p.switch_epoch == 6
+    assert [p.rule("late_adv", e) for e in (3, 4)] == ["sgd", "adv"] and p.rule("late_sam", 4) == "sgd"
+    _, _, sgd_ckpts = train(_net(), t, p, arm="sgd", rho=p.rho, seed=0)
+    h, _, ckpts = train(_net(), t, p, arm="late_adv", rho=p.rho, seed=0, start=sgd_ckpts[4])
+    assert list(h.rule) == ["adv"] * 4 and ckpts["midway"]["epoch"] == 6  # 2 of its 4 epochs still to run
+    with pytest.raises(ValueError, match="adv_late_epochs"):
+        parse({"epochs": 20, "late_epochs": 2, "late_sweep": [4], "adv_late_epochs": 6})
 
 
 def test_a_sweep_arm_branched_at_its_own_switch_equals_the_run_from_scratch():
@@ -330,8 +341,8 @@ def _arms(seeds, rho, loss, eig, robust, noise, rng):
                          "eig_1": eig[arm] * (1 + 0.02 * rng.normal()), "robust_acc": robust[arm] + 0.005 * rng.normal(),
                          "train_acc": 1.0, "distance": 1.0})
     m = pd.DataFrame(rows)
-    # one epoch before the end: as at the end (a converged arm) up to a tiny drift; (e)'s premise reads late AT's
-    m["robust_acc_last_epoch"] = m.robust_acc - 0.0005 * rng.normal(size=len(m))
+    # halfway through the late phase: as at the end (a converged arm) up to a tiny drift; (e)'s premise reads late AT's
+    m["robust_acc_midway"] = m.robust_acc - 0.0005 * rng.normal(size=len(m))
     return m
 
 
@@ -414,7 +425,7 @@ def test_claims_decide_on_seed_intervals_with_their_controls(sam_loss_gain):
 
 def test_late_arms_still_gaining_make_a_and_e_inconclusive_not_false():
     """The convergence gates: a sweep whose share still rises between its two longest switches, or late AT whose
-    robust share still rises over its last epoch, leaves (a) / (e) undecided even where the share misses 0.5."""
+    robust share still rises over the second half of its late phase, leaves (a) / (e) undecided even where the share misses 0.5."""
     from papers.sam_late.report import sam_late_claims
 
     rng = np.random.default_rng(2)
@@ -427,7 +438,8 @@ def test_late_arms_still_gaining_make_a_and_e_inconclusive_not_false():
               "late_adv": 0.32}
     m = _arms(10, 0.3, loss, eig, robust, noise=0.002, rng=rng)
     late_adv = m.arm == "late_adv"
-    m.loc[late_adv, "robust_acc_last_epoch"] = m.loc[late_adv, "robust_acc"] - 0.02  # +0.05 of the gap per epoch
+    # +0.1 of the gap over the second half of late AT's 10 epochs: 0.2 more over another 10
+    m.loc[late_adv, "robust_acc_midway"] = m.loc[late_adv, "robust_acc"] - 0.04
     fits = _fits(10, 0.97, 0.8, 0.05, rng)
     claims = {c.id: c for c in sam_late_claims(p, m, _switch_fit(10, 1.0), fits, _fits(10, 0.6, 0.7, 0.01, rng),
                                                fits, [0.0] * 10, [1.5] * 10, loss_rises=_rises(10, 0.05, 0.0, rng))}
@@ -436,7 +448,7 @@ def test_late_arms_still_gaining_make_a_and_e_inconclusive_not_false():
     # converged late arms with the same low shares: now the claims are decided, and fail
     m2 = m.copy()
     m2.loc[m2.arm == "late_sam_k40", ["test_loss", "eig_1"]] = m2.loc[m2.arm == "late_sam", ["test_loss", "eig_1"]].to_numpy()
-    m2.loc[late_adv, "robust_acc_last_epoch"] = m2.loc[late_adv, "robust_acc"]
+    m2.loc[late_adv, "robust_acc_midway"] = m2.loc[late_adv, "robust_acc"]
     decided = {c.id: c for c in sam_late_claims(p, m2, _switch_fit(10, 1.0), fits, _fits(10, 0.6, 0.7, 0.01, rng),
                                                 fits, [0.0] * 10, [1.5] * 10, loss_rises=_rises(10, 0.05, 0.0, rng))}
     assert decided["a"].verdict == "does not hold" and decided["e"].verdict == "does not hold"

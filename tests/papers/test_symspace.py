@@ -228,7 +228,7 @@ def test_angle_rule_solves_sectors_and_not_what_the_isometry_moves():
     # The unmoved tree's classes are angular sectors about the origin: the rule reads them off; after the isometry
     # the same rule, learned the same way, cannot.
     base = {"seeds": 1, "branching": 3, "depth": 4, "label_depth": 2, "edge_length": 1.0, "noise": 0.0,
-            "train_fraction": 0.5, "angle_bins": 36}
+            "train_fraction": 0.5, "angle_bins": 36, "planted_classes": 3}
     for shift, bound in ((0.0, lambda acc: acc == 1.0), (3.0, lambda acc: acc < 0.7)):
         tree = D.noisy_tree({**base, "root_shift": shift}, seed=0)
         tr, te = split(tree["labels"], 0.5, np.random.default_rng(0))
@@ -237,7 +237,7 @@ def test_angle_rule_solves_sectors_and_not_what_the_isometry_moves():
 
 def test_the_isometry_keeps_every_hyperbolic_distance():
     base = {"seeds": 1, "branching": 2, "depth": 4, "label_depth": 1, "edge_length": 1.0, "noise": 0.3,
-            "train_fraction": 0.5, "angle_bins": 8}
+            "train_fraction": 0.5, "angle_bins": 8, "planted_classes": 3}
     a, b = D.noisy_tree({**base, "root_shift": 0.0}, 4), D.noisy_tree({**base, "root_shift": 2.5}, 4)
     xa, xb = torch.as_tensor(a["points"]), torch.as_tensor(b["points"])
     da = geo.ball_distance(xa[:, None], xa[None])
@@ -274,19 +274,26 @@ def test_spdnet_heads_share_their_initial_backbone():
         L.SPDNet(5, 3, 4, generator(0), head="mlp")
 
 
-def _planted(effect: float, late: float = 0.0, replicates: int = 10) -> "pd.DataFrame":
-    """An accuracy table like the train stage's, with the Busemann head `effect` above the LogEig head."""
+def _planted(effect: float, late: float = 0.0, replicates: int = 10, half_effect: float | None = None,
+             controls: int | None = None) -> "pd.DataFrame":
+    """An accuracy table like the train stage's, with the Busemann head `effect` above the LogEig head (at the first
+    half's checkpoint `half_effect`, default the same); permuted-label controls on the first `controls` replicates."""
     import pandas as pd
 
     rng = np.random.default_rng(0)
+    half_effect = effect if half_effect is None else half_effect
     rows = []
     for task in ("eeg", "digits"):
         for r in range(replicates):
-            base = 0.6 + 0.05 * rng.normal()
-            for arm, v in (("spdnet_logeig_linear", base), ("spdnet_busemann_mlr", base + effect + 0.01 * rng.normal())):
-                rows.append({"task": task, "replicate": r, "arm": arm, "variant": "main", "test_acc": v, "late_gain": late})
-                rows.append({"task": task, "replicate": r, "arm": arm, "variant": "permuted_labels",
-                             "test_acc": 0.25 + 0.02 * rng.normal(), "late_gain": 0.0})
+            base, noise = 0.6 + 0.05 * rng.normal(), 0.01 * rng.normal()
+            for arm, v, h in (("spdnet_logeig_linear", base, base),
+                              ("spdnet_busemann_mlr", base + effect + noise, base + half_effect + noise)):
+                rows.append({"task": task, "replicate": r, "arm": arm, "variant": "main", "test_acc": v,
+                             "half_test_acc": h, "late_gain": late})
+                if controls is None or r < controls:
+                    rows.append({"task": task, "replicate": r, "arm": arm, "variant": "permuted_labels",
+                                 "test_acc": 0.25 + 0.02 * rng.normal(), "half_test_acc": float("nan"),
+                                 "late_gain": 0.0})
     return pd.DataFrame(rows)
 
 
@@ -298,6 +305,119 @@ def test_claim_b_finds_a_planted_gain_and_an_unconverged_arm_is_inconclusive():
     assert claim_b(p, _planted(-0.1)).verdict == "does not hold"
     stuck = claim_b(p, _planted(-0.1, late=0.2))  # an arm still rising on validation: the gate is unmet
     assert stuck.verdict == "inconclusive" and "every arm converged" in stuck.note
+    # The effect moves by 0.15 between the first half's checkpoint and the whole run's: unstable, inconclusive.
+    unstable = claim_b(p, _planted(0.1, half_effect=-0.05))
+    assert unstable.verdict == "inconclusive" and "stable across step counts" in unstable.note
+    # Controls on fewer replicates than the heads: the control pairs on the replicates it has.
+    fewer = claim_b(p, _planted(0.1, replicates=12, controls=4))
+    assert fewer.verdict == "holds" and fewer.control.evidence[0].replicates == 4
+
+
+def test_fit_returns_the_best_validation_checkpoint_per_replica():
+    from papers.symspace.train import accuracy, fit
+
+    rng = np.random.default_rng(2)
+    x = torch.as_tensor(rng.uniform(-0.6, 0.6, size=(3, 30, 2)))
+    y = torch.as_tensor((x[..., 0] > 0).long() + (x[..., 1] > 0).long())
+    xv = torch.as_tensor(rng.uniform(-0.6, 0.6, size=(3, 20, 2)))
+    yv = torch.as_tensor((xv[..., 0] > 0).long() + (xv[..., 1] > 0).long())
+    model = L.BallMLR(2, 3, "ganea", torch.Generator().manual_seed(0), replicas=3)
+    # a learning rate large enough that the validation accuracy moves about: the best point is not the last
+    model, curve = fit(model, x, y, steps=40, lr=0.3, val=(xv, yv), every=2, test=(xv, yv))
+    curve = np.asarray(curve)
+    np.testing.assert_allclose(accuracy(model, xv, yv), curve.max(0))  # restored to each replica's best
+    assert model.half_test is not None and np.all(np.asarray(model.half_test) <= curve.max(0) + 1e-12)
+    np.testing.assert_allclose(model.half_test, curve[:10].max(0))  # test = validation here: the first half's best
+
+
+def test_horocycle_bands_are_equal_and_bounded_by_horocycles():
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-0.5, 0.5, size=(90, 2))
+    labels = D.horocycle_bands(x, 3, np.random.default_rng(7))
+    assert np.bincount(labels).tolist() == [30, 30, 30]
+    # The same ideal point as the function draws: the labels are ordered by the Busemann function (horocycle bands).
+    phi = np.random.default_rng(7).uniform(0, 2 * np.pi)
+    omega = np.array([np.cos(phi), np.sin(phi)])
+    b = np.log(((x - omega) ** 2).sum(1) / (1 - (x * x).sum(1)))
+    assert np.all(np.diff(labels[np.argsort(b)]) >= 0)
+
+
+def test_spread_event_keeps_the_excess_power_but_no_window_stands_out():
+    from scipy.linalg import eigh
+
+    e = {"subjects": 1, "channels": 4, "classes": 2, "trials_per_class": 200, "windows": 4, "samples": 64,
+         "power_spread": 0.0, "class_gain": 5.0, "session_shift": 0.0, "noise": 0.0, "shrink": 0.0}
+    for event in ("window", "spread"):
+        s = D.eeg_like(e, 0, event=event)[0]["train"]
+        tok, lab = s["tokens"], s["labels"]
+        # Trial-mean covariances of the two classes: A D0 A^T and A D1 A^T with D0 = diag(r, 1, ..), D1 = diag(1, r,
+        # ..), r = 1 + (gain - 1) / windows = 2 in both settings: generalised eigenvalues 1/2, 1, 1, 2.
+        c0, c1 = tok[lab == 0].mean(axis=(0, 1)), tok[lab == 1].mean(axis=(0, 1))
+        np.testing.assert_allclose(eigh(c0, c1, eigvals_only=True), [0.5, 1, 1, 2], rtol=0.08)
+        # The largest window's power over the trial's mean: the event window stands out, spread power does not.
+        trace = np.trace(tok[lab == 0], axis1=-2, axis2=-1)
+        peak = (trace.max(1) / trace.mean(1)).mean()
+        assert (peak > 1.3) if event == "window" else (peak < 1.15)
+
+
+def _tree_table(effect: float, planted_effect: float, seeds: int = 20) -> "pd.DataFrame":
+    """A tree accuracy table like the tree stage's: the Busemann head `effect` above Ganea's, on the horocycle bands
+    `planted_effect`; an untrained head near chance; the Euclidean head far above both (context only)."""
+    import pandas as pd
+
+    rng = np.random.default_rng(1)
+    rows = []
+    for r in range(seeds):
+        base = 0.8 + 0.03 * rng.normal()
+        for task, arm, variant, v in (("tree", "ganea_mlr", "main", base),
+                                      ("tree", "busemann_mlr", "main", base + effect + 0.01 * rng.normal()),
+                                      ("tree", "euclidean_mlr", "main", 0.99),
+                                      ("tree", "busemann_mlr", "untrained", 0.11 + 0.02 * rng.normal()),
+                                      ("tree", "angle_rule", "main", 0.5),
+                                      ("tree_horocycle", "ganea_mlr", "main", base),
+                                      ("tree_horocycle", "busemann_mlr", "main",
+                                       base + planted_effect + 0.01 * rng.normal())):
+            rows.append({"task": task, "replicate": r, "arm": arm, "variant": variant, "test_acc": v,
+                         "half_test_acc": v, "late_gain": -0.01, "chance": 1 / 9})
+    return pd.DataFrame(rows)
+
+
+def test_claim_d_decides_against_ganea_with_a_planted_positive_control():
+    from papers.symspace.report import claim_d
+
+    p = parse(to_dict(Params()))
+    on_par = claim_d(p, _tree_table(0.0, 0.1))
+    # non-inferior to Ganea's head although the Euclidean head (context) is far above
+    assert on_par.verdict == "holds" and on_par.control.verdict == "does not hold"
+    assert claim_d(p, _tree_table(-0.1, 0.1)).verdict == "does not hold"
+    # the Busemann head loses even on its own horocycle bands: the analysis cannot be trusted, inconclusive
+    assert claim_d(p, _tree_table(-0.1, -0.1)).verdict == "inconclusive"
+
+
+def test_claim_e_is_decided_where_no_window_stands_out_with_the_planted_window_as_positive_control():
+    import pandas as pd
+
+    from papers.symspace.report import claim_e
+
+    def table(spread_effect, planted_effect, seeds=8):
+        rng = np.random.default_rng(4)
+        rows = []
+        for r in range(seeds):
+            base = 0.5 + 0.03 * rng.normal()
+            for task, effect in (("eeg_spread", spread_effect), ("eeg_planted", planted_effect)):
+                for arm, variant, v in (("no_attention", "main", base),
+                                        ("attention", "main", base + effect + 0.01 * rng.normal()),
+                                        ("attention", "untrained", 0.25 + 0.02 * rng.normal())):
+                    rows.append({"task": task, "replicate": r, "arm": arm, "variant": variant, "test_acc": v,
+                                 "half_test_acc": v, "late_gain": -0.01, "chance": 0.25})
+        return pd.DataFrame(rows)
+
+    p = parse(to_dict(Params()))
+    tied = claim_e(p, table(0.0, 0.3))
+    assert tied.verdict == "holds" and tied.control.verdict == "does not hold"
+    assert tied.positive_control.verdict == "holds"
+    assert claim_e(p, table(-0.1, 0.3)).verdict == "does not hold"
+    assert claim_e(p, table(0.0, 0.0)).verdict == "inconclusive"  # the layer finds no planted window
 
 
 def test_convergence_gate_reads_each_arm_not_its_noisiest_run():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,3 +37,20 @@ def full_scale_stand_ins(workdir: Path) -> None:
     for file in FULL_SCALE_DATA["files"]:
         (workdir / file).parent.mkdir(parents=True, exist_ok=True)
         (workdir / file).touch()
+
+
+# The rules as written in workflow/rules/*.smk, read without running Snakemake.
+RULES_TEXT = "".join(f.read_text() for f in sorted((ROOT / "workflow" / "rules").glob("*.smk")))
+_RULE_BLOCK = r'^\s*rule (\w+):(?:(?!^\s*rule ).)*?'
+
+
+def rule_kinds() -> dict[str, str]:
+    """{rule: the kind of job it declares (light, train, gpu)}: job_resources("<kind>"[, runtime=...])."""
+    return {rule: kind for kind in ("light", "train", "gpu")
+            for rule in re.findall(_RULE_BLOCK + rf'job_resources\("{kind}"[,)]', RULES_TEXT, re.M | re.S)}
+
+
+def stage_rules() -> dict[str, str]:
+    """{rule: the stage function it calls (params.call)} of every rule that runs a paper's code."""
+    return dict(re.findall(_RULE_BLOCK + r'call="([\w.:]+)"', RULES_TEXT, re.M | re.S))
+

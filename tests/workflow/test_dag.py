@@ -50,8 +50,8 @@ FANNED_OUT = {
     "orion_evaluate": (2, 2, 4),  # one per model
     "profilebfn_train": (1, 3, 5),  # one per training seed
     "profilebfn_evaluate": (1, 3, 5),  # one per training seed (every arm and family inside)
-    "symspace_train": (1, 8, 5),  # one per seed (both heads, the attention pair and their controls inside)
-    "eagle_train": (1, 4, 5),  # one per seed (the arms of the seed's groups inside; round-robin with three experts)
+    "symspace_train": (1, 8, 5),  # one per seed (claim b's heads on its share of head_seeds, the attention pairs)
+    "eagle_train": (1, 3, 5),  # one per seed (the arms of the seed's groups inside; round-robin with three experts)
     "infoprop_prepare": (1, 5, 5),  # one per seed
     "infoprop_train": (1, 5, 5),  # one per seed
     "infoprop_evaluate": (1, 5, 5),  # one per seed (every propagation scheme inside)

@@ -3,12 +3,12 @@
 
 The submission path is the same for every paper (one group job per paper, resources from
 job_resources in common.smk), so the papers below stand for all of them: the one whose rule is made
-to fail, the one with the GPU rule, and one that trains a torch model on packaged data. What each
+to fail, the one whose rule is given the test node's fake GPU, and one that trains a torch model on packaged data. What each
 paper's rules ask SLURM for is checked for every rule by tests/workflow/test_cluster_resources.py,
 and every paper's smoke DAG runs locally in test_dag.py.
 
-Checked: the run completes and its tables equal the local run's; a GPU rule reaches SLURM with a
-GPU request; a job that fails once is retried and the run completes. The cluster is brought down
+Checked: the run completes and its tables equal the local run's; a GPU request reaches SLURM for the
+rule given one (which rules use CUDA is tested by behaviour in test_gpu_routing.py); a job that fails once is retried and the run completes. The cluster is brought down
 even when the test fails. Needs root (munge and slurmd), as in CI.
 """
 import os
@@ -19,7 +19,7 @@ import pytest
 from smk import ROOT, SNAKEMAKE, snakemake
 
 SLURM = ROOT / "scripts" / "slurm-local.sh"
-GPU_RULE = "uv_sharpness_train_mlp"  # profiles/ci-slurm gives it the fake GPU
+GPU_RULE = "uv_sharpness_train_mlp"  # profiles/ci-slurm gives it the fake GPU: any rule would do
 FAILING_RULE = "welfare_prepare"
 SLURM_PAPERS = ["welfare", "uv_sharpness", "sam_late"]
 

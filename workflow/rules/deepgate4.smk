@@ -72,9 +72,9 @@ rule deepgate4_evaluate:
         f"{LOGS}/deepgate4/evaluate/metrics.log",
     benchmark:
         f"{BENCHMARKS}/deepgate4/evaluate/metrics.tsv"
-    threads: res("light", "threads")
+    threads: res("gpu", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -67,9 +67,9 @@ rule eagle_train:
         f"{LOGS}/eagle/train/accuracies_{{seed}}.log",
     benchmark:
         f"{BENCHMARKS}/eagle/train/accuracies_{{seed}}.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:

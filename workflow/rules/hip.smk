@@ -71,9 +71,9 @@ rule hip_evaluate:
         f"{LOGS}/hip/evaluate/seed_{{seed}}.log",
     benchmark:
         f"{BENCHMARKS}/hip/evaluate/seed_{{seed}}.tsv"
-    threads: res("light", "threads")
+    threads: res("gpu", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("gpu"),
     conda:
         "../../envs/base.yaml"
     script:

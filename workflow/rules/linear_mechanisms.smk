@@ -90,9 +90,9 @@ rule linear_mechanisms_nonlinear:
         f"{LOGS}/linear_mechanisms/train/nonlinear_seed{{seed}}.log",
     benchmark:
         f"{BENCHMARKS}/linear_mechanisms/train/nonlinear_seed{{seed}}.tsv"
-    threads: res("gpu", "threads")
+    threads: res("train", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("train"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -55,9 +55,9 @@ rule orion_train:
         f"{BENCHMARKS}/orion/train/{{model}}.tsv"
     wildcard_constraints:
         model="|".join(ORION_MODELS),
-    threads: res("gpu", "threads")
+    threads: res("train", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("train"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -51,9 +51,9 @@ if SBDD_LM:
             f"{LOGS}/sbdd_vs/train/lm.log",
         benchmark:
             f"{BENCHMARKS}/sbdd_vs/train/lm.tsv"
-        threads: res("gpu", "threads")
+        threads: res("train", "threads")
         resources:
-            **job_resources("gpu"),
+            **job_resources("train"),
         conda:
             "../../envs/base.yaml"
         script:

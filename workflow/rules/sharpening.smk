@@ -68,9 +68,9 @@ rule sharpening_pretrain:
         f"{LOGS}/sharpening/train/base.log",
     benchmark:
         f"{BENCHMARKS}/sharpening/train/base.tsv"
-    threads: res("gpu", "threads")
+    threads: res("train", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -94,9 +94,9 @@ rule sharpening_sharpen:
         f"{BENCHMARKS}/sharpening/train/sharpen_{{method}}.tsv"
     wildcard_constraints:
         method="|".join(SHARPENING_METHODS),
-    threads: res("gpu", "threads")
+    threads: res("train", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("train"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -1,7 +1,8 @@
 # P4 symspace: neural networks on SPD manifolds and the Poincare ball from the Busemann point-to-hyperplane distance.
 # prepare (EEG-like covariances or the user's EEG, digits region covariances, noisy trees) -> train (one job per
-# seed: both heads on the shared BiMap/ReEig backbone, the attention pair, their controls, on the SPD tasks) and tree
-# (one job: the ball heads and the angle rule on every tree seed) -> evaluate (accuracies gathered; the closed forms
+# seed: both heads on the shared BiMap/ReEig backbone on the head seeds dealt to it, the attention pair on the spread
+# and planted EEG settings, their controls) and tree (one job: the ball heads from several initialisations, the angle
+# rule and the horocycle-band positive control on every tree seed) -> evaluate (accuracies gathered; the closed forms
 # checked against their limits) -> report.
 # Code: workflow/papers/symspace/ (data.py, stages.py and report.py hold the functions these rules call).
 
@@ -9,7 +10,7 @@ SYMSPACE = f"{RESULTS}/symspace"
 
 
 rule symspace_prepare:
-    """Generate every seed's EEG-like subjects (or read the user's EEG data sets), every tree seed's noisy tree, and the digits' region covariances."""
+    """Generate every seed's EEG-like subjects (event in one window, and spread over every window; or read the user's EEG data sets), every tree seed's noisy tree, and the digits' region covariances."""
     output:
         data=f"{SYMSPACE}/prepare/data.pkl",
     params:
@@ -29,7 +30,7 @@ rule symspace_prepare:
 
 
 rule symspace_train:
-    """Train both heads on the shared BiMap/ReEig backbone and the attention pair, with their controls, on one seed's SPD tasks."""
+    """Train both heads on the shared BiMap/ReEig backbone on this job's head seeds, and the attention pair on this seed's EEG settings, with their controls."""
     input:
         data=rules.symspace_prepare.output.data,
     output:
@@ -52,7 +53,7 @@ rule symspace_train:
 
 
 rule symspace_tree:
-    """Train the three ball heads (and the Busemann head on permuted labels) and fit the angle rule on every tree seed."""
+    """Train the three ball heads from several initialisations each (and the two hyperbolic heads on horocycle bands, the positive control) and fit the angle rule on every tree seed."""
     input:
         data=rules.symspace_prepare.output.data,
     output:

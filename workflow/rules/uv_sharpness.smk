@@ -88,9 +88,9 @@ rule uv_sharpness_train_mlp:
         f"{BENCHMARKS}/uv_sharpness/train/mlp_lr{{lr}}_seed{{seed}}.tsv"
     wildcard_constraints:
         lr="|".join(str(lr) for lr in UV_CFG["mlp"]["learning_rates"]),
-    threads: res("gpu", "threads")
+    threads: res("train", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("train"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from papers.common.cuda_probe import probe_if_asked
 from papers.common.params import StageConfig
 
 log = logging.getLogger("papers")
@@ -174,7 +175,8 @@ def run_stage(smk) -> None:
             log.info("rule %s: %s(%s)", smk.rule, target, ", ".join(sorted(kwargs)))
             _fail_once(smk.rule)
             start = time.perf_counter()
-            func(**kwargs)
+            with probe_if_asked(smk.rule):  # off unless REPRO_CUDA_PROBE is set (tests/workflow/test_gpu_routing.py)
+                func(**kwargs)
         except Exception as e:
             if marker is not None and not is_transient(e) and not str(e).startswith(f"{FAIL_ONCE_ENV}:"):
                 marker.write_text(f"{type(e).__name__}: {e}\n")

@@ -39,6 +39,7 @@ from torch import nn
 from papers.common.hf import model_dir
 from papers.eagle import fusion as Fu
 from papers.eagle.params import full_scale
+from papers.eagle.schedule import lr_factor
 from papers.eagle.train import prealigned
 
 log = logging.getLogger(__name__)
@@ -308,12 +309,16 @@ def record_correct(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def fit(model: HFMLLM, records: list[dict], tokenizer, *, steps: int, batch: int, lr: float, max_tokens: int,
-        rng: np.random.Generator, shuffle_images: bool = False) -> float:
-    """`steps` Adam steps on the answers' cross-entropy, over the parameters that require grad; the last loss."""
+        rng: np.random.Generator, shuffle_images: bool = False, schedule: str = "constant",
+        warmup: float = 0.0) -> float:
+    """`steps` Adam steps on the answers' cross-entropy, over the parameters that require grad, the learning rate
+    `lr` times papers.eagle.train.lr_factor (`schedule`, `warmup`); the last loss."""
     params = [q for q in model.parameters() if q.requires_grad]
     opt = torch.optim.Adam(params, lr=lr)
     loss = torch.tensor(float("nan"))
-    for _ in range(steps):
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = lr * lr_factor(step, steps, schedule, warmup)
         i = rng.integers(0, len(records), batch)
         j = rng.integers(0, len(records), batch) if shuffle_images else i  # control: another record's image
         out, _ = model([records[k]["image"] for k in j], collate([records[k] for k in i], tokenizer, max_tokens))
@@ -392,7 +397,8 @@ def run_arm(arm: dict, splits: dict, p, rng: np.random.Generator, device="cpu") 
     set_trainable(model, towers=True, fusion=True, lm=True)  # stage 2: SFT
     memory = static_memory_gb(model)
     log.info("%s: weights, gradients and Adam state of SFT %.1f GB (activations on top)", arm["name"], memory)
-    loss = fit(model, splits["train"], tok, steps=t["sft_steps"], batch=t["batch"], lr=t["sft_lr"], max_tokens=n, rng=rng)
+    loss = fit(model, splits["train"], tok, steps=t["sft_steps"], batch=t["batch"], lr=t["sft_lr"], max_tokens=n, rng=rng,
+               schedule=t["sft_schedule"], warmup=t["warmup_ratio"])
     rows = []
     for split in ("val", "test"):
         for kind, acc in accuracy(model, splits[split], tok, n).items():

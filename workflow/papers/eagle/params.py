@@ -8,6 +8,12 @@ from papers.common.params import ALL, for_stage, from_config
 SLUG = "eagle"
 EXPERTS = ("clip", "hires", "det")  # the low-res contrastive, high-res reading and localisation experts
 FUSIONS = ("concat", "sequence_append", "llava_hr", "mini_gemini", "deformable")
+# The groups of arms (eagle.arm_seeds); the trained controls may train on no seed.
+ARM_GROUPS = ("fusion", "single", "prealign", "blind", "shuffled")
+OPTIONAL_GROUPS = ("blind", "shuffled")
+# The arms of the controls: claim (b)'s trained ablation (group blind), the trained mixture blinded at test (its
+# stand-in, papers.eagle.train.blinded_at_test), claim (c)'s null (group shuffled).
+BLIND, BLINDED, SHUFFLED = "control:blind_hires_experts", "control:hires_noise_at_test", "prealign_shuffled:concat"
 
 
 @dataclass(frozen=True)
@@ -16,9 +22,12 @@ class Params:
 
     seeds: int = 4  # independent replicates: canvases and every arm's initialisation and batches
     # Seeds (the first n of `seeds`) on which each group of arms trains: the fusions of claim (a), the single
-    # experts and the blinded mixture of claim (b), Pre-Alignment and its shuffled control of claim (c); the channel
+    # experts of claim (b), Pre-Alignment of claim (c), and two trained controls that may be skipped (0): blind, the
+    # mixture with its non-CLIP experts fed noise throughout training (claim b's ablation; without it the trained
+    # mixture blinded at test stands in), shuffled, Pre-Alignment on shuffled pairs (claim c's null); the channel
     # concatenation trains on every seed (every claim pairs with it).
-    arm_seeds: dict = field(default_factory=lambda: {"fusion": 4, "single": 3, "prealign": 3})
+    arm_seeds: dict = field(default_factory=lambda: {"fusion": 3, "single": 3, "prealign": 3, "blind": 0,
+                                                     "shuffled": 0})
     # Canvases per split and seed; the question kinds asked of each canvas; the digit classes drawn
     # (0 .. digit_classes - 1); share of the digit images held out for val/test canvases; an .npz of digits
     # (images (N, 8, 8), labels) instead of sklearn's (null).
@@ -39,9 +48,12 @@ class Params:
     fusion: dict = field(default_factory=lambda: {"grid": 4, "hidden": 64, "deformable_points": 4})
     # Training of each arm: Pre-Alignment steps per expert, stage-1 (alignment) and stage-2 (SFT) steps,
     # batch, learning rates (a tower's lower layers stay frozen throughout; its last layer trains in
-    # Pre-Alignment and SFT); validation accuracy every eval_every SFT steps (the convergence gate's curve).
+    # Pre-Alignment and SFT); validation accuracy every eval_every SFT steps (the convergence gate's curve); SFT's
+    # learning-rate schedule (constant, or cosine after a linear warm-up over warmup_ratio of its steps:
+    # papers.eagle.schedule).
     train: dict = field(default_factory=lambda: {"prealign_steps": 30, "align_steps": 30, "sft_steps": 360,
-                                                 "batch": 96, "align_lr": 3.0e-3, "sft_lr": 3.0e-3, "eval_every": 45})
+                                                 "batch": 96, "align_lr": 3.0e-3, "sft_lr": 3.0e-3, "eval_every": 45,
+                                                 "sft_schedule": "constant", "warmup_ratio": 0.0})
     # Full scale (papers.eagle.llava): LLaVA-style train / val / test JSON files and their image folder, the
     # three experts' and the LM's local Hugging Face directories; null everywhere = the synthetic canvases. Each
     # expert's input side (null = its config's image_size), the hidden state read from a ViT expert (LLaVA: -2),
@@ -69,12 +81,19 @@ class Params:
             raise ValueError(f"eagle.experts.names must be distinct experts of {list(EXPERTS)} including clip and "
                              f"hires, got {names}")
         for group, n in self.arm_seeds.items():
-            if not 1 <= n <= self.seeds:
-                raise ValueError(f"eagle.arm_seeds.{group} must be in 1 .. eagle.seeds ({self.seeds}), got {n}")
+            if group not in ARM_GROUPS:
+                raise ValueError(f"eagle.arm_seeds.{group}: unknown group (known: {', '.join(ARM_GROUPS)})")
+            low = 0 if group in OPTIONAL_GROUPS else 1
+            if not low <= n <= self.seeds:
+                raise ValueError(f"eagle.arm_seeds.{group} must be in {low} .. eagle.seeds ({self.seeds}), got {n}")
         if self.train["eval_every"] * 4 > self.train["sft_steps"]:
             raise ValueError(f"eagle.train.sft_steps ({self.train['sft_steps']}) must be at least 4 x "
                              f"eagle.train.eval_every ({self.train['eval_every']}): the convergence gate compares the "
                              "last quarter of the validation curve with the rest")
+        if self.train["sft_schedule"] not in ("constant", "cosine"):
+            raise ValueError(f"eagle.train.sft_schedule must be constant or cosine, got {self.train['sft_schedule']!r}")
+        if not 0 <= self.train["warmup_ratio"] < 1:
+            raise ValueError(f"eagle.train.warmup_ratio must be in [0, 1), got {self.train['warmup_ratio']}")
         if not 2 <= d["digit_classes"] <= 10:
             raise ValueError(f"eagle.data.digit_classes must be in 2 .. 10, got {d['digit_classes']}")
         if not 0 < d["heldout_fraction"] < 1:

@@ -11,7 +11,8 @@ from papers.common.params import to_dict
 from papers.common.plotting import savefig, subplots
 from papers.common.report import job_times, write_report
 from papers.common.tables import mean_std, write_table
-from papers.eagle.params import FUSIONS, SLUG, full_scale, parse
+from papers.eagle.params import BLIND, BLINDED, FUSIONS, OPTIONAL_GROUPS, SHUFFLED, SLUG, full_scale, parse
+from papers.eagle.schedule import lr_factor
 
 TITLE = "P8 eagle: Eagle, a mixture of vision encoders for multimodal LLMs (channel concatenation, Pre-Alignment)"
 NO_POSITIVE = ("a direct comparison of trained arms' answer accuracies on the same held-out questions: no estimator "
@@ -98,7 +99,8 @@ def claim_b(p, df: pd.DataFrame) -> Claim:
     thr, tol = p.claims["gain_threshold"], p.claims["convergence_tol"]
     experts = list(p.experts["names"])
     singles = [f"single:{e}" for e in experts]
-    seeds = seeds_of(df, "fusion:concat", "control:blind_hires_experts", *singles)
+    trained_blind = [BLIND] if BLIND in set(df.arm) else []
+    seeds = seeds_of(df, "fusion:concat", *singles)
 
     def beats_singles(mix_arm):
         mix = per_seed(df, mix_arm, seeds=seeds)
@@ -122,31 +124,51 @@ def claim_b(p, df: pd.DataFrame) -> Claim:
         f"paired-by-seed t intervals over {len(seeds)} seeds: concat - each single expert > {thr:g} (test accuracy), "
         f"and its gain over CLIP on fine-detail questions minus its gain on global questions > {thr:g}",
         beats_singles("fusion:concat"),
-        Control("ablation: the same concatenation with the non-CLIP experts fed Gaussian noise instead of the canvas "
-                "(their visual information removed, the architecture, parameters and training kept), same criterion",
-                beats_singles("control:blind_hires_experts"), kind="ablation"),
+        _ablation_b(df, beats_singles),
         threshold_source=convention("a sign: the paper reports the mixture above every single expert"),
-        premise=[converged_gate(df, ["fusion:concat", "control:blind_hires_experts", *singles], seeds, tol),
+        premise=[converged_gate(df, ["fusion:concat", *singles, *trained_blind], seeds, tol),
                  fine_gate(df, ["fusion:concat"], seeds, p.claims["fine_gate"])],
         no_positive_control=NO_POSITIVE)
 
 
+def _ablation_b(df: pd.DataFrame, beats_singles) -> Control:
+    """Claim (b)'s ablation: the mixture trained with its non-CLIP experts fed noise (group blind) where it ran,
+    else the trained mixture asked the test questions with them fed noise (papers.eagle.train.blinded_at_test)."""
+    if BLIND in set(df.arm):
+        return Control("ablation: the same concatenation with the non-CLIP experts fed Gaussian noise instead of the "
+                       "canvas (their visual information removed, the architecture, parameters and training kept), "
+                       "same criterion", beats_singles(BLIND), kind="ablation")
+    return Control(f"ablation ({BLINDED}): the trained concatenation asked the same test questions with its "
+                   "non-CLIP experts fed Gaussian noise instead of the canvas (their visual information removed at "
+                   "test, its weights and CLIP expert kept; the mixture trained blind, group blind, is not run at "
+                   "this scale), same criterion", beats_singles(BLINDED), kind="ablation")
+
+
 def claim_c(p, df: pd.DataFrame) -> Claim:
     thr, tol = p.claims["gain_threshold"], p.claims["convergence_tol"]
-    arms = ["fusion:concat", "prealign:concat", "prealign_shuffled:concat"]
+    shuffled_ran = SHUFFLED in set(df.arm)
+    arms = ["fusion:concat", "prealign:concat", *([SHUFFLED] if shuffled_ran else [])]
     seeds = seeds_of(df, *arms)
-    concat, pre, shuffled = (per_seed(df, a, seeds=seeds) for a in arms)
+    concat, pre = (per_seed(df, a, seeds=seeds) for a in arms[:2])
+    measured = {"test acc concat": float(concat.mean()), "test acc concat + Pre-Alignment": float(pre.mean())}
+    if shuffled_ran:
+        shuffled = per_seed(df, SHUFFLED, seeds=seeds)
+        measured["test acc concat + shuffled Pre-Alignment"] = float(shuffled.mean())
+        control = Control("Pre-Alignment on shuffled (question, canvas) pairs: the same extra steps without any "
+                          "alignment of image and text",
+                          paired_test(shuffled, concat, threshold=thr, name="shuffled prealign - joint"), kind="null")
+    else:
+        control = Control("not run at this scale (eagle.arm_seeds.shuffled = 0: its three trainings do not fit the "
+                          "time budget beside converged arms of every claim): Pre-Alignment on shuffled (question, "
+                          "canvas) pairs, the same extra steps without any alignment of image and text", kind="null")
     return Claim(
         "c", "Pre-Alignment improves the mixture over joint training alone",
         "Pre-Alignment study (Sec. 2.5): pre-aligning each non-CLIP expert with the frozen LM improves the mixture",
-        {"test acc concat": float(concat.mean()), "test acc concat + Pre-Alignment": float(pre.mean()),
-         "test acc concat + shuffled Pre-Alignment": float(shuffled.mean())},
+        measured,
         f"paired-by-seed t interval over {len(seeds)} seeds of test accuracy (Pre-Alignment - the same pipeline "
         f"without it: the ablation) > {thr:g}",
         paired_test(pre, concat, threshold=thr, name="prealign - joint"),
-        Control("Pre-Alignment on shuffled (question, canvas) pairs: the same extra steps without any alignment "
-                "of image and text", paired_test(shuffled, concat, threshold=thr, name="shuffled prealign - joint"),
-                kind="null"),
+        control,
         threshold_source=convention("a sign: the paper reports Pre-Alignment improving the mixture"),
         premise=[converged_gate(df, arms, seeds, tol), fine_gate(df, arms[:2], seeds, p.claims["fine_gate"])],
         no_positive_control=NO_POSITIVE)
@@ -178,7 +200,8 @@ def claim_d(p, df: pd.DataFrame) -> Claim:
     steps = [rr_step(df, k) for k in (1, 2, 3)]
     g1, g2 = steps[1] - steps[0], steps[2] - steps[1]
     seeds = sorted(df[df.rr_step > 0].seed.unique())
-    blind, clip = (per_seed(df, a, seeds=seeds) for a in ("control:blind_hires_experts", "single:clip"))
+    blind_arm = BLIND if BLIND in set(df.arm) else BLINDED
+    blind, clip = (per_seed(df, a, seeds=seeds) for a in (blind_arm, "single:clip"))
     rr_arms = sorted(df[df.rr_step > 0].arm.unique())
     return Claim(
         "d", statement, paper, {"test acc by step": [float(s.mean()) for s in steps]}, criterion,
@@ -273,6 +296,31 @@ def _budget(benchmarks) -> str:
             f"({per['cpu_seconds']:.0f} s CPU): the arms' optimisation steps are nearly all of it.")
 
 
+def _gate_text(p) -> str:
+    """What the convergence gate reads under the SFT schedule (computed from it)."""
+    t = p.train
+    if t["sft_schedule"] == "constant":
+        return ""
+    evals = t["sft_steps"] // t["eval_every"]
+    first_late = (evals - max(1, evals // 4)) * t["eval_every"]  # the last step before the gate's last quarter
+    factor = lr_factor(first_late, t["sft_steps"], t["sft_schedule"], t["warmup_ratio"])
+    return (f"With the {t['sft_schedule']} schedule the gate's last quarter of SFT (after step {first_late}) runs at "
+            f"most at {factor:.2f} of the peak learning rate: the gate reads that an arm's validation accuracy had "
+            "settled under the schedule, not that more steps at the peak rate would leave it where it is. ")
+
+
+def _controls_text(p) -> str:
+    """The trained controls skipped at this scale (eagle.arm_seeds), and what stands in."""
+    skipped = [g for g in OPTIONAL_GROUPS if p.arm_seeds.get(g, 0) == 0]
+    if not skipped:
+        return ""
+    what = {"blind": "claim (b)'s trained ablation (the mixture trained with its non-CLIP experts fed noise; the "
+                     "trained mixture blinded at test stands in)",
+            "shuffled": "claim (c)'s null (Pre-Alignment on shuffled pairs; claim c has no negative control here)"}
+    return ("Not run at this scale (eagle.arm_seeds " + ", ".join(f"{g} = 0" for g in skipped) + "): "
+            + "; ".join(what[g] for g in skipped) + ", for the time budget. ")
+
+
 def _full_scale_text(p) -> tuple[str, str]:
     """What was run and what differs, at the full scale (LLaVA-style data, Hugging Face models)."""
     lv, t = p.llava, p.train
@@ -289,8 +337,9 @@ def _full_scale_text(p) -> tuple[str, str]:
             "parameter counts. Accuracy: greedy decoding reproduces the reference answer exactly. Each train job logs "
             "the SFT stage's weights, gradients and Adam state per arm (papers.eagle.llava.static_memory_gb; "
             "activations on top) and records it in its accuracies.")
-    differences = ("Adam with constant learning rates and one batch size for every stage (the paper: AdamW, cosine "
-                   "schedule, warm-up, batch 256 then 128); images resized to each expert's square input without "
+    differences = (f"Adam, with a {t['sft_schedule']} schedule in SFT (warm-up over {t['warmup_ratio']:g} of its "
+                   "steps) and constant learning rates in the other stages, and one batch size for every stage (the "
+                   "paper: AdamW, cosine schedule with warm-up in every stage, batch 256 then 128); images resized to each expert's square input without "
                    "padding; the visual tokens follow BOS instead of standing at the <image> tag; accuracy is exact "
                    "match of the greedy answer, not each benchmark's own metric; LLaVA-HR's adapter acts on the CLIP "
                    "tower's output map, not inside its stages; deformable attention has one head; "
@@ -340,8 +389,12 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
         f"{p.experts['pretrain_steps']} steps each; the LM {p.lm['pretrain_steps']} steps on the QA text. Every arm: "
         f"Pre-Alignment {t['prealign_steps']} steps per non-CLIP expert where used (its last layer and own projector, "
         f"LM frozen), stage 1 {t['align_steps']} steps (projector only), stage 2 {t['sft_steps']} steps (towers' last "
-        f"layers, projector, LM), batch {t['batch']}, validation accuracy every {t['eval_every']} SFT steps (the "
-        f"convergence gate). Fusions on a {p.fusion['grid']} x {p.fusion['grid']} grid at matched parameter counts.")
+        f"layers, projector, LM) with a {t['sft_schedule']} learning-rate schedule (warm-up over "
+        f"{t['warmup_ratio']:g} of its steps; LLaVA-1.5's), batch {t['batch']}, validation accuracy every "
+        f"{t['eval_every']} SFT steps (the convergence gate). Fusions on a {p.fusion['grid']} x {p.fusion['grid']} "
+        "grid at matched parameter counts."
+        + (" The trained channel concatenation is also asked the test questions with its non-CLIP experts fed noise "
+           f"(arm {BLINDED}: claim b's ablation)." if BLINDED in set(df.arm) else ""))
     differences = (
         "Data: synthetic digit canvases and templated one-word answers stand in for LLaVA-1.5 / Eagle-1.8M data and "
         "the paper's benchmarks (GQA, TextVQA, OCRBench, ...). The full scale (config/full.yaml, eagle.llava) runs "
@@ -359,9 +412,10 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
         "pretraining. Towers: the paper unfreezes the whole vision towers in SFT (Sec. 2.2) and in Pre-Alignment "
         "(Sec. 2.5); here only each tower's last layer trains, its lower layers stay frozen and are computed once per "
         "seed. LLaVA-HR's adapter is applied to the CLIP tower's output map, not inside its stages; Mini-Gemini's "
-        "mining uses the concatenated high-res maps as keys and values; deformable attention has one head. Seeds "
-        "per claim follow each claim's effect within the paper's time budget (config time_budget). "
-        + _budget(benchmarks))
+        "mining uses the concatenated high-res maps as keys and values; deformable attention has one head. Each "
+        "claim rests on the seeds of its arms' groups (eagle.arm_seeds), what the paper's time budget (config "
+        "time_budget) affords with every arm trained through the whole SFT schedule. "
+        + _gate_text(p) + _controls_text(p) + _budget(benchmarks))
     if full:
         what, differences = _full_scale_text(p)
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md,

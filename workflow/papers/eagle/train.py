@@ -7,7 +7,8 @@ Its training, as the paper's:
    trained on the SFT data against the *frozen* LM (expert and projector train); the projectors are then
    dropped. The ``shuffled`` variant (control) pairs every question with another canvas.
 2. **Stage 1, alignment** (Sec. 2.1; step 2 of Sec. 2.5): towers and LM frozen, the fusion/projector trains.
-3. **Stage 2, SFT** (Sec. 2.1 and 2.2, towers unfrozen): each tower's last layer, the fusion and the LM train.
+3. **Stage 2, SFT** (Sec. 2.1 and 2.2, towers unfrozen): each tower's last layer, the fusion and the LM train,
+   under eagle.train.sft_schedule (LLaVA-1.5's cosine after a linear warm-up: papers.eagle.schedule).
 
 Lighter than the paper: a tower's lower layers stay frozen in every stage (Pre-Alignment and SFT train its
 last layer only), so that their activations are computed once per seed (:func:`trunk_bank`) and the
@@ -31,6 +32,8 @@ from papers.eagle import fusion as Fu
 from papers.eagle.data import KINDS
 from papers.eagle.experts import Tower
 from papers.eagle.model import LM, MLLM
+from papers.eagle.params import BLIND, BLINDED, SHUFFLED
+from papers.eagle.schedule import lr_factor
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +65,11 @@ def trunks(model: MLLM, bank: dict, canvases: torch.Tensor) -> list[torch.Tensor
 
 
 def fit(model: MLLM, params, split: dict, bank: dict, *, steps: int, batch: int, lr: float,
-        rng: np.random.Generator, shuffle_images: bool = False, every: int = 0, evaluate=None) -> tuple[float, list]:
-    """`steps` Adam steps on the answer's cross-entropy, updating `params` only; returns the last loss and, with
-    `evaluate` (a function of the model giving a validation accuracy), that accuracy every `every` steps."""
+        rng: np.random.Generator, shuffle_images: bool = False, every: int = 0, evaluate=None,
+        schedule: str = "constant", warmup: float = 0.0) -> tuple[float, list]:
+    """`steps` Adam steps on the answer's cross-entropy, updating `params` only, the learning rate `lr` times
+    :func:`lr_factor` (`schedule`, `warmup`); returns the last loss and, with `evaluate` (a function of the model
+    giving a validation accuracy), that accuracy every `every` steps."""
     n_canvas = len(split["scene_canvas"])
     q_canvas, q_tokens = split["q_canvas"], torch.as_tensor(split["q_tokens"])
     answer = torch.as_tensor(split["q_answer"])
@@ -72,6 +77,8 @@ def fit(model: MLLM, params, split: dict, bank: dict, *, steps: int, batch: int,
     opt = torch.optim.Adam(params, lr=lr, fused=True)  # fused: one kernel per step (the tiny model is overhead-bound)
     loss, curve = torch.tensor(float("nan")), []
     for step in range(1, steps + 1):
+        for group in opt.param_groups:
+            group["lr"] = lr * lr_factor(step - 1, steps, schedule, warmup)
         i = rng.integers(0, len(answer), batch)
         c = q_canvas[i] if not shuffle_images else rng.integers(0, n_canvas, batch)
         loss = F.cross_entropy(model(trunks(model, bank, torch.as_tensor(c)), q_tokens[i]), answer[i])
@@ -168,6 +175,7 @@ def run_arm(arm: dict, pretrained: dict, splits: dict, banks: dict, p, rng: np.r
     unfreeze(model, towers=True, fusion=True, lm=True)  # stage 2: SFT
     loss, curve = fit(model, model.parameters(), splits["train"], banks["train"], steps=t["sft_steps"],
                       batch=t["batch"], lr=t["sft_lr"], rng=rng, every=t["eval_every"],
+                      schedule=t["sft_schedule"], warmup=t["warmup_ratio"],
                       evaluate=lambda m: accuracy(m, splits["val"], banks["val"])["all"])
     gain = late_gain(curve)
     rows = []
@@ -178,7 +186,24 @@ def run_arm(arm: dict, pretrained: dict, splits: dict, banks: dict, p, rng: np.r
                          "experts": "+".join(arm["experts"]), "final_loss": loss, "late_gain": gain})
     log.info("%s: val %.3f test %.3f novel %.3f; validation curve %s", arm["name"],
              *(r["accuracy"] for r in rows if r["kind"] == "all"), " ".join(f"{v:.3f}" for v in curve))
+    if arm["name"] == "fusion:concat":
+        rows += blinded_at_test(model, splits, banks, loss, gain)
     return rows
+
+
+def blinded_at_test(model: MLLM, splits: dict, banks: dict, loss: float, gain: float) -> list[dict]:
+    """Claim (b)'s ablation when the trained one (group blind) is not run: the trained mixture asked the test
+    questions with every non-CLIP expert fed Gaussian noise in place of the canvas (:func:`trunks`), its weights
+    and its CLIP expert kept; the rows of arm :data:`BLINDED` (test split), with the mixture's late gain."""
+    inputs = list(model.inputs)
+    model.inputs = [src if tower.kind == "clip" else "noise" for tower, src in zip(model.towers, inputs)]
+    try:
+        acc = accuracy(model, splits["test"], banks["test"])
+    finally:
+        model.inputs = inputs
+    return [{"arm": BLINDED, "split": "test", "kind": kind, "accuracy": a, "visual_tokens": model.fusion.n_tokens,
+             "fusion_params": Fu.n_params(model.fusion), "experts": "+".join(t.kind for t in model.towers),
+             "final_loss": loss, "late_gain": gain} for kind, a in acc.items()]
 
 
 def arm(name, experts, fusion="concat", inputs=None, prealign=None) -> dict:
@@ -186,25 +211,28 @@ def arm(name, experts, fusion="concat", inputs=None, prealign=None) -> dict:
             "inputs": list(inputs or ["image"] * len(experts)), "prealign": prealign}
 
 
-# The arms, by the claim they serve: the single experts and the mixture with its non-CLIP experts fed noise (claim
-# b), every fusion over the experts (a), Pre-Alignment and its shuffled control (c). The channel concatenation, which
-# every claim compares with, trains on every seed; each group on the first arm_seeds[group] seeds.
-def fixed_arms(experts=("clip", "hires"), groups=("fusion", "single", "prealign")) -> list[dict]:
+# The arms, by the claim they serve: the single experts (claim b) and the mixture with its non-CLIP experts fed noise
+# (group blind: b's trained ablation), every fusion over the experts (a), Pre-Alignment (c) and its shuffled control
+# (group shuffled). The channel concatenation, which every claim compares with, trains on every seed; each group on
+# the first arm_seeds[group] seeds.
+def fixed_arms(experts=("clip", "hires"), groups=("fusion", "single", "prealign", "blind", "shuffled")) -> list[dict]:
     experts = list(experts)
     arms = [arm("fusion:concat", experts)]
     if "single" in groups:
         arms += [arm(f"single:{e}", [e]) for e in experts]
-        arms.append(arm("control:blind_hires_experts", experts, inputs=["image"] + ["noise"] * (len(experts) - 1)))
+    if "blind" in groups:
+        arms.append(arm(BLIND, experts, inputs=["image"] + ["noise"] * (len(experts) - 1)))
     if "fusion" in groups:
         arms += [arm(f"fusion:{f}", experts, f) for f in Fu.FUSIONS if f != "concat"]
     if "prealign" in groups:
-        arms += [arm("prealign:concat", experts, prealign="aligned"),
-                 arm("prealign_shuffled:concat", experts, prealign="shuffled")]
+        arms.append(arm("prealign:concat", experts, prealign="aligned"))
+    if "shuffled" in groups:
+        arms.append(arm(SHUFFLED, experts, prealign="shuffled"))
     return arms
 
 
 def seed_groups(arm_seeds: dict, seed: int) -> tuple[str, ...]:
-    """The groups of arms that train on `seed` (those whose arm_seeds exceed it)."""
+    """The groups of arms that train on `seed` (those whose arm_seeds exceed it; a group not named trains on none)."""
     return tuple(g for g, n in arm_seeds.items() if seed < n)
 
 
@@ -215,7 +243,7 @@ def run_seed(pretrained: dict, splits: dict, p, seed: int) -> list[dict]:
                  seed_groups(p.arm_seeds, seed))
 
 
-def study(train_arm, seed: int, experts: list[str], groups=("fusion", "single", "prealign")) -> list[dict]:
+def study(train_arm, seed: int, experts: list[str], groups=("fusion", "single", "prealign", "blind", "shuffled")) -> list[dict]:
     """The arms of `groups`, then, with three or more experts and the single experts trained, the round-robin
     selection (Sec. 2.6); `train_arm(arm, rng)` trains one arm and returns its rows (papers.eagle.train.run_arm
     here, papers.eagle.llava.run_arm at the full scale). Each arm's initialisation and batches are seeded from

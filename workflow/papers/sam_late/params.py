@@ -71,6 +71,10 @@ class Params:
     # The sweep over the switch epoch (Sec. 4, "how late is late enough"): extra late-SAM arms at the
     # main rho that take SAM for the last K epochs, K in late_sweep (late_epochs itself is the main arm).
     late_sweep: tuple = ()
+    # Epochs of adversarial training at the end of late AT (ERM_to_Adv.py --start_adv 150 of 160: 10), one of
+    # late_epochs and late_sweep, so that SGD has a checkpoint there and a late-SAM arm of the same length exists
+    # (claim (e)'s control).
+    adv_late_epochs: int = 10
     batch_size: int = 128  # --bs 128
     lr: float = 0.01  # --lr 0.01
     momentum: float = 0.9  # --momentum 0.9
@@ -108,13 +112,18 @@ class Params:
         """The first epoch of the late phase (ERM_to_SAM.py: start_SAM = epochs - late_epochs)."""
         return self.epochs - self.late_epochs
 
+    @property
+    def adv_switch_epoch(self) -> int:
+        """The first epoch of late AT (ERM_to_Adv.py: start_adv = epochs - adv_late_epochs)."""
+        return self.epochs - self.adv_late_epochs
+
     def rule(self, arm: str, epoch: int, switch: int | None = None) -> str:
         """The update rule of `arm` at `epoch`: sgd, sam or adv (a late arm of the sweep passes its `switch`)."""
         before, after = ARMS[arm]
         if arm.startswith("early"):
             switch = self.late_epochs
         elif switch is None:
-            switch = self.switch_epoch
+            switch = self.adv_switch_epoch if arm == "late_adv" else self.switch_epoch
         return before if epoch < switch else after
 
     def lr_at(self, epoch: int) -> float:
@@ -129,6 +138,10 @@ class Params:
             if not 1 <= k < self.epochs or k == self.late_epochs:
                 raise ValueError(f"sam_late.late_sweep: each K must lie in [1, epochs = {self.epochs}) and differ "
                                  f"from late_epochs = {self.late_epochs}, got {list(self.late_sweep)}")
+        if self.adv_late_epochs not in (self.late_epochs, *self.late_sweep):
+            raise ValueError(f"sam_late.adv_late_epochs = {self.adv_late_epochs} must be late_epochs = "
+                             f"{self.late_epochs} or one of late_sweep = {list(self.late_sweep)} (SGD's checkpoint to "
+                             "branch from, and the late-SAM arm of the same length that claim (e)'s control needs)")
         if len(set(self.late_sweep)) != len(self.late_sweep):
             raise ValueError(f"sam_late.late_sweep must not repeat a value, got {list(self.late_sweep)}")
         if self.rho not in self.rhos:
@@ -171,12 +184,13 @@ STAGE_PARAMS = {
         "momentum", "weight_decay", "lr_milestones", "lr_gamma", "label_smoothing", "augment", "escape_steps",
     ),
     "train_adv": (
-        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "batch_size", "lr", "momentum",
-        "weight_decay", "lr_milestones", "lr_gamma", "augment", "attack", "escape_steps",
+        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "adv_late_epochs", "batch_size",
+        "lr", "momentum", "weight_decay", "lr_milestones", "lr_gamma", "augment", "attack", "escape_steps",
     ),
     "evaluate": (
-        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "rho", "attack",
-        "hessian_samples", "lanczos_iters", "eigenvalues", "interpolation_range", "interpolation_points", "interpolation_samples",
+        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "adv_late_epochs", "rho",
+        "attack", "hessian_samples", "lanczos_iters", "eigenvalues", "interpolation_range", "interpolation_points",
+        "interpolation_samples",
     ),
     "report": ALL,
 }

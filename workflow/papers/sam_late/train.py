@@ -68,8 +68,9 @@ def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, s
         history (one row per epoch: rule, lr, train_loss, test_loss, test_acc), escape (one row per
         tracked step: step, distance, the full training set's loss after the step and at w_switch), and the
         checkpoints {"switch": at p.switch_epoch, e: for SGD at every other epoch e of p.switch_epochs (the
-        sweep's branch points), "last_epoch": for late arms at the start of the last epoch, "final": at the
-        end} (those before the run's first epoch are absent).
+        sweep's branch points), "midway": for late arms halfway through their late phase (at epoch
+        epochs - K // 2 of a late phase of K >= 2 epochs: the convergence premise), "final": at the end} (those
+        before the run's first epoch are absent).
     """
     params = [q for q in model.parameters() if q.requires_grad]
     optimizers = {rule: torch.optim.SGD(params, lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay)
@@ -84,7 +85,10 @@ def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, s
     n = len(x)
     history, escape, ckpts = [], [], {}
     w_ref, step = None, 0
-    switch = p.switch_epoch if switch is None else switch
+    if switch is None:
+        switch = p.adv_switch_epoch if arm == "late_adv" else p.switch_epoch
+    late_length = p.epochs - switch
+    midway = p.epochs - late_length // 2 if arm.startswith("late") and late_length >= 2 else None
     branch_points = set(p.switch_epochs) if arm == "sgd" else set()  # only SGD runs are branched from
     epochs = range(first, p.epochs)
     for epoch in progress(epochs) if progress else epochs:
@@ -97,8 +101,8 @@ def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, s
             # The training loss at w_switch: the premise of claim (c) asks whether it rises after the switch
             # (escape.py tracks the training loss; plain cross-entropy on the run's labels, in eval mode).
             ref_loss = evaluate(model, x, y)[0]
-        if arm.startswith("late") and epoch == p.epochs - 1:
-            ckpts["last_epoch"] = checkpoint(model, optimizers, epoch)  # convergence over the last late epoch
+        if epoch == midway:
+            ckpts["midway"] = checkpoint(model, optimizers, epoch)  # convergence over the late phase's second half
         rule = p.rule(arm, epoch, switch)
         opt = optimizers["sam" if rule == "sam" else "sgd"]
         for o in optimizers.values():
@@ -153,7 +157,7 @@ def train_arms(p, df: pd.DataFrame, condition: str, arms, rho: float, sgd_runs: 
 
     `arms`: names of params.ARMS, or (name, k) for a late-SAM arm of the switch sweep (SAM for the last k epochs).
     Returns the histories and escapes (columns labels, arm, rho, seed first) and {arm: {seed: checkpoints}}
-    (late arms keep only their final state and that one epoch before: their branch points are SGD's).
+    (late arms keep only their final state and that halfway through their late phase: their branch points are SGD's).
     """
     from papers.common.seeding import seed_everything
     from papers.sam_late.data import load_tensors
@@ -163,8 +167,8 @@ def train_arms(p, df: pd.DataFrame, condition: str, arms, rho: float, sgd_runs: 
     for seed in range(p.seeds):
         tensors = load_tensors(df, p.data.source, seed, condition, device)
         for job in arms:
-            name, arm, switch = ((job, job, p.switch_epoch) if isinstance(job, str)
-                                 else (job[0], "late_sam", p.epochs - job[1]))
+            name, arm, switch = ((job, job, p.adv_switch_epoch if job == "late_adv" else p.switch_epoch)
+                                 if isinstance(job, str) else (job[0], "late_sam", p.epochs - job[1]))
             seed_everything(seed)
             model = new_model(p, seed, device)
             late = arm.startswith("late")
@@ -172,7 +176,7 @@ def train_arms(p, df: pd.DataFrame, condition: str, arms, rho: float, sgd_runs: 
             bar = (lambda it: progress(it, desc=f"{condition} {name} rho={rho} seed={seed}")) if progress else None
             h, e, ckpts = train(model, tensors, p, arm=arm, rho=rho, seed=seed, start=start, switch=switch,
                                 track=late or arm == "sgd", progress=bar)
-            runs.setdefault(name, {})[seed] = ({"final": ckpts["final"], "last_epoch": ckpts["last_epoch"]} if late
+            runs.setdefault(name, {})[seed] = ({k: v for k, v in ckpts.items() if k in ("final", "midway")} if late
                                                else ckpts)
             for df_ in (h, e):
                 df_.insert(0, "labels", condition)

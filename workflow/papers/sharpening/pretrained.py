@@ -66,8 +66,10 @@ def is_correct(completion: str, reference: float, stop: str) -> bool:
 
 
 def load(path, dtype: str = "float32"):
-    """The model (eval mode) and tokenizer of a local Hugging Face directory (papers.common.hf)."""
-    return load_causal_lm(path, dtype=dtype, key="sharpening.pretrained[].path")
+    """The model (eval mode) and tokenizer of a local Hugging Face directory (papers.common.hf), on the GPU when
+    there is one: best-of-N sampling of a pretrained LM is the full scale's costliest step (a `gpu` job)."""
+    device = "cuda" if torch.cuda.is_available() else None
+    return load_causal_lm(path, dtype=dtype, key="sharpening.pretrained[].path", device=device)
 
 
 @torch.no_grad()

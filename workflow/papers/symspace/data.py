@@ -24,6 +24,9 @@ def prepare(*, cfg, data):
     EEG gives every seed the same subjects of each dataset (task "eeg:<dataset>"; the subjects are its replicates).
     """
     p = parse(cfg)
+    # Claim (e)'s positive control: the mixing model with the class event in one window (the attention has a
+    # window to find), on the first planted_attention_seeds seeds, whatever the EEG of claims (b) and (e) is.
+    planted = {seed: eeg_like(p.eeg, seed) for seed in range(p.train["planted_attention_seeds"])}
     if real_eeg(p):
         eeg = {}
         for name, folder in sorted(p.eeg_datasets.items()):
@@ -32,9 +35,14 @@ def prepare(*, cfg, data):
                 raise FileNotFoundError(f"symspace.eeg_datasets.{name}: no .npz subject files in {folder}")
             subjects = [load_trials_npz(str(f), p.eeg["windows"], p.eeg["shrink"]) for f in files]
             eeg[f"eeg:{name}"] = {seed: subjects for seed in range(p.seeds)}
+        attention = dict(eeg)
     else:
-        eeg = {"eeg": {seed: eeg_like(p.eeg, seed) for seed in range(p.seeds)}}
-    prepared = {"eeg": eeg, "digits": digits(p.digits["eps"]),
+        eeg = {"eeg": {seed: eeg_like(p.eeg, seed) for seed in range(max(p.seeds, p.head_seeds))}}
+        # Claim (e) is decided where the class signal is not confined to one window: the same excess power
+        # spread over every window.
+        attention = {"eeg_spread": {seed: eeg_like(p.eeg, seed, event="spread") for seed in range(p.seeds)}}
+    attention["eeg_planted"] = planted
+    prepared = {"eeg": eeg, "attention": attention, "digits": digits(p.digits["eps"]),
                 "tree": {seed: noisy_tree(p.tree, seed) for seed in range(p.tree["seeds"])}}
     with open(data, "wb") as fh:
         pickle.dump(prepared, fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -56,7 +64,7 @@ def covariance(x: np.ndarray, shrink: float) -> np.ndarray:
     return (1 - shrink) * cov + shrink * scale * np.eye(c)
 
 
-def eeg_like(e, seed: int) -> dict:
+def eeg_like(e, seed: int, event: str = "window") -> dict:
     """Multichannel trials from a mixing model (issue 27, Data (1)), per subject and session.
 
     Per subject a fixed random forward matrix A (channels x sources); each trial has `windows`
@@ -65,8 +73,14 @@ def eeg_like(e, seed: int) -> dict:
     source k). Session 2 sees the forward matrix perturbed by `session_shift` (electrodes moved) and
     its own noise. x = A s + noise. Returns per subject each session's window covariances (N, W, C, C)
     and labels: session 1 trains ("train"), session 2 evaluates ("test").
+
+    ``event="spread"``: the class's source power is multiplied by 1 + (class_gain - 1) / windows in every window
+    instead (the same excess power over the trial, so the trial covariance carries the same class information, but
+    no window stands out: claim e's deciding setting). Its own random stream.
     """
-    rng = np.random.default_rng([seed, 1])
+    if event not in ("window", "spread"):
+        raise ValueError(f"symspace: unknown EEG event {event!r} (window, spread)")
+    rng = np.random.default_rng([seed, 1] if event == "window" else [seed, 2])
     c, w, n_cls = e["channels"], e["windows"], e["classes"]
     if n_cls > c:
         raise ValueError(f"symspace.eeg.classes = {n_cls} exceeds eeg.channels = {c} (class k drives source k)")
@@ -81,7 +95,10 @@ def eeg_like(e, seed: int) -> dict:
             power = np.exp(e["power_spread"] * rng.normal(size=(n, 1, c)))  # (N, 1, sources)
             power = np.repeat(power, w, axis=1)  # (N, W, sources)
             onset = rng.integers(0, w, size=n)
-            power[np.arange(n), onset, labels[s, session]] *= e["class_gain"]
+            if event == "window":
+                power[np.arange(n), onset, labels[s, session]] *= e["class_gain"]
+            else:
+                power[np.arange(n), :, labels[s, session]] *= 1 + (e["class_gain"] - 1) / w
             src = rng.normal(size=(n, w, c, e["samples"])) * np.sqrt(power)[..., None]
             x = mix @ src + e["noise"] * rng.normal(size=(n, w, c, e["samples"]))
             tokens[s, session] = covariance(x, e["shrink"])
@@ -147,7 +164,21 @@ def noisy_tree(t, seed: int) -> dict:
     rot = np.array([[np.cos(phi), -np.sin(phi)], [np.sin(phi), np.cos(phi)]])
     centre = np.tanh(t["root_shift"] / 2) * np.array([np.cos(psi), np.sin(psi)])
     moved = _mobius_add_np(np.broadcast_to(centre, x.shape), x @ rot.T)
-    return {"points": moved, "labels": np.asarray(labels), "depths": np.asarray(depths)}
+    return {"points": moved, "labels": np.asarray(labels), "depths": np.asarray(depths),
+            "horocycle_labels": horocycle_bands(moved, t["planted_classes"], rng)}
+
+
+def horocycle_bands(x: np.ndarray, classes: int, rng: np.random.Generator) -> np.ndarray:
+    """Labels defined by horocycles (claim d's positive control): the Busemann function of a random ideal point
+    omega, B_omega(x) = log(|omega - x|^2 / (1 - |x|^2)) (Sec. 3.2), cut at its quantiles into `classes` bands of
+    equal size, so that the class boundaries are horocycles, the Busemann head's level sets, which a gyroplane (a
+    geodesic) only approximates."""
+    phi = rng.uniform(0, 2 * np.pi)
+    omega = np.array([np.cos(phi), np.sin(phi)])
+    b = np.log(((x - omega) ** 2).sum(1) / (1 - (x * x).sum(1)))
+    labels = np.empty(len(x), dtype=int)
+    labels[np.argsort(b, kind="stable")] = np.arange(len(x)) * classes // len(x)
+    return labels
 
 
 def _mobius_add_np(x, y):

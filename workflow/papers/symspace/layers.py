@@ -185,8 +185,6 @@ class SPDAttentionNet(nn.Module):
     a_ij = softmax_j(-|q_i - k_j|^2 / sqrt(dim)); token i's output is the a_i-weighted Frechet mean of
     the tokens; the outputs are pooled by their uniform Frechet mean and classified. ``attention=False``
     is the same network without the attention: the tokens are pooled directly.
-    ``shuffle_weights`` (evaluation only): each query's weights permuted at random over the tokens,
-    the control of claim (e).
     """
 
     def __init__(self, n, classes, dim, alpha, beta, iters, attention, generator):
@@ -196,7 +194,6 @@ class SPDAttentionNet(nn.Module):
             self.query = BusemannDistance(n, dim, alpha, beta, generator)
             self.key = BusemannDistance(n, dim, alpha, beta, generator)
         self.mlr = BusemannMLR(n, classes, alpha, beta, generator)
-        self.shuffle_weights: torch.Generator | None = None
         self.token_logs, self.pooled_tokens = InputCache(), InputCache()
 
     def forward(self, tokens):  # (B, T, n, n)
@@ -205,9 +202,6 @@ class SPDAttentionNet(nn.Module):
             q = self.query(tokens.reshape(b * t, n, n)).reshape(b, t, self.dim)
             k = self.key(tokens.reshape(b * t, n, n)).reshape(b, t, self.dim)
             att = torch.softmax(-torch.cdist(q, k) ** 2 / self.dim ** 0.5, dim=-1)  # (B, T, T)
-            if self.shuffle_weights is not None:
-                perm = torch.argsort(torch.rand(b, t, t, generator=self.shuffle_weights, dtype=torch.float64), dim=-1)
-                att = torch.gather(att, -1, perm)
             logs = self.token_logs(tokens, lambda x: geo.sym_funcm(x, "log"))
             tokens = frechet_mean(tokens, att, self.iters, logs)  # (B, T, n, n)
         uniform = torch.full((b, 1, t), 1.0 / t, dtype=tokens.dtype)

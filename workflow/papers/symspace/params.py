@@ -17,10 +17,11 @@ BALL_HEADS = ("euclidean_mlr", "ganea_mlr", "busemann_mlr")
 class Params:
     """Defaults: this reproduction's default scale (the paper's own settings are in config/full.yaml)."""
 
-    seeds: int = 8  # independent replicates of the SPD tasks: data draw, split and initialisation
+    seeds: int = 8  # train jobs; replicates of claim (e) and of claim (b)'s permuted-label controls
+    head_seeds: int = 20  # replicates of claim (b)'s two heads (>= seeds), dealt to the train jobs in turn
     # EEG-like mixing model (issue 27, Data (1)); the paper uses BCIC-IV-2a (22 channels, 4 classes, 9 subjects).
     eeg: dict = field(default_factory=lambda: {
-        "subjects": 2, "channels": 6, "classes": 4, "trials_per_class": 30, "windows": 4, "samples": 64,
+        "subjects": 1, "channels": 6, "classes": 4, "trials_per_class": 30, "windows": 4, "samples": 64,
         "power_spread": 0.3, "class_gain": 3.0, "session_shift": 0.2, "noise": 0.3, "shrink": 0.01})
     # Real EEG (full scale): {dataset name: folder with one .npz per subject (data.load_trials_npz)}; empty = the
     # mixing model. With real EEG the replicates of an EEG task are its subjects (seeds vary the initialisation).
@@ -31,7 +32,8 @@ class Params:
     # hyperbolic distance of its root from the origin), so that no angle rule about the origin gives the labels.
     tree: dict = field(default_factory=lambda: {"seeds": 20, "branching": 3, "depth": 5, "label_depth": 2,
                                                  "edge_length": 1.0, "noise": 0.6, "root_shift": 3.0,
-                                                 "train_fraction": 0.3, "angle_bins": 36})
+                                                 "train_fraction": 0.3, "angle_bins": 36, "planted_seeds": 8,
+                                                 "planted_classes": 3})
     # Models: BiMap output size of the shared backbone (capped at each task's input size), hyperplanes of the attention's query/key FC layers,
     # fixed-point iterations of the Frechet mean (Sec. 4.3: "a few").
     model: dict = field(default_factory=lambda: {"bimap_dim": 4, "attention_dim": 4, "frechet_iters": 1})
@@ -42,7 +44,8 @@ class Params:
     # val_fraction of the training data held out (the convergence gate); eval_every: steps between validation
     # accuracies (the gate reads that curve).
     train: dict = field(default_factory=lambda: {"steps": 300, "attention_steps": 100, "attention_subjects": 1,
-                                                 "lr": 0.05, "tree_steps": 3000, "tree_lr": 0.02,
+                                                 "planted_attention_seeds": 4, "lr": 0.05, "tree_steps": 3000,
+                                                 "tree_lr": 0.02, "restarts": 2,
                                                  "val_fraction": 0.25, "eval_every": 25})
     # The (alpha, beta) metrics of the family (Sec. 3.3) at which claim (a) checks the closed form; (1, 0) is the
     # affine-invariant metric and must be in it.
@@ -51,7 +54,8 @@ class Params:
     check: dict = field(default_factory=lambda: {"matrices": 12, "dim": 4, "times": [128, 256, 512], "dps": 350})
     # Thresholds and gates (config/config.yaml says where each comes from).
     claims: dict = field(default_factory=lambda: {"distance_tol": 1.0e-4, "order_tol": 0.1, "noninferiority_margin": 0.02,
-                                                  "convergence_tol": 0.05, "angle_rule_max": 0.75})
+                                                  "convergence_tol": 0.05, "stability_tol": 0.05,
+                                                  "angle_rule_max": 0.75})
 
     def check_rules(self) -> None:
         """Cross-field rules the schema cannot state."""
@@ -64,6 +68,14 @@ class Params:
                 raise ValueError(f"symspace.metrics: ({alpha}, {beta}) is not a metric on SPD({n}): alpha > 0, alpha + n beta > 0")
         if self.eeg["classes"] > self.eeg["channels"]:
             raise ValueError(f"symspace.eeg.classes = {self.eeg['classes']} exceeds eeg.channels = {self.eeg['channels']}")
+        if self.head_seeds < self.seeds:
+            raise ValueError(f"symspace.head_seeds ({self.head_seeds}) must be at least symspace.seeds ({self.seeds})")
+        if not 0 <= self.train["planted_attention_seeds"] <= self.seeds:
+            raise ValueError("symspace.train.planted_attention_seeds must lie in [0, symspace.seeds]")
+        if not 0 <= self.tree["planted_seeds"] <= self.tree["seeds"]:
+            raise ValueError("symspace.tree.planted_seeds must lie in [0, tree.seeds]")
+        if self.train["restarts"] < 1:
+            raise ValueError("symspace.train.restarts must be >= 1")
         if self.tree["label_depth"] >= self.tree["depth"]:
             raise ValueError("symspace.tree.label_depth must be below tree.depth")
         for key in ("steps", "attention_steps", "tree_steps"):
@@ -83,12 +95,13 @@ def real_eeg(p) -> bool:
 
 # The parameters each stage reads (papers.common.params.for_stage enforces it).
 STAGE_PARAMS = {
-    "prepare": ("seeds", "eeg", "eeg_datasets", "digits", "tree.seeds", "tree.branching", "tree.depth", "tree.label_depth",
-                "tree.edge_length", "tree.noise", "tree.root_shift"),
-    "train": ("digits", "model", "train.steps", "train.attention_steps", "train.attention_subjects", "train.lr",
-              "train.val_fraction", "train.eval_every"),
-    "tree": ("tree.seeds", "tree.train_fraction", "tree.angle_bins", "train.tree_steps", "train.tree_lr",
-             "train.val_fraction", "train.eval_every"),
+    "prepare": ("seeds", "head_seeds", "eeg", "eeg_datasets", "digits", "tree.seeds", "tree.branching", "tree.depth",
+                "tree.label_depth", "tree.edge_length", "tree.noise", "tree.root_shift", "tree.planted_classes",
+                "train.planted_attention_seeds"),
+    "train": ("seeds", "head_seeds", "digits", "model", "train.steps", "train.attention_steps",
+              "train.attention_subjects", "train.lr", "train.val_fraction", "train.eval_every"),
+    "tree": ("tree.seeds", "tree.planted_seeds", "tree.train_fraction", "tree.angle_bins", "train.tree_steps",
+             "train.tree_lr", "train.restarts", "train.val_fraction", "train.eval_every"),
     "evaluate": ("check", "metrics"),
     "report": ALL,
 }

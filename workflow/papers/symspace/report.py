@@ -33,8 +33,42 @@ def replicates(acc: pd.DataFrame, task: str, arm: str, variant: str = "main", co
     return sel.groupby("replicate")[column].mean().sort_index().to_numpy()
 
 
+def paired(acc: pd.DataFrame, task: str, first: tuple, second: tuple, column: str = "test_acc"):
+    """Two (arm, variant) arms' values on the replicates they share, in replicate order (claim b's controls run on
+    fewer seeds than its heads)."""
+    a, b = (acc[(acc.task == task) & (acc.arm == arm) & (acc.variant == variant)].groupby("replicate")[column].mean()
+            for arm, variant in (first, second))
+    if a.empty or b.empty:
+        raise ValueError(f"symspace: no accuracies for task {task}, arms {first} and {second}")
+    common = a.index.intersection(b.index).sort_values()
+    return a[common].to_numpy(), b[common].to_numpy()
+
+
 def eeg_tasks(acc: pd.DataFrame) -> list[str]:
+    """Claim (b)'s EEG tasks: the mixing model (task eeg) or the user's data sets (eeg:<name>)."""
     return sorted(t for t in acc.task.unique() if t == "eeg" or t.startswith("eeg:"))
+
+
+def attention_tasks(acc: pd.DataFrame) -> list[str]:
+    """Claim (e)'s deciding tasks: the mixing model with the class signal spread over the windows, or real EEG
+    (eeg_planted, the event in one window, is its positive control)."""
+    return sorted(t for t in acc[acc.arm == "attention"].task.unique() if t != "eeg_planted")
+
+
+def stability(acc: pd.DataFrame, task: str, first: str, second: str) -> float:
+    """How far a claim's mean effect (first - second arm, test accuracy) moves between the best-validation
+    checkpoint of the first half of training and that of the whole run."""
+    full = np.subtract(*paired(acc, task, (first, "main"), (second, "main")))
+    half = np.subtract(*paired(acc, task, (first, "main"), (second, "main"), column="half_test_acc"))
+    return float(abs(np.nanmean(full) - np.nanmean(half)))
+
+
+def stable_gate(acc: pd.DataFrame, pairs: list, tol: float, what: str) -> Premise:
+    shifts = {f"{task}: {first} - {second}": stability(acc, task, first, second) for task, first, second in pairs}
+    worst = max(shifts, key=shifts.get)
+    return Premise.at_most(f"the effect is stable across step counts ({what}): the largest shift of the mean "
+                           "difference between the best-validation checkpoint of the first half of training and of "
+                           f"the whole run (at {worst})", shifts[worst], tol, what="symspace.claims.stability_tol")
 
 
 def range_test(errors, tol: float, name: str) -> Evidence:
@@ -44,7 +78,8 @@ def range_test(errors, tol: float, name: str) -> Evidence:
     e = np.asarray(errors, dtype=float)
     return Evidence(float(e.max()), (float(e.min()), float(e.max())), e.size,
                     f"range (smallest, largest) of the absolute error over {e.size} random cases: holds when every "
-                    "case is below the tolerance, fails when every case is at or above it", tol, "<", name,
+                    "case is below the tolerance, fails when every case is at or above it", tol, "<",
+                    f"{name} (largest error; the brackets hold the range over the cases, not a 95% interval)",
                     values=tuple(e))
 
 
@@ -103,10 +138,10 @@ def claim_b(p, acc: pd.DataFrame) -> Claim:
     bus, log = "spdnet_busemann_mlr", "spdnet_logeig_linear"
 
     def heads(variant):
-        return [paired_test(replicates(acc, t, bus, variant), replicates(acc, t, log, variant),
+        return [paired_test(*paired(acc, t, (bus, variant), (log, variant)),
                             name=f"{t}: Busemann MLR - LogEig head ({variant})", what="replicates") for t in tasks]
 
-    learned = [paired_test(replicates(acc, t, log), replicates(acc, t, log, "permuted_labels"),
+    learned = [paired_test(*paired(acc, t, (log, "main"), (log, "permuted_labels")),
                            name=f"{t}: SPDNet - SPDNet on permuted labels", what="replicates") for t in tasks]
     main = acc.task.isin(tasks) & acc.arm.isin([bus, log]) & (acc.variant == "main")
     return Claim(
@@ -115,12 +150,14 @@ def claim_b(p, acc: pd.DataFrame) -> Claim:
         "BCIC-IV-2a 78.24%, MAMEM-SSVEP-II 70.96%, BCI-NER 78.02%, above SPDNet (LogEig head) and other SPD baselines",
         {f"{t} {arm}": float(replicates(acc, t, arm).mean()) for t in tasks for arm in (bus, log)},
         "paired-by-replicate t interval of the test-accuracy difference (Busemann head - LogEig head, the same "
-        "backbone with the same initial weights: the head is the only difference) > 0 on every task",
+        "backbone with the same initial weights: the head is the only difference; each at its best-validation "
+        "checkpoint) > 0 on every task",
         heads("main"),
         Control("both heads trained on permuted labels (no class information to learn), same criterion",
                 heads("permuted_labels"), kind="null"),
         threshold_source=convention("a sign: the paper reports the Busemann MLR above SPDNet's LogEig head"),
         premise=[converged_gate(acc, main, p.claims["convergence_tol"], "both heads, every task"),
+                 stable_gate(acc, [(t, bus, log) for t in tasks], p.claims["stability_tol"], "both heads"),
                  Premise.from_evidence("the backbone learns each task: SPDNet above its permuted-label control "
                                        "(paired t interval > 0)", learned)],
         no_positive_control=NO_POSITIVE)
@@ -141,69 +178,90 @@ def claim_c() -> Claim:
 
 def claim_d(p, acc: pd.DataFrame) -> Claim:
     margin, tol = p.claims["noninferiority_margin"], p.claims["convergence_tol"]
-    bus = replicates(acc, "tree", "busemann_mlr")
-
-    def matches(values, what):
-        return [paired_test(values, replicates(acc, "tree", base), threshold=-margin,
-                            name=f"tree: Busemann head ({what}) - {base}", what="tree seeds")
-                for base in ("ganea_mlr", "euclidean_mlr")]
-
+    bus, ganea = ("busemann_mlr", "main"), ("ganea_mlr", "main")
     angle = replicates(acc, "tree", "angle_rule")
     main = (acc.task == "tree") & acc.arm.isin(["euclidean_mlr", "ganea_mlr", "busemann_mlr"]) & (acc.variant == "main")
-    learned = paired_test(replicates(acc, "tree", "ganea_mlr"),
-                          replicates(acc, "tree", "busemann_mlr", "permuted_labels"),
-                          name="Ganea head - Busemann head on permuted labels", what="tree seeds")
+    chance = float(acc[acc.task == "tree"].chance.iloc[0])
+    learned = mean_test(replicates(acc, "tree", "ganea_mlr") - chance, threshold=0.0, direction=">",
+                        name=f"tree: Ganea head - chance ({chance:.3g})", what="tree seeds")
+    planted = (acc.task == "tree_horocycle").any()
     return Claim(
         "d", f"On the hyperbolic task the Busemann (horocycle) head is within {margin:g} accuracy of, or above, "
-             "Ganea's hyperbolic MLR and the Euclidean head",
+             "Ganea et al.'s hyperbolic MLR",
         "on par or better than hyperbolic MLR baselines",
-        {**{arm: float(replicates(acc, "tree", arm).mean()) for arm in ("busemann_mlr", "ganea_mlr", "euclidean_mlr")},
+        {**{arm: float(replicates(acc, "tree", arm).mean()) for arm in ("busemann_mlr", "ganea_mlr")},
+         "context: euclidean_mlr": float(replicates(acc, "tree", "euclidean_mlr").mean()),
          "angle rule": float(angle.mean())},
-        f"paired-by-seed t interval of the test-accuracy difference > -{margin:g} against each baseline",
-        matches(bus, "main"),
-        Control("the Busemann head trained on permuted labels against the same baselines",
-                matches(replicates(acc, "tree", "busemann_mlr", "permuted_labels"), "permuted labels"), kind="null"),
+        f"paired-by-seed t interval of the test-accuracy difference Busemann head - Ganea's head > -{margin:g} (each "
+        f"head the best of {p.train['restarts']} initialisations on validation, at its best-validation checkpoint); "
+        "the Euclidean head is reported as context, not decided against (the paper's comparator is hyperbolic)",
+        paired_test(*paired(acc, "tree", bus, ganea), threshold=-margin, name="tree: Busemann head - Ganea's head",
+                    what="tree seeds"),
+        Control("the Busemann head before training (its initial parameters) against Ganea's head, same criterion",
+                paired_test(*paired(acc, "tree", ("busemann_mlr", "untrained"), ganea), threshold=-margin,
+                            name="tree: untrained Busemann head - Ganea's head", what="tree seeds"), kind="null"),
         threshold_source=convention(f"a non-inferiority margin of {margin:g} accuracy, a judgement of this "
-                                    "reproduction set before any run (the paper states none)"),
+                                    "reproduction set before any run (the paper states none), against Ganea et al.'s "
+                                    "hyperbolic MLR, the paper's comparator ('hyperbolic MLR baselines')"),
         premise=[converged_gate(acc, main, tol, "the three heads"),
+                 stable_gate(acc, [("tree", "busemann_mlr", "ganea_mlr")], p.claims["stability_tol"], "both heads"),
                  Premise.at_most("no angle rule about the origin gives the labels: the best angular-sector rule's "
                                  "mean test accuracy", float(angle.mean()), p.claims["angle_rule_max"],
                                  what="symspace.claims.angle_rule_max"),
-                 Premise.from_evidence("the hyperbolic baseline learns the task: Ganea's head above the permuted-label "
-                                       "head (paired t interval > 0)", learned)],
-        no_positive_control=NO_POSITIVE)
+                 Premise.from_evidence("the hyperbolic baseline learns the task: Ganea's head above chance (t "
+                                       "interval)", learned)],
+        **({"positive_control": PositiveControl(
+            f"the same heads, restarts and criterion on the same tree points labelled by "
+            f"{p.tree['planted_classes']} equal bands of the Busemann function of a random ideal point (the class "
+            "boundaries are horocycles, the Busemann head's own geometry, which a gyroplane only approximates): the "
+            "Busemann head must be non-inferior there",
+            paired_test(*paired(acc, "tree_horocycle", bus, ganea), threshold=-margin,
+                        name="horocycle bands: Busemann head - Ganea's head", what="tree seeds"))}
+           if planted else {"no_positive_control": "symspace.tree.planted_seeds is 0"}))
 
 
 def claim_e(p, acc: pd.DataFrame) -> Claim:
-    tasks = eeg_tasks(acc)
-    tol = p.claims["convergence_tol"]
+    tasks = attention_tasks(acc)
+    tol, margin = p.claims["convergence_tol"], p.claims["noninferiority_margin"]
 
-    def gain(variant):
-        return [paired_test(replicates(acc, t, "attention", variant), replicates(acc, t, "no_attention"),
-                            name=f"{t}: attention ({variant}) - no attention", what="replicates") for t in tasks]
+    def gain(variant, t, threshold):
+        return paired_test(*paired(acc, t, ("attention", variant), ("no_attention", "main")), threshold=threshold,
+                           name=f"{t}: attention ({variant}) - no attention", what="replicates")
 
     chance = {t: float(acc[acc.task == t].chance.iloc[0]) for t in tasks}
     learned = [mean_test(replicates(acc, t, "no_attention") - chance[t], threshold=0.0, direction=">",
                          name=f"{t}: no-attention network - chance ({chance[t]:.3g})") for t in tasks]
     main = acc.task.isin(tasks) & acc.arm.isin(["attention", "no_attention"]) & (acc.variant == "main")
+    planted = ((acc.task == "eeg_planted") & (acc.arm == "attention")).any()
+    where = ("EEG whose class signal is spread over every window" if tasks == ["eeg_spread"] else "the EEG data sets")
     return Claim(
-        "e", "The distance-based attention (Busemann FC queries and keys, weighted Frechet-mean aggregation) improves "
-             "accuracy over the same network without it",
+        "e", "The distance-based attention (Busemann FC queries and keys, weighted Frechet-mean aggregation) is within "
+             f"{margin:g} accuracy of, or above, the same network without it on {where} (and above it where the class "
+             "signal sits in one window: its positive control)",
         "attention improves accuracy",
         {**{f"{t} attention": float(replicates(acc, t, "attention").mean()) for t in tasks},
          **{f"{t} no attention": float(replicates(acc, t, "no_attention").mean()) for t in tasks},
-         **{f"{t} attention, weights shuffled": float(replicates(acc, t, "attention", "shuffled_weights").mean())
-            for t in tasks}},
-        "paired-by-replicate t interval of attention - no attention (the same network with the attention removed: "
-        "the ablation; EEG window tokens, test accuracy) > 0",
-        gain("main"),
-        Control("the trained attention network with each query's weights shuffled over the tokens at test time",
-                gain("shuffled_weights"), kind="null"),
-        threshold_source=convention("a sign: the paper reports that the attention improves accuracy"),
+         **({"eeg_planted attention": float(replicates(acc, "eeg_planted", "attention").mean()),
+             "eeg_planted no attention": float(replicates(acc, "eeg_planted", "no_attention").mean())}
+            if planted else {})},
+        f"paired-by-replicate t interval of attention - no attention (the same network with the attention removed: "
+        f"the ablation; EEG window tokens, test accuracy at the best-validation checkpoint) > -{margin:g}",
+        [gain("main", t, -margin) for t in tasks],
+        Control("the attention network before training (its initial parameters) against the trained network without "
+                "attention, same criterion", [gain("untrained", t, -margin) for t in tasks], kind="null"),
+        threshold_source=convention(f"a non-inferiority margin of {margin:g} accuracy (symspace.claims."
+                                    "noninferiority_margin, claim d's, set before this setting was run): where no "
+                                    "window stands out the attention has nothing to find, so it must not lose"),
         premise=[converged_gate(acc, main, tol, "both networks"),
+                 stable_gate(acc, [(t, "attention", "no_attention") for t in tasks], p.claims["stability_tol"],
+                             "both networks"),
                  Premise.from_evidence("the network without attention learns the task (above chance, t interval)",
                                        learned)],
-        no_positive_control=NO_POSITIVE)
+        **({"positive_control": PositiveControl(
+            "the same pair on the mixing model with the class event in one randomly placed window (a window to "
+            "find, planted by construction): the attention must beat the network without it (paired t interval > 0)",
+            gain("main", "eeg_planted", 0.0))} if planted else
+           {"no_positive_control": "symspace.train.planted_attention_seeds is 0"}))
 
 
 def symspace_checks(p, chk: pd.DataFrame) -> list[Check]:
@@ -233,22 +291,31 @@ def _table(acc: pd.DataFrame, chk: pd.DataFrame):
     controls, and the largest and smallest errors of claim (a)'s quantities and of the checks."""
     md, csv = [], []
     rows = [(t, arm, v) for t in eeg_tasks(acc) + ["digits"] for arm in SPD_ARMS for v in ("main", "permuted_labels")]
-    rows += [(t, arm, v) for t in eeg_tasks(acc) for arm, v in
-             (("no_attention", "main"), ("attention", "main"), ("attention", "shuffled_weights"))]
-    rows += [("tree", arm, "main") for arm in BALL_ARMS] + [("tree", "busemann_mlr", "permuted_labels")]
+    rows += [(t, arm, v) for t in attention_tasks(acc) + ["eeg_planted"] for arm, v in
+             (("no_attention", "main"), ("attention", "main"), ("attention", "untrained"))]
+    rows += [("tree", arm, "main") for arm in BALL_ARMS] + [("tree", "busemann_mlr", "untrained")]
+    rows += [("tree_horocycle", arm, "main") for arm in ("ganea_mlr", "busemann_mlr")]
     for task, arm, variant in rows:
+        sel = acc[(acc.task == task) & (acc.arm == arm) & (acc.variant == variant)]
+        if sel.empty:
+            continue
         v = replicates(acc, task, arm, variant)
+        half = replicates(acc, task, arm, variant, "half_test_acc")
         label = {**SPD_ARMS, **BALL_ARMS}.get(arm, arm.replace("_", " "))
         name = label + ("" if variant == "main" else f" [{variant}]")
-        gains = acc[(acc.task == task) & (acc.arm == arm) & (acc.variant == variant)].late_gain
-        md.append({"task": task, "model": name, "test accuracy": mean_std(v, 3), "replicates": v.size,
+        gains = sel.late_gain
+        md.append({"task": task, "model": name, "test accuracy": mean_std(v, 3),
+                   "at the first half's checkpoint": mean_std(half, 3) if np.isfinite(half).any() else "n/a",
+                   "replicates": v.size,
                    "largest late validation gain": f"{gains.max():.3g}" if gains.notna().any() else "n/a"})
         csv.append({"task": task, "arm": arm, "variant": variant, "mean": v.mean(),
                     "std": v.std(ddof=1) if v.size > 1 else 0.0, "replicates": v.size,
-                    "max_late_gain": gains.max(), "per_replicate": ";".join(f"{x:.6g}" for x in v)})
+                    "max_late_gain": gains.max(), "per_replicate": ";".join(f"{x:.6g}" for x in v),
+                    "per_replicate_first_half": ";".join(f"{x:.6g}" for x in half)})
     for name, g in chk.groupby("check", sort=False):
         md.append({"task": "closed-form check", "model": name, "test accuracy": f"error {g.error.min():.3g} .. "
-                   f"{g.error.max():.3g}", "replicates": len(g), "largest late validation gain": "n/a"})
+                   f"{g.error.max():.3g}", "at the first half's checkpoint": "n/a", "replicates": len(g),
+                   "largest late validation gain": "n/a"})
         csv.append({"task": "distance_check", "arm": name, "variant": "", "mean": g.error.max(),
                     "std": float("nan"), "replicates": len(g), "max_late_gain": float("nan"),
                     "per_replicate": f"min {g.error.min():.6g}"})
@@ -256,21 +323,20 @@ def _table(acc: pd.DataFrame, chk: pd.DataFrame):
 
 
 def _figures(acc, gaps, acc_figure, gap_figure):
-    tasks = eeg_tasks(acc) + ["digits", "tree"]
-    fig, axes = subplots(1, len(tasks), width=4.5, height=3.8)
+    tasks = eeg_tasks(acc) + ["digits"] + attention_tasks(acc) + ["eeg_planted", "tree", "tree_horocycle"]
+    tasks = [t for t in tasks if (acc.task == t).any()]
+    fig, axes = subplots(1, len(tasks), width=3.6, height=3.8)
     for ax, task in zip(axes[0], tasks):
-        arms = (list(SPD_ARMS) + (["no_attention", "attention"] if task.startswith("eeg") else [])
-                if task != "tree" else list(BALL_ARMS))
+        arms = [a for a in (*SPD_ARMS, "no_attention", "attention", *BALL_ARMS)
+                if ((acc.task == task) & (acc.arm == a) & (acc.variant == "main")).any()]
         vals = [replicates(acc, task, a) for a in arms]
         ax.bar(range(len(arms)), [v.mean() for v in vals], yerr=[v.std(ddof=1) if v.size > 1 else 0 for v in vals],
                color="tab:blue", alpha=0.7)
-        ctl_arm = "busemann_mlr" if task == "tree" else "spdnet_busemann_mlr"
-        ax.axhline(replicates(acc, task, ctl_arm, "permuted_labels").mean(), color="grey", ls=":",
-                   label="Busemann head, permuted labels")
+        ax.axhline(float(acc[acc.task == task].chance.iloc[0]), color="grey", ls=":", label="chance")
         ax.set_xticks(range(len(arms)))
         ax.set_xticklabels([a.replace("spdnet_", "") for a in arms], rotation=30, ha="right", fontsize=7)
         ax.set_title(task, fontsize=9)
-        ax.set_ylabel("test accuracy")
+        ax.set_ylabel("test accuracy (best-validation checkpoint)", fontsize=7)
         ax.legend(fontsize=7)
     savefig(fig, acc_figure)
     fig, axes = subplots(1, 1, width=5.5, height=4)
@@ -297,33 +363,53 @@ def _what_was_run(p, acc) -> str:
         eeg = (f"(1) EEG-like mixing model: {e['subjects']} subjects per seed, {e['channels']} channels = sources, "
                f"{e['classes']} classes, {e['trials_per_class']} trials per class and session, {e['windows']} windows "
                f"of {e['samples']} samples; class k multiplies source k's power by {e['class_gain']:g} in one randomly "
-               f"placed window; per-subject forward matrix, perturbed by {e['session_shift']:g} in session 2 (which "
-               "tests); trial covariance = mean of window covariances. ")
+               f"placed window (claim e's deciding setting instead spreads the same excess power over every window: "
+               f"x {1 + (e['class_gain'] - 1) / e['windows']:.3g} in each); per-subject forward matrix, perturbed by "
+               f"{e['session_shift']:g} in session 2 (which tests); trial covariance = mean of window covariances. ")
     return (
-        f"{p.seeds} seeds for the SPD tasks (each draws its own data, splits and initialisations), {t['seeds']} for "
-        "the tree. " + eeg +
+        f"{p.head_seeds} seeds for claim (b)'s heads (each draws its own data, splits and initialisations; the "
+        f"permuted-label controls on the first {p.seeds}), {p.seeds} for claim (e) (its positive control on the first "
+        f"{tr['planted_attention_seeds']}), {t['seeds']} tree seeds for claim (d) (its positive control on the first "
+        f"{t['planted_seeds']}). " + eeg +
         f"(2) sklearn digits ({p.digits['max_images']} images drawn per seed, {p.digits['train_fraction']:.0%} train): "
         "5 x 5 region covariances of (x, y, I, |Ix|, |Iy|). "
         f"(3) a {t['branching']}-ary tree of depth {t['depth']} in the Poincare disk (edge length "
         f"{t['edge_length']:g}, hyperbolic noise {t['noise']:g}), labels = ancestor at depth {t['label_depth']}, "
         "moved by a random rotation and a Mobius translation of its root to hyperbolic distance "
         f"{t['root_shift']:g} from the origin, "
-        f"{t['train_fraction']:.0%} of the nodes train. "
+        f"{t['train_fraction']:.0%} of the nodes train; claim (d)'s positive control labels the same points by "
+        f"{t['planted_classes']} equal bands of the Busemann function of a random ideal point. Each ball head is "
+        f"trained from {tr['restarts']} initialisations per tree seed (each from its own key), the best on validation "
+        "kept, every head alike. "
         f"Claim (b): the same BiMap ({p.model['bimap_dim']} x {p.model['bimap_dim']} output) -> ReEig backbone, with "
         "the same initial weights, under SPDNet's LogEig + linear head and under the Busemann MLR. Claim (e): the "
         f"attention network ({p.model['attention_dim']} hyperplanes per query/key FC layer, {p.model['frechet_iters']} "
         "Frechet-mean iteration(s)) and the same network without attention, on the window tokens of "
         + ("every EEG subject" if tr["attention_subjects"] is None else
            f"the first {tr['attention_subjects']} EEG subject(s) of each seed")
-        + f", {tr['attention_steps']} steps each. "
+        + f", {tr['attention_steps']} steps each, where the class signal is spread over the windows (deciding) and "
+        "where it sits in one window (positive control). "
         f"Every SPD model trains {tr['steps']} full-batch Adam steps (lr {tr['lr']:g}), the ball heads "
         f"{tr['tree_steps']} (lr {tr['tree_lr']:g}), in float64; "
         f"{tr['val_fraction']:.0%} of the training data is held out and its accuracy read every {tr['eval_every']} "
-        "steps (the convergence gate: per task and arm, the mean over its runs of the rise in the last quarter "
-        "over the best before, t interval). "
+        "steps: every accuracy is read at the checkpoint of the best validation accuracy (not the last iterate), and "
+        "again at the best checkpoint of the first half of training (the stability gate: a claim's mean effect may "
+        f"move by at most {p.claims['stability_tol']:g} between the two); the convergence gate: per task and arm, "
+        "the mean over its runs of the rise in the last quarter over the best before, t interval. "
         f"Claim (a): {p.check['matrices']} random SPD({p.check['dim']}) cases per metric {list(p.metrics)} and "
         f"{p.check['matrices']} ball cases, the limit at t = {list(p.check['times'])} in mpmath ({p.check['dps']} "
         "digits), Richardson-extrapolated.")
+
+
+def _power(claim_list, p) -> str:
+    """The deciding intervals' half-widths of the non-inferiority claims against their margin (power)."""
+    margin, parts = p.claims["noninferiority_margin"], []
+    for claim in claim_list:
+        if claim.id in ("d", "e") and claim.evidence is not None:
+            for ev in (claim.evidence if isinstance(claim.evidence, list) else [claim.evidence]):
+                parts.append(f"{ev.name}: half-width {ev.half_width:.3g} over {ev.replicates}")
+    return (f"Power of the non-inferiority claims (margin {margin:g}): " + "; ".join(parts) + " (a half-width above "
+            "the margin cannot show non-inferiority even at a zero true difference). ") if parts else ""
 
 
 def _budget(benchmarks) -> str:
@@ -339,8 +425,10 @@ def report(*, cfg, scale, table, checks, gaps, benchmarks, table_md, table_csv, 
     md, csv = _table(acc, chk)
     caption = ("Test accuracy, mean +- std over replicates (the mixing model and the digits: seeds, each its own data; "
                "real EEG: subjects; the tree: tree seeds); [permuted_labels]: trained on permuted labels; "
-               "[shuffled_weights]: attention weights shuffled at test; the late validation gain is the convergence "
-               "gate's measure; last rows: claim (a)'s and the checks' smallest and largest errors. table.csv lists "
+               "[untrained]: the network before training (the null arm of claims d and e); every accuracy at the "
+               "best-validation checkpoint, and in the next column at the first half of training's (the stability "
+               "gate's); tree_horocycle: claim (d)'s positive control, eeg_planted: claim (e)'s; the late validation "
+               "gain is the convergence gate's measure; last rows: claim (a)'s and the checks' smallest and largest errors. table.csv lists "
                "every replicate's value.")
     write_table(md, table_md, table_csv, caption=caption, csv_df=csv)
     _figures(acc, gp, accuracy_figure, gap_figure)
@@ -366,9 +454,12 @@ def report(*, cfg, scale, table, checks, gaps, benchmarks, table_md, table_csv, 
         "attention's query/key map (distances to learned hyperplanes); the paper's FC layer also maps those distances "
         "back onto the manifold, which is not needed here. The MLR logit is |a_k| times the signed Busemann distance "
         "(h_k = sorted a_k / |a_k|); in that parametrisation the metric's beta term is a linear reparametrisation of "
-        "a_k (check 'reparametrisation'), which is why claim (c) is not testable here. The EEG-like data put the class "
-        "information in one randomly placed window per trial (a jittered event), so a network that can weight windows "
-        "has something to find: claim (e) tests the attention as a mechanism, not that it helps on real EEG. The tree "
+        "a_k (check 'reparametrisation'), which is why claim (c) is not testable here. "
+        + ("Claim (e) is decided on the mixing model with the class's excess power spread over every window (no window "
+           "to find: the attention must not lose); the planted setting, the class event in one randomly placed window, "
+           "is the layer's positive control (the attention must win there); neither says that it helps on real EEG. "
+           if not real_eeg(p) else "")
+        + _power(claim_list, p) + "The tree "
         "is moved by an isometry so that its classes are not angular sectors about the origin (a fixed angle rule "
         "solves the unmoved tree); claim (d)'s premise measures the best angle rule. The paper reports single runs or "
         "few seeds on real data; our intervals are over replicates of synthetic data, so magnitudes are not "

@@ -25,40 +25,57 @@ log = logging.getLogger(__name__)
 
 # ---- train ----------------------------------------------------------------------------------------
 def train(*, cfg, seed: str, data, accuracies):
-    """Every SPD arm (claims b, e) of every task on one seed: one row per (task, unit, arm, variant).
+    """One train job: claim (b)'s heads on the head seeds dealt to this job (seed, seed + seeds, ...; the permuted-
+    label controls on the first `seeds` of them), and claim (e)'s attention pair on this seed (the deciding EEG
+    setting, and the planted one, its positive control, on the first planted_attention_seeds seeds).
 
     The replicate of a row is the seed where each seed draws its own data (the mixing model, the digits), and the
     subject where every seed sees the same subjects (real EEG: the seeds then vary the initialisation only)."""
     p = parse(cfg)
-    seed = int(seed)
-    rng = seed_everything(seed)
+    job = int(seed)
+    seed_everything(job)
     d = D.read_prepared(data)
     rows = []
-    for task, by_seed in d["eeg"].items():
-        real = task != "eeg"
-        for unit, subject in enumerate(by_seed[seed]):
-            tok_train = torch.as_tensor(subject["train"]["tokens"], dtype=torch.float64)  # (N, W, C, C)
-            tok_test = torch.as_tensor(subject["test"]["tokens"], dtype=torch.float64)
-            y_train = torch.as_tensor(subject["train"]["labels"], dtype=torch.long)
-            y_test = torch.as_tensor(subject["test"]["labels"], dtype=torch.long)
-            # The trial covariance: the mean of its window covariances (the whole trial's covariance up to
-            # the window means), the input of every arm but the attention pair.
-            # The attention pair (claim e) on the first attention_subjects subjects (null: all; its step is ~10x an MLR's).
-            attend = p.train["attention_subjects"] is None or unit < p.train["attention_subjects"]
-            rows += T.spd_task(task, unit, unit if real else seed, tok_train.mean(1), y_train, tok_test.mean(1),
-                               y_test, p, seed, rng, tokens_train=tok_train if attend else None,
-                               tokens_test=tok_test if attend else None)
-            log.info("seed %d: %s subject %d done", seed, task, unit)
-    dg = d["digits"]
-    n_img = min(p.digits["max_images"], len(dg["labels"]))
-    chosen = np.sort(rng.choice(len(dg["labels"]), size=n_img, replace=False))
-    spd, labels = dg["spd"][chosen], dg["labels"][chosen]
-    train_idx, test_idx = T.split(labels, p.digits["train_fraction"], rng)
-    x = torch.as_tensor(spd, dtype=torch.float64)
-    y = torch.as_tensor(labels, dtype=torch.long)
-    rows += T.spd_task("digits", 0, seed, x[train_idx], y[train_idx], x[test_idx], y[test_idx], p, seed, rng)
-    log.info("seed %d: digits done", seed)
-    write_parquet(pd.DataFrame(rows).assign(seed=seed), accuracies)
+    for s in range(job, max(p.seeds, p.head_seeds), p.seeds):
+        rng = np.random.default_rng([s, 4])
+        controls = s < p.seeds
+        for task, by_seed in d["eeg"].items():
+            real = task != "eeg"
+            if s not in by_seed:
+                continue  # real EEG: its replicates are the subjects; head seeds beyond `seeds` add none
+            for unit, subject in enumerate(by_seed[s]):
+                # The trial covariance: the mean of its window covariances (the whole trial's covariance up to the
+                # window means).
+                x_train, y_train, x_test, y_test = _trials(subject)
+                rows += T.heads_task(task, unit, unit if real else s, x_train.mean(1), y_train, x_test.mean(1),
+                                     y_test, p, s, rng, controls=controls)
+        dg = d["digits"]
+        n_img = min(p.digits["max_images"], len(dg["labels"]))
+        chosen = np.sort(rng.choice(len(dg["labels"]), size=n_img, replace=False))
+        spd, labels = dg["spd"][chosen], dg["labels"][chosen]
+        train_idx, test_idx = T.split(labels, p.digits["train_fraction"], rng)
+        x = torch.as_tensor(spd, dtype=torch.float64)
+        y = torch.as_tensor(labels, dtype=torch.long)
+        rows += T.heads_task("digits", 0, s, x[train_idx], y[train_idx], x[test_idx], y[test_idx], p, s, rng,
+                             controls=controls)
+        log.info("job %d: claim (b)'s heads on seed %d done", job, s)
+    rng = np.random.default_rng([job, 6])
+    for task, by_seed in d["attention"].items():
+        real = task.startswith("eeg:")
+        for unit, subject in enumerate(by_seed.get(job, [])):
+            if p.train["attention_subjects"] is not None and unit >= p.train["attention_subjects"]:
+                break
+            rows += T.attention_task(task, unit, unit if real else job, *_trials(subject), p, job, rng)
+        log.info("job %d: claim (e)'s attention pair on %s done", job, task)
+    write_parquet(pd.DataFrame(rows).assign(job=job), accuracies)
+
+
+def _trials(subject):
+    """A subject's window tokens (N, W, C, C) and labels, training and test session."""
+    return (torch.as_tensor(subject["train"]["tokens"], dtype=torch.float64),
+            torch.as_tensor(subject["train"]["labels"], dtype=torch.long),
+            torch.as_tensor(subject["test"]["tokens"], dtype=torch.float64),
+            torch.as_tensor(subject["test"]["labels"], dtype=torch.long))
 
 
 def tree(*, cfg, data, accuracies):
@@ -66,7 +83,7 @@ def tree(*, cfg, data, accuracies):
     p = parse(cfg)
     seed_everything(0)
     trees = D.read_prepared(data)["tree"]
-    rows = T.ball_tasks([trees[s] for s in range(p.tree["seeds"])], p)
+    rows = T.ball_tasks([trees[s] for s in range(p.tree["seeds"])], p, planted_seeds=p.tree["planted_seeds"])
     log.info("%d tree seeds done", p.tree["seeds"])
     write_parquet(pd.DataFrame(rows), accuracies)
 

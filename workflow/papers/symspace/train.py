@@ -20,17 +20,25 @@ def generator(*key) -> torch.Generator:
 
 
 def fit(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float, *, val=None,
-        every: int = 0, betas: tuple = (0.9, 0.999), eps: float = 1e-8) -> tuple[torch.nn.Module, list[float]]:
+        every: int = 0, test=None, betas: tuple = (0.9, 0.999), eps: float = 1e-8) -> tuple[torch.nn.Module, list]:
     """Full-batch Adam (Kingma & Ba 2015, Alg. 1, torch's defaults) on the cross-entropy for `steps` steps.
 
     `val` = (x_val, y_val): the validation accuracy every `every` steps, returned as the curve the convergence
-    gate reads (:func:`late_gain`). Written out rather than torch.optim.Adam, whose first step imports
-    torch._dynamo (2-3 s of every job's start-up, most of the smoke DAG's budget).
+    gate reads (:func:`late_gain`), and the model returned is the checkpoint of the best validation accuracy (the
+    first such point; per replica when replicas train side by side), not the last iterate: at a fixed learning rate
+    the last iterate's accuracy swung by 0.1-0.4 between 300 and 900 steps (issue 52's review). `test` = (x_test,
+    y_test): the test accuracy at that checkpoint is also recorded at half of the steps, on the model attribute
+    ``half_test`` (the checkpoint chosen on the first half of training; the stability gate compares it with the
+    whole run's). Written out rather than torch.optim.Adam, whose first step imports torch._dynamo (2-3 s of every
+    job's start-up, most of the smoke DAG's budget).
     """
     params = [q for q in model.parameters() if q.requires_grad]
     m = [torch.zeros_like(q) for q in params]
     v = [torch.zeros_like(q) for q in params]
     curve = []
+    best = [q.detach().clone() for q in params]
+    best_val = best_test = None
+    model.half_test = None
     for step in range(1, steps + 1):
         for q in params:
             q.grad = None
@@ -44,10 +52,36 @@ def fit(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr
                 v_hat = v_q / (1 - betas[1] ** step)
                 q.sub_(lr * m_hat / (v_hat.sqrt() + eps))
         if val is not None and every and step % every == 0:
-            curve.append(accuracy(model, *val))
+            now = np.asarray(accuracy(model, *val), dtype=float)
+            curve.append(now if now.ndim else float(now))
+            better = now > best_val if best_val is not None else np.ones_like(now, dtype=bool)
+            if better.any():
+                _keep(best, params, better)
+                if test is not None:
+                    t_now = np.asarray(accuracy(model, *test), dtype=float)
+                    best_test = t_now if best_test is None else np.where(better, t_now, best_test)
+                best_val = now if best_val is None else np.where(better, now, best_val)
+        if test is not None and step == steps // 2 and best_test is not None:
+            model.half_test = best_test.copy() if best_test.ndim else float(best_test)
     if not torch.isfinite(loss):
         raise FloatingPointError(f"symspace: training {type(model).__name__} diverged (loss {loss.item()})")
+    if best_val is not None:
+        with torch.no_grad():
+            for q, b in zip(params, best):
+                q.copy_(b)
     return model, curve
+
+
+def _keep(best: list, params: list, better: np.ndarray) -> None:
+    """Copy the parameters into the best checkpoint where `better` (one flag, or one per replica: the leading
+    dimension of every parameter)."""
+    with torch.no_grad():
+        for b, q in zip(best, params):
+            if better.ndim == 0:
+                b.copy_(q)
+            else:
+                mask = torch.as_tensor(better).reshape(-1, *([1] * (q.dim() - 1)))
+                b.copy_(torch.where(mask, q, b))
 
 
 def _loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -87,14 +121,22 @@ def split(labels: np.ndarray, fraction: float, rng: np.random.Generator) -> tupl
     return first, np.setdiff1d(np.arange(labels.size), first)
 
 
-def spd_task(task: str, unit: int, replicate: int, x_train, y_train, x_test, y_test, p, seed: int,
-             rng: np.random.Generator, tokens_train=None, tokens_test=None) -> list[dict]:
-    """Every SPD arm on one task unit (an EEG subject, or the digits): rows of accuracies.
+def _row(task, unit, replicate, arm, variant, classes, model, curve, test_acc, seed) -> dict:
+    return {"task": task, "unit": unit, "replicate": replicate, "seed": seed, "arm": arm, "variant": variant,
+            "chance": 1.0 / classes, "val_acc": max(curve) if curve else float("nan"), "test_acc": test_acc,
+            "half_test_acc": float("nan") if model is None or model.half_test is None else float(model.half_test),
+            "late_gain": late_gain(curve)}
+
+
+def heads_task(task: str, unit: int, replicate: int, x_train, y_train, x_test, y_test, p, seed: int,
+               rng: np.random.Generator, controls: bool = True) -> list[dict]:
+    """Claim (b)'s arms on one task unit (an EEG subject, or the digits): rows of accuracies.
 
     x_*: (N, n, n) float64 tensors; y_*: (N,) long. The training part is split into fit and validation (the
-    validation curve is the convergence gate's); every accuracy in the claims is on the test part. Claim (b)'s
-    arms: the same BiMap -> ReEig backbone (same initial weights within a seed) under SPDNet's LogEig + linear
-    head and under the Busemann MLR, each also on permuted labels (its null control).
+    validation curve picks the checkpoint and is the convergence gate's); every accuracy in the claims is on the
+    test part, at the best-validation checkpoint (and, for the stability gate, at the best checkpoint of the first
+    half of training). The same BiMap -> ReEig backbone (same initial weights within a seed) under SPDNet's LogEig +
+    linear head and under the Busemann MLR; with `controls`, each also on permuted labels (its null control).
     """
     n, classes = x_train.shape[-1], int(y_train.max()) + 1
     fit_idx, val_idx = split(y_train.numpy(), 1 - p.train["val_fraction"], rng)
@@ -102,33 +144,39 @@ def spd_task(task: str, unit: int, replicate: int, x_train, y_train, x_test, y_t
     xf, yf, xv, yv = x_train[fit_idx], y_train[fit_idx], x_train[val_idx], y_train[val_idx]
     t = p.train
     rows = []
-
-    def run(arm, variant, model, xf_, yf_, xv_, xt_, steps=t["steps"]):
-        model, curve = fit(model, xf_, yf_, steps, t["lr"], val=(xv_, yv), every=t["eval_every"])
-        rows.append({"task": task, "unit": unit, "replicate": replicate, "arm": arm, "variant": variant,
-                     "chance": 1.0 / classes, "val_acc": curve[-1], "test_acc": accuracy(model, xt_, y_test), "late_gain": late_gain(curve)})
-        return model
-
     m = min(p.model["bimap_dim"], n)
     for head in ("logeig_linear", "busemann_mlr"):
-        for variant, labels in (("main", yf), ("permuted_labels", yf[perm])):
+        for variant, labels in (("main", yf), ("permuted_labels", yf[perm]))[: 2 if controls else 1]:
             model = L.SPDNet(n, m, classes, generator(seed, task, unit, "backbone", variant),
                              head=head, head_generator=generator(seed, task, unit, head, variant))
-            run(f"spdnet_{head}", variant, model, xf, labels, xv, x_test)
-    if tokens_train is not None:
-        # Claim (e): the attention network and the same network without attention, on the window tokens, both for
-        # attention_steps (its Frechet means make a step ~10x an MLR's).
-        tf, tv = tokens_train[fit_idx], tokens_train[val_idx]
-        for attention in (False, True):
-            arm = "attention" if attention else "no_attention"
-            model = L.SPDAttentionNet(n, classes, p.model["attention_dim"], 1.0, 0.0, p.model["frechet_iters"],
-                                      attention, generator(seed, task, unit, arm))
-            model = run(arm, "main", model, tf, yf, tv, tokens_test, steps=t["attention_steps"])
-        # Claim (e)'s control: the trained attention network with its weights shuffled over the tokens.
-        model.shuffle_weights = generator(seed, task, unit, "shuffle")
-        rows.append({"task": task, "unit": unit, "replicate": replicate, "arm": "attention",
-                     "variant": "shuffled_weights", "chance": 1.0 / classes, "val_acc": accuracy(model, tv, yv),
-                     "test_acc": accuracy(model, tokens_test, y_test), "late_gain": float("nan")})
+            model, curve = fit(model, xf, labels, t["steps"], t["lr"], val=(xv, yv), every=t["eval_every"],
+                               test=(x_test, y_test))
+            rows.append(_row(task, unit, replicate, f"spdnet_{head}", variant, classes, model, curve,
+                             accuracy(model, x_test, y_test), seed))
+    return rows
+
+
+def attention_task(task: str, unit: int, replicate: int, tokens_train, y_train, tokens_test, y_test, p, seed: int,
+                   rng: np.random.Generator) -> list[dict]:
+    """Claim (e)'s arms on one task unit's window tokens (N, W, n, n): the attention network and the same network
+    without attention (the ablation), both for attention_steps (its Frechet means make a step ~10x an MLR's), at
+    their best-validation checkpoints; and the attention network before training (claim e's null arm)."""
+    n, classes = tokens_train.shape[-1], int(y_train.max()) + 1
+    fit_idx, val_idx = split(y_train.numpy(), 1 - p.train["val_fraction"], rng)
+    tf, yf, tv, yv = tokens_train[fit_idx], y_train[fit_idx], tokens_train[val_idx], y_train[val_idx]
+    t = p.train
+    rows = []
+    for attention in (False, True):
+        arm = "attention" if attention else "no_attention"
+        model = L.SPDAttentionNet(n, classes, p.model["attention_dim"], 1.0, 0.0, p.model["frechet_iters"],
+                                  attention, generator(seed, task, unit, arm))
+        if attention:
+            rows.append(_row(task, unit, replicate, arm, "untrained", classes, None, [],
+                             accuracy(model, tokens_test, y_test), seed))
+        model, curve = fit(model, tf, yf, t["attention_steps"], t["lr"], val=(tv, yv), every=t["eval_every"],
+                           test=(tokens_test, y_test))
+        rows.append(_row(task, unit, replicate, arm, "main", classes, model, curve,
+                         accuracy(model, tokens_test, y_test), seed))
     return rows
 
 
@@ -151,49 +199,75 @@ def angle_rule(x_fit: np.ndarray, y_fit: np.ndarray, x_test: np.ndarray, y_test:
     return float((label[s_test] == y_test).mean())
 
 
-def ball_tasks(trees: list[dict], p) -> list[dict]:
-    """The three heads on every tree seed (claim d), the Busemann head on permuted labels (its null control), and
-    the angle rule (claim d's premise: no angle rule about the origin gives the labels).
+def _ball_head(head: str, d: int, classes: int, g, replicas=None):
+    return (L.EuclideanMLR(d, classes, g, replicas=replicas) if head == "euclidean_mlr"
+            else L.BallMLR(d, classes, head.split("_")[0], g, replicas=replicas))
 
-    Every seed's tree has the same nodes and classes, so its stratified split has the same sizes: the seeds train
-    side by side, each head holding one copy of its parameters per seed (their own initialisation, noise,
-    isometry, split and label permutation)."""
-    t = p.train
-    fits, vals, tests, perms = [], [], [], []
-    for seed, tree in enumerate(trees):
-        rng = np.random.default_rng([seed, 5])
-        train_idx, test_idx = split(tree["labels"], p.tree["train_fraction"], rng)
-        fit_pos, val_pos = split(tree["labels"][train_idx], 1 - t["val_fraction"], rng)
-        fits.append(train_idx[fit_pos]), vals.append(train_idx[val_pos]), tests.append(test_idx)
-        perms.append(rng.permutation(fit_pos.size))
-    if len({len(f) for f in fits}) != 1 or len({len(v) for v in tests}) != 1:
-        raise ValueError("symspace: the tree seeds' splits differ in size (the trees must share nodes and classes)")
-    x = torch.as_tensor(np.stack([tr["points"] for tr in trees]), dtype=torch.float64)  # (R, N, 2)
-    y = torch.as_tensor(np.stack([tr["labels"] for tr in trees]), dtype=torch.long)  # (R, N)
 
-    def take(z, idx):
-        return torch.stack([z[r, torch.as_tensor(i)] for r, i in enumerate(idx)])
+def ball_tasks(trees: list[dict], p, planted_seeds: int = 0) -> list[dict]:
+    """The three heads on every tree seed (claim d), each from `restarts` initialisations chosen on validation; the
+    Busemann head before training (its null arm); the angle rule (claim d's premise: no angle rule about the origin
+    gives the labels); and, on the first `planted_seeds` seeds, the Busemann and Ganea heads on the same points
+    labelled by horocycle bands (task ``tree_horocycle``, claim d's positive control).
 
-    x_fit, y_fit, x_val, y_val, x_test, y_test = (take(x, fits), take(y, fits), take(x, vals), take(y, vals),
-                                                   take(x, tests), take(y, tests))
-    y_perm = torch.stack([y_fit[r, torch.as_tensor(perm)] for r, perm in enumerate(perms)])
-    classes, d, R = int(y.max()) + 1, x.shape[-1], len(trees)
+    Every seed's tree has the same nodes and class sizes, so its stratified split has the same sizes: the seeds and
+    restarts train side by side, each head holding one copy of its parameters per (restart, seed), initialised from
+    its own key (seed, restart), so that a seed's initialisations do not depend on how many seeds run."""
+    t, restarts = p.train, p.train["restarts"]
     rows = []
-    for head, variant in [*((h, "main") for h in ("euclidean_mlr", "ganea_mlr", "busemann_mlr")),
-                          ("busemann_mlr", "permuted_labels")]:
-        g = generator("tree", head, variant)
-        model = (L.EuclideanMLR(d, classes, g, replicas=R) if head == "euclidean_mlr"
-                 else L.BallMLR(d, classes, head.split("_")[0], g, replicas=R))
-        model, curve = fit(model, x_fit, y_fit if variant == "main" else y_perm, t["tree_steps"], t["tree_lr"],
-                           val=(x_val, y_val), every=t["eval_every"])
-        test, gains = accuracy(model, x_test, y_test), late_gain(curve)
-        rows += [{"task": "tree", "unit": 0, "replicate": r, "seed": r, "arm": head, "variant": variant,
-                  "chance": 1.0 / classes, "val_acc": float(curve[-1][r]), "test_acc": float(test[r]),
-                  "late_gain": float(gains[r])} for r in range(R)]
-    for r, tree in enumerate(trees):
-        train_idx = np.concatenate([fits[r], vals[r]])
-        rows.append({"task": "tree", "unit": 0, "replicate": r, "seed": r, "arm": "angle_rule", "variant": "main",
-                     "chance": 1.0 / classes, "val_acc": float("nan"), "late_gain": float("nan"),
-                     "test_acc": angle_rule(tree["points"][train_idx], tree["labels"][train_idx],
-                                            tree["points"][tests[r]], tree["labels"][tests[r]], p.tree["angle_bins"])})
+    settings = [("tree", "labels", len(trees), ("euclidean_mlr", "ganea_mlr", "busemann_mlr"))]
+    if planted_seeds:
+        settings.append(("tree_horocycle", "horocycle_labels", planted_seeds, ("ganea_mlr", "busemann_mlr")))
+    for task, key, n_seeds, heads in settings:
+        fits, vals, tests = [], [], []
+        for seed, tree in enumerate(trees[:n_seeds]):
+            rng = np.random.default_rng([seed, 5])
+            train_idx, test_idx = split(tree[key], p.tree["train_fraction"], rng)
+            fit_pos, val_pos = split(tree[key][train_idx], 1 - t["val_fraction"], rng)
+            fits.append(train_idx[fit_pos]), vals.append(train_idx[val_pos]), tests.append(test_idx)
+        if len({len(f) for f in fits}) != 1 or len({len(v) for v in tests}) != 1:
+            raise ValueError("symspace: the tree seeds' splits differ in size (the trees must share nodes and classes)")
+        x = torch.as_tensor(np.stack([tr["points"] for tr in trees[:n_seeds]]), dtype=torch.float64)  # (S, N, 2)
+        y = torch.as_tensor(np.stack([tr[key] for tr in trees[:n_seeds]]), dtype=torch.long)  # (S, N)
+
+        def take(z, idx):  # (restarts x S, ...): replica k * S + s is restart k of seed s
+            return torch.stack([z[r, torch.as_tensor(i)] for r, i in enumerate(idx)]).repeat(
+                restarts, *([1] * (z.dim() - 1)))
+
+        x_fit, y_fit, x_val, y_val, x_test, y_test = (take(x, fits), take(y, fits), take(x, vals), take(y, vals),
+                                                       take(x, tests), take(y, tests))
+        classes, d, S = int(y.max()) + 1, x.shape[-1], n_seeds
+        for head in heads:
+            model = _ball_head(head, d, classes, generator(task, head), replicas=restarts * S)
+            with torch.no_grad():  # each replica from its own key
+                for r in range(restarts * S):
+                    one = _ball_head(head, d, classes, generator(task, head, r % S, r // S))
+                    for q, q1 in zip(model.parameters(), one.parameters()):
+                        q[r] = q1
+            if head == "busemann_mlr" and task == "tree":
+                untrained = accuracy(model, x_test, y_test)
+                rows += [{"task": task, "unit": 0, "replicate": s, "seed": s, "arm": head, "variant": "untrained",
+                          "chance": 1.0 / classes, "val_acc": float("nan"), "test_acc": float(untrained[s]),
+                          "half_test_acc": float("nan"), "late_gain": float("nan"), "restart": 0} for s in range(S)]
+            model, curve = fit(model, x_fit, y_fit, t["tree_steps"], t["tree_lr"], val=(x_val, y_val),
+                               every=t["eval_every"], test=(x_test, y_test))
+            curve = np.asarray(curve)  # (evaluations, restarts x S)
+            best_val = curve.max(0).reshape(restarts, S)
+            pick = best_val.argmax(0)  # per seed the restart of the best validation accuracy (the first on ties)
+            test = accuracy(model, x_test, y_test).reshape(restarts, S)
+            half = np.asarray(model.half_test).reshape(restarts, S)
+            gains = late_gain(curve).reshape(restarts, S)
+            rows += [{"task": task, "unit": 0, "replicate": s, "seed": s, "arm": head, "variant": "main",
+                      "chance": 1.0 / classes, "val_acc": float(best_val[pick[s], s]),
+                      "test_acc": float(test[pick[s], s]), "half_test_acc": float(half[pick[s], s]),
+                      "late_gain": float(gains[pick[s], s]), "restart": int(pick[s])} for s in range(S)]
+        if task == "tree":
+            for r, tree in enumerate(trees[:n_seeds]):
+                train_idx = np.concatenate([fits[r], vals[r]])
+                rows.append({"task": task, "unit": 0, "replicate": r, "seed": r, "arm": "angle_rule",
+                             "variant": "main", "chance": 1.0 / classes, "val_acc": float("nan"),
+                             "late_gain": float("nan"), "half_test_acc": float("nan"), "restart": 0,
+                             "test_acc": angle_rule(tree["points"][train_idx], tree["labels"][train_idx],
+                                                    tree["points"][tests[r]], tree["labels"][tests[r]],
+                                                    p.tree["angle_bins"])})
     return rows
