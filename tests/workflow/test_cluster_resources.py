@@ -6,10 +6,9 @@ import os
 import re
 import subprocess
 
-from smk import ROOT, full_scale_stand_ins, snakemake
+from smk import ROOT, full_scale_stand_ins, rule_kinds, snakemake
 
-RULES = "".join(f.read_text() for f in (ROOT / "workflow" / "rules").glob("*.smk"))
-GPU_RULES = set(re.findall(r'^\s*rule (\w+):(?:(?!^\s*rule ).)*?job_resources\("gpu"\)', RULES, re.M | re.S))
+GPU_RULES = {rule for rule, kind in rule_kinds().items() if kind == "gpu"}
 
 
 def _jobs(stdout: str) -> list[tuple[str, dict]]:
@@ -30,8 +29,11 @@ def test_one_edit_routes_every_gpu_rule(tmp_path):
                        "--config", "resources={gpu: {partition: a100, gres: 'gpu:a100:1', gpu: 0}}",
                        workdir=tmp_path, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    routed = {rule: res for rule, res in _jobs(result.stdout) if rule in GPU_RULES}
-    assert len(routed) >= 18, routed
+    jobs = _jobs(result.stdout)
+    routed = {rule: res for rule, res in jobs if rule in GPU_RULES}
+    # every gpu-kind rule with a job at the full scale (which rules those are is tested by behaviour in
+    # test_gpu_routing.py)
+    assert set(routed) == GPU_RULES & {rule for rule, _ in jobs} and len(routed) >= 10, routed
     assert all(res.get("slurm_partition") == "a100" and res.get("gres") == "gpu:a100:1" for res in routed.values()), routed
 
 

@@ -167,16 +167,34 @@ def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offl
 def cost(*, cfg, table):
     """HiP's counted key products and time against T, and dense attention's, on random q, k of one head;
     the control runs the same tree search with mask_k = T / control_fraction (up to control_max_len: its cost
-    is quadratic). Per T and input, the arms are timed in turn `timing_repeats` times and the fastest timing of
-    each is kept (papers.hip.evaluate.min_seconds)."""
+    is quadratic). Every (input, T) is measured `timing_repeats` times and the fastest timing of each arm is kept
+    (papers.hip.evaluate.min_seconds times the arms in turn within a round)."""
     p = parse(cfg)
     c = p.cost
+    # The CPU timings run on one intra-op thread, whatever the job's threads, so that the process's CPU time counts
+    # one thread's work. With more, idle OpenMP threads spin and their spinning counts as CPU time, which a loaded
+    # machine makes erratic (issue 55: at 2 threads per job, the dense exponent came out 1.95 [0.89, 3.01]).
+    job_threads = torch.get_num_threads()
+    if c.device != "cuda":
+        torch.set_num_threads(1)
     rows = []
-    for rep in range(c.repeats):
-        gen = torch.Generator().manual_seed(rep)
-        for T in progress(c.lengths, desc=f"cost, input {rep}"):
-            control = T // c.control_fraction if T <= c.control_max_len else None
-            rows += [{"input": rep, **r} for r in ev.cost_at(T, p.hip, c.head_dim, gen, control_mask_k=control,
-                                                            time_dense=T <= c.dense_max_len,
-                                                            repeats=c.timing_repeats, device=c.device)]
-    write_parquet(pd.DataFrame(rows), table)
+    try:
+        # Rounds over every (input, T), not repeats in a row: a burst of load on a shared machine then disturbs
+        # one timing of a measurement, not all of them, and the minimum drops it (issue 55: repeats in a row on a
+        # loaded machine moved one input's time at T = 8192 by 1.9x).
+        for round_ in range(c.timing_repeats):
+            for rep in range(c.repeats):
+                gen = torch.Generator().manual_seed(rep)  # the same inputs in every round
+                for T in progress(c.lengths, desc=f"cost, round {round_}, input {rep}"):
+                    control = T // c.control_fraction if T <= c.control_max_len else None
+                    rows += [{"input": rep, **r} for r in ev.cost_at(T, p.hip, c.head_dim, gen,
+                                                                    control_mask_k=control,
+                                                                    time_dense=T <= c.dense_max_len,
+                                                                    repeats=1, device=c.device)]
+    finally:
+        torch.set_num_threads(job_threads)
+    rows = pd.DataFrame(rows)
+    timed = [col for col in rows.columns if col.endswith("_seconds")]
+    rows = rows.groupby(["input", "T", "arm"], sort=False, as_index=False).agg(
+        {col: ("min" if col in timed else "first") for col in rows.columns if col not in ("input", "T", "arm")})
+    write_parquet(rows, table)
