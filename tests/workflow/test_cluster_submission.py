@@ -15,14 +15,12 @@ import shlex
 
 import yaml
 
-from smk import ROOT, full_scale_stand_ins, snakemake
+from smk import RULES_TEXT, ROOT, full_scale_stand_ins, rule_kinds, snakemake
 
 FAKE = ROOT / "tests" / "workflow" / "fake_slurm" / "fake_slurm.py"
 TOOLS = ("sbatch", "sacct", "squeue", "sacctmgr", "sshare", "sinfo", "scontrol", "scancel")
-RULES = "".join(f.read_text() for f in (ROOT / "workflow" / "rules").glob("*.smk"))
-GPU_RULES = set(re.findall(r'^\s*rule (\w+):(?:(?!^\s*rule ).)*?job_resources\("gpu"\)', RULES, re.M | re.S))
-KIND = {rule: kind for kind in ("light", "train", "gpu")
-        for rule in re.findall(rf'^\s*rule (\w+):(?:(?!^\s*rule ).)*?job_resources\("{kind}"[,)]', RULES, re.M | re.S)}
+KIND = rule_kinds()
+GPU_RULES = {rule for rule, kind in KIND.items() if kind == "gpu"}
 
 
 def target_key(rule: str, wildcards: str) -> str:
@@ -76,7 +74,7 @@ def test_every_full_scale_job_reaches_slurm_as_the_profile_and_config_say(tmp_pa
     # rules whose paper estimates its own jobs' wall time: job_resources(kind, runtime=config[paper][key])
     own_runtime = {rule: full[paper][key] for rule, paper, key in re.findall(
         r'^\s*rule (\w+):(?:(?!^\s*rule ).)*?job_resources\("\w+", runtime=config\["(\w+)"\]\["(\w+)"\]\)',
-        RULES, re.M | re.S)}
+        RULES_TEXT, re.M | re.S)}
     slurm_profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.v8+.yaml").read_text())
     for key, calls in submitted.items():
         args = calls[0]

@@ -91,3 +91,24 @@ def test_records_travel_with_the_results(tmp_path, monkeypatch):
     assert import_records("kept.json") == 0 and '"b"' in record.read_text()  # a newer local run wins
     record.write_text('{"rule": "demo_report", "params": ["c"], "endtime": 5}')
     assert import_records("kept.json") == 1 and '"a"' in record.read_text()  # a pull of newer results wins
+
+
+def test_the_cuda_probe_records_cuda_placements_and_keeps_them_on_the_cpu():
+    """papers.common.cuda_probe: what test_gpu_routing.py relies on, on a few lines of torch."""
+    import torch
+
+    from papers.common.cuda_probe import CudaProbe
+
+    with CudaProbe() as probe:
+        x = torch.ones(3).to("cuda") + torch.zeros(3, device="cuda")
+        layer = torch.nn.Linear(3, 2).to(torch.device("cuda"))
+        y = layer(x)
+        torch.cuda.synchronize()
+    assert probe.cuda and "test_runner.py" in probe.where
+    assert x.device.type == "cpu" and y.device.type == "cpu" and torch.equal(x, torch.ones(3))
+    assert not torch.cuda.is_available()  # restored on exit (a CPU build)
+
+    with CudaProbe() as cpu_only:
+        device = "cuda" if torch.cuda.is_available() else "cpu"  # a stage that picks CUDA by itself
+        torch.ones(2).to("cpu").sum()
+    assert device == "cuda" and not cpu_only.cuda

@@ -72,7 +72,7 @@ class CudaProbe:
     def _record(self, what: str) -> None:
         if not self.cuda:
             self.cuda = True
-            frames = [f for f in traceback.extract_stack()[:-3] if "/torch/" not in f.filename and __file__ != f.filename]
+            frames = [f for f in traceback.extract_stack() if "/torch/" not in f.filename and f.filename != __file__]
             self.where = f"{what} at {frames[-1].filename}:{frames[-1].lineno}" if frames else what
 
     def _mode(self):
