@@ -288,7 +288,42 @@ def test_siblings_come_from_the_planted_clusters_and_are_not_planted():
     assert stages.siblings(act, 0) == [act.smiles[1], act.smiles[5]]  # cluster 1 has no planted active
 
 
+def test_cross_target_queries_are_the_other_targets_actives_as_many_as_the_known_ones():
+    from papers.sbdd_vs import stages
+
+    act = pd.DataFrame({"smiles": ["CCO", "CCN", "CCC", "CCCl"], "cluster": [0, 1, 2, 3], "replicate": 0,
+                        "role": ["known", "known", "hidden", "known"], "planted": False})
+    other = pd.DataFrame({"smiles": ["c1ccccc1", "CCN", "c1ccncc1", "C1CCCCC1", "CC(=O)O"]})  # CCN: an active of both
+    out = stages.cross_target(act, [other], 0, 100, np.random.default_rng(0))
+    assert len(out) == 3 and set(out) <= {"c1ccccc1", "c1ccncc1", "C1CCCCC1", "CC(=O)O"}  # 3 known; CCN left out
+    assert len(stages.cross_target(act, [other], 0, 2, np.random.default_rng(0))) == 2  # at most n
+    assert len(stages.cross_target(act, [other.iloc[:2]], 0, 100, np.random.default_rng(0))) == 1  # as many as exist
+
+
 # ---- generators --------------------------------------------------------------------------------------
+def test_optimiser_drops_molecules_whose_docking_fails():
+    """A failed docking (NaN, as docking.vina_score returns) never enters the population or the output, so the
+    population's sort stays a total order; the failures are counted."""
+    library = ["c1ccccc1CCO", "CC(=O)Nc1ccc(O)cc1", "CCOC(=O)c1ccccc1", "c1ccc2ccccc2c1", "CCN(CC)CCOC(=O)c1ccccc1",
+               "O=C(O)c1ccccc1O", "CC(C)Cc1ccc(C(C)C(=O)O)cc1", "Cn1cnc2c1c(=O)n(C)c(=O)n2C"]
+    calls = []
+
+    def score(mol):  # fails on every molecule with an oxygen count divisible by 2; else minus the heavy atoms
+        calls.append(Chem.MolToSmiles(mol))
+        n_o = sum(a.GetSymbol() == "O" for a in mol.GetAtoms())
+        return math.nan if n_o % 2 == 0 else -float(mol.GetNumHeavyAtoms())
+
+    best, hist = generators.optimise(library, library, score, 5, np.random.default_rng(0), population=6, children=8,
+                                     generations=3, library_fragments=1, max_fragments=3)
+    assert best and all(np.isfinite(score(Chem.MolFromSmiles(s))) for s in best)
+    assert [h["best"] for h in hist] == sorted(h["best"] for h in hist)[::-1]  # elitist: never worse (lower = better)
+    assert all(np.isfinite([h["best"], h["mean"]]).all() for h in hist)
+    assert hist[-1]["failed"] >= 1 and [h["failed"] for h in hist] == sorted(h["failed"] for h in hist)
+    with pytest.raises(ValueError, match="start molecules failed"):
+        generators.optimise(library, library, lambda m: math.nan, 5, np.random.default_rng(0), population=6,
+                            children=2, generations=1, library_fragments=1, max_fragments=3)
+
+
 def test_brics_links_follow_the_rules():
     rng = np.random.default_rng(0)
     biphenyl = generators.assemble(["[16*]c1ccccc1"], rng, max_fragments=2)
@@ -407,13 +442,14 @@ def test_params_reject_bad_configurations():
 
 
 # ---- claims (the verdict contract) ----------------------------------------------------------------------
-def _metrics(seeds=(0, 1, 2), siblings=0.7):
-    """Synthetic per-(target, generator, replicate) metrics: the known actives screen best, the optimiser docks best
-    (proxy), the siblings (positive control) screen well."""
+def _metrics(seeds=(0, 1, 2), siblings=0.95, cross=0.3):
+    """Synthetic per-(target, generator, replicate) metrics: the known actives screen best of the generators, the
+    optimiser docks best (proxy), the siblings (positive control) screen better still, the other target's actives
+    (ablation) worse than the generators built from the known actives."""
     rng = np.random.default_rng(0)
     base = {  # generator: (docking, bedroc)
         "lm": (-7.0, 0.5), "optimiser": (-10.0, 0.02), "brics": (-8.0, 0.4), "random": (-6.5, 0.1), "known": (-7.5, 0.9),
-        "siblings": (-7.5, siblings)}
+        "siblings": (-7.5, siblings), "cross_target": (-7.0, cross)}
     rows = []
     for target in ("EGFR", "CDK2"):
         for s in seeds:
@@ -443,12 +479,16 @@ def _records(planted=25, dude=0.55, unmatched=0.75, seeds=3):
     return {"targets": {t: {"replicates": reps} for t in ("EGFR", "CDK2")}}
 
 
-def _params():
+def _params_cfg():
     import yaml
 
     root = Path(__file__).resolve().parents[2]
     cfg = yaml.safe_load((root / "config" / "config.yaml").read_text())["sbdd_vs"]
-    return parse({**cfg, "generators": ["lm", "optimiser", "brics", "random", "known"]})
+    return {**cfg, "generators": ["lm", "optimiser", "brics", "random", "known"]}
+
+
+def _params():
+    return parse(_params_cfg())
 
 
 def test_claims_pool_targets_and_decide_with_controls():
@@ -461,13 +501,36 @@ def test_claims_pool_targets_and_decide_with_controls():
     assert out["a"].verdict == "holds" and out["a"].control.verdict == "does not hold" and out["a"].premise_met
     assert [e.replicates for e in out["a"].evidence] == [6, 6]  # 3 replicates x 2 targets
     assert out["a"].positive_control.verdict == "holds"
-    # (b): the known actives beat every generator, pooled over both targets; random queries beat none
+    # (b): decided on the comparisons that carry chemistry (the other target's actives, and lm and brics, built from
+    # the known actives), pooled over both targets; the other target's actives in the known ones' place beat neither
     assert out["b"].verdict == "holds" and out["b"].control.verdict == "does not hold"
+    assert out["b"].control.kind == "ablation" and out["b"].positive_control.verdict == "holds"
+    assert [e.name for e in out["b"].evidence] == ["bedroc: known - cross_target", "bedroc: known - lm",
+                                                   "bedroc: known - brics"]
     assert out["b"].evidence[0].replicates == 6
     # the same test in the embedding's space reads its own column: there the known actives beat no one
     assert out["b_emb"].verdict != "holds" and out["b_emb"].evidence[0].name.startswith("bedroc_emb")
-    assert {k.id: k.passed for k in checks} == {"decoys_matched_egfr": True, "decoys_unmatched_egfr": True,
-                                                "decoys_matched_cdk2": True, "decoys_unmatched_cdk2": True}
+    # the comparisons with generators that carry no chemistry (random; the optimiser on the proxy) are checks (in the
+    # embedding's space the optimiser screens as well as the known actives, so its check fails there)
+    assert {k.id: k.passed for k in checks} == {
+        "b_no_chemistry_optimiser": True, "b_no_chemistry_random": True, "b_emb_no_chemistry_optimiser": False,
+        "b_emb_no_chemistry_random": True, "decoys_matched_egfr": True, "decoys_unmatched_egfr": True,
+        "decoys_matched_cdk2": True, "decoys_unmatched_cdk2": True}
+    # another target's actives beating the generators as well: the lead is not the target's chemistry
+    out = {c.id: c for c in sbdd_claims(_metrics(cross=0.6), _vina(), _records(), {}, p)[0]}
+    assert out["b"].control.verdict == "holds" and out["b"].verdict == "inconclusive"
+    # ... or as good as the known actives: the reference ligands' lead is not target-specific, so (b) does not hold
+    out = {c.id: c for c in sbdd_claims(_metrics(cross=0.9), _vina(), _records(), {}, p)[0]}
+    assert out["b"].verdict in ("does not hold", "inconclusive") and out["b"].verdict != "holds"
+    # siblings no better than the known actives: the benchmark does not reward closeness, (b) is inconclusive
+    out = {c.id: c for c in sbdd_claims(_metrics(siblings=0.85), _vina(), _records(), {}, p)[0]}
+    assert out["b"].positive_control.verdict != "holds" and out["b"].verdict == "inconclusive"
+    assert out["a"].verdict == "holds"  # (a)'s positive control is siblings against random queries
+    # the optimiser climbing Vina reads the pocket's chemistry: then it decides (b) too, and is no check
+    vina_fit = parse({**_params_cfg(), "optimiser": {**_params_cfg()["optimiser"], "fitness": "vina"}})
+    claims, checks = sbdd_claims(_metrics(), _vina(), _records(), {}, vina_fit)
+    assert "bedroc: known - optimiser" in [e.name for e in claims[1].evidence]
+    assert "b_no_chemistry_optimiser" not in {k.id for k in checks}
     # Vina disagreeing with the proxy (the optimiser's molecules dock worse): the proxy does not stand for Vina
     out = {c.id: c for c in sbdd_claims(_metrics(), _vina(optimiser=-6.0), _records(), {}, p)[0]}
     assert out["a"].verdict == "inconclusive" and "Vina agrees" in out["a"].note

@@ -42,7 +42,7 @@ FANNED_OUT = {
     "ensembles_train": (1, 5, 200),  # blocks of distinct member trainings (replicate, pipeline, member)
     "neural_fdm_train": (4, 4, 4),  # tasks x models
     "neural_fdm_evaluate": (2, 2, 2),  # one per task
-    "deepgate4_train": (1, 5, 5),  # one per seed
+    "deepgate4_train": (1, 3, 5),  # one per seed
     "sbdd_vs_generate": (2, 2, 2),  # one per target
     "sbdd_vs_evaluate": (2, 2, 2),  # one per target
     "sbdd_vs_dock": (2, 2, 2),  # one per target (Vina on a sample; none docked at smoke)
@@ -51,7 +51,7 @@ FANNED_OUT = {
     "profilebfn_train": (1, 3, 5),  # one per training seed
     "profilebfn_evaluate": (1, 3, 5),  # one per training seed (every arm and family inside)
     "symspace_train": (1, 8, 5),  # one per seed (claim b's heads on its share of head_seeds, the attention pairs)
-    "eagle_train": (1, 3, 5),  # one per seed (the arms of the seed's groups inside; round-robin with three experts)
+    "eagle_train": (1, 4, 5),  # one per seed (the arms of the seed's groups inside; round-robin with three experts)
     "infoprop_prepare": (1, 5, 5),  # one per seed
     "infoprop_train": (1, 5, 5),  # one per seed
     "infoprop_evaluate": (1, 5, 5),  # one per seed (every propagation scheme inside)

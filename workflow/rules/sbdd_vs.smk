@@ -67,6 +67,8 @@ rule sbdd_vs_generate:
         druglike=rules.sbdd_vs_prepare.output.druglike,
         records=rules.sbdd_vs_prepare.output.records,
         checkpoint=f"{SBDD}/train/lm_{{target}}.pt" if SBDD_LM else [],
+        # the other targets' actives: claim (b)'s ablation queries (another target's actives in the known ones' place)
+        cross_actives=lambda w: [f"{SBDD}/prepare/{t}_actives.parquet" for t in SBDD_TARGETS if t != w.target],
     output:
         generated=f"{SBDD}/generate/{{target}}.parquet",
         optimiser_history=f"{SBDD}/generate/{{target}}_optimiser.parquet",

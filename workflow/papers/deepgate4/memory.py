@@ -173,15 +173,16 @@ def fused_vs_unfused(model, ex, *, device: str, repeats: int):
 
     On CUDA: median of `repeats` timed passes (CUDA events) after a warm-up, and
     ``torch.cuda.max_memory_allocated`` above what was allocated before the pass. Elsewhere the
-    same passes run (the code path is exercised) but every arm runs the reference.
+    same passes run (the code path is exercised) but every arm runs the reference. Each row also holds
+    the largest |difference| of the fused pass's function embeddings from the unfused pass's.
     """
     model = model.to(device).eval()
     ex = ex.to(device)
-    rows = []
+    rows, hf = [], {}
     for arm, fused in (("fused", True), ("unfused", False), ("control", False)):
         model.set_fused(fused)
         with torch.no_grad():
-            model.embed(ex.plan, ex.pi_vec)  # warm-up (Triton compilation, allocator)
+            hf[arm] = model.embed(ex.plan, ex.pi_vec)[1].float().cpu()  # warm-up (Triton compilation, allocator)
             times = []
             for _ in range(repeats):
                 if device == "cuda":
@@ -204,4 +205,5 @@ def fused_vs_unfused(model, ex, *, device: str, repeats: int):
                 del out
         rows.append({"arm": arm, "fused": fused, "seconds": float(np.median(times)), "peak_bytes": int(peak)})
     model.set_fused(True)
-    return rows
+    diff = float((hf["fused"] - hf["unfused"]).abs().max())  # the fused pass must compute the same embeddings
+    return [{**r, "max_abs_diff": diff} for r in rows]

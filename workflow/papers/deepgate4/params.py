@@ -55,9 +55,11 @@ class ModelParams:
 
 @dataclass(frozen=True)
 class TrainParams:
-    epochs: int = 200  # passes over the training circuits, the same for every arm (official: 200 epochs)
-    patience: int = 10  # early stopping: epochs without improvement of the validation error
-    flat_tol: float = 0.01  # converged: the last `patience` epochs improve the best validation error by <= this
+    epochs: int = 200  # at most this many passes over the training circuits, every arm (official: 200 epochs)
+    patience: int = 10  # epochs without a new best validation error before the learning rate is lowered
+    lr_decay: float = 0.5  # factor of that lowering (reduce-on-plateau)
+    flat_window: int = 3  # converged: the last `flat_window` validation errors ...
+    flat_tol: float = 0.02  # ... lie within this fraction of their minimum; training stops there
     lr: float = 1e-4  # official run/train_large.sh
     batch_nodes: int = 4000  # small circuits are merged into unions of at most this many nodes
     device: str = "auto"  # training and evaluation: auto (CUDA when present) | cpu | cuda
@@ -70,8 +72,10 @@ class ScalingParams:
     areas_per_batch: int = 16  # mini-batch of the partitioned pass in this study
     hidden: int = 128
     layers: int = 12
-    linear_min_exponent: float = 0.9  # full graph: "at least linear" if the fitted exponent >= this
-    sublinear_max_exponent: float = 1.0  # partitioned: "sub-linear" if the fitted exponent < this
+    # the exponent of the partitioned peak relative to the full graph's (slope of log(partitioned / full) on
+    # log N) must lie below this: 0, the partitioned peak grows more slowly than the full-graph pass's, which
+    # holds every node's activations (linear in N): the one boundary of "sub-linear" against "linear"
+    max_relative_exponent: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ class KernelParams:
     device: str = "cuda"  # cuda: the GPU when present, else the CPU; cpu: always the CPU
     repeats: int = 5
     min_reduction: float = 0.0  # holds if runtime and memory both drop by more than this fraction
+    trace_circuits: int = 3  # without a GPU: circuits (smallest, largest, evenly between) of the op-trace check
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,10 @@ class Params:
                             ("val", "test", set(self.data.val) & test)):
             if names:
                 raise ValueError(f"deepgate4.data: circuits both in {a} and {b}: {sorted(names)}")
+        if self.train.flat_window < 2:
+            raise ValueError("deepgate4.train.flat_window: a flat curve needs at least 2 validation errors")
+        if not 0 < self.train.lr_decay <= 1:
+            raise ValueError(f"deepgate4.train.lr_decay must lie in (0, 1], got {self.train.lr_decay}")
         if not self.data.val:
             raise ValueError("deepgate4.data.val: early stopping needs at least one validation circuit")
         lo, hi = self.data.extreme

@@ -15,6 +15,7 @@ from papers.common.claims import (
     Premise,
     Scope,
     convention,
+    derived,
     mean_test,
     write_claims,
 )
@@ -31,15 +32,21 @@ TASKS = {"prob": "Prob (signal probability L1)", "tt": "TTDis (truth-table dista
 # next-best model's overall error; here the sum of our two tasks' pooled L1 errors.
 OVERALL = "overall"
 PAPER_IMPROVEMENT = {"ITC99": 15.5, "EPFL": 31.1}  # the paper's abstract: over the next-best model
+# The paper's baselines that config/full.yaml trains; the default scale may leave the weaker ones out.
+PAPER_BASELINES = ("deepgate2", "gat", "plain_gt")
 PAPER_FUSED = {"runtime": 35.1, "memory": 46.8}  # the paper's abstract: Fused-DeepGate4 reductions
 SCOPE = Scope("analogue", "the paper's models (DeepGate2, GAT, a plain graph transformer, DeepGate4 with its partitioned "
               "update and sparse attention) and its two gate-level tasks, at a small size on real ISCAS, ITC-99 and EPFL "
-              "netlists (circuitgraph) and generated arithmetic circuits; the training set, the equal-epoch budget and "
-              "the held-out circuits stand in for the paper's large-circuit data sets")
+              "netlists (circuitgraph) and generated arithmetic circuits; the training set, the shared epoch schedule "
+              "(each run stopped once its validation error is flat) and the held-out circuits stand in for the paper's "
+              "large-circuit data sets")
 
 
 def fit_exponent(sizes, values) -> tuple[float, float]:
-    """Least-squares fit of log(value) = a log(size) + b; returns (a, b)."""
+    """Least-squares fit of log(value) = a log(size) + b; returns (a, b), NaN where a value is not positive (an
+    allocator that reported nothing, as under the CUDA probe)."""
+    if not (np.asarray(values, float) > 0).all():
+        return float("nan"), float("nan")
     a, b = np.polyfit(np.log(np.asarray(sizes, float)), np.log(np.asarray(values, float)), 1)
     return float(a), float(b)
 
@@ -136,7 +143,7 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
         circ_rows.append(row)
     circ_md = pd.DataFrame(circ_rows)
 
-    # --- table 4: the training budgets (equal epochs, early stopping), convergence and wall time
+    # --- table 4: the training budgets (same epoch schedule, stopped when flat), convergence, CPU and wall time
     hist_df = read_parquets(histories)
     last = hist_df.sort_values("epoch").groupby(["arm", "seed"]).last().reset_index()
     budget_rows = []
@@ -145,11 +152,14 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
         budget_rows.append({"model": arm, "epochs run": mean_std(h.epoch, 3), "best epoch (kept)": mean_std(h.best_epoch, 3),
                             "optimiser steps": mean_std(h.step, 3),
                             "converged": f"{int(h.converged.sum())} of {len(h)}",
-                            "last gain (%)": mean_std(100 * h.final_gain.clip(lower=0), 3),
-                            "training (s)": mean_std(h.train_seconds, 3), "validation (s)": mean_std(h.val_seconds, 3)})
+                            "final spread (%)": mean_std(100 * h.final_spread, 3),
+                            "final lr": mean_std(h.lr, 3),
+                            "training CPU (s)": mean_std(h.train_cpu_seconds, 3),
+                            "validation CPU (s)": mean_std(h.val_cpu_seconds, 3),
+                            "training wall (s)": mean_std(h.train_seconds, 3)})
         csv_rows += [{"table": "budget", "row": arm, "column": c, "mean": float(h[c].mean()),
                       "std": float(h[c].std(ddof=1)) if len(h) > 1 else 0.0}
-                     for c in ("epoch", "best_epoch", "step", "converged")]
+                     for c in ("epoch", "best_epoch", "step", "converged", "train_cpu_seconds")]
     budget_md = pd.DataFrame(budget_rows)
 
     seeds = sorted(err.seed.unique())
@@ -169,13 +179,15 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
                       f"{planted['constant']:.2f}" if len(planted) == 2 else "") + ".")
     circ_caption = ("Per held-out circuit (seed means): L1 errors of every model; the family values above pool "
                     "the gates (pairs) of these circuits, so large circuits weigh most.")
-    budget_caption = (f"Training budgets: every arm at most {p.train.epochs} epochs over the same training circuits (one "
-                      f"optimiser step per circuit union for the full-graph arms, one per mini-batch of areas for the "
-                      f"partitioned update), validation after every epoch on {', '.join(p.data.val)}, stopped after "
-                      f"{p.train.patience} epochs without improvement, best weights kept; converged = the last "
-                      f"{p.train.patience} epochs improved the best validation error by at most flat_tol = "
-                      f"{100 * p.train.flat_tol:g}% (last gain: that improvement); wall time on this machine (mean +- "
-                      f"std over seeds; it varies with the machine's load).")
+    budget_caption = (f"Training budgets: every arm the same schedule, at most {p.train.epochs} epochs over the same "
+                      f"training circuits (one optimiser step per circuit union of at most {p.train.batch_nodes} nodes "
+                      f"for the full-graph arms, one per mini-batch of areas for the partitioned update), validation "
+                      f"after every epoch on {', '.join(p.data.val)}, learning rate x {p.train.lr_decay:g} after "
+                      f"{p.train.patience} epochs without a new best, stopped once flat, best weights kept; converged = "
+                      f"flat = the last {p.train.flat_window} validation errors within flat_tol = "
+                      f"{100 * p.train.flat_tol:g}% of their minimum after the rate was lowered at least once (final "
+                      f"spread: (max - min) / min of those errors). CPU seconds of the training process (mean +- std "
+                      f"over seeds); the wall time beside them is inflated by the load of the shared machine.")
     with open(table_md, "a") as f:
         f.write("\n" + budget_caption + "\n\n" + to_markdown(budget_md))
         f.write("\n" + circ_caption + "\n\n" + to_markdown(circ_md))
@@ -238,6 +250,9 @@ def report(*, cfg, scale, circuits, metrics, consistency, histories, memory, ker
     mem_dev = str(mem.device.iloc[0]) if "device" in mem else "cpu"
     steps = last.groupby("arm").apply(lambda h: float((h.step / h.epoch).mean()), include_groups=False)
     steps_text = "; ".join(f"{a} {steps[a]:.0f} optimiser steps" for a in arms if a in steps)
+    dropped = [a for a in PAPER_BASELINES if a not in arms]
+    dropped_text = (f" The paper's baselines {', '.join(dropped)} are not trained at this scale (they are in "
+                    "config/full.yaml): the budget goes to the arms claim (a) compares." if dropped else "")
     t = job_times(benchmarks)
     budget_text = (f"this run: {t['seconds']:.0f} s of summed job time, {t['cpu_seconds']:.0f} s of CPU time over "
                    f"{t['jobs']} jobs")
@@ -249,12 +264,14 @@ adders, multipliers, comparators and multiplexers. Labels from bit-parallel rand
 {p.data.max_pairs} sampled gate pairs per circuit (the official filters: same PI support, probabilities within
 {p.data.max_prob_gap}, not directly connected, distance <= {p.data.extreme[0]} or >= {p.data.extreme[1]}).
 Training: {len(train_c)} circuits ({int(train_c.nodes.sum())} nodes, depth up to {int(train_c.depth.max())};
-{', '.join(train_c.circuit)}); validation (early stopping): {', '.join(f"{r.circuit} (depth {r.depth})" for r in val_c.itertuples())};
+{', '.join(train_c.circuit)}); validation (learning-rate schedule, stopping, best epoch): {', '.join(f"{r.circuit} (depth {r.depth})" for r in val_c.itertuples())};
 held out: {', '.join(f"{r.circuit} ({r.family}, {r.nodes} nodes, depth {r.depth})" for r in test_c.itertuples())}.
 
 Arms ({', '.join(arms)}), each trained with Adam (lr {p.train.lr}) on the summed L1 losses for at most
-{p.train.epochs} epochs over the same training circuits (equal data for every arm: {steps_text}), validated after
-every epoch, stopped after {p.train.patience} epochs without improvement, best weights kept; hidden {p.model.hidden},
+{p.train.epochs} epochs over the same training circuits (equal data per epoch for every arm: {steps_text}), validated
+after every epoch, the rate multiplied by {p.train.lr_decay:g} after {p.train.patience} epochs without a new best,
+stopped once the last {p.train.flat_window} validation errors lie within {100 * p.train.flat_tol:g}% of each other
+(converged) or after {p.train.epochs} epochs (not converged), best weights kept; hidden {p.model.hidden},
 {len(seeds)} seeds (every arm of a seed starts from that seed): {'; '.join(f"{a}: {v}" for a, v in p.arms.items())}.
 {p.method} uses the partitioned update (windows of {p.model.window_levels} levels, up to {p.model.areas_per_batch}
 cone areas per mini-batch, history table) in training and evaluation, and the {p.model.level_encoding} level
@@ -275,11 +292,12 @@ Forward times on this machine (s, full / partitioned):
   (official 1e-4), refinement layers as listed (official 12), training on {int(train_c.nodes.sum())} nodes of small
   and generated circuits on one CPU thread; the paper trains on large ITC-99 / EPFL circuits on a GPU. Numbers are
   therefore far from the paper's.
-- Training budget: the same number of epochs (passes over the same circuits) for every arm, as the paper trains
-  every model 200 epochs, with early stopping on validation circuits (the paper has no validation split). An epoch
-  is {steps_text}: the partitioned arms take many small steps, the full-graph arms few large ones. The budget
-  ({p.train.epochs} epochs, {len(seeds)} seeds) is what the default time budget allows ({budget_text}); claim (a) is
-  gated on every compared arm's convergence.
+- Training budget: the same schedule in epochs (passes over the same circuits) for every arm, as the paper trains
+  every model 200 epochs, but stopped when the validation error is flat (the paper has no validation split), with
+  the rate lowered on plateaus (the paper's constant rate would leave the error swinging here). An epoch is
+  {steps_text}: the partitioned arms take many small steps, the full-graph arms fewer, larger ones. The budget (at
+  most {p.train.epochs} epochs, {len(seeds)} seeds) is what the default time budget allows ({budget_text}); claim (a)
+  is gated on every compared arm's convergence.{dropped_text}
 - Level encoding: {p.model.level_encoding} ({'sinusoid of ' + str(p.model.level_scale) + ' x level / depth of the circuit; the paper encodes the level itself, which on circuits deeper than any training one falls outside the trained range' if p.model.level_encoding == 'normalised' else 'the level itself, as the paper'}).
 - Held-out set: arbiter (EPFL, 23k nodes, no truth-table pair) is replaced by int2float and router (moved out of
   training); deep generated adders and multipliers make the training circuits as deep as the held-out ones.
@@ -333,6 +351,11 @@ def slope_test(sizes, values, *, threshold: float, direction: str, name: str = "
                     threshold, direction, name)
 
 
+def _interval(ev: Evidence) -> str:
+    """'0.956 [0.926, 0.987]': an effect with its interval, for prose."""
+    return f"{ev.effect:.3g} [{ev.interval[0]:.3g}, {ev.interval[1]:.3g}]"
+
+
 def relative_reductions(err: pd.DataFrame, method: str, baseline: str, family: str, task: str) -> np.ndarray:
     """Per seed: (baseline error - method error) / baseline error, pooled over the family's circuits.
     The arms of one seed are trained in the same job from the same seed, so the arms are paired by seed."""
@@ -349,10 +372,11 @@ def deepgate4_claims(p, err: pd.DataFrame, imp: dict, piv: pd.DataFrame, k: dict
         seeds, must exceed min_improvement; gated on the convergence of every compared arm (`runs`: one row per
         arm and seed, the last epoch of its training history) and on the method beating a constant predictor;
         the control is the method without its refinement layers (an ablation);
-    (b) the fitted memory exponents, t interval over the circuits of the study: partitioned below
-        sublinear_max_exponent, full graph above linear_min_exponent; the control applies the sub-linearity
-        criterion to the full-graph pass (the partitioned update absent); the positive control fits passes whose
-        peaks are linear and constant by construction;
+    (b) the fitted exponent of the partitioned peak relative to the full-graph pass's (the method against its
+        ablation, paired per circuit), t interval over the circuits of the study, below max_relative_exponent (0):
+        one boundary, the full-graph pass being the linear reference measured in the run; the positive control puts a
+        pass constant in N by construction in the partitioned pass's place (it must hold), the negative control a
+        pass linear in N (it must not);
     (c), (d) the fused kernel's memory and runtime reductions on a GPU (see :func:`kernel_claims`); without one,
         the interpreter's op-level trace is a check.
     """
@@ -382,9 +406,9 @@ def deepgate4_claims(p, err: pd.DataFrame, imp: dict, piv: pd.DataFrame, k: dict
         compared = sorted({p.method, *nb.values(), *([p.control] if p.control else [])})
         sel = runs[runs.arm.isin(compared)]
         premise_a.append(Premise.at_least(
-            f"compared arms converged ({', '.join(compared)}: runs whose validation error was flat over the last "
-            f"{p.train.patience} epochs, or that stopped early)", float(sel.converged.mean()), 1.0,
-            what=f"every run; flat = best improved by <= {p.train.flat_tol:g}"))
+            f"compared arms converged ({', '.join(compared)}: share of runs whose last {p.train.flat_window} "
+            f"validation errors lie within flat_tol of their minimum, after the rate was lowered)",
+            float(sel.converged.mean()), 1.0, what=f"every run; flat_tol = {p.train.flat_tol:g}"))
         m = runs[runs.arm == p.method]
         premise_a.append(Premise.at_most(f"{p.method} learned: best validation error / the constant predictor's "
                                          "(mean over seeds)", float((m.best_val / m["val/constant"]).mean()), 1.0,
@@ -392,6 +416,24 @@ def deepgate4_claims(p, err: pd.DataFrame, imp: dict, piv: pd.DataFrame, k: dict
     measured = {f"{fam} {t}": round(imp[f"{fam} {t}"], 2) for fam in families for t in (*TASKS, OVERALL)}
     behind = [f"{fam} {t} (vs {imp[f'{fam} {t} next-best']}, {imp[f'{fam} {t}']:.1f}%)"
               for fam in families for t in (*TASKS, OVERALL) if not imp[f"{fam} {t}"] > 100 * p.min_improvement]
+    ablation_text = ""
+    if p.control:  # the method against its own ablation, paired by seed: does the refinement add anything?
+        vs = [mean_test(relative_reductions(err, p.method, p.control, fam, OVERALL), threshold=0.0, direction=">",
+                        what="seeds", name=f"{fam} overall: {p.method} vs {p.control}") for fam in families]
+        ablation_text = ("; the method against its ablation (relative overall error reduction of "
+                         f"{p.method} over {p.control}, paired by seed; negative: the ablation is ahead): "
+                         + "; ".join(f"{e.describe()} ({e.verdict})" for e in vs))
+        if runs is not None and len(runs):
+            cpu = runs.assign(per_epoch=runs.train_cpu_seconds / runs.epoch).groupby("arm").per_epoch.mean()
+            open_runs = runs[runs.arm.isin(compared) & ~runs.converged.astype(bool)]
+            if len(open_runs):
+                ablation_text += (
+                    f". Not converged within {p.train.epochs} epochs: " + ", ".join(
+                        f"{r.arm} seed {r.seed} (final spread {100 * r.final_spread:.1f}%)"
+                        for r in open_runs.itertuples())
+                    + "; training CPU per epoch " + ", ".join(f"{a} {cpu[a]:.2f} s" for a in compared if a in cpu)
+                    + f", so 10 more epochs of the {len(compared)} compared arms cost "
+                    f"{10 * sum(cpu[a] for a in compared if a in cpu) * len(seeds):.0f} CPU s over {len(seeds)} seeds")
     claim_a = Claim(
         id="a", statement=f"{p.method} lowers the overall error below the next-best baseline's on held-out ITC-99 and "
                           "EPFL circuits",
@@ -400,13 +442,14 @@ def deepgate4_claims(p, err: pd.DataFrame, imp: dict, piv: pd.DataFrame, k: dict
         criterion=(f"for every held-out family in {families}, the {n}-seed 95% interval of the per-seed relative "
                    f"reduction of the overall error (probability L1 + truth-table L1, the paper's overall figure) of "
                    f"{p.method} against the next-best baseline (lowest seed-mean overall error; arms paired by seed, "
-                   f"equal epochs, early stopping on validation circuits) lies above min_improvement = "
+                   f"the same epoch schedule, each run stopped once flat) lies above min_improvement = "
                    f"{p.min_improvement:g}"),
         evidence=ev_a,
         control=ctl_a,
         note=("seed means: " + ("behind the next-best baseline on " + "; ".join(behind) if behind else
                                "ahead of the next-best baseline on every task and family")
-              + f". Small scale: {p.train.epochs} epochs at most per arm (hidden {p.model.hidden}), the paper's 200"),
+              + f". Small scale: at most {p.train.epochs} epochs per arm, stopped once flat (hidden "
+              f"{p.model.hidden}), the paper's 200" + ablation_text),
         threshold_source=convention("a sign: the paper claims an improvement over the next-best model of any size "
                                     "(it reports 15.5% on ITC-99, 31.1% on EPFL)"),
         premise=premise_a,
@@ -416,40 +459,59 @@ def deepgate4_claims(p, err: pd.DataFrame, imp: dict, piv: pd.DataFrame, k: dict
 
     s = p.scaling
     span = float(piv.nodes.max() / piv.nodes.min())
-    ev_b = [slope_test(piv.nodes, piv["partitioned"], threshold=s.sublinear_max_exponent, direction="<",
-                       name="partitioned exponent"),
-            slope_test(piv.nodes, piv["full"], threshold=s.linear_min_exponent, direction=">",
-                       name="full-graph exponent")]
-    ctl_b = slope_test(piv.nodes, piv["full"], threshold=s.sublinear_max_exponent, direction="<",
-                       name="full-graph exponent (control)")
-    positive_b = None
+    measured_peaks = [c for c in ("full", "partitioned") if c in piv and (piv[c] > 0).all()]
+    if len(measured_peaks) < 2:
+        claim_b = Claim.not_measured(
+            "b", "the update strategy's peak memory grows more slowly with circuit size than the full-graph model's, "
+                 "which holds every node's activations (sub-linear against linear)",
+            "memory complexity reduced to sub-linear",
+            f"the fitted exponent of partitioned / full-graph peak over the circuits of the memory study below "
+            f"max_relative_exponent = {s.max_relative_exponent:g}",
+            why="not measured: the memory study's peaks were not positive on every circuit (an allocator that reported "
+                "nothing, as under the CUDA probe)",
+            threshold_source=derived("the full-graph pass of the same model on the same circuits, measured in this run"),
+            no_positive_control="nothing was measured")
+        claim_c, claim_d, checks = kernel_claims(p, k)
+        return [claim_a, claim_b, claim_c, claim_d], checks
+    full_ref = slope_test(piv.nodes, piv["full"], threshold=1.0, direction=">", name="full-graph exponent")
+    part_abs = slope_test(piv.nodes, piv["partitioned"], threshold=1.0, direction="<", name="partitioned exponent")
+
+    def relative(column: str, name: str):
+        """The exponent of `column`'s peak relative to the full-graph pass's, paired per circuit."""
+        return slope_test(piv.nodes, piv[column] / piv["full"], threshold=s.max_relative_exponent, direction="<",
+                          name=name)
+
+    ev_b = relative("partitioned", "exponent of partitioned / full-graph peak")
+    positive_b = negative_b = None
     if {"planted_linear", "planted_constant"} <= set(piv.columns):
         positive_b = PositiveControl(
-            "the same counter and fit on passes whose activations are linear and constant in N by construction "
-            "(papers.deepgate4.memory.planted_peaks): the linear one must clear linear_min_exponent, the constant one "
-            "sublinear_max_exponent",
-            [slope_test(piv.nodes, piv["planted_linear"], threshold=s.linear_min_exponent, direction=">",
-                        name="planted linear exponent"),
-             slope_test(piv.nodes, piv["planted_constant"], threshold=s.sublinear_max_exponent, direction="<",
-                        name="planted constant exponent")])
+            "the same counter and fit with a pass whose activations are constant in N by construction "
+            "(papers.deepgate4.memory.planted_peaks) in the partitioned pass's place: it must grow more slowly than the "
+            "full-graph pass", relative("planted_constant", "exponent of planted constant / full-graph peak"))
+        negative_b = Control(
+            "the same counter and fit with a pass whose activations are linear in N by construction in the partitioned "
+            "pass's place: a linear peak must not read as growing more slowly than the full-graph pass",
+            relative("planted_linear", "exponent of planted linear / full-graph peak (control)"), kind="null")
     claim_b = Claim(
-        id="b", statement="the update strategy's peak memory grows sub-linearly with circuit size while the full-graph "
-                          "model's grows at least linearly",
+        id="b", statement="the update strategy's peak memory grows more slowly with circuit size than the full-graph "
+                          "model's, which holds every node's activations (sub-linear against linear)",
         paper="memory complexity reduced to sub-linear",
-        measured={"partitioned exponent": round(ev_b[0].effect, 3), "full-graph exponent": round(ev_b[1].effect, 3),
+        measured={"exponent of partitioned / full": round(ev_b.effect, 3),
+                  "partitioned exponent": round(part_abs.effect, 3), "full-graph exponent": round(full_ref.effect, 3),
                   "sizes": f"{int(piv.nodes.min())}-{int(piv.nodes.max())} nodes ({span:.1f}x)"},
-        criterion=(f"the fitted exponent a of peak ~ N^a over the {len(piv)} circuits of the memory study (95% t interval "
-                   f"of the OLS slope over circuits): partitioned below sublinear_max_exponent = {s.sublinear_max_exponent:g} "
-                   f"and full graph above linear_min_exponent = {s.linear_min_exponent:g}"),
+        criterion=(f"the fitted exponent a of partitioned / full-graph peak ~ N^a over the {len(piv)} circuits of the "
+                   f"memory study (the two passes paired per circuit; 95% t interval of the OLS slope over circuits) "
+                   f"lies below max_relative_exponent = {s.max_relative_exponent:g}"),
         evidence=ev_b,
-        control=Control("the sub-linearity criterion (exponent interval below sublinear_max_exponent) applied to the "
-                        "full-graph pass of the same model and circuits, where the partitioned update is absent",
-                        ctl_b, kind="ablation"),
-        note=(f"activations only: the history table (2 N hidden floats) grows linearly; the official code keeps it in "
-              f"host memory. The intervals rest on {len(piv)} circuits ({max(len(piv) - 2, 0)} degrees of freedom), "
-              f"up to {int(piv.nodes.max())} nodes"),
-        threshold_source=convention(f"sub-linear is an exponent below {s.sublinear_max_exponent:g} (the paper's word); "
-                                    f"'at least linear' allows fixed overheads down to {s.linear_min_exponent:g}"),
+        control=negative_b or Control("not run: the memory table has no planted passes", kind="null"),
+        note=(f"one boundary: the full-graph pass of the same model on the same circuits, measured in this run, is the "
+              f"linear reference (its fitted exponent alone {_interval(full_ref)}, below 1 by its fixed overheads); "
+              f"the partitioned exponent alone {_interval(part_abs)}. Activations only: the history table "
+              f"(2 N hidden floats) grows linearly; the official code keeps it in host memory. The interval rests on "
+              f"{len(piv)} circuits ({max(len(piv) - 2, 0)} degrees of freedom), up to {int(piv.nodes.max())} nodes"),
+        threshold_source=derived(f"the full-graph pass of the same model on the same circuits, measured in this run: "
+                                 f"it holds every node's activations, linear in N (the paper's 'at least linear'); "
+                                 f"a relative exponent below {s.max_relative_exponent:g} is growth slower than it"),
         premise=[Premise.at_least("circuit sizes spanned (largest / smallest)", span, 10.0, what="a decade")],
         positive_control=positive_b,
         no_positive_control="" if positive_b is not None else "the memory table has no planted passes")
@@ -492,17 +554,29 @@ def kernel_claims(p, k: dict) -> tuple[Claim, Claim, list[Check]]:
             return Claim.not_measured(id_, statement, paper, criterion,
                                       why=f"not measured: {k['reason']} (scaling stage, papers.deepgate4.memory)",
                                       threshold_source=source, no_positive_control=no_pos)
+        if not (runs[unfused_col] > 0).all():  # e.g. an allocator that reported nothing (the CUDA probe)
+            return Claim.not_measured(id_, statement, paper, criterion,
+                                      why=f"not measured: the unfused path's {measured_key} on {k['device']} was not "
+                                          f"positive on every circuit ({', '.join(f'{c}: {v:.3g}' for c, v in zip(runs.circuit, runs[unfused_col]))}), "
+                                          "so no reduction can be formed",
+                                      threshold_source=source, no_positive_control=no_pos)
         red = (1 - runs[fused_col] / runs[unfused_col]).to_numpy()
         ctl = (1 - runs[control_col] / runs[unfused_col]).to_numpy()
         test = lambda v, name: mean_test(v, threshold=p.kernel.min_reduction, direction=">", what="circuits",
                                          name=name)
+        # measured premise: the fused pass is the same computation as the unfused one (else it is not a fair race)
+        same = Premise.at_most("the fused forward pass computes the unfused pass's embeddings (largest |difference| "
+                               "over the circuits; NaN: not recorded)",
+                               float(runs.max_abs_diff.max()) if "max_abs_diff" in runs else float("nan"), 1e-3,
+                               what="float32 rounding")
         return Claim(
             id_, statement, paper,
             {"reduction % per circuit": {c: round(100 * r, 1) for c, r in zip(runs.circuit, red)},
              "device": k["device"], "measured on": k["what"]},
             criterion, test(red, f"{measured_key} reduction"),
             Control(control_what, test(ctl, f"{measured_key} reduction, A/A"), kind="null"),
-            threshold_source=source, no_positive_control=no_pos, paper_effect=paper_effect)
+            threshold_source=source, no_positive_control=no_pos, paper_effect=paper_effect, premise=[same],
+            note=f"measured on {k['device']} ({k['what']}) over {len(runs)} circuits")
 
     c = claim("c", "the fused graph-attention kernel lowers the model's memory against the unfused path", "memory",
               "fused_peak_bytes", "unfused_peak_bytes", "control_peak_bytes", PAPER_FUSED["memory"] / 100)

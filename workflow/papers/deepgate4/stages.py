@@ -150,9 +150,10 @@ def _build(p, arm: dict, **override):
 # ---- train -----------------------------------------------------------------------------------
 def train(*, cfg, circuits, nodes, pairs, seed, checkpoint, history):
     """Train every arm on the training circuits (merged into unions of at most batch_nodes), the same
-    number of epochs each, early-stopped on the validation circuits. The history has one row per arm and
-    epoch, with the validation error of the best constant predictor beside it (``val/constant``) and
-    whether the arm's validation curve ended flat (``converged``, :func:`.train.converged`)."""
+    schedule in epochs each (rate lowered on validation plateaus, stopped once the validation error is flat, at
+    most train.epochs). The history has one row per arm and epoch, with the validation error of the best
+    constant predictor beside it (``val/constant``) and whether the arm's validation curve ended flat
+    (``converged``, :func:`.train.converged`, with the spread of its last flat_window errors)."""
     import torch
 
     from papers.deepgate4 import train as T
@@ -177,11 +178,13 @@ def train(*, cfg, circuits, nodes, pairs, seed, checkpoint, history):
         seed_everything(seed)
         model = _build(p, arm).to(dev)
         curve = T.train(model, examples, val, partitioned=bool(arm.get("partitioned")), epochs=t.epochs, lr=t.lr,
-                        patience=t.patience, seed=seed, log=lambda msg, name=name: log.info("%s %s", name, msg))
-        flat, gain = T.converged([r["val/overall"] for r in curve], window=t.patience, tol=t.flat_tol)
+                        patience=t.patience, lr_decay=t.lr_decay, flat_window=t.flat_window, flat_tol=t.flat_tol,
+                        seed=seed, log=lambda msg, name=name: log.info("%s %s", name, msg))
+        flat, spread = T.converged([r["val/overall"] for r in curve], window=t.flat_window, tol=t.flat_tol,
+                                   rates=[r["lr"] for r in curve])
         best = min(r["val/overall"] for r in curve)
         rows += [{"arm": name, "seed": seed, **r, "val/constant": constant, "best_val": best, "converged": flat,
-                  "final_gain": gain} for r in curve]
+                  "final_spread": spread} for r in curve]
         states[name] = {k: v.cpu() for k, v in model.state_dict().items()}
     torch.save({"arms": states, "seed": seed, "config": to_dict(p)}, Path(checkpoint))
     write_parquet(pd.DataFrame(rows), history)
@@ -254,6 +257,7 @@ def scaling(*, cfg, circuits, nodes, memory, kernel):
     seed_everything(0)
     model = _build(p, arm, hidden=s.hidden).to(dev)
     rows, kernel_rows = [], []
+    traced = {data[int(i)]["name"] for i in np.unique(np.linspace(0, len(data) - 1, p.kernel.trace_circuits).round())}
     for c in progress(data, desc="scaling"):
         ex = _example(c, p, hidden=s.hidden, areas_per_batch=s.areas_per_batch, partitioned=True)
         batches = sum(len(b) for _, b in ex.plan.windows)
@@ -272,8 +276,9 @@ def scaling(*, cfg, circuits, nodes, memory, kernel):
             seed_everything(0)
             runs = fused_vs_unfused(_build(p, arm, hidden=s.hidden), ex, device="cuda", repeats=p.kernel.repeats)
             kernel_rows.append({"circuit": c["name"], **{f"{r['arm']}_{m}": r[m] for r in runs
-                                                          for m in ("seconds", "peak_bytes")}})
-        elif model.refine and model.refine[0].attention == "gat":
+                                                          for m in ("seconds", "peak_bytes")},
+                                "max_abs_diff": runs[0]["max_abs_diff"]})
+        elif model.refine and model.refine[0].attention == "gat" and c["name"] in traced:
             biggest = max((b for _, bs in ex.plan.windows for b in bs), key=lambda b: b.att_io.shape[1])
             kernel_rows.append({"circuit": c["name"], **gat_kernel_memory(model.refine[0], biggest)})
             log.info("%s kernel memory: %s", c["name"], kernel_rows[-1])

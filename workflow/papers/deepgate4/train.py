@@ -4,9 +4,9 @@ Losses as in the official trainer: L1 on the signal probability of each gate and
 truth-table distance of each sampled pair, summed with weight 1. Full-graph models take one
 optimizer step per circuit batch; DeepGate4 with the partitioned update takes one per
 mini-batch of areas (the official ``mini_batch`` loop), its history table carrying the gates
-computed before. Every arm gets the same number of epochs (passes over the same training
-circuits, as the paper trains every model 200 epochs), with early stopping on validation
-circuits (:func:`train`); :func:`converged` says whether a validation curve ended flat.
+computed before. Every arm gets the same schedule in epochs (passes over the same training
+circuits, as the paper trains every model 200 epochs): its rate lowered on validation plateaus,
+stopped once its validation error is flat (:func:`train`, :func:`converged`), at most `epochs`.
 """
 from __future__ import annotations
 
@@ -98,40 +98,49 @@ def constant_error(examples, val) -> float:
     return float(e_prob + (torch.cat(tts).mean() if tts else 0.0))
 
 
-def converged(curve: list[float], *, window: int, tol: float) -> tuple[bool, float]:
-    """Is a validation curve flat at its end? The relative improvement of the best value of the last `window`
-    evaluations over the best before them: (before - last) / before, converged when at most `tol`. A run
-    stopped by patience has improved by nothing over its last `window` = patience evaluations."""
-    if len(curve) <= window:
+def converged(curve: list[float], *, window: int, tol: float, rates: list[float] | None = None) -> tuple[bool, float]:
+    """Is a validation curve flat at its end? The spread of its last `window` values, (max - min) / min:
+    flat (converged) when at most `tol`, i.e. the error neither falls nor swings by more than `tol` over the
+    window. A run that merely stopped improving for a few epochs (a patience stop) while its error still swings
+    is not flat; a curve shorter than `window` cannot be told. With the learning `rates` of its epochs, a curve
+    counts as flat only once the rate has been lowered (a plateau reached at the initial rate): a flat stretch at
+    the start of training is a slow start, not convergence."""
+    if len(curve) < window:
         return False, float("inf")
-    before, last = min(curve[:-window]), min(curve[-window:])
-    gain = (before - last) / before if before > 0 else 0.0
-    return bool(gain <= tol), float(gain)
+    last = np.asarray(curve[-window:], dtype=float)
+    spread = float((last.max() - last.min()) / last.min()) if last.min() > 0 else float("inf")
+    lowered = rates is None or min(rates) < rates[0]
+    return bool(spread <= tol and lowered), spread
 
 
-def train(model, examples, val, *, partitioned: bool, epochs: int, lr: float, patience: int, seed: int, log=print):
-    """Adam on the summed L1 losses for at most `epochs` passes over the training unions, with early stopping.
+def train(model, examples, val, *, partitioned: bool, epochs: int, lr: float, patience: int, seed: int,
+          flat_window: int, flat_tol: float, lr_decay: float = 0.5, log=print):
+    """Adam on the summed L1 losses over the training unions until the validation error is flat, at most `epochs`.
 
-    Every arm gets the same number of epochs (passes over the same training circuits): a full-graph model
+    Every arm gets the same schedule in epochs (passes over the same training circuits): a full-graph model
     takes one optimiser step per circuit union, the partitioned update one per mini-batch of areas (the
     official ``mini_batch`` loop), the unions in a seeded random order each epoch. After every epoch the
-    validation error (probability L1 + distance L1, the overall error) is measured; training stops after
-    `patience` epochs without improvement and the weights of the best epoch are restored. Returns one row
-    per epoch (epoch, optimiser steps so far, training and validation losses, seconds spent training and
-    validating so far).
+    validation error (probability L1 + distance L1, the overall error) is measured; after `patience` epochs
+    without a new best the learning rate is multiplied by `lr_decay` (reduce-on-plateau: at a constant rate
+    the error swings from epoch to epoch and never flattens). Training stops when the last `flat_window`
+    validation errors lie within `flat_tol` of each other (:func:`converged`: the run converged) or after
+    `epochs` (it did not); the weights of the best epoch are restored. Returns one row per epoch (epoch,
+    optimiser steps so far, learning rate, training and validation losses, wall and CPU seconds spent
+    training and validating so far).
     """
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     rows, totals = [], {"prob": [], "tt": [], "steps": 0}
     best, best_epoch, bad, weights = float("inf"), 0, 0, None
-    t_train = t_val = 0.0
+    t_train = t_val = cpu_train = cpu_val = 0.0  # wall and CPU seconds (wall time varies with the machine's load)
 
     def step_done():
         totals["steps"] += 1
 
     model.train()
     for epoch in range(1, epochs + 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
+        rate = opt.param_groups[0]["lr"]
         for i in rng.permutation(len(examples)):
             ex = examples[i]
             if partitioned:
@@ -147,14 +156,17 @@ def train(model, examples, val, *, partitioned: bool, epochs: int, lr: float, pa
             totals["prob"].append(l_prob.item())
             totals["tt"].append(l_tt.item())
             step_done()
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         t_train += t1 - t0
+        cpu_train += c1 - c0
         v_prob, v_tt = validation_error(model, val, partitioned=partitioned)
         t_val += time.perf_counter() - t1
+        cpu_val += time.process_time() - c1
         mean = lambda xs: float(np.mean(xs)) if xs else float("nan")
-        row = {"epoch": epoch, "step": totals["steps"], "train/prob_l1": mean(totals["prob"]),
+        row = {"epoch": epoch, "step": totals["steps"], "lr": rate, "train/prob_l1": mean(totals["prob"]),
                "train/tt_l1": mean(totals["tt"]), "val/prob_l1": v_prob, "val/tt_l1": v_tt,
-               "val/overall": v_prob + v_tt, "train_seconds": t_train, "val_seconds": t_val}
+               "val/overall": v_prob + v_tt, "train_seconds": t_train, "val_seconds": t_val,
+               "train_cpu_seconds": cpu_train, "val_cpu_seconds": cpu_val}
         totals["prob"].clear()
         totals["tt"].clear()
         if row["val/overall"] < best:
@@ -162,11 +174,18 @@ def train(model, examples, val, *, partitioned: bool, epochs: int, lr: float, pa
             weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
         else:
             bad += 1
+            if bad >= patience:  # plateau: lower the rate, count afresh
+                for group in opt.param_groups:
+                    group["lr"] *= lr_decay
+                bad = 0
         row["best_epoch"] = best_epoch
         rows.append(row)
-        log(f"epoch {epoch} ({totals['steps']} steps): train prob {row['train/prob_l1']:.4f} tt "
-            f"{row['train/tt_l1']:.4f}; val overall {row['val/overall']:.4f} (best at epoch {best_epoch})")
-        if bad >= patience:
+        flat, spread = converged([r["val/overall"] for r in rows], window=flat_window, tol=flat_tol,
+                                 rates=[r["lr"] for r in rows])
+        log(f"epoch {epoch} ({totals['steps']} steps, lr {rate:.2g}): train prob {row['train/prob_l1']:.4f} tt "
+            f"{row['train/tt_l1']:.4f}; val overall {row['val/overall']:.4f} (best at epoch {best_epoch}; "
+            f"spread of the last {flat_window} {spread:.3g})")
+        if flat:
             break
     model.load_state_dict(weights)
     return rows

@@ -6,9 +6,21 @@ returns visual tokens (B, N, d) for the LM. Each ends in a 2-layer GELU MLP of h
 are matched by solving each fusion's ``hidden`` for the parameter count of the channel concatenation
 (:func:`matched_hidden`).
 
+Resampling a map to the G x G grid (:func:`to_grid`, config eagle.fusion.resample): ``area`` (the default) averages
+the cells each grid cell covers, so every cell of a high-res map reaches the fusions that resample it (concat,
+sequence append, LLaVA-HR), as every cell reaches Mini-Gemini's and deformable attention's keys; ``bilinear`` is
+Eagle's released tower (align_corners=True), which at an 8 x 8 -> 4 x 4 stride gives rows and columns 1 and 6 zero
+weight (issue 52: it cost concat, not the attention fusions, part of the high-res map).
+
+Mini-Gemini's and deformable attention's query / key / value width (eagle.fusion.attention_width): ``lm`` (the LM's
+embedding width) or ``low_res`` (the low-res expert's channels: Mini-Gemini mines in the CLIP feature space and its
+projector then maps to the LM). At the real widths (CLIP-L 1024, ConvNeXt-XXL 3072, a 4096-wide LM) ``lm`` puts
+more parameters in the attention alone than the concat projector has, so no projector width matches its budget
+(:func:`matched_hidden` raises); config/full.yaml uses ``low_res``.
+
 * :class:`ChannelConcat` -- Eagle (Sec. 2.4 "Channel Concatenation"; NVlabs/EAGLE's multi-backbone tower): each
-  map bilinearly interpolated (align_corners=True) to one G x G grid, concatenated along channels,
-  ``T = MLP([interp(F_1); ...; interp(F_E)])``, G^2 tokens.
+  map resampled to one G x G grid, concatenated along channels,
+  ``T = MLP([resample(F_1); ...; resample(F_E)])``, G^2 tokens.
 * :class:`SequenceAppend` -- each expert's G x G tokens through its own projector, appended one after
   another: E G^2 tokens.
 * :class:`LlavaHRInjection` -- LLaVA-HR's mixture-of-resolution adapter (Luo et al. 2024, Eq. 3):
@@ -23,6 +35,7 @@ are matched by solving each fusion's ``hidden`` for the parameter count of the c
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -32,10 +45,32 @@ from torch.nn import functional as F
 import kernels
 
 
-def to_grid(x: torch.Tensor, grid: int) -> torch.Tensor:
-    """(B, C, S, S) -> (B, C, G, G): bilinear, align_corners=True (as Eagle's released tower)."""
+RESAMPLE = ("area", "bilinear")
+ATTENTION_WIDTHS = ("lm", "low_res")
+
+
+@functools.lru_cache(maxsize=None)
+def area_matrix(size: int, grid: int) -> torch.Tensor:
+    """(S^2, G^2): column g holds the weights with which grid cell g averages the map's cells, those of PyTorch's
+    adaptive average pooling (a grid cell covers rows floor(i S / G) .. ceil((i + 1) S / G) - 1, likewise columns).
+    Applied as one matrix product, which on the CPU runs about twice as fast as the pooling op on the towers'
+    channels-last maps."""
+    eye = torch.eye(size * size, device="cpu").view(size * size, 1, size, size)
+    return F.adaptive_avg_pool2d(eye, grid).view(size * size, grid * grid)
+
+
+def to_grid(x: torch.Tensor, grid: int, mode: str = "area") -> torch.Tensor:
+    """(B, C, S, S) -> (B, C, G, G). ``area``: a map at least as fine as the grid is average-pooled over the cells
+    each grid cell covers (adaptive average pooling: cells of floor or ceil(S / G) where G does not divide S), so
+    every input cell weighs in; a coarser map is upsampled bilinearly (pooling cannot add cells). ``bilinear``:
+    align_corners=True whatever the sizes (Eagle's released tower)."""
     if x.shape[-1] == grid:
         return x
+    if mode == "area" and x.shape[-1] > grid:
+        B, C, S, _ = x.shape
+        return (x.flatten(2) @ area_matrix(S, grid).to(x.device, x.dtype)).view(B, C, grid, grid)
+    if mode not in RESAMPLE:
+        raise ValueError(f"eagle.fusion.resample must be one of {RESAMPLE}, got {mode!r}")
     return F.interpolate(x, size=(grid, grid), mode="bilinear", align_corners=True)
 
 
@@ -50,33 +85,36 @@ def mlp(d_in: int, hidden: int, d_out: int) -> nn.Sequential:
 
 
 class ChannelConcat(nn.Module):
-    def __init__(self, channels: list[int], sizes: list[int], d: int, grid: int, hidden: int, **_):
+    def __init__(self, channels: list[int], sizes: list[int], d: int, grid: int, hidden: int, resample: str = "area",
+                 **_):
         super().__init__()
-        self.grid, self.n_tokens = grid, grid * grid
+        self.grid, self.n_tokens, self.resample = grid, grid * grid, resample
         self.proj = mlp(sum(channels), hidden, d)
         self.pos = nn.Parameter(0.02 * torch.randn(self.n_tokens, d))
 
     def forward(self, maps: list[torch.Tensor]) -> torch.Tensor:
-        x = torch.cat([tokens(to_grid(m, self.grid)) for m in maps], dim=-1)  # (B, G^2, sum C_e)
+        x = torch.cat([tokens(to_grid(m, self.grid, self.resample)) for m in maps], dim=-1)  # (B, G^2, sum C_e)
         return self.proj(x) + self.pos  # (B, G^2, d)
 
 
 class SequenceAppend(nn.Module):
-    def __init__(self, channels: list[int], sizes: list[int], d: int, grid: int, hidden: int, **_):
+    def __init__(self, channels: list[int], sizes: list[int], d: int, grid: int, hidden: int, resample: str = "area",
+                 **_):
         super().__init__()
-        self.grid, self.n_tokens = grid, len(channels) * grid * grid
+        self.grid, self.n_tokens, self.resample = grid, len(channels) * grid * grid, resample
         self.projs = nn.ModuleList(mlp(c, hidden, d) for c in channels)
         self.pos = nn.Parameter(0.02 * torch.randn(self.n_tokens, d))
 
     def forward(self, maps):
-        x = torch.cat([p(tokens(to_grid(m, self.grid))) for p, m in zip(self.projs, maps)], dim=1)  # (B, E G^2, d)
+        x = torch.cat([p(tokens(to_grid(m, self.grid, self.resample))) for p, m in zip(self.projs, maps)], dim=1)
         return x + self.pos
 
 
 class LlavaHRInjection(nn.Module):
-    def __init__(self, channels: list[int], sizes: list[int], d: int, grid: int, hidden: int, **_):
+    def __init__(self, channels: list[int], sizes: list[int], d: int, grid: int, hidden: int, resample: str = "area",
+                 **_):
         super().__init__()
-        self.grid, self.n_tokens = grid, grid * grid
+        self.grid, self.n_tokens, self.resample = grid, grid * grid, resample
         c0 = channels[0]
         self.phi = nn.ModuleList(nn.Conv2d(c, c0, 1) for c in channels[1:])
         self.gate = nn.ModuleList(nn.Sequential(nn.Linear(2 * c0, c0), nn.GELU(), nn.Linear(c0, c0)) for _ in channels[1:])
@@ -87,9 +125,9 @@ class LlavaHRInjection(nn.Module):
         self.pos = nn.Parameter(0.02 * torch.randn(self.n_tokens, d))
 
     def forward(self, maps):
-        f = to_grid(maps[0], self.grid)  # (B, C0, G, G)
+        f = to_grid(maps[0], self.grid, self.resample)  # (B, C0, G, G)
         for phi, gate, m in zip(self.phi, self.gate, maps[1:]):
-            h = to_grid(phi(m), self.grid)  # (B, C0, G, G)
+            h = to_grid(phi(m), self.grid, self.resample)  # (B, C0, G, G)
             g = torch.tanh(gate(torch.cat([f.mean((2, 3)), h.mean((2, 3))], dim=-1)))  # (B, C0)
             f = f + g[:, :, None, None] * h
         return self.proj(tokens(f)) + self.pos
@@ -107,39 +145,43 @@ def region_mask(grid: int, size: int) -> torch.Tensor:
 
 
 class MiniGeminiCrossAttention(nn.Module):
-    def __init__(self, channels: list[int], sizes: list[int], d: int, grid: int, hidden: int, **_):
+    def __init__(self, channels: list[int], sizes: list[int], d: int, grid: int, hidden: int, resample: str = "area",
+                 attention_width: str = "lm", **_):
         super().__init__()
-        self.grid, self.n_tokens = grid, grid * grid
+        self.grid, self.n_tokens, self.resample = grid, grid * grid, resample
         self.size = max(sizes[1:])
         c_hi = sum(channels[1:])
-        self.q = nn.Linear(channels[0], d)
-        self.k = nn.Linear(c_hi, d)
-        self.v = nn.Linear(c_hi, d)
-        self.proj = mlp(d, hidden, d)
-        self.pos = nn.Parameter(0.02 * torch.randn(self.n_tokens, d))
+        w = width_of(attention_width, channels, d)
+        self.q = nn.Linear(channels[0], w)
+        self.k = nn.Linear(c_hi, w)
+        self.v = nn.Linear(c_hi, w)
+        self.proj = mlp(w, hidden, d)
+        self.pos = nn.Parameter(0.02 * torch.randn(self.n_tokens, w))
         self.register_buffer("mask", region_mask(grid, self.size), persistent=False)
 
     def forward(self, maps):
-        q = self.q(tokens(to_grid(maps[0], self.grid))) + self.pos  # (B, G^2, d)
-        hi = torch.cat([tokens(to_grid(m, self.size)) for m in maps[1:]], dim=-1)  # (B, S^2, C_hi)
-        k, v = self.k(hi), self.v(hi)  # (B, S^2, d)
-        att = kernels.attention(q[:, None], k[:, None], v[:, None], bias=self.mask)[:, 0]  # (B, G^2, d)
+        q = self.q(tokens(to_grid(maps[0], self.grid, self.resample))) + self.pos  # (B, G^2, w)
+        hi = torch.cat([tokens(to_grid(m, self.size, self.resample)) for m in maps[1:]], dim=-1)  # (B, S^2, C_hi)
+        k, v = self.k(hi), self.v(hi)  # (B, S^2, w)
+        att = kernels.attention(q[:, None], k[:, None], v[:, None], bias=self.mask)[:, 0]  # (B, G^2, w)
         return self.proj(q + att)
 
 
 class DeformableAttention(nn.Module):
-    def __init__(self, channels: list[int], sizes: list[int], d: int, grid: int, hidden: int, points: int = 4, **_):
+    def __init__(self, channels: list[int], sizes: list[int], d: int, grid: int, hidden: int, points: int = 4,
+                 resample: str = "area", attention_width: str = "lm", **_):
         super().__init__()
-        self.grid, self.n_tokens, self.points = grid, grid * grid, points
+        self.grid, self.n_tokens, self.points, self.resample = grid, grid * grid, points, resample
         self.sizes = list(sizes[1:])
         levels = len(self.sizes)
-        self.q = nn.Linear(channels[0], d)
-        self.value = nn.ModuleList(nn.Conv2d(c, d, 1) for c in channels[1:])
-        self.offsets = nn.Linear(d, levels * points * 2)
-        self.weights = nn.Linear(d, levels * points)
-        self.out = nn.Linear(d, d)
-        self.proj = mlp(d, hidden, d)
-        self.pos = nn.Parameter(0.02 * torch.randn(self.n_tokens, d))
+        w = width_of(attention_width, channels, d)
+        self.q = nn.Linear(channels[0], w)
+        self.value = nn.ModuleList(nn.Conv2d(c, w, 1) for c in channels[1:])
+        self.offsets = nn.Linear(w, levels * points * 2)
+        self.weights = nn.Linear(w, levels * points)
+        self.out = nn.Linear(w, w)
+        self.proj = mlp(w, hidden, d)
+        self.pos = nn.Parameter(0.02 * torch.randn(self.n_tokens, w))
         # Deformable DETR's initialisation: zero weights, the offsets' bias a ring of K directions (1 cell out).
         nn.init.zeros_(self.offsets.weight)
         angle = 2 * math.pi * torch.arange(points) / points
@@ -152,7 +194,7 @@ class DeformableAttention(nn.Module):
         self.register_buffer("ref", ref, persistent=False)
 
     def forward(self, maps):
-        q = self.q(tokens(to_grid(maps[0], self.grid))) + self.pos  # (B, Nq, d)
+        q = self.q(tokens(to_grid(maps[0], self.grid, self.resample))) + self.pos  # (B, Nq, w)
         B, Nq, d = q.shape
         L, K = len(self.sizes), self.points
         off = self.offsets(q).view(B, Nq, L, K, 2)  # in cells of each level's map
@@ -173,20 +215,56 @@ def n_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def build(name: str, channels, sizes, d: int, grid: int, hidden: int, points: int = 4) -> nn.Module:
-    return FUSIONS[name](list(channels), list(sizes), d, grid, hidden, points=points)
+def width_of(attention_width: str, channels, d: int) -> int:
+    """The attention fusions' query / key / value width: the LM's (``lm``) or the low-res expert's (``low_res``)."""
+    if attention_width not in ATTENTION_WIDTHS:
+        raise ValueError(f"eagle.fusion.attention_width must be one of {ATTENTION_WIDTHS}, got {attention_width!r}")
+    return d if attention_width == "lm" else int(channels[0])
 
 
-def matched_hidden(name: str, channels, sizes, d: int, grid: int, target: int, points: int = 4) -> int:
+def build(name: str, channels, sizes, d: int, grid: int, hidden: int, points: int = 4, resample: str = "area",
+          attention_width: str = "lm") -> nn.Module:
+    return FUSIONS[name](list(channels), list(sizes), d, grid, hidden, points=points, resample=resample,
+                         attention_width=attention_width)
+
+
+def count(name: str, channels, sizes, d: int, grid: int, hidden: int, points: int = 4,
+          attention_width: str = "lm") -> int:
+    """The parameter count of fusion `name`, built on the meta device (no memory, no initialisation: cheap at the
+    full scale's 4096-wide LM)."""
+    with torch.device("meta"):
+        return n_params(build(name, channels, sizes, d, grid, hidden, points, attention_width=attention_width))
+
+
+def matched_hidden(name: str, channels, sizes, d: int, grid: int, target: int, points: int = 4,
+                   attention_width: str = "lm") -> int:
     """The hidden width (>= 1) whose fusion `name` has the parameter count closest to `target`.
 
-    Every fusion's count grows by a fixed amount per hidden unit, so a bisection finds it.
+    Every fusion's count is affine in the hidden width (a + b h: the projector's two layers), so two counts solve
+    it. Raises when the fusion's parts outside the projector alone exceed `target` (the width would be below 1:
+    a projector that throttles every token through a few units, not a comparison at equal budget).
     """
-    def count(h):
-        return n_params(build(name, channels, sizes, d, grid, h, points))
+    a1 = count(name, channels, sizes, d, grid, 1, points, attention_width)
+    b = count(name, channels, sizes, d, grid, 2, points, attention_width) - a1
+    exact = 1 + (target - a1) / b
+    if exact < 1:
+        hint = ("set eagle.fusion.attention_width to low_res (the attention at the low-res expert's width) or raise "
+                "eagle.fusion.hidden" if name in ("mini_gemini", "deformable") and attention_width == "lm"
+                else "raise eagle.fusion.hidden")
+        raise ValueError(f"eagle.fusion: {name}'s parts outside its projector have {a1 - b} parameters, more than the "
+                         f"concat projector's budget ({target}) at channels {list(channels)} and LM width {d}: no "
+                         f"projector width matches it; {hint}")
+    lo = max(1, math.floor(exact))
+    return min((lo, lo + 1), key=lambda h: abs(a1 + (h - 1) * b - target))
 
-    lo, hi = 1, 4096
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if count(mid) <= target else (lo, mid)
-    return min((lo, hi), key=lambda h: abs(count(h) - target))
+
+def matched(name: str, channels, sizes, d: int, cfg: dict) -> nn.Module:
+    """Fusion `name` as config eagle.fusion sets it (grid, resample, attention_width, deformable_points): the
+    channel concatenation with hidden width ``cfg["hidden"]``, every other fusion with the width that matches the
+    concatenation's parameter count over the same experts (:func:`matched_hidden`)."""
+    grid, points, hidden = cfg["grid"], cfg["deformable_points"], cfg["hidden"]
+    resample, width = cfg.get("resample", "area"), cfg.get("attention_width", "lm")
+    if name != "concat":
+        target = count("concat", channels, sizes, d, grid, hidden, points)
+        hidden = matched_hidden(name, channels, sizes, d, grid, target, points, width)
+    return build(name, channels, sizes, d, grid, hidden, points, resample, width)

@@ -369,14 +369,12 @@ def build(arm: dict, p, device) -> tuple[HFMLLM, object]:
     lm, tokenizer = load_lm(lv["lm"], lv["lm_dtype"])
     if lv["lora"]["rank"] > 0:
         add_lora(lm, lv["lora"]["rank"], lv["lora"]["alpha"])
-    d, grid, points = lm.get_input_embeddings().embedding_dim, p.fusion["grid"], p.fusion["deformable_points"]
+    d, grid = lm.get_input_embeddings().embedding_dim, p.fusion["grid"]
     channels, sizes = [t.channels for t in towers], [t.out_size for t in towers]
     if min(sizes) < 1 or (arm["fusion"] == "mini_gemini" and max(sizes[1:]) < grid):
         raise ValueError(f"eagle.fusion.grid ({grid}) exceeds the high-resolution map side {max(sizes[1:])} "
                          "(Mini-Gemini's regions)")
-    target = Fu.n_params(Fu.build("concat", channels, sizes, d, grid, p.fusion["hidden"]))
-    hidden = p.fusion["hidden"] if arm["fusion"] == "concat" else Fu.matched_hidden(arm["fusion"], channels, sizes, d, grid, target, points)
-    fusion = Fu.build(arm["fusion"], channels, sizes, d, grid, hidden, points)
+    fusion = Fu.matched(arm["fusion"], channels, sizes, d, p.fusion)
     return HFMLLM(towers, arm["inputs"], fusion, lm).to(device), tokenizer
 
 
@@ -386,9 +384,9 @@ def run_arm(arm: dict, splits: dict, p, rng: np.random.Generator, device="cpu") 
     t, n = p.train, p.llava["max_text_tokens"]
     for i in prealigned(arm):
         tower = model.towers[i]
-        solo = HFMLLM([tower], ["image"], Fu.build("concat", [tower.channels], [tower.out_size],
-                                                   model.lm.get_input_embeddings().embedding_dim, p.fusion["grid"],
-                                                   p.fusion["hidden"]).to(device), model.lm)
+        solo = HFMLLM([tower], ["image"], Fu.matched("concat", [tower.channels], [tower.out_size],
+                                                     model.lm.get_input_embeddings().embedding_dim, p.fusion).to(device),
+                      model.lm)
         set_trainable(solo, towers=True, fusion=True, lm=False)  # the expert and its own projector; LM frozen
         fit(solo, splits["train"], tok, steps=t["prealign_steps"], batch=t["batch"], lr=t["align_lr"],
             max_tokens=n, rng=rng, shuffle_images=arm["prealign"] == "shuffled")

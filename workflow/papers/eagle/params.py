@@ -13,7 +13,7 @@ ARM_GROUPS = ("fusion", "single", "prealign", "blind", "shuffled")
 OPTIONAL_GROUPS = ("blind", "shuffled")
 # The arms of the controls: claim (b)'s trained ablation (group blind), the trained mixture blinded at test (its
 # stand-in, papers.eagle.train.blinded_at_test), claim (c)'s null (group shuffled).
-BLIND, BLINDED, SHUFFLED = "control:blind_hires_experts", "control:hires_noise_at_test", "prealign_shuffled:concat"
+BLIND, BLINDED, SHUFFLED = "control:blind_hires_experts", "control:hires_other_canvas_at_test", "prealign_shuffled:concat"
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,8 @@ class Params:
     # experts of claim (b), Pre-Alignment of claim (c), and two trained controls that may be skipped (0): blind, the
     # mixture with its non-CLIP experts fed noise throughout training (claim b's ablation; without it the trained
     # mixture blinded at test stands in), shuffled, Pre-Alignment on shuffled pairs (claim c's null); the channel
-    # concatenation trains on every seed (every claim pairs with it).
+    # concatenation trains on every seed (every claim pairs with it). `single` may be a mapping {expert: n}: each
+    # single expert on its own first n seeds (every expert of experts.names named).
     arm_seeds: dict = field(default_factory=lambda: {"fusion": 3, "single": 3, "prealign": 3, "blind": 0,
                                                      "shuffled": 0})
     # Canvases per split and seed; the question kinds asked of each canvas; the digit classes drawn
@@ -45,7 +46,10 @@ class Params:
     # Fusion: the common grid side (Eagle interpolates every map to it), the concat projector's hidden width
     # (every other fusion's width is solved to match its parameter count), sampling points per expert of
     # the deformable fusion.
-    fusion: dict = field(default_factory=lambda: {"grid": 4, "hidden": 64, "deformable_points": 4})
+    # How a map is resampled to the grid (area: average over the cells each grid cell covers; bilinear: Eagle's
+    # released tower, align_corners); the attention fusions' width (lm: the LM's; low_res: the low-res expert's).
+    fusion: dict = field(default_factory=lambda: {"grid": 4, "hidden": 64, "deformable_points": 4, "resample": "area",
+                                                  "attention_width": "lm"})
     # Training of each arm: Pre-Alignment steps per expert, stage-1 (alignment) and stage-2 (SFT) steps,
     # batch, learning rates (a tower's lower layers stay frozen throughout; its last layer trains in
     # Pre-Alignment and SFT); validation accuracy every eval_every SFT steps (the convergence gate's curve); SFT's
@@ -84,8 +88,21 @@ class Params:
             if group not in ARM_GROUPS:
                 raise ValueError(f"eagle.arm_seeds.{group}: unknown group (known: {', '.join(ARM_GROUPS)})")
             low = 0 if group in OPTIONAL_GROUPS else 1
-            if not low <= n <= self.seeds:
+            if group == "single" and isinstance(n, dict):
+                if set(n) != set(names):
+                    raise ValueError(f"eagle.arm_seeds.single: a mapping must name every expert of experts.names "
+                                     f"({', '.join(names)}), got {', '.join(map(str, n))}")
+                bad = {e: k for e, k in n.items() if not (isinstance(k, int) and 1 <= k <= self.seeds)}
+                if bad:
+                    raise ValueError(f"eagle.arm_seeds.single.{next(iter(bad))} must be in 1 .. eagle.seeds "
+                                     f"({self.seeds}), got {next(iter(bad.values()))}")
+            elif not (isinstance(n, int) and low <= n <= self.seeds):
                 raise ValueError(f"eagle.arm_seeds.{group} must be in {low} .. eagle.seeds ({self.seeds}), got {n}")
+        f = self.fusion
+        if f.get("resample", "area") not in ("area", "bilinear"):
+            raise ValueError(f"eagle.fusion.resample must be area or bilinear, got {f['resample']!r}")
+        if f.get("attention_width", "lm") not in ("lm", "low_res"):
+            raise ValueError(f"eagle.fusion.attention_width must be lm or low_res, got {f['attention_width']!r}")
         if self.train["eval_every"] * 4 > self.train["sft_steps"]:
             raise ValueError(f"eagle.train.sft_steps ({self.train['sft_steps']}) must be at least 4 x "
                              f"eagle.train.eval_every ({self.train['eval_every']}): the convergence gate compares the "

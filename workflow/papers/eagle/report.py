@@ -46,6 +46,40 @@ def per_seed(df: pd.DataFrame, arm: str, kind: str = "all", split: str = "test",
     return sel.sort_values("seed").accuracy.to_numpy()
 
 
+def seeds_to_decide(evidence) -> int | None:
+    """The fewest seeds whose paired t interval, at this evidence's measured mean and spread, would clear (or miss)
+    its threshold (the mean's distance from the threshold over the t half-width); None with no spread or no distance
+    (or past 1000 seeds)."""
+    from scipy import stats
+
+    x = np.asarray(evidence.values if evidence.values is not None else [], dtype=float)
+    if x.size < 2:
+        return None
+    gap, sd = abs(float(x.mean()) - evidence.threshold), float(x.std(ddof=1))
+    if gap == 0 or sd == 0:
+        return None
+    for n in range(2, 1001):
+        if stats.t.ppf(0.975, n - 1) * sd / n ** 0.5 < gap:
+            return n
+    return None
+
+
+def power_note(parts, gated=()) -> str:
+    """For each part that straddles its threshold: how many seeds its measured mean and spread would need; for a
+    part named in `gated` (its arms fail a premise gate), that more seeds alone would not decide it."""
+    lines = []
+    for e in parts:
+        if e.verdict != "inconclusive" or e.replicates < 3:
+            continue
+        n = seeds_to_decide(e)
+        sd = float(np.std(e.values, ddof=1)) if e.values is not None and len(e.values) > 1 else float("nan")
+        lines.append(f"{e.name}: at its measured mean {e.effect:.3g} and paired sd {sd:.3g} over {e.replicates} seeds, "
+                     + (f"about {n} seeds would decide it" if n else "no number of seeds would decide it")
+                     + (" if its arms passed their premise gates, which they do not (more seeds alone cannot fix "
+                        "that)" if e.name in gated else ""))
+    return ("power: " + "; ".join(lines)) if lines else ""
+
+
 def converged_gate(df: pd.DataFrame, arms, seeds, tol: float) -> Premise:
     """Every arm of `arms` on every seed of `seeds` had peaked on validation: its late gain <= `tol`."""
     sel = df[df.arm.isin(arms) & df.seed.isin(seeds) & (df.split == "test") & (df.kind == "all")]
@@ -74,6 +108,9 @@ def claim_a(p, df: pd.DataFrame) -> Claim:
                             name=f"{reference_arm} - {f}") for f in others]
 
     clip_seeds = seeds_of(df, "single:clip", *arms)
+    evidence = as_accurate("fusion:concat", seeds)
+    gates = {f: (converged_gate(df, ["fusion:concat", f"fusion:{f}"], seeds, tol),
+                 fine_gate(df, ["fusion:concat", f"fusion:{f}"], seeds, p.claims["fine_gate"])) for f in others}
     n_questions = p.data["test_canvases"] * len(p.data["kinds"])
     se = (0.25 / n_questions) ** 0.5  # the largest binomial standard error of one seed's test accuracy
     return Claim(
@@ -84,14 +121,16 @@ def claim_a(p, df: pd.DataFrame) -> Claim:
         {**{f"test acc {f}": float(per_seed(df, f"fusion:{f}", seeds=seeds).mean()) for f in FUSIONS},
          **{f"visual tokens {f}": int(df[df.arm == f"fusion:{f}"].visual_tokens.iloc[0]) for f in FUSIONS}},
         f"per fusion, paired-by-seed t interval of test accuracy (concat - fusion) > -{margin:g} "
-        f"(eagle.claims.equivalence_margin) over the {len(seeds)} seeds of the fusion arms",
-        as_accurate("fusion:concat", seeds),
+        f"(eagle.claims.equivalence_margin) over the {len(seeds)} seeds of the fusion arms; each comparison gated on "
+        "its own two arms (both converged, both read the fine print)",
+        evidence,
         Control("the CLIP expert alone in place of the concatenation (no high-resolution expert), same criterion",
                 as_accurate("single:clip", clip_seeds), kind="null"),
         threshold_source=convention(f"a practical-equivalence margin of {margin:g} accuracy, set before the first "
                                     f"run (issue 28): {margin / se:.1f} x the largest binomial standard error of one "
                                     f"seed's accuracy on its {n_questions} test questions ({se:.3g})"),
-        premise=[converged_gate(df, arms, seeds, tol), fine_gate(df, arms, seeds, p.claims["fine_gate"])],
+        premise=[gate for f in others for gate in gates[f]],
+        note=power_note(evidence, gated={f"fusion:concat - {f}" for f in others if not all(g.met for g in gates[f])}),
         no_positive_control=NO_POSITIVE, paper_effect=0.0)
 
 
@@ -100,35 +139,40 @@ def claim_b(p, df: pd.DataFrame) -> Claim:
     experts = list(p.experts["names"])
     singles = [f"single:{e}" for e in experts]
     trained_blind = [BLIND] if BLIND in set(df.arm) else []
-    seeds = seeds_of(df, "fusion:concat", *singles)
+    # Each comparison pairs on the seeds its two arms share (eagle.arm_seeds.single may give the experts different
+    # seeds); the fine - global gain over CLIP on the seeds of the mixture and CLIP.
+    on = {s: seeds_of(df, "fusion:concat", s) for s in singles}
 
     def beats_singles(mix_arm):
-        mix = per_seed(df, mix_arm, seeds=seeds)
-        parts = [paired_test(mix, per_seed(df, s, seeds=seeds), threshold=thr, name=f"{mix_arm} - {s}")
-                 for s in singles]
-        gain = {k: per_seed(df, mix_arm, k, seeds=seeds) - per_seed(df, "single:clip", k, seeds=seeds)
+        parts = [paired_test(per_seed(df, mix_arm, seeds=on[s]), per_seed(df, s, seeds=on[s]), threshold=thr,
+                             name=f"{mix_arm} - {s}") for s in singles]
+        clip_on = on["single:clip"]
+        gain = {k: per_seed(df, mix_arm, k, seeds=clip_on) - per_seed(df, "single:clip", k, seeds=clip_on)
                 for k in ("fine", "global")}
         parts.append(paired_test(gain["fine"], gain["global"], threshold=thr,
                                  name=f"gain over clip on fine - on global questions ({mix_arm})"))
         return parts
 
+    evidence = beats_singles("fusion:concat")
+    clip_on = on["single:clip"]
+    gates = [converged_gate(df, [a], seeds_of(df, a), tol) for a in ["fusion:concat", *singles, *trained_blind]]
     return Claim(
         "b", "The mixture beats every single expert, most on the fine-detail questions",
         "mixture-of-experts study (Sec. 2.3-2.4): the mixture above every single encoder, the largest gains on OCR / "
         "document benchmarks",
-        {**{f"test acc {s}": float(per_seed(df, s, seeds=seeds).mean()) for s in singles},
-         "test acc concat": float(per_seed(df, "fusion:concat", seeds=seeds).mean()),
-         **{f"gain over clip on {k}": float((per_seed(df, "fusion:concat", k, seeds=seeds)
-                                             - per_seed(df, "single:clip", k, seeds=seeds)).mean())
+        {**{f"test acc {s}": float(per_seed(df, s, seeds=on[s]).mean()) for s in singles},
+         "test acc concat": float(per_seed(df, "fusion:concat").mean()),
+         **{f"gain over clip on {k}": float((per_seed(df, "fusion:concat", k, seeds=clip_on)
+                                             - per_seed(df, "single:clip", k, seeds=clip_on)).mean())
             for k in p.data["kinds"]}},
-        f"paired-by-seed t intervals over {len(seeds)} seeds: concat - each single expert > {thr:g} (test accuracy), "
-        f"and its gain over CLIP on fine-detail questions minus its gain on global questions > {thr:g}",
-        beats_singles("fusion:concat"),
+        "paired-by-seed t intervals, each over the seeds its two arms share ("
+        + ", ".join(f"{s} {len(on[s])}" for s in singles) + f"): concat - each single expert > {thr:g} (test "
+        f"accuracy), and its gain over CLIP on fine-detail questions minus its gain on global questions > {thr:g}",
+        evidence,
         _ablation_b(df, beats_singles),
         threshold_source=convention("a sign: the paper reports the mixture above every single expert"),
-        premise=[converged_gate(df, ["fusion:concat", *singles, *trained_blind], seeds, tol),
-                 fine_gate(df, ["fusion:concat"], seeds, p.claims["fine_gate"])],
-        no_positive_control=NO_POSITIVE)
+        premise=[*gates, fine_gate(df, ["fusion:concat"], seeds_of(df, "fusion:concat"), p.claims["fine_gate"])],
+        note=power_note(evidence), no_positive_control=NO_POSITIVE)
 
 
 def _ablation_b(df: pd.DataFrame, beats_singles) -> Control:
@@ -139,18 +183,30 @@ def _ablation_b(df: pd.DataFrame, beats_singles) -> Control:
                        "canvas (their visual information removed, the architecture, parameters and training kept), "
                        "same criterion", beats_singles(BLIND), kind="ablation")
     return Control(f"ablation ({BLINDED}): the trained concatenation asked the same test questions with its "
-                   "non-CLIP experts fed Gaussian noise instead of the canvas (their visual information removed at "
-                   "test, its weights and CLIP expert kept; the mixture trained blind, group blind, is not run at "
-                   "this scale), same criterion", beats_singles(BLINDED), kind="ablation")
+                   "non-CLIP experts reading another test canvas (each canvas's high-res activations swapped for those "
+                   "of a different canvas, a derangement): exactly their information about the canvas asked about "
+                   "removed, their features kept in distribution, CLIP's input, every weight and the fusion kept "
+                   "(the mixture trained blind, group blind, is not run at this scale), same criterion",
+                   beats_singles(BLINDED), kind="ablation")
 
 
-def claim_c(p, df: pd.DataFrame) -> Claim:
+def _arm_cost(df: pd.DataFrame, benchmarks) -> str:
+    """The mean CPU time of one arm's training in this run: the train jobs' CPU seconds over the arms they trained."""
+    if not benchmarks:
+        return "each as costly as an arm of this run"
+    cpu = job_times([b for b in benchmarks if "/train/" in str(b)])["cpu_seconds"]
+    trained = df[df.arm != BLINDED][["arm", "seed"]].drop_duplicates().shape[0]
+    return f"about {cpu / trained:.0f} s of CPU each at this run's {cpu:.0f} s over {trained} arm trainings"
+
+
+def claim_c(p, df: pd.DataFrame, benchmarks=()) -> Claim:
     thr, tol = p.claims["gain_threshold"], p.claims["convergence_tol"]
     shuffled_ran = SHUFFLED in set(df.arm)
     arms = ["fusion:concat", "prealign:concat", *([SHUFFLED] if shuffled_ran else [])]
     seeds = seeds_of(df, *arms)
     concat, pre = (per_seed(df, a, seeds=seeds) for a in arms[:2])
     measured = {"test acc concat": float(concat.mean()), "test acc concat + Pre-Alignment": float(pre.mean())}
+    evidence = paired_test(pre, concat, threshold=thr, name="prealign - joint")
     if shuffled_ran:
         shuffled = per_seed(df, SHUFFLED, seeds=seeds)
         measured["test acc concat + shuffled Pre-Alignment"] = float(shuffled.mean())
@@ -158,20 +214,23 @@ def claim_c(p, df: pd.DataFrame) -> Claim:
                           "alignment of image and text",
                           paired_test(shuffled, concat, threshold=thr, name="shuffled prealign - joint"), kind="null")
     else:
-        control = Control("not run at this scale (eagle.arm_seeds.shuffled = 0: its three trainings do not fit the "
-                          "time budget beside converged arms of every claim): Pre-Alignment on shuffled (question, "
-                          "canvas) pairs, the same extra steps without any alignment of image and text", kind="null")
+        n = len(seeds)
+        control = Control(f"not run at this scale (eagle.arm_seeds.shuffled = 0: its {n} training{'s' * (n != 1)}, "
+                          f"one per seed of Pre-Alignment, {_arm_cost(df, benchmarks)}, do not fit the time budget "
+                          "beside converged arms of every claim): Pre-Alignment on shuffled (question, canvas) pairs, "
+                          "the same extra steps without any alignment of image and text", kind="null")
     return Claim(
         "c", "Pre-Alignment improves the mixture over joint training alone",
         "Pre-Alignment study (Sec. 2.5): pre-aligning each non-CLIP expert with the frozen LM improves the mixture",
         measured,
         f"paired-by-seed t interval over {len(seeds)} seeds of test accuracy (Pre-Alignment - the same pipeline "
         f"without it: the ablation) > {thr:g}",
-        paired_test(pre, concat, threshold=thr, name="prealign - joint"),
+        evidence,
         control,
         threshold_source=convention("a sign: the paper reports Pre-Alignment improving the mixture"),
-        premise=[converged_gate(df, arms, seeds, tol), fine_gate(df, arms[:2], seeds, p.claims["fine_gate"])],
-        no_positive_control=NO_POSITIVE)
+        premise=[*(converged_gate(df, [a], seeds, tol) for a in arms),
+                 fine_gate(df, arms[:2], seeds, p.claims["fine_gate"])],
+        note=power_note([evidence]), no_positive_control=NO_POSITIVE)
 
 
 def rr_step(df: pd.DataFrame, step: int, kind: str = "all") -> np.ndarray:
@@ -208,16 +267,17 @@ def claim_d(p, df: pd.DataFrame) -> Claim:
         [paired_test(steps[1], steps[0], threshold=thr, name="step 2 - step 1"),
          paired_test(steps[2], steps[1], threshold=thr, name="step 3 - step 2"),
          paired_test(g1, g2, threshold=thr, name="gain 1 - gain 2 (diminishing)")],
-        Control("the non-CLIP experts fed Gaussian noise added to CLIP (experts with no information): their gain over "
-                "CLIP alone, same threshold",
+        Control(("the non-CLIP experts fed Gaussian noise throughout training" if blind_arm == BLIND else
+                 "the trained mixture's non-CLIP experts reading another canvas at test") + " beside CLIP (experts "
+                "with no information about the canvas): their gain over CLIP alone, same threshold",
                 paired_test(blind, clip, threshold=thr, name="clip + noise experts - clip"),
                 kind="null"),
         threshold_source=source,
         premise=[converged_gate(df, rr_arms, seeds, p.claims["convergence_tol"])], no_positive_control=NO_POSITIVE)
 
 
-def eagle_claims(p, df: pd.DataFrame) -> list[Claim]:
-    return [claim_a(p, df), claim_b(p, df), claim_c(p, df), claim_d(p, df)]
+def eagle_claims(p, df: pd.DataFrame, benchmarks=()) -> list[Claim]:
+    return [claim_a(p, df), claim_b(p, df), claim_c(p, df, benchmarks), claim_d(p, df)]
 
 
 def eagle_checks(df: pd.DataFrame) -> list[Check]:
@@ -315,10 +375,38 @@ def _controls_text(p) -> str:
     if not skipped:
         return ""
     what = {"blind": "claim (b)'s trained ablation (the mixture trained with its non-CLIP experts fed noise; the "
-                     "trained mixture blinded at test stands in)",
+                     "trained mixture asked with its non-CLIP experts reading another canvas stands in)",
             "shuffled": "claim (c)'s null (Pre-Alignment on shuffled pairs; claim c has no negative control here)"}
     return ("Not run at this scale (eagle.arm_seeds " + ", ".join(f"{g} = 0" for g in skipped) + "): "
             + "; ".join(what[g] for g in skipped) + ", for the time budget. ")
+
+
+def _resample_text(p) -> str:
+    """How the maps reach the grid (eagle.fusion.resample), said with the sizes of this run's maps."""
+    g = p.fusion["grid"]
+    if p.fusion.get("resample", "area") == "area":
+        return (f"maps finer than the grid are average-pooled onto it (eagle.fusion.resample area: every cell of the "
+                f"high-res map weighs in for concat, sequence append and LLaVA-HR, as it does for Mini-Gemini's and "
+                f"deformable attention's keys), where Eagle's released tower interpolates bilinearly.")
+    return (f"maps are interpolated bilinearly onto the {g} x {g} grid with align_corners (eagle.fusion.resample "
+            "bilinear, Eagle's released tower).")
+
+
+def _width_text(p) -> str:
+    width = p.fusion.get("attention_width", "lm")
+    return ("Mini-Gemini's and deformable attention's queries, keys and values are at "
+            + ("the LM's embedding width" if width == "lm" else "the low-res expert's channel width")
+            + (" (Mini-Gemini mines at CLIP's width, then projects)." if width == "lm" else "."))
+
+
+def _resample_difference(p) -> str:
+    """The resampling, where it departs from Eagle's released tower."""
+    if p.fusion.get("resample", "area") != "area":
+        return ""
+    return ("Eagle's released tower interpolates every map to the grid bilinearly (align_corners); here maps are "
+            "average-pooled (area), because at this run's stride the bilinear interpolation gives some rows and "
+            "columns of the high-res map zero weight for the fusions that resample it and none for the attention "
+            "fusions, which read every cell (issue 52).")
 
 
 def _full_scale_text(p) -> tuple[str, str]:
@@ -343,6 +431,7 @@ def _full_scale_text(p) -> tuple[str, str]:
                    "padding; the visual tokens follow BOS instead of standing at the <image> tag; accuracy is exact "
                    "match of the greedy answer, not each benchmark's own metric; LLaVA-HR's adapter acts on the CLIP "
                    "tower's output map, not inside its stages; deformable attention has one head; "
+                   + _width_text(p) + " " + _resample_difference(p) + " "
                    + ("LoRA instead of full fine-tuning of the LM." if lv["lora"]["rank"] > 0 else
                       "the LM fine-tunes fully."))
     return what, differences
@@ -364,7 +453,7 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
                "validation accuracy (the fine-print gate).")
     write_table(md, table_md, table_csv, caption=caption, csv_df=csv)
     _figure(df, accuracy_figure, kinds)
-    claim_list, check_list = eagle_claims(p, df), eagle_checks(df)
+    claim_list, check_list = eagle_claims(p, df, benchmarks), eagle_checks(df)
     scope = (Scope("replication", "the paper's fusions, training stages and Pre-Alignment on the user's LLaVA-style "
                    "data and pretrained experts and LM, at the step counts of config/full.yaml") if full else
              Scope("analogue", "the paper's five fusions, two training stages and Pre-Alignment, implemented as in "
@@ -374,7 +463,8 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
     write_claims(claim_list, claims, paper=SLUG, scale=scale, scope=scope, checks=check_list)
     write_json(to_dict(p), params_json)
     d, t = p.data, p.train
-    groups = ", ".join(f"{g} on {n}" for g, n in p.arm_seeds.items())
+    groups = ", ".join(f"{g} on {n}" if not isinstance(n, dict) else
+                       ", ".join(f"single:{e} on {k}" for e, k in n.items()) for g, n in p.arm_seeds.items())
     what = (
         f"{p.seeds} seeds; each draws its own canvases and initialises and batches every arm anew; channel "
         f"concatenation trains on every seed, the other arms on the first seeds of their group ({groups}). Canvases "
@@ -392,9 +482,9 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
         f"layers, projector, LM) with a {t['sft_schedule']} learning-rate schedule (warm-up over "
         f"{t['warmup_ratio']:g} of its steps; LLaVA-1.5's), batch {t['batch']}, validation accuracy every "
         f"{t['eval_every']} SFT steps (the convergence gate). Fusions on a {p.fusion['grid']} x {p.fusion['grid']} "
-        "grid at matched parameter counts."
-        + (" The trained channel concatenation is also asked the test questions with its non-CLIP experts fed noise "
-           f"(arm {BLINDED}: claim b's ablation)." if BLINDED in set(df.arm) else ""))
+        f"grid at matched parameter counts; {_resample_text(p)}"
+        + (" The trained channel concatenation is also asked the test questions with its non-CLIP experts reading "
+           f"another test canvas (arm {BLINDED}: claim b's ablation)." if BLINDED in set(df.arm) else ""))
     differences = (
         "Data: synthetic digit canvases and templated one-word answers stand in for LLaVA-1.5 / Eagle-1.8M data and "
         "the paper's benchmarks (GQA, TextVQA, OCRBench, ...). The full scale (config/full.yaml, eagle.llava) runs "
@@ -412,7 +502,8 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
         "pretraining. Towers: the paper unfreezes the whole vision towers in SFT (Sec. 2.2) and in Pre-Alignment "
         "(Sec. 2.5); here only each tower's last layer trains, its lower layers stay frozen and are computed once per "
         "seed. LLaVA-HR's adapter is applied to the CLIP tower's output map, not inside its stages; Mini-Gemini's "
-        "mining uses the concatenated high-res maps as keys and values; deformable attention has one head. Each "
+        "mining uses the concatenated high-res maps as keys and values; deformable attention has one head; "
+        + _width_text(p) + " " + _resample_difference(p) + " Each "
         "claim rests on the seeds of its arms' groups (eagle.arm_seeds), what the paper's time budget (config "
         "time_budget) affords with every arm trained through the whole SFT schedule. "
         + _gate_text(p) + _controls_text(p) + _budget(benchmarks))

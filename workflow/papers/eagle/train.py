@@ -132,10 +132,7 @@ def build(arm: dict, pretrained: dict, p) -> MLLM:
     lm.load_state_dict(pretrained["lm"])
     channels = [t.channels for t in towers]
     sizes = [t.out_size for t in towers]
-    d, grid, points = lm.wte.embedding_dim, p.fusion["grid"], p.fusion["deformable_points"]
-    target = Fu.n_params(Fu.build("concat", channels, sizes, d, grid, p.fusion["hidden"]))
-    hidden = p.fusion["hidden"] if arm["fusion"] == "concat" else Fu.matched_hidden(arm["fusion"], channels, sizes, d, grid, target, points)
-    return MLLM(towers, arm["inputs"], Fu.build(arm["fusion"], channels, sizes, d, grid, hidden, points), lm)
+    return MLLM(towers, arm["inputs"], Fu.matched(arm["fusion"], channels, sizes, lm.wte.embedding_dim, p.fusion), lm)
 
 
 def unfreeze(model: MLLM, towers: bool, fusion: bool, lm: bool) -> None:
@@ -164,8 +161,8 @@ def run_arm(arm: dict, pretrained: dict, splits: dict, banks: dict, p, rng: np.r
     t = p.train
     for i in prealigned(arm):
         tower = model.towers[i]
-        solo = MLLM([tower], ["image"], Fu.build("concat", [tower.channels], [tower.out_size],
-                                                  model.lm.wte.embedding_dim, p.fusion["grid"], p.fusion["hidden"]), model.lm)
+        solo = MLLM([tower], ["image"], Fu.matched("concat", [tower.channels], [tower.out_size],
+                                                   model.lm.wte.embedding_dim, p.fusion), model.lm)
         unfreeze(solo, towers=True, fusion=True, lm=False)  # the expert and its own projector; LM frozen
         fit(solo, solo.parameters(), splits["train"], banks["train"], steps=t["prealign_steps"], batch=t["batch"],
             lr=t["align_lr"], rng=rng, shuffle_images=arm["prealign"] == "shuffled")
@@ -187,20 +184,33 @@ def run_arm(arm: dict, pretrained: dict, splits: dict, banks: dict, p, rng: np.r
     log.info("%s: val %.3f test %.3f novel %.3f; validation curve %s", arm["name"],
              *(r["accuracy"] for r in rows if r["kind"] == "all"), " ".join(f"{v:.3f}" for v in curve))
     if arm["name"] == "fusion:concat":
-        rows += blinded_at_test(model, splits, banks, loss, gain)
+        rows += blinded_at_test(model, splits, banks, loss, gain, rng)
     return rows
 
 
-def blinded_at_test(model: MLLM, splits: dict, banks: dict, loss: float, gain: float) -> list[dict]:
+def derangement(n: int, rng: np.random.Generator) -> np.ndarray:
+    """A permutation of 0 .. n-1 without fixed points (n >= 2): a random cyclic order, each index sent to the next."""
+    if n < 2:
+        raise ValueError(f"eagle: a derangement needs at least 2 canvases, got {n}")
+    order = rng.permutation(n)
+    out = np.empty(n, dtype=np.int64)
+    out[order] = np.roll(order, -1)
+    return out
+
+
+def blinded_at_test(model: MLLM, splits: dict, banks: dict, loss: float, gain: float,
+                    rng: np.random.Generator) -> list[dict]:
     """Claim (b)'s ablation when the trained one (group blind) is not run: the trained mixture asked the test
-    questions with every non-CLIP expert fed Gaussian noise in place of the canvas (:func:`trunks`), its weights
-    and its CLIP expert kept; the rows of arm :data:`BLINDED` (test split), with the mixture's late gain."""
-    inputs = list(model.inputs)
-    model.inputs = [src if tower.kind == "clip" else "noise" for tower, src in zip(model.towers, inputs)]
-    try:
-        acc = accuracy(model, splits["test"], banks["test"])
-    finally:
-        model.inputs = inputs
+    questions with every non-CLIP expert reading *another* test canvas (a derangement of the split's canvases: each
+    canvas's non-CLIP activations replaced by those of a different canvas), CLIP's activations, every weight and
+    the fusion kept. What it removes: exactly the non-CLIP experts' information about the canvas asked about; their
+    features keep their distribution (they are real canvases' features), so the fusion's shared layers see the
+    inputs they were trained on, unlike features of noise. The rows of arm :data:`BLINDED` (test split), with the
+    mixture's late gain."""
+    bank = banks["test"]
+    other = torch.as_tensor(derangement(len(splits["test"]["scene_canvas"]), rng))
+    swapped = {name: (act if name == "clip" else act[other]) for name, act in bank.items()}
+    acc = accuracy(model, splits["test"], swapped)
     return [{"arm": BLINDED, "split": "test", "kind": kind, "accuracy": a, "visual_tokens": model.fusion.n_tokens,
              "fusion_params": Fu.n_params(model.fusion), "experts": "+".join(t.kind for t in model.towers),
              "final_loss": loss, "late_gain": gain} for kind, a in acc.items()]
@@ -214,12 +224,11 @@ def arm(name, experts, fusion="concat", inputs=None, prealign=None) -> dict:
 # The arms, by the claim they serve: the single experts (claim b) and the mixture with its non-CLIP experts fed noise
 # (group blind: b's trained ablation), every fusion over the experts (a), Pre-Alignment (c) and its shuffled control
 # (group shuffled). The channel concatenation, which every claim compares with, trains on every seed; each group on
-# the first arm_seeds[group] seeds.
+# the first arm_seeds[group] seeds; group "single:<expert>" is that single expert alone (arm_seeds.single a mapping).
 def fixed_arms(experts=("clip", "hires"), groups=("fusion", "single", "prealign", "blind", "shuffled")) -> list[dict]:
     experts = list(experts)
     arms = [arm("fusion:concat", experts)]
-    if "single" in groups:
-        arms += [arm(f"single:{e}", [e]) for e in experts]
+    arms += [arm(f"single:{e}", [e]) for e in experts if "single" in groups or f"single:{e}" in groups]
     if "blind" in groups:
         arms.append(arm(BLIND, experts, inputs=["image"] + ["noise"] * (len(experts) - 1)))
     if "fusion" in groups:
@@ -232,8 +241,20 @@ def fixed_arms(experts=("clip", "hires"), groups=("fusion", "single", "prealign"
 
 
 def seed_groups(arm_seeds: dict, seed: int) -> tuple[str, ...]:
-    """The groups of arms that train on `seed` (those whose arm_seeds exceed it; a group not named trains on none)."""
-    return tuple(g for g, n in arm_seeds.items() if seed < n)
+    """The groups of arms that train on `seed` (those whose arm_seeds exceed it; a group not named trains on none).
+    A mapping arm_seeds.single {expert: n} gives the groups "single:<expert>" of the experts whose n exceeds it."""
+    out = []
+    for g, n in arm_seeds.items():
+        if isinstance(n, dict):
+            out += [f"{g}:{e}" for e, k in n.items() if seed < k]
+        elif seed < n:
+            out.append(g)
+    return tuple(out)
+
+
+def all_singles(groups, experts) -> bool:
+    """Every expert's single arm trains in `groups` (the round-robin starts from the best of them)."""
+    return "single" in groups or all(f"single:{e}" in groups for e in experts)
 
 
 def run_seed(pretrained: dict, splits: dict, p, seed: int) -> list[dict]:
@@ -257,7 +278,7 @@ def study(train_arm, seed: int, experts: list[str], groups=("fusion", "single", 
 
     for a in fixed_arms(experts, groups):
         rows += train(a)
-    if len(experts) < 3 or "single" not in groups:
+    if len(experts) < 3 or not all_singles(groups, experts):
         return [dict(r, rr_step=0) for r in rows]
 
     def val_acc(name):

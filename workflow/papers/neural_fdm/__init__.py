@@ -4,8 +4,9 @@ Official code: arpastrana/neural_fdm (JAX, jax_fdm; read at PrincetonLIPS/neural
 
 Reproduced: the paper's model, an MLP encoder that maps a target shape to force densities q (signs
 fixed per bar) followed by a differentiable force density solver that returns a shape in
-equilibrium; its fully neural baseline (MLP decoder with a residual penalty); and direct
-optimisation of q per shape. Both tasks of the paper: masonry shells (Bezier-patch targets in shape
+equilibrium; its fully neural baseline (the paper's NN: the same encoder and an MLP decoder from the latent
+and the supports to the coordinates, trained on the same shape loss; residual_weight > 0 gives its PINN
+variant); and direct optimisation of q per shape. Both tasks of the paper: masonry shells (Bezier-patch targets in shape
 families) and cable-net towers (elliptical, twisted compression rings), each in and out of
 distribution; shape error, equilibrium residual, sign constraints and cost per shape.
 
@@ -18,7 +19,9 @@ independent, each as it would train alone); towers out of distribution whose com
 and more rotated than any training ring (neither model can map them back); a guard against near-singular
 stiffness (training steps that move K across a singular matrix or above a condition number are undone)
 and the failure rate by condition number; medians beside means; the untrained hybrid as a negative
-control and the hybrid's shapes displaced by a construction tolerance as a positive one; thresholds from
+control, the blind predictor (the mean training shape) as the reference a learned model must beat, and the
+hybrid's shapes displaced by a construction tolerance as a positive control; the equilibrium of a fully neural
+shape judged with the force densities that best balance it (could it stand at all?); thresholds from
 engineering conventions (1% residual forces, span / 250), the paper stating none.
 
 Modules: :mod:`.shapes` (structures and target generators), :mod:`.fdm` (the solver),

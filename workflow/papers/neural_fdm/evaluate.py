@@ -2,15 +2,23 @@
 optimisation on the in-distribution shapes its claim compares.
 
 Per shape (float64): the shape error (the task's loss, per compared coordinate), the RMS distance per
-compared coordinate (a length, for claim (c)'s tolerance), the residual and relative residual (claim
-(b)), the force-density signs, and the stiffness matrix's condition number and inertia. Beside the
-learned models two arms that are controls:
+compared free coordinate (a length, for claim (c)'s tolerance; supports are exact by construction, so they
+are left out), the residual and relative residual (claim (b)), the force-density signs, and the stiffness
+matrix's condition number and inertia. The fully neural model has no force densities of its own (its latent
+is not one), so its residual is the best any force densities could do for its shape (:func:`best_fit`: least
+squares with the signs and |q| >= tau kept): whether the shape could be in equilibrium at all. Beside the
+learned models four arms that are controls or references:
+
+- ``target``: the targets themselves (zero shape error), their best-fit residual the reference of claim (b): a
+  model that matched its targets exactly would be this far from equilibrium;
+- ``blind``: the mean of many training targets with the target's own supports, whatever the target: a
+  predictor that ignores its input, the reference of the premise that a learned model learned its task;
 
 - ``untrained``: the hybrid of every seed with its initial weights (the same draw as training's): the
   solver without learning, the negative control of claims (a) and (c);
 - ``perturbed``: every trained hybrid's equilibrium shapes with their free nodes displaced at random by
   span / deviation_ratio (RMS per coordinate): shapes planted out of equilibrium by the construction
-  tolerance, the positive control of claim (b) (its residual analysis must find them).
+  tolerance, the positive control of claim (b) (its best-fit residual analysis must find them).
 """
 from __future__ import annotations
 
@@ -39,11 +47,91 @@ def load_targets(path, task: str, split: str):
 
 
 def rms_error(task, x, x_hat):
-    """RMS distance per compared coordinate (B,), a length: shells every coordinate, towers the compression
-    rings' xyz and the tension rings' z (the coordinates the task's loss compares)."""
+    """RMS distance per compared free coordinate (B,), a length: shells every free node's xyz, towers the free
+    compression rings' xyz and the tension rings' z (the coordinates the task's loss compares, less the supports,
+    which every model and direct optimisation reproduce exactly by construction)."""
+    import torch
+
+    free = task.fdm.free
     if task.levels is None:
-        return ((x - x_hat) ** 2).flatten(1).mean(1).sqrt()
-    return (task.shape_error(x, x_hat) / task.num_compared).sqrt()  # the towers' loss is a squared error
+        return ((x[:, free] - x_hat[:, free]) ** 2).flatten(1).mean(1).sqrt()
+    rings, tension = (idx[torch.isin(idx, free)] for idx in task.levels)
+    sq = ((x[:, rings] - x_hat[:, rings]) ** 2).flatten(1).sum(1) + ((x[:, tension, 2] - x_hat[:, tension, 2]) ** 2).sum(1)
+    return (sq / (3 * len(rings) + len(tension))).sqrt()
+
+
+def best_fit(task, x_hat, loads, low: float):
+    """The force densities that best balance shapes x_hat (B, N, 3): q minimising ||r_free|| = ||P_f + A q||
+    (A from :meth:`.fdm.FDM.equilibrium_matrix`) with each bar's sign kept and |q| >= `low` (tau, the encoder's
+    bound), by non-negative least squares on |q| - low. Returns q (B, E) and the relative residual (B,),
+    ||r_free|| / ||bar forces at the free nodes||: small exactly when the shape could stand in equilibrium."""
+    import scipy.optimize
+    import torch
+
+    from papers.neural_fdm import models
+
+    fdm = task.fdm
+    act = fdm.active
+    s = fdm.signs[act]
+    with torch.no_grad():
+        m = (fdm.equilibrium_matrix(x_hat)[:, :, act] * s).numpy()  # (B, 3 Nf, A): columns per unit |q|
+        c = loads[:, fdm.free].reshape(len(x_hat), -1).numpy() + low * m.sum(-1)  # residual at |q| = low
+        q = torch.zeros(len(x_hat), len(fdm.signs), dtype=x_hat.dtype)
+        for b in range(len(x_hat)):
+            extra, _ = scipy.optimize.nnls(m[b], -c[b], maxiter=50 * m.shape[2])
+            q[b, act] = s * (low + torch.as_tensor(extra, dtype=x_hat.dtype))
+        res = models.residual_norm(fdm, q, x_hat, loads)
+        scale = fdm.force_scale(q, x_hat, loads)[:, fdm.free].norm(dim=1)
+    return q, (res / scale).numpy()
+
+
+def blind_shape(task, p):
+    """The blind predictor's shape (N, 3): the mean of `blind_shapes` training targets (a stream of their own)."""
+    from papers.neural_fdm.params import TASKS
+
+    rng = np.random.default_rng([p.validation_seed, TASKS.index(task.name), 2])
+    return task.sample(rng, p.blind_shapes, "id").mean(0)
+
+
+def blind_metrics(task, x, mean_shape) -> dict:
+    """Shape errors of the blind predictor on targets x (B, N, 3): `mean_shape` with each target's supports."""
+    import torch
+
+    x_hat = torch.as_tensor(mean_shape, dtype=x.dtype).expand_as(x).clone()
+    x_hat[:, task.fdm.supports] = x[:, task.fdm.supports]
+    with torch.no_grad():
+        err = task.shape_error(x, x_hat)
+        n = len(err)
+        nan = np.full(n, np.nan)
+        return {"shape_error": err.numpy(), "shape_error_per_coord": (err / task.num_compared).numpy(),
+                "rms_error": rms_error(task, x, x_hat).numpy(), "residual": nan, "relative_residual": nan,
+                "sign_ok": np.ones(n, bool), "stiffness_min_eig": nan, "log_condition": nan, "negative_eigs": nan,
+                "failed": np.zeros(n, bool)}
+
+
+def equilibrium_metrics(task, x, x_hat, low: float, shapes: int) -> dict:
+    """Shape errors of a model without force densities of its own (the fully neural model, the displaced
+    hybrid) on every shape, and the best-fit residual (:func:`best_fit`) on the first `shapes` of them (NaN
+    after): its cost is one least-squares solve per shape. The loads are the target's, as the hybrid's solve
+    and residual take them (the official decoder's area loads on the target)."""
+    import torch
+
+    with torch.no_grad():
+        err = task.shape_error(x, x_hat)
+    n = len(err)
+    res, rel = np.full(n, np.nan), np.full(n, np.nan)
+    k = min(shapes, n)
+    loads = task.loads(x[:k])
+    q, rel[:k] = best_fit(task, x_hat[:k], loads, low)
+    from papers.neural_fdm import models
+
+    with torch.no_grad():
+        res[:k] = models.residual_norm(task.fdm, q, x_hat[:k], loads).numpy()
+    nan = np.full(n, np.nan)
+    return {"shape_error": err.numpy(), "shape_error_per_coord": (err / task.num_compared).numpy(),
+            "rms_error": rms_error(task, x, x_hat).numpy(), "residual": res, "relative_residual": rel,
+            "sign_ok": np.ones(n, bool), "stiffness_min_eig": nan, "log_condition": nan, "negative_eigs": nan,
+            "failed": ~torch.isfinite(x_hat).flatten(1).all(1).numpy()}
 
 
 def shape_metrics(task, x, x_hat, q, loads, condition_limit: float = float("inf"), solves: bool = True) -> dict:
@@ -122,8 +210,12 @@ def evaluate(*, cfg, task, targets, checkpoints, metrics, timing, examples):
                                           "node": np.arange(len(xyz)), "x": xyz[:, 0], "y": xyz[:, 1], "z": xyz[:, 2]}))
 
     data = {split: load_targets(targets, task, split) for split in SPLITS}
+    mean_shape = blind_shape(t, p)
     for split in SPLITS:
         add_example(split, "target", data[split][:1])
+        add(split, "blind", 0, blind_metrics(t, data[split], mean_shape), 0)
+        # the targets' own distance from equilibrium (best fit): what a perfect shape-matcher would inherit
+        add(split, "target", 0, equilibrium_metrics(t, data[split], data[split], t.p.shift, p.equilibrium_shapes), 0)
 
     def untrained(seed):  # the initial weights of the hybrid of `seed` (training seeds torch, then builds)
         torch.manual_seed(seed)
@@ -144,12 +236,16 @@ def evaluate(*, cfg, task, targets, checkpoints, metrics, timing, examples):
                 loads = t.loads(x)
                 with torch.no_grad():
                     x_hat, q = net(x, loads)
-                add(split, arm or name, seed, shape_metrics(t, x, x_hat, q, loads, p.condition_limit, name == "hybrid"),
-                    flops)
+                if name == "hybrid":
+                    m = shape_metrics(t, x, x_hat, q, loads, p.condition_limit, True)
+                else:  # no force densities of its own: the best any could do for its shapes
+                    m = equilibrium_metrics(t, x, x_hat, t.p.shift, p.equilibrium_shapes)
+                add(split, arm or name, seed, m, flops)
                 if name == "hybrid" and arm is None:  # the planted non-equilibrium shapes (positive control of (b))
                     rng = np.random.default_rng([p.test_seed, 11, seed, SPLITS.index(split)])
                     moved = perturb(t, x_hat, amplitude, rng)
-                    add(split, "perturbed", seed, shape_metrics(t, x, moved, q, t.loads(moved), p.condition_limit), flops)
+                    add(split, "perturbed", seed, equilibrium_metrics(t, x, moved, t.p.shift, p.equilibrium_shapes),
+                        flops)
                 if seed == 0 and arm is None:
                     add_example(split, name, x_hat[:1])
             if seed == 0 and arm is None:

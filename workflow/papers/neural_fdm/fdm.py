@@ -135,6 +135,19 @@ class FDM:
         index = torch.cat([self.u, self.v])
         return loads + segment_sum(msg, index, self.num_nodes).transpose(0, 1)
 
+    def equilibrium_matrix(self, x: torch.Tensor) -> torch.Tensor:
+        """A (B, 3 Nf, E) with r_free = P_free + A q for a shape x (B, N, 3): the residual at the free nodes is
+        linear in q (column e holds bar e's force per unit force density at its two nodes, where free)."""
+        d = x[:, self.v] - x[:, self.u]  # (B, E, 3): bar e pulls node u towards v by q_e d_e
+        fidx = torch.full((self.num_nodes,), -1, dtype=torch.long)
+        fidx[self.free] = torch.arange(self.num_free)
+        out = x.new_zeros(x.shape[0], self.num_free, 3, len(self.u))
+        bars = torch.arange(len(self.u))
+        for node, sign in ((self.u, 1.0), (self.v, -1.0)):
+            ok = fidx[node] >= 0
+            out[:, fidx[node][ok], :, bars[ok]] = sign * d[:, ok].transpose(0, 1)  # (E_ok, B, 3)
+        return out.reshape(x.shape[0], 3 * self.num_free, len(self.u))
+
     def force_scale(self, q: torch.Tensor, x: torch.Tensor, loads: torch.Tensor) -> torch.Tensor:
         """Per node, the sum of the magnitudes of the forces that meet there, sum_e |q_e| l_e + |p| (B, N).
 

@@ -2,7 +2,8 @@
 
 There is no fixed training set: the paper samples new target shapes from the generator at every
 step, so a model never sees a test shape. The loss is the task's (:meth:`Task.loss`); only the
-fully neural model pays the residual penalty (the hybrid's residual is zero to solver precision).
+fully neural model may pay a residual penalty (kappa > 0, the PINN baseline; the hybrid's residual is zero
+to solver precision), and only the hybrid the towers' q-variance term (its q are force densities).
 
 Several independent runs (training seeds, or the (rate, seed) pairs of the learning-rate search) train
 side by side as one stack (:class:`Stack`): member m's weights are slice m of every stacked tensor,
@@ -195,7 +196,8 @@ def train(task: Task, model_name: str, *, seeds, lrs, steps: int, batch_size: in
         x = torch.as_tensor(np.stack([task.sample(r, batch_size, "id") for r in rngs]), dtype=dtype)  # (M, B, N, 3)
         loads = task.loads(x.flatten(0, 1)).view_as(x)
         x_hat, q = stack.forward(x, loads)
-        losses, terms = zip(*(task.loss(x[m], x_hat[m], q[m], loads[m], kappa) for m in range(M)))
+        losses, terms = zip(*(task.loss(x[m], x_hat[m], q[m], loads[m], kappa, regularize=model_name == "hybrid")
+                              for m in range(M)))
         finite = torch.tensor([bool(torch.isfinite(v)) for v in losses])
         skipped += (~finite).numpy()
         if not finite.any():

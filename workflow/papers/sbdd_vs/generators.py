@@ -130,19 +130,32 @@ def optimise(start: list[str], library: list[str], score, n: int, rng: np.random
     random fragments of the drug-like `library`, are reassembled into one child of at most
     `max_fragments` fragments; a child with more than `max_heavy_atoms` heavy atoms is discarded (SBDD
     models sample molecules of a drug's size, not ever larger ones). The fittest `population` distinct
-    molecules survive. Returns the `n` best molecules ever scored and the best and mean score per generation.
-    """
-    scores: dict[str, float] = {}
+    molecules survive. Returns the `n` best molecules ever scored and, per generation, the best and mean
+    score and the molecules whose scoring failed so far.
 
-    def fitness(smi: str) -> float:
-        if smi not in scores:
-            scores[smi] = float(score(Chem.MolFromSmiles(smi)))
-        return scores[smi]
+    A molecule whose score is not a finite number (a failed Vina docking: :func:`docking.vina_score` returns
+    NaN) is dropped: it never enters the population or the output, and is counted in ``failed``. (Kept with
+    a NaN score it would make the population's sort order undefined, since NaN compares false both ways.)
+    A start molecule that fails is dropped likewise; if every start fails, it is an error.
+    """
+    scores: dict[str, float] = {}  # finite scores only
+    failed: set[str] = set()
+
+    def scored(smi: str) -> bool:
+        """Score `smi` once; False (and remembered in `failed`) where the score is not finite."""
+        if smi not in scores and smi not in failed:
+            value = float(score(Chem.MolFromSmiles(smi)))
+            if np.isfinite(value):
+                scores[smi] = value
+            else:
+                failed.add(smi)
+        return smi in scores
 
     lib_frags = sorted({f for s in library for f in fragments(s)})
-    pop = draw(start, population, rng)
-    for s in pop:
-        fitness(s)
+    pop = [s for s in draw(start, population, rng) if scored(s)]
+    if len(pop) < 2:
+        raise ValueError(f"optimiser: {population - len(pop)} of {population} start molecules failed to score; "
+                         "the GA needs at least 2 (check the docking engine)")
     history = []
     for g in range(generations):
         for _ in range(children):
@@ -151,9 +164,10 @@ def optimise(start: list[str], library: list[str], score, n: int, rng: np.random
             mol = assemble(sorted(frags), rng, max_fragments=max_fragments)
             if mol is not None and (max_heavy_atoms is None or mol.GetNumHeavyAtoms() <= max_heavy_atoms):
                 child = chem.canonical(mol)
-                fitness(child)
-                pop.append(child)
+                if scored(child):
+                    pop.append(child)
         pop = sorted(set(pop), key=lambda s: (scores[s], s))[:population]
-        history.append({"generation": g + 1, "best": scores[pop[0]], "mean": float(np.mean([scores[s] for s in pop]))})
+        history.append({"generation": g + 1, "best": scores[pop[0]], "mean": float(np.mean([scores[s] for s in pop])),
+                        "failed": len(failed)})
     best = sorted(scores, key=lambda s: (scores[s], s))[:n]
     return best, history

@@ -5,12 +5,15 @@ a replicate (they screen the same library):
 
 - (a) the docking-optimised generator beats the known actives on docking (the proxy it climbs, where AutoDock Vina
   agrees on a sample), yet loses to them on BEDROC;
-- (b) the known actives, as queries, reach a higher BEDROC than every generator's molecules (Morgan
-  fingerprints; and, as ``b_emb``, a learned embedding).
+- (b) the known actives, as queries, reach a higher BEDROC than the other target's actives and than every generator
+  whose molecules carry the target's chemistry (:func:`chemistry_generators`; Morgan fingerprints, and, as
+  ``b_emb``, a learned embedding). Its control is an ablation: the other target's actives in the known actives'
+  place must not beat those generators. Its positive control is the siblings falsification: hidden actives of the
+  planted actives' own clusters (close analogues by construction) must out-screen the known actives. That the known
+  actives beat random draws, and the optimiser on the proxy, is true by construction: checks.
 
-Their positive control is a query set planted by construction: hidden actives left unplanted, from the planted
-actives' own clusters, must out-screen random drug-like queries. The DUD-E decoys' property matching is a
-check (each matching property's AUROC near 0.5, the unmatched control's not).
+(a)'s positive control: the siblings must out-screen random drug-like queries. The DUD-E decoys' property matching
+is a check (each matching property's AUROC near 0.5, the unmatched control's not).
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from papers.common.tables import mean_std
 from papers.common.tables import write_table as _write_table
 from papers.sbdd_vs import screening
 from papers.sbdd_vs.params import SLUG, parse
-from papers.sbdd_vs.stages import SIBLINGS
+from papers.sbdd_vs.stages import CROSS, SIBLINGS
 
 TITLE = "P15 sbdd_vs: Evaluating structure-based drug design models by ligand-based virtual screening"
 SCOPE = Scope("analogue", "the paper's model-level evaluation (generated molecules as similarity-search queries, "
@@ -53,31 +56,39 @@ COLUMNS = {  # metric -> column title (lower docking and SA are better; higher f
 }
 
 
-def _rows(p) -> list[str]:
-    return [*p.generators, SIBLINGS]
+def _rows(p, m: pd.DataFrame) -> list[str]:
+    """The table's rows: the generators, then the control query sets this run screened."""
+    return [*p.generators, *(g for g in (SIBLINGS, CROSS) if g in set(m.generator))]
+
+
+LABELS = {SIBLINGS: f"{SIBLINGS} (positive control)", CROSS: f"{CROSS} (ablation)"}
 
 
 def write_table(m: pd.DataFrame, p, table_md, table_csv) -> None:
     columns = {k: v for k, v in COLUMNS.items() if k in m}  # the embedding's only where it screened
     md_rows, csv_rows = [], []
     for target in p.targets:
-        for name in _rows(p):
+        for name in _rows(p, m):
             g = m[(m.target == target) & (m.generator == name)]
-            label = name if name != SIBLINGS else f"{SIBLINGS} (positive control)"
+            label = LABELS.get(name, name)
             md_rows.append({"target": target, "generator": label, "replicates": int(g.seed.nunique()),
                             **{title: mean_std(g[k].dropna(), 3) if g[k].notna().any() else "n/a"
                                for k, title in columns.items()}})
             csv_rows.append({"target": target, "generator": name, "replicates": int(g.seed.nunique()),
                              **{f"{k}_{stat}": getattr(g[k], stat)() if stat == "mean" else g[k].std(ddof=1)
                                 for k in columns for stat in ("mean", "std")}})
-    caption = ("Generators for EGFR and CDK2: conventional metrics (docking proxy = a shape-and-size score against "
-               "dockstring's pocket, kcal/mol-like, Vina's scores of a sample are in the claims; QED; SA) and the "
-               "paper's screening metrics (library ranked by max Morgan Tanimoto to the generated set; "
-               f"EF{p.screen.ef_fraction:.0%}, BEDROC alpha = {p.screen.bedroc_alpha}, AUROC; and the same with the "
-               "max cosine of the pretrained SMILES LM's embeddings, a learned representation). "
-               f"{p.n_generate} molecules per generator and replicate; mean +- std over the library replicates (each "
-               "its own split, decoys, LM fine-tuning and sampling seed). siblings: hidden actives of the planted "
-               "actives' clusters left unplanted, the positive control's query set (not a generator).")
+    caption = ("Generators for " + " and ".join(p.targets) + ": conventional metrics (docking proxy = a "
+               "shape-and-size score against dockstring's pocket, kcal/mol-like, Vina's scores of a sample are in the "
+               "claims; QED; SA) and the paper's screening metrics (library ranked by max Morgan Tanimoto to the "
+               f"generated set; EF{p.screen.ef_fraction:.0%}, BEDROC alpha = {p.screen.bedroc_alpha}, AUROC"
+               + ("; and the same with the max cosine of the pretrained SMILES LM's embeddings, a learned "
+                  "representation" if p.screen.embedding else "") + "). "
+               f"Up to {p.n_generate} molecules per generator and replicate; mean +- std over the library replicates "
+               "(each its own split, decoys" + (", LM fine-tuning" if "lm" in p.generators else "")
+               + " and sampling seed). Query sets that are not generators: siblings, hidden actives of the planted "
+               "actives' clusters left unplanted (the positive control of claim b)"
+               + ("; cross_target, the other target's actives, as many as the known-actives set holds where the "
+                  "other target has as many (the ablation of claim b)" if CROSS in set(m.generator) else "") + ".")
     _write_table(pd.DataFrame(md_rows), table_md, table_csv, caption=caption, csv_df=pd.DataFrame(csv_rows))
 
 
@@ -138,6 +149,22 @@ def figure_decoys(rec: dict, p, path) -> None:
     savefig(fig, path)
 
 
+def chemistry_generators(p) -> list[str]:
+    """The generators whose molecules carry the target's chemistry, on which claim (b) is decided: BRICS
+    recombination and the LM (built from the known actives), any external SBDD model (sampled for the target's
+    pocket), and the optimiser where it climbs Vina (whose scoring function reads each ligand atom's type against
+    the pocket's). Not random drug-like draws, nor the optimiser on the proxy, which reads a molecule's size,
+    length and rotatable bonds only: that the known actives out-screen those is true by construction (checks)."""
+    def carries(g: str) -> bool:
+        if g in ("known", "random"):
+            return False
+        if g == "optimiser":
+            return p.optimiser.fitness == "vina"
+        return True  # brics, lm, external
+
+    return [g for g in p.generators if carries(g)]
+
+
 def per_unit(m: pd.DataFrame, generator: str, metric: str, units) -> np.ndarray:
     """One value per (target, replicate) unit, in the order of `units` (NaN where the generator has none)."""
     g = m[m.generator == generator].set_index(["target", "seed"])[metric]
@@ -172,7 +199,6 @@ def sbdd_claims(m: pd.DataFrame, vina: pd.DataFrame, rec: dict, opt_hists: dict,
     """Claims (a), (b), (b_emb) pooled over targets (module docstring), and the checks."""
     units = units_of(m)
     n = len(units)
-    others = [g for g in p.generators if g != "known"]
     planted = [r["planted"] for t in p.targets for r in rec["targets"][t]["replicates"]]
     enough = Premise.at_least("planted actives per library replicate (the fewest)", float(min(planted)),
                               float(p.split.min_planted), what="config split.min_planted")
@@ -243,37 +269,88 @@ def sbdd_claims(m: pd.DataFrame, vina: pd.DataFrame, rec: dict, opt_hists: dict,
         positive_control=positive("bedroc", "Morgan fingerprints"))
 
     out = [claim_a]
-    # (b) in both representations: Morgan fingerprints (the paper's) and the LM's learned embedding
+    checks = []
+    # (b), decided on the comparisons that carry chemistry (module docstring): the known actives against the other
+    # target's actives (the ablation of their target-specific chemistry) and against every generator whose molecules
+    # carry the target's chemistry; the comparisons with generators that carry none are true by construction and
+    # go to the checks. In both representations: Morgan fingerprints (the paper's) and the LM's learned embedding.
+    informative = chemistry_generators(p)
+    has_cross = CROSS in set(m.generator)
     spaces = [("bedroc", "", "Morgan Tanimoto"), ("bedroc_emb", "_emb", "cosine of the pretrained LM's embeddings")]
     for metric, suffix, space in (s for s in spaces if s[0] in m):
-        def beats_all(name, metric=metric):
-            return [paired_test(per_unit(m, name, metric, units), per_unit(m, g, metric, units), threshold=0.0,
-                                direction=">", what="(target, replicate) units", name=f"{metric}: {name} - {g}")
-                    for g in p.generators if g != name]
+        def test(a, b, u=units, metric=metric):
+            return paired_test(per_unit(m, a, metric, u), per_unit(m, b, metric, u), threshold=0.0, direction=">",
+                               what="(target, replicate) units", name=f"{metric}: {a} - {b}")
 
-        vals = {g: float(np.nanmean(per_unit(m, g, metric, units))) for g in p.generators}
+        vals = {g: float(np.nanmean(per_unit(m, g, metric, units))) for g in (*p.generators, SIBLINGS, CROSS)
+                if g in set(m.generator)}
+        pairs = ([("known", CROSS)] if has_cross else []) + [("known", g) for g in informative]
+        parts = [test(a, b) for a, b in pairs]
+        against = (["the other target's actives"] if has_cross else []) + [f"the molecules of {g}" for g in informative]
+        ablation = Control(
+            "the known actives' target-specific chemistry removed, everything else kept: the other target's actives "
+            "(real ligands, drawn as many as the known-actives query set holds where the other target has as many; "
+            "see the table) in the known actives' place, the same test against the same generators; it must not hold "
+            "(if it did, the known actives' lead would not be their target's chemistry)",
+            [test(CROSS, g) for g in informative] or None, kind="ablation") if has_cross else Control(
+            "not run: the ablation takes another target's actives as queries, and this run has one target",
+            kind="ablation")
+        sib_units = [u for u in units if np.isfinite(per_unit(m, SIBLINGS, metric, [u]))[0]]
+        # each deciding part per target (the claim pools them): does one target alone carry it?
+        per_target = "; ".join(
+            f"{tg}: " + ", ".join(test(a, b, [u for u in units if u[0] == tg]).describe() for a, b in pairs)
+            for tg in p.targets) if len(p.targets) > 1 and pairs else ""
+
+        def sizes(g):  # molecules screened per replicate, by target (min-max)
+            return "; ".join(f"{tg} {int(r['min'])}-{int(r['max'])}" for tg, r in
+                             m[m.generator == g].groupby("target").n.agg(["min", "max"]).iterrows())
         out.append(Claim(
             f"b{suffix}",
-            "The generated sets fall short of the reference ligands: the known actives, used as the query set, reach "
-            f"a higher BEDROC than every generator's molecules (similarity: {space}).",
+            "The reference ligands retrieve their target's actives and the generated sets fall short of them: the "
+            f"known actives, used as the query set, reach a higher BEDROC than {' and than '.join(against)} "
+            f"(the generators that carry the target's chemistry; similarity: {space}).",
             "reference ligands retrieve actives well; generated sets fall short of them",
-            {**{f"{metric}_{g}": vals[g] for g in p.generators},
-             "best_generator": max(others, key=lambda g: vals[g])},
-            f"for every other generator, the paired 95% t interval over the {n} (target, library replicate) units of "
-            "(BEDROC of the known actives - BEDROC of the generator) lies above 0",
-            beats_all("known"),
-            Control("random drug-like molecules in place of the known actives (queries that are not actives): the "
-                    "same test of the random generator against every other one", beats_all("random"), kind="null"),
+            {**{f"{metric}_{g}": v for g, v in vals.items()},
+             "deciding_generators": ", ".join(informative) or "none"},
+            f"every part's paired 95% t interval over the {n} (target, library replicate) units lies above 0: "
+            "BEDROC of the known actives minus BEDROC of "
+            + (f"the other target's actives (the ablation) and of " if has_cross else "")
+            + f"each generator that carries the target's chemistry ({', '.join(informative) or 'none in this run'}: "
+            "built from its known actives or an SBDD model's pocket-conditioned samples; the optimiser only where it "
+            "climbs Vina, whose scoring function reads the ligand's atoms against the pocket's). Comparisons with "
+            "generators that carry none are checks",
+            parts or None,
+            ablation,
             note=(f"Similarity-stringent split: every planted active has Tanimoto < {p.split.max_known_similarity} "
                   "to every known active, and the decoys are filtered against the planted actives only, so the known "
                   "actives are not favoured by construction. EGFR and CDK2 pooled: each replicate is its own split, "
-                  "decoy draw, LM fine-tuning and sampling; the LM's pretraining is one draw."
+                  "decoy draw" + (", LM fine-tuning" if "lm" in p.generators else "") + " and sampling"
+                  + ("; the LM's pretraining is one draw." if "lm" in p.generators or suffix else ".")
+                  + ("" if informative else " No generator of this run carries the target's chemistry, so the "
+                     "shortfall is not measured.")
+                  + (f" Per target (not the criterion): {per_target}." if per_target else "")
+                  + (" Query-set sizes per replicate, known actives: " + sizes("known")
+                     + (", the other target's actives: " + sizes(CROSS) if has_cross else "") + "."
+                     if "n" in m else "")
                   + (" The embedding is the LM pretrained on the drug-like set alone (it has seen no active); the LM "
                      "generator's fine-tuned copies start from it, so that generator shares its space." if suffix else "")),
             threshold_source=convention("a sign: the paper claims a shortfall of any size"),
             premise=[enough],
-            positive_control=positive(metric, space)))
-    return out, decoy_checks(rec, p)
+            positive_control=PositiveControl(
+                "siblings falsification: if the benchmark rewards closeness to the actives, their close analogues must "
+                "out-screen the known actives: hidden actives of the planted actives' own clusters, left unplanted "
+                f"(analogues by construction), against the known actives (Tanimoto < {p.split.max_known_similarity} "
+                f"to every planted active by the split), the same paired test ({len(sib_units)} of {n} replicates "
+                "have such siblings)",
+                test(SIBLINGS, "known", sib_units))))
+        for g in (g for g in p.generators if g != "known" and g not in informative):
+            e = test("known", g)
+            checks.append(Check.at_least(
+                f"b{suffix}_no_chemistry_{g}", f"({metric}) the known actives out-screen {g}'s molecules, which carry "
+                "none of the target's chemistry (true by construction, so not a test of the claim): the lower end of "
+                f"the paired 95% interval of known - {g} ({e.describe()})", e.interval[0], 0.0,
+                what="a sign"))
+    return out, checks + decoy_checks(rec, p)
 
 
 def what_was_run(p, rec: dict, lm_hist: pd.DataFrame | None, opt_hists: dict[str, pd.DataFrame], vina: pd.DataFrame) -> str:
@@ -314,8 +391,10 @@ def what_was_run(p, rec: dict, lm_hist: pd.DataFrame | None, opt_hists: dict[str
         lines.append("No SMILES LM at this scale (neither a generator nor a screening embedding; config/full.yaml "
                      "trains it).")
     o = p.optimiser
+    failed = sum(int(h.groupby("seed").failed.max().sum()) for h in opt_hists.values() if "failed" in h and len(h))
     lines.append(f"Docking optimiser: GA with BRICS crossover, population {o.population}, {o.children} children x "
-                 f"{o.generations} generations on the {o.fitness} score.")
+                 f"{o.generations} generations on the {o.fitness} score; {failed} molecule(s) whose score failed "
+                 "(a failed Vina docking) dropped.")
     ext = [g for g in p.generators if g in p.external]
     lines.append(
         f"Every generator: {p.n_generate} molecules per target and replicate; docking proxy for every molecule; "
@@ -334,21 +413,49 @@ def what_was_run(p, rec: dict, lm_hist: pd.DataFrame | None, opt_hists: dict[str
     return "\n\n".join(lines)
 
 
-def differences(p, benchmarks, vina: pd.DataFrame) -> str:
+# What each generator stands in for, in the "what differs" text (only those this run compares are named).
+ROLES = {
+    "lm": "a SMILES language model fine-tuned on the known actives",
+    "optimiser": "a genetic algorithm that climbs a docking score (what docking-optimised SBDD models do)",
+    "brics": "BRICS recombination of the known actives' fragments",
+    "random": "random draws from a drug-like library",
+    "known": "the known actives themselves (the reference ligands)",
+}
+
+
+def differences(p, benchmarks, vina: pd.DataFrame, m: pd.DataFrame) -> str:
     t = job_times(benchmarks)
     vina_cost = (f"measured in this run: {vina.cpu_seconds.median():.1f} CPU s per molecule, median over "
                  f"{len(vina)} dockings" if len(vina) else "no docking in this run")
+    stand_ins = [ROLES.get(g, f"{g} (an external model's molecules, read from files)") for g in p.generators]
+    informative = chemistry_generators(p)
+    emb = p.screen.embedding
+    lm_text = ("" if "lm" in p.generators or emb else
+               " The SMILES language model (a generator, and its embedding a second screening representation) is not "
+               "trained at this scale: config/full.yaml runs it.")
+    cross = m[m.generator == CROSS].groupby("target").n.agg(["min", "max"]) if CROSS in set(m.generator) else None
+    cross_text = ("" if cross is None else
+                  " Claim (b)'s ablation screens each target's libraries with the other target's actives in the known "
+                  "actives' place, as many as the known-actives query set holds where the other target has as many ("
+                  + "; ".join(f"{tg}: {int(r['min'])}" + (f"-{int(r['max'])}" if r['max'] > r['min'] else "")
+                              + " molecules" for tg, r in cross.iterrows())
+                  + " per replicate).")
     return f"""\
 The paper evaluates published SBDD models (LiGAN, AR, Pocket2Mol, TargetDiff, MolCRAFT) on pockets with DUD-E
-and LIT-PCBA screening sets and real Vina scores. Their weights and pocket data cannot be had offline, so five
-generators of different natures stand in: a SMILES language model fine-tuned on known actives, a genetic algorithm
-that climbs a docking score (what docking-optimised SBDD models do), BRICS recombination of known actives, random
-draws from a drug-like library, and the known actives themselves. A real SBDD model plugs in through
-`sbdd_vs.external`: sample molecules for dockstring's EGFR and CDK2 pockets (its receptor PDBQT and search box, in
-dockstring/resources/targets) with the model's own sampling script (Pocket2Mol's, TargetDiff's or MolCRAFT's
-`sample` entry points on those pockets), write one SMILES file per target, list them as
-`external: {{name: {{EGFR: file, CDK2: file}}}}` and add the name to `generators` (config/full.yaml shows the form);
-the model's molecules are then screened, docked and compared like every generator's here.
+and LIT-PCBA screening sets and real Vina scores. Their weights and pocket data cannot be had offline, so
+{len(stand_ins)} generators of different natures stand in: {'; '.join(stand_ins)}.{lm_text} Claim (b) is decided on
+the known actives against the other target's actives and against the generators whose molecules carry the target's
+chemistry ({', '.join(informative) or 'none in this run'}); that they beat molecules carrying none (random draws;
+the optimiser on the proxy, which reads size, length and rotatable bonds only) is true by construction and is a
+check.{cross_text}
+
+A real SBDD model plugs in through `sbdd_vs.external`: sample molecules for dockstring's EGFR and CDK2 pockets
+(receptor `<TARGET>_target.pdbqt` and search box `<TARGET>_conf.txt` in dockstring/resources/targets) with the
+model's own sampling script, e.g. Pocket2Mol's `sample_for_pdb.py` (the receptor converted to PDB as --pdb_path,
+the box centre as --center; it writes SMILES.txt, one SMILES a line, which reads as is) or TargetDiff's
+`scripts/sample_for_pocket.py`; list the files as `external: {{name: {{EGFR: file, CDK2: file}}}}` and add the name
+to `generators` (config/full.yaml shows the form). The model's molecules are then screened, docked and compared
+like every generator's here, and an external model counts among claim (b)'s deciding generators.
 
 The docking score of every molecule is a shape-and-size proxy against the real receptor pocket of dockstring's
 DUD-E structure (cavity volume and length; Vina's rotatable-bond normalisation): the GA climbs it, and the table
@@ -358,19 +465,20 @@ molecule(s) of the optimiser and as many known actives per target, at exhaustive
 the default budget too few dockings to be a sample; the optimiser's molecules are capped at
 {p.optimiser.max_heavy_atoms} heavy atoms, a drug's size, as SBDD models sample them: uncapped, a GA on a
 size-rewarding score grows its molecules past that, and Vina's cost grows with their size and rotatable bonds).
-The full scale docks every molecule with Vina at exhaustiveness 8. The screening library is built here, DUD-E
-style, from RDKit's real EGFR and CDK2 actives and property-matched, dissimilar WEHI and NCI compounds
-({p.decoys.per_active} per active, not DUD-E's 50: the pool holds too few well-matched ones for CDK2), in
-{p.seeds} independent replicates per target (split and decoy seeds); the planted actives are held out by a
+A molecule whose docking fails (Vina, NaN) is dropped by the GA (never in its population or output) and left out
+of a set's mean docking score. The full scale docks every molecule with Vina at exhaustiveness 8. The screening
+library is built here, DUD-E style, from RDKit's real EGFR and CDK2 actives and property-matched, dissimilar WEHI
+and NCI compounds ({p.decoys.per_active} per active, not DUD-E's 50: the pool holds too few well-matched ones for
+CDK2), in {p.seeds} independent replicates per target (split and decoy seeds); the planted actives are held out by a
 similarity-stringent cluster split (only splits leaving >= {p.split.min_planted} of them), so the libraries are
-small (tens of actives) and differ from DUD-E's, whose decoys come from ZINC. EGFR and CDK2 are pooled in the
-claims. The search uses Morgan fingerprints and, as the learned representation beside them, the mean hidden state
-of our SMILES LM pretrained on the drug-like set (no pretrained molecular encoder ships offline). The LM's
-vocabulary is the drug-like set's, so it learns nothing from the planted actives' tokens; its pretraining is one
-draw. The QED and docking-per-atom rank correlations of the earlier version are no longer claims (a rank
-correlation over five generators takes a few coarse values; the paper's comparison is with the reference ligands):
-QED, SA and the proxy per heavy atom stay in the table. This run: {t['seconds']:.0f} s of summed job time,
-{t['cpu_seconds']:.0f} s of CPU time over {t['jobs']} jobs (the Vina runs' own CPU time is in the text above).
+small (tens of actives) and differ from DUD-E's, whose decoys come from ZINC. The targets are pooled in the
+claims. The search uses Morgan fingerprints{(
+    ' and, as the learned representation beside them, the mean hidden state of our SMILES LM pretrained on the '
+    "drug-like set (no pretrained molecular encoder ships offline; its vocabulary is the drug-like set's, so it "
+    "learns nothing from the planted actives' tokens; its pretraining is one draw)") if emb else ''}. QED, SA and
+the proxy per heavy atom are in the table, not in claims (the paper's comparison is with the reference ligands).
+This run: {t['seconds']:.0f} s of summed job time, {t['cpu_seconds']:.0f} s of CPU time over {t['jobs']} jobs (the
+Vina runs' own CPU time is in the text above).
 """
 
 
@@ -390,4 +498,4 @@ def report(*, cfg, scale, metrics, vina, records, optimiser_histories, benchmark
     what = what_was_run(p, rec, read_parquet(lm_history) if lm_history else None, opt_hists, v)
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md,
                  figures=[fig_metrics, fig_decoys], claims=claim_list, benchmarks=benchmarks,
-                 differences=differences(p, benchmarks, v), scope=SCOPE, verdicts_figure=verdicts, checks=check_list)
+                 differences=differences(p, benchmarks, v, m), scope=SCOPE, verdicts_figure=verdicts, checks=check_list)

@@ -236,12 +236,33 @@ def siblings(act: pd.DataFrame, replicate: int) -> list[str]:
     return a[(a.role == "hidden") & ~a.planted & a.cluster.isin(clusters)].smiles.tolist()
 
 
-def generate(*, cfg, target, actives, druglike, records, generated, optimiser_history, checkpoint=None):
+# Claim (b)'s ablation query set (not a generator): the known actives' target-specific chemistry removed, by taking
+# the actives of another target in their place (real ligands all the same, as many as the known actives drawn).
+CROSS = "cross_target"
+
+
+def cross_target(act: pd.DataFrame, others: list[pd.DataFrame], replicate: int, n: int,
+                 rng: np.random.Generator) -> list[str]:
+    """As many molecules as the known-actives query set of replicate `replicate` holds (at most `n`), drawn from
+    the actives of the other targets (`others`, each target's actives once), leaving out any molecule that is
+    also an active of this target. Fewer where the other targets have fewer actives."""
+    own = set(act.smiles)
+    pool = sorted({s for o in others for s in o.smiles} - own)
+    k = min(n, int(((act.replicate == replicate) & (act.role == "known")).sum()))
+    return generators.draw(pool, k, rng)
+
+
+def generate(*, cfg, target, actives, druglike, records, generated, optimiser_history, checkpoint=None,
+             cross_actives=()):
     """Every generator's molecules for one target, for every replicate (seed): the generators that use actives
     see that replicate's known ones only; an external generator's molecules are drawn from its file. Also the
-    positive control's query set (:func:`siblings`), screened like a generator's molecules."""
+    control query sets, screened like a generator's molecules: the positive control's (:func:`siblings`) and,
+    where `cross_actives` (the other targets' actives files) are given, the ablation's (:func:`cross_target`)."""
     p = parse(cfg)
     act = read_parquet(actives)
+    # every other target's actives, each molecule once (a target's actives file repeats them per replicate)
+    cross_actives = [cross_actives] if isinstance(cross_actives, str) else list(cross_actives)
+    others = [read_parquet(path).drop_duplicates("smiles") for path in cross_actives]
     dl = read_parquet(druglike).smiles.tolist()
     fitness = docking.Scorer(target, p.optimiser.fitness, p.docking, _pocket(records, target))
     external = {name: data.read_smiles(files[target]).smiles.tolist() for name, files in p.external.items()
@@ -250,10 +271,12 @@ def generate(*, cfg, target, actives, druglike, records, generated, optimiser_hi
     for seed in range(p.seeds):
         known = act[(act.replicate == seed) & (act.role == "known")].smiles.tolist()
         model = None
-        for name in (*p.generators, SIBLINGS):
+        for name in (*p.generators, SIBLINGS, *([CROSS] if others else [])):
             rng = _rng(seed, target, name)
             if name == SIBLINGS:
                 out = generators.draw(siblings(act, seed), p.n_generate, rng)
+            elif name == CROSS:
+                out = cross_target(act, others, seed, p.n_generate, rng)
             elif name in external:
                 out = generators.draw(external[name], p.n_generate, rng)
             elif name == "known":
@@ -282,7 +305,7 @@ def generate(*, cfg, target, actives, druglike, records, generated, optimiser_hi
             log.info("%s %s seed %d: %d molecules", target, name, seed, len(out))
             rows += [{"generator": name, "seed": seed, "raw": s} for s in out]
     write_parquet(pd.DataFrame(rows, columns=["generator", "seed", "raw"]), generated)
-    write_parquet(pd.DataFrame(hist, columns=["seed", "generation", "best", "mean"]), optimiser_history)
+    write_parquet(pd.DataFrame(hist, columns=["seed", "generation", "best", "mean", "failed"]), optimiser_history)
 
 
 # ---- evaluate -----------------------------------------------------------------------------------
