@@ -528,15 +528,20 @@ def test_slope_test_interval_covers_the_exponent_and_decides():
 
 
 def _claims_inputs(method_prob, seeds=3, full_exponent=0.95, kernel=None, control_prob=0.13, converged=True,
-                   sizes=(1e3, 3e3, 1e4, 3e4, 1e5), part_exponent=0.3):
+                   sizes=(1e3, 3e3, 1e4, 3e4, 1e5), part_exponent=0.3, families=("F",)):
+    """Errors of a method m, baselines b1, b2 and the ablation c on held-out families; control_prob may be a
+    dict family -> the ablation's probability error there."""
     import pandas as pd
 
     rows, runs = [], []
     for seed in range(seeds):
-        for arm, prob, tt in [("m", method_prob, 0.10), ("b1", 0.10, 0.25), ("b2", 0.12, 0.15), ("c", control_prob, 0.2)]:
-            jitter = 1 + 0.02 * (seed - 1)
-            rows.append({"arm": arm, "seed": seed, "family": "F", "prob_err_sum": prob * jitter * 10, "gates": 10,
-                         "tt_err_sum": tt * jitter * 4, "pairs": 4})
+        for fam in families:
+            ctl = control_prob[fam] if isinstance(control_prob, dict) else control_prob
+            for arm, prob, tt in [("m", method_prob, 0.10), ("b1", 0.10, 0.25), ("b2", 0.12, 0.15), ("c", ctl, 0.2)]:
+                jitter = 1 + 0.02 * (seed - 1)
+                rows.append({"arm": arm, "seed": seed, "family": fam, "prob_err_sum": prob * jitter * 10, "gates": 10,
+                             "tt_err_sum": tt * jitter * 4, "pairs": 4})
+        for arm in ("m", "b1", "b2", "c"):
             runs.append({"arm": arm, "seed": seed, "epoch": 8, "converged": converged or arm != "b2",
                          "best_val": 0.2, "val/constant": 0.4, "train_cpu_seconds": 16.0,
                          "final_spread": 0.01 if converged or arm != "b2" else 0.1})
@@ -549,7 +554,7 @@ def _claims_inputs(method_prob, seeds=3, full_exponent=0.95, kernel=None, contro
     cfg = {**_config(), "method": "m", "control": "c",
            "arms": {"m": {"kind": "circuit", "layers": 1, "attention": "gat"}, "b1": {"kind": "gat", "layers": 1},
                     "b2": {"kind": "gat", "layers": 1}, "c": {"kind": "circuit", "layers": 0, "attention": "gat"}},
-           "data": {**_config()["data"], "test": {"F": ["x"]}}}
+           "data": {**_config()["data"], "test": {f: [f"x{i}"] for i, f in enumerate(families)}}}
     p = parse(cfg)
     return (p, err, improvements(err, "m", exclude=["c"]), piv,
             kernel or {"memory": False, "runtime": False, "device": None, "runs": [], "reason": "no GPU in this run"},
@@ -558,8 +563,8 @@ def _claims_inputs(method_prob, seeds=3, full_exponent=0.95, kernel=None, contro
 
 def test_claims_decide_on_seed_intervals_and_the_gpu_claim_is_not_measured():
     (a, b, c, _), checks = deepgate4_claims(*_claims_inputs(method_prob=0.08))  # overall 0.18 against b2's 0.27
-    assert a.verdict == "holds" and len(a.evidence) == 1 and a.evidence[0].replicates == 3 and a.premise_met
-    assert a.evidence[0].effect == pytest.approx((0.27 - 0.18) / 0.27)
+    assert a.id == "a_f" and a.verdict == "holds" and a.evidence.replicates == 3 and a.premise_met
+    assert a.evidence.effect == pytest.approx((0.27 - 0.18) / 0.27)
     assert a.control.verdict == "does not hold" and a.control.kind == "ablation"  # the control arm (0.33) is behind b2
     # relative exponent 0.3 - 0.95 < 0; a linear pass (relative +0.05) does not read as slower than the full graph
     assert b.verdict == "holds" and b.control.verdict == "does not hold" and b.control.kind == "null"
@@ -567,11 +572,33 @@ def test_claims_decide_on_seed_intervals_and_the_gpu_claim_is_not_measured():
     assert b.positive_control.verdict == "holds"  # a constant pass grows more slowly than the full graph
     assert c.verdict == "not measured" and c.evidence is None and "no GPU" in c.note and checks == []
     (a, *_), _ = deepgate4_claims(*_claims_inputs(method_prob=0.18))  # overall 0.28 > b2's 0.27
-    assert a.verdict == "does not hold" and "behind the next-best baseline on F prob" in a.note
+    assert a.verdict == "does not hold" and "behind the next-best baseline on prob (vs b1" in a.note
     (a, *_), _ = deepgate4_claims(*_claims_inputs(method_prob=0.08, control_prob=0.05))
     assert a.control.verdict == "holds" and a.verdict == "inconclusive"  # the control beats b2 too: vacuous
     (a, *_), _ = deepgate4_claims(*_claims_inputs(method_prob=0.08, seeds=2))
     assert a.verdict == "inconclusive"  # two seeds are too few for a verdict
+
+
+def test_the_ablation_control_is_decided_per_family():
+    # the ablation beats b2 on F (0.25 < 0.27) but not on G: F's claim is inconclusive, G's holds; a control
+    # combined over the families (holds only where it holds on both) would have let F pass
+    (a_f, a_g, *_), _ = deepgate4_claims(*_claims_inputs(method_prob=0.08, control_prob={"F": 0.05, "G": 0.2},
+                                                         families=("F", "G")))
+    assert (a_f.id, a_g.id) == ("a_f", "a_g")
+    assert a_f.control.verdict == "holds" and a_f.verdict == "inconclusive" and "negative control" in a_f.note
+    assert a_g.control.verdict == "does not hold" and a_g.verdict == "holds"
+    # the method (0.18 overall) is ahead of its ablation on both (0.25 on F, 0.40 on G)
+    assert "behind its own ablation c (higher overall error, same seed) in 0 of 6 seed x family pairs" in a_g.note
+
+
+def test_behind_ablation_counts_seed_family_pairs():
+    import pandas as pd
+
+    from papers.deepgate4.report import behind_ablation
+
+    err = pd.DataFrame({"arm": ["m", "c"] * 4, "seed": [0, 0, 1, 1] * 2, "family": ["F"] * 4 + ["G"] * 4,
+                        "overall": [0.3, 0.2, 0.1, 0.2, 0.5, 0.4, 0.6, 0.1]})
+    assert behind_ablation(err, "m", "c") == (3, 4, ["F seed 0", "G seed 0", "G seed 1"])
 
 
 def test_an_unconverged_baseline_or_a_narrow_size_range_leaves_the_claims_inconclusive():
@@ -675,3 +702,30 @@ def test_cross_field_rules_are_checked():
         parse({**cfg, "arms": {**cfg["arms"], "deepgate4": {**cfg["arms"]["deepgate4"], "cone": "fanout"}}})
     with pytest.raises(KeyError, match="deepgate4.typo"):
         parse({**cfg, "typo": 1})
+
+
+def test_heldout_text_names_the_held_out_circuits_deeper_than_every_training_one():
+    import pandas as pd
+
+    from papers.deepgate4.report import heldout_text
+
+    info = pd.DataFrame({"circuit": ["t1", "t2", "h1", "h2"], "family": ["generated", "EPFL", "ITC99", "EPFL"],
+                         "train": [True, True, False, False], "test": [False, False, True, True],
+                         "depth": [136, 20, 152, 30]})
+    p = parse({**_config(), "data": {**_config()["data"], "test": {"ITC99": ["h1"], "EPFL": ["h2"]}}})
+    text = heldout_text(info, p)
+    assert "deepest training circuit is t1 (depth 136)" in text and "h1 (depth 152)" in text
+    assert "h2 (depth" not in text and "t2 (EPFL)" in text  # a trained netlist of a held-out family is named
+    assert "no held-out circuit is deeper" in heldout_text(info.assign(depth=[200, 20, 152, 30]), p)
+
+
+def test_dropped_baselines_are_explained_from_the_recorded_earlier_run():
+    import json
+
+    from papers.deepgate4.report import EARLIER_RUN, dropped_baselines_text
+
+    er = json.loads(EARLIER_RUN.read_text())
+    (p, err, *_) = _claims_inputs(method_prob=0.08)
+    text = dropped_baselines_text(p, err)  # the test config trains none of deepgate2, gat, plain_gt
+    assert f"commit {er['commit'][:7]}" in text and f"at most {er['train']['epochs']} epochs" in text
+    assert "not measured" in text and "c (" in text  # the ablation's standing in this run is stated

@@ -339,6 +339,34 @@ def test_learning_rate_search_picks_the_lowest_validation_error_and_flags_failed
     assert validation_error(t, net, x_val, 1.0) == np.inf  # every K above a limit of 1: every solve fails
 
 
+def test_learning_rate_search_excludes_rates_whose_guard_undid_too_many_steps(monkeypatch):
+    import pandas as pd
+
+    from papers.neural_fdm import train as train_mod
+
+    # the best validation error belongs to 1e-2, but one of its two search runs had 6 of 10 steps undone
+    errors = {1e-3: 0.5, 1e-2: 0.1}
+    undone = {(1e-3, 5): 0, (1e-3, 6): 1, (1e-2, 5): 0, (1e-2, 6): 6}
+
+    def fake_train(task, model_name, *, seeds, lrs, steps, **kw):
+        hist = pd.DataFrame([{"member": m, "skipped": 0, "rejected": undone[lr, s]}
+                             for m, (s, lr) in enumerate(zip(seeds, lrs))])
+        return list(lrs), hist
+
+    monkeypatch.setattr(train_mod, "train", fake_train)
+    monkeypatch.setattr(train_mod, "validation_error", lambda task, lr, x, limit: errors[lr])
+    lr, table = train_mod.search_lr(None, "hybrid", grid=(1e-3, 1e-2), x_val=None, seeds=(5, 6), steps=10,
+                                    condition_limit=1e4, max_undone=0.1)
+    assert lr == 1e-3 and table[table.lr == 1e-2].excluded.all() and not table[table.lr == 1e-3].excluded.any()
+    lr, _ = train_mod.search_lr(None, "hybrid", grid=(1e-3, 1e-2), x_val=None, seeds=(5, 6), steps=10,
+                                condition_limit=1e4, max_undone=0.6)  # 6 of 10 is not above 60%: kept
+    assert lr == 1e-2
+    undone.update({(1e-3, 6): 2})  # every rate above 10%: the search falls back to all of them
+    lr, table = train_mod.search_lr(None, "hybrid", grid=(1e-3, 1e-2), x_val=None, seeds=(5, 6), steps=10,
+                                    condition_limit=1e4, max_undone=0.1)
+    assert lr == 1e-2 and table.excluded.all()
+
+
 def test_q_variance_is_the_sum_of_the_two_variances():
     q = torch.tensor([[1.0, 3.0, -2.0, 0.0], [2.0, 2.0, -4.0, 0.0]])
     assert float(q_variance(q)) == pytest.approx(np.var([1, 3, 2, 2]) + np.var([-2, -4]))
@@ -381,9 +409,12 @@ RMS_PER_ERROR = 0.05  # the synthetic RMS error (m) per unit of shape error: dir
 
 
 def _metrics(seeds=3, hybrid_err=1.0, neural_err=2.0, neural_res=0.03, hybrid_res=1e-15, direct_err=0.8,
-             shapes=4, direct_shapes=3, untrained_err=5.0, ood_factor=1.5, perturbed_res=0.05, blind_err=6.0):
+             shapes=4, direct_shapes=3, untrained_err=5.0, ood_factor=1.5, perturbed_res=0.05, blind_err=6.0,
+             target_res=0.01, displaced_res=0.02):
     """A metrics table as the evaluate stage writes it: per (task, split, model, seed, shape); out of distribution
-    every learned model's error is `ood_factor` times its in-distribution one."""
+    every learned model's error is `ood_factor` times its in-distribution one. The targets' own residual
+    (`target_res`, one row set) is claim (b)'s reference; `displaced_res` is the displaced targets' (its positive
+    control)."""
     import pandas as pd
 
     rows = []
@@ -393,8 +424,10 @@ def _metrics(seeds=3, hybrid_err=1.0, neural_err=2.0, neural_res=0.03, hybrid_re
             for model, err, res, flops in (("hybrid", hybrid_err, hybrid_res, 1e5), ("neural", neural_err, neural_res, 1e5),
                                            ("untrained", untrained_err, hybrid_res, 1e5),
                                            ("perturbed", hybrid_err, perturbed_res, 1e5),
+                                           ("displaced_target", 0.0, displaced_res, 0.0),
+                                           ("target", 0.0, target_res, 0.0),
                                            ("blind", blind_err / grow, np.nan, 0.0)):
-                for seed in range(1 if model == "blind" else seeds):
+                for seed in range(1 if model in ("blind", "target") else seeds):
                     for shape in range(shapes):
                         e = err * grow * (1 + 0.03 * (seed - 1)) * (1 + 0.1 * shape)
                         rows.append({"task": task, "split": split, "model": model, "seed": seed, "shape": shape,
@@ -426,11 +459,11 @@ def _history(seeds=3, late_fall=0.02, steps=100):
     return pd.DataFrame(rows)
 
 
-def _claims(df, seeds=3, hist=None, **kw):
+def _claims(df, seeds=3, hist=None, cfg=None, **kw):
     from papers.neural_fdm.report import neural_fdm_claims, summarise
 
     summary, per_seed = summarise(df)
-    claims, checks = neural_fdm_claims(parse({"seeds": seeds, "bootstrap": 400}), df, summary, per_seed,
+    claims, checks = neural_fdm_claims(parse({"seeds": seeds, "bootstrap": 400, **(cfg or {})}), df, summary, per_seed,
                                        {"shell": 10.0, "tower": 10.0}, _history(seeds) if hist is None else hist, **kw)
     return {c.id: c for c in claims}, {k.id: k for k in checks}
 
@@ -442,8 +475,10 @@ def test_claims_decide_on_seed_intervals_with_controls_and_premises():
         assert a.verdict == "holds" and len(a.evidence) == 2 and a.premise_met
         assert a.control.verdict == "does not hold"  # the untrained hybrid is worse than the neural model
         assert b.verdict == "holds" and b.control.verdict == "does not hold"  # the hybrid is in equilibrium
-        assert b.positive_control.verdict == "holds"  # displaced shapes are flagged
-        assert b.evidence[0].threshold == pytest.approx(-2.0)  # log10 of the 1% tolerance
+        assert b.positive_control.verdict == "holds"  # displaced targets are flagged
+        assert b.evidence[0].threshold == 0.0  # log10 of the ratio to the targets' residual, measured in the run
+        assert b.evidence[0].effect == pytest.approx(np.log10(0.03 / 0.01) + np.mean(np.log10(1 + 0.05 * np.arange(3))))
+        assert b.threshold_source.kind == "derived"
     assert checks["hybrid_equilibrium"].passed and checks["hybrid_signs"].passed  # by construction: checks
     assert c["c"].verdict == "holds" and c["c"].control.verdict == "does not hold"
     excess, cost = c["c"].evidence[:2]
@@ -472,8 +507,24 @@ def test_premises_make_unlearned_models_and_an_unfelt_shift_inconclusive():
     assert c["c"].verdict == "inconclusive" and "hybrid converged" in c["c"].note
     c, _ = _claims(_metrics(ood_factor=1.0))  # ood no harder than id: the ood part would not test generalisation
     assert c["a_shell"].verdict == "inconclusive" and "ood felt" in c["a_shell"].note
-    c, _ = _claims(_metrics(perturbed_res=0.005))  # the analysis blind to planted non-equilibrium
+    c, _ = _claims(_metrics(displaced_res=0.005))  # the analysis blind to planted non-equilibrium
     assert c["b_tower"].verdict == "inconclusive" and "positive control" in c["b_tower"].note
+    # the neural shapes closer to equilibrium than their targets (half the targets' residual): (b) does not hold
+    c, _ = _claims(_metrics(neural_res=0.005))
+    assert c["b_shell"].verdict == "does not hold"
+
+
+def test_a_hybrid_whose_guard_undid_many_steps_leaves_the_tower_claims_inconclusive():
+    hist = _history()
+    hist["rejected"] = np.where((hist.task == "tower") & (hist.model == "hybrid") & (hist.seed == 1), 11, 0)  # of 100
+    guarded = {"tower": {"guard": True, "train": {"steps": 100}}}
+    c, _ = _claims(_metrics(), hist=hist, cfg=guarded)
+    assert c["a_tower"].verdict == "inconclusive" and "stiffness guard undid" in c["a_tower"].note
+    assert c["c"].verdict == "inconclusive"
+    assert c["a_shell"].verdict == "holds"  # the shells' hybrid is not guarded: no such gate
+    hist["rejected"] = np.where(hist.rejected > 0, 10, 0)  # 10%: at the limit, met
+    c, _ = _claims(_metrics(), hist=hist, cfg=guarded)
+    assert c["a_tower"].verdict == "holds" and c["c"].verdict == "holds"
 
 
 def test_claim_a_rests_on_medians_so_a_few_failed_solves_do_not_decide_it():

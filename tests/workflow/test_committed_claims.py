@@ -60,3 +60,17 @@ def test_summary_counts_every_committed_claim():
     assert len(rows) == sum(per_paper.values())
     for r in rows:
         assert r["verdict"] in (HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED)
+
+
+def test_the_readme_table_gives_each_papers_committed_verdict_counts():
+    """README's Papers table (holds / does not hold / inconclusive / not measured) is the committed claims.json's count,
+    so the page a user reads first cannot lag behind a rerun."""
+    import re
+
+    rows = {m.group(1): tuple(int(n) for n in m.group(2).split(" / ")) for m in re.finditer(
+        r"^\| P\d+ \| `(\w+)` \|[^|]*\| (\d+ / \d+ / \d+ / \d+) \|", (ROOT / "README.md").read_text(), re.M)}
+    assert set(rows) == set(PAPERS)
+    for slug in PAPERS:
+        verdicts = [c["verdict"] for c in json.loads((COMMITTED / slug / "claims.json").read_text())["claims"]]
+        counted = tuple(verdicts.count(v) for v in (HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED))
+        assert rows[slug] == counted, f"README's row for {slug} says {rows[slug]}, its claims.json {counted}"

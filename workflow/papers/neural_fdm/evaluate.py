@@ -7,7 +7,7 @@ are left out), the residual and relative residual (claim (b)), the force-density
 matrix's condition number and inertia. The fully neural model has no force densities of its own (its latent
 is not one), so its residual is the best any force densities could do for its shape (:func:`best_fit`: least
 squares with the signs and |q| >= tau kept): whether the shape could be in equilibrium at all. Beside the
-learned models four arms that are controls or references:
+learned models five arms that are controls or references:
 
 - ``target``: the targets themselves (zero shape error), their best-fit residual the reference of claim (b): a
   model that matched its targets exactly would be this far from equilibrium;
@@ -19,6 +19,9 @@ learned models four arms that are controls or references:
 - ``perturbed``: every trained hybrid's equilibrium shapes with their free nodes displaced at random by
   span / deviation_ratio (RMS per coordinate): shapes planted out of equilibrium by the construction
   tolerance, the positive control of claim (b) (its best-fit residual analysis must find them).
+- ``displaced_target``: the targets with their free nodes displaced the same way (one draw per training seed):
+  shapes further from equilibrium than the targets by construction, the positive control of claim (b) against
+  the targets' own residual.
 """
 from __future__ import annotations
 
@@ -246,6 +249,11 @@ def evaluate(*, cfg, task, targets, checkpoints, metrics, timing, examples):
                     moved = perturb(t, x_hat, amplitude, rng)
                     add(split, "perturbed", seed, equilibrium_metrics(t, x, moved, t.p.shift, p.equilibrium_shapes),
                         flops)
+                    # the targets displaced the same way: out of equilibrium beyond the targets' own residual by
+                    # construction (the positive control of (b), whose reference is the targets' residual)
+                    moved = perturb(t, x, amplitude, rng)
+                    add(split, "displaced_target", seed,
+                        equilibrium_metrics(t, x, moved, t.p.shift, p.equilibrium_shapes), 0)
                 if seed == 0 and arm is None:
                     add_example(split, name, x_hat[:1])
             if seed == 0 and arm is None:

@@ -135,6 +135,10 @@ class Params:
     # steps that take cond(K) above it or change the inertia of K (ours: float32 training solves keep >= 3 of
     # their 7 digits below 1e4).
     condition_limit: float = 1.0e4
+    # The stiffness guard may undo at most this share of a hybrid's training steps (a premise of the claims on the
+    # guarded task's hybrid: a model whose steps were mostly undone did not train as configured); the search
+    # excludes a rate whose search runs exceed it.
+    max_undone: float = 0.1
     # The learning-rate search, the same for every learned model: each rate of lr_grid trains tune_steps
     # steps from each of tune_seeds seeds (tune_seed, tune_seed + 1, ...); the rate whose worst seed has the
     # lowest median shape error on validation_shapes targets drawn from validation_seed (never the test
@@ -194,6 +198,8 @@ class Params:
             raise ValueError("neural_fdm.validation_seed must differ from test_seed (the search must not see the test set)")
         if self.equilibrium_shapes < 1 or self.blind_shapes < 1:
             raise ValueError("neural_fdm.equilibrium_shapes and neural_fdm.blind_shapes must be >= 1")
+        if not 0 < self.max_undone <= 1:
+            raise ValueError(f"neural_fdm.max_undone must lie in (0, 1], got {self.max_undone}")
         if not 0 < self.converged_gain < 1:
             raise ValueError(f"neural_fdm.converged_gain must lie in (0, 1), got {self.converged_gain}")
         if self.timing_shapes > self.test_shapes:
@@ -207,7 +213,7 @@ class Params:
 STAGE_PARAMS = {
     "prepare": ("tasks", "test_seed", "test_shapes", "shell", "tower"),
     "train": ("seeds", "shell", "tower", "condition_limit", "lr_grid", "tune_steps", "tune_seeds", "tune_seed",
-              "validation_seed", "validation_shapes"),
+              "validation_seed", "validation_shapes", "max_undone"),
     "evaluate": ("seeds", "test_seed", "timing_shapes", "condition_limit", "eq_tolerance", "deviation_ratio",
                  "validation_seed", "blind_shapes", "equilibrium_shapes", "shell", "tower"),
     "report": ALL,

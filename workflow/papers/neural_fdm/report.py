@@ -10,9 +10,10 @@ speak; (c) covers every task:
   are wider and more rotated than any training ring, and asymmetric shells, which neither model can map
   back onto a training shape (a premise gate checks that both models feel the shift). Premises: each model
   beats the blind predictor (the mean training shape) by a margin, and its training loss has flattened;
-- (b) the fully neural model's shapes are out of equilibrium beyond an engineering tolerance even with the
-  force densities that best balance them (so it measures whether the shape could stand at all); its positive
-  control is the hybrid's shapes displaced by the construction tolerance, which the analysis must flag;
+- (b) the fully neural model's shapes are further from equilibrium than their targets even with the
+  force densities that best balance them (so it measures whether the shape could stand at all); the reference is
+  the targets' own best-fit residual, measured in the run; its positive control is the targets displaced by the
+  construction tolerance, which the analysis must flag;
 - (c) the hybrid comes within span / 250 of direct optimisation's accuracy at under a tenth of its cost,
   the shape sampling in the interval (a bootstrap over test shapes and seeds).
 
@@ -34,6 +35,7 @@ from papers.common.claims import (
     PositiveControl,
     Scope,
     convention,
+    derived,
     mean_test,
     paired_test,
     write_claims,
@@ -52,9 +54,10 @@ MODEL_NAMES = {"hybrid": "hybrid (encoder + FDM)", "neural": "fully neural (enco
                "direct": "direct optimisation", "untrained": "untrained hybrid (control)",
                "blind": "blind predictor: mean training shape (control)",
                "target": "the targets themselves (reference)",
-               "perturbed": "hybrid displaced by span / deviation_ratio (control)"}
+               "perturbed": "hybrid displaced by span / deviation_ratio (control)",
+               "displaced_target": "targets displaced by span / deviation_ratio (control)"}
 # Models whose relative residual is the best-fit one (no force densities of their own; evaluate.best_fit).
-BEST_FIT = ("neural", "perturbed", "target")
+BEST_FIT = ("neural", "perturbed", "target", "displaced_target")
 # The source of claim (b)'s tolerance (an engineering program's default out-of-balance force tolerance).
 EQ_SOURCE = ("GEO5 FEM (Fine), 'Convergence criterion': default out-of-balance force tolerance 0.01 "
              "(www.fine.cz/napoveda/geo5/en/convergence-criterion-01); the paper states no number")
@@ -158,6 +161,22 @@ def converged_gate(hist: pd.DataFrame, p, task: str, model: str) -> Premise:
                            late_gain(hist, task, model), p.converged_gain, what="config converged_gain")
 
 
+def undone_share(hist: pd.DataFrame, p, task: str) -> float:
+    """The largest share, over seeds, of the hybrid's training steps on `task` that the stiffness guard undid."""
+    h = hist[(hist.task == task) & (hist.model == "hybrid")]
+    if h.empty or "rejected" not in h:
+        return float("nan")
+    return float(h.groupby("seed").rejected.first().max()) / p.task(task).train.steps
+
+
+def undone_gate(hist: pd.DataFrame, p, task: str) -> Premise:
+    """The guarded hybrid trained as configured: the stiffness guard undid at most max_undone of its steps (largest
+    over seeds). A hybrid whose steps were mostly undone trained on a fraction of its budget at whatever rate
+    survived, so its accuracy says nothing about the trained model the paper compares."""
+    return Premise.at_most(f"{task} hybrid trained: share of its training steps the stiffness guard undid "
+                           "(largest over seeds)", undone_share(hist, p, task), p.max_undone, what="config max_undone")
+
+
 def shift_gate(per_seed, task: str, model: str) -> Premise:
     """The out-of-distribution split is out of distribution for `model`: its median error there exceeds its
     in-distribution one (paired by seed). Without it the ood part would not test generalisation."""
@@ -180,6 +199,20 @@ def late_gain(hist: pd.DataFrame, task: str, model: str) -> float:
         ref = g[(g.step >= 0.65 * steps) & (g.step < 0.75 * steps)]["shape"].mean()
         gains.append(1 - g[g.step >= 0.9 * steps]["shape"].mean() / ref)
     return float(np.max(gains))
+
+
+def _c_note(c_measured: dict) -> str:
+    """Where the hybrid's own median RMS error lies below the tolerance, (c)'s accuracy part cannot fail there
+    whatever direct optimisation achieves (the excess over direct is at most the hybrid's own error): say so."""
+    alone = [t for t, v in c_measured.items() if v["hybrid_median_rms_m"] < v["tolerance_m"]]
+    if not alone:
+        return ""
+    return ("the hybrid's own median RMS error lies below the tolerance on " + ", ".join(
+        f"{t} ({c_measured[t]['hybrid_median_rms_m']:.3g} m < {c_measured[t]['tolerance_m']:.3g} m; direct "
+        f"{c_measured[t]['direct_median_rms_m']:.3g} m)" for t in alone)
+        + ": there the accuracy part holds whatever direct optimisation achieves (the excess over direct is at most "
+        "the hybrid's own error), so it shows the hybrid within the tolerance of the targets, not a comparison with "
+        "direct optimisation")
 
 
 def neural_fdm_claims(p, df: pd.DataFrame, summary: pd.DataFrame, per_seed: pd.DataFrame, spans: dict,
@@ -222,6 +255,8 @@ def neural_fdm_claims(p, df: pd.DataFrame, summary: pd.DataFrame, per_seed: pd.D
             f"{k} (median {measured[k]['hybrid']['median']:.3g} vs {measured[k]['neural']['median']:.3g})" for k in behind)
         if hist is not None and len(hist):
             premise += [converged_gate(hist, p, t, m) for m in ("hybrid", "neural")]
+            if p.task(t).guard:
+                premise.append(undone_gate(hist, p, t))
             gains = {m: late_gain(hist, t, m) for m in ("hybrid", "neural")}
             measured["late_training_gain"] = gains
             note += ("; " if note else "") + (
@@ -253,44 +288,57 @@ def neural_fdm_claims(p, df: pd.DataFrame, summary: pd.DataFrame, per_seed: pd.D
             no_positive_control="the shape error is measured directly against the targets; no estimator stands "
                                 "between the models and the number compared")
 
-    # (b) the fully neural model's shapes are out of equilibrium beyond the engineering tolerance, with the force
-    # densities that best balance each shape (evaluate.best_fit), not its latent: whether it could stand at all. A
-    # relative residual is a positive ratio spanning orders of magnitude (the hybrid's is ~1e-15), so its per-seed
-    # means are compared on log10 (the t interval of the geometric mean over seeds): on the raw scale one seed on
-    # another branch (0.75 against 0.09 for the others, in the first run) stretched the interval below zero.
-    def log_test(model, t, s, name):
-        return mean_test(np.log10(_seeds_of(per_seed, t, s, model, "relative_residual")), threshold=np.log10(p.eq_tolerance),
-                         direction=">", name=f"{t} {s}: {name}, log10", what="seeds")
+    # (b) the fully neural model's shapes are out of equilibrium, with the force densities that best balance each
+    # shape (evaluate.best_fit), not its latent: whether it could stand at all. The reference is measured in the run
+    # (issue 49, second pass; it was a borrowed 1% FEM tolerance): the targets' own best-fit residual on the same
+    # shapes, what a model that reproduced its targets exactly would inherit (the targets are Bezier patches, not
+    # equilibrium shapes; the hybrid's are in equilibrium by construction, a check). A relative residual is a
+    # positive ratio spanning orders of magnitude (the hybrid's is ~1e-15), so the per-seed ratio to the targets' is
+    # compared on log10 (the t interval of the geometric mean over seeds).
+    def ratio_test(model, t, s, name):
+        ref = np.log10(val(t, s, "target", "relative_residual"))
+        return mean_test(np.log10(_seeds_of(per_seed, t, s, model, "relative_residual")) - ref, threshold=0.0,
+                         direction=">", name=f"{t} {s}: {name} / targets, log10", what="seeds")
 
     def claim_b(t: str) -> Claim:
         points = [(t, sp) for sp in SPLITS]
         return Claim(
             f"b_{t}", f"On {t}s, the fully neural model's shapes are out of equilibrium: even with the force densities "
-            f"that best balance them, their relative residual exceeds an engineering tolerance of {p.eq_tolerance:.0%} "
-            "of the nodal forces, in and out of distribution.",
+            "that best balance them, their relative residual exceeds that of the target shapes they fit (measured in "
+            "this run), in and out of distribution.",
             "hybrid: residual 0 up to solver precision, all constraints met; fully neural: residual > 0",
             {**{f"{t}_{sp}": val(t, sp, "neural", "relative_residual") for _, sp in points},
-             **{f"targets_{t}_{sp}": val(t, sp, "target", "relative_residual") for _, sp in points}},
-            f"in each split, the {n}-seed 95% t interval of log10 of the fully neural model's mean relative residual "
-            f"||r_free|| / ||bar forces at free nodes|| (the geometric mean over seeds; per seed the mean over the "
-            f"first {p.equilibrium_shapes} test shapes) lies above log10(eq_tolerance) = log10({p.eq_tolerance:g}); "
-            "the residual is the best-fit one: q minimising ||r_free|| with each bar's sign kept and |q| >= tau "
-            "(non-negative least squares), so it measures whether the shape could be in equilibrium at all",
-            [log_test("neural", t, sp, "fully neural") for _, sp in points],
+             **{f"targets_{t}_{sp}": val(t, sp, "target", "relative_residual") for _, sp in points},
+             # the absolute best-fit residual force ||r_free|| (load units): the quantity of the paper's residual loss
+             **{f"absolute_residual_{t}_{sp}": {m: val(t, sp, m, "residual") for m in ("neural", "target", "hybrid")}
+                for _, sp in points}},
+            f"in each split, the {n}-seed 95% t interval of log10(fully neural model's mean relative residual / the "
+            f"targets' mean relative residual) lies above 0; relative residual = ||r_free|| / ||bar forces at free "
+            f"nodes||, per seed the mean over the first {p.equilibrium_shapes} test shapes, the targets' over the same "
+            "shapes; the residual is the best-fit one: q minimising ||r_free|| with each bar's sign kept and "
+            "|q| >= tau (non-negative least squares), so it measures whether the shape could be in equilibrium at all",
+            [ratio_test("neural", t, sp, "fully neural") for _, sp in points],
             Control("the same criterion on the hybrid, whose force density solver puts every shape in equilibrium "
-                    "(a residual above the tolerance must not be found there)",
-                    [log_test("hybrid", t, sp, "hybrid") for _, sp in points], kind="null"),
-            threshold_source=convention(f"an engineering tolerance: residual forces of {p.eq_tolerance:.0%} of the "
-                                        f"forces that meet at the free nodes; {EQ_SOURCE}"),
+                    "(a residual above the targets' must not be found there)",
+                    [ratio_test("hybrid", t, sp, "hybrid") for _, sp in points], kind="null"),
+            threshold_source=derived("the targets' own best-fit relative residual on the same test shapes, measured in "
+                                     "this run: what a model that reproduced its targets exactly would inherit"),
             premise=[learned[t, "neural"]],
-            note="the targets themselves (best fit, the same shapes): " + ", ".join(
+            note="relative residual of the targets themselves (best fit, the same shapes): " + ", ".join(
                 f"{sp} {val(t, sp, 'target', 'relative_residual'):.3g}" for _, sp in points)
-            + " (a model that matched its targets exactly would inherit this)",
+            + "; absolute best-fit residual ||r_free|| (load units; neural / targets / hybrid): " + ", ".join(
+                f"{sp} {val(t, sp, 'neural', 'residual'):.3g} / {val(t, sp, 'target', 'residual'):.3g} / "
+                f"{val(t, sp, 'hybrid', 'residual'):.2g}" for _, sp in points)
+            + f"; against the earlier convention ({p.eq_tolerance:.0%} of the nodal forces, {EQ_SOURCE}) the fully "
+            "neural model's mean relative residual is " + ", ".join(
+                f"{sp} {val(t, sp, 'neural', 'relative_residual'):.3g}" for _, sp in points),
             positive_control=PositiveControl(
-                f"the hybrid's equilibrium shapes with their free nodes displaced at random by span / "
-                f"{p.deviation_ratio:g} (RMS per coordinate, the construction tolerance of claim (c)): shapes out of "
-                "equilibrium by construction, which the same best-fit residual analysis must flag",
-                [log_test("perturbed", t, sp, f"hybrid displaced by span/{p.deviation_ratio:g}") for _, sp in points]))
+                f"the targets with their free nodes displaced at random by span / {p.deviation_ratio:g} (RMS per "
+                "coordinate, the construction tolerance of claim (c); one draw per training seed): shapes further from "
+                "equilibrium than the targets by construction, which the same analysis against the same reference "
+                "must flag",
+                [ratio_test("displaced_target", t, sp, f"targets displaced by span/{p.deviation_ratio:g}")
+                 for _, sp in points]))
 
     hyb = summary[summary.model == "hybrid"]
     checks = [Check.at_most("hybrid_equilibrium", "the hybrid's shapes are in equilibrium to solver precision "
@@ -333,8 +381,11 @@ def neural_fdm_claims(p, df: pd.DataFrame, summary: pd.DataFrame, per_seed: pd.D
               Control("the accuracy part of the criterion with the untrained hybrid (each seed's initial encoder + the "
                       "solver) in the hybrid's place: no learning, so it must not hold", ctl_c, kind="null"),
               threshold_source=source_c,
+              note=_c_note(c_measured),
               premise=[learned[t, "hybrid"] for t in p.tasks]
-              + ([converged_gate(hist, p, t, "hybrid") for t in p.tasks] if hist is not None and len(hist) else []),
+              + ([converged_gate(hist, p, t, "hybrid") for t in p.tasks] if hist is not None and len(hist) else [])
+              + ([undone_gate(hist, p, t) for t in p.tasks if p.task(t).guard] if hist is not None and len(hist)
+                 else []),
               no_positive_control="shape errors and operation counts are measured directly; no estimator stands "
                                   "between the models and the numbers compared"),
     ]
@@ -354,12 +405,13 @@ def report(*, cfg, scale, metrics, timings, examples, histories, searches, bench
     paper_dir = {"hybrid": "accurate; in equilibrium, signs kept", "neural": "less accurate; residual > 0",
                  "direct": "most accurate; slow", "untrained": "(ours: no learning)",
                  "blind": "(ours: ignores its input)", "perturbed": "(ours: planted non-equilibrium)",
+                 "displaced_target": "(ours: planted non-equilibrium, claim (b)'s positive control)",
                  "target": "(ours: the targets' own equilibrium)"}
     rows = []
     for r in summary.itertuples(index=False):
         err = (f"{r.shape_error:.4g} +- {r.shape_error_std:.2g}" if r.seeds > 1 else f"{r.shape_error:.4g}")
         med = (f"{r.median_error:.4g} +- {r.median_error_std:.2g}" if r.seeds > 1 else f"{r.median_error:.4g}")
-        solves = r.model not in ("neural", "perturbed", "blind", "target")
+        solves = r.model not in ("neural", "perturbed", "blind", "target", "displaced_target")
         rows.append({"task": r.task, "split": r.split, "model": MODEL_NAMES[r.model], "shapes": int(r.shapes),
                      "seeds": int(r.seeds), "mean error / coord": err, "median": med,
                      "median RMS (m)": f"{r.median_rms:.3g}",
@@ -382,7 +434,8 @@ def report(*, cfg, scale, metrics, timings, examples, histories, searches, bench
                f"distribution. Direct optimisation runs on the first in-distribution shapes only. The blind predictor "
                f"(the mean of {p.blind_shapes} training targets with each target's supports) is the reference of the "
                f"premise that a model learned; the untrained hybrid is the negative control of claims (a) and (c); the "
-               f"displaced hybrid, the positive control of claim (b).")
+               f"targets (their own best-fit residual) are claim (b)'s reference, the displaced targets its positive control; "
+               f"the displaced hybrid shows the same displacement on equilibrium shapes.")
     write_table(pd.DataFrame(rows), table_md, table_csv, caption=caption,
                 csv_df=summary[["task", "split", "model", "shapes", "seeds", "shape_error", "shape_error_std",
                                 "median_error", "median_error_std", "median_rms", "failure_rate", "residual",
@@ -429,8 +482,13 @@ def _what_was_run(p, df, hist, times, spans, searches) -> str:
                    f"{[float(x) for x in p.lr_grid]} trains {p.tune_steps} steps from each of {p.tune_seeds} search "
                    f"seed{'s' if p.tune_seeds > 1 else ''} ({p.tune_seed}, ...), and the rate whose worst search seed has the lowest median error on "
                    f"{p.validation_shapes} validation targets (seed {p.validation_seed}, not the test set; a solve "
-                   "above condition_limit counts as infinite) trains every seed; chosen: "
+                   "above condition_limit counts as infinite) trains every seed, among the rates at which no search "
+                   f"run had more than {100 * p.max_undone:g}% of its steps undone by the stiffness guard; chosen: "
                    + ", ".join(f"{t} {m} {lr:g}" for (t, m), lr in sorted(lr_of.items())))
+        if "excluded" in search and search.excluded.any():
+            ex = search[search.excluded].groupby(["task", "model"]).lr.unique()
+            lr_text += ("; excluded for undone steps: " + "; ".join(
+                f"{t} {m} {', '.join(f'{x:g}' for x in sorted(v))}" for (t, m), v in ex.items()))
     else:
         lr_text = "learning rates as configured: " + ", ".join(f"{t} {m} {lr:g}" for (t, m), lr in sorted(lr_of.items()))
     schedules = {f"{name}s": p.task(name).train.schedule for name in p.tasks}
@@ -509,15 +567,16 @@ def _differences(p, benchmarks) -> str:
         "them (the official metric uses the latent as q; a latent trained without physics has no meaning as q). The towers' stiffness matrix is indefinite (tension and compression bars), so their solves use "
         "LU instead of Cholesky. Ours, not the paper's: the learning-rate search shared by both models (the official "
         "configs fix one rate per model); the guard against near-singular stiffness and the failure rate by condition "
-        "number; medians beside means; the untrained hybrid as a negative control and the displaced hybrid as a "
-        "positive one; the out-of-distribution sets (the official 'lerp' shell generator for shells; towers whose "
+        "number; medians beside means; the untrained hybrid as a negative control and the displaced targets as a "
+        "positive one (the displaced hybrid is in the table); the out-of-distribution sets (the official 'lerp' shell generator for shells; towers whose "
         "compression rings are wider and more rotated than any training ring: taller towers, used before, were an "
         "exact vertical stretch for the solver with a height-normalised encoder, so in distribution for the hybrid by "
         f"construction); the blind predictor as the reference of the learned premise, and the convergence premise "
-        f"(the training loss fell by at most {100 * p.converged_gain:g}% over the last quarter). The thresholds are "
-        f"conventions, the paper states none: {100 * p.eq_tolerance:g}% of the nodal forces for equilibrium (an "
-        f"engineering program's default out-of-balance tolerance), span / {p.deviation_ratio:g} (a code's appearance "
-        f"limit) for comparable accuracy, measured on the free nodes, 1 / {p.speedup:g} of the cost for real time. Only the saddle family of shells is run (the paper also has others). The speed-up in claim (c) counts "
+        f"(the training loss fell by at most {100 * p.converged_gain:g}% over the last quarter), and the premise "
+        f"that the stiffness guard undid at most {100 * p.max_undone:g}% of a guarded hybrid's training steps (the "
+        f"search also drops rates whose search runs exceeded it). The paper states no threshold: claim (b)'s "
+        f"reference is the targets' own best-fit residual, measured in the run; the conventions are span / "
+        f"{p.deviation_ratio:g} (a code's appearance limit) for comparable accuracy, measured on the free nodes, 1 / {p.speedup:g} of the cost for real time. Only the saddle family of shells is run (the paper also has others). The speed-up in claim (c) counts "
         "floating-point operations (deterministic) instead of seconds; wall-clock times are given above. The paper's "
         "numbers are not available offline, so the table states the paper's direction only. "
         f"This run: {t['seconds']:.0f} s of summed job time, {t['cpu_seconds']:.0f} s of CPU time over {t['jobs']} jobs.")

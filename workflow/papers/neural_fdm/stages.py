@@ -65,12 +65,13 @@ def train(*, cfg, task, model, checkpoint, history, search):
         x_val = torch.as_tensor(t.sample(rng, p.validation_shapes, "id"), dtype=torch.float32)
         seed_everything(p.tune_seed)
         lr, table = search_lr(t, model, grid=p.lr_grid, x_val=x_val, seeds=range(p.tune_seed, p.tune_seed + p.tune_seeds),
-                              steps=p.tune_steps, condition_limit=p.condition_limit, **kw)
+                              steps=p.tune_steps, condition_limit=p.condition_limit,
+                              max_undone=p.max_undone, **kw)
         log.info("%s %s: learning-rate search %s -> %g", task, model, table.to_dict("records"), lr)
     else:
         lr = tp.lr_hybrid if model == "hybrid" else tp.lr_neural
         table = pd.DataFrame([{"lr": lr, "seed": -1, "validation_error": float("nan"), "skipped": 0, "rejected": 0,
-                               "chosen": True}])
+                               "excluded": False, "chosen": True}])
     write_parquet(table.assign(task=task, model=model), search)
     seeds = list(range(p.seeds))
     start = time.perf_counter()

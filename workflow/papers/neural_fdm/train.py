@@ -254,10 +254,15 @@ def validation_error(task: Task, model: torch.nn.Module, x: torch.Tensor, condit
 
 
 def search_lr(task: Task, model_name: str, *, grid, x_val: torch.Tensor, seeds, steps: int, condition_limit: float,
-              **train_kw) -> tuple[float, pd.DataFrame]:
+              max_undone: float = 1.0, **train_kw) -> tuple[float, pd.DataFrame]:
     """The learning rate of `grid` whose models, trained `steps` steps from each of `seeds`, have the lowest
     worst-seed median validation error (a rate is as good as its worst start; ties: the smaller rate). Every
     (rate, seed) pair trains in one stack. The same search for every model; x_val is never a test set.
+
+    A rate at which any search run had more than `max_undone` of its steps undone by the stiffness guard is
+    excluded (column `excluded`): its validation error is that of a model whose training mostly did not happen,
+    and its full training would break the premise that the guard undoes at most that share. If every rate is
+    excluded, the search falls back to all of them (and the premise gate of the report says so).
     Returns the rate and one row per (rate, seed)."""
     pairs = [(lr, seed) for lr in sorted(float(r) for r in grid) for seed in seeds]
     models, hist = train(task, model_name, seeds=[s for _, s in pairs], lrs=[r for r, _ in pairs], steps=steps,
@@ -269,6 +274,12 @@ def search_lr(task: Task, model_name: str, *, grid, x_val: torch.Tensor, seeds, 
                      "skipped": int(h["skipped"].iloc[0]) if len(h) else steps,
                      "rejected": int(h["rejected"].iloc[0]) if len(h) else 0})
     table = pd.DataFrame(rows)
-    worst = table.groupby("lr").validation_error.max().reset_index().sort_values(["validation_error", "lr"])
+    undone = table.groupby("lr").rejected.max() / steps  # the worst search run's share of undone steps, per rate
+    table["excluded"] = table.lr.map(undone > max_undone)
+    eligible = table[~table.excluded] if not table.excluded.all() else table
+    if table.excluded.all():
+        log.warning("%s %s: every searched rate had more than %g of its steps undone; choosing among all",
+                    getattr(task, "name", task), model_name, max_undone)
+    worst = eligible.groupby("lr").validation_error.max().reset_index().sort_values(["validation_error", "lr"])
     best = float(worst.lr.iloc[0])
     return best, table.assign(chosen=table.lr == best)

@@ -126,9 +126,9 @@ class DockingParams:
 
 @dataclass(frozen=True)
 class VinaSampleParams:
-    """AutoDock Vina (dockstring) on a sample: per target, for each of the first `pairs` library replicates, one
-    molecule drawn from the docking optimiser's set and one from the known actives (claim a's docking part); 0:
-    no docking (claim a's docking part is then not measured)."""
+    """AutoDock Vina (dockstring) on a sample: per target, for each of the first `pairs` library replicates, the
+    docking optimiser's top-proxy molecule, one drawn from the known actives and one from the random drug-like draws
+    (claim a's Vina gate and its positive control); 0: no docking (the gate is then not met)."""
 
     pairs: int = 3
     seed: int = 0
