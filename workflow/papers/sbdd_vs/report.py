@@ -274,23 +274,23 @@ def sbdd_claims(m: pd.DataFrame, vina: pd.DataFrame, rec: dict, opt_hists: dict,
              paired_test(per_unit(m, "random", "bedroc", units), per_unit(m, "known", "bedroc", units),
                          threshold=0.0, direction="<", what="(target, replicate) units", name="BEDROC: random - known")]
     v = vina.pivot_table(index=["target", "seed"], columns="generator", values="vina") if len(vina) else None
-    gate_name = "AutoDock Vina agrees with the proxy on the sample: the optimiser's top-proxy molecule - a known active"
-    if v is not None and {"optimiser", "known"} <= set(v.columns):
-        vina_gap = paired_test(v.optimiser.to_numpy(), v.known.to_numpy(), threshold=0.0, direction="<",
-                               what="docked (target, replicate) pairs", name="Vina: optimiser - known (kcal/mol)")
-        vina_gate = Premise.from_evidence(gate_name, vina_gap)
-    else:
-        vina_gap, vina_gate = None, Premise(gate_name, "no Vina sample", "holds: < 0 (vina.pairs >= 1)", False)
+
+    def vina_premise(name: str, better: str, worse: str, missing: str):
+        """A premise on the Vina sample: `better` docks lower than `worse`, paired by (target, replicate)."""
+        if v is None or not {better, worse} <= set(v.columns):
+            return None, Premise(name, missing, "holds: < 0 (vina.pairs >= 1)", False)
+        gap = paired_test(v[better].to_numpy(), v[worse].to_numpy(), threshold=0.0, direction="<",
+                          what="docked (target, replicate) pairs", name=f"Vina: {better} - {worse} (kcal/mol)")
+        return gap, Premise.from_evidence(name, gap)
+
+    vina_gap, vina_gate = vina_premise(
+        "AutoDock Vina agrees with the proxy on the sample: the optimiser's top-proxy molecule - a known active",
+        "optimiser", "known", "no Vina sample")
     # The gate's positive control: Vina, on the same sample size, must tell real actives from random drug-like
     # molecules; if it cannot, the gate cannot tell the optimiser's molecules from the known actives either.
-    pc_name = "the Vina gate's positive control: a known active - a random drug-like molecule, under Vina"
-    if v is not None and {"known", "random"} <= set(v.columns):
-        vina_pc = paired_test(v.known.to_numpy(), v.random.to_numpy(), threshold=0.0, direction="<",
-                              what="docked (target, replicate) pairs", name="Vina: known - random (kcal/mol)")
-        vina_pc_gate = Premise.from_evidence(pc_name, vina_pc)
-    else:
-        vina_pc, vina_pc_gate = None, Premise(pc_name, "no Vina sample of random molecules",
-                                              "holds: < 0 (vina.pairs >= 1)", False)
+    vina_pc, vina_pc_gate = vina_premise(
+        "the Vina gate's positive control: a known active - a random drug-like molecule, under Vina",
+        "known", "random", "no Vina sample of random molecules")
     climbs = {t: (float(h.groupby("generation").best.mean().iloc[0]), float(h.groupby("generation").best.mean().iloc[-1]))
               for t, h in opt_hists.items() if len(h)}
     vina_text = "not run (vina.pairs = 0)" if v is None else (
