@@ -196,10 +196,10 @@ def _arm_cost(df: pd.DataFrame, benchmarks) -> str:
         return "each as costly as an arm of this run"
     cpu = job_times([b for b in benchmarks if "/train/" in str(b)])["cpu_seconds"]
     trained = df[df.arm != BLINDED][["arm", "seed"]].drop_duplicates().shape[0]
-    return f"about {cpu / trained:.0f} s of CPU each at this run's {cpu:.0f} s over {trained} arm trainings"
+    return f"about {cpu / trained:.0f} s of CPU ({cpu:.0f} s over {trained} arm trainings in this run)"
 
 
-def claim_c(p, df: pd.DataFrame, benchmarks=()) -> Claim:
+def claim_c(p, df: pd.DataFrame) -> Claim:
     thr, tol = p.claims["gain_threshold"], p.claims["convergence_tol"]
     shuffled_ran = SHUFFLED in set(df.arm)
     arms = ["fusion:concat", "prealign:concat", *([SHUFFLED] if shuffled_ran else [])]
@@ -216,7 +216,8 @@ def claim_c(p, df: pd.DataFrame, benchmarks=()) -> Claim:
     else:
         n = len(seeds)
         control = Control(f"not run at this scale (eagle.arm_seeds.shuffled = 0: its {n} training{'s' * (n != 1)}, "
-                          f"one per seed of Pre-Alignment, {_arm_cost(df, benchmarks)}, do not fit the time budget "
+                          "one per seed of Pre-Alignment, each as costly as an arm training (the report's cost line), do not fit "
+                          "the time budget "
                           "beside converged arms of every claim): Pre-Alignment on shuffled (question, canvas) pairs, "
                           "the same extra steps without any alignment of image and text", kind="null")
     return Claim(
@@ -276,8 +277,9 @@ def claim_d(p, df: pd.DataFrame) -> Claim:
         premise=[converged_gate(df, rr_arms, seeds, p.claims["convergence_tol"])], no_positive_control=NO_POSITIVE)
 
 
-def eagle_claims(p, df: pd.DataFrame, benchmarks=()) -> list[Claim]:
-    return [claim_a(p, df), claim_b(p, df), claim_c(p, df, benchmarks), claim_d(p, df)]
+def eagle_claims(p, df: pd.DataFrame) -> list[Claim]:
+    # No timing enters a claim: claims.json must be identical between reruns (timings go to the report's prose).
+    return [claim_a(p, df), claim_b(p, df), claim_c(p, df), claim_d(p, df)]
 
 
 def eagle_checks(df: pd.DataFrame) -> list[Check]:
@@ -346,14 +348,15 @@ def _figure(df: pd.DataFrame, path, kinds: list[str]):
     savefig(fig, path)
 
 
-def _budget(benchmarks) -> str:
+def _budget(benchmarks, df: pd.DataFrame) -> str:
     """What this run cost, from its benchmark files, and what one more seed of the fusion arms would."""
     every = job_times(benchmarks)
     train = [b for b in benchmarks if "/train/" in str(b)]
     per = job_times(train)
     return (f"Cost of this run: {every['seconds']:.0f} s of summed job time ({every['cpu_seconds']:.0f} s CPU) over "
             f"{every['jobs']} jobs, of which the {per['jobs']} train jobs {per['seconds']:.0f} s "
-            f"({per['cpu_seconds']:.0f} s CPU): the arms' optimisation steps are nearly all of it.")
+            f"({per['cpu_seconds']:.0f} s CPU): the arms' optimisation steps are nearly all of it; one arm training costs "
+            f"{_arm_cost(df, benchmarks)}.")
 
 
 def _gate_text(p) -> str:
@@ -453,7 +456,7 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
                "validation accuracy (the fine-print gate).")
     write_table(md, table_md, table_csv, caption=caption, csv_df=csv)
     _figure(df, accuracy_figure, kinds)
-    claim_list, check_list = eagle_claims(p, df, benchmarks), eagle_checks(df)
+    claim_list, check_list = eagle_claims(p, df), eagle_checks(df)
     scope = (Scope("replication", "the paper's fusions, training stages and Pre-Alignment on the user's LLaVA-style "
                    "data and pretrained experts and LM, at the step counts of config/full.yaml") if full else
              Scope("analogue", "the paper's five fusions, two training stages and Pre-Alignment, implemented as in "
@@ -506,7 +509,7 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
         + _width_text(p) + " " + _resample_difference(p) + " Each "
         "claim rests on the seeds of its arms' groups (eagle.arm_seeds), what the paper's time budget (config "
         "time_budget) affords with every arm trained through the whole SFT schedule. "
-        + _gate_text(p) + _controls_text(p) + _budget(benchmarks))
+        + _gate_text(p) + _controls_text(p) + _budget(benchmarks, df))
     if full:
         what, differences = _full_scale_text(p)
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md,
