@@ -132,18 +132,20 @@ def attended_scores(blocks: torch.Tensor, T: int, cfg: HiPConfig) -> int:
 
 
 def _seconds(fn, device: str) -> float:
-    """The time of one call of `fn`: on a GPU the wall time to its end (synchronised); on a CPU the process's
-    CPU time (time.process_time), the work the call itself costs: time spent waiting while other processes of a
-    shared machine hold the core is not counted (issue 55: wall times on a loaded 2-core machine moved a fitted
-    exponent across its threshold)."""
+    """The time of one call of `fn`: on a GPU the wall time to its end (synchronised); on a CPU the calling
+    thread's CPU time (time.thread_time), the work the call itself costs: time spent waiting while other processes
+    of a shared machine hold the core is not counted (issue 55: wall times on a loaded 2-core machine moved a fitted
+    exponent across its threshold). The thread's, not the process's: the cost stage computes on one intra-op thread,
+    so the call's work is all on this thread, while an OpenMP pool left by earlier parallel work in the same
+    process can spin on other threads and would count in the process's CPU time."""
     if device == "cuda":
         t0 = time.perf_counter()
         fn()
         torch.cuda.synchronize()
         return time.perf_counter() - t0
-    t0 = time.process_time()
+    t0 = time.thread_time()
     fn()
-    return time.process_time() - t0
+    return time.thread_time() - t0
 
 
 def min_seconds(fns: dict, repeats: int, device: str = "cpu") -> dict[str, float]:

@@ -146,7 +146,7 @@ def report(*, cfg, scale, retrieval, text, recall, offload, history, cost, bench
         f"block order.\n\nCost: the reference tree search's own score counter and the time of one head for T in "
         f"{list(p.cost.lengths)} (random q, k; {p.cost.repeats} inputs; per input the fastest of "
         f"{p.cost.timing_repeats} timings, HiP, the control and dense timed in turn in one process; on a CPU the "
-        f"process's CPU time, which load from other work does not inflate), against the same "
+        f"calling thread's CPU time, which load from other work does not inflate), against the same "
         f"search with mask_k = T / {p.cost.control_fraction}. Offloading: the model running HiP at mask_k = "
         f"{p.offload.mask_k} decodes the last {p.offload.decode_steps} positions before each T in "
         f"{list(p.offload.lengths)} of {p.offload.windows} held-out windows per seed, the mask refreshed every "

@@ -171,8 +171,8 @@ def cost(*, cfg, table):
     (papers.hip.evaluate.min_seconds times the arms in turn within a round)."""
     p = parse(cfg)
     c = p.cost
-    # The CPU timings run on one intra-op thread, whatever the job's threads, so that the process's CPU time counts
-    # one thread's work. With more, idle OpenMP threads spin and their spinning counts as CPU time, which a loaded
+    # The CPU timings run on one intra-op thread, whatever the job's threads, so that the calling thread's CPU time
+    # counts all of the work. With more, idle OpenMP threads spin and their spinning counts as CPU time, which a loaded
     # machine makes erratic (issue 55: at 2 threads per job, the dense exponent came out 1.95 [0.89, 3.01]).
     job_threads = torch.get_num_threads()
     if c.device != "cuda":
