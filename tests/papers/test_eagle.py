@@ -94,6 +94,9 @@ def test_area_resampling_averages_every_cell_where_bilinear_drops_rows():
     assert (weights("area", 32, 24) > 0).all() and torch.allclose(Fu.area_matrix(32, 24).sum(0), torch.ones(576))
     small = torch.randn(1, 2, 4, 4, dtype=torch.float64)
     torch.testing.assert_close(Fu.to_grid(small, 8), Fu.to_grid(small, 8, "bilinear"))
+    # bilinear_unread (the report's count) against the same closed form: rows 1 and 6 at 8 -> 4; at 16 -> 4 and
+    # 7 -> 4 the samples fall on rows exactly (0, 5, 10, 15 and 0, 2, 4, 6), so 12 and 3 rows are unread
+    assert Fu.bilinear_unread(8, 4) == 2 and Fu.bilinear_unread(16, 4) == 12 and Fu.bilinear_unread(7, 4) == 3
     with pytest.raises(ValueError, match="eagle.fusion.resample"):
         Fu.to_grid(x, 4, "nearest")
     with pytest.raises(ValueError, match="eagle.fusion.resample"):

@@ -59,6 +59,14 @@ def area_matrix(size: int, grid: int) -> torch.Tensor:
     return F.adaptive_avg_pool2d(eye, grid).view(size * size, grid * grid)
 
 
+def bilinear_unread(size: int, grid: int) -> int:
+    """How many of a size x size map's rows (likewise columns) carry zero weight in a bilinear, align_corners
+    resampling to a grid x grid grid: the rows no output cell interpolates from (12 of 16 at 16 -> 4)."""
+    rows = torch.eye(size).view(size, 1, 1, size).expand(size, 1, 2, size)
+    weight = F.interpolate(rows, size=(2, grid), mode="bilinear", align_corners=True)[:, 0, 0, :]
+    return int((weight.abs().sum(dim=1) == 0).sum())
+
+
 def to_grid(x: torch.Tensor, grid: int, mode: str = "area") -> torch.Tensor:
     """(B, C, S, S) -> (B, C, G, G). ``area``: a map at least as fine as the grid is average-pooled over the cells
     each grid cell covers (adaptive average pooling: cells of floor or ceil(S / G) where G does not divide S), so

@@ -11,6 +11,8 @@ from papers.common.params import to_dict
 from papers.common.plotting import savefig, subplots
 from papers.common.report import job_times, write_report
 from papers.common.tables import mean_std, write_table
+from papers.eagle.experts import Tower
+from papers.eagle.fusion import bilinear_unread
 from papers.eagle.params import BLIND, BLINDED, FUSIONS, OPTIONAL_GROUPS, SHUFFLED, SLUG, full_scale, parse
 from papers.eagle.schedule import lr_factor
 
@@ -406,9 +408,12 @@ def _resample_difference(p) -> str:
     """The resampling, where it departs from Eagle's released tower."""
     if p.fusion.get("resample", "area") != "area":
         return ""
+    g, s = p.fusion["grid"], Tower("hires", channels=1).out_size
+    unread = bilinear_unread(s, g)
     return ("Eagle's released tower interpolates every map to the grid bilinearly (align_corners); here maps are "
-            "average-pooled (area), because at this run's stride the bilinear interpolation gives some rows and "
-            "columns of the high-res map zero weight for the fusions that resample it and none for the attention "
+            f"average-pooled (area), because at this run's sizes the bilinear interpolation of the {s} x {s} high-res "
+            f"map onto the {g} x {g} grid gives {unread} of its {s} rows and as many columns zero weight "
+            "(papers.eagle.fusion.bilinear_unread) for the fusions that resample it, and none for the attention "
             "fusions, which read every cell (issue 52).")
 
 
