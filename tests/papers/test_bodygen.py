@@ -321,6 +321,144 @@ def test_late_share_by_hand():
     assert B.late_share(early, 18.3) == pytest.approx(0.0)
 
 
+def _noisy_early_bandit(k=4, draws=8, horizon=60, seed=0):
+    """Start noise in the first 20 steps (the same spread for every design), design d's reward d / k over the last
+    10: what reaches GAE's design step from a frozen critic is mostly noise, TCA's undiscounted return carries R(d)."""
+    rng = np.random.default_rng(seed)
+    r = np.zeros((k, draws, horizon))
+    r[:, :, :20] = rng.normal(0.0, 1.0, (k, draws, 20))
+    r[:, :, -10:] = (np.arange(k) / k)[:, None, None]
+    return r
+
+
+def test_advantage_r2_separates_the_estimators_where_the_late_reward_is_hidden_from_gae():
+    from papers.bodygen import bandit as B
+
+    r = _noisy_early_bandit()
+    kw = dict(lrs=[1e-9, 0.5], iterations=5, episodes=64, gamma=GAMMA, lam=LAM)
+    _, r2_tca = B.learn_grid(r, tca=True, value_lr=0.0, rng=np.random.default_rng(1), **kw)
+    _, r2_gae = B.learn_grid(r, tca=False, value_lr=0.0, rng=np.random.default_rng(1), **kw)
+    # TCA: G = noise + R(d): R(d) explains var(R) / (var(R) + var(noise sum)) of it; GAE (frozen critic): the late
+    # reward damped by (gamma lambda)^50 ~ 0.06, so R(d) explains almost nothing
+    between = np.var(np.arange(4) / 4 * 10)
+    expected = between / (between + r[:, :, :20].sum(2).var())
+    assert np.nanmean(r2_tca[0]) == pytest.approx(expected, abs=0.15)
+    assert np.nanmean(r2_gae[0]) < 0.1 < np.nanmean(r2_tca[0])
+
+
+def test_paying_the_return_at_the_first_execution_step_removes_what_separates_the_estimators():
+    # claim (e)'s ablation: with the whole execution return at the first execution step and a frozen critic, GAE's
+    # design advantage is gamma lambda G exactly (no discount past step 1), proportional to TCA's G: both carry R(d)
+    # alike, where with the reward late GAE's carries almost nothing (the test above)
+    from papers.bodygen import bandit as B
+
+    r = _noisy_early_bandit()
+    early = np.zeros_like(r)
+    early[:, :, 0] = r.sum(2)
+    kw = dict(lrs=[1e-9], iterations=5, episodes=64, gamma=GAMMA, lam=LAM, value_lr=0.0)
+    _, r2_tca = B.learn_grid(early, tca=True, rng=np.random.default_rng(1), **kw)
+    _, r2_gae = B.learn_grid(early, tca=False, rng=np.random.default_rng(1), **kw)
+    np.testing.assert_allclose(r2_gae, r2_tca, rtol=1e-9)
+    assert np.nanmean(r2_tca) > 0.1
+
+
+def test_learn_grid_runs_independent_learners():
+    from papers.bodygen import bandit as B
+
+    r = _late_bandit()
+    curve, _ = B.learn_grid(r, tca=True, lrs=[0.0, 0.5, 4.0], iterations=20, episodes=16, value_lr=0.1, gamma=GAMMA,
+                            lam=LAM, rng=np.random.default_rng(0))
+    value = r.sum(2).mean(1)
+    assert np.allclose(curve[0], value.mean())  # step size 0: the uniform policy throughout
+    assert curve[1, -1] > value.mean() and curve[2, -1] > curve[1, 5]  # the others learn, the larger step faster
+    # TCA's standardised design advantage does not read the critic (claim e's positive control reuses TCA's run)
+    frozen, _ = B.learn_grid(r, tca=True, lrs=[0.0, 0.5, 4.0], iterations=20, episodes=16, value_lr=0.0, gamma=GAMMA,
+                             lam=LAM, rng=np.random.default_rng(0))
+    assert np.allclose(frozen, curve)
+
+
+def test_cross_fit_scores_each_replicate_at_the_step_size_the_other_fold_chose():
+    import pandas as pd
+
+    from papers.bodygen import bandit as B
+
+    # even replicates do best at 0.1, odd ones at 1.0; a tie at 2.0 with 1.0 on the even replicates
+    auc = {0: {0.1: 0.9, 1.0: 0.2, 2.0: 0.2}, 2: {0.1: 0.8, 1.0: 0.3, 2.0: 0.3},
+           1: {0.1: 0.1, 1.0: 0.7, 2.0: 0.5}, 3: {0.1: 0.2, 1.0: 0.9, 2.0: 0.6}}
+    table = pd.DataFrame([{"replicate": r, "lr": lr, "auc": a} for r, row in auc.items() for lr, a in row.items()])
+    out = B.cross_fit(table, 2)
+    assert out.loc[0, "lr"] == out.loc[2, "lr"] == 1.0  # chosen on the odd replicates
+    assert out.loc[1, "lr"] == out.loc[3, "lr"] == 0.1  # chosen on the even ones
+    assert out.auc.tolist() == [0.2, 0.1, 0.3, 0.2]
+
+
+def _curves(tca_share, gae_share, r2_tca, r2_gae, frozen_share=0.2, early_gap=0.0, reps=8, iterations=4):
+    """A hand-made credit table: every learner's share constant over the iterations (plus replicate noise); with the
+    reward paid at the first execution step (the ablation) TCA leads GAE by `early_gap`."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for rep in range(reps):
+        for est, reward, share, r2 in (("tca", "design", tca_share, r2_tca), ("gae", "design", gae_share, r2_gae),
+                                       ("gae", "frozen critic", frozen_share, r2_gae),
+                                       ("tca", "early", 0.7 + early_gap, r2_tca), ("gae", "early", 0.7, r2_gae),
+                                       ("tca", "shuffled", 0.0, np.nan),
+                                       ("gae", "shuffled", 0.0, np.nan)):
+            for lr in ((0.0, 0.1, 1.0) if reward != "shuffled" else (1.0,)):
+                noise = 0.02 * rng.standard_normal()
+                value = share * lr / (lr + 0.1) + noise if reward != "shuffled" else noise  # larger steps do better
+                for it in range(iterations + 1):
+                    rows.append({"replicate": rep, "estimator": est, "reward": reward, "lr": lr, "iteration": it,
+                                 "J": 0.0, "share": value, "r2": r2 + 0.01 * rng.standard_normal(), "best": 3.0,
+                                 "uniform": 1.0, "start_noise": 1.0, "late_share": 0.9, "gae_horizon": 18.3})
+    return pd.DataFrame(rows)
+
+
+def test_credit_claim_needs_its_premise_and_its_positive_control():
+    from papers.bodygen.report import credit_claim
+
+    p = parse({"credit": {**Params().credit, "iterations": 4, "premise_iterations": 2, "policy_lrs": [0.1, 1.0]}})
+    good = credit_claim(p, _curves(0.9, 0.5, r2_tca=0.6, r2_gae=0.3))
+    assert good.verdict == "holds" and good.positive_control.verdict == "holds"
+    assert good.measured["TCA step size"] == "fold 0: 1; fold 1: 1"
+    # GAE's design advantage carries as much of R(d) as TCA's: the premise fails, the same gain reads inconclusive
+    assert credit_claim(p, _curves(0.9, 0.5, r2_tca=0.3, r2_gae=0.3)).verdict == "inconclusive"
+    # GAE ahead where the critic learns, TCA ahead where the late reward is hidden by construction: does not hold
+    assert credit_claim(p, _curves(0.5, 0.9, r2_tca=0.6, r2_gae=0.3)).verdict == "does not hold"
+    # the planted setting not found (TCA no better with GAE's critic frozen): inconclusive, never "does not hold"
+    assert credit_claim(p, _curves(0.5, 0.9, r2_tca=0.6, r2_gae=0.3, frozen_share=0.9)).verdict == "inconclusive"
+    # TCA leads as much with nothing late (the ablation holds too): the gain is not the late reward's: inconclusive
+    ablated = credit_claim(p, _curves(0.9, 0.5, r2_tca=0.6, r2_gae=0.3, early_gap=0.4))
+    assert ablated.control.kind == "ablation" and ablated.control.verdict == "holds"
+    assert ablated.verdict == "inconclusive" and good.control.verdict != "holds"
+
+
+def test_credit_settings_errors_name_the_key():
+    from papers.bodygen.stages import credit_settings
+
+    for bad, key in (({"policy_lrs": [0.4, 0.2]}, "policy_lrs"), ({"premise_iterations": 0}, "premise_iterations"),
+                     ({"folds": 99}, "folds")):
+        p = parse({"credit": {**Params().credit, **bad}})
+        with pytest.raises(ValueError, match=f"bodygen.credit.{key}"):
+            credit_settings(p)
+
+
+def test_full_scale_minutes_from_the_measured_step_cost():
+    from papers.bodygen.timing import merged_config, step_cost, train_minutes
+
+    assert train_minutes(12.0, 50_000_000, 1.5) == 15_000  # 50M x 12 ms = 10,000 min, x 1.5
+    with pytest.raises(ValueError):
+        train_minutes(12.0, 50_000_000, 0.5)
+    assert merged_config({"ppo": {"a": 1, "b": 2}, "x": 1}, {"ppo": {"b": 3}}) == {"ppo": {"a": 1, "b": 3}, "x": 1}
+    small = {"tasks": ["crawler2d"], "model": {**Params().model, "hidden": 8, "blocks": 1, "head_hidden": 8},
+             "env": {"skel_steps": 2, "control_steps": 10, "frame_skip": 4, "ctrl_cost": 1e-4, "integrator": "Euler"},
+             "ppo": {**Params().ppo, "epochs": 1, "minibatch": 64, "episodes": 4}}
+    cost = step_cost(small, samples=40, control_steps=10)
+    assert cost["samples"] >= 40 and cost["ms_per_step"] > 0
+    assert cost["ms_per_step"] == pytest.approx(cost["rollout_ms_per_step"] + cost["update_ms_per_step"])
+
+
 def test_control_log_std_is_the_tasks_unless_the_config_sets_one():
     from papers.bodygen.train import make_agent
 
@@ -348,6 +486,12 @@ def test_return_claim_is_decided_only_when_every_compared_arm_learned_a_gait():
     learned = _returns(late={"bodygen": 30.0, "t2a": 20.0, "fixed": 25.0}, final={"bodygen": 60.0, "t2a": 40.0, "fixed": 50.0})
     claim = return_claim(p, cid, statement, paper, arm, other, learned)
     assert claim.premise_met and claim.verdict == "holds"
+    # the positive control (fixed body against the baseline, the same test) holds here; where the fixed body earns
+    # no more than the baseline the test is shown blind to the gap and the same gain reads inconclusive
+    assert claim.positive_control.verdict == "holds"
+    blind = _returns(late={"bodygen": 30.0, "t2a": 20.0, "fixed": 25.0},
+                     final={"bodygen": 60.0, "t2a": 40.0, "fixed": 40.0})
+    assert return_claim(p, cid, statement, paper, arm, other, blind).verdict == "inconclusive"
     # the baseline stays at what collapsing earns (second half below the zero-torque return): the same planted gain
     # of BodyGen reads inconclusive, never "holds", and a planted loss never "does not hold"
     for final in ({"bodygen": 60.0, "t2a": 40.0, "fixed": 50.0}, {"bodygen": 20.0, "t2a": 40.0, "fixed": 50.0}):
@@ -357,6 +501,22 @@ def test_return_claim_is_decided_only_when_every_compared_arm_learned_a_gait():
     # an ablation arm not trained at this scale: not measured, with the reason
     ablation = return_claim(p, *RETURN_CLAIMS[1][:3], "bodygen", "no_tca", learned)
     assert ablation.verdict == "not measured" and "no_tca" in ablation.note
+
+
+def test_several_tasks_are_decided_on_the_mean_relative_gain_not_on_every_task():
+    import pandas as pd
+
+    from papers.bodygen.report import RETURN_CLAIMS, relative_gain, return_claim
+
+    late = {"bodygen": 30.0, "t2a": 20.0, "fixed": 25.0}
+    one = _returns(late=late, final={"bodygen": 60.0, "t2a": 40.0, "fixed": 50.0})
+    # a second task where BodyGen loses 10% (the paper's Table 1 has such tasks): +50% and -10% average to +20%
+    two = _returns(late=late, final={"bodygen": 90.0, "t2a": 100.0, "fixed": 120.0})
+    both = pd.concat([one, two.assign(task="cheetah")])
+    gain = relative_gain(both, "bodygen", "t2a", ["crawler2d", "cheetah"])
+    assert gain.mean() == pytest.approx(0.5 * (20 / 40 - 10 / 100), abs=0.01)
+    p = parse({"arms": ["bodygen", "t2a", "fixed"], "tasks": ["crawler2d", "cheetah"]})
+    assert return_claim(p, *RETURN_CLAIMS[0], both).verdict == "holds"
 
 
 def test_parameter_counts_are_checks_that_can_fail_and_not_claims():

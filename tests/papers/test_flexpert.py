@@ -131,6 +131,28 @@ def test_loaders_name_the_bad_input(tmp_path):
         parse({"design": {**parse({}).design, "segment": 50}})
 
 
+def test_fasta_is_streamed_filtered_and_sampled(tmp_path):
+    """The full scale's UniRef50 path: multi-line records joined, sequences outside the length bounds, with a
+    non-standard residue or sharing a 10-mer with a structure dropped, at most `size` kept (a reservoir sample), and
+    the count of those that qualified."""
+    fasta = tmp_path / "u.fasta"
+    rng = np.random.default_rng(0)
+    good = ["".join(rng.choice(list(data.AMINO_ACIDS), 40)) for _ in range(30)]
+    shared = good[0][5:15] + "".join(rng.choice(list(data.AMINO_ACIDS), 30))
+    records = [(f"g{i}", s) for i, s in enumerate(good)] + [("short", "MKTAYIAKQR"), ("x", "X" + good[1][1:]),
+                                                            ("shared", shared)]
+    fasta.write_text("".join(f">{n} desc\n{s[:25]}\n{s[25:]}\n" for n, s in records))
+    assert list(data.fasta_sequences(fasta)) == [s for _, s in records]
+    exclude = data.kmers(good[0][5:15], 10)
+    sample, n = data.sample_fasta(fasta, 30, 60, exclude, 10, 10, 11)
+    assert n == 29 and len(sample) == 10 and set(sample) <= set(good[1:])  # good[0] shares the excluded 10-mer
+    assert data.sample_fasta(fasta, 30, 60, set(), 10, 100, 11) == (sorted(good + [shared]), 31)
+    empty = tmp_path / "e.fasta"
+    empty.write_text("MKT\n")
+    with pytest.raises(ValueError, match="no FASTA records"):
+        list(data.fasta_sequences(empty))
+
+
 def _atlas_entry(root, name, ca_pdb, rmsf, bfactor=None, header="position\tRMSF_R1\tRMSF_R2\tRMSF_R3"):
     """An ATLAS analysis entry (<name>/<name>.pdb, _RMSF.tsv with three replicates, _Bfactor.tsv)."""
     d = root / name
@@ -248,18 +270,26 @@ def test_experiment_method_reads_pdb_and_multiline_mmcif(tmp_path):
     assert data.experiment_method(cif) == "SOLUTION NMR" and not data.stated_as("SOLUTION NMR", ["X-RAY", "NEUTRON"])
 
 
-def _report_inputs(steered_lift, loss_lift, seeds=4):
+def _report_inputs(steered_lift, loss_lift, seeds=4, residue_baseline=0.1, seq_planted=0.7, flex_mse_drop=0.01,
+                   loss_response=1.2, judge_native=0.62):
     """Synthetic tables for flexpert_claims: per seed and design the judged region flexibility (steered above
-    zero-weight by `steered_lift`), the loss model's (by `loss_lift`), recoveries, predictions and ensembles."""
+    zero-weight by `steered_lift`), the loss model's (by `loss_lift`; planted above native by `loss_response`), the
+    designers' training Flexpert loss (steered below zero-weight by `flex_mse_drop`), recoveries, predictions
+    (the residue-type baseline, Flexpert-Seq on the planted target, the judge on natives) and ensembles."""
     rng = np.random.default_rng(0)
     base = {"unsteered": 0.0, "zero_weight": 0.3, "steered": 0.3 + steered_lift, "steered, native instruction": 0.05,
             "zero_weight, native instruction": 0.05, "native": 0.0, "planted": 0.4}
+    loss = {**base, "steered": base["zero_weight"] + loss_lift, "planted": loss_response}
+    mse = {"unsteered": 0.06, "zero_weight": 0.05, "steered": 0.05 - flex_mse_drop}
     des = pd.DataFrame([{"seed": s, "design": d, "id": f"p{i}", "region_judge": v + 0.02 * rng.normal(),
-                         "outside_judge": 0.0, "region_loss_model": (base["zero_weight"] + loss_lift if d == "steered"
-                                                                     else v) + 0.02 * rng.normal(), "recovery": 0.2 + 0.01 * rng.normal(), "composition_recovery": 0.08}
+                         "outside_judge": 0.0, "region_loss_model": loss[d] + 0.02 * rng.normal(),
+                         "recovery": 0.2 + 0.01 * rng.normal(), "composition_recovery": 0.08,
+                         "train_flex_mse": mse[d.split(",")[0]] + 0.001 * rng.normal() if d.split(",")[0] in mse
+                         else np.nan}
                         for s in range(seeds) for d, v in base.items() for i in range(5)])
-    r = {"anm_profile": 0.55, "gnm_profile": 0.58, "judge_native": 0.55, "seq": 0.2, "3d": 0.5, "3d_shuffled_anm": 0.25,
-         "seq_permuted_targets": 0.05}
+    r = {"anm_profile": 0.55, "gnm_profile": 0.58, "judge_native": judge_native, "seq": 0.2, "3d": 0.5,
+         "3d_shuffled_anm": 0.25, "seq_permuted_targets": 0.05, "residue_baseline": residue_baseline,
+         "seq_planted": seq_planted, "anm_profile_planted": 0.4}
     pred = pd.DataFrame([{"seed": s, "arm": a, "id": f"p{i}", "pearson": v + 0.03 * rng.normal(),
                           "pearson_permuted_target": 0.03 * rng.normal()}
                          for s in range(seeds) for a, v in r.items() for i in range(5)])
@@ -273,10 +303,14 @@ def _report_inputs(steered_lift, loss_lift, seeds=4):
     return parse({}), ens, targets, pred, des
 
 
-def test_claim_c_is_decided_on_the_ablation_and_gated_on_the_loss():
+def _claims(**kw):
     from papers.flexpert.report import flexpert_claims
 
-    claims = {c.id: c for c in flexpert_claims(*_report_inputs(steered_lift=0.3, loss_lift=0.3))}
+    return {c.id: c for c in flexpert_claims(*_report_inputs(**{"steered_lift": 0.3, "loss_lift": 0.3, **kw}))}
+
+
+def test_claim_c_is_decided_on_the_ablation_and_gated_on_the_loss():
+    claims = _claims()
     c = claims["c"]
     assert c.verdict == "holds" and c.control.verdict != "holds" and c.positive_control.verdict == "holds"
     assert c.evidence.effect == pytest.approx(0.3, abs=0.05)  # steered - zero-weight, not steered - unsteered
@@ -284,10 +318,56 @@ def test_claim_c_is_decided_on_the_ablation_and_gated_on_the_loss():
     # Two proteins with a crystal and an ensemble: fewer than a verdict needs, so not measured (and says why).
     assert claims["a_b"].verdict == "not measured" and "only 2 protein(s)" in claims["a_b"].note
     # The instruction alone steers (zero-weight - unsteered = 0.3), the loss adds nothing: does not hold.
-    assert {x.id: x for x in flexpert_claims(*_report_inputs(-0.3, 0.3))}["c"].verdict == "does not hold"
-    # A loss that did not move its own Flexpert-3D: the premise is unmet, whatever the judge says.
-    unmoved = {x.id: x for x in flexpert_claims(*_report_inputs(0.3, -0.3))}["c"]
-    assert unmoved.verdict == "inconclusive" and "the loss was optimised" in unmoved.note
+    assert _claims(steered_lift=-0.3)["c"].verdict == "does not hold"
+    # The gates are measured apart from the test contrast: a loss model that moved the same way as the judge but was
+    # not optimised (training L_Flex no lower than the zero-weight arm's), a loss model blind to the region's
+    # sequence (planted - native below the instruction's raise of 1), a judge whose sequence term adds nothing to the
+    # plain GNM: each leaves (c) inconclusive whatever the judge says, and names the gate.
+    for kw, gate in (({"flex_mse_drop": -0.01}, "the loss was optimised"),
+                     ({"loss_response": 0.15}, "the loss model can express the instruction"),
+                     ({"judge_native": 0.5}, "the judge's sequence term")):
+        c = _claims(**kw)["c"]
+        assert c.verdict == "inconclusive" and gate in c.note, kw
+
+
+def test_claims_b_are_gated_on_a_sequence_branch_that_beats_residue_composition():
+    """Flexpert-Seq no better than the mean target of each amino acid: b1 (the ENM input complements a sequence
+    model) and b2 (Seq against the ANM) lack their premise; a pipeline that cannot find a planted sequence signal
+    (Seq below the ANM on the planted target) leaves b2 inconclusive."""
+    weak = _claims(residue_baseline=0.3)
+    assert weak["b1"].verdict == "inconclusive" and weak["b2"].verdict == "inconclusive"
+    assert "residue composition" in weak["b2"].note
+    blind = _claims(seq_planted=0.3)
+    assert blind["b2"].verdict == "inconclusive" and blind["b2"].positive_control.verdict == "does not hold"
+    assert blind["b1"].verdict == "holds"
+
+
+def test_cluster_unit_difference_counts_each_cluster_once():
+    from papers.flexpert.report import per_cluster_difference
+
+    pred = pd.DataFrame({"seed": [0, 0, 1, 1, 0, 0, 1, 1], "id": ["a", "b", "a", "c"] * 2,
+                         "arm": ["x"] * 4 + ["y"] * 4, "pearson": [0.5, 0.3, 0.7, 0.4, 0.1, 0.1, 0.1, 0.2]})
+    # a and b form cluster 0 (three (seed, chain) pairs: 0.4, 0.2, 0.6 -> 0.4), c is cluster 1 (0.2).
+    assert per_cluster_difference(pred, {"a": 0, "b": 0, "c": 1}, "x", "y") == pytest.approx([0.4, 0.2])
+
+
+def test_planted_target_is_half_sequence_and_the_residue_baseline_recovers_a_residue_code():
+    from papers.flexpert.enm import FLEX_SCALE, planted_target, residue_type_means
+
+    rng = np.random.default_rng(1)
+    seq = "".join(rng.choice(list(FLEX_SCALE), 80))
+    flex = rng.normal(size=80)
+    planted = planted_target(seq, flex)
+    scale = np.array([FLEX_SCALE[a] for a in seq])
+    smooth = np.array([scale[max(0, i - 4):i + 5].mean() for i in range(80)])
+    # zscore(0.5 z(smooth) + 0.5 z(flex)), the window mean truncated at the ends (a loop reference).
+    blend = 0.5 * enm.zscore(smooth) + 0.5 * enm.zscore(flex)
+    assert planted == pytest.approx(enm.zscore(blend))
+    # A target that is a residue code: the baseline reads it back exactly.
+    code = {a: float(i) for i, a in enumerate(FLEX_SCALE)}
+    chains = [{"sequence": seq, "target": np.array([code[a] for a in seq])}]
+    assert residue_type_means(chains) == pytest.approx({a: code[a] if a in seq else np.mean(chains[0]["target"])
+                                                        for a in FLEX_SCALE})
 
 
 def test_with_atlas_the_md_rmsf_are_the_predictors_targets(tmp_path):

@@ -13,7 +13,8 @@ from papers.infoprop import data as D
 from papers.infoprop.model import gaussian_nll, train_ensemble
 from papers.infoprop.params import parse
 from papers.infoprop.report import cut_gap
-from papers.infoprop.stages import cut_errors, dropped_above, excess_error, oracle_stops, wasserstein_1d
+from papers.infoprop.stages import (aleatoric_stops, cut_errors, dropped_above, excess_error, oracle_stops,
+                                    per_start_lower_bound, wasserstein_1d)
 
 
 def _members(mu, s2):
@@ -165,6 +166,28 @@ def test_excess_error_is_zero_for_true_samples_and_the_planted_offset_otherwise(
     same = rng.normal(0.0, 3.0, size=(50, 400, 2, 3))
     assert abs(excess_error(same, true).mean()) < 0.2  # against a spread of 9
     assert excess_error(same + 2.0, true).mean() == pytest.approx(4.0, abs=0.25)
+    # With few true continuations the estimated mean's own error (sigma^2 / M') must be taken out too: at M' = 4 and
+    # sigma^2 = 9 it would leave a bias of 2.25.
+    few = rng.normal(0.0, 3.0, size=(4000, 4, 1, 2))
+    assert abs(excess_error(rng.normal(0.0, 3.0, size=(4000, 8, 1, 2)), few).mean()) < 0.3
+
+
+def test_per_start_lower_bound_is_the_t_interval_over_starts():
+    rng = np.random.default_rng(2)
+    err = rng.normal(1.0, 2.0, size=(12 * 5, 3))  # 12 starts x 5 samples, 3 steps
+    per_start = err.reshape(12, 5, 3).mean(1)
+    low = stats.t.interval(0.95, 11, loc=per_start.mean(0), scale=stats.sem(per_start, axis=0))[0]
+    np.testing.assert_allclose(per_start_lower_bound(err, 12), low)
+
+
+def test_aleatoric_cut_follows_the_accumulated_entropy_whatever_the_units():
+    # Rollout 2 has the largest aleatoric variance throughout, rollout 0 the smallest: the earliest stop goes to 2.
+    s2 = np.array([[[0.1, 1.0]] * 3, [[0.5, 1.0]] * 3, [[2.0, 1.0]] * 3])  # (B=3, H=3, D=2)
+    stop = np.array([3, 1, 2])
+    out = aleatoric_stops(s2, stop)
+    np.testing.assert_array_equal(out, [3, 2, 1])
+    # Rescaling an output (other units) shifts every rollout's entropy alike: the same cut.
+    np.testing.assert_array_equal(aleatoric_stops(s2 * np.array([1.0, 1e4]), stop), out)
 
 
 def test_oracle_cut_gives_the_earliest_stops_to_the_largest_errors():
@@ -244,13 +267,12 @@ def test_bad_input_names_the_key_or_file(tmp_path):
 
 def _curves(share: float, growth: float, seeds: int = 4, horizon: int = 50) -> pd.DataFrame:
     """Hand-made rollout curves: MBPO's W1 grows `growth`-fold over the horizon, Infoprop's stays at half of it,
-    the K = 1 ablation tracks MBPO, the exact sampler's half-sample distance stays small."""
+    the K = 1 ablation tracks MBPO, the exact sampler's half-sample distance (the floor) stays at 0.05."""
     rng, rows = np.random.default_rng(0), []
     for seed in range(seeds):
         for step in range(1, horizon + 1):
             mbpo = 0.2 * growth ** ((step - 1) / (horizon - 1)) * (1 + 0.05 * rng.standard_normal())
-            for scheme, w1 in (("mbpo", mbpo), ("infoprop", mbpo / 2), ("infoprop_k1", mbpo * 1.01),
-                               ("mean", mbpo), ("true", 0.05)):
+            for scheme, w1 in (("mbpo", mbpo), ("infoprop", mbpo / 2), ("infoprop_k1", mbpo * 1.01), ("true", 0.05)):
                 rows.append({"seed": seed, "scheme": scheme, "step": step, "w1": w1, "w1_half": w1,
                              "epistemic_share": share, "accepted_fraction": 1.0})
     return pd.DataFrame(rows)
@@ -267,3 +289,58 @@ def test_claim_a_is_decided_only_where_mbpo_diverges_and_the_members_disagree():
     for share, growth in ((0.05, 8.0), (0.3, 1.2)):
         claim = rollout_claim(p, _curves(share=share, growth=growth))
         assert not claim.premise_met and claim.verdict == "inconclusive"
+
+
+def test_claim_a_reads_only_the_seeds_whose_rollouts_diverge():
+    from papers.infoprop.report import diverged, rollout_claim
+
+    p = parse({})
+    # Seeds 0-2 diverge (the K = 1 arm ends at 1.6, 32 x the floor) and Infoprop halves MBPO's W1 there; seeds 3-4
+    # do not (0.2: 4 x the floor, below the factor 5) and Infoprop is farther there: the claim holds on 0-2.
+    a, b = _curves(share=0.3, growth=8.0, seeds=3), _curves(share=0.3, growth=1.0, seeds=2)
+    b["seed"] += 3
+    b.loc[b.scheme == "infoprop", "w1"] *= 3.0
+    curves = pd.concat([a, b], ignore_index=True)
+    np.testing.assert_array_equal(diverged(p, curves), [True, True, True, False, False])
+    claim = rollout_claim(p, curves)
+    assert claim.verdict == "holds" and claim.measured["diverging seeds"] == "0, 1, 2"
+    assert all(e.replicates == 3 for e in claim.evidence)
+    # Two diverging seeds are too few to decide: inconclusive, whatever the effect (the interval then spans all seeds).
+    claim = rollout_claim(p, curves[curves.seed != 2])
+    assert not claim.premise_met and claim.verdict == "inconclusive"
+    assert all(e.replicates == 4 for e in claim.evidence)
+
+
+def _cuts(gaps: dict, seeds: int) -> pd.DataFrame:
+    """Cut rows whose gap (P(dropped error > accepted error) - 1/2) per seed is `gaps[cut]`: one step qualifies."""
+    return pd.DataFrame([{"seed": sd, "cut": cut, "step": 1, "accepted": 50, "dropped": 50, "dropped_above": 0.5 + g}
+                         for cut, g in gaps.items() for sd in range(seeds)])
+
+
+def test_claim_b_needs_an_error_to_track_and_beats_the_aleatoric_cut():
+    from papers.infoprop.report import cut_claim
+
+    p, h = parse({}), 50
+    rows = []
+    for seed in range(4):
+        for step in range(1, h + 1):
+            for scheme in ("mbpo", "infoprop", "infoprop_k1"):
+                rows.append({"seed": seed, "scheme": scheme, "step": step, "state_error": 1.0,
+                             "state_error_low": 0.5 if seed < 3 else -0.1, "accepted_fraction": 0.5})
+    curves = pd.DataFrame(rows)
+    noise = np.array([0.01, -0.01, 0.005, 0.0])
+
+    def cuts(info, ale):
+        frame = _cuts({"infoprop": info, "random": 0.0, "aleatoric": ale, "oracle": 0.45}, 4)
+        frame.loc[frame.cut != "oracle", "dropped_above"] += np.tile(noise, 3)
+        return frame
+
+    claim = cut_claim(p, curves, cuts(0.3, 0.1))
+    assert claim.premise_met and claim.verdict == "holds" and claim.measured["seeds with error"] == "0, 1, 2"
+    assert claim.control.verdict != "holds" and claim.positive_control.verdict == "holds"
+    # The aleatoric entropy cuts as well as the information loss: the mechanism is not what tracks the error.
+    assert cut_claim(p, curves, cuts(0.3, 0.3)).verdict != "holds"
+    # No seed has an error to track: inconclusive, never decided.
+    flat = curves.assign(state_error_low=-0.1)
+    claim = cut_claim(p, flat, cuts(0.3, 0.1))
+    assert not claim.premise_met and claim.verdict == "inconclusive"

@@ -124,19 +124,19 @@ def test_rollout_lengths_of_the_arms():
     # MBPO stops at its horizon; the K = 1 control and the true model are never stopped (their information loss is
     # 0); Infoprop in between.
     torch.manual_seed(0)
-    arms = np.array(["mbpo", "infoprop", "infoprop_k1", "true_model"])
+    arms = np.array(["mbpo", "infoprop", "infoprop_k1", "true_model", "true_model_h1"])
     m = {"ensemble": 3, "hidden": 8, "layers": 2, "lr": 1e-2, "weight_decay": 0.0, "batch": 32, "epochs": 3,
          "learn_logvar_bounds": True}
-    model = Y.RunEnsemble(4, 4, 4, m, np.array([0, 0, 0, 0]))
-    inputs = torch.randn(1, 60, 4).expand(4, -1, -1)
-    model.fit(inputs, torch.randn(1, 60, 4).expand(4, -1, -1) * 0.1, torch.Generator().manual_seed(0))
-    agent = Y.Agent(4, 3, 1, 8, 2)
+    model = Y.RunEnsemble(5, 4, 4, m, np.zeros(5, dtype=int))
+    inputs = torch.randn(1, 60, 4).expand(5, -1, -1)
+    model.fit(inputs, torch.randn(1, 60, 4).expand(5, -1, -1) * 0.1, torch.Generator().manual_seed(0))
+    agent = Y.Agent(5, 3, 1, 8, 2)
     d = {"rollouts_per_step": 4, "model_every": 10, "mbpo_horizon": 2, "infoprop_horizon": 12}
     info = {"resolution": 1e-6, "upper_quantile": 0.9999, "lower_quantile": 0.01}
     out, lengths = Y.rollouts(agent, model, arms, {"obs": inputs[..., :3], "act": inputs[..., 3:]}, 60, d, info,
                               torch.Generator().manual_seed(0))
-    assert lengths[0] == 2 and lengths[2] == 12 and lengths[3] == 12 and 0 < lengths[1] <= 12
-    assert [len(o) for o in out] == [2 * 40, int(round(lengths[1] * 40)), 12 * 40, 12 * 40]
+    assert lengths[0] == 2 and lengths[2] == 12 and lengths[3] == 12 and 0 < lengths[1] <= 12 and lengths[4] == 2
+    assert [len(o) for o in out] == [2 * 40, int(round(lengths[1] * 40)), 12 * 40, 12 * 40, 2 * 40]
     assert out[0].shape[1] == 3 + 1 + 1 + 3
     # The true model's transitions are Pendulum's own: next obs and reward from (obs, act) by its equations.
     o, a, r, o2 = out[3][:, :3], out[3][:, 3:4], out[3][:, 4:5], out[3][:, 5:]
@@ -162,7 +162,8 @@ def _results(gain: float, k1_gain: float, true_final: float = -150.0, seeds: int
     for seed in range(seeds):
         base = mbpo_final + 50 * seed
         for arm, ret, length in (("mbpo", base, 1.0), ("infoprop", base + gain + seed, 30.0 + seed),
-                                 ("infoprop_k1", base + k1_gain - seed, 100.0), ("true_model", true_final + seed, 100.0)):
+                                 ("infoprop_k1", base + k1_gain - seed, 100.0), ("true_model", true_final + seed, 100.0),
+                                 ("true_model_h1", true_final + 2 * seed, 1.0)):
             rows.append({"arm": arm, "seed": seed, "real_steps": 100, "return": ret, "final": True})
             rows.append({"arm": arm, "seed": seed, "real_steps": 10, "return": -1200.0 + seed, "final": False})
             stats.append({"arm": arm, "seed": seed, "real_steps": 100, "accepted_length": length})
@@ -185,6 +186,22 @@ def test_claim_c_from_hand_made_results():
         # ... and likewise when the loop learns with the true model but not with a learned one (MBPO stays at -1100).
         baseline_flat = dyna_claim(p, *_results(gain=gain, k1_gain=0.0, mbpo_final=-1100.0))
         assert baseline_flat.verdict == "inconclusive" and not baseline_flat.premise_met
+
+
+def test_accepted_length_is_a_check_and_claim_c_is_not_measured_where_not_run():
+    from papers.infoprop.report import DYNA_ARMS, dyna_checks, dyna_not_measured
+
+    p = Params()
+    _, stats = _results(gain=200.0, k1_gain=-100.0)
+    (check,) = dyna_checks(p, stats)
+    assert check.passed and check.measured == pytest.approx(31.0)
+    # The reason is computed from the trial's cost and this run's CPU use: 10 s a run x arms x 3 seeds x (3000 / 1500).
+    p = parse({"dyna": {**Params().dyna, "run": False, "real_steps": 3000,
+                        "trial": {"cpu_s_per_run": 10.0, "real_steps": 1500, "epochs": 100, "seeds": 3, "learned": 1}}})
+    claim = dyna_not_measured(p, used_cpu=500.0, budget=600.0)
+    assert claim.verdict == "not measured"
+    assert f"at least {10 * len(DYNA_ARMS) * 3 * 2} CPU-s" in claim.note and "more than the 100 CPU-s left" in claim.note
+    assert "in 1 of 3 seeds" in claim.note
 
 
 def test_bad_dyna_config_names_the_key():

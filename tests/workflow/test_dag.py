@@ -36,8 +36,8 @@ FANNED_OUT = {
     "sam_late_train_sam": (1, 2, 3),  # one per (condition, rho): clean at every rho, noisy at the main rho
     "linear_mechanisms_phase": (1, 3, 3),  # one per phase-diagram panel
     "linear_mechanisms_nonlinear": (1, 10, 10),  # one per seed (every arm and its frozen-first-layer twin inside)
-    "cbplm_train": (1, 5, 5),  # one per seed (the four models inside)
-    "cbplm_evaluate": (1, 5, 5),  # one per seed
+    "cbplm_train": (1, 3, 5),  # one per seed (the four models and the sweep's CB-pLM runs inside)
+    "cbplm_evaluate": (1, 3, 5),  # one per seed
     "sharpening_sharpen": (2, 2, 2),  # SFT and RL
     "ensembles_train": (1, 5, 200),  # blocks of distinct member trainings (replicate, pipeline, member)
     "neural_fdm_train": (4, 4, 4),  # tasks x models
@@ -52,9 +52,9 @@ FANNED_OUT = {
     "profilebfn_evaluate": (1, 3, 5),  # one per training seed (every arm and family inside)
     "symspace_train": (1, 8, 5),  # one per seed (claim b's heads on its share of head_seeds, the attention pairs)
     "eagle_train": (1, 4, 5),  # one per seed (the arms of the seed's groups inside; round-robin with three experts)
-    "infoprop_prepare": (1, 5, 5),  # one per seed
-    "infoprop_train": (1, 5, 5),  # one per seed
-    "infoprop_evaluate": (1, 5, 5),  # one per seed (every propagation scheme inside)
+    "infoprop_prepare": (1, 12, 5),  # one per seed
+    "infoprop_train": (1, 12, 5),  # one per seed
+    "infoprop_evaluate": (1, 12, 5),  # one per seed (every propagation scheme inside)
     "bodygen_train": (2, 9, 400),  # one per task, arm and seed (smoke 2 arms; default 3 arms x 3 seeds; full 10 tasks x 8 arms x 5 seeds)
     "adamanip_prepare": (1, 3, 5),  # one per seed (every category and demonstration kind inside)
     "adamanip_train": (2, 6, 10),  # policies x seeds (both demonstration kinds inside)

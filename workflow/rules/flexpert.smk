@@ -110,6 +110,7 @@ rule flexpert_report:
         splits=rules.flexpert_prepare.output.splits,
         predictions=rules.flexpert_evaluate.output.table_predictions,
         designs=rules.flexpert_evaluate.output.table_designs,
+        sequences=rules.flexpert_prepare.output.sequences,
         benchmarks=[
             rules.flexpert_prepare.benchmark,
             rules.flexpert_pretrain.benchmark,

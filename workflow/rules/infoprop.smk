@@ -2,10 +2,13 @@
 # prepare (logged transitions of a noisy policy, held-out start states and their true continuations; per seed)
 # -> train (the probabilistic ensemble; per seed) -> evaluate (every propagation scheme's rollouts against the
 # true continuations, Infoprop's termination; per seed) -> report; beside them dyna (claim c: SAC on model rollouts of
-# each arm, every seed and arm vectorised in one job for the time budget) -> report.
+# each arm, every seed and arm vectorised in one job) -> report, at the scales that run it (infoprop.dyna.run).
 # Code: workflow/papers/infoprop/ (data.py, stages.py, dyna.py and report.py hold the functions these rules call).
 
 INFOPROP = f"{RESULTS}/infoprop"
+# Whether this scale runs the Dyna comparison (claim c); where it does not, the report says why from the measured
+# cost (config infoprop.dyna.run and dyna.trial).
+INFOPROP_DYNA = bool(config["infoprop"]["dyna"].get("run", True))
 
 
 rule infoprop_prepare:
@@ -105,10 +108,10 @@ rule infoprop_report:
         curves=expand(rules.infoprop_evaluate.output.curves, seed=seeds("infoprop")),
         cuts=expand(rules.infoprop_evaluate.output.cuts, seed=seeds("infoprop")),
         histories=expand(rules.infoprop_train.output.history, seed=seeds("infoprop")),
-        dyna_returns=rules.infoprop_dyna.output.returns,
-        dyna_rollouts=rules.infoprop_dyna.output.rollout_stats,
+        dyna_returns=rules.infoprop_dyna.output.returns if INFOPROP_DYNA else [],
+        dyna_rollouts=rules.infoprop_dyna.output.rollout_stats if INFOPROP_DYNA else [],
         benchmarks=[
-            rules.infoprop_dyna.benchmark,
+            *([rules.infoprop_dyna.benchmark] if INFOPROP_DYNA else []),
             *expand(rules.infoprop_prepare.benchmark, seed=seeds("infoprop")),
             *expand(rules.infoprop_train.benchmark, seed=seeds("infoprop")),
             *expand(rules.infoprop_evaluate.benchmark, seed=seeds("infoprop")),
@@ -131,6 +134,8 @@ rule infoprop_report:
         call="papers.infoprop.report:report",
         cfg=config["infoprop"],
         scale=SCALE,
+        # the paper's CPU budget at this scale (claim c's reason where the Dyna comparison is not run); None if none
+        budget=config["time_budget"].get(SCALE, {}).get("infoprop", config["time_budget"].get(SCALE, {}).get("default")),
     log:
         f"{LOGS}/infoprop/report.log",
     benchmark:

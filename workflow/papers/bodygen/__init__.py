@@ -9,7 +9,8 @@ having learned a gait (the fixed-body arm is the learnability reference); TCA's 
 design-only bandit with a scripted gait (``bandit``); the model-size statement as a check. Modules, bottom-up:
 ``morphology`` (limb tree, skeleton and attribute transforms, MJCF), ``env`` (limb tokens, MuJoCo execution),
 ``model`` (MoSAT with TopoPE, the GraphConv baseline, heads), ``credit`` (TCA and GAE), ``train`` (rollouts and
-PPO), ``bandit``, ``stages`` and ``report``.
+PPO), ``bandit``, ``stages`` and ``report``; ``timing`` measures a full-scale train job's cost per step
+(``time_full_scale.py`` prints it).
 
 Deviations (the report's "What differs from the paper"): a 2-D crawler instead of ten 3-D tasks at the default
 scale, a budget of tens of thousands of control steps instead of 50M samples and fewer arms (the full scale runs

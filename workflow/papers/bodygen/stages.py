@@ -101,35 +101,92 @@ def train(*, cfg, task: str, arm: str, seed: str, template, checkpoint, history)
 
 
 # ---- the TCA bandit ------------------------------------------------------------------------------
+# Keys of bodygen.credit read here that params.Params' default `credit` predates (editing params.py changes the code
+# hash of every train job, so these defaults live here until the next retraining; config/config.yaml sets them all).
+CREDIT_DEFAULTS = {"policy_lrs": [0.05 * 2.0 ** k for k in range(10)], "premise_iterations": 10, "folds": 2}
+
+
+def credit_settings(p) -> dict:
+    """bodygen.credit with the defaults above filled in, checked (errors name the key)."""
+    c = {**CREDIT_DEFAULTS, **dict(p.credit)}
+    lrs = list(c["policy_lrs"])
+    if len(lrs) < 2 or any(not float(x) > 0 for x in lrs) or lrs != sorted(set(lrs)):
+        raise ValueError(f"bodygen.credit.policy_lrs: at least two distinct positive step sizes in increasing order, "
+                         f"got {lrs}")
+    if not 1 <= int(c["premise_iterations"]) <= c["iterations"]:
+        raise ValueError(f"bodygen.credit.premise_iterations: between 1 and credit.iterations ({c['iterations']}), "
+                         f"got {c['premise_iterations']}")
+    if not 2 <= int(c["folds"]) <= c["seeds"]:
+        raise ValueError(f"bodygen.credit.folds: between 2 and credit.seeds ({c['seeds']}), got {c['folds']}")
+    return c
+
+
+def _share_rows(curve, r2, value, **keys) -> list[dict]:
+    share = (curve - curve[0]) / (value.max() - curve[0])
+    return [{**keys, "iteration": i, "J": float(j), "share": float(sh), "r2": float(r2[i]) if i < len(r2) else np.nan}
+            for i, (j, sh) in enumerate(zip(curve, share))]
+
+
 def credit_bandit(*, cfg, curves):
-    """TCA against GAE on the design-only bandit (papers.bodygen.bandit), every replicate, and the null control."""
+    """TCA against GAE on the design-only bandit (papers.bodygen.bandit; BodyGen Sec. 3.3), every replicate.
+
+    Per replicate and estimator, the design policy learns at every step size of credit.policy_lrs side by side
+    (bandit.learn_grid), and once at step size 0 (the uniform policy: the probe of the premise, how much of R(d) each
+    estimator's design advantage carries while the critic learns). Runs: rewards by design with the critic learning
+    (the claim); GAE with the critic frozen at 0 (the positive control: late rewards hidden from GAE by
+    construction; TCA's design advantage, standardised, does not depend on the critic, so its rows of the claim's run
+    serve there); the same designs with each execution's whole return paid at its first step (the ablation: nothing
+    late for GAE's discount to damp, so the mechanism TCA addresses is absent); then rewards shuffled across designs
+    (the null) at the step sizes cross-fitting chose for the claim (bandit.cross_fit)."""
     from papers.bodygen import bandit as B
     from papers.bodygen.tasks import get_task
 
     p = parse(cfg)
-    c, ppo = p.credit, p.ppo
+    c, ppo = credit_settings(p), p.ppo
     task = get_task(p.tasks[0])
     horizon = 1.0 / (1.0 - ppo["gamma"] * ppo["lam"])  # GAE's effective horizon in steps
-    rows = []
+    lrs = [0.0] + [float(x) for x in c["policy_lrs"]]
+    common = dict(iterations=c["iterations"], episodes=c["episodes"], gamma=ppo["gamma"], lam=ppo["lam"])
+    rows, kept = [], {}
     for rep in range(c["seeds"]):
         rng = np.random.default_rng([rep, 5])
         bodies = B.designs(task, c["designs"], rng)
         rewards = B.scripted_rewards(bodies, task, p.env, c["noise_draws"], c["gait_period"], rng)
         value = rewards.sum(2).mean(1)
-        noise = float(rewards.sum(2).std(1).mean())
-        late = B.late_share(rewards, horizon)
-        for estimator in ("tca", "gae"):
-            for reward in ("design", "shuffled"):
-                curve = B.learn(rewards, tca=estimator == "tca", iterations=c["iterations"], episodes=c["episodes"],
-                                policy_lr=c["policy_lr"], value_lr=c["value_lr"], gamma=ppo["gamma"], lam=ppo["lam"],
-                                rng=np.random.default_rng([rep, 6, reward == "shuffled"]), shuffle=reward == "shuffled")
-                share = (curve - curve[0]) / (value.max() - curve[0])
-                rows += [{"replicate": rep, "estimator": estimator, "reward": reward, "iteration": i, "J": float(j),
-                          "share": float(sh), "best": float(value.max()), "uniform": float(value.mean()),
-                          "start_noise": noise, "late_share": late, "gae_horizon": horizon}
-                         for i, (j, sh) in enumerate(zip(curve, share))]
-        log.info("replicate %d: designs' returns %s, late share %.2f", rep, np.round(value, 1), late)
+        about = {"replicate": rep, "best": float(value.max()), "uniform": float(value.mean()),
+                 "start_noise": float(rewards.sum(2).std(1).mean()), "late_share": B.late_share(rewards, horizon),
+                 "gae_horizon": horizon}
+        kept[rep] = rewards
+        early = np.zeros_like(rewards)  # the ablation: each execution's whole return at its first step, nothing late
+        early[:, :, 0] = rewards.sum(2)
+        for estimator, reward, value_lr in (("tca", "design", c["value_lr"]), ("gae", "design", c["value_lr"]),
+                                            ("gae", "frozen critic", 0.0), ("tca", "early", c["value_lr"]),
+                                            ("gae", "early", c["value_lr"])):
+            curve, r2 = B.learn_grid(early if reward == "early" else rewards, tca=estimator == "tca", lrs=lrs,
+                                     value_lr=value_lr,
+                                     rng=np.random.default_rng([rep, 6, 0]), **common)
+            for lr, cu, rr in zip(lrs, curve, r2):
+                rows += _share_rows(cu, rr, value, **about, estimator=estimator, reward=reward, lr=lr)
+        log.info("replicate %d: designs' returns %s, late share %.2f", rep, np.round(value, 1), about["late_share"])
+    table = pd.DataFrame(rows)
+    for estimator in ("tca", "gae"):  # the null control at the claim's cross-fitted step sizes
+        chosen = B.cross_fit(auc_table(table, estimator, "design"), c["folds"])
+        for rep, lr in chosen.lr.items():
+            rewards = kept[rep]
+            curve = B.learn(rewards, tca=estimator == "tca", policy_lr=lr, value_lr=c["value_lr"], shuffle=True,
+                            rng=np.random.default_rng([rep, 6, 1]), **common)
+            about = table[table.replicate == rep].iloc[0][["replicate", "best", "uniform", "start_noise",
+                                                           "late_share", "gae_horizon"]].to_dict()
+            rows += _share_rows(curve, np.full(len(curve) - 1, np.nan), rewards.sum(2).mean(1), **about,
+                                estimator=estimator, reward="shuffled", lr=lr)
     write_parquet(pd.DataFrame(rows), curves)
+
+
+def auc_table(curves: pd.DataFrame, estimator: str, reward: str) -> pd.DataFrame:
+    """Per replicate and step size (> 0), the policy's share of the possible improvement averaged over the
+    iterations (the area under its learning curve: how far and how fast it improved): columns replicate, lr, auc."""
+    sel = curves[(curves.estimator == estimator) & (curves.reward == reward) & (curves.lr > 0)]
+    return sel.groupby(["replicate", "lr"], as_index=False).share.mean().rename(columns={"share": "auc"})
 
 
 # ---- evaluate ----------------------------------------------------------------------------------

@@ -9,7 +9,9 @@
 (b)     perplexity (Sec. 4.3, Table 2): the CB-pLM keeps at least a fixed share of what the plain LM gains
         over residue frequencies (in log-perplexity), read at the end of a training-length sweep whose
         premise is that concept prediction has converged;
-(c)     interpretability (Sec. 4.2, Fig. 5): the linear concepts-to-tokens map agrees with residue scales.
+Interpretability (Sec. 4.2, Fig. 5), the linear concepts-to-tokens map agreeing with residue scales, is reported as
+checks (:func:`interpretability_checks`): it holds by construction (a closed-form reference without a model
+reproduces it).
 
 Each is decided on intervals over the training seeds, the independent replicates: every seed retrains all four
 models.
@@ -62,9 +64,11 @@ def excess_over_floor(change: pd.DataFrame) -> pd.DataFrame:
 
 
 def ratio_of_means(a, b) -> float:
-    """mean(a) / mean(b); NaN where the denominator is not positive (no ratio to speak of)."""
-    b_mean = float(np.mean(b))
-    return float(np.mean(a)) / b_mean if b_mean > 0 else float("nan")
+    """mean(a) / mean(b); NaN where the denominator is not positive (no ratio to speak of). Sums over sizes, not
+    np.mean: the bootstrap calls this 10,000 times per interval."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    b_mean = b.sum() / b.size
+    return float(a.sum() / a.size / b_mean) if b_mean > 0 else float("nan")
 
 
 def concept_ratios(exc: pd.DataFrame, names, numerator: str = "cb", denominator: str = "tag") -> dict:
@@ -87,8 +91,9 @@ def concept_ratios(exc: pd.DataFrame, names, numerator: str = "cb", denominator:
 
 
 def sweep_table(m: pd.DataFrame) -> pd.DataFrame:
-    """Per (seed, step) of claim (b)'s sweep: CB-pLM's share of the plain LM's gain (own and true concepts), the
-    plain LM's gain over residue frequencies (nats) and CB-pLM's mean concept R^2."""
+    """Per (seed, run length) of the training-length sweep: CB-pLM's held-out perplexity and mean concept R^2; where
+    the plain LM was trained as long (the full run), CB-pLM's share of the plain LM's gain (own, true and another
+    protein's concepts) and the plain LM's gain over residue frequencies (nats); NaN elsewhere."""
     uni = m[(m.model == "unigram") & (m.metric == "perplexity")].set_index("seed").value
     rows = []
     for (seed, step), g in m[m.model.isin(["cb", "plain"])].groupby(["seed", "step"]):
@@ -98,7 +103,7 @@ def sweep_table(m: pd.DataFrame) -> pd.DataFrame:
         log_uni = np.log(uni[seed])
         gain = log_uni - np.log(val("plain", "perplexity"))
         r2 = g[(g.model == "cb") & (g.metric == "concept_r2")].value
-        rows.append({"seed": seed, "step": step, "plain_gain": gain,
+        rows.append({"seed": seed, "step": step, "plain_gain": gain, "cb_perplexity": val("cb", "perplexity"),
                      "cb_share": (log_uni - np.log(val("cb", "perplexity"))) / gain,
                      "cb_true_share": (log_uni - np.log(val("cb", "perplexity_true_concepts"))) / gain,
                      "cb_shuffled_share": (log_uni - np.log(val("cb", "perplexity_shuffled_concepts"))) / gain,
@@ -109,8 +114,8 @@ def sweep_table(m: pd.DataFrame) -> pd.DataFrame:
 def cbplm_claims(p, m: pd.DataFrame, change: pd.DataFrame, w: pd.DataFrame, checks: pd.DataFrame) -> list:
     """The four claims. `m`: the metrics rows of every seed (and sweep step); `change`: :func:`paired_change` of the
     interventions; `w`: the CB-pLM's centred concept-to-token weights per seed; `checks`: :func:`weight_checks`."""
-    from papers.common.claims import (Claim, Control, Premise, bootstrap_test, convention, from_paper, mean_test,
-                                      paired_test, t_interval)
+    from papers.common.claims import (Claim, Control, PositiveControl, Premise, bootstrap_test, convention, from_paper,
+                                      mean_test, paired_test, t_interval)
 
     c = p.claims
     names = list(p.concepts)
@@ -134,11 +139,12 @@ def cbplm_claims(p, m: pd.DataFrame, change: pd.DataFrame, w: pd.DataFrame, chec
                          threshold=0.0, direction=">", what="seeds",
                          name="CB-pLM: perplexity with another protein's concepts / its own - 1")
 
-    def ratio_test(arm, baseline, label=""):
+    def ratio_test(arm, baseline, label="", table=None):
         """arm excess > 0; arm excess - min_ratio x baseline excess > 0 (paired t: the ratio criterion without a
         denominator that can sit at 0); and where the baseline's excess is told from 0, the ratio itself (paired
-        bootstrap). Returns (parts, whether the ratio was tested)."""
-        x, y = per_seed[f"{arm}_excess"].to_numpy(float), per_seed[f"{baseline}_excess"].to_numpy(float)
+        bootstrap). `table`: per-seed excesses (default: the run's). Returns (parts, whether the ratio was tested)."""
+        table = per_seed if table is None else table
+        x, y = table[f"{arm}_excess"].to_numpy(float), table[f"{baseline}_excess"].to_numpy(float)
         parts = [mean_test(x, threshold=0.0, direction=">", what="seeds", name=f"{label}{arm} excess change (SD)"),
                  paired_test(x, c.min_ratio * y, threshold=0.0, direction=">", what="seeds",
                              name=f"{label}{arm} excess - {c.min_ratio:g} x {baseline} excess (SD)")]
@@ -147,6 +153,32 @@ def cbplm_claims(p, m: pd.DataFrame, change: pd.DataFrame, w: pd.DataFrame, chec
             parts.append(bootstrap_test(ratio_of_means, x, y, threshold=c.min_ratio, direction=">", what="seeds",
                                         name=f"{label}{arm} excess / {baseline} excess"))
         return parts, measured
+
+    # The convergence premise of (a), (a_tag) and (b): CB-pLM's mean held-out concept R^2 gained from the sweep's
+    # longest shorter run (its own schedule) to the full run. The intervention ratio moved with training length
+    # (review of issue 50: 1.59 at 400 and 1.91 at 800 steps on one seed), so (a) is read only where it has converged.
+    sweep = sweep_table(m)
+    steps = sorted(sweep.step.unique())
+    last = sweep[sweep.step == final].sort_values("seed")
+    before = sweep[sweep.step == steps[-2]].sort_values("seed") if len(steps) > 1 else None
+    r2_gain = float((last.concept_r2.to_numpy() - before.concept_r2.to_numpy()).mean()) if before is not None else float("nan")
+    converged = Premise.at_most(f"concept prediction converged: mean R^2 gained from a {steps[-2] if len(steps) > 1 else 'no'}"
+                                f"-step run to the {final}-step run", r2_gain, c.max_r2_gain, what="cbplm.claims.max_r2_gain")
+
+    def planted(baseline):
+        """The positive control of (a): a synthetic arm whose change is plain + k x (baseline - plain) on every row
+        (protein, concept, seed), k = min_ratio + 0.5, so its excess over the floor is k times the baseline's by
+        construction; through the same analysis it must hold."""
+        k = c.min_ratio + 0.5
+        rows = change[change.model.isin([baseline, "plain"])]
+        wide = rows.pivot_table(index=["seed", "concept", "sequence"], columns="model", values="change")
+        synthetic = (wide["plain"] + k * (wide[baseline] - wide["plain"])).rename("change").reset_index()
+        both = pd.concat([rows, synthetic.assign(model="planted")], ignore_index=True)
+        e = excess_over_floor(both)
+        table = e.groupby("seed")[["planted_excess", f"{baseline}_excess"]].mean().sort_index()
+        parts, _ = ratio_test("planted", baseline, "planted: ", table)
+        return PositiveControl(f"a synthetic arm plain + {k:g} x ({baseline} - plain) on every intervened protein "
+                               f"(its excess {k:g} times the baseline's by construction) through the same test", parts)
 
     def a_claim(cid, arm, baseline, statement, request, premise):
         parts, measured = ratio_test(arm, baseline)
@@ -171,10 +203,8 @@ def cbplm_claims(p, m: pd.DataFrame, change: pd.DataFrame, w: pd.DataFrame, chec
             parts,
             Control("the same test with CB-pLM's intervened concept embedding zeroed (the bottleneck's path from the "
                     "request to the logits removed, everything else kept)", ctl, kind="ablation"),
-            note="; ".join(notes), threshold_source=threes, premise=premise,
-            no_positive_control="the change is measured with Biopython's closed-form descriptors of the regenerated "
-                                "sequences (tested by hand in tests/papers/test_cbplm.py), not by an estimator that "
-                                "could be blind; the un-ablated arms move the concepts (table)")
+            note="; ".join(notes), threshold_source=threes, premise=[*premise, converged],
+            positive_control=planted(baseline))
 
     claim_a = a_claim("a", "cb", "cond",
                       "Intervening through the concept bottleneck moves the targeted property at least 3 times more "
@@ -194,11 +224,6 @@ def cbplm_claims(p, m: pd.DataFrame, change: pd.DataFrame, w: pd.DataFrame, chec
                            Premise.from_evidence("CB-pLM reads its bottleneck", cb_reads)])
 
     # (b) CB-pLM's share of the plain LM's gain over residue frequencies, read at the end of the training-length sweep.
-    sweep = sweep_table(m)
-    last = sweep[sweep.step == final].sort_values("seed")
-    steps = sorted(sweep.step.unique())
-    before = sweep[sweep.step == steps[-2]].sort_values("seed") if len(steps) > 1 else None
-    r2_gain = float((last.concept_r2.to_numpy() - before.concept_r2.to_numpy()).mean()) if before is not None else float("nan")
     gain_share = convention(f"min_gain_share = {c.min_gain_share:g}: the paper's 'comparable' read as losing at most "
                             f"{1 - c.min_gain_share:.0%} of what the plain LM learns beyond residue composition (a "
                             "judgement of this reproduction, fixed before the run)")
@@ -208,8 +233,8 @@ def cbplm_claims(p, m: pd.DataFrame, change: pd.DataFrame, w: pd.DataFrame, chec
         "comparable pre-training perplexity: interpretability does not cost perplexity (Sec. 4.3, Table 2)",
         {"cb_share_of_plain_gain": float(last.cb_share.mean()), "cb_true_concepts_share": float(last.cb_true_share.mean()),
          "concept_r2": float(last.concept_r2.mean()),
-         "share_by_step": {int(s): round(float(g.cb_share.mean()), 4) for s, g in sweep.groupby("step")},
-         "concept_r2_by_step": {int(s): round(float(g.concept_r2.mean()), 4) for s, g in sweep.groupby("step")}},
+         "cb_perplexity_by_run_steps": {int(s): round(float(g.cb_perplexity.mean()), 4) for s, g in sweep.groupby("step")},
+         "concept_r2_by_run_steps": {int(s): round(float(g.concept_r2.mean()), 4) for s, g in sweep.groupby("step")}},
         f"per seed after {final} steps, on the same held-out masked residues: the CB-pLM's (its own predicted "
         f"concepts) share (log ppl(frequencies) - log ppl(CB)) / (log ppl(frequencies) - log ppl(plain)); its {n}-seed "
         f"interval lies above min_gain_share = {c.min_gain_share:g}",
@@ -219,49 +244,49 @@ def cbplm_claims(p, m: pd.DataFrame, change: pd.DataFrame, w: pd.DataFrame, chec
                 "wrong thing)", mean_test(last.cb_shuffled_share, threshold=c.min_gain_share, direction=">",
                                           what="seeds", name="CB-pLM fed another protein's concepts: share"), kind="null"),
         note=(f"fed its true concepts, CB-pLM keeps {last.cb_true_share.mean():.0%} of the plain LM's gain; along the "
-              "sweep (steps: share with its own concepts, mean concept R^2) "
-              + ", ".join(f"{int(s)}: {g.cb_share.mean():.2f}, {g.concept_r2.mean():.2f}" for s, g in sweep.groupby("step"))),
+              "sweep of separate CB-pLM runs (steps: held-out perplexity, mean concept R^2) "
+              + ", ".join(f"{int(s)}: {g.cb_perplexity.mean():.2f}, {g.concept_r2.mean():.2f}" for s, g in sweep.groupby("step"))),
         threshold_source=gain_share,
         premise=[Premise.from_evidence("the plain LM learns beyond residue frequencies (gain in nats)",
                                        mean_test(last.plain_gain, threshold=0.0, direction=">", what="seeds",
                                                  name="plain LM's gain over residue frequencies (nats)")),
-                 Premise.at_most(f"concept prediction converged: mean R^2 gained from step {steps[-2] if len(steps) > 1 else 'none'} "
-                                 f"to {final}", r2_gain, c.max_r2_gain, what="cbplm.claims.max_r2_gain")],
+                 converged],
         no_positive_control="held-out perplexities of trained models; nothing to be blind")
 
-    # (c) the GRAVY weights follow Kyte-Doolittle; the charge weights have the right sign for each of K, R, D, E.
-    def weights(concept, residue):
-        return w[(w.concept == concept) & (w.residue == residue)].sort_values("seed").weight.to_numpy(float)
+    return [claim_a, claim_a_tag, claim_b]
 
-    def kd_spearman(concept):
-        return np.array([spearman(g.weight, g.kyte_doolittle) for _, g in
-                         w[w.concept == concept].sort_values("seed").groupby("seed", sort=True)])
 
-    sign = {"K": 1.0, "R": 1.0, "D": -1.0, "E": -1.0}
+SIGNS = {"K": 1.0, "R": 1.0, "D": -1.0, "E": -1.0}  # the charge of each charged residue at pH 7
 
-    def interpretable(gravy, charge):  # the criterion of (c) on the weights of two named concepts
-        return ([mean_test(kd_spearman(gravy), threshold=c.min_kd_rank_correlation, direction=">", what="seeds",
-                           name=f"Spearman({gravy} weights, Kyte-Doolittle)")]
-                + [mean_test(s * weights(charge, r), threshold=0.0, direction=">", what="seeds",
-                             name=f"{'+' if s > 0 else '-'}{charge} weight of {r}") for r, s in sign.items()])
 
-    r2 = {k: float(metric("cb", "concept_r2", k).mean()) for k in ("gravy", "charge")}
-    claim_c = Claim(
-        "c", "The linear concept-to-token map is interpretable: GRAVY weights follow the Kyte-Doolittle scale, "
-             "charge weights are positive for K/R and negative for D/E.",
-        "the final linear layer's weights agree with known residue properties (Sec. 4.2, Fig. 5)",
-        {"kd_spearman_per_seed": [round(float(x), 4) for x in checks.kd_spearman],
-         "charge_signs_right_per_seed": [int(x) for x in checks.charge_signs_right]},
-        f"over {n} seeds, weights centred over the 20 residues: the 95% interval of Spearman(GRAVY weights, "
-        f"Kyte-Doolittle) lies above min_kd_rank_correlation = {c.min_kd_rank_correlation:g}, and for each of "
-        "K, R (> 0) and D, E (< 0) the interval of the sign-adjusted charge weight lies above 0",
-        interpretable("gravy", "charge"),
-        Control("the wrong concept: the same test with the two concepts swapped (the charge weights "
-                "against Kyte-Doolittle, the GRAVY weights against the charge signs)",
-                interpretable("charge", "gravy"), kind="null"),
-        threshold_source=convention(f"{c.min_kd_rank_correlation:g}: a moderate rank correlation (a judgement of this "
-                                    "reproduction; the paper shows the weights, no number) and signs"),
-        premise=[Premise.at_least(f"CB-pLM predicts {k} (held-out R^2)", v, c.min_concept_r2,
-                                  what="cbplm.claims.min_concept_r2") for k, v in r2.items()],
-        no_positive_control="rank correlations and signs of the model's own weights, computed in closed form")
-    return [claim_a, claim_a_tag, claim_b, claim_c]
+def interpretability_checks(p, w: pd.DataFrame, checks: pd.DataFrame, slopes: dict) -> list:
+    """The paper's interpretability result (Sec. 4.2, Fig. 5) as checks, not claims: the decoder's concept weights
+    are trained with the true concepts fed in, so they follow what the concept's definition puts into residue
+    frequencies; the closed-form reference without any model (`slopes`, :func:`papers.cbplm.data.residue_slopes`)
+    already gives the result (review of issue 50). Each check states the reference beside CB-pLM's weights.
+    `checks`: :func:`weight_checks`."""
+    from papers.common.claims import Check
+    from papers.cbplm.data import AMINO_ACIDS, kyte_doolittle
+
+    ref = {name: pd.Series(v, index=list(AMINO_ACIDS)) for name, v in slopes.items()}
+    ref_kd = spearman(ref["gravy"].to_numpy(), kyte_doolittle())
+    ref_signs = int(sum((SIGNS[r] * ref["charge"][r]) > 0 for r in SIGNS))
+    agree = [spearman(g.set_index("residue").weight.reindex(list(AMINO_ACIDS)), ref[name])
+             for (seed, name), g in w.groupby(["seed", "concept"])]
+    kd = checks.kd_spearman.to_numpy(float)
+    return [
+        Check.at_least("c_gravy_kd", "CB-pLM's GRAVY weights (d logit / d concept, centred) follow Kyte-Doolittle, the "
+                       f"paper's Fig. 5 (Sec. 4.2); expected by construction: the slope of each residue's centred "
+                       f"log-frequency on the standardised GRAVY (no model) gives Spearman {ref_kd:.3f}; mean over "
+                       f"{len(kd)} seeds, per seed {', '.join(f'{x:.3f}' for x in kd)}",
+                       float(kd.mean()), p.claims.min_kd_rank_correlation,
+                       what="cbplm.claims.min_kd_rank_correlation: Spearman"),
+        Check.at_least("c_charge_signs", "CB-pLM's net-charge weights are positive for K, R and negative for D, E in "
+                       f"every seed (fewest right of 4 over the seeds); expected by construction: the no-model slopes "
+                       f"get {ref_signs} of 4", float(checks.charge_signs_right.min()), len(SIGNS),
+                       what="signs right"),
+        Check.at_least("c_weights_match_reference", "CB-pLM's concept-to-token weights track the no-model slopes of "
+                       "residue log-frequency on each concept (mean Spearman over concepts and seeds; self-consistency: "
+                       "what a decoder linear in the concept should learn)", float(np.mean(agree)),
+                       p.claims.min_kd_rank_correlation, what="cbplm.claims.min_kd_rank_correlation: Spearman"),
+    ]

@@ -62,6 +62,25 @@ def kyte_doolittle() -> np.ndarray:
     return np.array([kd[a] for a in AMINO_ACIDS])
 
 
+def residue_slopes(sequences, z: np.ndarray) -> np.ndarray:
+    """The no-model reference of the concept-to-token weights (Sec. 4.2, Fig. 5): per concept k and residue a, the
+    least-squares slope of the residue's centred log-frequency on the standardised concept,
+
+    .. math:: s_{ak} = \\mathrm{cov}(\\ell_a, z_k) / \\mathrm{var}(z_k), \\qquad
+              \\ell_a = \\log f_a - \\tfrac{1}{20} \\sum_b \\log f_b,
+
+    with f_a = (count_a + 0.5) / (length + 10) (add-half pseudo-counts). A decoder whose logits are linear in the
+    concept, trained with the true concept fed in, should learn about these. Returns (20, K) in AMINO_ACIDS order.
+    """
+    counts = np.stack([np.bincount(residue_index(s), minlength=len(AMINO_ACIDS)) for s in sequences]).astype(float)
+    freq = (counts + 0.5) / (counts.sum(1, keepdims=True) + 0.5 * len(AMINO_ACIDS))
+    ell = np.log(freq)
+    ell -= ell.mean(1, keepdims=True)
+    z = np.asarray(z, dtype=float).reshape(len(ell), -1)
+    zc = z - z.mean(0)
+    return (ell - ell.mean(0)).T @ zc / (zc ** 2).sum(0)
+
+
 # ---- reading sequences -----------------------------------------------------------------------
 def aaanalysis_dir() -> Path:
     """The benchmark folder of the installed aaanalysis wheel (found without importing it)."""
@@ -114,6 +133,59 @@ def read_table(path) -> pd.DataFrame:
     return pd.DataFrame({"sequence": seqs, "source": Path(path).name, "line": lines})
 
 
+def sample_fasta(path, n: int, accept, seed: int = 0) -> tuple[pd.DataFrame, dict]:
+    """At most `n` records of a FASTA file drawn uniformly from those `accept(sequence)` names None, streamed (one
+    record in memory at a time beside the sample: reservoir sampling, Vitter's algorithm R), so that a UniRef50-sized
+    file never sits in memory whole. `accept` returns None to keep a record or the reason to drop it.
+    Returns (records: sequence, source, line; {"read": records read, reason: count, "examples": {reason: [...]}})."""
+    rng = np.random.default_rng(seed)
+    sample: list[tuple[str, int]] = []
+    stats: dict = {"read": 0, "examples": {}}
+    seen = 0
+
+    def offer(seq: str, line: int) -> None:
+        nonlocal seen
+        seq = _check_letters(seq, path, line)
+        stats["read"] += 1
+        reason = accept(seq)
+        if reason is not None:
+            stats[reason] = stats.get(reason, 0) + 1
+            examples = stats["examples"].setdefault(reason, [])
+            if len(examples) < 5:
+                examples.append(f"{Path(path).name}:{line}")
+            return
+        seen += 1
+        if len(sample) < n:
+            sample.append((seq, line))
+        else:
+            j = int(rng.integers(seen))
+            if j < n:
+                sample[j] = (seq, line)
+
+    header_line, chunks = None, []
+    with open(path) as f:
+        for number, text in enumerate(f, start=1):
+            text = text.strip()
+            if text.startswith(">"):
+                if header_line is not None:
+                    offer("".join(chunks), header_line)
+                header_line, chunks = number, []
+            elif text:
+                if header_line is None:
+                    raise ValueError(f"{path}: line {number}: sequence before the first '>' header")
+                chunks.append(text)
+    if header_line is not None:
+        offer("".join(chunks), header_line)
+    if not stats["read"]:
+        raise ValueError(f"{path}: no FASTA records")
+    return pd.DataFrame({"sequence": [r[0] for r in sample], "source": Path(path).name,
+                         "line": [r[1] for r in sample]}), stats
+
+
+def is_fasta(path) -> bool:
+    return Path(path).suffix.lower() in (".fasta", ".fa", ".faa", ".fas")
+
+
 def load_sequences(path=None, files=()) -> pd.DataFrame:
     """Sequences from `path` (FASTA, or TSV/CSV with a `sequence` column), or, if None, from the
     aaanalysis benchmark `files` (names without `.tsv`). Columns: sequence, source, line."""
@@ -123,7 +195,7 @@ def load_sequences(path=None, files=()) -> pd.DataFrame:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file (cbplm.sequences: a FASTA, e.g. UniRef50, or a TSV/CSV)")
-    return read_fasta(path) if path.suffix.lower() in (".fasta", ".fa", ".faa", ".fas") else read_table(path)
+    return read_fasta(path) if is_fasta(path) else read_table(path)
 
 
 def standard_only(seqs: pd.Series) -> np.ndarray:

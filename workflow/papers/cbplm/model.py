@@ -18,11 +18,14 @@ All share one encoder (pre-LayerNorm transformer, ESM-2 style as lobster's LMBas
   .. math::
       \\hat c = W_2 \\tanh(W_1 h_{\\mathrm{cls}}), \\qquad
       z_c = [c_1 e_1, \\dots, c_K e_K] \\in \\mathbb{R}^{K E}, \\qquad
-      z_u = \\mathrm{MLP}(h_t) \\in \\mathbb{R}^{K E}, \\qquad
+      z_u = \\mathrm{MLP}(h_t) \\in \\mathbb{R}^{U}, \\qquad
       \\mathrm{logits}_t = W_{\\mathrm{dec}} [z_c; z_u] + b,
 
   with c the true concepts in training (teacher forcing) and \\hat c at inference, where an
-  intervention overwrites one entry of c. The loss (official ``_compute_loss``) is
+  intervention overwrites one entry of c. The unknown part's width U is the official K E (lobster's
+  ``token_unk`` is as wide as z_c: 1436 for 718 concepts, wider than the 24M model's 408) but at least
+  d_model: with 8 concepts K E = 16 would make z_u narrower than the encoder, a bottleneck the paper's
+  models do not have (:func:`unknown_width`). The loss (official ``_compute_loss``) is
   ``CE_masked + 0.1 K MSE(c_hat, c) + 0.1 mean_t |cos(z_c, z_u)|``.
 """
 from __future__ import annotations
@@ -35,6 +38,7 @@ from torch import nn
 
 import kernels
 from papers.cbplm.data import AMINO_ACIDS
+from papers.cbplm.params import unknown_width
 from papers.cbplm.tokens import PAD
 
 N_AA = len(AMINO_ACIDS)
@@ -126,13 +130,14 @@ class ConceptBottleneckLM(nn.Module):
     """CB-pLM: concept head on <cls>, bottleneck [z_c; z_u], one linear layer to the residues."""
 
     def __init__(self, vocab: int, max_tokens: int, d_model: int, n_layers: int, n_heads: int, d_ff: int,
-                 n_concepts: int, concept_emb: int):
+                 n_concepts: int, concept_emb: int, unknown: int | None = None):
         super().__init__()
         K, E = n_concepts, concept_emb
+        U = unknown_width(K, E, d_model, unknown)
         self.encoder = Encoder(vocab, max_tokens, d_model, n_layers, n_heads, d_ff)
         self.concept_head = nn.Sequential(nn.Linear(d_model, d_model), nn.Tanh(), nn.Linear(d_model, K))
-        self.unknown = _mlp_head(d_model, K * E)  # z_u, as wide as z_c (official token_unk)
-        self.decoder = nn.Linear(2 * K * E, N_AA)  # the linear concepts(+unknown)-to-tokens map
+        self.unknown = _mlp_head(d_model, U)  # z_u (official token_unk), at least d_model wide
+        self.decoder = nn.Linear(K * E + U, N_AA)  # the linear concepts(+unknown)-to-tokens map
         _init(self)
         self.concept_emb = nn.Parameter(torch.empty(K, E))  # e_k, one learned vector per concept
         nn.init.trunc_normal_(self.concept_emb, std=1.0 / math.sqrt(E))  # as the official CBM
@@ -157,7 +162,7 @@ class ConceptBottleneckLM(nn.Module):
             emb[ablate] = 0.0
         z_c = (c[:, :, None] * emb).flatten(1)  # (B, K E)
         z_c = z_c[:, None, :].expand(B, T, -1)  # the same at every position
-        z_u = self.unknown(h)  # (B, T, K E)
+        z_u = self.unknown(h)  # (B, T, U)
         logits = self.decoder(torch.cat([z_c, z_u], dim=-1))  # (B, T, 20)
         return {"logits": logits, "concepts": c_hat, "z_c": z_c, "z_u": z_u}
 
@@ -175,7 +180,14 @@ def masked_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -
 
 
 def orthogonality_loss(z_c: torch.Tensor, z_u: torch.Tensor) -> torch.Tensor:
-    """mean over (B, T) of |cos(z_c, z_u)| (official orthogonality_loss, eps 1e-6)."""
+    """mean over (B, T) of |cos(z_c, z_u)| (official orthogonality_loss, eps 1e-6). Where z_u is wider than z_c
+    (:func:`unknown_width`), z_c is padded with zeros: the cosine is then <z_c, z_u[:KE]> / (|z_c| |z_u|), the
+    official one when the widths are equal."""
+    gap = z_u.shape[-1] - z_c.shape[-1]
+    if gap > 0:
+        z_c = F.pad(z_c, (0, gap))
+    elif gap < 0:
+        z_u = F.pad(z_u, (0, -gap))
     return F.cosine_similarity(z_c, z_u, dim=-1, eps=1e-6).abs().mean()
 
 

@@ -7,6 +7,7 @@ Snakemake (see workflow/rules/cbplm.smk) and in tests alike.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,7 @@ from papers.common.seeding import seed_everything
 log = logging.getLogger(__name__)
 
 TITLE = "P7 cbplm: Concept Bottleneck protein language models (CB-pLM)"
-SWEPT = ("cb", "plain")  # the models claim (b)'s training-length sweep evaluates at every step of train.sweep
+SWEPT = ("cb",)  # the models trained again at every length of train.sweep (the convergence premise reads CB-pLM's R^2)
 
 
 def _device() -> str:
@@ -35,21 +36,39 @@ def build_dataset(p) -> tuple[pd.DataFrame, dict]:
 
     Rules, in order: drop exact duplicates; keep lengths in [min_length, max_length]; exclude any
     sequence with a character other than the 20 standard upper-case residues; shuffle (seed 0)
-    and keep at most `max_sequences`; hold out `test_fraction`. Concepts are standardised with the
-    training split's mean and std; tag bins are the training split's quantiles.
+    and keep at most `max_sequences`; hold out `test_fraction`. A FASTA with `max_sequences` set (UniRef50 at the
+    full scale) is streamed instead (:func:`papers.cbplm.data.sample_fasta`): the length and residue rules apply
+    while reading, `max_sequences` of the records that pass are drawn uniformly, and duplicates are dropped within
+    that sample. Concepts are standardised with the training split's mean and std; tag bins are the training
+    split's quantiles.
     """
-    raw = D.load_sequences(p.sequences, p.files)
-    summary = {"read": len(raw)}
-    df = raw.drop_duplicates("sequence").reset_index(drop=True)
-    summary["duplicates_dropped"] = len(raw) - len(df)
-    length = df.sequence.str.len()
-    in_range = (length >= p.min_length) & (length <= p.max_length)
-    summary["outside_length_range"] = int((~in_range).sum())
-    df = df[in_range].reset_index(drop=True)
-    standard = D.standard_only(df.sequence)
-    summary["non_standard_excluded"] = int((~standard).sum())
-    summary["non_standard_examples"] = [f"{r.source}:{r.line}" for r in df[~standard].head(5).itertuples()]
-    df = df[standard].reset_index(drop=True)
+    if p.sequences is not None and p.max_sequences is not None and D.is_fasta(p.sequences):
+        def accept(seq):
+            if not p.min_length <= len(seq) <= p.max_length:
+                return "outside_length_range"
+            return None if D.standard_only([seq])[0] else "non_standard_excluded"
+
+        if not Path(p.sequences).exists():
+            raise FileNotFoundError(f"{p.sequences}: no such file (cbplm.sequences: a FASTA, e.g. UniRef50, or a TSV/CSV)")
+        raw, stats = D.sample_fasta(p.sequences, p.max_sequences, accept, seed=0)
+        df = raw.drop_duplicates("sequence").reset_index(drop=True)
+        summary = {"read": stats["read"], "streamed_sample": len(raw), "duplicates_dropped": len(raw) - len(df),
+                   "outside_length_range": stats.get("outside_length_range", 0),
+                   "non_standard_excluded": stats.get("non_standard_excluded", 0),
+                   "non_standard_examples": stats["examples"].get("non_standard_excluded", [])}
+    else:
+        raw = D.load_sequences(p.sequences, p.files)
+        summary = {"read": len(raw)}
+        df = raw.drop_duplicates("sequence").reset_index(drop=True)
+        summary["duplicates_dropped"] = len(raw) - len(df)
+        length = df.sequence.str.len()
+        in_range = (length >= p.min_length) & (length <= p.max_length)
+        summary["outside_length_range"] = int((~in_range).sum())
+        df = df[in_range].reset_index(drop=True)
+        standard = D.standard_only(df.sequence)
+        summary["non_standard_excluded"] = int((~standard).sum())
+        summary["non_standard_examples"] = [f"{r.source}:{r.line}" for r in df[~standard].head(5).itertuples()]
+        df = df[standard].reset_index(drop=True)
     df = df.iloc[np.random.default_rng(0).permutation(len(df))].reset_index(drop=True)
     if p.max_sequences is not None:
         df = df.iloc[: p.max_sequences].reset_index(drop=True)
@@ -85,6 +104,8 @@ def build_dataset(p) -> tuple[pd.DataFrame, dict]:
                             for k, n in enumerate(names)},
         "concept_correlation": pd.DataFrame(z[train], columns=names).corr().round(4).to_dict(),
         "charge_vs_isoelectric_point_r": float(np.corrcoef(ref, pi)[0, 1]),
+        # The no-model reference of the concept-to-token weights (checks c_*): per concept, 20 slopes (AMINO_ACIDS).
+        "residue_slopes": {n: col.tolist() for n, col in zip(names, D.residue_slopes(df.sequence[train].tolist(), z[train]).T)},
     })
     return df, summary
 
@@ -102,20 +123,39 @@ def prepare(*, cfg, sequences, summary):
 
 
 # ---- train -----------------------------------------------------------------------------------
+def shorter_run(t, steps: int):
+    """The training parameters (`t`: the full run's TrainParams) of a sweep run of `steps`: the same optimiser, its own
+    warm-up (the same fraction of the run) and cosine decay to 0 at its own end, so that it is annealed as the full
+    run is (review of issue 50: snapshots inside one schedule are not)."""
+    import dataclasses
+
+    warmup = int(round(t.warmup_steps * steps / t.steps))
+    return dataclasses.replace(t, steps=int(steps), warmup_steps=warmup, sweep=())
+
+
 def train(*, cfg, seed: int, sequences, checkpoints, histories):
     """Train the models of `cfg.models` for one seed, one after another (same batches and masks); write
     each one's checkpoint and loss history (`checkpoints`, `histories`: one path per model, in that order).
-    CB-pLM's and the plain LM's checkpoints also hold their weights at the steps of `train.sweep`."""
+    CB-pLM's checkpoint also holds the weights of the sweep's shorter CB-pLM runs (`train.sweep`), each trained
+    from scratch with the same seed on its own schedule (:func:`shorter_run`)."""
     import torch
 
     from papers.cbplm.train import train as train_model
 
     p = parse(cfg)
     df = read_parquet(sequences)
+    device = _device()
     for kind, checkpoint, history in zip(p.models, checkpoints, histories, strict=True):
         seed_everything(seed)  # each model as if trained alone
-        sweep = p.train.sweep if kind in SWEPT else ()
-        net, opt, hist, states = train_model(kind, p, df, seed, device=_device(), snapshots=sweep)
+        net, opt, hist = train_model(kind, p, df, seed, device=device)
+        hist = hist.assign(run_steps=p.train.steps)  # the full run; the sweep's shorter runs follow
+        states = {}
+        for steps in p.train.sweep if kind in SWEPT else ():
+            seed_everything(seed)
+            short, _, short_hist = train_model(kind, p, df, seed, device=device, schedule=shorter_run(p.train, steps))
+            states[int(steps)] = {k: v.detach().clone().cpu() for k, v in short.state_dict().items()}
+            hist = pd.concat([hist, short_hist.assign(run_steps=int(steps))], ignore_index=True)
+        hist["device"] = device
         torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(), "kind": kind, "seed": seed,
                     "step": p.train.steps, "sweep": states, "config": to_dict(p)}, ensure_parent(checkpoint))
         write_parquet(hist, history)
@@ -131,7 +171,7 @@ def _derangement(n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def load_model(path, p, step: int | None = None):
-    """(kind, model) from a checkpoint: the final weights, or those after `step` of the sweep."""
+    """(kind, model) from a checkpoint: the final weights, or those of the sweep's run of `step` steps."""
     import torch
 
     from papers.cbplm.train import build
@@ -143,8 +183,8 @@ def load_model(path, p, step: int | None = None):
 
 
 def evaluate(*, cfg, seed: int, sequences, summary, checkpoints, metrics, interventions, weights):
-    """Perplexity and concept R^2 on the held-out split (CB-pLM and the plain LM also at every step of the
-    sweep), interventions, CB-pLM weights; one seed."""
+    """Perplexity and concept R^2 on the held-out split (CB-pLM also for every run of the sweep), interventions,
+    CB-pLM weights; one seed."""
     from papers.cbplm import evaluate as E
     from papers.common.io import read_json
 
@@ -183,7 +223,7 @@ def evaluate(*, cfg, seed: int, sequences, summary, checkpoints, metrics, interv
         if kind == "cond":
             rows.append(row(kind, "perplexity_shuffled_concepts",
                             E.perplexity(model, kind, seqs, z[other], bins, masks, p.tag_bins), n_params=n_params))
-    # CB-pLM and the plain LM along the training-length sweep (the final step included).
+    # CB-pLM along the training-length sweep (separate runs; the full run included).
     for step in [*p.train.sweep, final]:
         for kind in SWEPT:
             model = models[kind] if step == final else load_model(paths[kind], p, step)[1]

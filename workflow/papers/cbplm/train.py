@@ -26,7 +26,7 @@ def build(kind: str, p: Params) -> torch.nn.Module:
     m, K = p.model, len(p.concepts)
     args = (T.vocab_size(K, p.tag_bins), max_tokens(p), m.d_model, m.n_layers, m.n_heads, m.d_ff)
     if kind == "cb":
-        return ConceptBottleneckLM(*args, n_concepts=K, concept_emb=m.concept_emb)
+        return ConceptBottleneckLM(*args, n_concepts=K, concept_emb=m.concept_emb, unknown=m.unknown_width)
     return MaskedLM(*args, n_tags=K if kind == "tag" else 0, n_concepts=K if kind == "cond" else 0)
 
 
@@ -60,13 +60,13 @@ def lr_lambda(step: int, warmup: int, total: int) -> float:
 
 
 def train(kind: str, p: Params, df: pd.DataFrame, seed: int, device: str = "cpu",
-          snapshots=()) -> tuple[torch.nn.Module, torch.optim.Optimizer, pd.DataFrame, dict]:
-    """Train model `kind` on the training split; returns (model, optimizer, history, {step: state_dict} after
-    each of the steps in `snapshots`: the training-length sweep reads these).
+          schedule=None) -> tuple[torch.nn.Module, torch.optim.Optimizer, pd.DataFrame]:
+    """Train model `kind` on the training split; returns (model, optimizer, history). `schedule`: training
+    parameters in place of `p.train` (the sweep's shorter runs, :func:`papers.cbplm.stages.shorter_run`).
 
     The batch order and the masks depend on `seed` only, so the models see the same data.
     """
-    t = p.train
+    t = p.train if schedule is None else schedule
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     train_df = df[df.split == "train"].reset_index(drop=True)
@@ -81,8 +81,7 @@ def train(kind: str, p: Params, df: pd.DataFrame, seed: int, device: str = "cpu"
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(s, t.warmup_steps, t.steps))
     log.info("%s: %d parameters, %d training sequences", kind, sum(q.numel() for q in model.parameters()), len(seqs))
 
-    history, batches, states = [], [], {}
-    snapshots = set(int(x) for x in snapshots)
+    history, batches = [], []
     model.train()
     for step in progress(range(t.steps), desc=f"cbplm train {kind}", total=t.steps):
         if not batches:
@@ -112,6 +111,4 @@ def train(kind: str, p: Params, df: pd.DataFrame, seed: int, device: str = "cpu"
                    **{f"train/{k}": v.item() for k, v in parts.items()}}
             history.append(row)
             log.info("step %d %s", step, " ".join(f"{k}={v:.4g}" for k, v in row.items() if isinstance(v, float)))
-        if step + 1 in snapshots:
-            states[step + 1] = {k: v.detach().clone().cpu() for k, v in model.state_dict().items()}
-    return model, opt, pd.DataFrame(history), states
+    return model, opt, pd.DataFrame(history)

@@ -265,11 +265,8 @@ def read_sequences(path: str | None, files, min_length: int, max_length: int) ->
     for p in paths:
         if not p.exists():
             raise FileNotFoundError(f"{p}: no such sequence file (flexpert.lm.sequences)")
-        if p.suffix.lower() in (".fasta", ".fa", ".faa"):
-            text = p.read_text().split(">")[1:]
-            if not text:
-                raise ValueError(f"{p}: no FASTA records")
-            seqs += ["".join(rec.splitlines()[1:]).strip() for rec in text]
+        if is_fasta(p):
+            seqs += list(fasta_sequences(p))
         else:
             df = pd.read_csv(p, sep="," if p.suffix == ".csv" else "\t", dtype=str, keep_default_na=False)
             if "sequence" not in df.columns:
@@ -277,6 +274,47 @@ def read_sequences(path: str | None, files, min_length: int, max_length: int) ->
             seqs += list(df["sequence"])
     allowed = set(AMINO_ACIDS)
     return sorted({s for s in seqs if min_length <= len(s) <= max_length and set(s) <= allowed})
+
+
+def is_fasta(path: Path) -> bool:
+    return path.suffix.lower() in (".fasta", ".fa", ".faa")
+
+
+def fasta_sequences(path: Path):
+    """The sequences of a FASTA file, one at a time (read line by line: UniRef50 does not fit in memory)."""
+    parts, seen = None, False
+    with open(path) as f:
+        for line in f:
+            if line.startswith(">"):
+                if parts is not None:
+                    yield "".join(parts)
+                parts, seen = [], True
+            elif parts is not None:
+                parts.append(line.strip())
+    if parts is not None:
+        yield "".join(parts)
+    if not seen:
+        raise ValueError(f"{path}: no FASTA records")
+
+
+def sample_fasta(path: Path, min_length: int, max_length: int, exclude: set, k: int, size: int,
+                 seed: int) -> tuple[list[str], int]:
+    """A uniform sample of `size` of a FASTA file's sequences of the 20 standard residues within the length bounds
+    that share no `k`-mer with `exclude`, streamed (reservoir sampling, Algorithm R) so that memory holds `size`
+    sequences, not the file; returns the sample (sorted) and how many sequences qualified."""
+    rng = np.random.default_rng(seed)
+    allowed, reservoir, n = set(AMINO_ACIDS), [], 0
+    for seq in fasta_sequences(path):
+        if not (min_length <= len(seq) <= max_length and set(seq) <= allowed) or kmers(seq, k) & exclude:
+            continue
+        n += 1
+        if len(reservoir) < size:
+            reservoir.append(seq)
+        else:
+            j = int(rng.integers(n))
+            if j < size:
+                reservoir[j] = seq
+    return sorted(reservoir), n
 
 
 def kmers(seq: str, k: int) -> set:
@@ -472,15 +510,21 @@ def prepare(*, cfg, chains, ensembles, sequences, splits):
     md.to_parquet(ensembles, index=False)
 
     lm = p.lm
-    seqs = read_sequences(p.sequences, lm["files"], d["min_length"], lm["max_length"])
     # No pretraining sequence shares an exact 10-mer with a structure: the language model never sees the
     # held-out proteins (nor close homologues of them).
     structure_kmers = set().union(*(kmers(r["sequence"], 10) for r in records))
-    seqs = [s for s in seqs if not (kmers(s, 10) & structure_kmers)]
-    rng = np.random.default_rng(11)
-    chosen = sorted(rng.choice(len(seqs), size=min(lm["max_sequences"], len(seqs)), replace=False))
-    pd.DataFrame({"sequence": [seqs[i] for i in chosen]}).to_parquet(sequences, index=False)
-    log.info("%d pretraining sequences (of %d)", len(chosen), len(seqs))
+    if p.sequences is not None and is_fasta(Path(p.sequences)):  # the full scale's UniRef50: streamed
+        chosen, n = sample_fasta(Path(p.sequences), d["min_length"], lm["max_length"], structure_kmers, 10,
+                                 lm["max_sequences"], 11)
+    else:
+        seqs = read_sequences(p.sequences, lm["files"], d["min_length"], lm["max_length"])
+        seqs = [s for s in seqs if not (kmers(s, 10) & structure_kmers)]
+        rng = np.random.default_rng(11)
+        chosen = [seqs[i] for i in sorted(rng.choice(len(seqs), size=min(lm["max_sequences"], len(seqs)),
+                                                     replace=False))]
+        n = len(seqs)
+    pd.DataFrame({"sequence": chosen}).to_parquet(sequences, index=False)
+    log.info("%d pretraining sequences (of %d)", len(chosen), n)
 
 
 def read_chains_file(path) -> list[dict]:

@@ -145,7 +145,7 @@ def edge_features(ca: torch.Tensor, nbr: torch.Tensor, n_rbf: int = 16, max_offs
     """Per edge i <- j: RBF of |x_j - x_i| (2..22 A), the direction of x_j - x_i in i's local frame, and the
     clipped sequence offset j - i (ProteinMPNN's C-alpha-only features, reduced). Returns (E (B,L,k,F), offset)."""
     B, L, k = nbr.shape
-    xj = ca[torch.arange(B)[:, None, None], nbr]  # (B, L, k, 3)
+    xj = ca[torch.arange(B, device=ca.device)[:, None, None], nbr]  # (B, L, k, 3)
     rel = xj - ca[:, :, None]
     dist = rel.norm(dim=-1, keepdim=True)
     centers = torch.linspace(2.0, 22.0, n_rbf, device=ca.device)
@@ -170,7 +170,7 @@ class GraphLayer(nn.Module):
     def forward(self, h, e, nbr, nbr_pad):
         B, L, k = nbr.shape
         d = h.shape[-1]
-        hj = h[torch.arange(B)[:, None, None], nbr]  # (B, L, k, D)
+        hj = h[torch.arange(B, device=h.device)[:, None, None], nbr]  # (B, L, k, D)
         z = torch.cat([h[:, :, None].expand(B, L, k, d), hj, e], -1)  # (B, L, k, 3D)
         att = self.score(z).masked_fill(nbr_pad[..., None], float("-inf")).softmax(2)  # (B, L, k, H)
         m = self.msg(z).view(B, L, k, self.heads, d // self.heads)
@@ -195,7 +195,7 @@ class Designer(nn.Module):
         nbr = knn_graph(ca, pad, self.k)
         feats, offset = edge_features(ca, nbr)
         e = self.edge_in(feats) + self.offset(offset)  # (B, L, k, D)
-        nbr_pad = pad[torch.arange(pad.shape[0])[:, None, None], nbr]  # (B, L, k)
+        nbr_pad = pad[torch.arange(pad.shape[0], device=pad.device)[:, None, None], nbr]  # (B, L, k)
         h = torch.zeros(*ca.shape[:2], e.shape[-1], device=ca.device)
         if flex is not None:  # the instruction, copied over the node feature's dimensions
             h = h + flex.masked_fill(pad, 0.0)[..., None]
@@ -211,7 +211,7 @@ def straight_through_gumbel(logits: torch.Tensor, tau: float, generator: torch.G
     .. math::
         y = \\mathrm{onehot}(\\arg\\max(\\ell + g)) + \\mathrm{softmax}((\\ell + g)/\\tau) - \\mathrm{sg}[\\mathrm{softmax}((\\ell + g)/\\tau)]
     """
-    u = torch.rand(logits.shape, generator=generator).clamp(1e-9, 1 - 1e-9)
+    u = torch.rand(logits.shape, generator=generator).to(logits.device).clamp(1e-9, 1 - 1e-9)  # CPU generator
     g = -torch.log(-torch.log(u))
     soft = ((logits + g) / tau).softmax(-1)
     hard = F.one_hot(soft.argmax(-1), logits.shape[-1]).to(soft)

@@ -15,7 +15,7 @@ from papers.common.io import write_parquet
 from papers.common.seeding import seed_everything
 from papers.flexpert import train as T
 from papers.flexpert.data import read_chains_file
-from papers.flexpert.enm import pearson, threaded_gnm_fluctuations, zscore
+from papers.flexpert.enm import pearson, planted_target, residue_type_means, threaded_gnm_fluctuations, zscore
 from papers.flexpert.params import parse
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ def pretrain(*, cfg, sequences, lm):
     seed_everything(0)
     seqs = list(pd.read_parquet(sequences)["sequence"])
     net = T.pretrain_lm(seqs, p.lm, seed=0)
-    torch.save(net.state_dict(), lm)
+    torch.save({k: v.cpu() for k, v in net.state_dict().items()}, lm)
 
 
 def _region(length: int, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -67,7 +67,7 @@ def train(*, cfg, seed, chains, splits, lm, predictions, designs):
     records = read_chains_file(chains)
     split = pd.read_parquet(splits)
     test_ids = set(split[(split.seed == seed) & split.test].id)
-    lm_state = torch.load(lm)
+    lm_state = torch.load(lm, map_location="cpu")
     cutoff, gamma = p.enm["cutoff"], p.enm["gamma"]
     for r in records:
         r["anm_raw"] = r["anm"]
@@ -79,28 +79,40 @@ def train(*, cfg, seed, chains, splits, lm, predictions, designs):
     log.info("seed %d: %d training, %d held-out target chains", seed, len(train_t), len(test_t))
 
     # Controls: the ANM profile permuted over each protein's residues (train and test: the ablation of claim b1),
-    # and the targets permuted over each training protein's residues (claim b2's null).
+    # and the targets permuted over each training protein's residues (claim b2's null). Claim b2's positive control:
+    # Flexpert-Seq trained and scored on the planted target (:func:`planted_target`).
     def shuffled_anm(rs):
         return [dict(r, anm=rng.permutation(r["anm"])) for r in rs]
 
-    arms = {"seq": (train_t, test_t, False), "3d": (train_t, test_t, True),
-            "3d_shuffled_anm": (shuffled_anm(train_t), shuffled_anm(test_t), True),
-            "seq_permuted_targets": ([dict(r, target=rng.permutation(r["target"])) for r in train_t], test_t, False)}
+    for r in train_t + test_t:
+        r["planted"] = planted_target(r["sequence"], r["flex"])
+    planted_train = [dict(r, target=r["planted"]) for r in train_t]
+    # arm: (training chains, held-out chains, Flexpert-3D?, the held-out profile it is scored against)
+    arms = {"seq": (train_t, test_t, False, "flex"), "3d": (train_t, test_t, True, "flex"),
+            "3d_shuffled_anm": (shuffled_anm(train_t), shuffled_anm(test_t), True, "flex"),
+            "seq_permuted_targets": ([dict(r, target=rng.permutation(r["target"])) for r in train_t], test_t, False,
+                                     "flex"),
+            "seq_planted": (planted_train, test_t, False, "planted")}
     # Claim b1's null: every arm also scored against the held-out targets permuted over residues (one permutation
     # per chain and seed, the same for every arm).
     permuted = {r["id"]: np.random.default_rng([seed, i, 23]).permutation(len(r["flex"])) for i, r in enumerate(test_t)}
+
+    def scored(arm, r, pred, against="flex"):
+        return {"seed": seed, "arm": arm, "id": r["id"], "pearson": pearson(pred, r[against]),
+                "pearson_permuted_target": pearson(pred, r[against][permuted[r["id"]]])}
+
     rows, nets = [], {}
-    for arm, (tr, te, three_d) in arms.items():
+    for arm, (tr, te, three_d, against) in arms.items():
         nets[arm] = T.train_predictor(tr, lm_state, p.lm, p.predictor, three_d, seed)
-        for r, pred in zip(te, T.predict(nets[arm], te)):
-            rows.append({"seed": seed, "arm": arm, "id": r["id"], "pearson": pearson(pred, r["flex"]),
-                         "pearson_permuted_target": pearson(pred, r["flex"][permuted[r["id"]]])})
+        rows += [scored(arm, r, pred, against) for r, pred in zip(te, T.predict(nets[arm], te))]
         log.info("seed %d: %s trained", seed, arm)
+    by_type = residue_type_means(train_t)
     for r in test_t:
         for arm, profile in (("anm_profile", r["anm_raw"]), ("gnm_profile", r["gnm"]),
-                             ("judge_native", judge(r, r["sequence"], cutoff, gamma))):
-            rows.append({"seed": seed, "arm": arm, "id": r["id"], "pearson": pearson(profile, r["flex"]),
-                         "pearson_permuted_target": pearson(profile, r["flex"][permuted[r["id"]]])})
+                             ("judge_native", judge(r, r["sequence"], cutoff, gamma)),
+                             ("residue_baseline", np.array([by_type[a] for a in r["sequence"]]))):
+            rows.append(scored(arm, r, profile))
+        rows.append(scored("anm_profile_planted", r, r["anm_raw"], "planted"))
     write_parquet(pd.DataFrame(rows), predictions)
 
     # ---- Flexpert-Design (claim c) ----
@@ -111,11 +123,12 @@ def train(*, cfg, seed, chains, splits, lm, predictions, designs):
     for r, f in zip(design_train, T.predict(flex_model, design_train)):
         r["target_flex"] = f
     base = T.pretrain_designer(design_train, ds, seed)
-    designers = {
-        "unsteered": T.finetune_designer(copy.deepcopy(base), design_train, ds, seed, 0.0, False, None),
-        "steered": T.finetune_designer(copy.deepcopy(base), design_train, ds, seed, ds["flex_weight"], True, flex_model),
-        "zero_weight": T.finetune_designer(copy.deepcopy(base), design_train, ds, seed, 0.0, True, None),
-    }
+    designers, train_flex_mse = {}, {}
+    for arm, weight, instructed in (("unsteered", 0.0, False), ("steered", ds["flex_weight"], True),
+                                    ("zero_weight", 0.0, True)):
+        designers[arm], train_flex_mse[arm] = T.finetune_designer(copy.deepcopy(base), design_train, ds, seed, weight,
+                                                                  instructed, flex_model)
+        log.info("seed %d: designer %s, training Flexpert loss (last quarter) %.4f", seed, arm, train_flex_mse[arm])
     native = T.predict(flex_model, design_test)
     regions = [_region(len(r["sequence"]), ds["segment"], rng) for r in design_test]
     raised = [f + ds["raise"] * m for f, m in zip(native, regions)]
@@ -129,6 +142,7 @@ def train(*, cfg, seed, chains, splits, lm, predictions, designs):
     residues = "".join(r["sequence"] for r in design_train)
     composition = max(residues.count(a) for a in set(residues)) / len(residues)
     out = []
+    designer_of = {name: which for name, (which, _) in runs.items()}
     for name, seqs in sequences.items():
         designed = [dict(r, sequence=s) for r, s in zip(design_test, seqs)]
         by_loss_model = T.predict(flex_model, designed)
@@ -137,6 +151,7 @@ def train(*, cfg, seed, chains, splits, lm, predictions, designs):
             out.append({"seed": seed, "design": name, "id": r["id"], "region_judge": float(fj[m].mean()),
                         "outside_judge": float(fj[~m].mean()), "region_loss_model": float(fl[m].mean()),
                         "recovery": float(np.mean([a == b for a, b in zip(s, r["sequence"])])),
-                        "composition_recovery": composition})
+                        "composition_recovery": composition,
+                        "train_flex_mse": train_flex_mse[designer_of[name]] if name in designer_of else np.nan})
         log.info("seed %d: designs %s judged", seed, name)
     write_parquet(pd.DataFrame(out), designs)

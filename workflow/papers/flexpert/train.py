@@ -10,6 +10,9 @@ from papers.flexpert.data import AMINO_ACIDS
 from papers.flexpert.enm import zscore
 
 _INDEX = {a: i for i, a in enumerate(AMINO_ACIDS)}
+# Every network and batch lives on the GPU when there is one (the full scale); the random draws stay on CPU
+# generators, so a seed draws the same batches on either device.
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def tokens_of(seq: str) -> np.ndarray:
@@ -34,7 +37,7 @@ def batch(chains: list[dict], keys=("target", "anm")) -> dict:
         for key in keys:
             if key in c:
                 out[key][i, :n] = torch.as_tensor(c[key], dtype=torch.float32)
-    return out
+    return {k: v.to(DEVICE) for k, v in out.items()}
 
 
 PER_RESIDUE = ("coords", "target", "anm", "target_flex")
@@ -56,12 +59,12 @@ def crop(chains: list[dict], size: int, g: torch.Generator) -> list[dict]:
 def pretrain_lm(sequences: list[str], lm: dict, seed: int) -> M.ProteinLM:
     """BERT-style masked-residue pretraining: `mask_prob` of the residues replaced by <mask>, cross-entropy on them."""
     g = torch.Generator().manual_seed(seed)
-    net = M.ProteinLM(lm["d_model"], lm["layers"], lm["heads"])
+    net = M.ProteinLM(lm["d_model"], lm["layers"], lm["heads"]).to(DEVICE)
     opt = torch.optim.AdamW(net.parameters(), lr=lm["lr"], weight_decay=0.01)
     for step in range(lm["steps"]):
         idx = torch.randint(len(sequences), (lm["batch"],), generator=g).tolist()
         b = batch([{"sequence": sequences[i], "coords": np.zeros((len(sequences[i]), 3))} for i in idx], keys=())
-        masked = (torch.rand(b["tokens"].shape, generator=g) < lm["mask_prob"]) & ~b["pad"]
+        masked = (torch.rand(b["tokens"].shape, generator=g).to(DEVICE) < lm["mask_prob"]) & ~b["pad"]
         logits = net(b["tokens"].masked_fill(masked, M.MASK), b["pad"])
         loss = F.cross_entropy(logits[masked], b["tokens"][masked])
         opt.zero_grad()
@@ -75,7 +78,7 @@ def make_predictor(lm_state: dict, lm: dict, pr: dict, three_d: bool) -> M.FlexP
     net_lm = M.ProteinLM(lm["d_model"], lm["layers"], lm["heads"])
     net_lm.load_state_dict(lm_state)
     adaptor = M.ConvAdaptor(pr["conv_channels"], pr["conv_layers"], pr["kernel_size"]) if three_d else None
-    return M.FlexPredictor(net_lm, pr["dropout"], adaptor)
+    return M.FlexPredictor(net_lm, pr["dropout"], adaptor).to(DEVICE)
 
 
 def train_predictor(chains: list[dict], lm_state: dict, lm: dict, pr: dict, three_d: bool, seed: int) -> M.FlexPredictor:
@@ -103,7 +106,7 @@ def predict(net: M.FlexPredictor, chains: list[dict], size: int = 16) -> list[np
     for i in range(0, len(chains), size):
         b = batch(chains[i:i + size])
         pred = net(b["tokens"], b["pad"], b.get("anm"))
-        out += [pred[j, :len(c["sequence"])].numpy().copy() for j, c in enumerate(chains[i:i + size])]
+        out += [pred[j, :len(c["sequence"])].cpu().numpy().copy() for j, c in enumerate(chains[i:i + size])]
     return out
 
 
@@ -117,7 +120,7 @@ def pretrain_designer(chains: list[dict], ds: dict, seed: int) -> M.Designer:
     """The inverse-folding model trained with sequence cross-entropy alone, no instruction (vanilla ProteinMPNN's role)."""
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
-    net = M.Designer(ds["d_model"], ds["layers"], ds["heads"], ds["k"])
+    net = M.Designer(ds["d_model"], ds["layers"], ds["heads"], ds["k"]).to(DEVICE)
     opt = torch.optim.AdamW(net.parameters(), lr=ds["lr"], weight_decay=0.01)
     for step in range(ds["pretrain_steps"]):
         idx = torch.randint(len(chains), (ds["batch"],), generator=g).tolist()
@@ -131,35 +134,44 @@ def pretrain_designer(chains: list[dict], ds: dict, seed: int) -> M.Designer:
 
 
 def finetune_designer(net: M.Designer, chains: list[dict], ds: dict, seed: int, flex_weight: float,
-                      instructed: bool, judge: M.FlexPredictor | None) -> M.Designer:
+                      instructed: bool, flex_model: M.FlexPredictor) -> tuple[M.Designer, float]:
     """Flexpert-Design fine-tuning (Sec. 5, Eq. of L = (1 - w) L_CE + w L_Flex; the official README trains with
     flex_loss_coeff 0.8 and no gradient normalisation, i.e. this weighted sum):
 
     .. math::
         L_{Flex} = \\frac{1}{|M|} \\sum_{i \\in M} \\big(\\mathrm{F3D}(\\mathrm{ST\\text{-}Gumbel}(\\ell), \\mathrm{ANM})_i - f_i\\big)^2
 
-    with f the instruction (the frozen Flexpert-3D's prediction for the native sequence, ``target_flex``),
-    fed to the designer when `instructed`. `flex_weight` 0 gives the CE-only arms (unsteered: not
-    instructed; zero_weight: instructed)."""
+    with f the instruction (the frozen Flexpert-3D `flex_model`'s prediction for the native sequence,
+    ``target_flex``), fed to the designer when `instructed`. `flex_weight` 0 gives the CE-only arms (unsteered: not
+    instructed; zero_weight: instructed).
+
+    Returns the designer and its training L_Flex: the mean over the last quarter of the steps of the Flexpert loss
+    on the step's Gumbel sample, computed for every arm (without gradient where w = 0), so that the steered arm can be
+    shown to have optimised it (below the zero-weight arm's, claim c's premise). Every arm draws the same batches and
+    Gumbel noise from the seed, so the arms' values are paired."""
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(net.parameters(), lr=ds["finetune_lr"], weight_decay=0.01)
-    if judge is not None:
-        for q in judge.parameters():
-            q.requires_grad_(False)
-    for step in range(ds["finetune_steps"]):
+    for q in flex_model.parameters():
+        q.requires_grad_(False)
+    steps = ds["finetune_steps"]
+    tail = []  # L_Flex of the last quarter of the steps
+    for step in range(steps):
         idx = torch.randint(len(chains), (ds["batch"],), generator=g).tolist()
         b = batch(crop([chains[i] for i in idx], ds["crop"], g), keys=("anm", "target_flex"))
         logits = net(b["ca"], b["pad"], b["target_flex"] if instructed else None)
         loss = F.cross_entropy(logits[~b["pad"]], b["tokens"][~b["pad"]])
+        onehot = M.straight_through_gumbel(logits if flex_weight > 0 else logits.detach(), ds["gumbel_tau"], g)
+        with torch.set_grad_enabled(flex_weight > 0):
+            flex_loss = M.masked_mse(flex_model(None, b["pad"], b["anm"], onehot=onehot), b["target_flex"], b["pad"])
         if flex_weight > 0:
-            onehot = M.straight_through_gumbel(logits, ds["gumbel_tau"], g)
-            pred = judge(None, b["pad"], b["anm"], onehot=onehot)
-            loss = (1 - flex_weight) * loss + flex_weight * M.masked_mse(pred, b["target_flex"], b["pad"])
+            loss = (1 - flex_weight) * loss + flex_weight * flex_loss
+        if step >= steps - max(1, steps // 4):
+            tail.append(float(flex_loss.detach()))
         opt.zero_grad()
         loss.backward()
         opt.step()
-    return net
+    return net, float(np.mean(tail)) if tail else float("nan")
 
 
 @torch.no_grad()

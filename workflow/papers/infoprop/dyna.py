@@ -27,6 +27,9 @@ The arms (one per rollout scheme, :data:`ARMS`):
 * ``true_model`` (the learnability reference): the same loop with the true simulator as its model (Pendulum's
   equations, :func:`pendulum_step`), rollouts of the full Infoprop horizon: perfect long rollouts, so that whether
   this loop can learn the task at this budget is measured, apart from any model's errors.
+* ``true_model_h1`` (MBPO's learnability reference, issue 51 review): the true simulator at MBPO's horizon
+  ``mbpo_horizon``: whether MBPO's loop, with its short rollouts, can learn the task at this budget with a perfect
+  model, so that an MBPO arm that does not learn is told apart from a loop that cannot.
 
 SAC (Haarnoja et al. 2018, as the official ``pytorch_sac_pranz24``): a tanh-squashed Gaussian policy, twin Q
 networks with soft-updated targets (tau), the entropy temperature alpha tuned to a target entropy of -act_dim,
@@ -62,7 +65,9 @@ from papers.infoprop.params import parse
 log = logging.getLogger(__name__)
 
 # The Dyna arms: the MBPO baseline, Infoprop, and the control (Infoprop's loop with K = 1: no mechanism).
-ARMS = ("mbpo", "infoprop", "infoprop_k1", "true_model")
+ARMS = ("mbpo", "infoprop", "infoprop_k1", "true_model", "true_model_h1")
+# The arms that roll out for MBPO's horizon; the others for Infoprop's maximum horizon.
+SHORT_ARMS = ("mbpo", "true_model_h1")
 # gymnasium's Pendulum-v1 (classic_control/pendulum.py): g, mass, length, time step, torque and speed limits.
 PENDULUM = {"g": 10.0, "m": 1.0, "l": 1.0, "dt": 0.05, "max_torque": 2.0, "max_speed": 8.0}
 
@@ -205,7 +210,7 @@ def rollouts(agent: Agent, model: RunEnsemble, arm_of_run: np.ndarray, real: dic
     Every arm steps the same start states; run r's arm decides the step and when its rollouts stop.
     """
     runs, b = len(arm_of_run), d["rollouts_per_step"] * d["model_every"]
-    horizon = np.array([d["mbpo_horizon"] if a == "mbpo" else d["infoprop_horizon"] for a in arm_of_run])
+    horizon = np.array([d["mbpo_horizon"] if a in SHORT_ARMS else d["infoprop_horizon"] for a in arm_of_run])
     pick = torch.randint(n_real, (runs, b), generator=generator)
     rows = torch.arange(runs)[:, None]
     obs, act_real = real["obs"][rows, pick], real["act"][rows, pick]
@@ -218,7 +223,7 @@ def rollouts(agent: Agent, model: RunEnsemble, arm_of_run: np.ndarray, real: dic
         mu, s2 = mu.view(-1, runs, b, dim), s2.view(-1, runs, b, dim)
         y, var = torch.zeros(runs, b, dim, dtype=mu.dtype), torch.zeros(runs, b, dim, dtype=mu.dtype)
         for arm, idx in blocks.items():
-            if arm == "true_model":  # the simulator's own step: no variance, so no information loss, no stop
+            if arm.startswith("true_model"):  # the simulator's own step: no variance, so no information loss, no stop
                 nxt, rew = pendulum_step(o[idx].double(), a[idx].double())
                 y[idx] = torch.cat([nxt - o[idx].double(), rew], -1)
                 continue

@@ -68,13 +68,14 @@ def rollout(net, scheme: str, starts: np.ndarray, w: np.ndarray, d: dict, sample
             generator: torch.Generator, rng: np.random.Generator):
     """`samples` model rollouts of `horizon` steps from each start under the noisy policy with matrix `w`.
 
-    Returns states (N, M, H, obs_dim) after steps 1..H; for the Infoprop schemes the conditional variances
-    (N, M, H, obs_dim + 1) of every step (state delta and reward), else None; and per step the epistemic share
-    e2 / (s2 + e2) = 1 - K of the members' spread, averaged over rollouts and outputs (H,).
+    Returns states (N, M, H, obs_dim) after steps 1..H; for the Infoprop schemes the conditional variances v and
+    the fused aleatoric variances s2 (N, M, H, obs_dim + 1) of every step (state delta and reward), else None for
+    both; and per step the epistemic share e2 / (s2 + e2) = 1 - K of the members' spread, averaged over rollouts and
+    outputs (H,).
     """
     n, dim = starts.shape
     s = np.repeat(starts, samples, axis=0)  # (N*M, obs_dim)
-    states, variances, share = np.zeros((n * samples, horizon, dim)), [], np.zeros(horizon)
+    states, variances, aleatoric, share = np.zeros((n * samples, horizon, dim)), [], [], np.zeros(horizon)
     for t in range(horizon):
         a = D.act(w, s, d["policy_noise"], rng)
         # The network runs in float32; the propagation in float64 (1 - K is small where members agree).
@@ -87,8 +88,10 @@ def rollout(net, scheme: str, starts: np.ndarray, w: np.ndarray, d: dict, sample
         states[:, t] = s
         if var is not None:
             variances.append(var.numpy())
+            aleatoric.append(fused_var.numpy())
     v = np.stack(variances, 1).reshape(n, samples, horizon, -1) if variances else None
-    return states.reshape(n, samples, horizon, dim), v, share
+    s2 = np.stack(aleatoric, 1).reshape(n, samples, horizon, -1) if aleatoric else None
+    return states.reshape(n, samples, horizon, dim), v, s2, share
 
 
 def wasserstein_1d(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
@@ -100,11 +103,25 @@ def wasserstein_1d(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
 
 def excess_error(x: np.ndarray, true: np.ndarray) -> np.ndarray:
     """Each model sample's squared distance to the true mean beyond the true spread, averaged over dimensions:
-    mean_d [(x_d - mu_d)^2 - sigma_d^2] with mu, sigma^2 (ddof 1) of the true continuations from the same start at
-    the same step. A sample drawn from the true distribution scores 0 in expectation, whatever the true (aleatoric)
-    spread, so the error measures the model's departure alone. x (N, M, H, D), true (N, M', H, D) -> (N M, H)."""
+    mean_d [(x_d - mu_d)^2 - (1 + 1/M') sigma_d^2] with mu, sigma^2 (ddof 1) of the M' true continuations from the
+    same start at the same step. A sample drawn from the true distribution, independently of them, has
+    E (x - mu)^2 = sigma^2 + sigma^2 / M' (the estimated mean's own error), so it scores 0 in expectation whatever
+    the true (aleatoric) spread and however few continuations there are: the error measures the model's departure
+    alone. x (N, M, H, D), true (N, M', H, D) -> (N M, H)."""
+    m_true = true.shape[1]
     mu, var = true.mean(1, keepdims=True), true.var(1, ddof=1, keepdims=True)
-    return ((x - mu) ** 2 - var).mean(-1).reshape(-1, x.shape[2])
+    return ((x - mu) ** 2 - (1.0 + 1.0 / m_true) * var).mean(-1).reshape(-1, x.shape[2])
+
+
+def per_start_lower_bound(err: np.ndarray, starts: int) -> np.ndarray:
+    """Per step, the lower end of the 95% t interval over start states of the per-start mean error: err (N M, H)
+    with the samples of a start contiguous -> (H,). Above 0: the model's rollouts depart from the truth at that
+    step beyond what the sampling of starts explains (claim b's per-seed premise: there is an error to track)."""
+    from scipy.stats import t as student
+
+    per_start = err.reshape(starts, -1, err.shape[1]).mean(1)  # (N, H)
+    sem = per_start.std(0, ddof=1) / np.sqrt(starts)
+    return per_start.mean(0) - student.ppf(0.975, starts - 1) * sem
 
 
 def dropped_above(err: np.ndarray, accepted: np.ndarray) -> float:
@@ -131,18 +148,34 @@ def cut_errors(err: np.ndarray, stop: np.ndarray) -> list[dict]:
     return rows
 
 
+def ranked_stops(score: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """Infoprop's stop steps given to the rollouts in order of `score` (the earliest stop to the highest score), so
+    that the same count of rollouts is cut at every step. score (B,), stop (B,) -> (B,)."""
+    out = np.empty_like(stop)
+    out[np.argsort(-score, kind="stable")] = np.sort(stop, kind="stable")
+    return out
+
+
 def oracle_stops(err: np.ndarray, stop: np.ndarray) -> np.ndarray:
     """The positive control of claim (b): Infoprop's stop steps, given to the rollouts in order of their error
     (the earliest stop to the rollout with the highest mean error over the horizon), so that the cut follows the
     error by construction with the same count of cuts at every step. err (B, H), stop (B,) -> (B,)."""
-    out = np.empty_like(stop)
-    out[np.argsort(-err.mean(1), kind="stable")] = np.sort(stop, kind="stable")
-    return out
+    return ranked_stops(err.mean(1), stop)
+
+
+def aleatoric_stops(s2: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """The ablation of claim (b)'s mechanism: Infoprop's stop steps given to the rollouts in order of their
+    accumulated aleatoric entropy, sum over steps and outputs of 1/2 log2(2 pi e s2), the information loss of Sec. 5
+    with the fused aleatoric variance s2 in place of the conditional variance v = s2 e2 / (s2 + e2) (no epistemic
+    term; unclipped, so that rescaling an output shifts every rollout alike and leaves the order). The same stop
+    counts per step as Infoprop's cut, cut by "any variance" instead of the information lost to the members'
+    disagreement. s2 (B, H, D), stop (B,) -> (B,)."""
+    return ranked_stops((0.5 * np.log2(2 * np.pi * np.e * s2)).sum((1, 2)), stop)
 
 
 def evaluate(*, cfg, seed: str, data, model, curves, cuts):
-    """Every scheme's rollouts against the true continuations (claim a); Infoprop's cuts against a random and an
-    error-ordered cut (claim b)."""
+    """Every scheme's rollouts against the true continuations (claim a); Infoprop's cuts against a random cut, a cut
+    by accumulated aleatoric entropy (the mechanism's ablation) and an error-ordered cut (claim b; Sec. 5)."""
     p = parse(cfg)
     seed = int(seed)
     seed_everything(seed)
@@ -167,7 +200,7 @@ def evaluate(*, cfg, seed: str, data, model, curves, cuts):
         for k, scheme in enumerate(SCHEMES):
             gen = torch.Generator().manual_seed(seed * 1000 + 10 * c + k)
             rng = np.random.default_rng([seed, 2, c, k])
-            states, var, share = rollout(net, scheme, d["starts"], w, p.data, m, h, gen, rng)
+            states, var, s2, share = rollout(net, scheme, d["starts"], w, p.data, m, h, gen, rng)
             x = states / scale
             w1 = wasserstein_1d(x, true, axis=1).mean((0, 2))  # (H,): over starts and dimensions
             # The positive control of claim (a), at half the samples: this scheme's first half against the true
@@ -175,7 +208,8 @@ def evaluate(*, cfg, seed: str, data, model, curves, cuts):
             w1_half = wasserstein_1d(x[:, :half], true[:, :half], axis=1).mean((0, 2))
             err = excess_error(x, true)  # (B, H)
             row = {"seed": seed, "shift": float(shift), "scheme": scheme, "step": np.arange(1, h + 1), "w1": w1,
-                   "w1_half": w1_half, "state_error": err.mean(0), "epistemic_share": share}
+                   "w1_half": w1_half, "state_error": err.mean(0), "state_error_low": per_start_lower_bound(err, n),
+                   "epistemic_share": share}
             if var is not None:
                 losses = P.information_loss(var, info["resolution"]).reshape(n * m, h, -1)
                 stop = P.stop_step(losses, lambda1, lambda2)
@@ -183,9 +217,12 @@ def evaluate(*, cfg, seed: str, data, model, curves, cuts):
                 row["info_loss"] = np.cumsum(losses, 1).sum(-1).mean(0)
                 if scheme == "infoprop":
                     # The negative control: the same number of cuts at the same steps, given to random rollouts; the
-                    # positive control: given to the rollouts in order of their error.
+                    # ablation: given in order of the accumulated aleatoric entropy; the positive control: given in
+                    # order of the error.
                     random_stop = np.random.default_rng([seed, 3, c]).permutation(stop)
-                    for cut, st in (("infoprop", stop), ("random", random_stop), ("oracle", oracle_stops(err, stop))):
+                    ale_stop = aleatoric_stops(s2.reshape(n * m, h, -1), stop)
+                    for cut, st in (("infoprop", stop), ("random", random_stop), ("aleatoric", ale_stop),
+                                    ("oracle", oracle_stops(err, stop))):
                         cut_rows += [{"seed": seed, "shift": float(shift), "cut": cut, **e} for e in cut_errors(err, st)]
                     log.info("seed %d shift %g: mean accepted length %.1f of %d", seed, shift, stop.mean(), h)
             curve_rows.append(pd.DataFrame(row))
