@@ -59,9 +59,10 @@ rule adamanip_train:
 
 
 rule adamanip_evaluate:
-    """Roll out one seed's two trained policies of a kind on the same randomised episodes of every category."""
+    """Roll out one seed's two trained policies of a kind on the same randomised episodes of every category (diffusion also with its noise fixed per episode; MLP BC on adaptive demonstrations also as a maximum-likelihood Gaussian)."""
     input:
         model=rules.adamanip_train.output.model,
+        demos=rules.adamanip_prepare.output.demos,  # MLP BC's Gaussian ablation: sigma fit on its demonstrations
     output:
         successes=f"{ADAMANIP}/evaluate/successes_{{policy}}_{{seed}}.parquet",
     params:

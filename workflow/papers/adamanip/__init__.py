@@ -13,15 +13,18 @@ environment of articulated objects whose mechanism is hidden from the observatio
   the observation: a point cloud sampled from the geometry surfaces (world frame) plus the gripper state.
 * ``experts.py`` -- the demonstration collectors: one-go (reads the hidden state and acts once) and
   adaptive (tries, watches whether the part moved, switches or unlocks, retries), successes only; and the
-  random-primitive reference (a primitive the category's experts use, drawn every step: undirected retrying).
+  random-primitive reference (a primitive the category's experts use, drawn every step: undirected retrying); and
+  a one-go expert that guesses the hidden mechanism, against which the adaptive expert plants claim (a)'s effect.
 * ``policy.py``  -- the diffusion policy (PointNet encoder, 1D conditional U-Net with FiLM, DDPM with a
-  cosine schedule and epsilon prediction, receding horizon) and the MLP behaviour-cloning baseline.
+  cosine schedule and epsilon prediction, receding horizon), the MLP behaviour-cloning baseline, and that baseline
+  sampled from its maximum-likelihood Gaussian (stochastic but unimodal: the ablation of the diffusion policy's
+  several action modes, Sec. 4.2).
 
 How we deviate (the report's "What differs from the paper" says it in full): kinematic MuJoCo (joint
 positions follow the gripper's targets within joint limits, no contact dynamics), the episode starts
 with the handle grasped (the paper's separate grasping stage is skipped), a mechanism jams after a few
 blocked tries (so that wrong tries cost the episode), PointNet instead of PointNet++, tiny models and few
 training steps for a 2-core CPU budget. The claims are gated on their premises: the diffusion policy reads
-the visible marker as well as MLP behaviour cloning, and undirected retrying fails where the adaptive expert
-succeeds.
+the visible marker as well as MLP behaviour cloning, it learned to adapt (it beats undirected retrying with its
+noise fixed per episode), and undirected retrying fails where the adaptive expert succeeds.
 """

@@ -61,7 +61,8 @@ class Physics:
     button_travel: float = 0.012  # button stroke (m); pressed at 90 %
     points: int = 64  # points per cloud, shared out evenly over the geoms and the two fingers (so moving
     # parts are as densely sampled as the static body; the paper samples the scene, then down-samples)
-    # blocked tries (a pull, push or turn of at least half a step that moves no part of the object) after which the mechanism jams for the rest of the
+    # blocked effort (the summed size, in steps, of the pulls, pushes and turns that moved no part of the object:
+    # a full-step try counts 1) after which the mechanism jams for the rest of the
     # episode (no part moves again: the episode fails); 0 = never. Forcing a locked handle, or turning a cap the wrong
     # way, is what damages a real mechanism; it makes undirected retrying fail where adaptive trying does not.
     jam_after: int = 0
@@ -250,7 +251,9 @@ class Episode:
         self.cmd = np.zeros(POSE_DIM)  # gripper target in the grasp frame: s, lateral y, lateral z, psi
         self.velocity = np.zeros(POSE_DIM)  # its change over the last step / the step sizes
         self.q = {"open": 0.0, "turn": 0.0, "press": 0.0}  # s_open (m of travel), theta (rad), b (m)
-        self.blocked = 0  # blocked tries so far (steps that moved no part)
+        self.blocked = 0.0  # blocked effort so far: the summed size (in steps) of the moves that moved no part
+        self.moves = 0  # steps taken, and those whose pull / push and turn were both under half a step (diagnostic)
+        self.small_moves = 0
         self.jammed = False
         self._write_qpos()
         n_parts = m.ngeom + 2  # the object's geoms and the gripper's two fingers
@@ -317,11 +320,17 @@ class Episode:
         lo, hi = self._range("open", self.radius if hinge else 1.0)
         s_open = self.q["open"] if self.jammed else _clamp(float(s), lo, hi)
         self.q = {"open": s_open, "turn": theta, "press": press}
-        # A try: a pull / push or a turn of at least half a step (lateral moves and hesitant commands are not tries).
-        tried = abs(a[0]) >= 0.5 or abs(a[3]) >= 0.5
-        if tried and not any(abs(self.q[k] - q_before[k]) > 1e-9 for k in self.q):
-            self.blocked += 1  # a try that moved no part of the object
-            if ph.jam_after and self.blocked >= ph.jam_after:
+        # Blocked effort: the size of the pull / push or turn (the larger, in steps) of every move that moved no
+        # part, summed; the mechanism jams when it reaches jam_after full steps. A full-step try counts 1 (the
+        # experts' and the reference's moves, so their jams are unchanged); a hesitant command counts its size, so
+        # that many small moves against a block cost as much as one full one (a count of tries of at least half a
+        # step let a policy strain a locked part for free by moving in small steps). Lateral moves are no tries.
+        effort = max(abs(float(a[0])), abs(float(a[3])))
+        self.moves += 1
+        self.small_moves += effort < 0.5
+        if effort > 0 and not any(abs(self.q[k] - q_before[k]) > 1e-9 for k in self.q):
+            self.blocked += effort
+            if ph.jam_after and self.blocked >= ph.jam_after - 1e-9:
                 self.jammed = True
         s_part = s_open - press
         self.cmd[0] = _clamp(float(s), s_part - ph.compliance_s, s_part + ph.compliance_s)

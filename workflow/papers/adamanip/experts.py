@@ -67,6 +67,54 @@ def one_go_action(ep: Episode) -> np.ndarray:
     raise ValueError(f"adamanip: no one-go expert for {ep.category!r}")
 
 
+def guessing_one_go_action(ep: Episode, guess: dict) -> np.ndarray:
+    """The one-go expert acting on `guess` in place of the hidden mechanism (where it is visible, on the control,
+    the guess is the truth): it commits to one way and never revises it. The planted contrast of claim (a)'s
+    positive control: it fails where the mechanism is hidden and guessed wrong, the adaptive expert does not."""
+    if ep.category in TURN_LOCKED:
+        return PULL if ep.unlocked else TURN(guess["direction"])
+    if ep.category == "microwave":
+        return PULL if ep.unlocked or not guess["locked"] else PUSH
+    if ep.category == "lamp":
+        return PUSH if guess["mode"] == "push" else TURN(guess["direction"])
+    raise ValueError(f"adamanip: no one-go expert for {ep.category!r}")
+
+
+def expert_success(eps: list[Episode], kind: str, max_steps: int, rng: np.random.Generator) -> np.ndarray:
+    """Success (0/1) of the adaptive expert (`kind` "adaptive") or the guessing one-go expert (`kind` "one_go":
+    the hidden state drawn uniformly, the control's visible direction read) on each episode, latched and ended by a
+    jam as in the policies' evaluation: the experts through the same difference in differences as the policies
+    (claim (a)'s positive control; Sec. 4.1: one-go demonstrations commit, adaptive ones retry)."""
+    from papers.adamanip.env import HIDDEN
+
+    if kind not in KINDS:
+        raise ValueError(f"adamanip: expert kind must be one of {KINDS}, got {kind!r}")
+    out = np.zeros(len(eps), dtype=np.int64)
+    for i, ep in enumerate(eps):
+        if kind == "adaptive":
+            expert = AdaptiveExpert(ep, rng, ep.phys.unlock_range[0])
+        else:
+            guess = dict(ep.hidden)
+            if ep.category in HIDDEN:
+                guess["direction"] = 1 if rng.random() < 0.5 else -1
+                guess["locked"] = bool(rng.random() < 0.5)
+                guess["mode"] = ("push", "cw", "ccw")[int(rng.integers(3))]
+                if ep.category == "lamp" and guess["mode"] != "push":
+                    guess["direction"] = -1 if guess["mode"] == "cw" else 1
+        for _ in range(max_steps):
+            a = expert.act() if kind == "adaptive" else guessing_one_go_action(ep, guess)
+            before = dict(ep.q)
+            ep.step(a)
+            if kind == "adaptive":
+                expert.observe(a, before)
+            if ep.success:
+                out[i] = 1
+                break
+            if ep.jammed:
+                break
+    return out
+
+
 class AdaptiveExpert:
     """Trial and error on what the observation shows (official ``ada_policy``); one instance per episode.
 

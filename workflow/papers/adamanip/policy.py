@@ -93,14 +93,17 @@ class DDPM:
         x0 = ((xk - math.sqrt(1 - ab) * eps_hat) / math.sqrt(ab)).clamp(-1, 1)
         return math.sqrt(ab_prev) * x0 + math.sqrt(1 - ab_prev) * eps_hat
 
-    def step(self, eps_hat: torch.Tensor, k: int, xk: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """One ancestral step x_k -> x_{k-1}, x_0 estimate clipped to [-1, 1]."""
+    def step(self, eps_hat: torch.Tensor, k: int, xk: torch.Tensor, generator: torch.Generator,
+             z: torch.Tensor | None = None) -> torch.Tensor:
+        """One ancestral step x_k -> x_{k-1}, x_0 estimate clipped to [-1, 1]; `z`: the step's standard normal
+        draw (by default drawn fresh from `generator`)."""
         ab = float(self.alpha_bar[k])
         x0 = ((xk - math.sqrt(1 - ab) * eps_hat) / math.sqrt(ab)).clamp(-1, 1)
         mean = float(self.post_c0[k]) * x0 + float(self.post_ck[k]) * xk
         if k == 0:
             return mean
-        z = torch.randn(xk.shape, generator=generator, dtype=xk.dtype)
+        if z is None:
+            z = torch.randn(xk.shape, generator=generator, dtype=xk.dtype)
         return mean + math.sqrt(float(self.post_var[k])) * z
 
 
@@ -250,16 +253,28 @@ class DiffusionPolicy(nn.Module):
         eps = torch.randn(actions.shape, generator=generator)
         return F.mse_loss(self.unet(self.ddpm.noise(actions, k, eps), k, cond), eps)
 
+    @property
+    def draws(self) -> int:
+        """Standard normal draws (each (Tp, A)) behind one sample: x_K, and under ancestral DDPM one per step."""
+        return 1 + (self.ddpm.K if self.inference_steps == self.ddpm.K else 0)
+
     @torch.no_grad()
     def act(self, points, state, generator: torch.Generator, noise: torch.Tensor | None = None) -> torch.Tensor:
-        """An action chunk (B, Tp, A) per observation. `noise` (B, Tp, A): the initial sample x_K to denoise (by
-        default drawn fresh; a fixed one per episode makes DDIM's choice a fixed function of the observation)."""
+        """An action chunk (B, Tp, A) per observation. `noise`: every standard normal draw of the sample, (B, draws,
+        Tp, A) -- x_K first, then (ancestral DDPM) the draw of each step from k = K-1 down -- or (B, Tp, A), x_K
+        alone (the later draws fresh); by default all drawn fresh from `generator`. The same `noise` at every step of
+        an episode makes the sample a fixed function of the observation (DDIM is deterministic given x_K; DDPM needs
+        its per-step draws fixed too)."""
         cond = self.encoder(*self.norm(points, state))
-        x = torch.randn((points.shape[0], self.Tp, self.A), generator=generator) if noise is None else noise.clone()
+        if noise is not None and noise.dim() == 3:
+            noise = noise[:, None]
+        x = torch.randn((points.shape[0], self.Tp, self.A), generator=generator) if noise is None else noise[:, 0].clone()
         if self.inference_steps == self.ddpm.K:  # ancestral DDPM
             for k in reversed(range(self.ddpm.K)):
                 kk = torch.full((x.shape[0],), k, dtype=torch.long)
-                x = self.ddpm.step(self.unet(x, kk, cond), k, x, generator)
+                i = self.ddpm.K - k  # the draw of step k (x_K is draw 0)
+                z = noise[:, i] if noise is not None and i < noise.shape[1] else None
+                x = self.ddpm.step(self.unet(x, kk, cond), k, x, generator, z)
             return x  # (B, Tp, A)
         ks = self.ddpm.ddim_steps(self.inference_steps)
         for k, k_prev in zip(ks, [*ks[1:], -1]):
@@ -288,3 +303,21 @@ class MLPPolicy(nn.Module):
     @torch.no_grad()
     def act(self, points, state, generator: torch.Generator, noise: torch.Tensor | None = None) -> torch.Tensor:
         return self._predict(points, state).clamp(-1, 1)  # deterministic: `noise` is not used
+
+
+class GaussianBC(nn.Module):
+    """The unimodal stochastic ablation of the diffusion policy (of what Sec. 4.2 credits it with: modelling a
+    multi-modal action distribution): a trained MLP BC network's prediction as the mean of a diagonal Gaussian
+    whose per-dimension standard deviation `sigma` (A,) is the maximum-likelihood one on the same demonstrations
+    (train.gaussian_sigma); each prediction samples it. It keeps the stochastic sampling and the demonstrations and
+    removes the several modes."""
+
+    def __init__(self, mlp: MLPPolicy, sigma):
+        super().__init__()
+        self.mlp = mlp
+        self.register_buffer("sigma", torch.as_tensor(sigma, dtype=torch.float32))
+
+    @torch.no_grad()
+    def act(self, points, state, generator: torch.Generator, noise: torch.Tensor | None = None) -> torch.Tensor:
+        mean = self.mlp._predict(points, state)
+        return (mean + self.sigma * torch.randn(mean.shape, generator=generator)).clamp(-1, 1)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from papers.adamanip.env import CATEGORIES, make_episodes
-from papers.adamanip.experts import KINDS, collect, random_primitive_success
+from papers.adamanip.experts import KINDS, collect, expert_success, random_primitive_success
 from papers.adamanip.params import parse
 from papers.common.io import write_parquet
 from papers.common.seeding import seed_everything
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 # SeedSequence keys: (seed, STREAM, category index in env.CATEGORIES, ...), so adding a category does
 # not change another's draws.
-DEMO_STREAM, EVAL_STREAM, REFERENCE_STREAM = 1, 2, 3
+DEMO_STREAM, EVAL_STREAM, REFERENCE_STREAM, POSITIVE_STREAM = 1, 2, 3, 4
 
 
 def _key(seed: int, stream: int, category: str, *more: int) -> np.random.SeedSequence:
@@ -67,9 +67,25 @@ def prepare(*, cfg, seed: str, demos, stats, reference):
         eps = make_episodes(cat, p.evaluate["episodes"], _key(seed, EVAL_STREAM, cat), phys)
         done = random_primitive_success(eps, p.evaluate["max_steps"], np.random.default_rng(_key(seed, REFERENCE_STREAM, cat)))
         ref += [{"category": cat, "episode": i, "success": int(s_), "mechanism": mechanism_of(ep), "seed": seed,
-                 "policy": "random_primitive", "kind": "none", "noise": "none"} for i, (ep, s_) in enumerate(zip(eps, done))]
+                 "policy": "random_primitive", "kind": "none", "noise": "none", "jammed": int(ep.jammed),
+                 "small_share": ep.small_moves / max(ep.moves, 1)} for i, (ep, s_) in enumerate(zip(eps, done))]
         log.info("seed %d: random-primitive reference on %s: success %.2f", seed, cat, done.mean())
     write_parquet(pd.DataFrame(ref), reference)
+
+
+def expert_rates(p, seed: int) -> dict:
+    """Success rate of the adaptive expert and of the guessing one-go expert (experts.expert_success) per category on
+    the seed's evaluation episodes (the policies' own): {(category, kind): rate}. Claim (a)'s positive control: the
+    difference in differences of the experts is planted by construction (the one-go expert guesses what is hidden and
+    reads what is visible); the report runs it (a few CPU-seconds)."""
+    phys = p.physics_obj()
+    out = {}
+    for cat in p.categories:
+        for k, kind in enumerate(KINDS):
+            eps = make_episodes(cat, p.evaluate["episodes"], _key(seed, EVAL_STREAM, cat), phys)
+            rng = np.random.default_rng(_key(seed, POSITIVE_STREAM, cat, k))
+            out[cat, kind] = float(expert_success(eps, kind, p.evaluate["max_steps"], rng).mean())
+    return out
 
 
 def read_demos(path, categories, kind: str) -> dict:
@@ -118,14 +134,21 @@ def train(*, cfg, seed: str, policy: str, demos, model, history):
 
 
 # ---- evaluate ------------------------------------------------------------------------------------
-def evaluate(*, cfg, seed: str, policy: str, model, successes):
-    """Roll out both of the seed's policies (one per demonstration kind) on the same randomised episodes; the
-    diffusion policy trained on one-go demonstrations once more with its noise fixed per episode (the diagnosis of
-    whether fresh noise per prediction lets it switch a committed choice by chance)."""
+def evaluate(*, cfg, seed: str, policy: str, model, demos, successes):
+    """Roll out the seed's two policies of `policy` (one per demonstration kind) on the same randomised episodes.
+
+    Besides the policy as trained (noise ``fresh`` for diffusion, ``none`` for the deterministic MLP BC):
+    * diffusion, both kinds, once more with its noise fixed per episode (noise ``fixed``): a policy that learned to
+      adapt (Sec. 4.1-4.2: it reads the outcome of a try) switches its choice because the observation changed, not
+      because a new draw did; the premise gate of claims (a) and (c);
+    * MLP BC, both kinds, sampled from a diagonal Gaussian around its prediction, with the
+      maximum-likelihood sigma on its own training demonstrations (noise ``gaussian``; policy.GaussianBC): the
+      unimodal stochastic ablation of the diffusion policy for claim (b). Its sigma is recorded per action dimension.
+    """
     import torch
 
     from papers.adamanip import train as T
-    from papers.adamanip.policy import Normalizer
+    from papers.adamanip.policy import GaussianBC, Normalizer
 
     p = parse(cfg)
     seed = int(seed)
@@ -133,19 +156,32 @@ def evaluate(*, cfg, seed: str, policy: str, model, successes):
     phys = p.physics_obj()
     ckpt = torch.load(model, weights_only=False)
     rows = []
-    passes = [(k, kind, False) for k, kind in enumerate(KINDS)]
+    # (kind index, kind, noise, rollout seed)
+    plain = "fresh" if policy == "diffusion" else "none"
+    passes = [(k, kind, plain, seed * 100 + k) for k, kind in enumerate(KINDS)]
     if policy == "diffusion":
-        passes.append((KINDS.index("one_go"), "one_go", True))
-    for k, kind, fixed in passes:
+        passes += [(k, kind, "fixed", seed * 100 + k) for k, kind in enumerate(KINDS)]
+    else:
+        passes += [(k, kind, "gaussian", seed * 100 + 10 + k) for k, kind in enumerate(KINDS)]
+    for k, kind, noise, rollout_seed in passes:
         zeros = Normalizer(np.zeros(3), np.ones(3), np.zeros(T.LOW_DIM), np.ones(T.LOW_DIM))
         net = T.build(policy, zeros, p.policy)
         net.load_state_dict(ckpt["states"][kind])
+        extra = {}
+        if noise == "gaussian":
+            sigma = T.gaussian_sigma(net, read_demos(demos, ckpt["categories"], kind), p.policy)
+            net = GaussianBC(net, sigma)
+            extra = {f"sigma_{i}": float(v) for i, v in enumerate(sigma)}
+            log.info("seed %d %s %s: maximum-likelihood Gaussian sigma per action dimension %s", seed, policy, kind,
+                     np.round(sigma, 3))
         eps = [ep for cat in p.categories for ep in
                make_episodes(cat, p.evaluate["episodes"], _key(seed, EVAL_STREAM, cat), phys)]
-        done = T.rollout(net, eps, p.evaluate["max_steps"], p.policy, seed * 100 + k, fixed_noise=fixed)
-        noise = "fixed" if fixed else ("fresh" if policy == "diffusion" else "none")
+        done = T.rollout(net, eps, p.evaluate["max_steps"], p.policy, rollout_seed, fixed_noise=noise == "fixed")
+        # jammed: the episode ended on a jam; small_share: the share of its moves whose pull / push and turn were
+        # both under half a step (how far the arm moves hesitantly; env.Episode.step)
         rows += [{"category": ep.category, "episode": i % p.evaluate["episodes"], "success": int(s),
-                  "mechanism": mechanism_of(ep), "kind": kind, "noise": noise}
+                  "mechanism": mechanism_of(ep), "kind": kind, "noise": noise, "jammed": int(ep.jammed),
+                  "small_share": ep.small_moves / max(ep.moves, 1), **extra}
                  for i, (ep, s) in enumerate(zip(eps, done))]
         for cat in p.categories:
             rate = np.mean([r["success"] for r in rows[-len(eps):] if r["category"] == cat])

@@ -136,17 +136,32 @@ def fit(policy: str, demos: dict, pol: dict, tr: dict, seed: int) -> tuple[torch
 
 
 @torch.no_grad()
+def gaussian_sigma(mlp, demos: dict, pol: dict) -> np.ndarray:
+    """The maximum-likelihood per-dimension standard deviation of a diagonal Gaussian policy whose mean is the
+    trained MLP BC network, on the demonstrations it was trained on: the root mean square residual of the executed
+    (first) action of each window. (A,) -- the sigma of policy.GaussianBC, the unimodal ablation of Sec. 4.2's
+    diffusion policy."""
+    mlp.eval()
+    points, state, actions = windows(demos, pol["obs_horizon"], pol["pred_horizon"])
+    pred = mlp._predict(torch.as_tensor(points, dtype=torch.float32), torch.as_tensor(state, dtype=torch.float32))
+    resid = pred[:, 0].numpy() - actions[:, 0]
+    return np.sqrt((resid ** 2).mean(0))
+
+
+@torch.no_grad()
 def rollout(model, eps: list, max_steps: int, pol: dict, seed: int, fixed_noise: bool = False) -> np.ndarray:
     """Success (0/1) of each episode (a batch of any categories, all with the same number of points) under
     receding-horizon control: predict the Tp actions to come from the last To observations (points, gripper
     state, previous action), execute the first Ta of them (official: Ta = 1), repeat; success latches.
-    `fixed_noise`: the diffusion policy denoises the same initial noise at every step of an episode (drawn once per
-    episode) instead of fresh noise per prediction, so that it cannot switch its choice by a new draw."""
+    `fixed_noise`: the diffusion policy uses the same standard normal draws at every step of an episode (drawn once
+    per episode: the initial sample x_K and, under ancestral DDPM, every step's draw; policy.DiffusionPolicy.act)
+    instead of fresh ones per prediction, so that it cannot switch its choice by a new draw."""
     model.eval()
     episodes = len(eps)
     To, Ta = pol["obs_horizon"], pol["action_horizon"]
     gen = torch.Generator().manual_seed(seed)
-    noise = torch.randn((episodes, pol["pred_horizon"], ACTION_DIM), generator=gen) if fixed_noise else None
+    noise = torch.randn((episodes, getattr(model, "draws", 1), pol["pred_horizon"], ACTION_DIM),
+                        generator=gen) if fixed_noise else None
     obs = [ep.observe() for ep in eps]
     # the last To observations of every episode, oldest first (the first one repeated at the start, as in training)
     hist_p = np.repeat(np.stack([o[0] for o in obs])[:, None], To, axis=1)  # (E, To, P, 3)

@@ -112,7 +112,7 @@ def sweep_table(m: pd.DataFrame) -> pd.DataFrame:
 
 
 def cbplm_claims(p, m: pd.DataFrame, change: pd.DataFrame, w: pd.DataFrame, checks: pd.DataFrame) -> list:
-    """The four claims. `m`: the metrics rows of every seed (and sweep step); `change`: :func:`paired_change` of the
+    """The three claims. `m`: the metrics rows of every seed (and sweep step); `change`: :func:`paired_change` of the
     interventions; `w`: the CB-pLM's centred concept-to-token weights per seed; `checks`: :func:`weight_checks`."""
     from papers.common.claims import (Claim, Control, PositiveControl, Premise, bootstrap_test, convention, from_paper,
                                       mean_test, paired_test, t_interval)

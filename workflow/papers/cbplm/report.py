@@ -195,7 +195,7 @@ def report(*, cfg, scale, summary, metrics, interventions, weights, histories, b
     scope = Scope("analogue", f"{info['kept']} real proteins of {p.min_length}-{p.max_length} residues from {source} "
                   f"instead of the paper's UniRef50 / SwissProt, {len(names)} Biopython concepts instead of 718, a "
                   f"{p.model.n_layers}-layer encoder of width {p.model.d_model} instead of 24M-3B parameters; the "
-                  "conditional baselines are built here")
+                  "conditional baselines are built here.")
     write_claims(claims_list, claims, paper=SLUG, scale=scale, scope=scope, checks=check_list)
     write_json(to_dict(p), params_json)
 
@@ -211,7 +211,7 @@ def report(*, cfg, scale, summary, metrics, interventions, weights, histories, b
         f"steps of {p.train.batch_size} sequences, {p.train.mask_prob:.0%} masking, {p.seeds} seeds: CB-pLM (concept "
         f"head on <cls>, bottleneck of concept embeddings (width {p.model.concept_emb} each) and an unknown part "
         f"z_u {unknown_width(len(names), p.model.concept_emb, p.model.d_model, p.model.unknown_width)} wide, one linear "
-        "layer to the residues; loss = CE + {p.train.concept_weight} K MSE + "
+        f"layer to the residues; loss = CE + {p.train.concept_weight} K MSE + "
         f"{p.train.orthogonality_weight} |cos|, true concepts fed in training), a continuous-concept conditional LM (a "
         "linear map of the standardised concepts added at every position), a conditional-tag LM "
         f"({p.tag_bins} quantile bins per concept as prefix tokens whose embeddings are also added at every position), "
@@ -248,9 +248,8 @@ def report(*, cfg, scale, summary, metrics, interventions, weights, histories, b
     steps_per_seed = len(p.models) * final + sum(p.train.sweep)
     per_step = train_cpu / (p.seeds * steps_per_seed)
     doubled = p.seeds * (len(p.models) * 2 * final + final) * per_step
-    differences += (
-        f" Budget: {p.seeds} seeds (the review of issue 50 suggested 3 for (a), whose intervals over 5 seeds were narrow) "
-        f"x ({len(p.models)} models x {final} steps + CB-pLM's sweep run of "
+    differences += "" if scale != "default" else (
+        f" Budget: {p.seeds} seeds x ({len(p.models)} models x {final} steps + CB-pLM's sweep run of "
         + ", ".join(str(x) for x in p.train.sweep) + f" steps): the training jobs took {train_cpu:.0f} s of CPU here, "
         f"{per_step * 1000:.1f} ms per step; the next doubling ({2 * final} steps, the sweep run at {final}) would take "
         f"about {doubled:.0f} s of CPU for training alone, beyond this paper's time budget (`time_budget` in "
