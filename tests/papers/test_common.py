@@ -163,3 +163,31 @@ def test_run_times_are_summed_from_benchmark_files_and_set_against_the_budget(tm
     assert times.loc["contended", "within_budget"] == "over in wall time, within in CPU time"
     assert times.loc["slow", "budget_seconds"] == 900 and times.loc["slow", "within_budget"] == "over"
     assert set(time_table(jobs, {}).within_budget) == {"no budget"}  # a scale without budgets (full)
+
+
+def test_fasta_records_join_lines_name_header_lines_and_reject_bad_files(tmp_path):
+    from papers.common.fasta import fasta_records
+
+    good = tmp_path / "a.fasta"
+    good.write_text(">one x\nMKT\nAYI\n\n>two\nQR\n>empty\n")
+    assert list(fasta_records(good)) == [("MKTAYI", 1), ("QR", 5), ("", 7)]
+    for text, where in (("MKT\n>x\nA\n", "line 1"), ("", "no FASTA records")):
+        bad = tmp_path / "b.fasta"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=f"b.fasta: .*{where}"):
+            list(fasta_records(bad))
+
+
+def test_reservoir_sample_keeps_each_item_with_probability_size_over_count():
+    # Algorithm R: every one of N items ends in the sample with probability k / N (exactly); fewer than k: all
+    from papers.common.fasta import reservoir_sample
+
+    k, n, trials = 5, 40, 4000
+    kept = np.zeros(n)
+    for seed in range(trials):
+        sample, count = reservoir_sample(iter(range(n)), k, np.random.default_rng(seed))
+        assert count == n and len(set(sample)) == k
+        kept[sample] += 1
+    # binomial sd of each item's share: sqrt(p (1 - p) / trials) = 0.0058; 5 sd over 40 items
+    np.testing.assert_allclose(kept / trials, k / n, atol=0.03)
+    assert reservoir_sample(range(3), k, np.random.default_rng(0)) == ([0, 1, 2], 3)

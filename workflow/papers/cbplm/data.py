@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from papers.common.fasta import fasta_records, reservoir_sample
+
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"  # the 20 standard residues; the LM heads predict these
 _AA_INDEX = np.full(128, -1, dtype=np.int64)
 _AA_INDEX[[ord(a) for a in AMINO_ACIDS]] = np.arange(len(AMINO_ACIDS))
@@ -100,22 +102,7 @@ def _check_letters(seq: str, path, line: int) -> str:
 
 def read_fasta(path) -> pd.DataFrame:
     """Records of a FASTA file: columns sequence, source, line (the header's line number)."""
-    rows, header_line, chunks = [], None, []
-    with open(path) as f:
-        for n, text in enumerate(f, start=1):
-            text = text.strip()
-            if text.startswith(">"):
-                if header_line is not None:
-                    rows.append((_check_letters("".join(chunks), path, header_line), header_line))
-                header_line, chunks = n, []
-            elif text:
-                if header_line is None:
-                    raise ValueError(f"{path}: line {n}: sequence before the first '>' header")
-                chunks.append(text)
-    if header_line is not None:
-        rows.append((_check_letters("".join(chunks), path, header_line), header_line))
-    if not rows:
-        raise ValueError(f"{path}: no FASTA records")
+    rows = [(_check_letters(seq, path, line), line) for seq, line in fasta_records(path)]
     return pd.DataFrame({"sequence": [r[0] for r in rows], "source": Path(path).name, "line": [r[1] for r in rows]})
 
 
@@ -135,49 +122,25 @@ def read_table(path) -> pd.DataFrame:
 
 def sample_fasta(path, n: int, accept, seed: int = 0) -> tuple[pd.DataFrame, dict]:
     """At most `n` records of a FASTA file drawn uniformly from those `accept(sequence)` names None, streamed (one
-    record in memory at a time beside the sample: reservoir sampling, Vitter's algorithm R), so that a UniRef50-sized
-    file never sits in memory whole. `accept` returns None to keep a record or the reason to drop it.
+    record in memory at a time beside the sample: :func:`papers.common.fasta.reservoir_sample`), so that a
+    UniRef50-sized file never sits in memory whole. `accept` returns None to keep a record or the reason to drop it.
     Returns (records: sequence, source, line; {"read": records read, reason: count, "examples": {reason: [...]}})."""
-    rng = np.random.default_rng(seed)
-    sample: list[tuple[str, int]] = []
     stats: dict = {"read": 0, "examples": {}}
-    seen = 0
 
-    def offer(seq: str, line: int) -> None:
-        nonlocal seen
-        seq = _check_letters(seq, path, line)
-        stats["read"] += 1
-        reason = accept(seq)
-        if reason is not None:
+    def accepted():
+        for seq, line in fasta_records(path):
+            seq = _check_letters(seq, path, line)
+            stats["read"] += 1
+            reason = accept(seq)
+            if reason is None:
+                yield seq, line
+                continue
             stats[reason] = stats.get(reason, 0) + 1
             examples = stats["examples"].setdefault(reason, [])
             if len(examples) < 5:
                 examples.append(f"{Path(path).name}:{line}")
-            return
-        seen += 1
-        if len(sample) < n:
-            sample.append((seq, line))
-        else:
-            j = int(rng.integers(seen))
-            if j < n:
-                sample[j] = (seq, line)
 
-    header_line, chunks = None, []
-    with open(path) as f:
-        for number, text in enumerate(f, start=1):
-            text = text.strip()
-            if text.startswith(">"):
-                if header_line is not None:
-                    offer("".join(chunks), header_line)
-                header_line, chunks = number, []
-            elif text:
-                if header_line is None:
-                    raise ValueError(f"{path}: line {number}: sequence before the first '>' header")
-                chunks.append(text)
-    if header_line is not None:
-        offer("".join(chunks), header_line)
-    if not stats["read"]:
-        raise ValueError(f"{path}: no FASTA records")
+    sample, _ = reservoir_sample(accepted(), n, np.random.default_rng(seed))
     return pd.DataFrame({"sequence": [r[0] for r in sample], "source": Path(path).name,
                          "line": [r[1] for r in sample]}), stats
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from papers.common.fasta import fasta_records, reservoir_sample
 from papers.flexpert import enm
 from papers.flexpert.params import parse
 
@@ -282,39 +283,19 @@ def is_fasta(path: Path) -> bool:
 
 def fasta_sequences(path: Path):
     """The sequences of a FASTA file, one at a time (read line by line: UniRef50 does not fit in memory)."""
-    parts, seen = None, False
-    with open(path) as f:
-        for line in f:
-            if line.startswith(">"):
-                if parts is not None:
-                    yield "".join(parts)
-                parts, seen = [], True
-            elif parts is not None:
-                parts.append(line.strip())
-    if parts is not None:
-        yield "".join(parts)
-    if not seen:
-        raise ValueError(f"{path}: no FASTA records")
+    return (seq for seq, _ in fasta_records(path))
 
 
 def sample_fasta(path: Path, min_length: int, max_length: int, exclude: set, k: int, size: int,
                  seed: int) -> tuple[list[str], int]:
     """A uniform sample of `size` of a FASTA file's sequences of the 20 standard residues within the length bounds
-    that share no `k`-mer with `exclude`, streamed (reservoir sampling, Algorithm R) so that memory holds `size`
-    sequences, not the file; returns the sample (sorted) and how many sequences qualified."""
-    rng = np.random.default_rng(seed)
-    allowed, reservoir, n = set(AMINO_ACIDS), [], 0
-    for seq in fasta_sequences(path):
-        if not (min_length <= len(seq) <= max_length and set(seq) <= allowed) or kmers(seq, k) & exclude:
-            continue
-        n += 1
-        if len(reservoir) < size:
-            reservoir.append(seq)
-        else:
-            j = int(rng.integers(n))
-            if j < size:
-                reservoir[j] = seq
-    return sorted(reservoir), n
+    that share no `k`-mer with `exclude`, streamed (:func:`papers.common.fasta.reservoir_sample`) so that memory
+    holds `size` sequences, not the file; returns the sample (sorted) and how many sequences qualified."""
+    allowed = set(AMINO_ACIDS)
+    qualified = (seq for seq in fasta_sequences(path)
+                 if min_length <= len(seq) <= max_length and set(seq) <= allowed and not kmers(seq, k) & exclude)
+    sample, n = reservoir_sample(qualified, size, np.random.default_rng(seed))
+    return sorted(sample), n
 
 
 def kmers(seq: str, k: int) -> set:
