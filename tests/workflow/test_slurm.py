@@ -2,9 +2,12 @@
 (scripts/slurm-local.sh) runs the smoke DAG of a few papers through profiles/ci-slurm.
 
 The submission path is the same for every paper (one group job per paper, resources from
-job_resources in common.smk), so the papers below stand for all of them: the one whose rule is made
-to fail, the one whose rule is given the test node's fake GPU, and one that trains a torch model on packaged data. What each
-paper's rules ask SLURM for is checked for every rule by tests/workflow/test_cluster_resources.py,
+job_resources in common.smk), so the two papers below stand for all of them: cbplm, whose first rule
+is made to fail once, and ensembles, which trains torch models on packaged data (scikit-learn's digits)
+in the rule given the test node's fake GPU. They are the two smoke DAGs of fewest jobs, so the group
+jobs and the retry take seconds each. The papers' own target rules are asked for, not `all`, so that the
+cross-paper summary does not queue a job of its own. What each paper's rules ask SLURM for is checked
+for every rule by tests/workflow/test_cluster_resources.py and tests/workflow/test_cluster_submission.py,
 and every paper's smoke DAG runs locally in test_dag.py.
 
 Checked: the run completes and its tables equal the local run's; a GPU request reaches SLURM for the
@@ -12,16 +15,17 @@ rule given one (which rules use CUDA is tested by behaviour in test_gpu_routing.
 even when the test fails. Needs root (munge and slurmd), as in CI.
 """
 import os
+import re
 import subprocess
 
 import pytest
 
-from smk import ROOT, SNAKEMAKE, snakemake
+from smk import ROOT, RULES_TEXT, SNAKEMAKE
 
 SLURM = ROOT / "scripts" / "slurm-local.sh"
-GPU_RULE = "uv_sharpness_train_mlp"  # profiles/ci-slurm gives it the fake GPU: any rule would do
-FAILING_RULE = "welfare_prepare"
-SLURM_PAPERS = ["welfare", "uv_sharpness", "sam_late"]
+GPU_PAPER, GPU_RULE = "ensembles", "ensembles_train"  # profiles/ci-slurm gives it the fake GPU: any rule would do
+FAILING_RULE = "cbplm_prepare"
+SLURM_PAPERS = ["cbplm", GPU_PAPER]  # one group job each
 
 pytestmark = [
     pytest.mark.slow,
@@ -39,17 +43,12 @@ def cluster():
         subprocess.run([str(SLURM), "down"], capture_output=True, text=True, timeout=120)
 
 
-def paper_groups(workdir) -> list[str]:
+def paper_groups() -> list[str]:
     """`--groups` arguments that put each paper's rules in one group: on a cluster every job parses
     the workflow again (seconds), so the smoke DAG's tiny jobs run as one SLURM job per paper."""
-    listed = snakemake("--list-rules", workdir=workdir, timeout=120)
-    assert listed.returncode == 0, listed.stderr
-    groups = []
-    rules = [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]  # "name (docstring)"
-    for rule in rules:
-        slug = next((s for s in SLURM_PAPERS if rule.startswith(f"{s}_")), None)
-        if slug:
-            groups.append(f"{rule}={slug}")
+    rules = re.findall(r"^\s*rule (\w+):", RULES_TEXT, re.M)
+    groups = [f"{rule}={slug}" for rule in rules for slug in SLURM_PAPERS if rule.startswith(f"{slug}_")]
+    assert {g.split("=")[1] for g in groups} == set(SLURM_PAPERS), groups
     return groups
 
 
@@ -70,10 +69,11 @@ def test_smoke_dag_through_slurm(cluster, smoke_runs, tmp_path):
     # REPRO_FAKE_GPU: the GPU rule asks this CPU-only node for a GPU (profiles/ci-slurm), so its preflight is off
     env = {**os.environ, "REPRO_FAIL_ONCE": f"{FAILING_RULE}:{marker}", "REPRO_FAKE_GPU": "1"}
     # timeout -k: with accounting off, a misconfigured plugin polls sacct forever; never hang CI.
-    cmd = ["timeout", "-k", "10", "1500", SNAKEMAKE, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
+    # the targets come before --config, which takes every argument after it
+    cmd = ["timeout", "-k", "10", "1500", SNAKEMAKE, *SLURM_PAPERS, "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
            "--profile", str(ROOT / "profiles" / "ci-slurm"),
            "--configfile", str(ROOT / "config" / "smoke.yaml"),
-           "--groups", *paper_groups(workdir), "--config", f"papers=[{','.join(SLURM_PAPERS)}]"]
+           "--groups", *paper_groups(), "--config", f"papers=[{','.join(SLURM_PAPERS)}]"]
     env.pop("TRITON_INTERPRET", None)
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1600, env=env)
     log = result.stdout + result.stderr
@@ -87,14 +87,14 @@ def test_smoke_dag_through_slurm(cluster, smoke_runs, tmp_path):
 
     # The injected failure happened, and the retry completed the run.
     assert marker.exists(), "the failing rule never ran"
-    assert "injected failure of rule welfare_prepare" in log or "Error in group" in log or "Error in rule" in log
+    assert f"injected failure of rule {FAILING_RULE}" in log or "Error in group" in log or "Error in rule" in log
 
     # Every job went through SLURM; the GPU rule's job asked for a GPU, and no other job did.
     jobs = [j for j in slurm_jobs() if j.get("WorkDir") == str(workdir)]
-    assert len(jobs) >= len(SLURM_PAPERS) + 1  # one group job per paper, plus the retried one
+    assert len(jobs) == len(SLURM_PAPERS) + 1, jobs  # one group job per paper, plus the retried one
     gpu_jobs = [j for j in jobs if "gpu" in (j.get("TresPerJob", "") + j.get("TresPerNode", ""))]
     assert gpu_jobs, "no job was submitted with a GPU request"
-    assert all("uv_sharpness" in j.get("Comment", "") or GPU_RULE in j.get("Comment", "") for j in gpu_jobs), gpu_jobs
+    assert all(GPU_PAPER in j.get("Comment", "") or GPU_RULE in j.get("Comment", "") for j in gpu_jobs), gpu_jobs
     failed = [j for j in jobs if j.get("JobState") in ("FAILED", "NODE_FAIL")]
     assert len(failed) == 1, [(j.get("Comment"), j.get("JobState")) for j in jobs]
     # The retry asked for twice the memory and time of the failed attempt (job_resources in common.smk).

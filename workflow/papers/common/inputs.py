@@ -9,6 +9,7 @@ on a cluster runs after submission.
 """
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from urllib.parse import urlparse
@@ -70,17 +71,28 @@ def in_section(dotted: str, section) -> bool:
     return True
 
 
+def _schema(path: Path) -> dict:
+    """A schema file, parsed once per process and version (a parse checks every paper twice), with libyaml where
+    it is built: the pure-Python parser took seconds of every Snakemake start."""
+    return _schema_cached(path, path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _schema_cached(path: Path, mtime_ns: int) -> dict:
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def _input_errors(config: dict, schema_file: str | Path, sections, report_present: bool) -> list[tuple[str, str]]:
     from referencing import Registry, Resource
     from referencing.jsonschema import DRAFT202012
 
     schema_file = Path(schema_file).resolve()
-    schema = {**yaml.safe_load(schema_file.read_text()), "$id": schema_file.as_uri()}
+    schema = {**_schema(schema_file), "$id": schema_file.as_uri()}
 
     def retrieve(uri):
         # Without its `$schema`, a paper's schema is checked by this validator (with the `input`
         # keyword), not by the plain one that jsonschema would pick for that meta-schema.
-        contents = yaml.safe_load(Path(url2pathname(urlparse(uri).path)).read_text())
+        contents = dict(_schema(Path(url2pathname(urlparse(uri).path))))
         contents.pop("$schema", None)
         return Resource.from_contents(contents, default_specification=DRAFT202012)
 
