@@ -1,6 +1,8 @@
 """papers.common: the loaders, the claims contract, parameters and tables."""
 import gzip
 import pickle
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,6 +14,8 @@ import types
 
 from papers.common.params import ALL, StageConfig, UndeclaredParameter, for_stage, from_config, stage_section, to_dict
 from papers.common.tables import mean_std, write_table
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_digits_loader_reads_the_packaged_file_and_names_bad_lines(tmp_path):
@@ -163,6 +167,46 @@ def test_run_times_are_summed_from_benchmark_files_and_set_against_the_budget(tm
     assert times.loc["contended", "within_budget"] == "over in wall time, within in CPU time"
     assert times.loc["slow", "budget_seconds"] == 900 and times.loc["slow", "within_budget"] == "over"
     assert set(time_table(jobs, {}).within_budget) == {"no budget"}  # a scale without budgets (full)
+
+
+def test_a_paper_without_benchmark_files_keeps_the_run_times_its_own_run_recorded(tmp_path):
+    """benchmarks/ is not committed, so on a clone the summary regenerates from the claims alone: a paper whose
+    benchmark files are absent takes the sums its run recorded beside its results; one rerun here is measured
+    afresh from its benchmark files."""
+    from papers.common.summary import write_summary
+
+    run = tmp_path / "results" / "default"
+    claims, reports = [], []
+    for slug in ("welfare", "hip"):
+        (run / slug).mkdir(parents=True)
+        for name in ("claims.json", "report.md"):
+            shutil.copyfile(ROOT / "results" / "default" / slug / name, run / slug / name)
+        claims.append(run / slug / "claims.json")
+        reports.append(run / slug / "report.md")
+    bench = tmp_path / "welfare_job.tsv"
+    bench.write_text("s\tcpu_time\n12.5\t10.0\n")
+    (run / "hip" / "job_times.csv").write_text("jobs,seconds,cpu_seconds\n17,1515.39,493.86\n")  # from its run
+    (run / "welfare" / "job_times.csv").write_text("jobs,seconds,cpu_seconds\n21,947.61,85.2\n")  # superseded
+    write_summary(claims=claims, reports=reports, summary_md=run / "summary.md", summary_csv=run / "summary.csv",
+                  scale="default", job_benchmarks={"welfare": [str(bench)], "hip": [str(tmp_path / "absent.tsv")]},
+                  time_budget={"default": 360, "hip": 900}, job_times_csv=run / "job_times.csv")
+    times = pd.read_csv(run / "job_times.csv")
+    assert list(times["paper"]) == ["welfare", "hip"]  # the order of the selected papers
+    assert times.iloc[0].tolist() == ["welfare", 1, 12.5, 10.0, 360, "yes"]  # measured here
+    assert times.iloc[1].tolist() == ["hip", 17, 1515.39, 493.86, 900, "over in wall time, within in CPU time"]
+    assert "| hip | 17 | 1515 | 494 | 900 | over in wall time, within in CPU time |" in (run / "summary.md").read_text()
+
+
+def test_a_paper_s_job_times_are_recorded_only_from_a_complete_set_of_benchmark_files(tmp_path):
+    from papers.common.records import export_job_times
+
+    jobs = [tmp_path / "a.tsv", tmp_path / "b.tsv"]
+    jobs[0].write_text("s\th:m:s\tcpu_time\n10.5\t0:00:10\t8.25\n")
+    assert not export_job_times([str(p) for p in jobs], tmp_path / "times.csv")  # b.tsv missing: a partial run
+    assert not (tmp_path / "times.csv").exists()
+    jobs[1].write_text("s\th:m:s\tcpu_time\n2\t0:00:02\t1.75\n")
+    assert export_job_times([str(p) for p in jobs], tmp_path / "times.csv")
+    assert (tmp_path / "times.csv").read_text() == "jobs,seconds,cpu_seconds\n2,12.5,10\n"
 
 
 def test_fasta_records_join_lines_name_header_lines_and_reject_bad_files(tmp_path):

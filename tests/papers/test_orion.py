@@ -305,7 +305,8 @@ def test_validation_prompts_avoid_every_test_prompt(vocab):
     from papers.orion.stages import validation_prompts
 
     fam = tasks.FAMILIES["induction"]
-    split = {"induction": tasks.split_styles(fam, 0.25, seed=0)}
+    train, held_out = tasks.split_styles(fam, 0.25, seed=0)
+    split = {"induction": (train, held_out)}  # the draws collide most with every held-out style on both sides
     small = tasks.Vocab(tokens=vocab.tokens, pools={**vocab.pools, "word": vocab.pools["word"][:6]})
     rng = np.random.default_rng(0)
     test = pd.DataFrame({"prompt": [" ".join(tasks.test_prompt(fam, split["induction"][1], small, rng).tokens)
@@ -348,6 +349,36 @@ def test_profile_detection():
     assert not patching.is_interior_decomposition(patching.layer_profile(broken, floor=0.5))
 
 
+def test_interior_rule_allows_no_dominant_output_only_at_the_retrieval_transition():
+    """Claim (b) after issue 47's second review: a layer with no dominant output passes between the last R1(C2)
+    layer and the next R1(C1) (the routed control's mid-retrieval layers), nowhere else; the rule before the review
+    (is_strict_interior_decomposition) failed every such profile."""
+    R2, R1, A, N = (*patching.HYPOTHESES, patching.NONE)
+    transition = [[R2, R1, N, A, A], [R2, R1, R1, N, A], [R2, R1, N, N, A]]
+    for profile in transition:
+        assert patching.is_interior_decomposition(profile)
+        assert not patching.is_strict_interior_decomposition(profile)
+    for profile in ([R2, N, R1, A, A],  # before R1(C2): the request was not moved there
+                    [R2, R1, N, R1, A],  # back to R1(C2) after the gap
+                    [R2, R1, N, N],  # no R1(C1) after the gap
+                    [R2, N, A, A, A], [R2, R2, N, N, A], [R2, N, N, N, A]):  # R1(C2) never dominates
+        assert not patching.is_interior_decomposition(profile)
+    assert patching.is_interior_decomposition([R2, R1, A, A]) and patching.is_strict_interior_decomposition([R2, R1, A, A])
+
+
+def test_validation_styles_are_apart_from_training_and_test_styles():
+    """The early-stopping gate reads styles held out from training and from the test prompts (issue 47's review)."""
+    fam = tasks.FAMILIES["story"]
+    train, held_out = tasks.split_styles(fam, 0.25, seed=0)
+    val, test = tasks.split_held_out(held_out, 0.5, seed=3)
+    assert val and test and sorted(val + test) == sorted(held_out)
+    assert not set(val) & set(test) and not set(val) & set(train)
+    assert tasks.split_held_out(held_out, 0.5, seed=3) == (val, test)
+    assert len(tasks.split_held_out(held_out, 0.99, seed=3)[1]) == 1  # one test style at least
+    with pytest.raises(ValueError, match="2 at least"):
+        tasks.split_held_out(held_out[:1], 0.5, seed=3)
+
+
 MODELS = [{"name": "T", "n_layer": 4, "n_embd": 32, "n_head": 2},
           {"name": "R", "n_layer": 4, "n_embd": 32, "n_head": 2, "routed": True}]
 NO_OVERSIGHT = pd.DataFrame(columns=["model", "seed", "n_layer", "layer", "before", "after", "after_other",
@@ -375,8 +406,9 @@ def _claim_inputs(shares, seeds=3, families=("story", "code"), gated=True, contr
                               "r1c2_max": 0.9 if good else 0.1, "r1c2_layer": 2, "depth": 0.5,
                               "profile": "R2(C2) > R1(C2) > R1(C2) > R1(C1) > R1(C1)" if good else
                                          "R2(C2) > R2(C2) > R1(C1) > R1(C1) > R1(C1)",
-                              "interior": good, "ends_by_construction": True,
-                              "control_r1c2_max": 0.9 if i < control else 0.1, "control_interior": i < control})
+                              "interior": good, "interior_strict": good, "ends_by_construction": True,
+                              "control_r1c2_max": 0.9 if i < control else 0.1, "control_interior": i < control,
+                              "control_interior_strict": i < control})
     return pd.DataFrame(pairs)
 
 
@@ -435,6 +467,19 @@ def test_the_report_counts_gated_pairs_whose_request_does_not_move():
     assert "Of the 6 positive-control pairs past the gate, 0 keep" in text
     assert "No tested pair passed the gate" in outcome(_params(), pairs.assign(gated=False))
     assert text.startswith("The seeds were taken at steps 100-100 of the cap of")
+
+
+def test_the_report_computes_what_each_interior_rule_gives():
+    """The rule change of claim (b) is stated with this run's counts under both rules (issue 47's second review)."""
+    from papers.orion.report import differences
+
+    pairs = _claim_inputs([1, 1, 1], seeds=3)
+    pairs.loc[pairs.model == "R", "interior_strict"] = False  # the control passes only with the transition
+    text = " ".join(differences(_params(), pairs).split())
+    assert "changed after an independent review" in text and "profiles of the run before it had been seen" in text
+    assert "the tested models: 3 of 6 gated pairs with the rule, 3 without the transition" in text
+    assert "the positive control: 6 of 6 gated pairs with the rule, 0 without the transition" in text
+    assert "separate pools (name: name, city: city, job: job)" in text
 
 
 def test_claim_c_on_pretrained_models_against_the_other_request_control():

@@ -198,6 +198,24 @@ def test_rl_sharpening_approaches_the_optimum():
     assert tb.kl(kept[1600], star).mean() > trace[-1][1]
 
 
+def test_offline_rl_samples_only_from_the_base_model(monkeypatch):
+    """explore=False: every sample of tabular RL comes from pi_base, never from the current policy; with
+    decay the step size falls linearly to 0 over the run."""
+    base = _random_chain(3, X=2, L=3, V=3)
+    seen, lrs = [], []
+    real_sample, real_step = tb.sample, tb.Adam.step
+    monkeypatch.setattr(tb, "sample", lambda logp, n, rng: seen.append(logp is base) or real_sample(logp, n, rng))
+    monkeypatch.setattr(tb.Adam, "step", lambda self, theta, grad, lr=None: lrs.append(lr) or
+                        real_step(self, theta, grad, lr))
+    kept, _ = tb.rl_sharpen(base, [8, 16], beta=0.5, samples_per_step=4, lr=0.1, rng=np.random.default_rng(0),
+                            explore=False, decay=True)
+    assert len(seen) == 4 and all(seen) and set(kept) == {8, 16}
+    assert lrs == pytest.approx([0.1, 0.075, 0.05, 0.025])
+    seen.clear()
+    tb.rl_sharpen(base, [8], beta=0.5, samples_per_step=4, lr=0.1, rng=np.random.default_rng(0))
+    assert seen == [False, False]  # online: the current policy samples (at the first step a copy of pi_base)
+
+
 def _small_cfg():
     cfg = yaml.safe_load((Path(__file__).parents[2] / "config" / "config.yaml").read_text())["sharpening"]
     return {**cfg, "task": {**cfg["task"], "pretrain_examples": 3000, "train_prompts": 100, "test_prompts": 100,
@@ -301,6 +319,23 @@ def test_rl_sharpening_reports_every_budget_and_raises_the_self_reward():
     assert seen[-1][1] > base  # the sharpened policy's outputs are likelier under pi_base
 
 
+def test_offline_lm_rl_samples_only_from_the_base_model(monkeypatch):
+    model = _tiny_gpt(2)
+    prompts = torch.randint(0, 7, (8, 3))
+    drawn_by = []
+    real = lm.sample_answers
+    monkeypatch.setattr(lm, "sample_answers", lambda m, *a, **k: drawn_by.append(m is model) or real(m, *a, **k))
+    seen = []
+    lm.rl_sharpen(model, prompts, 2, [4, 8], beta=0.1, samples_per_prompt=4, prompts_per_step=4, lr=1e-2,
+                  generator=torch.Generator().manual_seed(0), on_budget=lambda b, policy: seen.append(b),
+                  explore=False)
+    assert seen == [4, 8] and drawn_by == [True, True]  # one pool of pi_base per pass, never the policy
+    drawn_by.clear()
+    lm.rl_sharpen(model, prompts, 2, [4], beta=0.1, samples_per_prompt=4, prompts_per_step=4, lr=1e-2,
+                  generator=torch.Generator().manual_seed(0), on_budget=lambda b, policy: None)
+    assert drawn_by == [False, False]  # online: the policy (a copy of the base model) samples
+
+
 # ---- task and parameters -----------------------------------------------------------------------------------
 def test_task_encoding():
     prompts = task.distinct_prompts(np.random.default_rng(0), 5, 4, 4)
@@ -323,14 +358,17 @@ def test_default_config_parses_and_bad_values_fail():
         parse({**cfg, "task": {**cfg["task"], "levels": [0.6, 0.7]}})
 
 
-def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3, rl_lead_low=0.2, rl_lead_high=0.0):
+def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3, rl_lead_low=0.2, rl_lead_high=0.0,
+                 offline_req=None, offline_lead_low=0.0, offline_lead_high=0.0):
     """A results table as evaluate() writes it. Tabular: budgets 4 .. 256, K = 1 .. 4 (C_cov 2 .. 128); each
-    method's curve jumps to accuracy 1 at its required budget (atomic: SFT and RL alike at K = 2 and 4), the optimum
-    at 0.95. LM: best-of-N rising by `bon_gain` per doubling, its shuffled control flat at sampling, SFT recovering
-    90% of the gain, RL `rl_lead_low` / `rl_lead_high` above SFT at low / high coverage."""
+    method's curve jumps to accuracy 1 at its required budget (offline RL: `offline_req`, by default SFT's; atomic:
+    SFT and both RLs at `atomic_rl_req`), the optimum at 0.95. LM: best-of-N rising by `bon_gain` per doubling, its
+    shuffled control flat at sampling, SFT recovering 90% of the gain, RL `rl_lead_low` / `rl_lead_high` above SFT
+    at low / high coverage, offline RL `offline_lead_low` / `offline_lead_high`."""
     budgets, rows = [4, 8, 16, 32, 64, 128, 256], []
-    for structure, reqs in [("compositional", {"sft": sft_req, "rl": rl_req}),
-                            ("atomic", {"sft": sft_req, "rl": atomic_rl_req})]:
+    offline_req = sft_req if offline_req is None else offline_req
+    for structure, reqs in [("compositional", {"sft": sft_req, "rl": rl_req, "rl_offline": offline_req}),
+                            ("atomic", {"sft": sft_req, "rl": atomic_rl_req, "rl_offline": atomic_rl_req})]:
         for j, K in enumerate((1, 2, 3, 4)):
             for seed in range(seeds):
                 common = {"level": "tabular", "variant": structure, "pairs": K, "seed": seed,
@@ -354,8 +392,11 @@ def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3, rl_lead_
                 if n in (4, 8):
                     sft = 0.1 + 0.9 * (bon - 0.1)
                     lead = rl_lead_low if variant == "low_coverage" else rl_lead_high
+                    off = offline_lead_low if variant == "low_coverage" else offline_lead_high
                     rows += [{**common, "method": "sft", "budget": n, "accuracy": sft},
-                             {**common, "method": "rl", "budget": n, "accuracy": sft + lead + 0.003 * seed}]
+                             {**common, "method": "rl", "budget": n, "accuracy": sft + lead + 0.003 * seed},
+                             {**common, "method": "rl_offline", "budget": n,
+                              "accuracy": sft + off + 0.004 * ((seed + n) % 3) - 0.004}]
     conv = pd.DataFrame({"seed": np.repeat([0, 1, 2], 4), "samples_per_prompt": [0, 400, 600, 800] * 3,
                          "kl_to_optimum": [2.0, 0.0105, 0.0102, 0.01, 2.1, 0.0125, 0.012, 0.012, 1.9, 0.0112, 0.011,
                                            0.011]})
@@ -379,14 +420,24 @@ def _sharpening_params():
 
 
 FITTED = {0: 0.01, 1: 0.012, 2: 0.008}  # KL(law || model) per letter of three base models, under the 0.02 gate
+# what the corpus law predicts on the held-out prompts (the evaluate stage's summary), per LM variant
+LAW = {v: {"law_sampling": 0.1, "law_greedy": 0.3, "law_best_of_n": {str(n): 0.1 + 0.1 * i for i, n in
+                                                                     enumerate((1, 2, 4, 8))}}
+       for v in ("high_coverage", "low_coverage")}
 
 
-def _claims(*frame, formulas=None, gaps=FITTED):
+def _decide(*frame, formulas=None, gaps=FITTED):
+    """(claims, checks) by id."""
     from papers.sharpening.verdicts import sharpening_claims
 
     p = _sharpening_params()
     formulas = _formulas(p.beta) if formulas is None else formulas
-    return {c.id: c for c in sharpening_claims(p, *frame, formulas, gaps)}
+    claims, checks = sharpening_claims(p, *frame, formulas, gaps, LAW)
+    return {c.id: c for c in claims}, {c.id: c for c in checks}
+
+
+def _claims(*frame, **kw):
+    return _decide(*frame, **kw)[0]
 
 
 def test_claims_decide_on_replicates_and_the_controls_can_fail(tmp_path):
@@ -394,33 +445,46 @@ def test_claims_decide_on_replicates_and_the_controls_can_fail(tmp_path):
     from papers.sharpening.verdicts import SCOPE
 
     grows, flat = [4, 16, 64, 128], [16, 16, 16, 16]
-    claims = _claims(*_claim_frame(grows, flat, atomic_rl_req=grows))
-    for cid in "abcde":
+    claims, checks = _decide(*_claim_frame(grows, flat, atomic_rl_req=grows))
+    assert sorted(claims) == ["a", "b", "c", "e"] and sorted(checks) == ["a_law", "d_optimum"]
+    for cid in "bce":
         assert claims[cid].verdict == "holds", (cid, claims[cid].note)
         assert claims[cid].control.verdict == "does not hold", cid
         assert claims[cid].premise and claims[cid].premise_met, cid
-    assert [claims[c].control.kind for c in "abcde"] == ["null", "ablation", "ablation", "null", "null"]
-    write_claims(list(claims.values()), tmp_path / "claims.json", paper="sharpening", scale="smoke", scope=SCOPE)
+    assert [claims[c].control.kind for c in "bce"] == ["ablation", "ablation", "ablation"]
+    # (a) without a pretrained LM is not measured (the task builds it in): the check a_law carries the curve
+    assert claims["a"].verdict == "not measured" and "pretrained" in claims["a"].note
+    assert checks["a_law"].passed and checks["a_law"].measured["high_coverage.law.best_of_8"] == pytest.approx(0.4)
+    assert checks["d_optimum"].passed
+    write_claims(list(claims.values()), tmp_path / "claims.json", paper="sharpening", scale="smoke", scope=SCOPE,
+                 checks=list(checks.values()))
     # RL's budget grows with coverage like SFT's: (c) fails on its RL part
     both_grow = _claims(*_claim_frame(grows, grows, atomic_rl_req=grows))
     assert both_grow["c"].verdict == "does not hold" and "RL" in both_grow["c"].note
-    # RL flat on the atomic ablation too: the criterion cannot tell the mechanism from its absence
-    vetoed = _claims(*_claim_frame(grows, flat, atomic_rl_req=flat))
+    # offline RL (no exploration) flat too: the criterion cannot tell the mechanism from its absence
+    vetoed = _claims(*_claim_frame(grows, flat, atomic_rl_req=grows, offline_req=flat))
     assert vetoed["c"].control.verdict == "holds" and vetoed["c"].verdict == "inconclusive"
-    # best-of-N flat in N: (a) fails
-    assert _claims(*_claim_frame(grows, flat, grows, bon_gain=0.0))["a"].verdict == "does not hold"
+    # best-of-N flat in N: the check a_law fails
+    assert not _decide(*_claim_frame(grows, flat, grows, bon_gain=0.0))[1]["a_law"].passed
     # RL's lead as large at high coverage as at low: no interaction, (e) fails
     assert _claims(*_claim_frame(grows, flat, grows, rl_lead_high=0.2))["e"].verdict == "does not hold"
+    # offline RL shows the same interaction: (e) is not owed to exploration, so inconclusive
+    same = _claims(*_claim_frame(grows, flat, grows, offline_lead_low=0.2))["e"]
+    assert same.control.verdict == "holds" and same.verdict == "inconclusive"
 
 
-def test_convergence_claim_fails_on_a_policy_at_a_wrong_formula():
+def test_convergence_check_fails_on_a_policy_at_a_wrong_formula():
+    """Check d_optimum passes for a policy at pi*_beta = pi_base^(1 + 1/beta) and fails for one at a wrong formula:
+    pi*_2beta, pi*_beta/2, or the exponent one unit above or below (its resolution)."""
     beta = _sharpening_params().beta
     frame = _claim_frame([4, 16, 64, 128], [16] * 4, [4, 16, 64, 128])
-    right = _claims(*frame, formulas=_formulas(beta, fit_to=1.0))["d"]
-    assert right.verdict == "holds" and right.control.verdict == "does not hold"
-    for wrong in (2.0, 0.5):  # RL that had converged to pi*_2beta or pi*_beta/2 instead
-        d = _claims(*frame, formulas=_formulas(beta, fit_to=wrong))["d"]
-        assert d.verdict == "does not hold", (wrong, d.note)
+    right = _decide(*frame, formulas=_formulas(beta, fit_to=1.0))[1]["d_optimum"]
+    assert right.passed and right.measured["wrong_formula_2beta_fits"] is False
+    alpha = tb.kl_optimum(beta)
+    # converged to pi*_2beta, to pi*_beta/2, or to pi_base^(alpha -+ 1) (fit_to: pi_base^e = pi*_{fit_to beta})
+    for fit_to in (2.0, 0.5, *(1 / ((e - 1) * beta) for e in (alpha - 1, alpha + 1))):
+        d = _decide(*frame, formulas=_formulas(beta, fit_to=fit_to))[1]["d_optimum"]
+        assert not d.passed, (fit_to, d.measured)
 
 
 def test_formula_distances_measure_the_policy_against_the_closed_form_and_its_neighbours():
@@ -440,10 +504,10 @@ def test_formula_distances_measure_the_policy_against_the_closed_form_and_its_ne
 
 
 def test_lm_claims_are_inconclusive_when_a_base_model_misses_the_fit_gate():
-    claims = _claims(*_claim_frame([4, 16, 64, 128], [16] * 4, [4, 16, 64, 128]), gaps={**FITTED, 2: 0.09})
-    for cid in "abe":
+    claims, checks = _decide(*_claim_frame([4, 16, 64, 128], [16] * 4, [4, 16, 64, 128]), gaps={**FITTED, 2: 0.09})
+    for cid in "be":
         assert claims[cid].verdict == "inconclusive" and "fits the corpus law" in claims[cid].note, cid
-    assert claims["c"].verdict == "holds" and claims["d"].verdict == "holds"  # the tabular level has no such gate
+    assert claims["c"].verdict == "holds" and checks["d_optimum"].passed  # the tabular level has no such gate
 
 
 def test_law_gap_is_zero_for_the_law_and_positive_for_a_misfit(monkeypatch):
@@ -486,7 +550,7 @@ def test_pretrained_lms_decide_best_of_n_at_the_full_scale():
                      {**common, "method": "best_of_n_shuffled", "budget": n, "accuracy": p1}]
     means = pd.DataFrame(rows).groupby(["variant", "method", "budget"]).accuracy.mean().reset_index()
     df = pd.concat([frame, stages._rows(rows), stages._rows(means.assign(level="pretrained", seed=0).to_dict("records"))])
-    a = {c.id: c for c in sharpening_claims(p, df, conv, _formulas(p.beta), FITTED)}["a"]
+    a = {c.id: c for c in sharpening_claims(p, df, conv, _formulas(p.beta), FITTED, LAW)[0]}["a"]
     assert a.verdict == "holds" and a.control.verdict == "does not hold", a.note
     assert all(e.name.startswith("lm7b") for e in a.evidence) and a.evidence[0].replicates == 40
 

@@ -201,6 +201,12 @@ def test_uv_params_checks():
         parse({"catapult_products": {"ablation": 1.2, "start": 1.0, "stop": 2.5, "step": 0.05}})
     with pytest.raises(ValueError, match="catapult_products"):
         parse({"catapult_products": {"ablation": 0.7, "start": 1.0, "stop": 2.5}})
+    with pytest.raises(ValueError, match="onset_span"):
+        parse({"onset_span": 0.27})  # not a multiple of the grid step 0.05
+    with pytest.raises(ValueError, match="onset_span"):
+        parse({"onset_span": 1.0})  # more than (stop - start) / 2
+    with pytest.raises(ValueError, match="width_sweep"):
+        parse({"width_sweep": [100, 0]})
 
 
 # ---- claims: intervals over replicates, with controls -------------------------------------------
@@ -263,30 +269,42 @@ def test_logistic_positive_control_finds_the_known_route():
     assert np.all((chaos > 3.5699 - step) & (chaos < 3.6))  # the period-3 window at 3.83
 
 
-GRID = np.round(np.concatenate([[0.7], np.arange(1.0, 2.5001, 0.05)]), 10)  # the default catapult_products
+GRID = np.round(np.concatenate([[0.7], np.arange(1.0, 2.5001, 0.05)]), 10)  # the default catapult_products (1.8 on it)
 
 
-def _runs(seeds=4, jump=0.3, slope=0.5, rise=9.0):
+def test_catapult_products_hold_the_run_below_the_catapult_once():
+    from papers.uv_sharpness.stages import catapult_products
+
+    assert np.array_equal(catapult_products(parse({})), GRID)
+    with pytest.raises(ValueError, match="below"):
+        parse({"catapult_products": {"ablation": 0.7, "below": 1.82, "start": 1.0, "stop": 2.5, "step": 0.05}})
+    with pytest.raises(ValueError, match="below"):
+        parse({"catapult_products": {"ablation": 0.7, "below": 2.1, "start": 1.0, "stop": 2.5, "step": 0.05}})
+
+
+def _runs(seeds=4, jump=0.3, slope=0.5, rise=9.0, first_onset=1.85, curve=0.0, theta0=0.25):
     """Hand-made trajectory runs: the small init's ratio runs (rise `rise`), and the large init's early-phase runs at
-    the default eta Theta_0 grid, whose loss first rises at 1.5 + 0.05 seed (the catapult onset); the early reduction
-    grows by `slope` per unit of eta Theta_0 above 1.3 and jumps by `jump` at the onset."""
+    the default eta Theta_0 grid (Theta_0 = `theta0`; lambda_min = 0.2), whose loss first rises at first_onset +
+    0.05 seed (the catapult onset); the early reduction grows by slope e + curve e^2 in e = eta Theta_0 - 1.3 (0
+    below 1.3) and jumps by `jump` at the onset."""
     import pandas as pd
 
     rows = [{"init_scale": 0.1, "ratio": r, "product": np.nan, "seed": s, "eta_theta0": 0.2 * r, "reduction": 0.0,
              "rise": rise + s, "loss_ratio": 1e-3, "early_loss_peak": 0.5, "early_loss_end": 1e-3, "diverged": False,
              "diverged_step": np.nan} for r in (0.3, 0.8, 1.05, 1.1) for s in range(seeds)]
     for s in range(seeds):
-        onset = 1.5 + 0.05 * s
+        onset = first_onset + 0.05 * s
         for c in GRID:
             up = c >= onset - 1e-9
             rows.append({"init_scale": 0.35, "ratio": c / 2.45, "product": c, "seed": s, "eta_theta0": c,
-                         "reduction": slope * max(c - 1.3, 0) + jump * up + 0.001 * s, "rise": np.nan,
+                         "reduction": slope * max(c - 1.3, 0) + curve * max(c - 1.3, 0) ** 2 + jump * up + 0.001 * s,
+                         "initial_sharpness": theta0, "rise": np.nan,
                          "loss_ratio": np.nan, "early_loss_peak": 1.5 if up else 0.5, "early_loss_end": 0.1,
                          "diverged": False, "diverged_step": np.nan})
     return pd.DataFrame(rows)
 
 
-def _claims(small, large, runs=None):
+def _claims(small, large, runs=None, wide="planted"):
     import pandas as pd
 
     from papers.uv_sharpness.claims import logistic_sweep, uv_claims
@@ -296,7 +314,9 @@ def _claims(small, large, runs=None):
                             "late_sharpness": 20.0 + 0.1 * s, "initial_loss": 0.5, "final_loss": 0.1,
                             "final_accuracy": 0.9} for s in range(3)])
     logistic = logistic_sweep(parse({"seeds": 3, "sweep_points": 289, "steps": 5000, "late_window": 512}))
-    return uv_claims(p, large, small, _runs() if runs is None else runs, mlp_df, logistic)
+    runs = _runs() if runs is None else runs
+    # d_catapult's positive control: by default the same hand-made runs (the jump planted); None simulates the wide model
+    return uv_claims(p, large, small, runs, mlp_df, logistic, wide=_runs() if wide == "planted" else wide)
 
 
 def test_claims_decide_with_their_controls_and_the_checks_pass():
@@ -304,11 +324,15 @@ def test_claims_decide_with_their_controls_and_the_checks_pass():
     assert a.verdict == "holds" and a.control.verdict == "does not hold" and a.premise_met
     assert b.verdict == "holds" and b.control.verdict != "holds" and b.positive_control.verdict == "holds"
     assert c.verdict == "holds" and c.control.verdict == "does not hold"
-    # (d): 2.5 (reduction 0.6 + 0.3) against 0.7 (0), the ablation alone does not reduce
+    # (d): 1.8 (no catapult: reduction 0.25) against 0.7 (0); the ablation alone does not reduce
     assert d.verdict == "holds" and d.control.verdict == "does not hold" and d.control.kind == "ablation"
-    # (d_catapult): the planted jump of 0.3 at each seed's onset; one step of smooth growth below it adds 0.025
-    assert dc.verdict == "holds" and dc.control.verdict == "does not hold"
-    assert dc.measured["catapult onset eta Theta_0 per seed"] == pytest.approx([1.5, 1.55, 1.6, 1.65])
+    assert d.evidence.verdict == "holds" and d.premise_met
+    assert any(k.startswith("n = 10000") for k in d.measured)  # the width sweep, reported beside (d)
+    # (d_catapult): the planted jump of 0.3 at each seed's onset; the smooth growth (0.125 over D = 0.25) cancels
+    assert dc.verdict == "holds" and dc.control.verdict == "does not hold" and dc.premise_met
+    assert dc.evidence.effect == pytest.approx(0.3)
+    assert dc.statement.startswith("Extension")
+    assert dc.measured["catapult onset eta Theta_0 per seed"] == pytest.approx([1.85, 1.9, 1.95, 2.0])
     # period 4 at 1.25 is within 2 grid steps (0.05) of sqrt(5) - 1; the 2-cycle's mean sharpness is exact;
     # progressive sharpening from the small init (rise 9) is a check
     assert [k.id for k in checks] == ["eta_c", "period_4", "two_cycle", "progressive_sharpening"]
@@ -319,9 +343,31 @@ def test_catapult_claim_fails_without_a_jump_and_is_undecided_when_eta_alone_gro
     claims, checks = _claims(_sweep(), _sweep(init="large"), _runs(jump=0.0))
     assert claims[4].verdict == "does not hold"  # smooth growth only: 0.025 per step < 0.1
     assert claims[3].verdict == "holds"  # a large learning rate still reduces
-    steep = _claims(_sweep(), _sweep(init="large"), _runs(jump=0.0, slope=3.0))[0][4]
-    # one step adds 0.15 with no catapult on either side: the control holds too, so the test cannot tell
-    assert steep.control.verdict == "holds" and steep.verdict == "inconclusive"
+    curved = _claims(_sweep(), _sweep(init="large"), _runs(jump=0.0, slope=0.0, curve=1.0))[0][4]
+    # a convex reduction adds 2 curve D^2 = 0.125 to every difference in differences with no catapult on either side:
+    # the control (all runs calm) holds too, so the test cannot tell
+    assert curved.control.verdict == "holds" and curved.verdict == "inconclusive" and curved.premise_met
+
+
+def test_catapult_claim_is_undecided_when_the_reduction_has_no_room():
+    # at 1.6 per unit the reduction below the onset nears 1 (0.8 at 1.8): across the onset it can grow by at most
+    # 1 - R, less than it grew over the span below, so "does not hold" would come from the bound: inconclusive
+    dc = _claims(_sweep(), _sweep(init="large"), _runs(jump=0.0, slope=1.6))[0][4]
+    assert not dc.premise_met and dc.verdict == "inconclusive"
+
+
+def test_large_lr_claim_separates_the_catapult_from_the_learning_rate():
+    # every seed's loss rises below 1.8: the part without a catapult has no valid run, so (d) cannot decide
+    early = _claims(_sweep(), _sweep(init="large"), _runs(first_onset=1.5))[0][3]
+    assert early.verdict in ("inconclusive", "not measured") and not early.premise_met
+    # a reduction only where the loss rises (none below the onset): the part below the catapult fails
+    only = _runs(slope=0.0)
+    claims, _ = _claims(_sweep(), _sweep(init="large"), only)
+    d = claims[3]
+    assert d.evidence.verdict == "does not hold" and d.verdict == "does not hold"
+    # a small init (Theta_0 = 0.15 below lambda_min = 0.2 in every seed): not the paper's large init, no verdict
+    small = _claims(_sweep(), _sweep(init="large"), _runs(theta0=0.15))[0][3]
+    assert not small.premise_met and small.verdict in ("inconclusive", "not measured")
 
 
 def test_catapult_premise_gates_runs_that_diverge_or_never_fall():
@@ -379,12 +425,14 @@ def test_trajectory_runs_find_the_divergence_step_and_the_loss_rise():
     f_bad = f.copy()
     f_bad[30:] = np.inf
     traj = pd.concat([pd.DataFrame({"init_scale": 0.35, "ratio": 1.0, "product": 2.5, "seed": s, "step": np.arange(101),
-                                    "f": ff, "ntk": np.linspace(1.0, 0.5, 101)}) for s, ff in ((0, f), (1, f_bad))])
+                                    "f": ff, "ntk": np.linspace(1.0, 0.5, 101),
+                                    "sharpness": np.linspace(2.0, 0.5, 101)}) for s, ff in ((0, f), (1, f_bad))])
     runs = trajectory_runs(traj, p).sort_values("seed")
     assert runs.early_loss_peak.iloc[0] == pytest.approx(2.25) and runs.early_loss_end.iloc[0] == 0.0
     assert not runs.diverged.iloc[0] and np.isnan(runs.diverged_step.iloc[0])
     assert runs.diverged.iloc[1] and runs.diverged_step.iloc[1] == 30
     assert runs.reduction.iloc[0] == pytest.approx(0.05)  # min over steps 0..10 of a linear fall by 0.005 a step
+    assert runs.sharpness_reduction.iloc[0] == pytest.approx(0.075)  # on lambda_max: 10 steps of 0.015 from 2
     assert np.isnan(runs.rise.iloc[0])  # an early-phase run has no late window
 
 
@@ -436,3 +484,34 @@ def test_full_scale_reads_cifar_from_a_user_path_and_trains_the_cnn(tmp_path):
         parse({"mlp": {"architecture": "cnn"}})
     with pytest.raises(ValueError, match="mlp.path"):
         parse({"mlp": {"dataset": "cifar10"}})
+
+
+def test_wide_early_runs_match_the_parameter_space_runs_and_show_the_onset_test_blind():
+    """The function-space map reproduces the parameter-space early phase (same seeds, same width), and at a width where
+    only the catapult reduces the NTK the first round's onset test (onset minus one grid step below) missed it, since
+    the catapult's extra reduction grows from zero at its onset; the difference in differences over D sees it."""
+    from papers.uv_sharpness import uv
+    from papers.uv_sharpness.claims import catapult_onsets, early_arms, wide_early_runs
+    from papers.uv_sharpness.stages import _init, _simulate
+
+    p = parse({"seeds": 3, "early_steps": 300})
+    mine = wide_early_runs(p, p.width)
+    s = max(p.init_scales)
+    runs = []  # eta = product / Theta_0 of each seed's own init, as stages.trajectories sets it
+    for seed in range(3):
+        u, v = _init(seed, p.width, s)
+        for c in (0.7, 1.8, 2.5):
+            runs.append((s, c / uv.ntk(u, v, p.x) / (2 / p.lambda_min), seed, c))
+    traj = _simulate(runs, p, p.early_steps)
+    for (seed, c), g in traj.groupby(["seed", "product"]):
+        want = 1 - g.ntk.min() / g.ntk.iloc[0]
+        got = mine[(mine.seed == seed) & np.isclose(mine["product"], c)].reduction.iloc[0]
+        assert got == pytest.approx(want, rel=1e-6, abs=1e-9)
+    wide = early_arms(wide_early_runs(parse({"seeds": 4}), 10000))
+    onset, at, below, _ = catapult_onsets(wide, 1.0)
+    assert np.all(onset >= 0) and np.all(wide["products"][onset] >= 2.0 - 1e-9)  # the infinite-width onset
+    assert np.nanmax(at - below) < 0.1  # the jump at the onset stays below change_threshold
+    j18 = int(np.argmin(np.abs(wide["products"] - 1.8)))
+    assert np.nanmax(wide["reduction"][:, j18]) < 0.05  # below the catapult, hardly any reduction at this width
+    claims, _ = _claims(_sweep(), _sweep(init="large"), wide=None)
+    assert claims[4].positive_control.verdict == "holds" and claims[4].verdict == "holds"

@@ -89,7 +89,7 @@ BENCHMARKS = f"benchmarks/{RUN}"
 # A run writes only into a folder whose results were made at its own scale: smoke numbers must never
 # land in results/default (the committed reference). A named run (--config run=...) gets a folder of its own.
 from papers.common.cluster import per_attempt
-from papers.common.records import RECORDS, export_records, import_records, scale_of_results
+from papers.common.records import JOB_TIMES, RECORDS, export_job_times, export_records, import_records, scale_of_results
 
 try:
     _held = scale_of_results(RESULTS)
@@ -125,11 +125,13 @@ onstart:
 
 
 onsuccess:
-    # Keep Snakemake's records of each report stage's outputs beside them (committed with the results).
+    # Keep Snakemake's records of each report stage's outputs beside them (committed with the results), and the
+    # paper's summed job times (its benchmark files are not committed).
     for _slug in PAPERS:
         _report = getattr(rules, f"{_slug}_report", None)
         if _report is not None:
             export_records([str(f) for f in _report.output], f"{RESULTS}/{_slug}/{RECORDS}")
+            export_job_times(paper_benchmarks(_slug), f"{RESULTS}/{_slug}/{JOB_TIMES}")
     # The summary's too: a clone checks its outputs out in any order, so its inputs (the papers' claims) may
     # look newer than it; the recorded checksums tell Snakemake that they are the same files.
     if hasattr(rules, "summary"):

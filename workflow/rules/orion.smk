@@ -131,6 +131,7 @@ rule orion_report:
         + expand(rules.orion_evaluate_pretrained.output.sweep, name=ORION_PRETRAINED),
         oversights=expand(rules.orion_evaluate_pretrained.output.oversight, name=ORION_PRETRAINED),
         histories=expand(rules.orion_train.output.history, model=ORION_MODELS),
+        vocab=rules.orion_prepare.output.vocab,
         val=rules.orion_prepare.output.val,
         test=rules.orion_prepare.output.test,
         benchmarks=[

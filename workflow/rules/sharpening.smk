@@ -31,7 +31,7 @@ rule sharpening_prepare:
 
 
 rule sharpening_tabular:
-    """Level 1: the exact coverage sweep of SFT- and RL-sharpening; long RL runs to the optimum."""
+    """Level 1: the exact coverage sweep of SFT-, RL- and offline RL-sharpening; long RL runs to the optimum."""
     output:
         curves=f"{SH}/train/tabular.parquet",
         convergence=f"{SH}/train/tabular_convergence.parquet",
@@ -78,7 +78,7 @@ rule sharpening_pretrain:
 
 
 rule sharpening_sharpen:
-    """Level 2: sharpen every pretrained transformer by one method (SFT or RL) over every budget."""
+    """Level 2: sharpen every pretrained transformer by one method (SFT, or RL online and offline) over every budget."""
     input:
         checkpoint=rules.sharpening_pretrain.output.checkpoint,
         prompts=rules.sharpening_prepare.output.prompts,

@@ -18,6 +18,7 @@ fresh-clone test fails if a Snakemake upgrade changes where or how records are k
 """
 from __future__ import annotations
 
+import csv
 import json
 import os
 from base64 import urlsafe_b64encode
@@ -51,6 +52,26 @@ def export_records(outputs: list[str], destination: str | Path, metadata: Path =
     if records:
         Path(destination).write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
     return len(records)
+
+
+JOB_TIMES = "job_times.csv"
+
+
+def export_job_times(benchmarks: list[str], destination: str | Path) -> bool:
+    """Sum a paper's benchmark files (Snakemake's `benchmark:` TSVs of its jobs) into `destination`: one row of
+    jobs, wall seconds (`s`) and CPU seconds (`cpu_time`). benchmarks/ is not committed, so this is how the run
+    time of the committed results reaches a clone's summary. Written only when every job's file exists (a run
+    that covered the whole paper); returns whether it was."""
+    if not benchmarks or not all(Path(b).is_file() for b in benchmarks):
+        return False
+    seconds = cpu = 0.0
+    for path in benchmarks:
+        with open(path, newline="") as f:
+            row = next(csv.DictReader(f, delimiter="\t"))
+        seconds += float(row["s"])
+        cpu += float(row.get("cpu_time") or "nan")
+    Path(destination).write_text(f"jobs,seconds,cpu_seconds\n{len(benchmarks)},{seconds:.6g},{cpu:.6g}\n")
+    return True
 
 
 def import_records(source: str | Path, metadata: Path = METADATA) -> int:

@@ -9,6 +9,7 @@ import pandas as pd
 
 from papers.common.claims import STATES, count_states
 from papers.common.io import ensure_parent, read_json
+from papers.common.records import JOB_TIMES
 from papers.common.report import job_times, premise_cell, short, verdict_cell
 
 
@@ -20,12 +21,21 @@ def _evidence_cell(ev: dict | None) -> str:
     return f"{fmt(ev['effect'])} [{fmt(lo)}, {fmt(hi)}] {ev['direction']} {fmt(ev['threshold'])} (n={ev['replicates']})"
 
 
-def time_table(job_benchmarks: dict, time_budget: dict) -> pd.DataFrame:
+def time_table(job_benchmarks: dict, time_budget: dict, recorded: dict | None = None) -> pd.DataFrame:
     """Per paper: its jobs' summed wall and CPU time (benchmark files, `job_benchmarks` = {slug: paths})
-    against its budget (`time_budget`: seconds by slug, `default` for the others; none: no budget)."""
+    against its budget (`time_budget`: seconds by slug, `default` for the others; none: no budget). A paper
+    whose benchmark files are not all here (a clone: benchmarks/ is not committed) takes the sums its own run
+    recorded beside its results (`recorded`: {slug: job_times.csv}, see papers.common.records); with neither,
+    it has no row."""
     rows = []
     for slug, paths in job_benchmarks.items():
-        t = job_times(paths)
+        if paths and all(Path(path).is_file() for path in paths):
+            t = job_times(paths)
+        elif recorded and Path(recorded.get(slug, "")).is_file():
+            row = pd.read_csv(recorded[slug]).iloc[0]
+            t = {"jobs": int(row["jobs"]), "seconds": float(row["seconds"]), "cpu_seconds": float(row["cpu_seconds"])}
+        else:
+            continue
         budget = time_budget.get(slug, time_budget.get("default"))
         if budget is None:
             within = "no budget"
@@ -47,7 +57,9 @@ def _time_lines(times: pd.DataFrame) -> list[str]:
     lines = ["", "## Run time per paper", "",
              "Summed over each paper's jobs, from Snakemake's benchmark files: the wall time each job ran (`s`) "
              "and the CPU time its processes used (`cpu_time`). Wall time above CPU time means the job waited for "
-             "cores that other work held, so it overstates the paper's cost. Budgets: `time_budget` in the config.",
+             "cores that other work held, so it overstates the paper's cost. Budgets: `time_budget` in the config. "
+             "A paper not rerun where this summary was written (a clone) keeps the sums its own run recorded beside its "
+             "results (<paper>/job_times.csv).",
              "", "| paper | jobs | summed job time (s) | CPU time (s) | budget (s) | within budget |",
              "|---|---|---|---|---|---|"]
     for r in times.itertuples(index=False):
@@ -56,19 +68,21 @@ def _time_lines(times: pd.DataFrame) -> list[str]:
     return lines
 
 
-def write_summary(*, claims, reports, summary_md, summary_csv, scale: str, benchmarks=(), job_benchmarks=None,
+def write_summary(*, claims, reports, summary_md, summary_csv, scale: str, job_benchmarks=None,
                   time_budget=None, job_times_csv=None, verdicts_figure=None) -> None:
     """Aggregate the papers' ``claims.json`` files (list `claims`, same order as `reports`), and their
-    run time against the budget (`job_benchmarks`: {slug: benchmark files}; `benchmarks`, the same
-    files as one list, is the rule's input only)."""
+    run time against the budget (`job_benchmarks`: {slug: benchmark files}, read where they exist; a paper
+    whose files are absent keeps its row of the earlier `job_times_csv`)."""
     rows, plotted, checks = [], [], []
     # A run of a subset of papers must not silently shrink a fuller summary: papers already in this
     # results folder but not selected now are kept, marked as not rerun.
     selected = {Path(c).resolve() for c in claims}
     kept = sorted(p for p in Path(summary_md).parent.glob("*/claims.json") if p.resolve() not in selected)
     sources = [(c, r, True) for c, r in zip(claims, reports)] + [(p, p.with_name("report.md"), False) for p in kept]
+    claims_of = {}  # slug: its claims.json
     for claims_path, report_path, rerun in sources:
         data = read_json(claims_path)
+        claims_of[data["paper"]] = Path(claims_path)
         scope = data.get("scope", "")
         checks += [{"paper": data["paper"], **k} for k in data.get("checks", [])]
         for c in data["claims"]:
@@ -164,14 +178,10 @@ def write_summary(*, claims, reports, summary_md, summary_csv, scale: str, bench
         from papers.common.forest import summary_forest_plot
 
         summary_forest_plot(plotted, verdicts_figure)
-    times = time_table(dict(job_benchmarks or {}), dict(time_budget or {}))
-    if job_times_csv and Path(job_times_csv).is_file() and old:
-        # The papers kept from an earlier run keep the run times that run measured.
-        earlier = pd.read_csv(job_times_csv)
-        earlier = earlier[earlier["paper"].isin(old) & ~earlier["paper"].isin(times["paper"])]
-        times = pd.concat([times, earlier.assign(within_budget=earlier["within_budget"].astype(str)
-                                                 .str.replace(r" \(earlier run\)$", "", regex=True) + " (earlier run)")],
-                          ignore_index=True)
+    recorded = {slug: path.with_name(JOB_TIMES) for slug, path in claims_of.items()}
+    benchmarks = {slug: (job_benchmarks or {}).get(slug, []) for slug in papers}
+    times = time_table(benchmarks, dict(time_budget or {}), recorded)
+    times["within_budget"] = times["within_budget"].where(~times["paper"].isin(old), times["within_budget"] + " (earlier run)")
     if job_times_csv:
         times.to_csv(ensure_parent(job_times_csv), index=False, float_format="%.6g")
     lines += _time_lines(times)

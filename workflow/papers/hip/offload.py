@@ -14,6 +14,11 @@ A read of a key that is not resident is a miss (a host-to-GPU copy). The LRU hol
 ``perform_lru`` budget, ``lru_budget_log_scale = s``), so it grows as ``log T``; the
 simulation measures its hit rate and the working set (distinct non-resident keys read per
 refresh interval), the quantity that must fit on the GPU.
+
+The offloading claim (the paper's KV cache offloading, Sec. 3 and the abstract: O(log T) tokens on the GPU
+with a high cache hit ratio) is decided on HiP's hit rate on the model's keys minus on the same keys in
+shuffled block order: exactly attention locality removed, the tree's fixed structure (its first levels'
+representatives are the same blocks at every refresh) kept. Random reads of HiP's volume (:func:`random_trace`) remove both and are reported, not decided on.
 """
 from __future__ import annotations
 
@@ -24,7 +29,12 @@ from collections import OrderedDict
 import torch
 
 import kernels
+from papers.hip.evaluate import planted_locality_keys
 from papers.hip.methods import HiPConfig
+
+# The planted queries' spread about their head's direction (the positive control of the offloading claim): at 0.5 the
+# queries of successive refreshes stay alike, as a decoding model's do, so that locality can make the masks reusable.
+PLANTED_QUERY_NOISE = 0.5
 
 
 def search_range(Tq: int, Tk: int, cfg: HiPConfig) -> tuple[int, int]:
@@ -172,3 +182,14 @@ def simulate_decode(q: torch.Tensor, k: torch.Tensor, T: int, steps: int, refres
     return {"hit_rate": hits / max(hits + misses, 1), "working_set_blocks": sum(working) / max(len(working), 1),
             "capacity_blocks": caches[0].capacity,
             "mask_agreement": sum(agree) / len(agree) if agree else float("nan")}
+
+
+def planted_decode_qk(T: int, heads: int, head_dim: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The positive control of the offloading claim (Sec. 3's attention locality, planted): q (1, H, T, D), one random
+    direction per head plus ``PLANTED_QUERY_NOISE`` N(0, 1) noise per position (queries that stay alike while
+    decoding), and k (1, H, T, D) with planted locality (:func:`papers.hip.evaluate.planted_locality_keys`: a slow
+    sinusoid per channel). Locality is there by construction: the same keys in shuffled block order must give HiP's
+    reads a lower hit rate."""
+    _, k = planted_locality_keys(T, heads, head_dim, generator)
+    direction = torch.randn(1, heads, 1, head_dim, generator=generator)
+    return direction + PLANTED_QUERY_NOISE * torch.randn(1, heads, T, head_dim, generator=generator), k

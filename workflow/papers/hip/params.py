@@ -108,12 +108,11 @@ class ClaimParams:
     dense_acc_min: float = 0.8  # premise of (a): dense attention retrieves the decided needles this often
     acc_tol: float = 0.1  # (a) dense - HiP retrieval accuracy below this (a tenth of the prompts)
     acc_margin: float = 0.0  # (a) HiP - each baseline above this (the paper's guarantee: better than random)
-    recall_margin: float = 0.1  # (b) HiP's recall on the model's keys minus on shuffled keys, above this
+    recall_margin: float = 0.1  # (b) HiP's recall on the model's keys minus on the same keys shuffled, above this
     exponent_tol: float = 0.15  # check: |HiP's counted-work exponent - T log T's| below this
     quadratic_min: float = 1.5  # (c) HiP's time exponent below this, dense's (positive control) above
     prune_share_max: float = 0.25  # premise of (c): HiP's counted products at the largest T / dense's, at most
-    resident_exponent_tol: float = 0.15  # (d) working set ~ T^p with p below that of log2(T / mask_k) + this
-    hit_rate_min: float = 0.5  # (d) LRU hit rate above this at every T (most reads served from the cache)
+    resident_exponent_tol: float = 0.15  # check: working set ~ T^p with p below that of log2(T / mask_k) + this
 
 
 @dataclass(frozen=True)

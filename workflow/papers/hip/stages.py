@@ -64,9 +64,12 @@ def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offl
       needle (:func:`papers.hip.evaluate.planted_needle`), drawn with this seed;
     * ``text``: per held-out window (no records) and method, the mean NLL of the second half;
     * ``recall``: per prompt and pruned layer, the recall of the oracle top-n key blocks by HiP and by random
-      blocks, on the model's q, k and on the same keys shuffled; keys ``planted`` / ``planted_shuffled``: the
-      same on keys with planted locality (the positive control);
-    * ``offload``: the decoding simulation per (window, layer, T) at ``offload.mask_k`` (papers.hip.offload).
+      blocks, on the model's q, k and on the same keys shuffled (keys ``shuffled``, and ``shuffled2``, a second
+      independent shuffle: the ablation control); keys ``planted`` / ``planted_shuffled``: the same on keys with
+      planted locality (the positive control);
+    * ``offload``: the decoding simulation per (window, layer, T, arm) at ``offload.mask_k`` (papers.hip.offload): HiP
+      on the model's keys and on the same keys shuffled (twice), random reads, and the planted-locality positive
+      control (layer -1).
     """
     p, seed = parse(cfg), int(seed)
     seed_everything(seed)
@@ -130,7 +133,9 @@ def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offl
         for layer, (qq, kk) in qk.items():
             if layer < p.hip.dense_layers:
                 continue
-            for keys_, k_used in (("model", kk), ("shuffled", ev.shuffle_keys(kk, p.hip, gen))):
+            # two independent block shuffles: the first is (b)'s reference, the pair is its ablation control
+            for keys_, k_used in (("model", kk), ("shuffled", ev.shuffle_keys(kk, p.hip, gen)),
+                                  ("shuffled2", ev.shuffle_keys(kk, p.hip, gen))):
                 for m, r in ev.topk_recall(qq, k_used, p.hip, gen).items():
                     rows.append({"seed": seed, "prompt": q["prompt"], "layer": layer, "keys": keys_, "method": m,
                                  "recall": r})
@@ -144,22 +149,36 @@ def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offl
     write_parquet(pd.DataFrame(rows), recall)
 
     # decoding with an offloaded cache, on held-out windows of the largest length, at the offloading mask_k:
-    # q and k of each pruned layer of the model running HiP at that budget
+    # q and k of each pruned layer of the model running HiP at that budget. Arms (papers.hip.offload): ``hip``, HiP's
+    # traced search on the model's q, k; ``shuffled``, the same search on the same keys in shuffled block order (one
+    # permutation per window and layer, fixed while decoding: attention locality removed, the tree's structure and the
+    # queries kept), (d)'s reference; ``shuffled2``, a second independent shuffle, (d)'s ablation control; ``random``,
+    # random blocks read at HiP's volume (reported); layer -1, ``planted`` / ``planted_shuffled``: keys with planted
+    # locality and queries that stay near one direction, and the same keys shuffled (the positive control).
     o = p.offload
     cfg_off = dataclasses.replace(p.hip, mask_k=o.mask_k)
     starts = np.linspace(0, len(val) - max(o.lengths) - 1, o.windows).astype(int)
+    sgen = torch.Generator().manual_seed(30_000 + seed)  # the offload arms' block shuffles and planted draws
     rows = []
+
+    def decode(w, layer, arms, g=None):
+        for To in o.lengths:
+            for arm, (qq, kk) in arms.items():
+                r = off.simulate_decode(qq, kk, To, o.decode_steps, o.refresh_interval, cfg_off, o.lru_scale, g)
+                rows.append({"seed": seed, "window": w, "layer": layer, "T": To, "arm": arm, **r})
+
     for w, s in enumerate(starts):
         x = torch.from_numpy(val[s: s + max(o.lengths)][None].astype(np.int64)).to(p.device)
         record = []
         with torch.no_grad():
             model(x, methods.make_attend("hip", cfg_off, record=record))
         for layer, qq, kk, _ in record:
-            for To in o.lengths:
-                for arm, g in (("hip", None), ("random", gen)):
-                    r = off.simulate_decode(qq[0].cpu(), kk[0].cpu(), To, o.decode_steps, o.refresh_interval, cfg_off,
-                                            o.lru_scale, g)
-                    rows.append({"seed": seed, "window": w, "layer": layer, "T": To, "arm": arm, **r})
+            qq, kk = qq.cpu(), kk.cpu()
+            decode(w, layer, {"hip": (qq[0], kk[0]), "shuffled": (qq[0], ev.shuffle_keys(kk, cfg_off, sgen)[0]),
+                              "shuffled2": (qq[0], ev.shuffle_keys(kk, cfg_off, sgen)[0])})
+            decode(w, layer, {"random": (qq[0], kk[0])}, gen)
+        qp, kp = off.planted_decode_qk(max(o.lengths), model.cfg.n_head, model.cfg.n_embd // model.cfg.n_head, sgen)
+        decode(w, -1, {"planted": (qp[0], kp[0]), "planted_shuffled": (qp[0], ev.shuffle_keys(kp, cfg_off, sgen)[0])})
     write_parquet(pd.DataFrame(rows), offload)
 
 

@@ -2,8 +2,10 @@
 negative control and, where the analysis could be blind, a positive control on a planted setting; facts true
 by construction (the tree search's counted work) are checks, not claims.
 
-Replicates are the independently trained models (seeds); within a seed the prompts are paired across methods,
-and intervals are two-level bootstraps (seeds, then prompts within each drawn seed). Thresholds are
+Replicates are the independently trained models (seeds); within a seed the prompts are paired across methods.
+(a)'s intervals are two-level bootstraps (seeds, then prompts within each drawn seed); (b), (c) and (d) are decided
+on Student t intervals over the replicates (for (b), each seed's mean over its prompts: a percentile bootstrap over
+a handful of seeds under-covers, issue 47). Thresholds are
 ``p.claims`` (config, fixed before the deciding runs; config.yaml says where each comes from).
 """
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from papers.common.claims import (BOOTSTRAP_SEED, LEVEL, Check, Claim, Control, Evidence, PositiveControl, Premise,
-                                  Scope, bootstrap_test, convention, mean_test)
+                                  Scope, bootstrap_test, convention, derived, mean_test, t_interval)
 from papers.hip.evaluate import fit_exponent
 from papers.hip.methods import METHODS
 from papers.hip.offload import lru_capacity
@@ -181,19 +183,21 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
             "search that uses locality must find it", quality_parts(wide_planted, "hip", c, what="planted draws")))
 
     # (b) locality as the tree search uses it: HiP's recall of the oracle top-n blocks on the model's keys
-    # against the same keys in shuffled block order, per layer; random blocks cannot use locality (control)
-    model_rec = rec[rec["keys"].isin(("model", "shuffled"))]
+    # against the same keys in shuffled block order, per layer, on a seed-level t interval (each seed's mean
+    # over its prompts); the ablation control: two independent shuffles (locality removed from both arms)
+    model_rec = rec[rec["keys"].isin(("model", "shuffled", "shuffled2"))]
     planted_rec = rec[rec["keys"].isin(("planted", "planted_shuffled"))]
     layers = sorted(int(x) for x in model_rec.layer.unique())
 
-    def locality_parts(r: pd.DataFrame, arm: str, arms=("model", "shuffled")) -> list[Evidence]:
+    def locality_parts(r: pd.DataFrame, arms=("model", "shuffled")) -> list[Evidence]:
         out = []
         for layer in sorted(int(x) for x in r.layer.unique()):
-            g = r[(r.layer == layer) & (r.method == arm)]
+            g = r[(r.layer == layer) & (r.method == "hip")]
             where = f"layer {layer}" if layer >= 0 else "planted locality"
-            out.append(two_level_test(paired(g, ["prompt"], "recall", arms, by="keys"), _mean_diff,
-                                      threshold=c.recall_margin, direction=">",
-                                      name=f"recall {LABEL[arm]}, {arms[0]} - {arms[1]} keys, {where}"))
+            per_seed = [float(a[:, 0].mean() - a[:, 1].mean())
+                        for _, a in sorted(paired(g, ["prompt"], "recall", arms, by="keys").items())]
+            out.append(mean_test(per_seed, threshold=c.recall_margin, direction=">", what="seeds (each the mean over "
+                                 "its prompts, paired)", name=f"recall HiP, {arms[0]} - {arms[1]} keys, {where}"))
         return out
 
     rec_means = rec.groupby(["keys", "method"]).recall.mean()
@@ -206,24 +210,29 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
         "approximates the top-k (Sec. 3); HiP's recall beats random pruning's",
         {"recall_hip": float(rec_means.get(("model", "hip"), float("nan"))),
          "recall_hip_shuffled": float(rec_means.get(("shuffled", "hip"), float("nan"))),
+         "recall_hip_shuffled2": float(rec_means.get(("shuffled2", "hip"), float("nan"))),
          "recall_random": float(rec_means.get(("model", "random"), float("nan"))),
          "recall_hip_planted": float(rec_means.get(("planted", "hip"), float("nan"))),
          "recall_hip_planted_shuffled": float(rec_means.get(("planted_shuffled", "hip"), float("nan"))),
          "prompts_per_seed": n_recall},
         f"for each pruned layer {layers}: recall of the oracle top-n blocks by HiP on the model's keys minus on the "
         f"same keys in shuffled block order (the same set of scores, locality destroyed; {n_recall} prompts per seed "
-        f"at T = {max(e.lengths)}) > recall_margin = {c.recall_margin}; 95% two-level bootstrap over seeds and prompts. "
-        "Shuffled keys, not random blocks, are the reference: the search scores about 2n log(L/n) blocks exactly and "
-        "keeps the best, which beats n random blocks even without locality",
-        locality_parts(model_rec, "hip"),
-        Control("random blocks in HiP's place (a choice that cannot use locality): the same model-minus-shuffled "
-                "difference and margin per layer", locality_parts(model_rec, "random"), kind="null"),
+        f"at T = {max(e.lengths)}) > recall_margin = {c.recall_margin}; Student t 95% interval over the seeds, each "
+        "seed's difference the mean over its prompts (the seeds are the independent replicates). Shuffled keys, not "
+        "random blocks, are the reference: the search scores about 2n log(L/n) blocks exactly and keeps the best, "
+        "which beats n random blocks even without locality",
+        locality_parts(model_rec),
+        Control("the same difference with locality removed from both arms: HiP's recall on one block shuffle of the "
+                "model's keys minus on a second, independent shuffle (random blocks, the earlier control, ignore the "
+                "keys, so their difference is 0 by construction); an A/A noise floor: the mechanism itself is removed "
+                "in the claim's own reference arm", locality_parts(model_rec, ("shuffled", "shuffled2")),
+                kind="null"),
         threshold_source=convention(f"recall_margin {c.recall_margin}: a tenth of the top-n blocks"),
         premise=[uses_far],
         positive_control=PositiveControl(
             "the same difference on keys with planted locality (a slow sinusoid per channel along T, the model's "
             "head shape, as many draws per seed as prompts) against the same keys shuffled",
-            locality_parts(planted_rec, "hip", ("planted", "planted_shuffled"))))
+            locality_parts(planted_rec, ("planted", "planted_shuffled"))))
 
     # (c) cost: the time of the CPU references (their CPU time) or of the Triton kernels (wall time), fitted
     # exponents over T; the counted work (the reference search's own counter) is a check
@@ -252,7 +261,7 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
         {"time_exponent_hip": float(np.mean(timed["hip"])), "time_exponent_dense": float(np.mean(timed["dense"])),
          "time_exponent_control": float(np.mean(timed["control"])), "T": Ts, "device": p.cost.device,
          "timing": f"fastest of {p.cost.timing_repeats} interleaved timings per input, "
-                   + ("wall time" if p.cost.device == "cuda" else "CPU time of the process")},
+                   + ("wall time" if p.cost.device == "cuda" else "CPU time of the calling thread")},
         f"least-squares slope of log time on log T over T in {Ts} (one head, random q, k; per input the fastest of "
         f"{p.cost.timing_repeats} timings, the arms interleaved in one process; "
         + ("wall time of the Triton kernels" if p.cost.device == "cuda" else
@@ -273,60 +282,77 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
         note=("the paper times its Triton kernels on a GPU; here the CPU references of the same algorithm are timed"
               if p.cost.device == "cpu" else ""))
 
-    # (d) offloading: hit rate and working-set growth at the T where the log T cache is a small share
+    # (d) offloading: the LRU hit rate of HiP's reads on the model's keys against the same keys in shuffled block
+    # order (locality removed, the tree's structure kept), paired by seed, at the T where the log T cache is a small
+    # share of the context; the working set's growth is a check (random reads of the same volume pass it too)
     o = p.offload
     cfg_off = dataclasses.replace(h, mask_k=o.mask_k)
     shares = {int(T): lru_capacity(int(T), cfg_off, o.lru_scale) * h.block_k / int(T) for T in dec["T"].unique()}
     small = sorted(T for T, s in shares.items() if s <= o.max_cache_share)
     per_seed = dec.groupby(["arm", "seed", "T"]).mean(numeric_only=True).reset_index()
 
-    def offload_parts(arm: str, versus_random: bool) -> list[Evidence] | None:
+    def hits(arm: str, T: int) -> np.ndarray:
+        return per_seed[(per_seed.arm == arm) & (per_seed["T"] == T)].sort_values("seed").hit_rate.to_numpy()
+
+    def offload_parts(arm: str, reference: str) -> list[Evidence] | None:
         if len(small) < 2:
             return None
-        d = per_seed[(per_seed.arm == arm) & per_seed["T"].isin(small)]
-        a_log = fit_exponent(small, [math.log2(T / o.mask_k) for T in small])
-        ws = [fit_exponent(g["T"], g.working_set_blocks) - a_log for _, g in d.groupby("seed")]
-        out = [mean_test(ws, threshold=c.resident_exponent_tol, direction="<", what="seeds",
-                         name=f"working-set exponent - log2(T/mask_k)'s, {arm}")]
-        for T in small:
-            hits = d[d["T"] == T].sort_values("seed").hit_rate.to_numpy()
-            out.append(mean_test(hits, threshold=c.hit_rate_min, direction=">", what="seeds",
-                                 name=f"LRU hit rate at T={T}, {arm}"))
-            if versus_random:
-                rnd = per_seed[(per_seed.arm == "random") & (per_seed["T"] == T)].sort_values("seed").hit_rate
-                out.append(mean_test(hits - rnd.to_numpy(), threshold=0.0, direction=">", what="seeds (paired)",
-                                     name=f"LRU hit rate at T={T}, {arm} - random reads"))
-        return out
+        return [mean_test(hits(arm, T) - hits(reference, T), threshold=0.0, direction=">", what="seeds (paired)",
+                          name=f"LRU hit rate at T={T}, {arm} - {reference} keys") for T in small]
 
-    ev_d, ctl_d = offload_parts("hip", True), offload_parts("random", False)
-    agree = float(dec[dec.arm == "hip"].mask_agreement.mean())
+    def slope(arm: str) -> dict:
+        """Per seed, the least-squares slope of the hit rate on log2 T over the decided T; mean and t interval."""
+        d = per_seed[(per_seed.arm == arm) & per_seed["T"].isin(small)]
+        s = [float(np.polyfit(np.log2(g["T"].to_numpy(float)), g.hit_rate.to_numpy(), 1)[0]) for _, g in d.groupby("seed")]
+        m, lo, hi = t_interval(s) if len(s) > 1 else (float("nan"),) * 3
+        return {"per_doubling": m, "interval": [lo, hi]}
+
+    ev_d, ctl_d = offload_parts("hip", "shuffled"), offload_parts("shuffled", "shuffled2")
+    pos_d = offload_parts("planted", "planted_shuffled")
+    traced = dec[dec.arm.isin(("hip", "shuffled", "shuffled2", "planted", "planted_shuffled"))]
+    agree = float(traced.mask_agreement.mean())
+    trend = {arm: slope(arm) for arm in ("hip", "shuffled", "random")} if len(small) >= 2 else {}
+    ws = []
+    if len(small) >= 2:
+        a_log = fit_exponent(small, [math.log2(T / o.mask_k) for T in small])
+        d = per_seed[(per_seed.arm == "hip") & per_seed["T"].isin(small)]
+        ws = [fit_exponent(g["T"], g.working_set_blocks) - a_log for _, g in d.groupby("seed")]
     claim_d = Claim(
-        "d", f"With KV-cache offloading, the blocks HiP reads per refresh grow like log T, and an LRU cache of log T "
-             f"size serves most of its reads (hit rate above {c.hit_rate_min:g}), more than it serves of reads of the "
-             "same volume without locality.",
-        "O(log T) tokens on the GPU with a high cache hit ratio",
+        "d", "With KV-cache offloading, an LRU cache of log T size serves more of HiP's reads on the model's keys than "
+             "on the same keys in shuffled block order (attention locality removed), at every context where the cache "
+             f"holds at most {o.max_cache_share:g} of it.",
+        "O(log T) tokens on the GPU with a high cache hit ratio, which attention locality makes possible (no hit-ratio "
+        "number sourced from the paper)",
         {"cache_share": {str(T): s for T, s in sorted(shares.items())}, "T_decided": small, "mask_k": o.mask_k,
-         "hit_rate": {arm: {str(T): float(per_seed[(per_seed.arm == arm) & (per_seed["T"] == T)].hit_rate.mean())
-                            for T in small} for arm in ("hip", "random")}},
-        f"decoding held-out text (the model running HiP at mask_k = {o.mask_k}, {o.windows} windows per seed), at the T "
-        f"in the trained context where the cache holds at most max_cache_share = {o.max_cache_share} of it: working-set "
-        f"exponent minus log2(T/mask_k)'s < resident_exponent_tol = {c.resident_exponent_tol}; at each such T, hit rate "
-        f"> hit_rate_min = {c.hit_rate_min} and above the random-read control's (paired by seed); Student t 95% over "
-        "seeds",
+         "hit_rate": {arm: {str(T): float(hits(arm, T).mean()) for T in small}
+                      for arm in ("hip", "shuffled", "shuffled2", "random", "planted", "planted_shuffled")},
+         "hit_rate_slope_per_doubling_of_T": trend},
+        f"decoding held-out text (the model running HiP at mask_k = {o.mask_k}, {o.windows} windows per seed, every "
+        f"pruned layer), at the T in the trained context where the cache holds at most max_cache_share = "
+        f"{o.max_cache_share} of it: at each such T, HiP's LRU hit rate on the model's keys minus its hit rate on the "
+        "same keys in shuffled block order (one permutation per window and layer, fixed while decoding) > 0, paired by "
+        "seed; Student t 95% over seeds. No absolute hit-rate threshold (the paper gives no number; the earlier "
+        "hit_rate_min was tuned to the result and is removed). Random reads of HiP's volume, which remove the tree's "
+        "structure as well as locality, are reported, not decided on",
         ev_d,
-        Control("as many blocks read at each refresh as HiP's search reads (tree levels and mask), drawn at random (no "
-                "locality for the cache to reuse): the working-set and hit-rate criteria", ctl_d, kind="null"),
+        Control("the same paired difference with locality removed from both arms: HiP on one block shuffle of the "
+                "model's keys minus on a second, independent shuffle (an A/A noise floor: the mechanism itself is "
+                "removed in the claim's own reference arm)", ctl_d, kind="null"),
         note="" if ev_d is not None else (
             f"not measured: fewer than two offload lengths where the log T cache holds at most max_cache_share = "
             f"{o.max_cache_share} of the context (shares " + ", ".join(f"{T}: {s:.0%}" for T, s in sorted(shares.items()))
             + ")"),
-        threshold_source=convention(f"hit_rate_min {c.hit_rate_min}: most reads from the GPU cache (the paper gives no "
-                                    "number); the random-read control's hit rate, measured in the run; an exponent "
-                                    f"tolerance {c.resident_exponent_tol}"),
-        premise=[Premise.at_least("the traced decoding search is HiP's own (share of refreshes whose mask equals "
-                                  "kernels.hip_select's)", agree, 1.0, what="every refresh")],
-        no_positive_control="the hit rate and the working set are counted exactly by the simulation (no estimator to "
-                            "be blind); the random-read control shows the same counts can fail")
+        threshold_source=derived("HiP's hit rate on the same keys in shuffled block order, measured in the same run and "
+                                 "paired by seed (the threshold is its sign). The paper states no hit-rate number (the "
+                                 "official runner's 0.8 and 0.99 are hit ratios it simulates, inputs, not measurements); "
+                                 "hit_rate_min was 0.8 before commit 3a97542 and 0.5 from it (lowered in the commit in "
+                                 "which (d) turned to 'holds'), and there is none now"),
+        premise=[Premise.at_least("the traced decoding search is HiP's own (share of refreshes, every traced arm, whose "
+                                  "mask equals kernels.hip_select's)", agree, 1.0, what="every refresh")],
+        positive_control=None if pos_d is None else PositiveControl(
+            "the same paired difference where locality helps by construction: keys with planted locality (a slow "
+            "sinusoid per channel) and queries that stay near one direction per head, against the same keys shuffled "
+            "(one draw per window, the model's head shape)", pos_d))
 
     checks = [
         Check.at_most("tlogt", "HiP's counted key products (the reference search's own counter plus the attended "
@@ -336,4 +362,10 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
                                   "that attention beyond sink + window removes", far_text.effect, c.far_share_min,
                       what="far_share_min (the far premise's threshold)"),
     ]
+    if ws:
+        checks.append(Check.at_most(
+            "offload_working_set", f"the blocks HiP reads per refresh while decoding grow like log2(T / mask_k) over "
+                                   f"T in {small}: working-set exponent minus log2(T / mask_k)'s, mean over seeds (random "
+                                   "reads of the same volume pass it too, so it is a check of the setting)",
+            float(np.mean(ws)), c.resident_exponent_tol, what="resident_exponent_tol"))
     return [claim_a, claim_b, claim_c, claim_d], checks

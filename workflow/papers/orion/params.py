@@ -77,7 +77,10 @@ class Params:
     # The paper has six domains; we build five (no factual recall) and test story by default, the family whose
     # premise can hold in a model without a value window (the report's "what differs").
     families: tuple = ("story",)
-    test_fraction: float = 0.25  # share of context styles held out for testing (ours)
+    test_fraction: float = 0.25  # share of context styles held out from training (ours)
+    # share of the held-out styles that the validation prompts (the early-stopping gate) use; the test prompts,
+    # pairs and injected stories use the rest (ours; issue 47's second review: the gate reads no test style)
+    val_share: float = 0.5
     data_seed: int = 0  # value pools, style split and test sets
     test_prompts: int = 200  # held-out test prompts per family: the accuracy premise of the claims
     val_prompts: int = 100  # validation prompts per family, disjoint from the test prompts: the early-stopping gate
@@ -172,7 +175,7 @@ class Params:
 # A report writes every parameter to params.json, so it reads them all.
 STAGE_PARAMS = {
     "prepare": (
-        "words", "word_length", "pool_size", "numbers", "families", "test_fraction", "data_seed",
+        "words", "word_length", "pool_size", "numbers", "families", "test_fraction", "val_share", "data_seed",
         "test_prompts", "val_prompts", "patch_pairs", "inject_prompts", "inject_key",
     ),
     "train": ("families", "seeds", "models", "train", "claims"),

@@ -107,20 +107,47 @@ def is_decomposition_profile(profile: list[str]) -> bool:
     return monotone and order[0] == 0 and order[-1] == 2 and 1 in order
 
 
-def is_interior_decomposition(profile: list[str]) -> bool:
-    """The part of :func:`is_decomposition_profile` that the data can refute: on the interior layers
-    1 .. n_layer - 1 alone, the dominant hypothesis never goes back in the order R2(C2) -> R1(C2) -> R1(C1)
-    and R1(C2) dominates at one interior layer at least.
-
-    The two end layers are left out because they are fixed by construction: at L = 0 the patched state is the
-    embedding of x1's last token alone, which carries nothing of C1 and in most pairs is x2's own last token
-    (both end on the same separator), so the patch changes little or nothing (R2(C2)); at L = n_layer it is
-    x1's final state, which alone sets the output (R1(C1)). A model without interior layers fails, and so does a
-    profile with an interior layer where no hypothesis dominates (:data:`NONE`: the patch broke the output)."""
+def is_strict_interior_decomposition(profile: list[str]) -> bool:
+    """The rule of claim (b) before issue 47's second review, kept so that the report can compute what it gives: on
+    the interior layers 1 .. n_layer - 1 alone, the dominant hypothesis never goes back in the order
+    R2(C2) -> R1(C2) -> R1(C1), R1(C2) dominates at one interior layer at least, and no interior layer is
+    :data:`NONE`. The routed positive control, mid-retrieval at some interior layer after its request was moved,
+    could not pass it (a NONE layer between R1(C2) and R1(C1))."""
     if NONE in profile[1:-1]:
         return False
     interior = [HYPOTHESES.index(h) for h in profile[1:-1]]
     return bool(interior) and all(a <= b for a, b in zip(interior, interior[1:])) and 1 in interior
+
+
+def is_interior_decomposition(profile: list[str]) -> bool:
+    """Claim (b)'s rule, the part of :func:`is_decomposition_profile` that the data can refute (the paper's abstract:
+    middle layers at the last token process the request, late layers retrieve): on the interior layers
+    1 .. n_layer - 1, the dominant hypotheses never go back in the order R2(C2) -> R1(C2) -> R1(C1), R1(C2)
+    dominates at one interior layer at least, and a layer where none dominates (:data:`NONE`) sits only at the
+    transition from R1(C2) to R1(C1): after the last layer where R1(C2) dominates, with R1(C1) the next hypothesis
+    that dominates (at an interior layer or at L = n_layer). A NONE layer anywhere else (before R1(C2), or after it
+    with no R1(C1) to follow) fails the pair.
+
+    Why the transition may hold a NONE layer (issue 47's second, independent review): once the request has been
+    moved (R1(C2)) and before the retrieved answer is written (R1(C1)), a patched state can carry neither in full --
+    the model is mid-retrieval there -- and the positive control, in which the decomposition is planted, shows such
+    layers (:func:`is_strict_interior_decomposition`, the rule before the review, fails it).
+
+    The two end layers are left out because they are fixed by construction: at L = 0 the patched state is the
+    embedding of x1's last token alone, which carries nothing of C1 and in most pairs is x2's own last token
+    (both end on the same separator), so the patch changes little or nothing (R2(C2)); at L = n_layer it is
+    x1's final state, which alone sets the output (R1(C1)). A model without interior layers fails."""
+    interior = list(profile[1:-1])
+    named = [HYPOTHESES.index(h) for h in interior if h != NONE]
+    if not named or 1 not in named or any(a > b for a, b in zip(named, named[1:])):
+        return False
+    last_request = max(i for i, h in enumerate(interior) if h == HYPOTHESES[1])
+    if NONE in interior[:last_request]:
+        return False
+    if NONE not in interior[last_request:]:
+        return True
+    following = [h for h in profile[last_request + 2:] if h != NONE]  # after it, the last layer included
+    return bool(following) and following[0] == HYPOTHESES[2]
 
 
 def oversight(lm: LM, trusted: list[str], untrusted, answers, injected_answers) -> pd.DataFrame:

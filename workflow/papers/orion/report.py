@@ -9,7 +9,7 @@ import pandas as pd
 
 from papers.common.claims import Check, Claim, Control, Evidence, PositiveControl, Premise, Scope, convention, \
     from_paper, mean_test
-from papers.orion import patching
+from papers.orion import patching, tasks
 from papers.orion.params import SLUG, Params, parse
 
 TITLE = "P1 orion: Look Before You Leap: a universal emergent decomposition of retrieval tasks in language models"
@@ -42,9 +42,11 @@ def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, gate: float, floor: float 
                      "r1c2_max": float(req[req.hypothesis == "R1(C2)"].normalized.max()), "r1c2_layer": best,
                      "depth": best / n_layer, "profile": " > ".join(profile),
                      "interior": patching.is_interior_decomposition(profile),
+                     "interior_strict": patching.is_strict_interior_decomposition(profile),
                      "ends_by_construction": profile[0] == patching.HYPOTHESES[0] and profile[-1] == patching.HYPOTHESES[-1],
                      "control_r1c2_max": float(ctl[ctl.hypothesis == "R1(C2)"].normalized.max()),
-                     "control_interior": patching.is_interior_decomposition(ctl_profile)})
+                     "control_interior": patching.is_interior_decomposition(ctl_profile),
+                     "control_interior_strict": patching.is_strict_interior_decomposition(ctl_profile)})
     return pd.DataFrame(rows)
 
 
@@ -113,6 +115,7 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame) -> list[Cla
     reps = per_replicate(p, pairs)
     role = roles(p, pairs.model.unique())
     tested = pairs[pairs.model.map(role) != CONTROL]
+    control_pairs = pairs[pairs.model.map(role) == CONTROL]
     tested_groups = list(dict.fromkeys(reps[reps.role != CONTROL].group))
     control_groups = list(dict.fromkeys(reps[reps.role == CONTROL].group))
 
@@ -183,20 +186,29 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame) -> list[Cla
     b = Claim(
         "b", f"On the interior layers (1 .. n_layer - 1), as the patched layer L grows the dominant output (keeping "
              f">= {c.dominance_min:.0%} of its clean probability) goes R2(C2) -> R1(C2) -> R1(C1), never back, with "
-             f"R1(C2) dominant at one of them at least, for at least "
+             f"R1(C2) dominant at one of them at least and a layer without a dominant output only at the transition "
+             f"from R1(C2) to R1(C1), for at least "
              f"{c.profile_fraction_min:.0%} of model-task pairs in every tested model.",
         "early layers R2(C2), middle layers R1(C2), late layers R1(C1) (the paper's layer plots; no share given)",
         {"pairs_with_interior_profile": int((tested.gated & tested.interior).sum()), "pairs_tested": len(tested),
          "share_per_seed": shares("share_interior", tested_groups),
          "control_share_per_seed": shares("control_interior", tested_groups),
          "positive_control_share_per_seed": shares("share_interior", control_groups),
-         "n_layer": sorted(int(x) for x in set(pairs.n_layer)), **below_text},
+         "n_layer": sorted(int(x) for x in set(pairs.n_layer)),
+         "rule_before_review": {  # the interior rule without the transition (patching.is_strict_interior_decomposition)
+             "pairs_with_interior_profile": int((tested.gated & tested.interior_strict).sum()),
+             "positive_control_pairs": int((control_pairs.gated & control_pairs.interior_strict).sum()),
+             "positive_control_pairs_tested": len(control_pairs)}, **below_text},
         f"for every tested model (replicates: its seeds) and the pretrained LMs together (replicates: the models), "
         f"the 95% t interval of the mean per-replicate share of its pairs whose dominant hypothesis per interior layer "
-        f"(the largest normalised probability, if it is >= dominance_min = {c.dominance_min}; else none dominates and "
-        f"the pair fails) follows that order and includes R1(C2) lies above profile_fraction_min = "
-        f"{c.profile_fraction_min} (pairs below the gate bound the interval as in (a)). Layers 0 and n_layer are left "
-        f"out: R2(C2) there and R1(C1) at the last layer hold by construction (a check below)",
+        f"(the largest normalised probability, if it is >= dominance_min = {c.dominance_min}; else "
+        f"the layer has none) follows that order and includes R1(C2), with a layer that has none only after the last "
+        f"layer where R1(C2) dominates and before R1(C1) next dominates (the retrieval transition; anywhere else it "
+        f"fails the pair), lies above profile_fraction_min = {c.profile_fraction_min} (pairs below the gate bound the "
+        f"interval as in (a)). Layers 0 and n_layer are left out: R2(C2) there and R1(C1) at the last layer hold by "
+        f"construction (a check below). The transition rule was added after an independent review (issue 47), "
+        f"because the positive control could not pass the rule without it; the tested models' profiles of the run "
+        f"before had been seen",
         evidence(tested_groups, "share_interior", c.profile_fraction_min, "share of pairs with the interior profile"),
         Control(control_text, evidence(tested_groups, "control_interior", c.profile_fraction_min, "control share"),
                 kind="null"),
@@ -247,9 +259,13 @@ def _claim_c(p: Params, over: pd.DataFrame) -> Claim:
         threshold_source=source, premise=premise, no_positive_control=no_positive, paper_effect=0.82)
 
 
-def build_checks(pairs: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame) -> list[Check]:
-    """What holds by construction or by the data's design: not claims."""
+def build_checks(pairs: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame, styles: dict) -> list[Check]:
+    """What holds by construction or by the data's design: not claims. `styles`: per family, its training,
+    validation and test styles (stages.read_vocab)."""
     gated = pairs[pairs.gated]
+    from papers.orion.tasks import style_label
+    shared = sum(len(set(g["style"]) & ({style_label(s) for s in styles[f]["train"]} | set(test.loc[test.family == f, "style"])))
+                 for f, g in val.groupby("family"))
     return [
         Check.at_least("profile_ends", "R2(C2) dominates at L = 0 and R1(C1) at L = n_layer in every gated pair (at "
                        "L = 0 the patch is the embedding of the last token, the same token in x1 and x2; at L = n_layer "
@@ -259,6 +275,9 @@ def build_checks(pairs: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame) -> 
         Check.at_most("validation_disjoint", "validation prompts (the early-stopping gate) that are also test prompts "
                       "(the accuracy premise)", float(len(set(val.prompt) & set(test.prompt))), 0,
                       what="the gate never reads a test prompt"),
+        Check.at_most("validation_styles_apart", "styles (context wordings) of the validation prompts that are also "
+                      "training styles or styles of a test prompt (the validation styles are held out from both)",
+                      float(shared), 0, what="the gate reads no training or test style"),
     ]
 
 
@@ -288,7 +307,7 @@ def size_table(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
 
 
 # ---- the stage -------------------------------------------------------------------------------------
-def report(*, cfg, scale, metrics, sweeps, oversights, histories, val, test, benchmarks, table_md, table_csv, claims,
+def report(*, cfg, scale, metrics, sweeps, oversights, histories, vocab, val, test, benchmarks, table_md, table_csv, claims,
            params_json, report_md, verdicts, fig_layers, fig_training, fig_oversight=None):
     """The results table (per model, then per model-task pair; oversight per pretrained model), the figures, the
     claims with computed verdicts, the checks and the report section."""
@@ -354,12 +373,13 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, val, test, ben
         figs.append(fig_oversight)
 
     claim_list = build_claims(p, pairs, oversight)
-    check_list = build_checks(pairs, read_parquet(val), read_parquet(test))
+    from papers.orion.stages import read_vocab
+    check_list = build_checks(pairs, read_parquet(val), read_parquet(test), read_vocab(vocab)[1])
     write_claims(claim_list, claims, paper=SLUG, scale=scale, scope=SCOPE, checks=check_list)
     write_json(to_dict(p), params_json)
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what_was_run(p) + " " + outcome(p, pairs),
                  table_md=table_md, figures=figs, claims=claim_list, checks=check_list, benchmarks=benchmarks,
-                 differences=differences(p), scope=SCOPE, verdicts_figure=verdicts)
+                 differences=differences(p, pairs), scope=SCOPE, verdicts_figure=verdicts)
 
 
 # ---- the report's prose, computed from the parameters and the run -----------------------------------
@@ -388,14 +408,15 @@ def what_was_run(p: Params) -> str:
     return (f"Tested models: {tested}. Positive control: {control}. {p.seeds} seeds each, the seeds of one model "
             f"trained side by side in one process, from scratch, until every task family passes the accuracy gate "
             f"({p.claims.gate_accuracy} on {p.val_prompts} validation prompts per family, checked every "
-            f"{t.eval_every} steps; the validation prompts are drawn apart from the test prompts) or for at most "
+            f"{t.eval_every} steps; the validation prompts come from {p.val_share:.0%} of the held-out styles, the test "
+            f"prompts from the rest, so the gate reads neither a training nor a test style) or for at most "
             f"{t.max_steps} steps (batch {t.batch_size}, AdamW lr {t.lr}, constant after {t.warmup} warmup steps) on "
             f"{len(p.families)} ORION-style task famil{'y' if len(p.families) == 1 else 'ies'} "
             f"({', '.join(p.families)}) whose entity names come from Debian's wamerican word list ({p.pool_size} words "
             f"per pool), {copies}. Each training sequence asks 1-{t.max_requests} requests (at most a family's keys), "
             f"the loss on their answers plus {t.lm_weight} x the next-token loss elsewhere. {_pretrained_sentence(p)}"
-            f"Test prompts ({p.test_prompts} per family) use held-out context wordings ({p.test_fraction:.0%} of the "
-            f"styles). Every model-task pair is analysed by request-patching at every layer (the residual stream at "
+            f"Test prompts ({p.test_prompts} per family) use held-out context wordings (the styles held out from "
+            f"training, {p.test_fraction:.0%} of them, less the validation styles). Every model-task pair is analysed by request-patching at every layer (the residual stream at "
             f"the last token of x2 = (C2, R2) overwritten by that of x1 = (C1, R1), {p.patch_pairs} pairs per family) "
             f"and by the same patch from a random context position of x1 (the negative control).")
 
@@ -430,46 +451,81 @@ def _pretrained_sentence(p: Params) -> str:
             + "; they read the prompts as text and are scored on the first token of each answer. ")
 
 
-def differences(p: Params) -> str:
-    """What differs from the paper, in words; the only numbers are this run's parameters."""
+def _rule_change(p: Params, pairs: pd.DataFrame) -> str:
+    """Claim (b)'s rule change after the independent review, with what each rule gives on this run's gated pairs."""
+    role = pairs.model.map(roles(p, pairs.model.unique()))
+    counts = []
+    for label, part in (("the tested models", pairs[role != CONTROL]), ("the positive control", pairs[role == CONTROL])):
+        g = part[part.gated]
+        counts.append(f"{label}: {int(g.interior.sum())} of {len(g)} gated pairs with the rule, "
+                      f"{int(g.interior_strict.sum())} without the transition")
+    return ("Claim (b)'s rule was changed after an independent review (issue 47): a layer where no output dominates "
+            "is now allowed at the transition from R1(C2) to R1(C1) (after the last layer where R1(C2) dominates and "
+            "before R1(C1) next does; anywhere else it still fails the pair, and R1(C2) must still dominate at one "
+            "interior layer, in the same order). The reason is the positive control: the routed model, in which the "
+            "decomposition is planted, is mid-retrieval at the interior layers after its request was moved, and the "
+            "rule without the transition failed it. The change was made before this run, but the tested models' "
+            "profiles of the run before it had been seen. In this run, " + "; ".join(counts) + ".")
+
+
+def _pools(family: str) -> list[str]:
+    f = tasks.FAMILIES[family]
+    return list(dict.fromkeys(f.pool_of(k) for k in f.keys))
+
+
+def differences(p: Params, pairs: pd.DataFrame) -> str:
+    """What differs from the paper, in words; the only numbers are this run's parameters and results."""
     left_out = [f for f in ("code", "induction", "quantity", "translation") if f not in p.families]
+    one_pool = [f for f in left_out if len(_pools(f)) == 1]
     windowed = [n for n in p.model_names if p.model(n).kv_window > 1]
+    story_pools = _pools("story")
+    separate = len(story_pools) == len(tasks.FAMILIES["story"].keys)
+    routed_layer = 1
+    left_text = ""
+    if left_out:
+        left_text = (f"; {', '.join(left_out)} are implemented (papers/orion/tasks.py) but left out. "
+                     + (f"Unlike story, {', '.join(one_pool)} draw{'s' if len(one_pool) == 1 else ''} the values of "
+                        f"all {'its' if len(one_pool) == 1 else 'their'} keys from one pool "
+                        f"({', '.join(f'{f}: {_pools(f)[0]}' for f in one_pool)}), so the answer cannot be told "
+                        f"from the other values by its kind: a model must bind each value to its key in the context. "
+                        f"Whether tiny models without a value window (the window premise below) learn that binding "
+                        f"within the default budget is not measured in this run, so it makes no statement about "
+                        f"these families" if one_pool else ""))
     return f"""\
 This is an analogue of the paper's study, not a replication on its models. The paper analyses 18 pretrained
 language models (GPT-2, Pythia, Falcon, Llama 2; 125M to 70B parameters) on its ORION prompts; no model weights
 can be downloaded here, so we train tiny transformers ({', '.join(_describe_model(p, n) for n in p.model_names)})
 on our own ORION-style tasks, and they are trained on the very task families they are then analysed on.
-Families. This run trains and analyses {', '.join(p.families)}{(f"; {', '.join(left_out)} are implemented "
-"(papers/orion/tasks.py) but left out") if left_out else ""}. Claims (a) and (b) presuppose that the last token's
-state is the only way the request reaches the answer after the patched layer: a model that reads the request's tokens
-again through a short value window around the last token (papers/orion/model.py, causal_window, kv_window with
-values mixed) bypasses the patch by construction, and the committed runs before issue 47 (windows over keys and
-values in every block) showed exactly that. Dated diagnostics (one seed each, issues 20 and 47): models without a
-value window learned the story family (this run's steps are under "What was run") but stayed near chance on code,
-induction and translation within the step budget, whose keys sit two or three tokens from their values and need the
-window; with it they learned all four, but their request is read around the patch. The default run therefore tests the family whose premise can hold:
-story, with models that mix no values (the premise gate checks it per pair: request tokens read through a value
-window after the patched layer must be 0; a model with such a window reads inconclusive, never "does not hold").
-Question answering over a story is also the task of the paper's fine-grained case study (on Pythia-2.8b). Other
-configurations may list more families and windowed models; the premise gate decides per run whether they can speak
-to the claims. Our story's attributes draw their values from separate pools (names, cities, jobs), as the paper's
-stories name characters, cities and occupations, so retrieval can find a value by its kind.
+Families. This run trains and analyses {', '.join(p.families)}{left_text}. Claims (a) and (b) presuppose that the
+last token's state is the only way the request reaches the answer after the patched layer: a model that reads the
+request's tokens again through a short value window around the last token (papers/orion/model.py, causal_window,
+kv_window with values mixed) bypasses the patch by construction (the premise gate checks it per pair: request tokens
+read through a value window after the patched layer must be 0; a model with such a window reads inconclusive, never
+"does not hold"). Question answering over a story is also the task of the paper's fine-grained case study (on
+Pythia-2.8b). Other configurations may list more families and windowed models; the premise gate decides per run
+whether they can speak to the claims.
 {"Windowed models in this run: " + ", ".join(windowed) + "." if windowed else "No model of this run mixes keys or values over positions: plain causal attention, as in the paper's LMs."}
+A shortcut in the story family, and what it means for claim (a). The story's attributes draw their values from
+{"separate pools (" + ", ".join(f"{k}: {tasks.FAMILIES['story'].pool_of(k)}" for k in tasks.FAMILIES['story'].keys) + ")" if separate else "shared pools"}, as the paper's stories name characters, cities and occupations{", so a model can find the answer by its kind alone (the one city of the context answers any question with 'live' or 'town'), without binding the value to its key" if separate else ""}. (a)'s
+verdict therefore speaks of tiny models trained on this family, which may use that shortcut, and of nothing
+beyond these stand-in models; it does not refute the paper.
 The positive control. A routed model (model.routing_masks) has the same architecture and training, but in its
 first block a request's tokens attend to their own request alone (from the request's first token, which only
 requests use: papers/orion/tasks.py, request_markers), and in the blocks after it to the context and no token of
-their request; the request reaches the answer only through the last token's state after block 1, which holds nothing
-of the context, so request-patching at layer 1 gives R1(C2) in a model that does the task. Claims (a) and (b) count
-only where this control holds: it shows that the analysis, at this size and with these pairs, finds the
-decomposition where it is planted. (A first version masked only the blocks after the first; in a dated run of
-3 December 2026 its block 1 read the context as well, and patching its layer-1 state carried x1's answer, R1(C1), so
-it planted nothing and was replaced.)
-The accuracy gate and early stopping. Each seed trains until every family passes the gate on validation prompts
-drawn apart from the test prompts at {p.train.gate_records} consecutive checks, {p.train.eval_every} steps apart, and is
-taken there; the claims then require every tested pair to pass the same gate on the test prompts (a premise: a pair
-below it makes the claim inconclusive, never "does not hold"), and the step cap ({p.train.max_steps}) is set well
-beyond the steps the seeds need (the steps this run's seeds were taken at are under "What was run"), so that whether
-a seed learns does not depend on the CPU's floating-point path (issue 55).
+their request; the request reaches the answer only through the last token's state after block {routed_layer}, which holds nothing
+of the context, so request-patching at layer {routed_layer} gives R1(C2) in a model that does the task. For claim (a) this holds by
+construction: patching the routed model's layer-{routed_layer} state reproduces the clean run of (C2, R1) up to the rotary
+position offsets, so its (a) control shows that the pairs, the metric and the threshold can register the effect,
+not that the analysis detects a decomposition a model learned. For claim (b) it shows that the layer profile, at this
+size, is found where it is planted. Claims (a) and (b) count only where this control holds.
+{_rule_change(p, pairs)}
+The accuracy gate and early stopping. Each seed trains until every family passes the gate on the validation
+prompts at {p.train.gate_records} consecutive checks, {p.train.eval_every} steps apart, and is taken there; the
+validation prompts come from styles held out from training and apart from the test styles (a check below). The
+claims then require every tested pair to pass the same gate on the test prompts (a premise: a pair below it makes
+the claim inconclusive, never "does not hold"), and the step cap ({p.train.max_steps}) is set well beyond the steps
+the seeds need (the steps this run's seeds were taken at are under "What was run"), so that whether a seed learns
+does not depend on the CPU's floating-point path (issue 55).
 The seeds of one model train side by side in one process (their weights stacked; papers/orion/ensemble.py), the
 same computation as separate runs (a test checks it).
 Request-patching follows the official code: the residual stream after a block at the last token, normalised by
@@ -480,7 +536,9 @@ Prompt injection (claim (c)). The paper's models were never trained to obey inje
 follow a note only if trained to, which would make the experiment start at zero by design, so our models never
 see a note and claim (c) is measured only on pretrained LMs listed under orion.pretrained (a local Hugging Face
 directory; nothing is downloaded; full scale). They read our word-level prompts joined by spaces and are scored
-on the first token of each answer, with the residual stream patched after each block as in the official code.
+on the first token of each answer, with the residual stream patched after each block as in the official code, on
+the GPU when there is one; they are analysed on the families of orion.families, as the tiny models. The tiny models
+themselves train on the CPU at every scale (papers/orion/train.py places nothing on a device).
 No pretrained weights ship with any package, so no default run includes one; the tests check that path on a tiny
 random GPT-2 against Hugging Face's own hidden states.
 """

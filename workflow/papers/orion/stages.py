@@ -24,24 +24,31 @@ def prepare(*, cfg, vocab, test, val, pairs, injection):
     """The vocabulary and value pools (from the word list), the split of context styles, and the held-out sets:
     `test` (the claims' accuracy premise), `val` (the early-stopping gate; no prompt of `test` among them),
     `pairs` (request-patching), `injection` (one trusted prompt asking inject_key, one asking another key (the
-    control of claim (c)), then the untrusted stories with their clean twins). Test and validation prompts are
-    drawn from the held-out styles with separate random streams."""
+    control of claim (c)), then the untrusted stories with their clean twins). The held-out styles are split again
+    (tasks.split_held_out, share val_share): the validation prompts use one part, the test prompts, pairs and
+    injected stories the other, so the early-stopping gate reads neither a training nor a test style; each
+    prompt records its style."""
     p = parse(cfg)
     words = tasks.load_words(p.words or tasks.DEFAULT_WORDS, min_len=p.word_length[0], max_len=p.word_length[1])
     voc = tasks.build_vocab(words, pool_size=p.pool_size, numbers=p.numbers, seed=p.data_seed)
     families = [tasks.FAMILIES[f] for f in p.families]
-    splits = {f.name: tasks.split_styles(f, p.test_fraction, p.data_seed) for f in families}
+    held_out = {f.name: tasks.split_styles(f, p.test_fraction, p.data_seed) for f in families}
+    parts = {name: (tr, *tasks.split_held_out(ho, p.val_share, p.data_seed + 3)) for name, (tr, ho) in held_out.items()}
+    splits = {name: (tr, te) for name, (tr, _, te) in parts.items()}
+    val_splits = {name: (tr, va) for name, (tr, va, _) in parts.items()}
     log.info("vocabulary: %d tokens (%d words read from %s)", len(voc), len(words), p.words or tasks.DEFAULT_WORDS)
     write_json({"tokens": list(voc.tokens), "pools": {k: list(v) for k, v in voc.pools.items()},
-                "styles": {name: {"train": [list(map(_listify, s)) for s in tr], "test": [list(map(_listify, s)) for s in te]}
-                           for name, (tr, te) in splits.items()}}, vocab)
+                "styles": {name: {part: [list(map(_listify, s)) for s in styles]
+                                  for part, styles in zip(("train", "val", "test"), split)}
+                           for name, split in parts.items()}}, vocab)
 
     rng = np.random.default_rng(p.data_seed + 1)  # the pools and split used data_seed itself
     rows = []
     for f in families:
         for _ in range(p.test_prompts):
             pr = tasks.test_prompt(f, splits[f.name][1], voc, rng)
-            rows.append({"family": f.name, "key": pr.key, "prompt": " ".join(pr.tokens), "answer": pr.answer})
+            rows.append({"family": f.name, "key": pr.key, "prompt": " ".join(pr.tokens), "answer": pr.answer,
+                         "style": tasks.style_label(pr.style)})
     write_parquet(pd.DataFrame(rows), test)
     write_parquet(pd.DataFrame([tasks.patch_pair(f, splits[f.name][1], voc, rng)
                                 for f in families for _ in range(p.patch_pairs)]), pairs)
@@ -57,14 +64,14 @@ def prepare(*, cfg, vocab, test, val, pairs, injection):
     rows += [{"role": "untrusted", **tasks.injected_prompt(story_test, voc, rng, p.inject_key)}
              for _ in range(p.inject_prompts)]
     write_parquet(pd.DataFrame(rows), injection)
-    write_parquet(validation_prompts(families, splits, voc, p.val_prompts, read_parquet(test),
+    write_parquet(validation_prompts(families, val_splits, voc, p.val_prompts, read_parquet(test),
                                      np.random.default_rng(p.data_seed + 2)), val)
 
 
 def validation_prompts(families, splits: dict, voc: tasks.Vocab, n: int, test: pd.DataFrame,
                        rng: np.random.Generator, tries: int = 100) -> pd.DataFrame:
-    """`n` prompts per family from its held-out styles, none equal to a test prompt (redrawn; a family whose
-    prompts cannot avoid the test set within `tries` draws per prompt is an error)."""
+    """`n` prompts per family from its validation styles (`splits[family][1]`), none equal to a test prompt
+    (redrawn; a family whose prompts cannot avoid the test set within `tries` draws per prompt is an error)."""
     taken = set(test.prompt)
     rows = []
     for f in families:
@@ -76,7 +83,8 @@ def validation_prompts(families, splits: dict, voc: tasks.Vocab, n: int, test: p
                     break
             else:
                 raise ValueError(f"family {f.name}: no validation prompt outside the test set in {tries} draws")
-            rows.append({"family": f.name, "key": pr.key, "prompt": prompt, "answer": pr.answer})
+            rows.append({"family": f.name, "key": pr.key, "prompt": prompt, "answer": pr.answer,
+                         "style": tasks.style_label(pr.style)})
     return pd.DataFrame(rows)
 
 

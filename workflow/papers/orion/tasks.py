@@ -217,6 +217,26 @@ def split_styles(family: Family, test_fraction: float, seed: int) -> tuple[list,
     raise ValueError(f"{family.name}: no split of {len(all_styles)} styles holds out {n_test} and keeps every wording")
 
 
+def split_held_out(held_out: list, val_share: float, seed: int) -> tuple[list, list]:
+    """Validation and test styles from a family's held-out styles (:func:`split_styles`) by a seeded shuffle: a
+    share `val_share` (at least one, at most all but one) for the validation prompts that the early-stopping gate
+    reads, the rest for the test prompts, patching pairs and injected stories. So the gate reads neither a training
+    style nor a test style (issue 47's second review: validation prompts from the test styles let the stopping
+    point see the test distribution)."""
+    if len(held_out) < 2:
+        raise ValueError(f"{len(held_out)} held-out style: need 2 at least, one for validation and one for testing "
+                         f"(raise test_fraction)")
+    n_val = min(max(1, round(val_share * len(held_out))), len(held_out) - 1)
+    order = np.random.default_rng(seed).permutation(len(held_out))
+    return sorted(held_out[i] for i in order[:n_val]), sorted(held_out[i] for i in order[n_val:])
+
+
+def style_label(style: tuple) -> str:
+    """A style as text, "prefix:variant,variant,.." (the prompts' `style` column)."""
+    prefix, variants = style
+    return f"{prefix}:{','.join(str(v) for v in variants)}"
+
+
 # ---- vocabulary and value pools -----------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Vocab:

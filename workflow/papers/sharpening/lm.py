@@ -107,13 +107,17 @@ def rl_loss(policy: GPT, base: GPT, prompts: torch.Tensor, answers: torch.Tensor
 
 
 def rl_sharpen(base: GPT, prompts: torch.Tensor, n: int, budgets, *, beta: float, samples_per_prompt: int,
-               prompts_per_step: int, lr: float, generator: torch.Generator, on_budget) -> GPT:
-    """RL-sharpening: on-policy policy gradient (Adam) on the KL-regularised self-reward, from pi_base.
+               prompts_per_step: int, lr: float, generator: torch.Generator, on_budget,
+               explore: bool = True) -> GPT:
+    """RL-sharpening (the paper's Section 4, RLHF-Sharpening): policy gradient (Adam) on the KL-regularised
+    self-reward, from pi_base.
 
     Each pass over the prompts (shuffled, in minibatches of `prompts_per_step`) draws k fresh samples per
-    prompt from the current policy (online exploration). After the pass that brings the samples drawn per
-    prompt to a budget in `budgets`, ``on_budget(budget, policy)`` is called; the step size is constant, so
-    this equals separate runs stopped at each budget. Returns the final policy.
+    prompt from the current policy (online exploration); with ``explore=False`` it draws them from pi_base
+    instead (offline RL: the same loss, :func:`rl_loss`, on the base model's samples, without importance
+    weights; exactly the online exploration removed). After the pass that brings the samples drawn per prompt to
+    a budget in `budgets`, ``on_budget(budget, policy)`` is called; the step size is constant, so this equals
+    separate runs stopped at each budget. Returns the final policy.
     """
     policy = copy.deepcopy(base).train()
     base = base.eval()
@@ -121,9 +125,11 @@ def rl_sharpen(base: GPT, prompts: torch.Tensor, n: int, budgets, *, beta: float
     k = samples_per_prompt
     for spent in range(k, max(budgets) + 1, k):
         perm = torch.randperm(len(prompts), generator=generator)
+        # offline: this pass's k samples per prompt from pi_base, drawn at once (the policy never samples)
+        pool = None if explore else sample_answers(base, prompts[perm], n, k, generator)  # (B, k, n)
         for i in range(0, len(perm), prompts_per_step):
             x = prompts[perm[i:i + prompts_per_step]]
-            y = sample_answers(policy, x, n, k, generator)  # (b, k, n)
+            y = sample_answers(policy, x, n, k, generator) if explore else pool[i:i + prompts_per_step]  # (b, k, n)
             loss = rl_loss(policy, base, x, y, beta)
             opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -27,10 +27,11 @@ class TabularParams:
     samples_per_step: int = 4  # RL: samples per prompt per policy-gradient step
     lr: float = 0.1  # RL: Adam step size on the logits
     target_accuracy: float = 0.8  # claim (c): the required budget is the first budget reaching this accuracy
-    convergence_pairs: int = 4  # claim (d): K of the base models of the long RL runs
-    convergence_samples: int = 16000  # claim (d): samples per prompt of each long RL run (one per seed)
+    convergence_pairs: int = 4  # check (d): K of the base models of the long RL runs
+    convergence_samples: int = 16000  # check (d): samples per prompt of each long RL run (one per seed)
     convergence_samples_per_step: int = 16
     record_every: int = 25  # steps between two KL(pi || pi*) measurements of that run
+    convergence_decay: bool = True  # check (d): the long runs' step size falls linearly to 0 (settles, not hovers)
 
 
 @dataclass(frozen=True)
@@ -111,8 +112,8 @@ class ClaimParams:
 
     bon_slope_min: float = 0.0  # (a) best-of-N accuracy per doubling of N (least-squares slope), above
     amortisation_fraction: float = 0.75  # (b) share of best-of-m's gain over sampling that SFT recovers
-    budget_slope: float = 0.5  # (c) d log m_req / d log C_cov: SFT above, RL below
-    settled_drop_max: float = 0.5  # premise of (d): relative fall of KL(pi_RL || pi*) over a run's last quarter
+    budget_slope: float = 0.5  # (c) d log m_req / d log C_cov: SFT above, RL below (midway between 1 and 0)
+    settled_drop_max: float = 0.5  # check (d): relative fall of KL(pi_RL || pi*) over a run's last quarter
 
 
 @dataclass(frozen=True)

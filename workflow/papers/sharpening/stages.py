@@ -123,9 +123,10 @@ def prepare(*, cfg, corpus, prompts):
 # ---- level 1: the tabular coverage sweep ---------------------------------------------------------------------
 def tabular(*, cfg, curves, convergence, formulas):
     """For each structure, number of pairs K (so C_cov) and seed (an independent base model): exact best-of-N,
-    SFT-sharpening on best-of-m winners and RL-sharpening over the budget grid, the closed-form optimum; then
-    one long RL run per seed whose distance to the optimum is traced, and whose final policy is set against the
-    closed form and its wrong neighbours (`formulas`, tabular.formula_distances; claim (d))."""
+    SFT-sharpening on best-of-m winners, RL-sharpening (online) and its offline ablation (sampling from pi_base
+    only) over the budget grid, the closed-form optimum; then one long RL run per seed whose distance to the
+    optimum is traced, and whose final policy is set against the closed form and its wrong neighbours
+    (`formulas`, tabular.formula_distances; check (d)). The paper's Sections 3 and 4."""
     p = parse(cfg)
     tp = p.tabular
     budgets = list(tp.budgets)
@@ -162,6 +163,10 @@ def tabular(*, cfg, curves, convergence, formulas):
                 kept, _ = tb.rl_sharpen(base, budgets, beta=p.beta, samples_per_step=tp.samples_per_step, lr=tp.lr,
                                         rng=np.random.default_rng([p.seed, seed, K, 3 + atomic]))
                 rows += [row("rl", m, kept[m]) for m in budgets]
+                # the ablation of (c): the same RL sampling from pi_base only (offline, no online exploration)
+                kept, _ = tb.rl_sharpen(base, budgets, beta=p.beta, samples_per_step=tp.samples_per_step, lr=tp.lr,
+                                        rng=np.random.default_rng([p.seed, seed, K, 7 + atomic]), explore=False)
+                rows += [row("rl_offline", m, kept[m]) for m in budgets]
     write_parquet(_rows(rows), curves)
 
     traces, fits = [], []
@@ -172,7 +177,8 @@ def tabular(*, cfg, curves, convergence, formulas):
         kept, trace = tb.rl_sharpen(base, [tp.convergence_samples], beta=p.beta,
                                     samples_per_step=tp.convergence_samples_per_step, lr=tp.lr,
                                     rng=np.random.default_rng([p.seed, seed, K, 5]),
-                                    logp_star=tb.tilt(base, tb.kl_optimum(p.beta)), record_every=tp.record_every)
+                                    logp_star=tb.tilt(base, tb.kl_optimum(p.beta)), record_every=tp.record_every,
+                                    decay=tp.convergence_decay)
         traces += [(seed, spent, kl) for spent, kl in trace]  # spent = 0: KL(pi_base || pi*)
         fits += [{"seed": seed, **r} for r in tb.formula_distances(kept[tp.convergence_samples], base, y_star, p.beta)]
     write_parquet(pd.DataFrame(traces, columns=["seed", "samples_per_prompt", "kl_to_optimum"]), convergence)
@@ -280,7 +286,8 @@ def pretrain(*, cfg, corpus, prompts, checkpoint, history, fit):
 def sharpen(*, cfg, method, checkpoint, prompts, results):
     """One sharpening method ("sft" or "rl") over the budgets, for both variants and every base model (each
     with its own seed); each sharpened model is evaluated on the held-out prompts at once. SFT also fits, on
-    the high-coverage variant, one unselected sample per prompt (the control of claim (b))."""
+    the high-coverage variant, one unselected sample per prompt (the control of claim (b)); RL also runs offline,
+    sampling from pi_base only (method "rl_offline", the control of claim (e)). The paper's Sections 3 and 4."""
     import torch
 
     from papers.sharpening import lm
@@ -316,9 +323,12 @@ def sharpen(*, cfg, method, checkpoint, prompts, results):
                     model = lm.sft_sharpen(base, x_train, targets, epochs=sp.sft_epochs, batch=sp.sft_batch,
                                            lr=sp.sft_lr, generator=gen)
                     record(budget, model, name, winner_accuracy=float((targets == y_train).all(1).float().mean()))
-            else:
-                lm.rl_sharpen(base, x_train, n, sp.budgets, beta=p.beta, samples_per_prompt=sp.rl_samples_per_prompt,
-                              prompts_per_step=sp.rl_prompts_per_step, lr=sp.rl_lr, generator=gen, on_budget=record)
+            else:  # online RL, then its ablation (the control of (e)): the same RL sampling from pi_base only
+                for explore, name in [(True, "rl"), (False, "rl_offline")]:
+                    lm.rl_sharpen(base, x_train, n, sp.budgets, beta=p.beta,
+                                  samples_per_prompt=sp.rl_samples_per_prompt, prompts_per_step=sp.rl_prompts_per_step,
+                                  lr=sp.rl_lr, generator=gen, explore=explore,
+                                  on_budget=lambda budget, model, name=name: record(budget, model, name))
     write_parquet(_rows(rows), results)
 
 
@@ -351,13 +361,18 @@ def evaluate(*, cfg, checkpoint, prompts, tabular_curves, sharpened, results, su
             rows += [{**common, "method": "best_of_n_shuffled", "budget": N,
                       "accuracy": curve["shuffled_accuracy"][N]} for N in p.bon_sizes]
     test = data[data.split == "test"]
-    write_json({"lm": {variant: {
-        "answer_length": p.answer_length(variant),
-        "coverage_of_the_law": task.coverage(test.prompt[test.variant == variant], p.task.levels,
-                                             p.task.answer_pairs[variant]),
-        "share_greedy_wrong_under_the_law": float(np.mean([task.reliability(x, p.task.levels) < 0.5
-                                                           for x in test.prompt[test.variant == variant]])),
-    } for variant in p.variants}}, summary)
+
+    def law(variant):  # what the corpus law itself predicts on these held-out prompts (pi(y*) = a^K, greedy: a > 1/2)
+        xs = test.prompt[test.variant == variant]
+        a = np.array([task.reliability(x, p.task.levels) for x in xs])
+        p_star = a ** p.task.answer_pairs[variant]
+        return {"answer_length": p.answer_length(variant),
+                "coverage_of_the_law": task.coverage(xs, p.task.levels, p.task.answer_pairs[variant]),
+                "share_greedy_wrong_under_the_law": float(np.mean(a < 0.5)),
+                "law_sampling": float(p_star.mean()), "law_greedy": float(np.mean(a > 0.5)),
+                "law_best_of_n": {str(N): float(np.mean(1 - (1 - p_star) ** N)) for N in p.bon_sizes}}
+
+    write_json({"lm": {variant: law(variant) for variant in p.variants}}, summary)
     all_rows = pd.concat([read_parquet(tabular_curves), _rows(rows), read_parquets(sharpened)], ignore_index=True)
     write_parquet(all_rows.reindex(columns=COLUMNS), results)
 

@@ -17,7 +17,7 @@ computed exactly here:
 
 The two sharpening algorithms at a budget of m samples per prompt: SFT-sharpening (maximum likelihood on
 the best-of-m winner) and RL-sharpening (the paper's RLHF-Sharpening objective, maximised by policy
-gradient, sampling from the current policy: online exploration).
+gradient, sampling from the current policy: online exploration; or, as the ablation, from pi_base: offline).
 """
 from __future__ import annotations
 
@@ -185,8 +185,9 @@ def formula_distances(logp_rl: np.ndarray, logp_base: np.ndarray, y_star: np.nda
     negative control), the mean over prompts of KL(pi_RL || pi*_b), of KL(pi_RL || pi*_{b/2}) and of
     KL(pi_RL || pi*_{2b}), and the tolerance: the smallest KL(W || pi*_b) of the wrong answers W in {pi*_{b/2},
     pi*_{2b}, the point mass on the mode} (how far from pi*_b the nearest wrong formula lies, on this base
-    model). A policy fits formula b when it is nearer to pi*_b than to its neighbours and nearer to it than any
-    wrong answer is."""
+    model); and KL(pi_RL || pi_base^(alpha -+ 1)) for the exponents one below and above alpha = 1 + 1/b. A policy
+    fits formula b when it is nearer to pi*_b than to its neighbours (those exponents included) and nearer to it
+    than any wrong answer is."""
     star = {}
 
     def tilted(b):
@@ -198,10 +199,14 @@ def formula_distances(logp_rl: np.ndarray, logp_base: np.ndarray, y_star: np.nda
     for f in hypotheses:
         b = f * beta
         s, half, double = tilted(b), tilted(b / 2), tilted(2 * b)
-        rows.append({"hypothesis": f, "beta": b,
+        alpha = kl_optimum(b)
+        rows.append({"hypothesis": f, "beta": b, "alpha": alpha,
                      "kl_rl": float(kl(logp_rl, s).mean()),
                      "kl_rl_half": float(kl(logp_rl, half).mean()),
                      "kl_rl_double": float(kl(logp_rl, double).mean()),
+                     # the resolution of the fit: the exponents one below and one above pi*_b's
+                     "kl_rl_alpha_below": float(kl(logp_rl, tilt(logp_base, alpha - 1)).mean()),
+                     "kl_rl_alpha_above": float(kl(logp_rl, tilt(logp_base, alpha + 1)).mean()),
                      "tolerance": float(min(kl(half, s).mean(), kl(double, s).mean(),
                                             point_mass_kl(s, y_star).mean()))})
     return rows
@@ -310,12 +315,20 @@ def policy_gradient(logits: np.ndarray, logp_base: np.ndarray, y: np.ndarray, be
 
 
 def rl_sharpen(logp_base: np.ndarray, budgets, *, beta: float, samples_per_step: int, lr: float,
-               rng: np.random.Generator, logp_star: np.ndarray | None = None, record_every: int = 0):
-    """RL-sharpening: policy gradient (Adam on the logits) on the KL-regularised self-reward, from pi_base,
-    sampling `samples_per_step` sequences per prompt from the current policy at every step.
+               rng: np.random.Generator, logp_star: np.ndarray | None = None, record_every: int = 0,
+               explore: bool = True, decay: bool = False):
+    """RL-sharpening (the paper's Section 4, RLHF-Sharpening): policy gradient (Adam on the logits) on the
+    KL-regularised self-reward, from pi_base, sampling `samples_per_step` sequences per prompt at every step.
+
+    ``explore`` (default): the samples come from the current policy (online exploration). With ``explore=False``
+    they come from pi_base at every step (offline RL: the same update formula, :func:`policy_gradient`, on the
+    base model's samples, without importance weights), which removes exactly the online exploration and keeps
+    the reward, the KL term, the credit assignment and the step size. ``decay``: the step size falls linearly
+    from `lr` to 0 over the run (a stochastic-approximation schedule, so a long run settles at a fixed point
+    instead of hovering around it); without it the step size is constant.
 
     One run to the largest budget; the policy is kept whenever the samples drawn per prompt reach one of
-    `budgets` (the step size is constant, so this equals separate runs stopped there). Returns
+    `budgets` (with a constant step size this equals separate runs stopped there). Returns
     ({budget: logp}, trace), the trace holding (samples per prompt, mean KL(pi || pi*_beta)) every
     `record_every` steps when logp_star is given.
     """
@@ -331,6 +344,7 @@ def rl_sharpen(logp_base: np.ndarray, budgets, *, beta: float, samples_per_step:
             trace.append((spent, float(kl(normalise(logits), logp_star).mean())))
         if step == steps:
             break
-        y = sample(normalise(logits), samples_per_step, rng)
-        logits = opt.step(logits, policy_gradient(logits, logp_base, y, beta))
+        y = sample(normalise(logits) if explore else logp_base, samples_per_step, rng)
+        logits = opt.step(logits, policy_gradient(logits, logp_base, y, beta),
+                          lr=lr * (1 - step / steps) if decay else None)
     return kept, trace

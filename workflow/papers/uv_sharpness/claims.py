@@ -10,11 +10,16 @@ UV claims rest on sweep replicates that each draw their own example (x, y), init
 * (b) the period-doubling route 1 -> 2 -> 4 -> 8 -> chaos, per replicate; positive control: the same detection on
   the logistic map, whose route is known; control: the sweep's eta labels permuted;
 * (c) a real network's sharpness rises to about 2/eta and stays there; control: the untrained network;
-* (d) early sharpness reduction from a large init needs a large learning rate: at eta Theta_0 just below 2 (no
-  catapult) and inside the catapult window, against the same init and seeds at eta Theta_0 < 1 (the ablation);
-* (d_catapult) the catapult adds early reduction: eta Theta_0 in (2, 4) against the same init just below 2, every run
-  gated on what its setting presupposes (a loss rise and fall in the catapult, none below 2, no divergence);
-  control: the same eta step taken below 2.
+* (d) at the model's width, a large learning rate reduces the sharpness early from a large init (Theta_0 >
+  lambda_min) without a catapult: at eta Theta_0 below 2 (every run gated on no loss rise) against the same init and
+  seeds at eta Theta_0 < 1 (the ablation: the large learning rate removed, the large init kept); a finite-width
+  effect, so the claim is stated at `width` and a width sweep on the function-space map is reported beside it, as is
+  the same comparison on lambda_max;
+* (d_catapult) an extension, not a statement of the paper: the catapult adds early reduction beyond the learning
+  rate's smooth trend, a difference in differences per seed (the change over a span D across its catapult onset
+  minus over D just below); control: the same one span lower, all calm; premise: the reduction (at most 1) leaves
+  the test room to pass; positive control: the same test on a much wider UV model, where only the catapult reduces
+  the NTK.
 
 Progressive sharpening from a small init is a check, not a claim: the small init puts Theta_0 at a tenth of
 lambda_min, the smallest sharpness of any minimum, so a run that trains must rise (:func:`sharpening_check`).
@@ -286,7 +291,8 @@ def mlp_claim(p, mlp_df: pd.DataFrame) -> Claim:
 def early_arms(runs: pd.DataFrame) -> dict:
     """The product runs (set eta Theta_0) as (seed x product) arrays: `products` (sorted), `reduction`, `rise` (the
     loss rises above L_0 in the early phase), `catapult` (it rises, falls below L_0 by the phase's end and never
-    diverges), `calm` (no rise, no divergence) and `diverged_step`."""
+    diverges), `calm` (no rise, no divergence), `diverged_step`, and where the runs carry them `sharpness_reduction`
+    (the reduction on lambda_max) and `theta0` (Theta_0); NaN where not."""
     runs = runs[runs["product"].notna()]
 
     def grid(column):  # (seed, product); float (a JSON round trip leaves missing values as None)
@@ -294,9 +300,56 @@ def early_arms(runs: pd.DataFrame) -> dict:
 
     peak, end, diverged = grid("early_loss_peak"), grid("early_loss_end"), grid("diverged").astype(bool)
     rise = (peak > 1).to_numpy()
+    nan = np.full(peak.shape, np.nan)
     return {"products": grid("reduction").columns.to_numpy(dtype=float), "reduction": grid("reduction").to_numpy(),
             "rise": rise, "catapult": rise & (end < 1).to_numpy() & ~diverged.to_numpy(),
-            "calm": ~rise & ~diverged.to_numpy(), "diverged_step": grid("diverged_step").to_numpy()}
+            "calm": ~rise & ~diverged.to_numpy(), "diverged_step": grid("diverged_step").to_numpy(),
+            "sharpness_reduction": grid("sharpness_reduction").to_numpy() if "sharpness_reduction" in runs else nan,
+            "theta0": grid("initial_sharpness").to_numpy() if "initial_sharpness" in runs else nan}
+
+
+def catapult_products(p) -> np.ndarray:
+    """The set eta Theta_0 of claims (d) and (d_catapult), sorted: the ablation, claim (d)'s `below` (once, if the
+    grid holds it already) and the grid start, start + step, ..., stop."""
+    c = p.catapult_products
+    grid = c["start"] + c["step"] * np.arange(int(round((c["stop"] - c["start"]) / c["step"])) + 1)
+    return np.unique(np.round(np.concatenate([[c["ablation"], c["below"]], grid]), 10))
+
+
+def wide_early_runs(p, width: int) -> pd.DataFrame:
+    """d_catapult's positive control: the early-phase runs of :func:`catapult_products` on a UV model of `width`, with
+    the same init scale (the largest of init_scales), example (x, y) and seeds (u, v drawn as stages._init draws them),
+    iterated on the exact function-space map (uv.function_step; the (f, Theta) pair closes under GD, so this is the
+    parameter-space run without its cost). Returns the columns :func:`early_arms` reads."""
+    products = catapult_products(p)
+    sigma = max(p.init_scales)
+    f0, theta0 = [], []
+    for seed in range(p.seeds):
+        rng = np.random.default_rng(seed)
+        u, v = rng.normal(0.0, sigma, width), rng.normal(0.0, sigma, width)
+        f0.append(float(uv.output(u, v, p.x))); theta0.append(float(uv.ntk(u, v, p.x)))
+    f0, theta0 = np.array(f0)[:, None], np.array(theta0)[:, None]
+    eta = products[None, :] / theta0
+    f, theta = np.broadcast_to(f0, eta.shape).copy(), np.broadcast_to(theta0, eta.shape).copy()
+    loss0 = 0.5 * (f0 - p.y) ** 2
+    low, peak = theta.copy(), np.zeros_like(theta)
+    diverged_step = np.full(eta.shape, np.nan)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for t in range(1, p.early_steps + 1):
+            f, theta = uv.function_step(f, theta, p.x, p.y, width, eta)
+            bad = ~np.isfinite(f) | (np.abs(np.nan_to_num(f, nan=np.inf)) > 1e6 * (1 + abs(p.y)))
+            diverged_step = np.where(bad & np.isnan(diverged_step), t, diverged_step)
+            f, theta = np.where(bad, np.nan, f), np.where(bad, np.nan, theta)
+            low, peak = np.fmin(low, theta), np.fmax(peak, 0.5 * (f - p.y) ** 2)
+    end = 0.5 * (f - p.y) ** 2
+    rows = []
+    for s in range(p.seeds):
+        for j, c in enumerate(products):
+            rows.append({"product": float(c), "seed": s, "reduction": float(1 - low[s, j] / theta0[s, 0]),
+                         "initial_sharpness": float(theta0[s, 0]),
+                         "early_loss_peak": float(peak[s, j] / loss0[s, 0]), "early_loss_end": float(end[s, j] / loss0[s, 0]),
+                         "diverged": bool(np.isfinite(diverged_step[s, j])), "diverged_step": float(diverged_step[s, j])})
+    return pd.DataFrame(rows)
 
 
 def catapult_onsets(arms: dict, start: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -318,6 +371,80 @@ def catapult_onsets(arms: dict, start: float) -> tuple[np.ndarray, np.ndarray, n
     return onset, at, below, below2
 
 
+def onset_differences(arms: dict, start: float, k: int) -> dict:
+    """d_catapult's difference in differences, per seed, from i = the last calm grid point below its catapult onset
+    (one step below the first rise; on the grid from `start`) and the span k grid steps: `across` = R(i + k) - R(i)
+    (the reduction's change over the span into the catapult window), `before` = R(i) - R(i - k) (over the span just
+    below, both calm), `control` = R(i - k) - R(i - 2k) (one span lower still, all calm), `room` = 1 - R(i) (the
+    reduction is at most 1). NaN where the seed lacks what that presupposes: an onset with i - 2k inside the grid,
+    the run at i + k a catapult (rise and fall, no divergence), those at i, i - k and i - 2k calm."""
+    products, red = arms["products"], arms["reduction"]
+    first = int(np.argmax(products >= start - 1e-9))
+    out = {key: np.full(red.shape[0], np.nan) for key in ("across", "before", "control", "room")}
+    for s in range(red.shape[0]):
+        hits = np.flatnonzero(arms["rise"][s, first:])
+        if not hits.size:
+            continue
+        i = first + int(hits[0]) - 1
+        if (i - 2 * k >= first and i + k < products.size and arms["catapult"][s, i + k]
+                and all(arms["calm"][s, j] for j in (i, i - k, i - 2 * k))):
+            out["across"][s], out["before"][s] = red[s, i + k] - red[s, i], red[s, i] - red[s, i - k]
+            out["control"][s], out["room"][s] = red[s, i - k] - red[s, i - 2 * k], 1 - red[s, i]
+    return out
+
+
+def below_catapult_gain(p, arms: dict, lambda_min: float | None = None) -> dict:
+    """Claim (d)'s comparison, per seed: the early reduction at `below` (gated: calm) and at `ablation` (gated: calm),
+    both NaN where the seed's init is not large (Theta_0 <= lambda_min, where Theta_0 is known), and the same on
+    lambda_max (`hess_lo`, `hess_ab`)."""
+    c = p.catapult_products
+
+    def column(product):
+        return int(np.argmin(np.abs(arms["products"] - product)))
+
+    j_lo, j_ab = column(c["below"]), column(c["ablation"])
+    large = ~(arms["theta0"][:, j_lo] <= lambda_min) if lambda_min is not None else np.ones(arms["theta0"].shape[0], bool)
+    ok_lo, ok_ab = arms["calm"][:, j_lo] & large, arms["calm"][:, j_ab] & large
+    return {"lo": np.where(ok_lo, arms["reduction"][:, j_lo], np.nan),
+            "ab": np.where(ok_ab, arms["reduction"][:, j_ab], np.nan),
+            "hess_lo": np.where(ok_lo, arms["sharpness_reduction"][:, j_lo], np.nan),
+            "hess_ab": np.where(ok_ab, arms["sharpness_reduction"][:, j_ab], np.nan), "large": large}
+
+
+def _paired_text(a: np.ndarray, b: np.ndarray) -> str:
+    """Mean [95% t interval] of the paired difference a - b over the seeds where both are finite."""
+    from papers.common.claims import t_interval
+
+    d = (a - b)[np.isfinite(a - b)]
+    if d.size < 2:
+        return "no valid pair" if not d.size else f"{float(d[0]):.3g} (one seed)"
+    m, lo, hi = t_interval(d)
+    return f"{m:.3g} [{lo:.3g}, {hi:.3g}] ({d.size} seeds)"
+
+
+def width_sweep(p) -> pd.DataFrame:
+    """Claim (d) and d_catapult at each of `width_sweep` (and `width`) on the exact function-space map (same init
+    scale, example and seeds): per width, claim (d)'s paired reduction at `below` minus at `ablation` (mean and 95%
+    t interval), the catapult run at `stop` minus the calm run at `below` (the window gain), and d_catapult's
+    difference in differences."""
+    from papers.common.claims import t_interval
+
+    c, k = p.catapult_products, int(round(p.onset_span / p.catapult_products["step"]))
+    rows = []
+    for n in sorted({int(w) for w in p.width_sweep} | {int(p.width)}):
+        arms = early_arms(wide_early_runs(p, n))
+        g = below_catapult_gain(p, arms, uv.lambda_min(p.x, p.y, n))
+        j_hi = int(np.argmin(np.abs(arms["products"] - c["stop"])))
+        hi = np.where(arms["catapult"][:, j_hi], arms["reduction"][:, j_hi], np.nan)
+        o = onset_differences(arms, c["start"], k)
+        row = {"width": n}
+        for name, d in (("d", g["lo"] - g["ab"]), ("window_gain", hi - g["lo"]), ("diff_in_diff", o["across"] - o["before"])):
+            m, lo, up = t_interval(d[np.isfinite(d)])
+            row.update({name: m, f"{name}_low": lo, f"{name}_high": up, f"{name}_seeds": int(np.isfinite(d).sum())})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def _divergence_text(arms: dict) -> str:
     steps = arms["diverged_step"]
     hit = np.argwhere(np.isfinite(steps))
@@ -327,101 +454,195 @@ def _divergence_text(arms: dict) -> str:
         f"eta Theta_0 {arms['products'][j]:g} seed {s} at step {int(steps[s, j])}" for s, j in hit))
 
 
-def large_lr_claim(p, runs: pd.DataFrame) -> Claim:
-    """(d) from the same large init and seeds, the early reduction at eta Theta_0 = stop (in the catapult window)
-    minus that at the ablation's eta Theta_0 < 1: the large learning rate removed, init and seeds kept."""
+def large_lr_claim(p, runs: pd.DataFrame, widths: pd.DataFrame | None = None) -> Claim:
+    """(d) the paper's mechanism (i), early sharpness reduction from a large init, with the catapult removed (issue 48:
+    a reduction of 0.67 also occurs at eta Theta_0 = 1.77, where the loss does not rise): from the same large init
+    and seeds, the early reduction at `below` in (1, 2), where no run's loss may rise (each run gated: no catapult),
+    against the ablation's eta Theta_0 < 1 (the large learning rate removed: the first step does not overshoot f past
+    y, so Theta only grows, as under gradient flow, which conserves Theta^2 - 4kf^2). "Large init": Theta_0 above
+    lambda_min, the flattest minimum (below it every minimum is sharper than the init, so no run can end flatter than
+    it began); a seed below is left out and counted by a premise. The reduction without a catapult is a finite-width
+    effect, so the claim is stated at `width`; `widths` (:func:`width_sweep`) reports it at other widths, and the
+    same comparison on lambda_max (the Hessian's top eigenvalue) is reported beside it."""
     c = p.catapult_products
-    statement = ("Early sharpness reduction from a large init needs a large learning rate: at eta Theta_0 = "
-                 f"{c['stop']:g} the NTK Theta falls early by more than change_threshold beyond the same init and "
-                 f"seeds at eta Theta_0 = {c['ablation']:g} (< 1: the first step does not overshoot).")
-    paper = ("(i) the mechanism behind early sharpness reduction and (iii) the role of learning rate and "
-             "initialisation: early sharpness reduction from a large init at a large learning rate")
+    statement = (f"At the UV model's width n = {p.width}, a large learning rate reduces the sharpness early from a "
+                 f"large init (Theta_0 > lambda_min) without a catapult: at eta Theta_0 = {c['below']:g}, below the "
+                 "catapult (no loss rise), the NTK Theta falls early by more than change_threshold beyond the same "
+                 f"init and seeds at eta Theta_0 = {c['ablation']:g} (< 1: the first step does not overshoot).")
+    paper = ("(i) the mechanism behind early sharpness reduction: from a large init the sharpness falls early at a "
+             "large learning rate (sharpness reduction); tested at this project's width, where it needs no catapult")
     source = convention(f"change_threshold = {p.change_threshold}: ten times the largest reduction gradient flow "
                         "allows from a random init (it conserves Theta^2 - 4kf^2: ~1/(2n))")
-    crit = (f"per seed, the early reduction 1 - min(Theta over the first {p.early_steps} steps) / Theta_0 at "
-            f"eta Theta_0 = {c['stop']:g} (gated: a loss rise and fall, no divergence) minus the same at "
-            f"{c['ablation']:g} (gated: no loss rise, no divergence), same init scale {max(p.init_scales):g} and seeds, "
-            "eta set from each run's own Theta_0; its paired 95% t interval above change_threshold = "
-            f"{p.change_threshold}")
+    crit = (f"per seed with Theta_0 > lambda_min = {p.lambda_min:.4g}, the early reduction 1 - min(Theta over the first "
+            f"{p.early_steps} steps) / Theta_0 at eta Theta_0 = {c['below']:g} minus the same at {c['ablation']:g} "
+            f"(each run gated: no loss rise, no divergence), same init scale {max(p.init_scales):g} and seeds, eta set "
+            f"from each run's own Theta_0; its paired 95% t interval above change_threshold = {p.change_threshold}")
     if not runs["product"].notna().any():
         return Claim.not_measured("d", statement, paper, crit, "no early-phase runs at a set eta Theta_0",
                                   threshold_source=source, control_kind="ablation")
     arms = early_arms(runs)
-    j_hi = int(np.argmin(np.abs(arms["products"] - c["stop"])))
-    j_ab = int(np.argmin(np.abs(arms["products"] - c["ablation"])))
-    red = arms["reduction"]
-    hi = np.where(arms["catapult"][:, j_hi], red[:, j_hi], np.nan)
-    ab = np.where(arms["calm"][:, j_ab], red[:, j_ab], np.nan)
-    d = hi - ab
+    g = below_catapult_gain(p, arms, p.lambda_min)
+    lo, ab = g["lo"], g["ab"]
+    widths = width_sweep(p) if widths is None else widths
+
+    def mean(x):
+        return float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
+
+    d_lo = lo - ab
+    j_lo = int(np.argmin(np.abs(arms["products"] - c["below"])))
+    measured = {
+        f"reduction at eta Theta_0 = {c['below']:g}, below the catapult (gated seeds)": mean(lo),
+        f"reduction at eta Theta_0 = {c['ablation']:g} (gated seeds)": mean(ab),
+        f"seeds whose loss rose at eta Theta_0 = {c['below']:g}": int(arms["rise"][:, j_lo].sum()),
+        "seeds with Theta_0 > lambda_min": int(g["large"].sum()),
+        "valid pairs": int(np.isfinite(d_lo).sum()), "seeds": int(d_lo.size),
+        f"on lambda_max: reduction at {c['below']:g} - at {c['ablation']:g} (mean [95% t interval])":
+            _paired_text(g["hess_lo"], g["hess_ab"]),
+        f"on lambda_max: reduction at {c['ablation']:g} (gated seeds)": mean(g["hess_ab"])}
+    for w in widths.itertuples():
+        measured[f"n = {w.width} (function-space map): reduction at {c['below']:g} - at {c['ablation']:g}"] = (
+            f"{w.d:.3g} [{w.d_low:.3g}, {w.d_high:.3g}]")
     return Claim(
-        "d", statement, paper,
-        {f"reduction at eta Theta_0 = {c['stop']:g} (gated seeds)": float(np.nanmean(hi)) if np.isfinite(hi).any()
-         else float("nan"),
-         f"reduction at eta Theta_0 = {c['ablation']:g} (gated seeds)": float(np.nanmean(ab)) if np.isfinite(ab).any()
-         else float("nan"), "valid pairs": int(np.isfinite(d).sum()), "seeds": int(d.size)},
-        crit, paired_test(hi, np.where(np.isfinite(hi), ab, np.nan), threshold=p.change_threshold, direction=">",
-                          name=f"reduction at eta Theta_0 {c['stop']:g} - at {c['ablation']:g}"),
-        Control(f"the ablation alone (the same large init at eta Theta_0 = {c['ablation']:g}): its own reduction "
-                "above change_threshold", mean_test(ab, threshold=p.change_threshold, direction=">",
-                                                    what="gated seeds", name=f"eta Theta_0 {c['ablation']:g}: reduction"),
+        "d", statement, paper, measured, crit,
+        paired_test(lo, np.where(np.isfinite(lo), ab, np.nan), threshold=p.change_threshold, direction=">",
+                    name=f"reduction at eta Theta_0 {c['below']:g} (no catapult) - at {c['ablation']:g}"),
+        Control(f"the large learning rate removed, the large init kept (the same init at eta Theta_0 = "
+                f"{c['ablation']:g}): its own reduction above change_threshold",
+                mean_test(ab, threshold=p.change_threshold, direction=">", what="gated seeds",
+                          name=f"eta Theta_0 {c['ablation']:g}: reduction"),
                 kind="ablation"),
         threshold_source=source,
-        premise=[Premise.at_least(f"the runs have what their setting presupposes: share of seeds whose pair passes "
-                                  f"the run gates (a catapult at {c['stop']:g}: loss rise and fall; no rise at "
-                                  f"{c['ablation']:g}; no divergence)", _valid_share(d), p.valid_pairs_min,
+        premise=[Premise.at_least(f"the init is large: share of seeds with Theta_0 above lambda_min = "
+                                  f"{p.lambda_min:.4g} (the flattest minimum; below it no run can end flatter than it "
+                                  "began)", float(g["large"].mean()), p.valid_pairs_min, what="valid_pairs_min"),
+                 Premise.at_least(f"the runs have what their setting presupposes: share of seeds whose pair passes "
+                                  f"the run gates (large init; no loss rise at {c['below']:g} or at "
+                                  f"{c['ablation']:g}; no divergence)", _valid_share(d_lo), p.valid_pairs_min,
                                   what="valid_pairs_min")],
         no_positive_control="Theta is read directly from the run (the closed-form NTK of the UV model), with no "
                             "detection step",
-        note=_divergence_text(arms))
+        note=_divergence_text(arms) + "; " + _width_text(p, widths) + (
+            f"; on lambda_max (the Hessian's top eigenvalue: Theta plus a term in |f - y| that falls with the loss) the "
+            f"reduction at {c['below']:g} beyond {c['ablation']:g} is {_paired_text(g['hess_lo'], g['hess_ab'])}, and "
+            f"the ablation alone reduces lambda_max by {mean(g['hess_ab']):.3g}"))
+
+
+def _width_text(p, widths: pd.DataFrame) -> str:
+    """The width sweep in words (computed): claim (d)'s difference and the catapult window's gain, per width."""
+    c = p.catapult_products
+
+    def cell(w, name):
+        return f"{getattr(w, name):.3g} [{getattr(w, name + '_low'):.3g}, {getattr(w, name + '_high'):.3g}]"
+    return (f"a finite-width effect: on the exact function-space map (same init scale, example and seeds) the "
+            f"reduction at eta Theta_0 = {c['below']:g} beyond {c['ablation']:g} is "
+            + ", ".join(f"{cell(w, 'd')} at n = {w.width}" for w in widths.itertuples())
+            + f"; the catapult run at {c['stop']:g} reduces Theta beyond the calm run at {c['below']:g} by "
+            + ", ".join(f"{cell(w, 'window_gain')} at n = {w.width}" for w in widths.itertuples()))
 
 
 def _valid_share(d: np.ndarray) -> float:
     return float(np.isfinite(d).mean()) if d.size else float("nan")
 
 
-def catapult_claim(p, runs: pd.DataFrame) -> Claim:
-    """(d_catapult) per seed, the early reduction at its catapult onset (the first grid eta Theta_0 whose loss rises)
-    minus that one grid step below (no rise: exactly the catapult removed, the learning rate one step smaller);
-    control: the same step taken below the onset, where neither run catapults."""
+def _window_gains(arms: dict, c: dict) -> list[tuple[float, float]]:
+    """(eta Theta_0, seed mean of the reduction there (gated: a catapult) minus at `below` (gated: calm)) for each
+    grid product above 2 (the catapult window) with a valid pair."""
+    j_lo = int(np.argmin(np.abs(arms["products"] - c["below"])))
+    lo = np.where(arms["calm"][:, j_lo], arms["reduction"][:, j_lo], np.nan)
+    out = []
+    for j, prod in enumerate(arms["products"]):
+        if prod > 2 + 1e-9:
+            d = np.where(arms["catapult"][:, j], arms["reduction"][:, j], np.nan) - lo
+            if np.isfinite(d).any():
+                out.append((float(prod), float(np.nanmean(d))))
+    return out
+
+
+def _gains_text(gains: list[tuple[float, float]]) -> str:
+    if not gains:
+        return "no valid pair in the catapult window"
+    hi, lo = max(gains, key=lambda g: g[1]), min(gains, key=lambda g: g[1])
+    return (f"{lo[1]:+.3g} (at {lo[0]:g}) and {hi[1]:+.3g} (at {hi[0]:g}) over its {len(gains)} grid points "
+            f"{gains[0][0]:g}, ..., {gains[-1][0]:g}")
+
+
+def catapult_claim(p, runs: pd.DataFrame, wide: pd.DataFrame | None = None) -> Claim:
+    """(d_catapult) an extension, not a statement of the paper: per seed, a difference in differences across its
+    catapult onset (:func:`onset_differences`: the reduction's change over the span D from the last calm grid point
+    into the catapult, minus its change over D just below, both calm), so the reduction's smooth growth with eta
+    cancels and the catapult's extra reduction, which starts from zero at the onset, has D to build up. Control: the
+    same difference in differences one span lower, all runs calm. Premise: the reduction (at most 1) leaves the test
+    room to pass, 1 - R(last calm) - (its change over D below) >= change_threshold. Positive control: the same test
+    at `positive_width` (`wide`, from :func:`wide_early_runs` unless given), where a reduction without the catapult
+    is a finite-width effect (Lewkowycz et al. 2020's lazy regime below eta Theta_0 = 2) and the catapult's is not."""
     c = p.catapult_products
-    statement = ("The catapult adds to early sharpness reduction: at each seed's catapult onset (the smallest eta "
-                 "Theta_0 on the grid whose loss first rises), the NTK Theta falls early by more than change_threshold "
-                 f"beyond the same init one grid step ({c['step']:g} in eta Theta_0) below it, where the loss does "
-                 "not rise.")
-    paper = ("early sharpness reduction attributed to the catapult (this project's earlier reading of the paper's "
-             "mechanism (i); the catapult is Lewkowycz et al. 2020's loss rise at a large learning rate)")
-    source = convention(f"change_threshold = {p.change_threshold}, as claim (d)")
+    k = int(round(p.onset_span / c["step"]))
+    statement = ("Extension (not a statement of the paper): the catapult adds to early sharpness reduction beyond the "
+                 "learning rate's smooth trend: per seed, over the span D = "
+                 f"{p.onset_span:g} in eta Theta_0 from the last grid point below its catapult onset (the smallest eta "
+                 "Theta_0 whose loss rises) into the catapult, the NTK's early reduction grows by more than "
+                 "change_threshold more than over the span D just below, where the loss does not rise.")
+    paper = ("none: an extension (this project's earlier reading of the paper's mechanism (i) attributed early "
+             "sharpness reduction to the catapult, Lewkowycz et al. 2020's loss rise at a large learning rate)")
+    source = convention(f"change_threshold = {p.change_threshold}, as claim (d); span D = {p.onset_span:g} fixed in "
+                        "config before the run (a tenth of the catapult window's width)")
     crit = (f"per seed, on the grid eta Theta_0 = {c['start']:g}, {c['start'] + c['step']:g}, ..., {c['stop']:g} "
-            f"(init scale {max(p.init_scales):g}, eta set from each run's own Theta_0): the early reduction at the "
-            "onset (gated: a loss rise and fall, no divergence) minus one step below (gated: no rise, no divergence); "
-            f"its paired 95% t interval above change_threshold = {p.change_threshold}")
+            f"(init scale {max(p.init_scales):g}, eta set from each run's own Theta_0), i = the last calm point below "
+            f"the onset: [R(i + D) - R(i)] - [R(i) - R(i - D)], R the early reduction, the run at i + D gated on a "
+            "loss rise and fall, those at i, i - D, i - 2D on no rise, none diverging; its paired 95% t interval "
+            f"above change_threshold = {p.change_threshold}")
     if not runs["product"].notna().any():
         return Claim.not_measured("d_catapult", statement, paper, crit, "no early-phase runs at a set eta Theta_0",
                                   threshold_source=source, control_kind="ablation")
     arms = early_arms(runs)
-    onset, at, below, below2 = catapult_onsets(arms, c["start"])
+    onset, *_ = catapult_onsets(arms, c["start"])
     onset_value = np.where(onset >= 0, arms["products"][np.maximum(onset, 0)], np.nan)
-    d = at - below
+    o = onset_differences(arms, c["start"], k)
+    wide_arms = early_arms(wide_early_runs(p, p.positive_width) if wide is None else wide)
+    w = onset_differences(wide_arms, c["start"], k)
+
+    def mean(x):
+        return float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
+
+    def calm_below(a):  # mean reduction at `below` over the runs whose loss does not rise
+        j = int(np.argmin(np.abs(a["products"] - c["below"])))
+        return mean(np.where(a["calm"][:, j], a["reduction"][:, j], np.nan))
+    d = o["across"] - o["before"]
     return Claim(
         "d_catapult", statement, paper,
         {"catapult onset eta Theta_0 per seed": [float(x) for x in onset_value],
-         "reduction at the onset (valid seeds)": float(np.nanmean(at)) if np.isfinite(at).any() else float("nan"),
-         "reduction one step below": float(np.nanmean(below)) if np.isfinite(below).any() else float("nan"),
-         "reduction two steps below": float(np.nanmean(below2)) if np.isfinite(below2).any() else float("nan"),
+         "reduction's change over D across the onset (valid seeds)": mean(o["across"]),
+         "its change over D just below the onset": mean(o["before"]),
+         "its change over D one span lower (control)": mean(o["control"]),
+         "room left, 1 - reduction at the last calm point": mean(o["room"]),
+         f"n = {p.positive_width}: difference in differences": mean(w["across"] - w["before"]),
          "valid pairs": int(np.isfinite(d).sum()), "seeds": int(d.size)},
-        crit, paired_test(at, below, threshold=p.change_threshold, direction=">",
-                          name="reduction at the catapult onset - one step below"),
-        Control("the catapult removed from both sides: the same step taken one grid step lower (reduction one step "
-                "below the onset minus two steps below, neither run's loss rising): if it also holds, a larger "
-                "learning rate alone gives the difference",
-                paired_test(below, below2, threshold=p.change_threshold, direction=">",
-                            name="reduction one step below the onset - two steps below"), kind="ablation"),
+        crit, paired_test(o["across"], o["before"], threshold=p.change_threshold, direction=">",
+                          name="change over D across the catapult onset - over D just below"),
+        Control("the catapult removed from both sides: the same difference in differences one span lower (change over "
+                "D just below the onset minus over the D below that, no run's loss rising): if it also holds, the "
+                "reduction's curvature in eta alone gives the difference",
+                paired_test(o["before"], o["control"], threshold=p.change_threshold, direction=">",
+                            name="change over D just below the onset - over the D below that"), kind="ablation"),
         threshold_source=source,
         premise=[Premise.at_least("the catapult's onset is resolved: share of seeds with an onset inside the grid "
-                                  "(two calm steps below it) whose onset run rises and falls without diverging",
-                                  _valid_share(d), p.valid_pairs_min, what="valid_pairs_min")],
-        no_positive_control="Theta and the loss are read directly from the run, with no detection step",
-        note=_divergence_text(arms))
+                                  "(the runs at i, i - D, i - 2D calm) whose run at i + D rises and falls without "
+                                  "diverging", _valid_share(d), p.valid_pairs_min, what="valid_pairs_min"),
+                 Premise.at_least("the test can pass: the reduction is at most 1, so the difference in differences is "
+                                  "at most 1 - R(i) - [R(i) - R(i - D)]; its seed mean", mean(o["room"] - o["before"]),
+                                  p.change_threshold, what="change_threshold")],
+        positive_control=PositiveControl(
+            f"the same test on the UV model at width {p.positive_width} (same init scale, example and seeds; the exact "
+            "function-space map), where the reduction below the catapult is a finite-width effect and the catapult's "
+            "is not, so the catapult is what reduces the NTK there: the test must see it",
+            paired_test(w["across"], w["before"], threshold=p.change_threshold, direction=">",
+                        name=f"n = {p.positive_width}: change over D across the onset - over D just below")),
+        note=_divergence_text(arms) + (
+            f"; in the catapult window the catapult runs reduce the NTK beyond the run at {c['below']:g}, where the "
+            f"loss does not rise (seed means, gated runs), by between {_gains_text(_window_gains(arms, c))} at n = {p.width}, "
+            f"and by between {_gains_text(_window_gains(wide_arms, c))} at n = {p.positive_width}; the reduction without a "
+            f"catapult at {c['below']:g} is {calm_below(arms):.3g} at n = {p.width} and {calm_below(wide_arms):.3g} at "
+            f"n = {p.positive_width} (a finite-width effect)"))
 
 
 def sharpening_check(p, runs: pd.DataFrame) -> Check:
@@ -467,9 +688,12 @@ def fixed_point_checks(p, small: pd.DataFrame) -> list[Check]:
 
 
 def uv_claims(p, large: pd.DataFrame, small: pd.DataFrame, runs: pd.DataFrame, mlp_df: pd.DataFrame,
-              logistic: pd.DataFrame) -> tuple[list[Claim], list[Check]]:
+              logistic: pd.DataFrame, wide: pd.DataFrame | None = None,
+              widths: pd.DataFrame | None = None) -> tuple[list[Claim], list[Check]]:
     """The five claims and the checks. `large`, `small`: the two sweeps (one row per replicate and grid point);
     `runs`: per trajectory run (stages.trajectory_runs) its initial, early-minimum and late NTK, loss and divergence; `mlp_df`: one row per (lr, seed);
-    `logistic`: :func:`logistic_sweep`."""
+    `logistic`: :func:`logistic_sweep`; `wide`: d_catapult's positive-control runs (:func:`wide_early_runs` if None);
+    `widths`: claim (d)'s width sweep (:func:`width_sweep` if None)."""
     return ([manifold_claim(p, large), route_claim(p, small, logistic), mlp_claim(p, mlp_df),
-             large_lr_claim(p, runs), catapult_claim(p, runs)], fixed_point_checks(p, small) + [sharpening_check(p, runs)])
+             large_lr_claim(p, runs, widths), catapult_claim(p, runs, wide)],
+            fixed_point_checks(p, small) + [sharpening_check(p, runs)])

@@ -60,9 +60,20 @@ class Params:
     divergence_max: float = 0.05  # claim (a)'s premise: largest share of diverged runs among its sweep points
     early_steps: int = 1000  # claims (d), (d_catapult): the early phase (a catapult takes tens of steps)
     # Claims (d), (d_catapult): early-phase runs of the largest init scale whose eta is set from each run's own
-    # Theta_0 (eta = product / Theta_0), so every seed sits at the same eta Theta_0: the ablation (< 1), and a grid
-    # start, start + step, ..., stop (the catapult window's (2, 4) included) on which each seed's catapult onset is found.
-    catapult_products: dict = field(default_factory=lambda: {"ablation": 0.7, "start": 1.0, "stop": 2.5, "step": 0.05})
+    # Theta_0 (eta = product / Theta_0), so every seed sits at the same eta Theta_0: the ablation (< 1), claim (d)'s
+    # large learning rate below the catapult (`below`, in (1, 2)), and a grid start, start + step, ..., stop (the
+    # catapult window's (2, 4) included) on which each seed's catapult onset is found.
+    catapult_products: dict = field(default_factory=lambda: {"ablation": 0.7, "below": 1.8, "start": 1.0, "stop": 2.5,
+                                                             "step": 0.05})
+    # d_catapult's positive control: the same onset test at this width (exact function-space map), where a reduction
+    # without the catapult is a finite-width effect and the catapult's is not.
+    positive_width: int = 10000
+    # d_catapult's span D: the reduction's change over D across each seed's onset (from the last calm grid point)
+    # minus its change over D just below it (a difference in differences); a multiple of catapult_products' step.
+    onset_span: float = 0.25
+    # Claim (d)'s width sweep (exact function-space map, same init scale, example and seeds): the reduction below the
+    # catapult is a finite-width effect, so (d) is stated at `width` and reported at these widths.
+    width_sweep: tuple = (100, 300, 1000, 10000)
     valid_pairs_min: float = 0.75  # premise of (d), (d_catapult): share of seeds whose runs pass their run gates
     change_threshold: float = 0.1  # claims (d), (d_catapult), check: 10x gradient flow's largest reduction ~ 1/(2n)
     trained_loss_ratio: float = 0.5  # premise of claim (c), check: final (late) / initial training loss at most this
@@ -86,11 +97,25 @@ class Params:
         if not 0 < self.example_range[0] <= self.example_range[1]:
             raise ValueError(f"uv_sharpness.example_range: 0 < low <= high, got {list(self.example_range)}")
         c = self.catapult_products
-        if set(c) != {"ablation", "start", "stop", "step"}:
-            raise ValueError(f"uv_sharpness.catapult_products must name exactly ablation, start, stop and step, got {sorted(c)}")
-        if not (0 < c["ablation"] < 1 <= c["start"] < c["stop"] and 2 < c["stop"] < 4 and 0 < c["step"] <= (c["stop"] - c["start"]) / 2):
-            raise ValueError("uv_sharpness.catapult_products: need 0 < ablation < 1 <= start < stop, 2 < stop < 4 and "
-                             f"0 < step <= (stop - start) / 2; got {c}")
+        if set(c) != {"ablation", "below", "start", "stop", "step"}:
+            raise ValueError("uv_sharpness.catapult_products must name exactly ablation, below, start, stop and step, "
+                             f"got {sorted(c)}")
+        if not (0 < c["ablation"] < 1 <= c["start"] < c["stop"] and 2 < c["stop"] < 4 and 1 < c["below"] < 2
+                and 0 < c["step"] <= (c["stop"] - c["start"]) / 2):
+            raise ValueError("uv_sharpness.catapult_products: need 0 < ablation < 1 <= start < stop, 2 < stop < 4, "
+                             f"1 < below < 2 and 0 < step <= (stop - start) / 2; got {c}")
+        k = (c["below"] - c["start"]) / c["step"]
+        if abs(k - round(k)) > 1e-6 or c["below"] < c["start"]:
+            raise ValueError("uv_sharpness.catapult_products: below must lie on the grid start, start + step, ..., stop "
+                             f"(each seed's catapult onset is found on that grid); got {c}")
+        k = self.onset_span / c["step"]
+        if not (self.onset_span > 0 and abs(k - round(k)) < 1e-6 and 2 * self.onset_span <= c["stop"] - c["start"]):
+            raise ValueError("uv_sharpness.onset_span must be a positive multiple of catapult_products' step, at most "
+                             f"(stop - start) / 2; got {self.onset_span}")
+        if not self.width_sweep or any(int(n) != n or n < 1 for n in self.width_sweep):
+            raise ValueError(f"uv_sharpness.width_sweep must list integers >= 1, got {list(self.width_sweep)}")
+        if self.positive_width <= self.width:
+            raise ValueError(f"uv_sharpness.positive_width ({self.positive_width}) must exceed width ({self.width})")
         if self.mlp.architecture not in ARCHITECTURES:
             raise ValueError(f"uv_sharpness.mlp.architecture must be one of {ARCHITECTURES}, got {self.mlp.architecture!r}")
         if self.mlp.dataset not in DATASETS:

@@ -18,7 +18,8 @@ from papers.common.report import write_report
 from papers.common.seeding import seed_everything
 from papers.common.tables import mean_std, write_table
 from papers.uv_sharpness import uv
-from papers.uv_sharpness.claims import ONSETS, _interval_text, grid_step, logistic_sweep, onsets_per_seed, uv_claims
+from papers.uv_sharpness.claims import (ONSETS, _interval_text, catapult_products, grid_step, logistic_sweep,
+                                         onsets_per_seed, uv_claims, width_sweep)
 from papers.uv_sharpness.params import SLUG, parse
 
 log = logging.getLogger(__name__)
@@ -52,13 +53,6 @@ def prepare(*, cfg, digits):
 
 
 # ---- UV trajectories (parameter space) -------------------------------------------------------
-def catapult_products(p) -> np.ndarray:
-    """The set eta Theta_0 of claims (d) and (d_catapult): the ablation, then the grid start, start + step, ..., stop."""
-    c = p.catapult_products
-    grid = c["start"] + c["step"] * np.arange(int(round((c["stop"] - c["start"]) / c["step"])) + 1)
-    return np.concatenate([[c["ablation"]], np.round(grid, 10)])
-
-
 def _simulate(runs, p, steps: int) -> pd.DataFrame:
     """GD on (u, v) for runs (init scale, r, seed, product), all at once, `steps` steps; f, Theta, sharpness per step."""
     u = np.stack([_init(seed, p.width, s)[0] for s, _, seed, _ in runs])
@@ -184,7 +178,8 @@ def trajectory_runs(traj: pd.DataFrame, p) -> pd.DataFrame:
     the NTK Theta (the paper's function-space sharpness, which the early mechanisms move; the Hessian's top
     eigenvalue adds |f - y| x / sqrt(n), large at a small init and gone at a minimum): the initial Theta_0,
     eta Theta_0, the minimum over the first `early_steps` steps, the late mean, the early reduction
-    1 - min / Theta_0, the rise late mean / Theta_0 - 1; on the loss L = (f - y)^2 / 2: the early peak over L_0
+    1 - min / Theta_0 (`sharpness_reduction`: the same on lambda_max; NaN without a `sharpness` column), the rise
+    late mean / Theta_0 - 1; on the loss L = (f - y)^2 / 2: the early peak over L_0
     (> 1: a loss rise, the catapult's signature), L at the end of the early phase over L_0, the late mean over L_0;
     and the first step at which the run diverged (f not finite or |f| > 1e6 (1 + |y|); NaN if never). The product
     runs stop after the early phase: their late quantities are NaN."""
@@ -196,6 +191,7 @@ def trajectory_runs(traj: pd.DataFrame, p) -> pd.DataFrame:
         bad = ~np.isfinite(f) | (np.abs(np.nan_to_num(f, nan=np.inf)) > 1e6 * (1 + abs(p.y)))
         diverged_step = float(g.step.iloc[int(np.argmax(bad))]) if bad.any() else float("nan")
         lam0 = float(g.ntk.iloc[0])
+        hess = g["sharpness"].to_numpy() if "sharpness" in g else np.full(len(g), np.nan)  # the Hessian's lambda_max
         early = float(g.ntk.iloc[:p.early_steps + 1].min())
         late = float(g.ntk.iloc[-p.late_window:].mean())
         loss = 0.5 * (f - p.y) ** 2
@@ -204,6 +200,7 @@ def trajectory_runs(traj: pd.DataFrame, p) -> pd.DataFrame:
         rows.append({"init_scale": s, "ratio": r, "product": product, "seed": seed,
                      "initial_sharpness": lam0, "eta_theta0": eta * lam0,
                      "early_min": early, "late_mean": late if late_ok else np.nan, "reduction": 1 - early / lam0,
+                     "sharpness_reduction": float(1 - np.min(hess[:p.early_steps + 1]) / hess[0]),
                      "rise": late / lam0 - 1 if late_ok else np.nan,
                      "early_loss_peak": float(np.max(loss[1:p.early_steps + 1]) / loss[0]),
                      "early_loss_end": float(loss[p.early_steps] / loss[0]),
@@ -249,7 +246,7 @@ def _index_curve(pts: pd.DataFrame, column: str) -> pd.DataFrame:
     return pts.groupby("index").agg(ratio=("ratio", "mean"), value=(column, "mean")).sort_values("ratio")
 
 
-def _table(p, m, eos, runs, small, large, mlp_df) -> pd.DataFrame:
+def _table(p, m, eos, runs, small, large, mlp_df, widths=None) -> pd.DataFrame:
     """One row per measured quantity, ours beside the paper's statement (or our fixed-point prediction)."""
     rows = []
 
@@ -278,12 +275,28 @@ def _table(p, m, eos, runs, small, large, mlp_df) -> pd.DataFrame:
         row(f"UV early NTK reduction 1 - min/Theta_0 (sigma={s}, eta Theta_0 = {c:g} per run; runs that did not "
             "diverge)", mean_std(ok.reduction, 3), ok.reduction.mean(),
             ok.reduction.std(ddof=1) if len(ok) > 1 else float("nan"),
-            "the catapult's reduction if eta Theta_0 in (2, 4)" if c > 2 else "claims (d), (d_catapult): comparison")
+            "the catapult's reduction if eta Theta_0 in (2, 4)" if c > 2 else
+            "claim (d): a reduction without the catapult" if c == p.catapult_products["below"] else
+            "claim (d): the ablation, no reduction" if c == p.catapult_products["ablation"] else
+            "claims (d_catapult): comparison")
         row(f"UV early loss peak / initial loss (sigma={s}, eta Theta_0 = {c:g}); diverged runs", 
             f"{mean_std(ok.early_loss_peak, 3)}; {len(div)}/{len(g)} diverged"
             + (f" (at steps {', '.join(str(int(t)) for t in sorted(div))})" if len(div) else ""),
             ok.early_loss_peak.mean(), ok.early_loss_peak.std(ddof=1) if len(ok) > 1 else float("nan"),
             "> 1 (a loss rise) in the catapult window (2, 4) only")
+    c = p.catapult_products
+    for w in (widths.itertuples() if widths is not None else ()):  # claim (d) and d_catapult across widths
+        for name, what, paper in (
+                ("d", f"reduction at eta Theta_0 = {c['below']:g} (no loss rise) - at {c['ablation']:g}",
+                 "claim (d) (stated at n = {p.width}): above change_threshold"),
+                ("window_gain", f"reduction at {c['stop']:g} (catapult) - at {c['below']:g} (no loss rise)",
+                 "the catapult's extra reduction at one point of its window (not a statement of the paper)"),
+                ("diff_in_diff", f"d_catapult's difference in differences across the onset (D = {p.onset_span:g})",
+                 "extension: above change_threshold")):
+            row(f"UV early NTK, n = {w.width} (function-space map, sigma={max(p.init_scales)}): {what}; mean [95% t "
+                f"interval] over {getattr(w, name + '_seeds')} seeds",
+                f"{getattr(w, name):.3g} [{getattr(w, name + '_low'):.3g}, {getattr(w, name + '_high'):.3g}]",
+                getattr(w, name), float("nan"), paper.format(p=p))
     predicted = {"period_2": uv.R_PERIOD_2, "period_4": uv.R_PERIOD_4}
     for name in ("period_2", "period_4", "period_8", "chaos", "divergence"):
         per_seed = onsets_per_seed(small, ONSETS[name] if name != "period_2" else ONSETS["not_period_1"])
@@ -404,7 +417,8 @@ def report(*, cfg, scale, metrics, trajectory, points, orbits, histories, benchm
     pts = read_parquets(points)
     small, large = pts[pts.init == "small"], pts[pts.init == "large"]
 
-    table = _table(p, m, eos, runs, small, large, mlp_df)
+    widths = width_sweep(p)
+    table = _table(p, m, eos, runs, small, large, mlp_df, widths)
     caption = (f"UV model (n = {p.width}; trajectories at (x, y) = ({p.x}, {p.y}), lambda_min = {p.lambda_min:.4g}; "
                f"each sweep replicate draws its own (x, y) log-uniformly in {list(p.example_range)}) and a "
                f"{p.mlp.architecture.upper()} on {p.mlp.dataset}; mean +- std over {p.seeds} UV seeds and {p.mlp.seeds} "
@@ -443,7 +457,7 @@ def report(*, cfg, scale, metrics, trajectory, points, orbits, histories, benchm
 
     # --- claims: intervals over replicates, each behind premise gates and beside a negative control; the
     # fixed-point conditions are checks
-    claims_list, checks = uv_claims(p, large, small, runs, mlp_df, logistic_sweep(p))
+    claims_list, checks = uv_claims(p, large, small, runs, mlp_df, logistic_sweep(p), widths=widths)
     write_claims(claims_list, claims, paper=SLUG, scale=scale, scope=scope(p), checks=checks)
     write_json(to_dict(p), params_json)
 
@@ -451,9 +465,12 @@ def report(*, cfg, scale, metrics, trajectory, points, orbits, histories, benchm
             f"(lambda_min = {p.lambda_min:.4g}) from init scales {list(p.init_scales)} at eta = r x 2/lambda_min, r in "
             f"{list(p.trajectory_ratios)}, {p.seeds} seeds, sharpness in closed form; and, for claims (d) and "
             f"(d_catapult), {p.early_steps}-step early phases from init scale {max(p.init_scales)} with eta set from each "
-            f"run's own Theta_0 at eta Theta_0 = {p.catapult_products['ablation']:g} and {p.catapult_products['start']:g}, "
+            f"run's own Theta_0 at eta Theta_0 = {p.catapult_products['ablation']:g} (the ablation), "
+            f"{p.catapult_products['below']:g} (claim d's run below the catapult) and {p.catapult_products['start']:g}, "
             f"{p.catapult_products['start'] + p.catapult_products['step']:g}, ..., {p.catapult_products['stop']:g}, "
-            f"{p.seeds} seeds. Bifurcation sweeps: the exact "
+            f"{p.seeds} seeds; the same early phases on the exact function-space map at n = "
+            f"{', '.join(str(w) for w in sorted({int(w) for w in p.width_sweep} | {p.width}))} (claim d's width sweep) "
+            f"and {p.positive_width} (d_catapult's positive control). Bifurcation sweeps: the exact "
             f"(f, Theta) map for {p.steps} steps at {p.sweep_points} values of r in {list(p.sweep_range)}, from two "
             f"initialisations (Theta_0 / lambda_min = {p.sweep_inits['small']:g}, small, and "
             f"{p.sweep_inits['large']:g}, large), {p.seeds} replicates each; a replicate draws its own example (x, y) "
