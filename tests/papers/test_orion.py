@@ -1,4 +1,6 @@
 """P1 orion: the tasks' bookkeeping, the model's hooks against closed forms, request-patching on hand-built cases."""
+import functools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -80,6 +82,11 @@ def test_patch_pair_names_three_different_answers(name, vocab):
         r1 = _request_suffix(fam, x1)
         assert x21[-len(r1):] == r1 and x21[:-len(r1)] == x2[:len(x21) - len(r1)]
         assert pair["r1c2"] in x2 and pair["r1c1"] in x1 and pair["r1c1"] not in x2
+        # the control's source x3 = (C3, R2): x2's request, the same tokens, on a context whose answer is not in C2
+        x3, r2 = pair["x3"].split(), _request_suffix(fam, x2)
+        assert x3[-len(r2):] == r2 and x3[:-len(r2)] != x2[:-len(r2)]
+        assert pair["r2c3"] in x3[:-len(r2)] and pair["r2c3"] not in x2
+        assert len({pair["r2c2"], pair["r1c2"], pair["r2c3"]}) == 3
 
 
 def _request_suffix(fam, tokens):
@@ -100,6 +107,40 @@ def test_injected_prompt_differs_from_its_clean_twin_by_the_note_only(vocab):
         assert injected[:i] + injected[i + len(note):] == clean
         assert row["injected_key"] != "city" and row["answer"] != row["injected_answer"]
         assert row["answer"] in clean and row["injected_answer"] in clean
+
+
+def _story_prompts(family, vocab, n=300, seed=6):
+    _, test = tasks.split_styles(family, 0.25, seed=0)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        pr = tasks.test_prompt(family, test, vocab, rng)
+        rows.append({"key": pr.key, "prompt": " ".join(pr.tokens), "answer": pr.answer, "request_tokens": len(pr.request)})
+    return pd.DataFrame(rows)
+
+
+def test_the_story_shares_one_pool_so_no_rule_that_skips_the_binding_answers_well(vocab):
+    """The task premise of (a) and (b) (independent review of issue 47): with one pool for every attribute, picking the
+    asked attribute's kind among the context's values is right 1/3 of the time; with a pool per attribute (the earlier
+    story) it is always right, which the gate must catch."""
+    import dataclasses
+
+    shared = tasks.FAMILIES["story"]
+    assert len({shared.pool_of(k) for k in shared.keys}) == 1
+    prompts = _story_prompts(shared, vocab)
+    got = tasks.shortcut_accuracy(shared, vocab, prompts)
+    assert got["type_rule"] == pytest.approx(1 / 3)
+    assert got["fixed_key_rule"] == prompts.key.value_counts().max() / len(prompts) < 0.45
+    assert got["best"] == max(got["type_rule"], got["fixed_key_rule"]) <= parse({}).claims.shortcut_accuracy_max
+    typed = dataclasses.replace(shared, pool={"name": "name", "city": "city", "job": "job"})
+    assert tasks.shortcut_accuracy(typed, vocab, _story_prompts(typed, vocab))["type_rule"] == 1.0
+    # every value of a story clause follows a word that names its attribute, the same for all wordings of one key
+    before = {k: {c.split()[c.split().index("{v}") - 1] for c in tasks.STORY_CLAUSES[k]} for k in shared.keys}
+    assert all(c.split()[0] != "{v}" for cs in tasks.STORY_CLAUSES.values() for c in cs)
+    assert not set.intersection(*before.values()) and sum(map(len, before.values())) == len(set().union(*before.values()))
+    row = prompts.iloc[0]
+    positions = tasks.value_positions(shared, vocab, row.prompt.split(), row.request_tokens)
+    assert len(positions) == 3 and row.answer in [row.prompt.split()[i] for i in positions]
 
 
 def test_training_sequence_marks_the_positions_before_each_answer(vocab):
@@ -279,6 +320,40 @@ def test_a_routed_model_reads_its_request_through_the_last_token_only(routed):
         assert not torch.allclose(patched, last_logits(model, x21, pos2), atol=1e-3)
 
 
+@pytest.mark.parametrize("routed", [False, True])
+def test_last_token_attention_reproduces_each_blocks_attention_output(routed):
+    """model.last_token_attention's weights, applied to each block's values and projected, give the block's attention
+    output at the last token (computed by the model's own attention kernel); rows sum to 1 and put nothing on later
+    positions; in a routed model, block 1 puts nothing before the request's opening token."""
+    torch.manual_seed(2)
+    marker = 9
+    cfg = GPTConfig(vocab_size=23, block_size=32, n_layer=3, n_head=2, n_embd=16,
+                    request_markers=(marker,) if routed else ())
+    model = GPT(cfg).eval()
+    idx = torch.randint(10, 23, (3, 12))
+    idx[:, 8] = marker
+    pos = torch.tensor([11, 10, 9])
+    w = model_lib.last_token_attention(model, idx, pos)  # (L, B, H, T)
+    assert w.shape == (3, 3, 2, 12)
+    torch.testing.assert_close(w.sum(-1), torch.ones(3, 3, 2))
+    for b, q in enumerate(pos):
+        assert float(w[:, b, :, q + 1:].abs().sum()) == 0.0
+    if routed:
+        assert float(w[0, :, :, :8].abs().sum()) == 0.0 and float(w[1, :, :, :8].sum()) > 0
+    streams = []
+    model(idx, hook=lambda layer, x: streams.append(x) or x)
+    rows = torch.arange(3)
+    cos, sin = model.cos[:12], model.sin[:12]
+    masks = model_lib.routing_masks(idx, torch.tensor([marker])) if routed else None
+    for i, blk in enumerate(model.blocks):
+        h = blk.ln_1(streams[i])
+        v = blk.attn.c_attn(h).split(16, dim=2)[2].view(3, 12, 2, 8).transpose(1, 2)  # (B, H, T, D)
+        y = (w[i][..., None] * v).sum(2)  # (B, H, D)
+        mine = blk.attn.c_proj(y.reshape(3, 16))
+        theirs = blk.attn(h, cos, sin, masks)[rows, pos]
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
+
+
 def test_value_reach_after_a_patched_layer():
     """The positions before the last token that value windows in the blocks after layer L read."""
     def reach(**kw):
@@ -385,8 +460,13 @@ NO_OVERSIGHT = pd.DataFrame(columns=["model", "seed", "n_layer", "layer", "befor
                                      "follows_before", "follows_after", "clean_before", "clean_after"])
 
 
-def _params(seeds=3):
-    return parse({"seeds": seeds, "models": MODELS, "families": ["story", "code"]})
+def _params(seeds=3, models=MODELS):
+    return parse({"seeds": seeds, "models": models, "families": ["story", "code"]})
+
+
+# the task premise as report.report measures it (tasks.shortcut_accuracy): met (shared pool) and unmet (typed pools)
+SHARED = {"story": {"type_rule": 1 / 3, "fixed_key_rule": 0.36, "best": 0.36}}
+TYPED = {"story": {"type_rule": 1.0, "fixed_key_rule": 0.36, "best": 1.0}}
 
 
 def _claim_inputs(shares, seeds=3, families=("story", "code"), gated=True, control=0, planted=None, window=0):
@@ -408,7 +488,9 @@ def _claim_inputs(shares, seeds=3, families=("story", "code"), gated=True, contr
                                          "R2(C2) > R2(C2) > R1(C1) > R1(C1) > R1(C1)",
                               "interior": good, "interior_strict": good, "ends_by_construction": True,
                               "control_r1c2_max": 0.9 if i < control else 0.1, "control_interior": i < control,
-                              "control_interior_strict": i < control})
+                              "control_interior_strict": i < control, "control_r2c2_l1": 1.0,
+                              "control_profile": "R2(C2) > R2(C2) > R2(C3) > R2(C3) > R2(C3)",
+                              "values_b1": 0.1 if model == "T" else 0.0, "request_later": 0.2})
     return pd.DataFrame(pairs)
 
 
@@ -417,40 +499,84 @@ def _verdicts(claims):
 
 
 def test_claims_decide_on_the_tested_models_seeds_against_the_control():
+    """Two families per seed: shares of 0, 1/2 or 1, so a t interval (the exact binomial one is for 0/1 shares)."""
     from papers.orion.report import build_claims
 
     p = _params()
-    assert _verdicts(build_claims(p, _claim_inputs([2, 2, 2]), NO_OVERSIGHT)) == ["holds", "holds", "not measured"]
-    fails = build_claims(p, _claim_inputs([0, 0, 0]), NO_OVERSIGHT)
+    # 50 seeds: the routed model's 0/1 shares (one value per seed, all 1) clear the thresholds exactly (Clopper-Pearson)
+    fails = build_claims(_params(seeds=50), _claim_inputs([0] * 50, seeds=50), NO_OVERSIGHT, SHARED)
     assert _verdicts(fails)[:2] == ["does not hold"] * 2
     assert all(c.premise_met and c.positive_control.verdict == "holds" for c in fails[:2])
     gates = fails[0].premise
-    assert gates[0].name.startswith("test accuracy") and "value window" in gates[1].name and "6 tested pairs" in gates[1].name
-    straddles = build_claims(p, _claim_inputs([2, 0, 2]), NO_OVERSIGHT)
+    assert len(gates) == 2 and gates[0].name.startswith("test accuracy") and "without binding" in gates[1].name
+    assert "value window" not in " ".join(g.name for g in gates)  # plain attention: the window gate does not apply
+    half = build_claims(_params(seeds=50), _claim_inputs([1] * 50, seeds=50), NO_OVERSIGHT, SHARED)
+    assert all("Student t" in part.method for c in half[:2] for part in c.evidence)
+    assert _verdicts(half)[:2] == ["does not hold"] * 2 and all(c.positive_control.verdict == "holds" for c in half[:2])
+    straddles = build_claims(p, _claim_inputs([2, 0, 1]), NO_OVERSIGHT, SHARED)
     assert _verdicts(straddles)[:2] == ["inconclusive"] * 2
-    # a share's interval stays in [0, 1] (the t interval of 1, 0, 1 alone runs from -0.77 to 2.1)
-    assert all(part.interval == (0.0, 1.0) for c in straddles[:2] for part in c.evidence)
-    # a control that holds too makes the test vacuous
-    vacuous = build_claims(p, _claim_inputs([2, 2, 2], control=2), NO_OVERSIGHT)
-    assert [c.control.verdict for c in vacuous[:2]] == ["holds"] * 2 and _verdicts(vacuous)[:2] == ["inconclusive"] * 2
+    # a share's interval stays in [0, 1]
+    assert all(0.0 <= part.interval[0] and part.interval[1] <= 1.0 for c in straddles[:2] for part in c.evidence)
     assert all(c.control.kind == "null" and c.threshold_source.kind in ("paper", "convention") for c in fails)
-    one = build_claims(_params(seeds=1), _claim_inputs([2], seeds=1, planted=[2]), NO_OVERSIGHT)
-    assert _verdicts(one)[:2] == ["inconclusive"] * 2 and all("replicate" in c.note for c in one[:2])
+    assert "same-request patch" in fails[0].control.description
+    one = build_claims(_params(seeds=1), _claim_inputs([2], seeds=1, planted=[2]), NO_OVERSIGHT, SHARED)
+    assert _verdicts(one)[:2] == ["inconclusive"] * 2
     assert "no pretrained LM" in one[2].note
 
 
-@pytest.mark.parametrize("shares", [[2, 2, 2], [0, 0, 0]])
-def test_an_unmet_premise_or_a_blind_analysis_never_decides(shares):
-    """Pairs below the accuracy gate, a value window that reads the request around the patch, or a positive control
-    that does not find the planted decomposition: inconclusive, whatever the tested models' patching shows."""
+def test_one_pair_per_seed_takes_the_exact_binomial_interval():
+    """A seed with one model-task pair is a Bernoulli trial: Clopper-Pearson bounds of the count of seeds (the
+    independent review of issue 47), worst case low and best case high. With 5 seeds all showing the pattern the low
+    end is 0.025^(1/5) = 0.48, so neither (a) nor its positive control can hold; with 50, 0.93 clears 0.92."""
+    from papers.common.claims import proportion_test
     from papers.orion.report import build_claims
 
-    p = _params()
-    below = build_claims(p, _claim_inputs(shares, gated=False), NO_OVERSIGHT)
+    five = build_claims(_params(seeds=5), _claim_inputs([1] * 5, seeds=5, families=("story",)), NO_OVERSIGHT, SHARED)
+    part = five[0].evidence[0]
+    assert "Clopper-Pearson" in part.method and part.interval == pytest.approx((0.025 ** 0.2, 1.0))
+    assert five[0].positive_control.verdict == "inconclusive" and _verdicts(five)[:2] == ["inconclusive"] * 2
+    none = build_claims(_params(seeds=5), _claim_inputs([0] * 5, seeds=5, families=("story",)), NO_OVERSIGHT, SHARED)
+    assert none[0].evidence[0].interval == pytest.approx((0.0, 1 - 0.025 ** 0.2))
+    assert none[0].evidence[0].verdict == "does not hold" and none[0].verdict == "inconclusive"  # control not holding
+    many = build_claims(_params(seeds=50), _claim_inputs([1] * 50, seeds=50, families=("story",)), NO_OVERSIGHT, SHARED)
+    assert _verdicts(many)[:2] == ["holds", "holds"]
+    fail = build_claims(_params(seeds=50), _claim_inputs([0] * 50, seeds=50, families=("story",)), NO_OVERSIGHT, SHARED)
+    assert _verdicts(fail)[:2] == ["does not hold"] * 2
+    vacuous = build_claims(_params(seeds=50), _claim_inputs([1] * 50, seeds=50, families=("story",), control=1),
+                           NO_OVERSIGHT, SHARED)
+    assert [c.control.verdict for c in vacuous[:2]] == ["holds"] * 2 and _verdicts(vacuous)[:2] == ["inconclusive"] * 2
+    mixed = _claim_inputs([1, 0, 1, 1, 0], seeds=5, families=("story",))
+    mixed.loc[(mixed.model == "T") & (mixed.seed == 4), ["gated", "accuracy"]] = (False, 0.5)
+    part = build_claims(_params(seeds=5), mixed, NO_OVERSIGHT, SHARED)[0].evidence[0]
+    assert part.effect == pytest.approx(0.6)  # seed 4 below the gate: a failure at the low end, a success at the high
+    assert part.interval == pytest.approx((proportion_test(3, 5, threshold=0.5).interval[0],
+                                           proportion_test(4, 5, threshold=0.5).interval[1]))
+
+
+@pytest.mark.parametrize("good", [2, 0])
+def test_an_unmet_premise_or_a_blind_analysis_never_decides(good):
+    """Pairs below the accuracy gate, a task a rule can answer without binding (or whose shortcut was not measured),
+    a value window that reads the request around the patch, or a positive control that does not find the planted
+    decomposition: inconclusive, whatever the tested models' patching shows (50 seeds: the routed model's exact
+    binomial interval clears the thresholds)."""
+    from papers.orion.report import build_claims
+
+    p, shares = _params(seeds=50), [good] * 50
+    inputs = functools.partial(_claim_inputs, seeds=50)
+    decided = build_claims(p, inputs(shares), NO_OVERSIGHT, SHARED)
+    assert _verdicts(decided)[:2] == (["holds"] * 2 if good else ["does not hold"] * 2)
+    below = build_claims(p, inputs(shares, gated=False), NO_OVERSIGHT, SHARED)
     assert _verdicts(below)[:2] == ["inconclusive"] * 2 and "premise not met: test accuracy" in below[0].note
-    windowed = build_claims(p, _claim_inputs(shares, window=3), NO_OVERSIGHT)
+    typed = build_claims(p, inputs(shares), NO_OVERSIGHT, TYPED)
+    assert _verdicts(typed)[:2] == ["inconclusive"] * 2 and "without binding" in typed[0].note
+    assert not typed[0].premise[1].met and typed[0].premise[1].measured == 1.0
+    unmeasured = build_claims(p, inputs(shares), NO_OVERSIGHT)
+    assert _verdicts(unmeasured)[:2] == ["inconclusive"] * 2
+    windowed_models = [{**MODELS[0], "kv_window": 3}, MODELS[1]]
+    windowed = build_claims(_params(seeds=50, models=windowed_models), inputs(shares, window=3), NO_OVERSIGHT, SHARED)
     assert _verdicts(windowed)[:2] == ["inconclusive"] * 2 and "value window" in windowed[1].note
-    blind = build_claims(p, _claim_inputs(shares, planted=[0, 0, 0]), NO_OVERSIGHT)
+    assert len(windowed[0].premise) == 3
+    blind = build_claims(p, inputs(shares, planted=[0] * 50), NO_OVERSIGHT, SHARED)
     assert _verdicts(blind)[:2] == ["inconclusive"] * 2
     assert blind[0].positive_control.verdict == "does not hold" and "positive control" in blind[0].note
 
@@ -479,7 +605,8 @@ def test_the_report_computes_what_each_interior_rule_gives():
     assert "changed after an independent review" in text and "profiles of the run before it had been seen" in text
     assert "the tested models: 3 of 6 gated pairs with the rule, 3 without the transition" in text
     assert "the positive control: 6 of 6 gated pairs with the rule, 0 without the transition" in text
-    assert "separate pools (name: name, city: city, job: job)" in text
+    assert "draws its values from one shared pool" in text and "window gate does not apply" in text
+    assert "0.025^(1/3) = 0.29" in text and "Holding needs 45 seeds for (a) and 17 for (b)" in text
 
 
 def test_claim_c_on_pretrained_models_against_the_other_request_control():
@@ -487,11 +614,11 @@ def test_claim_c_on_pretrained_models_against_the_other_request_control():
 
     over = pd.DataFrame({"model": ["a", "b", "c"], "seed": 0, "n_layer": 12, "layer": 6, "before": [0.1, 0.2, 0.15],
                          "after": [0.9, 0.95, 0.97], "after_other": [0.1, 0.2, 0.1], "clean_before": [1.0, 0.95, 0.98]})
-    c = build_claims(_params(), _claim_inputs([2, 2, 2]), over)[2]
+    c = build_claims(_params(), _claim_inputs([2, 2, 2]), over, SHARED)[2]
     assert c.verdict == "holds" and c.control.verdict == "does not hold" and c.premise_met
     assert c.evidence.effect == pytest.approx(np.mean([0.8, 0.75, 0.82]))
     # a note that costs little accuracy leaves nothing to restore: inconclusive
-    mild = build_claims(_params(), _claim_inputs([2, 2, 2]), over.assign(before=[0.9, 0.9, 0.9], after=1.0))[2]
+    mild = build_claims(_params(), _claim_inputs([2, 2, 2]), over.assign(before=[0.9, 0.9, 0.9], after=1.0), SHARED)[2]
     assert mild.verdict == "inconclusive" and "premise not met" in mild.note
 
 
@@ -509,12 +636,19 @@ def test_request_patching_on_a_model_that_ignores_the_context():
                 x = hook(layer, x) if hook is not None else x
             return x
 
-    pairs = pd.DataFrame({"x1": ["a b c"], "x2": ["b c d"], "x21": ["b c c"], "r1c1": ["c"], "r2c2": ["d"], "r1c2": ["a"]})
+    pairs = pd.DataFrame({"x1": ["a b c"], "x2": ["b c d"], "x21": ["b c c"], "x3": ["a q d"], "r1c1": ["c"],
+                          "r2c2": ["d"], "r1c2": ["a"], "r2c3": ["q"]})
     sweep = patching.request_patching(WordLM(Echo(), vocab), pairs)
     p_top = np.exp(5) / (np.exp(5) + 5)
-    # the control patches x1's state at a position of its first half: here position 0, the token "a"
-    control = sweep[sweep.source == "shuffled"].set_index(["layer", "hypothesis"])
-    assert control.loc[(1, "R1(C2)"), "accuracy"] == 1.0 and control.loc[(1, "R1(C1)"), "accuracy"] == 0.0
+    # the control patches x3 = (C3, R2)'s last state: here its last token "d", x2's own, so nothing changes at any
+    # layer: R2(C2) keeps all of its clean probability, and R1(C2), never presented, is never the output
+    control = sweep[sweep.source == patching.CONTROL].set_index(["layer", "hypothesis"])
+    assert set(control.index.get_level_values(1)) == set(patching.CONTROL_HYPOTHESES)
+    for layer in (0, 1):
+        assert control.loc[(layer, "R2(C2)"), "normalized"] == pytest.approx(1.0)
+        assert control.loc[(layer, "R1(C2)"), "accuracy"] == 0.0 and control.loc[(layer, "R2(C3)"), "accuracy"] == 0.0
+    assert patching.layer_profile(sweep[sweep.source == patching.CONTROL], 0.5, patching.CONTROL_HYPOTHESES) == ["R2(C2)"] * 2
+    assert patching.as_hypotheses(["R2(C2)", "R1(C2)", "none", "R2(C3)"]) == ["R2(C2)", "R1(C2)", "none", "R1(C1)"]
     r = sweep[sweep.source == "request"].set_index(["layer", "hypothesis"])
     assert r.loc[(1, "R1(C1)"), "normalized"] == pytest.approx(1.0)
     assert r.loc[(0, "R1(C1)"), "prob"] == pytest.approx(p_top)
@@ -524,7 +658,7 @@ def test_request_patching_on_a_model_that_ignores_the_context():
 
 def test_params_parse_and_checks():
     p = parse({})
-    assert p.claims.gate_accuracy == 0.9 and p.claims.keep_fraction == 0.7
+    assert p.claims.gate_accuracy == 0.9 and p.claims.keep_fraction == 0.7 and p.claims.shortcut_accuracy_max == 0.5
     with pytest.raises(ValueError, match="inject_key"):
         parse({"inject_key": "color"})
     with pytest.raises(ValueError, match="multiple of n_head"):
@@ -547,3 +681,16 @@ def test_params_parse_and_checks():
     with pytest.raises(ValueError, match="at least one must be tested"):
         parse({"models": [routed], "families": ["story"]})
     assert p.tested_names and p.control_names and set(p.families) == {"story"}
+
+
+def test_profile_ends_check_reads_every_pair_past_the_gate_or_not():
+    """The layer-0 and last-layer outputs are fixed by construction in every pair, so the check reads all pairs: a run
+    whose models are all below the gate still checks it, and a pair that ends otherwise fails it."""
+    from papers.orion.report import build_checks
+
+    empty = pd.DataFrame({"family": [], "prompt": [], "style": []})
+    below = _claim_inputs([0, 0, 0], gated=False)
+    check = build_checks(below, empty, empty, {})[0]
+    assert check.id == "profile_ends" and check.passed and check.measured == 1.0
+    below.loc[0, "ends_by_construction"] = False
+    assert not build_checks(below, empty, empty, {})[0].passed

@@ -125,7 +125,8 @@ def test_sweep_through_hooks_equals_a_hand_written_forward(tmp_path):
             return model.lm_head(t.ln_f(x))
 
     pairs = pd.DataFrame({"x1": ["a b c q :", "d e f q :"], "x2": ["e f g q :", "b c a q :"],
-                          "x21": ["e f g q :", "b c a q :"], "r1c1": ["a", "d"], "r2c2": ["e", "b"], "r1c2": ["g", "c"]})
+                          "x21": ["e f g q :", "b c a q :"], "x3": ["c d e q :", "f a b q :"], "r1c1": ["a", "d"],
+                          "r2c2": ["e", "b"], "r1c2": ["g", "c"], "r2c3": ["d", "e"]})
     ours = patching.request_patching(WordLM(HFAsWordModel(), index), pairs)
     theirs = patching.request_patching(lm, pairs)
     pd.testing.assert_frame_equal(ours, theirs, atol=1e-5, rtol=1e-4)
@@ -138,7 +139,8 @@ def test_evaluate_pretrained_stage_writes_the_tiny_models_columns(gpt2_dir, tmp_
     test = pd.DataFrame({"family": ["story"] * 4, "key": ["k"] * 4, "prompt": ["a b q :", "c d q :", "e a q :", "b c q :"],
                          "answer": ["a", "c", "e", "b"]})
     pairs = pd.DataFrame([{"family": "story", "k1": "x", "k2": "y", "x1": "a b q :", "x2": "c d q ?", "x21": "c d q :",
-                           "r1c1": "a", "r2c2": "d", "r1c2": str(rng.choice(words)), "request_tokens": 2,
+                           "x3": "e b q ?", "r1c1": "a", "r2c2": "d", "r1c2": str(rng.choice(words)), "r2c3": "b",
+                           "request_tokens": 2,
                            "key_distance": 1} for _ in range(3)])
     injection = pd.DataFrame([{"role": "trusted", "clean": "a b q :", "injected": "a b q :", "answer": "a",
                                "injected_key": "", "injected_answer": "a"},
@@ -153,9 +155,10 @@ def test_evaluate_pretrained_stage_writes_the_tiny_models_columns(gpt2_dir, tmp_
     stages.evaluate_pretrained(cfg=cfg, model_name="gpt2tiny", **paths)
     acc, sweep, over = (pd.read_parquet(paths[k]) for k in ("metrics", "sweep", "oversight"))
     assert set(acc.columns) >= {"model", "seed", "n_layer", "family", "accuracy"} and acc.n_layer.iloc[0] == 3
-    assert sorted(sweep.layer.unique()) == [0, 1, 2, 3] and set(sweep.hypothesis) == set(patching.HYPOTHESES)
+    assert sorted(sweep.layer.unique()) == [0, 1, 2, 3]
+    assert set(sweep.hypothesis) == set(patching.HYPOTHESES) | set(patching.CONTROL_HYPOTHESES)
     assert over.layer.min() == -1 and set(over.condition) == {"injected", "clean"}
-    assert set(over.trusted) == {"trusted", "trusted_other"} and set(sweep.source) == {"request", "shuffled"}
+    assert set(over.trusted) == {"trusted", "trusted_other"} and set(sweep.source) == {"request", patching.CONTROL}
     assert (sweep.window_request_tokens == 0).all() and not acc.routed.any()  # no value window in a pretrained LM
 
 

@@ -84,12 +84,14 @@ def test_the_closed_form_optimum_maximises_the_kl_regularised_self_reward(beta):
         assert (objective(other) <= value + 1e-12).all()
 
 
-@pytest.mark.parametrize("atomic", [False, True])
-def test_pair_chain_has_the_stated_mode_greedy_answer_and_coverage(atomic):
-    """Enumerating every sequence: y* is the unique mode with pi(y*) = a^K in both structures, greedy decoding
+@pytest.mark.parametrize("structure", ["compositional", "atomic", "absorbing"])
+def test_pair_chain_has_the_stated_mode_greedy_answer_and_coverage(structure):
+    """Enumerating every sequence: y* is the unique mode with pi(y*) = a^K in every structure, greedy decoding
     misses it exactly on the prompts whose branching probability is below 1/2, C_cov and best-of-N as stated."""
     K, V, levels = 2, 6, (0.3, 0.7)  # 3 decoy tokens: y* is the mode iff a > 1/4
-    base, y_star, a = tb.make_pair_chain(np.random.default_rng(0), 4, K, V, levels, atomic=atomic)
+    atomic = structure == "atomic"
+    base, y_star, a = tb.make_pair_chain(np.random.default_rng(0), 4, K, V, levels, atomic=atomic,
+                                         absorbing=structure == "absorbing")
     lp, ys = _brute(base)
     np.testing.assert_allclose(np.exp(lp).sum(1), 1.0, rtol=1e-12)
     np.testing.assert_array_equal(ys[lp.argmax(1)], y_star)
@@ -143,6 +145,30 @@ def test_sampling_matches_the_chain_and_best_of_n_matches_its_formula():
     assert wins == pytest.approx(tb.bon_accuracy(logp, 3), abs=0.03)
 
 
+def test_absorbing_decoys_make_later_pairs_reachable_only_through_correct_earlier_ones():
+    """With absorbing decoys a sequence whose first pair is a decoy never contains a correct token afterwards;
+    in the compositional chain (the same y*, the same C_cov) the second pair is right with probability a whatever
+    the first pair was."""
+    K, V, levels = 3, 8, (0.3, 0.7)
+    h = V // 2
+    comp, y_star, a = tb.make_pair_chain(np.random.default_rng(5), 4, K, V, levels)
+    absorb, y2, _ = tb.make_pair_chain(np.random.default_rng(5), 4, K, V, levels, absorbing=True)
+    np.testing.assert_array_equal(y_star, y2)
+    assert tb.coverage(absorb) == pytest.approx(tb.coverage(comp))
+    for logp, later_right in [(absorb, 0.0), (comp, None)]:
+        y = tb.sample(logp, 4000, np.random.default_rng(0))  # (X, n, L)
+        first_decoy = y[:, :, 0] >= h
+        second_right = (y[:, :, 2:4] == y_star[:, None, 2:4]).all(-1)
+        for x in range(len(a)):
+            share = second_right[x][first_decoy[x]].mean()
+            if later_right is None:
+                assert share == pytest.approx(a[x], abs=0.05)
+            else:
+                assert share == later_right and (y[x][first_decoy[x]][:, 1:] >= h).all()
+    with pytest.raises(ValueError, match="not both"):
+        tb.make_pair_chain(np.random.default_rng(0), 2, 2, V, levels, atomic=True, absorbing=True)
+
+
 def test_sft_fits_the_winner_exactly():
     base = _random_chain(8, X=6)
     winner = tb.best_of_n(base, 5, np.random.default_rng(0))
@@ -150,7 +176,11 @@ def test_sft_fits_the_winner_exactly():
 
 
 def test_required_budget_and_slope_read_the_whole_curve():
-    assert tb.required_budget([4, 8, 16], [0.2, 0.9, 0.5], 0.8) == 8  # the first budget reaching the target
+    assert tb.required_budget([4, 8, 16], [0.2, 0.9, 0.95], 0.8) == 8
+    # a curve that reaches the target and falls below it again needs the budget after its last fall
+    assert tb.required_budget([4, 8, 16, 32], [0.2, 0.9, 0.5, 0.85], 0.8) == 32
+    assert tb.required_budget([4, 8, 16], [0.2, 0.9, 0.5], 0.8) == math.inf  # collapsed at the largest budget
+    assert tb.required_budget([16, 4, 8], [0.9, 0.9, 0.5], 0.8) == 16  # order of the grid does not matter
     assert tb.required_budget([4, 8], [0.2, 0.5], 0.8) == math.inf
     cov = np.array([2.0, 8.0, 32.0])
     slopes = verdicts.budget_slopes(np.array([[4.0, 16.0, 64.0], [64.0, 64.0, 64.0], [4.0, 16.0, np.inf]]), cov, cap=128)
@@ -198,22 +228,30 @@ def test_rl_sharpening_approaches_the_optimum():
     assert tb.kl(kept[1600], star).mean() > trace[-1][1]
 
 
-def test_offline_rl_samples_only_from_the_base_model(monkeypatch):
-    """explore=False: every sample of tabular RL comes from pi_base, never from the current policy; with
-    decay the step size falls linearly to 0 over the run."""
+def test_offline_rl_draws_only_from_a_fixed_pool_of_base_samples(monkeypatch):
+    """explore=False: tabular RL samples pi_base once (the pool), never the current policy, and the step that brings
+    the budget to m trains on answers from the pool's first m samples only; with decay the step size falls linearly
+    to 0 over the run."""
     base = _random_chain(3, X=2, L=3, V=3)
-    seen, lrs = [], []
-    real_sample, real_step = tb.sample, tb.Adam.step
-    monkeypatch.setattr(tb, "sample", lambda logp, n, rng: seen.append(logp is base) or real_sample(logp, n, rng))
+    seen, lrs, used = [], [], []
+    real_sample, real_step, real_pg = tb.sample, tb.Adam.step, tb.policy_gradient
+    monkeypatch.setattr(tb, "sample", lambda logp, n, rng: seen.append((logp is base, n)) or real_sample(logp, n, rng))
     monkeypatch.setattr(tb.Adam, "step", lambda self, theta, grad, lr=None: lrs.append(lr) or
                         real_step(self, theta, grad, lr))
+    monkeypatch.setattr(tb, "policy_gradient", lambda logits, b, y, beta: used.append(y) or real_pg(logits, b, y, beta))
     kept, _ = tb.rl_sharpen(base, [8, 16], beta=0.5, samples_per_step=4, lr=0.1, rng=np.random.default_rng(0),
                             explore=False, decay=True)
-    assert len(seen) == 4 and all(seen) and set(kept) == {8, 16}
+    assert seen == [(True, 16)] and set(kept) == {8, 16}  # one pool of 16 base samples per prompt, nothing else
     assert lrs == pytest.approx([0.1, 0.075, 0.05, 0.025])
+    pool = real_sample(base, 16, np.random.default_rng(0))  # the same draw: the pool
+    for step, y in enumerate(used):
+        for x in range(2):
+            allowed = {tuple(r) for r in pool[x, :4 * (step + 1)]}
+            assert {tuple(r) for r in y[x]} <= allowed
     seen.clear()
+    used.clear()
     tb.rl_sharpen(base, [8], beta=0.5, samples_per_step=4, lr=0.1, rng=np.random.default_rng(0))
-    assert seen == [False, False]  # online: the current policy samples (at the first step a copy of pi_base)
+    assert seen == [(False, 4), (False, 4)]  # online: the current policy samples (at the first step a copy of pi_base)
 
 
 def _small_cfg():
@@ -319,21 +357,50 @@ def test_rl_sharpening_reports_every_budget_and_raises_the_self_reward():
     assert seen[-1][1] > base  # the sharpened policy's outputs are likelier under pi_base
 
 
-def test_offline_lm_rl_samples_only_from_the_base_model(monkeypatch):
+def test_offline_lm_rl_trains_on_the_given_pool_only(monkeypatch):
+    """With a pool (SFT's samples of pi_base), RL never samples: pass j draws from the pool's first (j + 1) k
+    samples of each prompt only; online, the policy samples."""
     model = _tiny_gpt(2)
-    prompts = torch.randint(0, 7, (8, 3))
-    drawn_by = []
-    real = lm.sample_answers
+    prompts = torch.arange(8)[:, None].repeat(1, 3) % 7  # distinct prompts, to find a minibatch's rows
+    prompts[7, 0] = 1
+    pool = lm.sample_answers(model, prompts, 2, 8, torch.Generator().manual_seed(3))  # (8, 8, 2)
+    drawn_by, used = [], []
+    real, real_loss = lm.sample_answers, lm.rl_loss
     monkeypatch.setattr(lm, "sample_answers", lambda m, *a, **k: drawn_by.append(m is model) or real(m, *a, **k))
+    monkeypatch.setattr(lm, "rl_loss", lambda pol, b, x, y, beta: used.append((x, y)) or real_loss(pol, b, x, y, beta))
     seen = []
     lm.rl_sharpen(model, prompts, 2, [4, 8], beta=0.1, samples_per_prompt=4, prompts_per_step=4, lr=1e-2,
-                  generator=torch.Generator().manual_seed(0), on_budget=lambda b, policy: seen.append(b),
-                  explore=False)
-    assert seen == [4, 8] and drawn_by == [True, True]  # one pool of pi_base per pass, never the policy
+                  generator=torch.Generator().manual_seed(0), on_budget=lambda b, policy: seen.append(b), pool=pool)
+    assert seen == [4, 8] and drawn_by == []  # the policy never samples
+    assert len(used) == 4
+    for j, (x, y) in enumerate(used):  # steps 0, 1: from samples 0-3 of their prompts; steps 2, 3: from 0-7
+        rows = [int(np.flatnonzero((prompts == r).all(1))[0]) for r in x]
+        for r, answers in zip(rows, y):
+            allowed = {tuple(a.tolist()) for a in pool[r, :4 * (j // 2 + 1)]}
+            assert {tuple(a.tolist()) for a in answers} <= allowed
+    with pytest.raises(ValueError, match="pool"):
+        lm.rl_sharpen(model, prompts, 2, [16], beta=0.1, samples_per_prompt=4, prompts_per_step=4, lr=1e-2,
+                      generator=torch.Generator().manual_seed(0), on_budget=lambda b, policy: None, pool=pool)
     drawn_by.clear()
     lm.rl_sharpen(model, prompts, 2, [4], beta=0.1, samples_per_prompt=4, prompts_per_step=4, lr=1e-2,
                   generator=torch.Generator().manual_seed(0), on_budget=lambda b, policy: None)
     assert drawn_by == [False, False]  # online: the policy (a copy of the base model) samples
+
+
+def test_pool_draw_is_the_policy_renormalised_on_the_pool():
+    """Importance resampling from a pool of base samples: only pool entries are drawn, each with probability
+    proportional to pi / pi_base (uniform over the entries when pi = pi_base)."""
+    base, policy = _tiny_gpt(4), _tiny_gpt(5)
+    prompts = torch.randint(0, 7, (2, 3))
+    support = lm.sample_answers(base, prompts, 1, 3, torch.Generator().manual_seed(0))  # (2, 3, 1)
+    support[:, :, 0] = torch.tensor([[1, 2, 3], [4, 5, 6]])  # distinct one-token answers
+    logb = lm.self_reward(base, prompts.repeat_interleave(3, 0), support.view(6, 1)).view(2, 3)
+    logp = lm.self_reward(policy, prompts.repeat_interleave(3, 0), support.view(6, 1)).view(2, 3)
+    for model, expect in [(base, torch.full((2, 3), 1 / 3)), (policy, torch.softmax(logp - logb, 1))]:
+        y = lm.pool_draw(model, prompts, support, logb, 20000, torch.Generator().manual_seed(1))[:, :, 0]  # (2, k)
+        freq = torch.stack([(y == support[:, j, 0][:, None]).float().mean(1) for j in range(3)], 1)
+        assert freq.sum(1).allclose(torch.ones(2))  # nothing outside the pool
+        torch.testing.assert_close(freq, expect, atol=0.015, rtol=0)
 
 
 # ---- task and parameters -----------------------------------------------------------------------------------
@@ -359,16 +426,22 @@ def test_default_config_parses_and_bad_values_fail():
 
 
 def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3, rl_lead_low=0.2, rl_lead_high=0.0,
-                 offline_req=None, offline_lead_low=0.0, offline_lead_high=0.0):
+                 offline_req=None, offline_lead_low=0.0, greedy=0.3, rl_collapses=False,
+                 compositional_rl_req=None):
     """A results table as evaluate() writes it. Tabular: budgets 4 .. 256, K = 1 .. 4 (C_cov 2 .. 128); each
-    method's curve jumps to accuracy 1 at its required budget (offline RL: `offline_req`, by default SFT's; atomic:
-    SFT and both RLs at `atomic_rl_req`), the optimum at 0.95. LM: best-of-N rising by `bon_gain` per doubling, its
-    shuffled control flat at sampling, SFT recovering 90% of the gain, RL `rl_lead_low` / `rl_lead_high` above SFT
-    at low / high coverage, offline RL `offline_lead_low` / `offline_lead_high`."""
+    method's curve jumps to accuracy 1 at its required budget (absorbing, the deciding sweep: SFT at `sft_req`, RL
+    at `rl_req`, offline RL at `offline_req`, by default SFT's; compositional the same unless
+    `compositional_rl_req`; atomic: SFT and both RLs at `atomic_rl_req`), the optimum at 0.95; `rl_collapses`:
+    RL on the absorbing sweep falls to 0 at the largest budget. LM: best-of-N rising by `bon_gain` per doubling, its
+    shuffled control flat at sampling, greedy decoding at `greedy`, SFT recovering 90% of the gain, RL
+    `rl_lead_low` / `rl_lead_high` above SFT at low / high coverage, offline RL `offline_lead_low` above SFT at low
+    coverage (it runs there only)."""
     budgets, rows = [4, 8, 16, 32, 64, 128, 256], []
     offline_req = sft_req if offline_req is None else offline_req
-    for structure, reqs in [("compositional", {"sft": sft_req, "rl": rl_req, "rl_offline": offline_req}),
-                            ("atomic", {"sft": sft_req, "rl": atomic_rl_req, "rl_offline": atomic_rl_req})]:
+    comp_rl = rl_req if compositional_rl_req is None else compositional_rl_req
+    for structure, reqs in [("absorbing", {"sft": sft_req, "rl": rl_req, "rl_offline": offline_req}),
+                            ("compositional", {"sft": sft_req, "rl": comp_rl}),
+                            ("atomic", {"sft": sft_req, "rl": atomic_rl_req})]:
         for j, K in enumerate((1, 2, 3, 4)):
             for seed in range(seeds):
                 common = {"level": "tabular", "variant": structure, "pairs": K, "seed": seed,
@@ -376,13 +449,15 @@ def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3, rl_lead_
                 rows += [{**common, "method": "sample", "budget": 1, "accuracy": 0.1},
                          {**common, "method": "optimum", "budget": 0, "accuracy": 0.95}]
                 for method, req in reqs.items():
+                    fall = rl_collapses and structure == "absorbing" and method == "rl"
                     rows += [{**common, "method": method, "budget": m,
-                              "accuracy": float(m >= req[j] * (1 + seed % 2)) + 0.001 * seed} for m in budgets]
+                              "accuracy": float(m >= req[j] * (1 + seed % 2) and not (fall and m == budgets[-1]))
+                              + 0.001 * seed} for m in budgets]
     for variant in ("high_coverage", "low_coverage"):
         for seed in range(seeds):
             common = {"level": "lm", "variant": variant, "seed": seed, "coverage": 10.0}
             rows += [{**common, "method": "sample", "budget": 1, "accuracy": 0.1},
-                     {**common, "method": "greedy", "budget": 1, "accuracy": 0.3},
+                     {**common, "method": "greedy", "budget": 1, "accuracy": greedy + 0.002 * seed},
                      {**common, "method": "sft_unselected", "budget": 1, "accuracy": 0.1 + 0.001 * seed}]
             for i, n in enumerate((1, 2, 4, 8)):
                 bon = 0.1 + bon_gain * i + 0.002 * seed * i
@@ -392,11 +467,12 @@ def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3, rl_lead_
                 if n in (4, 8):
                     sft = 0.1 + 0.9 * (bon - 0.1)
                     lead = rl_lead_low if variant == "low_coverage" else rl_lead_high
-                    off = offline_lead_low if variant == "low_coverage" else offline_lead_high
+                    off = offline_lead_low
                     rows += [{**common, "method": "sft", "budget": n, "accuracy": sft},
-                             {**common, "method": "rl", "budget": n, "accuracy": sft + lead + 0.003 * seed},
-                             {**common, "method": "rl_offline", "budget": n,
-                              "accuracy": sft + off + 0.004 * ((seed + n) % 3) - 0.004}]
+                             {**common, "method": "rl", "budget": n, "accuracy": sft + lead + 0.003 * seed}]
+                    if variant == "low_coverage":  # offline RL runs on the low-coverage variant only
+                        rows.append({**common, "method": "rl_offline", "budget": n,
+                                     "accuracy": sft + off + 0.004 * ((seed + n) % 3) - 0.004})
     conv = pd.DataFrame({"seed": np.repeat([0, 1, 2], 4), "samples_per_prompt": [0, 400, 600, 800] * 3,
                          "kl_to_optimum": [2.0, 0.0105, 0.0102, 0.01, 2.1, 0.0125, 0.012, 0.012, 1.9, 0.0112, 0.011,
                                            0.011]})
@@ -451,7 +527,7 @@ def test_claims_decide_on_replicates_and_the_controls_can_fail(tmp_path):
         assert claims[cid].verdict == "holds", (cid, claims[cid].note)
         assert claims[cid].control.verdict == "does not hold", cid
         assert claims[cid].premise and claims[cid].premise_met, cid
-    assert [claims[c].control.kind for c in "bce"] == ["ablation", "ablation", "ablation"]
+    assert [claims[c].control.kind for c in "bce"] == ["ablation", "ablation", "null"]
     # (a) without a pretrained LM is not measured (the task builds it in): the check a_law carries the curve
     assert claims["a"].verdict == "not measured" and "pretrained" in claims["a"].note
     assert checks["a_law"].passed and checks["a_law"].measured["high_coverage.law.best_of_8"] == pytest.approx(0.4)
@@ -464,13 +540,53 @@ def test_claims_decide_on_replicates_and_the_controls_can_fail(tmp_path):
     # offline RL (no exploration) flat too: the criterion cannot tell the mechanism from its absence
     vetoed = _claims(*_claim_frame(grows, flat, atomic_rl_req=grows, offline_req=flat))
     assert vetoed["c"].control.verdict == "holds" and vetoed["c"].verdict == "inconclusive"
+    # (c) is decided on the absorbing sweep: RL growing on the compositional one alone changes nothing
+    assert _claims(*_claim_frame(grows, flat, atomic_rl_req=grows, compositional_rl_req=grows))["c"].verdict == "holds"
+    # RL reaches the target early but falls below it at the largest budget: it never stays there, so its budget is
+    # censored at the cap at every K (a flat line at the cap): the first crossing would have called it flat at 16
+    m_req, _ = verdicts.required_budgets(_claim_frame(grows, flat, grows, rl_collapses=True)[0],
+                                         _sharpening_params(), "absorbing", "rl")
+    assert np.isinf(m_req).all()
     # best-of-N flat in N: the check a_law fails
     assert not _decide(*_claim_frame(grows, flat, grows, bon_gain=0.0))[1]["a_law"].passed
-    # RL's lead as large at high coverage as at low: no interaction, (e) fails
-    assert _claims(*_claim_frame(grows, flat, grows, rl_lead_high=0.2))["e"].verdict == "does not hold"
-    # offline RL shows the same interaction: (e) is not owed to exploration, so inconclusive
+    # (e): RL ahead of SFT and of offline RL at low coverage; greedy decoding (the null) does not pass
+    assert claims["e"].control.verdict == "does not hold" and "leave-one-out" in claims["e"].note
+    # no lead of RL over SFT at low coverage: (e) fails
+    assert _claims(*_claim_frame(grows, flat, grows, rl_lead_low=-0.1))["e"].verdict == "does not hold"
+    # RL's lead as large at high coverage as at low does not matter any more: the interaction is reported only
+    assert _claims(*_claim_frame(grows, flat, grows, rl_lead_high=0.2))["e"].verdict == "holds"
+    # offline RL on SFT's own samples as good as RL: the lead is not owed to exploration, (e) does not hold
     same = _claims(*_claim_frame(grows, flat, grows, offline_lead_low=0.2))["e"]
-    assert same.control.verdict == "holds" and same.verdict == "inconclusive"
+    assert same.verdict != "holds" and "offline RL" in same.note
+    # greedy decoding ahead of SFT and offline RL at every budget: the null passes, so (e) is inconclusive
+    vetoed_e = _claims(*_claim_frame(grows, flat, grows, greedy=0.95))["e"]
+    assert vetoed_e.control.verdict == "holds" and vetoed_e.verdict == "inconclusive"
+    # offline RL collapses below base sampling: RL's lead over it would be trivial, so (e) is inconclusive
+    collapsed = _claims(*_claim_frame(grows, flat, grows, offline_lead_low=-0.5))["e"]
+    assert not collapsed.premise_met and collapsed.verdict == "inconclusive" and "learns" in collapsed.note
+
+
+def test_leave_one_out_counts_the_subsets_that_keep_the_decision():
+    robust = verdicts.leave_one_out([1.0, 1.1, 0.9, 1.05, 0.95], 0.5, ">")
+    assert robust["subsets"] == 5 and robust["holding"] == 5 and robust["worst_bound"] > 0.5
+    # one replicate carries the decision: leaving it out loses it in one subset only
+    fragile = verdicts.leave_one_out([0.8, 0.81, 0.79, 0.8, 3.0], 0.7, ">")
+    assert fragile["holding"] < fragile["subsets"] or fragile["worst_bound"] < 0.7
+    assert verdicts.leave_one_out([1.0, 2.0, 3.0], 0.0, ">")["subsets"] == 0  # too few for a t interval of n - 1
+    assert "4 of 4" in verdicts.loo_text("x", [1.0, 1.1, 0.9, 1.0], 0.5, ">")
+
+
+def test_report_labels_follow_the_config():
+    from papers.sharpening.report import labels
+
+    cfg = yaml.safe_load((Path(__file__).parents[2] / "config" / "config.yaml").read_text())["sharpening"]
+    k = cfg["task"]["answer_pairs"]
+    lab = labels(parse(cfg))
+    assert lab["high_coverage"].startswith(f"LM, {k['high_coverage']} pairs")
+    assert lab["low_coverage"].startswith(f"LM, {k['low_coverage']} pairs")
+    other = labels(parse({**cfg, "task": {**cfg["task"], "answer_pairs": {"high_coverage": 1, "low_coverage": 3}}}))
+    assert other["high_coverage"] == "LM, 1 pairs (high coverage)" and "3 pairs" in other["low_coverage"]
+    assert set(lab) >= set(stages.STRUCTURES)
 
 
 def test_convergence_check_fails_on_a_policy_at_a_wrong_formula():

@@ -282,9 +282,10 @@ def test_catapult_products_hold_the_run_below_the_catapult_once():
         parse({"catapult_products": {"ablation": 0.7, "below": 2.1, "start": 1.0, "stop": 2.5, "step": 0.05}})
 
 
-def _runs(seeds=4, jump=0.3, slope=0.5, rise=9.0, first_onset=1.85, curve=0.0, theta0=0.25):
+def _runs(seeds=4, jump=0.3, slope=0.5, rise=9.0, first_onset=1.85, curve=0.0, theta0=2.0):
     """Hand-made trajectory runs: the small init's ratio runs (rise `rise`), and the large init's early-phase runs at
-    the default eta Theta_0 grid (Theta_0 = `theta0`; lambda_min = 0.2), whose loss first rises at first_onset +
+    the default eta Theta_0 grid (Theta_0 = `theta0`; lambda_min = 0.2, so the lasting reduction has room up to
+    1 - 0.2 / theta0), whose loss first rises at first_onset +
     0.05 seed (the catapult onset); the early reduction grows by slope e + curve e^2 in e = eta Theta_0 - 1.3 (0
     below 1.3) and jumps by `jump` at the onset."""
     import pandas as pd
@@ -304,15 +305,24 @@ def _runs(seeds=4, jump=0.3, slope=0.5, rise=9.0, first_onset=1.85, curve=0.0, t
     return pd.DataFrame(rows)
 
 
-def _claims(small, large, runs=None, wide="planted"):
+def _mlp(control_late=15.0, late=lambda lr, s: 2 / lr):
+    """Hand-made network runs: eta = 0.1 and 0.2 at 2/eta (+ 0.1 seed), and the ablation at the default control_lr
+    0.04 (2/eta = 50) with late sharpness `control_late`."""
+    import pandas as pd
+
+    return pd.DataFrame([{"lr": lr, "seed": s, "two_over_eta": 2 / lr, "initial_sharpness": 5.0 + s,
+                          "late_sharpness": (control_late if lr == 0.04 else late(lr, s)) + 0.1 * s,
+                          "initial_loss": 0.5, "final_loss": 0.1, "final_accuracy": 0.9}
+                         for lr in (0.04, 0.1, 0.2) for s in range(3)])
+
+
+def _claims(small, large, runs=None, wide="planted", mlp_df=None):
     import pandas as pd
 
     from papers.uv_sharpness.claims import logistic_sweep, uv_claims
 
     p = parse({"sweep_points": 29, "seeds": 3})  # the hand-made sweep's grid: 0.8 .. 1.5 by 0.025
-    mlp_df = pd.DataFrame([{"lr": 0.1, "seed": s, "two_over_eta": 20.0, "initial_sharpness": 5.0 + s,
-                            "late_sharpness": 20.0 + 0.1 * s, "initial_loss": 0.5, "final_loss": 0.1,
-                            "final_accuracy": 0.9} for s in range(3)])
+    mlp_df = _mlp() if mlp_df is None else mlp_df
     logistic = logistic_sweep(parse({"seeds": 3, "sweep_points": 289, "steps": 5000, "late_window": 512}))
     runs = _runs() if runs is None else runs
     # d_catapult's positive control: by default the same hand-made runs (the jump planted); None simulates the wide model
@@ -323,8 +333,9 @@ def test_claims_decide_with_their_controls_and_the_checks_pass():
     (a, b, c, d, dc), checks = _claims(_sweep(), _sweep(init="large"))
     assert a.verdict == "holds" and a.control.verdict == "does not hold" and a.premise_met
     assert b.verdict == "holds" and b.control.verdict != "holds" and b.positive_control.verdict == "holds"
-    assert c.verdict == "holds" and c.control.verdict == "does not hold"
-    # (d): 1.8 (no catapult: reduction 0.25) against 0.7 (0); the ablation alone does not reduce
+    assert c.verdict == "holds" and c.control.verdict == "does not hold" and c.control.kind == "ablation"
+    assert c.measured["slope of log late sharpness against log eta, per seed"] == pytest.approx([-1, -1, -1], abs=0.02)
+    # (d): 1.8 (no catapult: lasting reduction 0.25) against 0.7 (0); the ablation alone does not reduce
     assert d.verdict == "holds" and d.control.verdict == "does not hold" and d.control.kind == "ablation"
     assert d.evidence.verdict == "holds" and d.premise_met
     assert any(k.startswith("n = 10000") for k in d.measured)  # the width sweep, reported beside (d)
@@ -349,10 +360,28 @@ def test_catapult_claim_fails_without_a_jump_and_is_undecided_when_eta_alone_gro
     assert curved.control.verdict == "holds" and curved.verdict == "inconclusive" and curved.premise_met
 
 
+def test_mlp_claim_needs_one_over_eta_and_its_ablation_must_stay_below_two_over_eta():
+    from papers.uv_sharpness.claims import eta_slopes
+
+    # the ablation's sharpness sits at its own 2/eta = 50: the control holds, so the test does not tell EoS apart
+    c = _claims(_sweep(), _sweep(init="large"), mlp_df=_mlp(control_late=50.0))[0][2]
+    assert c.control.verdict == "holds"
+    # a late sharpness that does not follow 1/eta: slope 0 across the rates, and 2/eta missed at one of them
+    flat = _mlp(late=lambda lr, s: 15.0)
+    assert eta_slopes(flat[flat.lr > 0.05]) == pytest.approx([0.0, 0.0, 0.0], abs=1e-9)
+    c = _claims(_sweep(), _sweep(init="large"), mlp_df=flat)[0][2]
+    assert c.verdict == "does not hold"
+    assert any(e.name.startswith("|slope") and e.verdict == "does not hold" for e in c.evidence)
+
+
 def test_catapult_claim_is_undecided_when_the_reduction_has_no_room():
     # at 1.6 per unit the reduction below the onset nears 1 (0.8 at 1.8): across the onset it can grow by at most
     # 1 - R, less than it grew over the span below, so "does not hold" would come from the bound: inconclusive
     dc = _claims(_sweep(), _sweep(init="large"), _runs(jump=0.0, slope=1.6))[0][4]
+    assert not dc.premise_met and dc.verdict == "inconclusive"
+    # the lasting reduction ends at a minimum, where Theta >= lambda_min: from Theta_0 = 0.25 (lambda_min = 0.2) it
+    # is at most 0.2, below what the planted runs already reach under the onset, so the test has no room either
+    dc = _claims(_sweep(), _sweep(init="large"), _runs(theta0=0.25))[0][4]
     assert not dc.premise_met and dc.verdict == "inconclusive"
 
 
@@ -365,6 +394,10 @@ def test_large_lr_claim_separates_the_catapult_from_the_learning_rate():
     claims, _ = _claims(_sweep(), _sweep(init="large"), only)
     d = claims[3]
     assert d.evidence.verdict == "does not hold" and d.verdict == "does not hold"
+    # a deep transient dip (0.7 at step 2) that does not last: the lasting reduction decides, and it does not hold
+    dipped = only.assign(dip=0.7, dip_step=2.0)
+    d = _claims(_sweep(), _sweep(init="large"), dipped)[0][3]
+    assert d.verdict == "does not hold" and "minimum at step 2 in 4 of 4" in d.note
     # a small init (Theta_0 = 0.15 below lambda_min = 0.2 in every seed): not the paper's large init, no verdict
     small = _claims(_sweep(), _sweep(init="large"), _runs(theta0=0.15))[0][3]
     assert not small.premise_met and small.verdict in ("inconclusive", "not measured")
@@ -424,15 +457,20 @@ def test_trajectory_runs_find_the_divergence_step_and_the_loss_rise():
     f[:4] = [0.0, 2.5, 0.5, 1.2]  # L_0 = 0.5, a rise to 1.125 at step 1, then back to the minimum
     f_bad = f.copy()
     f_bad[30:] = np.inf
+    ntk = np.full(101, 0.9)
+    ntk[:3] = [1.0, 0.6, 0.3]  # a transient dip at step 2, then Theta recovers to 0.9
+    hess = np.full(101, 1.5)
+    hess[:3] = [2.0, 1.0, 0.8]
     traj = pd.concat([pd.DataFrame({"init_scale": 0.35, "ratio": 1.0, "product": 2.5, "seed": s, "step": np.arange(101),
-                                    "f": ff, "ntk": np.linspace(1.0, 0.5, 101),
-                                    "sharpness": np.linspace(2.0, 0.5, 101)}) for s, ff in ((0, f), (1, f_bad))])
+                                    "f": ff, "ntk": ntk, "sharpness": hess}) for s, ff in ((0, f), (1, f_bad))])
     runs = trajectory_runs(traj, p).sort_values("seed")
     assert runs.early_loss_peak.iloc[0] == pytest.approx(2.25) and runs.early_loss_end.iloc[0] == 0.0
     assert not runs.diverged.iloc[0] and np.isnan(runs.diverged_step.iloc[0])
     assert runs.diverged.iloc[1] and runs.diverged_step.iloc[1] == 30
-    assert runs.reduction.iloc[0] == pytest.approx(0.05)  # min over steps 0..10 of a linear fall by 0.005 a step
-    assert runs.sharpness_reduction.iloc[0] == pytest.approx(0.075)  # on lambda_max: 10 steps of 0.015 from 2
+    # the lasting reduction at the early phase's end (step 10), not the transient minimum at step 2
+    assert runs.reduction.iloc[0] == pytest.approx(0.1) and runs.early_end.iloc[0] == pytest.approx(0.9)
+    assert runs.dip.iloc[0] == pytest.approx(0.7) and runs.dip_step.iloc[0] == 2
+    assert runs.sharpness_reduction.iloc[0] == pytest.approx(0.25)  # on lambda_max: 1.5 at step 10, from 2
     assert np.isnan(runs.rise.iloc[0])  # an early-phase run has no late window
 
 
@@ -504,9 +542,11 @@ def test_wide_early_runs_match_the_parameter_space_runs_and_show_the_onset_test_
             runs.append((s, c / uv.ntk(u, v, p.x) / (2 / p.lambda_min), seed, c))
     traj = _simulate(runs, p, p.early_steps)
     for (seed, c), g in traj.groupby(["seed", "product"]):
-        want = 1 - g.ntk.min() / g.ntk.iloc[0]
-        got = mine[(mine.seed == seed) & np.isclose(mine["product"], c)].reduction.iloc[0]
-        assert got == pytest.approx(want, rel=1e-6, abs=1e-9)
+        g = g.sort_values("step")
+        got = mine[(mine.seed == seed) & np.isclose(mine["product"], c)].iloc[0]
+        assert got.reduction == pytest.approx(1 - g.ntk.iloc[-1] / g.ntk.iloc[0], rel=1e-6, abs=1e-9)
+        assert got.dip == pytest.approx(1 - g.ntk.min() / g.ntk.iloc[0], rel=1e-6, abs=1e-9)
+        assert got.dip_step == g.step.iloc[int(np.argmin(g.ntk.to_numpy()))]
     wide = early_arms(wide_early_runs(parse({"seeds": 4}), 10000))
     onset, at, below, _ = catapult_onsets(wide, 1.0)
     assert np.all(onset >= 0) and np.all(wide["products"][onset] >= 2.0 - 1e-9)  # the infinite-width onset

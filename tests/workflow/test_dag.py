@@ -30,7 +30,7 @@ def test_lint_is_clean(tmp_path):
 FANNED_OUT = {
     "welfare_simulate": (12, 12, 12),  # one per policy and population (the paper's and the flat-returns control)
     "welfare_sweep": (6, 6, 6),  # one per policy (sweep points, seeds and the flat control inside)
-    "uv_sharpness_train_mlp": (1, 12, 20),  # learning rates x seeds
+    "uv_sharpness_train_mlp": (2, 15, 25),  # (learning rates + the control rate) x seeds
     "uv_sharpness_sweep": (2, 2, 2),  # one per initialisation (small: the route to chaos; large: the EoS manifold)
     "sam_late_train_sgd": (1, 2, 1),  # one per label condition (default: clean and the noisy extension)
     "sam_late_train_sam": (1, 2, 3),  # one per (condition, rho): clean at every rho, noisy at the main rho
@@ -60,8 +60,8 @@ FANNED_OUT = {
     "adamanip_train": (2, 6, 10),  # policies x seeds (both demonstration kinds inside)
     "adamanip_evaluate": (2, 6, 10),  # policies x seeds
     "flexpert_train": (1, 6, 5),  # one per seed (predictors, controls and designers inside)
-    "hip_train_lm": (1, 5, 3),  # one language model per seed
-    "hip_evaluate": (1, 5, 3),  # one per seed (every method, recall and offloading inside)
+    "hip_train_lm": (1, 7, 7),  # one language model per seed
+    "hip_evaluate": (1, 7, 7),  # one per seed (every method, recall and offloading inside)
 }
 
 

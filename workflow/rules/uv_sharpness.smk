@@ -87,7 +87,7 @@ rule uv_sharpness_train_mlp:
     benchmark:
         f"{BENCHMARKS}/uv_sharpness/train/mlp_lr{{lr}}_seed{{seed}}.tsv"
     wildcard_constraints:
-        lr="|".join(str(lr) for lr in UV_CFG["mlp"]["learning_rates"]),
+        lr="|".join(str(lr) for lr in [*UV_CFG["mlp"]["learning_rates"], UV_CFG["mlp"]["control_lr"]]),
     threads: res("train", "threads")
     resources:
         **job_resources("train"),
@@ -97,7 +97,7 @@ rule uv_sharpness_train_mlp:
         CALL
 
 
-UV_MLP_RUNS = dict(lr=UV_CFG["mlp"]["learning_rates"], seed=range(UV_CFG["mlp"]["seeds"]))
+UV_MLP_RUNS = dict(lr=[*UV_CFG["mlp"]["learning_rates"], UV_CFG["mlp"]["control_lr"]], seed=range(UV_CFG["mlp"]["seeds"]))
 UV_SWEEPS = dict(init=list(UV_CFG["sweep_inits"]))
 
 

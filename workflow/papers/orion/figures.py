@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from papers.common.plotting import savefig, subplots
-from papers.orion.patching import HYPOTHESES
+from papers.orion.patching import CONTROL, HYPOTHESES
 
 COLORS = {"R2(C2)": "tab:blue", "R1(C2)": "tab:red", "R1(C1)": "tab:green"}
 
@@ -13,7 +13,8 @@ COLORS = {"R2(C2)": "tab:blue", "R1(C2)": "tab:red", "R1(C1)": "tab:green"}
 def layer_profiles(sweep: pd.DataFrame, pairs: pd.DataFrame, path) -> None:
     """Normalised probability of each hypothesis against the patched layer (the paper's layer plots): one panel
     per model size (rows) and family (columns); lines are the mean over seeds, bands the 95% t interval over
-    seeds; dashed red: R1(C2) under the shuffled-position control. The title counts the seeds past the gate."""
+    seeds; dashed: R1(C2) (red) and R2(C2) (blue) under the same-request control (patching.CONTROL). The title
+    counts the seeds past the gate."""
     from papers.common.claims import t_interval
 
     models, families = list(dict.fromkeys(sweep.model)), list(dict.fromkeys(sweep.family))
@@ -22,14 +23,14 @@ def layer_profiles(sweep: pd.DataFrame, pairs: pd.DataFrame, path) -> None:
         for j, family in enumerate(families):
             ax = axes[i, j]
             g = sweep[(sweep.model == model) & (sweep.family == family)]
-            for source, style in (("request", "-"), ("shuffled", "--")):
-                for h in HYPOTHESES if source == "request" else ("R1(C2)",):
+            for source, style in (("request", "-"), (CONTROL, "--")):
+                for h in HYPOTHESES if source == "request" else ("R1(C2)", "R2(C2)"):
                     r = g[(g.source == source) & (g.hypothesis == h)]
                     layers = sorted(r.layer.unique())
                     stats = [t_interval(r[r.layer == L].normalized.to_numpy()) for L in layers]
                     mean, lo, hi = (np.array(x) for x in zip(*stats))
                     ax.plot(layers, mean, style, marker="o" if source == "request" else None, ms=3, color=COLORS[h],
-                            label=h if source == "request" else "R1(C2), control")
+                            label=h if source == "request" else f"{h}, control")
                     ax.fill_between(layers, lo, hi, color=COLORS[h], alpha=0.15, lw=0)
             ax.axhline(0.7, color="grey", lw=0.6, ls=":")
             pp = pairs[(pairs.model == model) & (pairs.family == family)]

@@ -246,6 +246,40 @@ def last_logits(model: GPT, idx: torch.Tensor, pos: torch.Tensor) -> torch.Tenso
     return model(idx)[torch.arange(idx.shape[0]), pos]
 
 
+@torch.no_grad()
+def last_token_attention(model: GPT, idx: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """The attention weights of token pos[b]'s query in every block and head: (L, B, H, T) (each row sums to 1 over
+    the positions <= pos[b]). Recomputed from the residual stream entering each block, with the block's own
+    weights, key window, rotary positions and mask (causal, or a routed model's :func:`routing_masks`), as
+    CausalSelfAttention.forward does; what the last token reads where (the report's mechanism)."""
+    streams = []
+
+    def read(layer, x):
+        streams.append(x)
+        return x
+
+    model(idx, hook=read)
+    B, T = idx.shape
+    rows = torch.arange(B)
+    masks = routing_masks(idx, torch.tensor(model.cfg.request_markers, device=idx.device)) \
+        if model.cfg.request_markers else None
+    out = []
+    for i, block in enumerate(model.blocks):
+        attn = block.attn
+        C, H = model.cfg.n_embd, attn.n_head
+        q, k, _ = attn.c_attn(block.ln_1(streams[i])).split(C, dim=2)  # the stream entering block i + 1
+        if attn.kv_mix is not None:
+            k = causal_window(k, attn.kv_mix[0])
+        q, k = (z.view(B, T, H, C // H).transpose(1, 2) for z in (q, k))  # (B, H, T, D)
+        q, k = rotary(q, model.cos[:T], model.sin[:T]), rotary(k, model.cos[:T], model.sin[:T])
+        scores = (q[rows, :, pos] [:, :, None, :] @ k.transpose(-1, -2)).squeeze(2) / math.sqrt(C // H)  # (B, H, T)
+        allowed = torch.arange(T)[None, :] <= pos[:, None]  # (B, T)
+        if masks is not None:
+            allowed = masks[0 if i == 0 else 1][rows, pos]  # (B, T): the row of the last token
+        out.append(torch.softmax(scores.masked_fill(~allowed[:, None, :], float("-inf")), dim=-1))
+    return torch.stack(out)
+
+
 def save(model: GPT, path: str | Path, **extra) -> None:
     """A checkpoint: the config, the weights and whatever the caller adds (papers.common.checkpoint)."""
     checkpoint.save(model, path, **extra)

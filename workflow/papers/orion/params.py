@@ -63,9 +63,13 @@ class ClaimParams:
     pairs_fraction_min: float = 0.92  # (a) the paper: 98 of 106 pairs (abstract)
     profile_fraction_min: float = 0.8  # (b) share of pairs whose interior-layer profile is R2(C2) -> R1(C2) -> R1(C1)
     # (b) a hypothesis dominates a layer only if it keeps at least this share of its clean probability (ours; set
-    # after a run showed the shuffled control's "profile" to be the argmax of ratios below 0.02, before the final run)
+    # after a run showed the then control's "profile" to be the argmax of ratios below 0.02, before the final run)
     dominance_min: float = 0.5
     injection_gain_min: float = 0.5  # (c) accuracy gain under injection (the paper: 0.155 -> 0.975)
+    # (a), (b) the task premise: the best rule that answers without binding a value to its attribute in the context
+    # (tasks.shortcut_accuracy) reaches at most this test accuracy (ours: chance among a story's 3 values, 1/3, plus
+    # a margin for the sampling of 200 test prompts; fixed before the run that first measured it)
+    shortcut_accuracy_max: float = 0.5
 
 
 @dataclass(frozen=True)

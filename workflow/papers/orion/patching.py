@@ -46,32 +46,43 @@ def accuracy(lm: LM, token_lists, answers) -> tuple[float, float]:
     return float(hit.mean()), float(p.mean())
 
 
-def request_patching(lm: LM, pairs: pd.DataFrame, *, control_seed: int = 0) -> pd.DataFrame:
-    """The layer sweep over the pairs of one family. `pairs` has the token strings x1, x2, x21 (= (C2, R1))
-    and the answers r1c1, r2c2, r1c2. Returns one row per (source, layer, hypothesis): the mean patched
-    probability, the mean clean probability, their ratio (the normalised metric), and the patched top-1 accuracy.
+CONTROL = "same_request"  # the negative control's source (request_patching)
+# The control's hypotheses, in the order of HYPOTHESES: the unchanged output, the pair's R1 on C2 (which the control's
+# patch never presents), and the control source's own answer R2(C3).
+CONTROL_HYPOTHESES = ("R2(C2)", "R1(C2)", "R2(C3)")
 
-    source "request": x1's state at its last token is written into x2's last token (the paper's patch).
-    source "shuffled" (the negative control): x1's state at a random position of the first half of x1 (inside
-    its context C1, before any request token; drawn with `control_seed`) is written instead. That state cannot
-    carry R1, which comes later in a causal model, so the decomposition predicts that R1(C2) never appears;
-    any R1(C2) it gets comes from the metric itself (e.g. a disrupted model guessing among C2's values)."""
-    x1, x2, x21 = (lm.encode([s.split() for s in pairs[c]]) for c in ("x1", "x2", "x21"))
+
+def request_patching(lm: LM, pairs: pd.DataFrame) -> pd.DataFrame:
+    """The layer sweep over the pairs of one family. `pairs` has the token strings x1, x2, x21 (= (C2, R1)) and
+    x3 (= (C3, R2)), and the answers r1c1, r2c2, r1c2, r2c3. Returns one row per (source, layer, hypothesis): the
+    mean patched probability, the mean clean probability, their ratio (the normalised metric), and the patched
+    top-1 accuracy.
+
+    source "request": x1's state at its last token is written into x2's last token (the paper's patch), hypotheses
+    :data:`HYPOTHESES`.
+    source "same_request" (the negative control): the state of x3 = (C3, R2), the SAME request as x2's on another
+    context, is written instead, hypotheses :data:`CONTROL_HYPOTHESES`. It carries no R1, so R1(C2) must not appear
+    at any layer (a metric or a disrupted model that yields R1(C2) without R1 would show here); and where the patched
+    state carries only the request (the decomposition's middle layers), the output must stay R2(C2): the model
+    retrieves from the unpatched context C2, not from C3. At L = 0 the patch is x2's own last token (the same request
+    wording), so nothing changes there by construction. (It replaces a shuffled-position patch that broke the output
+    at every layer, a null that could not speak; independent review of issue 47.)"""
+    x1, x2, x21, x3 = (lm.encode([s.split() for s in pairs[c]]) for c in ("x1", "x2", "x21", "x3"))
     ans = {h: lm.answer_ids(pairs[c]) for h, c in zip(HYPOTHESES, ("r2c2", "r1c2", "r1c1"))}
+    ans["R2(C3)"] = lm.answer_ids(pairs["r2c3"])
     clean = {  # the unpatched run that asks each hypothesis' question
         "R2(C2)": answer_stats(lm.last_logits(x2), ans["R2(C2)"])[0],
         "R1(C2)": answer_stats(lm.last_logits(x21), ans["R1(C2)"])[0],
         "R1(C1)": answer_stats(lm.last_logits(x1), ans["R1(C1)"])[0],
+        "R2(C3)": answer_stats(lm.last_logits(x3), ans["R2(C3)"])[0],
     }
-    rng = np.random.default_rng(control_seed)
-    early = torch.as_tensor([int(rng.integers(0, max(int(q) // 2, 1))) for q in x1.pos.cpu()], device=x1.pos.device)
-    sources = {"request": lm.residuals(x1),  # (L + 1, B, C): x1's last token at every layer
-               "shuffled": lm.residuals(dataclasses.replace(x1, pos=early))}
+    sources = {"request": (lm.residuals(x1), HYPOTHESES),  # (L + 1, B, C): the source's last token at every layer
+               CONTROL: (lm.residuals(x3), CONTROL_HYPOTHESES)}
     rows = []
-    for source, states in sources.items():
+    for source, (states, hypotheses) in sources.items():
         for layer in range(lm.n_layer + 1):
             logits = lm.patched_logits(x2, layer, states[layer])  # (B, V)
-            for h in HYPOTHESES:
+            for h in hypotheses:
                 p, hit = answer_stats(logits, ans[h])
                 rows.append({"source": source, "layer": layer, "hypothesis": h, "prob": float(p.mean()),
                              "clean_prob": float(clean[h].mean()), "normalized": float(p.mean() / clean[h].mean()),
@@ -88,13 +99,20 @@ def best_layer(sweep: pd.DataFrame) -> int:
 NONE = "none"  # a layer where no hypothesis keeps enough of its clean probability to dominate
 
 
-def layer_profile(sweep: pd.DataFrame, floor: float = 0.0) -> list[str]:
-    """The dominant hypothesis at each layer, from layer 0 up: the one with the largest normalised metric, if that
-    is at least `floor`; else :data:`NONE`. Without a floor the argmax of three near-zero ratios (a patch that
-    destroys the output, or the shuffled-position control) would name a "dominant" output by noise."""
+def layer_profile(sweep: pd.DataFrame, floor: float = 0.0, hypotheses: tuple = HYPOTHESES) -> list[str]:
+    """The dominant hypothesis at each layer, from layer 0 up: the one of `hypotheses` with the largest normalised
+    metric, if that is at least `floor`; else :data:`NONE`. Without a floor the argmax of three near-zero ratios (a
+    patch that destroys the output) would name a "dominant" output by noise. The rules below read HYPOTHESES'
+    labels: pass a control's profile through :func:`as_hypotheses` first."""
     wide = sweep.pivot(index="layer", columns="hypothesis", values="normalized").sort_index()
-    rows = (wide.loc[layer, list(HYPOTHESES)].astype(float) for layer in wide.index)
+    rows = (wide.loc[layer, list(hypotheses)].astype(float) for layer in wide.index)
     return [str(r.idxmax()) if r.max() >= floor else NONE for r in rows]
+
+
+def as_hypotheses(profile: list[str], hypotheses: tuple = CONTROL_HYPOTHESES) -> list[str]:
+    """A profile over `hypotheses` written with the labels of :data:`HYPOTHESES` at the same places (the control's
+    R2(C3), its source's own answer, stands where R1(C1) does), so that the same rules judge it."""
+    return [h if h == NONE else HYPOTHESES[hypotheses.index(h)] for h in profile]
 
 
 def is_decomposition_profile(profile: list[str]) -> bool:

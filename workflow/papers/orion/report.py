@@ -5,10 +5,11 @@ report.md. Claims (a) and (b) are decided on the tested models; the routed model
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from papers.common.claims import Check, Claim, Control, Evidence, PositiveControl, Premise, Scope, convention, \
-    from_paper, mean_test
+    from_paper, mean_test, proportion_test
 from papers.orion import patching, tasks
 from papers.orion.params import SLUG, Params, parse
 
@@ -23,18 +24,26 @@ TESTED, CONTROL, PRETRAINED = "tested", "positive control", "pretrained"
 # ---- one row per model-task pair ---------------------------------------------------------------------
 def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, gate: float, floor: float = 0.0) -> pd.DataFrame:
     """One row per model-task pair (model, seed, family): test accuracy and whether it passes the gate, the best
-    R1(C2) layer and value, the layer profile, the same under the shuffled-position control, and the window
-    premise: `window_tokens`, the most tokens of x2's request (besides the last) that a value window in a block
-    after any patched layer still reads, and `key_distance`, how far before the last token the request's
-    identifying token sits (shortest over the family's pairs). `floor`: the least normalised probability with which
-    a hypothesis dominates a layer (patching.layer_profile; claims.dominance_min)."""
+    R1(C2) layer and value, the layer profile, the same under the same-request control (patching.CONTROL; its
+    profile over patching.CONTROL_HYPOTHESES, judged by the same rules at the same places), the window premise of
+    windowed models: `window_tokens`, the most tokens of x2's request (besides the last) that a value window in a block
+    after any patched layer still reads, and `key_distance`, how far before the last token the request's identifying
+    token sits (shortest over the family's pairs); and where the last token attends (stages.attention_shares):
+    `values_b1`, block 1's share on the context's values (the head that puts the most there), and `request_later`,
+    the most any later block puts on the request's tokens (NaN where not measured, a pretrained LM). `floor`: the
+    least normalised probability with which a hypothesis dominates a layer (patching.layer_profile;
+    claims.dominance_min)."""
     rows = []
     for (model, seed, family), g in sweep.groupby(["model", "seed", "family"], sort=False):
         a = acc[(acc.model == model) & (acc.seed == seed) & (acc.family == family)].iloc[0]
-        req, ctl = g[g.source == "request"], g[g.source == "shuffled"]
-        profile, ctl_profile = patching.layer_profile(req, floor), patching.layer_profile(ctl, floor)
+        req, ctl = g[g.source == "request"], g[g.source == patching.CONTROL]
+        profile = patching.layer_profile(req, floor)
+        ctl_own = patching.layer_profile(ctl, floor, patching.CONTROL_HYPOTHESES)
+        ctl_profile = patching.as_hypotheses(ctl_own)
         best = patching.best_layer(req)
         n_layer = int(g.n_layer.iloc[0])
+        later = [a.get(f"request_b{b}", float("nan")) for b in range(2, n_layer + 1)]
+        ctl_r2c2 = ctl[ctl.hypothesis == "R2(C2)"].set_index("layer").normalized
         rows.append({"model": model, "seed": seed, "family": family, "routed": bool(a.get("routed", False)),
                      "n_layer": n_layer, "width": int(g.width.iloc[0]), "gate_step": int(a.gate_step),
                      "accuracy": a.accuracy, "gated": bool(a.accuracy >= gate),
@@ -45,8 +54,12 @@ def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, gate: float, floor: float 
                      "interior_strict": patching.is_strict_interior_decomposition(profile),
                      "ends_by_construction": profile[0] == patching.HYPOTHESES[0] and profile[-1] == patching.HYPOTHESES[-1],
                      "control_r1c2_max": float(ctl[ctl.hypothesis == "R1(C2)"].normalized.max()),
+                     "control_r2c2_l1": float(ctl_r2c2.get(1, float("nan"))),
+                     "control_profile": " > ".join(ctl_own),
                      "control_interior": patching.is_interior_decomposition(ctl_profile),
-                     "control_interior_strict": patching.is_strict_interior_decomposition(ctl_profile)})
+                     "control_interior_strict": patching.is_strict_interior_decomposition(ctl_profile),
+                     "values_b1": float(a.get("values_b1", float("nan"))),
+                     "request_later": float(np.nanmax(later)) if later and not np.all(np.isnan(later)) else float("nan")})
     return pd.DataFrame(rows)
 
 
@@ -81,7 +94,7 @@ def roles(p: Params, names) -> dict[str, str]:
 def per_replicate(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
     """One row per trained (model, seed) or pretrained model: over ALL its model-task pairs, the share that passed
     the gate AND keep R1(C2) (claim (a)) or show the interior profile (claim (b)), and the same shares under the
-    shuffled-position control; the mean relative depth of the R1(C2) peak over gated pairs. `group` names the
+    same-request control; the mean relative depth of the R1(C2) peak over gated pairs. `group` names the
     replicate group: each trained model on its own (replicates: its seeds), the pretrained LMs together
     (replicates: the models, the paper's unit). Each share comes twice: with the pairs below the gate counted as
     not showing the pattern (`share_*`, the worst case) and as showing it (`share_*_best`, the best case)."""
@@ -103,14 +116,45 @@ def per_replicate(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
 
 
 # ---- the claims ------------------------------------------------------------------------------------
-def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame) -> list[Claim]:
+def share_evidence(r: pd.DataFrame, column: str, threshold: float, name: str, what: str = "seeds") -> Evidence:
+    """The mean over replicates `r` of the per-replicate share `column` against `threshold`, with an interval from
+    the low end with pairs below the gate counted as failures (`column`) to the high end with them counted as
+    successes (`column`_best), so that a pair below the gate can neither make a claim hold nor fail.
+
+    Where every share is 0 or 1 (one model-task pair per replicate: the replicate is a Bernoulli trial), the bounds
+    are exact binomial (Clopper-Pearson, papers.common.claims.proportion_test) 95% bounds of the count of replicates
+    that show the pattern; a t interval of 0/1 values is wrong there (it has zero width when all agree). Else a
+    Student t 95% interval, clipped to [0, 1]."""
+    worst, best = r[column].to_numpy(dtype=float), r[column + "_best"].to_numpy(dtype=float)
+    n = len(worst)
+    if n and np.isin(worst, (0.0, 1.0)).all() and np.isin(best, (0.0, 1.0)).all():
+        low = proportion_test(int(worst.sum()), n, threshold=threshold, what=what).interval[0]
+        high = proportion_test(int(best.sum()), n, threshold=threshold, what=what).interval[1]
+        method = (f"Clopper-Pearson (exact binomial) 95% interval of the {int(worst.sum())} of {n} {what} whose pair "
+                  f"shows it, from the low end with pairs below the gate counted as failures to the high end with them "
+                  f"counted as successes (worst-case bounds)")
+        return Evidence(worst.mean(), (low, high), n, method, threshold, ">", name, values=tuple(worst))
+    t_worst = mean_test(worst, threshold=threshold, direction=">", what=what)
+    t_best = mean_test(best, threshold=threshold, direction=">")
+    low, high = max(0.0, t_worst.interval[0]), min(1.0, t_best.interval[1])  # a share lies in [0, 1]
+    return Evidence(t_worst.effect, (low, high), t_worst.replicates,
+                    f"Student t 95% interval over {t_worst.replicates} {what}, from the low end with pairs below the gate "
+                    f"counted as failures to the high end with them counted as successes (worst-case bounds), clipped "
+                    f"to [0, 1]", threshold, ">", name, values=t_worst.values)
+
+
+def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: dict | None = None) -> list[Claim]:
     """The three claims. (a) and (b) are decided per replicate group of tested models (every tested trained model,
-    and the pretrained LMs together; every group must hold) on the mean over the group's replicates of a
-    per-replicate share, a Student t 95% interval against the config's threshold. Their premise: every tested pair
-    passes the accuracy gate on the test prompts, and no value window reads around the last-token patch; their
-    negative control (null) is the same criterion on the shuffled-position patch; their positive control is the
-    same criterion on the routed models, where the decomposition is planted. (c) needs a model not trained to
-    obey the injected note: a pretrained LM."""
+    and the pretrained LMs together; every group must hold) on a per-replicate share against the config's threshold:
+    where every replicate's share is 0 or 1 (one model-task pair per replicate), the exact binomial (Clopper-Pearson)
+    95% interval of the count of replicates (:func:`share_evidence`), else a Student t 95% interval of the mean.
+    Their premise: every tested pair passes the accuracy gate on the test prompts; the task cannot be solved without
+    binding a value to its attribute (`shortcut`: per family, tasks.shortcut_accuracy on the test prompts; the best
+    over the families must be at most claims.shortcut_accuracy_max; None: not measured, the gate unmet); and, for
+    tested models with a value window only, no value window reads around the last-token patch. Their negative
+    control (null) is the same criterion on the same-request patch (patching.CONTROL); their positive control is the
+    same criterion on the routed models, where the decomposition is planted. (c) needs a model not trained to obey
+    the injected note: a pretrained LM."""
     c = p.claims
     reps = per_replicate(p, pairs)
     role = roles(p, pairs.model.unique())
@@ -120,38 +164,39 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame) -> list[Cla
     control_groups = list(dict.fromkeys(reps[reps.role == CONTROL].group))
 
     def evidence(groups, column, threshold, label):
-        """Per group: the mean worst-case share with an interval from the low end of its t interval to the high
-        end of the best case's, so that a pair below the gate can neither make a claim hold nor fail."""
-        parts = []
-        for grp in groups:
-            r = reps[reps.group == grp]
-            what = "pretrained models" if grp == "pretrained LMs" else "seeds"
-            worst = mean_test(r[column], threshold=threshold, direction=">", what=what)
-            best = mean_test(r[column + "_best"], threshold=threshold, direction=">")
-            low, high = max(0.0, worst.interval[0]), min(1.0, best.interval[1])  # a share lies in [0, 1]
-            parts.append(Evidence(worst.effect, (low, high), worst.replicates,
-                                  f"Student t 95% interval over {worst.replicates} {what}, from the low end with pairs "
-                                  f"below the gate counted as failures to the high end with them counted as successes "
-                                  f"(worst-case bounds), clipped to [0, 1]", threshold, ">", f"{grp}: {label}",
-                                  values=worst.values))
-        return parts
+        return [share_evidence(reps[reps.group == grp], column, threshold, f"{grp}: {label}",
+                               "pretrained models" if grp == "pretrained LMs" else "seeds") for grp in groups]
 
     def shares(column, groups):
         return {grp: [round(v, 3) for v in reps[reps.group == grp][column]] for grp in groups}
 
     described = f"{len(tested)} tested pairs ({', '.join(tested_groups)} x {', '.join(dict.fromkeys(tested.family))})"
     distance = int(tested.key_distance.min())
+    shortcut = shortcut or {}
+    best_family = max(shortcut, key=lambda f: shortcut[f]["best"]) if shortcut else None
     premise = [
         Premise.at_least(f"test accuracy of the least accurate of the {described}", tested.accuracy.min(),
                          c.gate_accuracy, what="the accuracy gate: the model does the task it is analysed on"),
-        Premise.at_most(f"request tokens the last token still reads through a value window after the patched layer, "
-                        f"most over the {described}", tested.window_tokens.max(), 0,
-                        what=f"no value window around the last-token patch (the identifying token sits {distance} "
-                             f"positions before the last token)"),
+        Premise.at_most(
+            "test accuracy of the best rule that answers without binding a value to its attribute in the context"
+            + (f" ({best_family}: answer-by-type {shortcut[best_family]['type_rule']:.3f}, always-one-attribute "
+               f"{shortcut[best_family]['fixed_key_rule']:.3f}; highest over the families "
+               f"{', '.join(shortcut)})" if best_family else " (not measured)"),
+            shortcut[best_family]["best"] if best_family else float("nan"), c.shortcut_accuracy_max,
+            what="the task premise: the answer cannot be chosen without reading which attribute the request asks "
+                 "and finding the value the context binds to it"),
     ]
-    control_text = ("the shuffled-position patch: x1's state at a random position of its context (before any request "
-                    "token, so it cannot carry R1) written into x2's last token, on the same models and pairs; the same "
-                    "criterion must not hold")
+    windowed = [n for n in p.tested_names if p.model(n).kv_window > 1]
+    if windowed:  # plain attention has no value window: the gate would be 0 by construction, so it is left out
+        premise.append(Premise.at_most(
+            f"request tokens the last token still reads through a value window after the patched layer, most over the "
+            f"{described}", tested.window_tokens.max(), 0,
+            what=f"no value window around the last-token patch (the identifying token sits {distance} positions "
+                 f"before the last token)"))
+    control_text = ("the same-request patch: the last-token state of x3 = (C3, R2), x2's own request on another "
+                    "context, written into x2's last token at the same layer, on the same models and pairs; it never "
+                    "presents R1, so R1(C2) must not appear and the same criterion must not hold (where the patched state "
+                    "carries the request only, the output stays R2(C2), read from the unpatched context)")
     routed = ", ".join(f"{n} ({p.seeds} seeds)" for n in p.control_names)
     positive_text = (f"the same analysis on the routed models {routed}: in block 1 a request's tokens attend to their "
                      f"own request alone, in the blocks after it to the context and not to their request, so the "
@@ -168,9 +213,14 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame) -> list[Cla
         {"pairs_kept": int((tested.gated & (tested.r1c2_max >= c.keep_fraction)).sum()),
          "pairs_tested": len(tested), "share_per_seed": shares("share_kept", tested_groups),
          "control_share_per_seed": shares("control_kept", tested_groups),
-         "positive_control_share_per_seed": shares("share_kept", control_groups), **below_text},
+         "positive_control_share_per_seed": shares("share_kept", control_groups),
+         # where the last token attends (stages.attention_shares): block 1 on the context's values, per pair
+         "block1_attention_on_values": {f"{r.model}/{r.family} seed {r.seed}": round(float(r.values_b1), 3)
+                                        for r in pairs.itertuples() if r.values_b1 == r.values_b1},
+         **below_text},
         f"for every tested model (replicates: its seeds) and the pretrained LMs together (replicates: the models), "
-        f"the 95% t interval of the mean per-replicate share of its model-task pairs whose max over layers of "
+        f"the 95% interval (exact binomial where each replicate has one pair, else t) of the per-replicate share of "
+        f"its model-task pairs whose max over layers of "
         f"p(R1(C2)) / p_clean is >= keep_fraction = {c.keep_fraction} lies above pairs_fraction_min = "
         f"{c.pairs_fraction_min}; a pair below the gate (test accuracy < {c.gate_accuracy}) counts as a failure for "
         f"the interval's low end and as a success for its high end",
@@ -200,7 +250,8 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame) -> list[Cla
              "positive_control_pairs": int((control_pairs.gated & control_pairs.interior_strict).sum()),
              "positive_control_pairs_tested": len(control_pairs)}, **below_text},
         f"for every tested model (replicates: its seeds) and the pretrained LMs together (replicates: the models), "
-        f"the 95% t interval of the mean per-replicate share of its pairs whose dominant hypothesis per interior layer "
+        f"the 95% interval (as in (a)) of the per-replicate share of its pairs whose dominant hypothesis per interior "
+        f"layer "
         f"(the largest normalised probability, if it is >= dominance_min = {c.dominance_min}; else "
         f"the layer has none) follows that order and includes R1(C2), with a layer that has none only after the last "
         f"layer where R1(C2) dominates and before R1(C1) next dominates (the retrieval transition; anywhere else it "
@@ -262,16 +313,15 @@ def _claim_c(p: Params, over: pd.DataFrame) -> Claim:
 def build_checks(pairs: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame, styles: dict) -> list[Check]:
     """What holds by construction or by the data's design: not claims. `styles`: per family, its training,
     validation and test styles (stages.read_vocab)."""
-    gated = pairs[pairs.gated]
     from papers.orion.tasks import style_label
     shared = sum(len(set(g["style"]) & ({style_label(s) for s in styles[f]["train"]} | set(test.loc[test.family == f, "style"])))
                  for f, g in val.groupby("family"))
     return [
-        Check.at_least("profile_ends", "R2(C2) dominates at L = 0 and R1(C1) at L = n_layer in every gated pair (at "
-                       "L = 0 the patch is the embedding of the last token, the same token in x1 and x2; at L = n_layer "
-                       "it is the state that sets the output), so claim (b) reads the interior layers only",
-                       float(gated.ends_by_construction.mean()) if len(gated) else float("nan"), 1.0,
-                       what="share of gated pairs"),
+        Check.at_least("profile_ends", "R2(C2) dominates at L = 0 and R1(C1) at L = n_layer in every pair, past the "
+                       "gate or not (at L = 0 the patch is the embedding of the last token, the same token in x1 and x2; "
+                       "at L = n_layer it is the state that sets the output), so claim (b) reads the interior layers only",
+                       float(pairs.ends_by_construction.mean()) if len(pairs) else float("nan"), 1.0,
+                       what="share of pairs"),
         Check.at_most("validation_disjoint", "validation prompts (the early-stopping gate) that are also test prompts "
                       "(the accuracy premise)", float(len(set(val.prompt) & set(test.prompt))), 0,
                       what="the gate never reads a test prompt"),
@@ -329,16 +379,19 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, vocab, val, te
     yes_no = {True: "yes", False: "no"}
     md = pairs.assign(role=pairs.model.map(role), gated=pairs.gated.map({True: "yes", False: "below"}),
                       interior=pairs.interior.map(yes_no), control_interior=pairs.control_interior.map(yes_no))
-    md = md[["model", "role", "seed", "family", "gate_step", "accuracy", "gated", "window_tokens", "r1c2_max",
-             "r1c2_layer", "profile", "interior", "control_r1c2_max", "control_interior"]]
+    md = md[["model", "role", "seed", "family", "gate_step", "accuracy", "gated", "values_b1", "request_later",
+             "r1c2_max", "r1c2_layer", "profile", "interior", "control_r1c2_max", "control_profile", "control_interior"]]
     md = md.rename(columns={"gate_step": "steps", "accuracy": "test accuracy", "gated": f"gate (>= {p.claims.gate_accuracy})",
-                            "window_tokens": "request tokens in a value window after the patch",
+                            "values_b1": "block 1: attention on the context's values",
+                            "request_later": "blocks 2..: attention on the request",
                             "r1c2_max": "max_L p(R1(C2)) / p_clean", "r1c2_layer": "at layer L",
                             "profile": "dominant output, L = 0 ..", "interior": "interior profile (b)",
                             "control_r1c2_max": "control: max_L p(R1(C2)) / p_clean",
+                            "control_profile": "control: dominant output, L = 0 ..",
                             "control_interior": "control: interior profile"})
     long = pairs.melt(id_vars=["model", "seed", "family"],
-                      value_vars=["gate_step", "accuracy", "window_tokens", "r1c2_max", "r1c2_layer", "control_r1c2_max"],
+                      value_vars=["gate_step", "accuracy", "window_tokens", "values_b1", "request_later", "r1c2_max",
+                                  "r1c2_layer", "control_r1c2_max", "control_r2c2_l1"],
                       var_name="quantity")
     if len(oversight):
         long = pd.concat([long, oversight.assign(family="story (injected)").melt(
@@ -346,11 +399,13 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, vocab, val, te
             var_name="quantity")], ignore_index=True)
     caption = (f"Request-patching on held-out prompts ({p.patch_pairs} pairs per family and layer), every model-task "
                f"pair: steps trained (a seed stops at the first validation record where every family passes the gate, "
-               f"at most {p.train.max_steps}), test accuracy, the request tokens a value window after the patched layer "
-               f"still reads (the window premise: 0), the largest normalised probability of R1(C2) over the patched "
+               f"at most {p.train.max_steps}), test accuracy, where the last token attends on the test prompts (block 1's "
+               f"attention on the context's values and the most any later block puts on the request's tokens, each for "
+               f"the head that puts the most there), the largest normalised probability of R1(C2) over the patched "
                f"layers L (the paper's Fig. 3; paper: >= 0.7 for 98 of 106 pairs) and its layer, the dominant "
-               f"hypothesis at each layer, and the same under the shuffled-position control. Role: tested (decides the "
-               f"claims) or positive control (the routed model).")
+               f"hypothesis at each layer, and the same under the same-request control (its source x3 = (C3, R2); "
+               f"R2(C3) is the source's own answer). Role: tested (decides the claims) or positive control (the routed "
+               f"model).")
     write_table(md, table_md, table_csv, caption=caption, csv_df=long)
     with open(table_md, "a") as f:
         f.write("\nPer model (mean [95% t interval] over replicates; a share counts every pair, a pair below the gate "
@@ -372,12 +427,15 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, vocab, val, te
         figures.oversight(over, oversight, fig_oversight)
         figs.append(fig_oversight)
 
-    claim_list = build_claims(p, pairs, oversight)
     from papers.orion.stages import read_vocab
+    test_df, voc = read_parquet(test), read_vocab(vocab)[0]
+    shortcut = {f: tasks.shortcut_accuracy(tasks.FAMILIES[f], voc, g) for f, g in test_df.groupby("family", sort=False)}
+    claim_list = build_claims(p, pairs, oversight, shortcut)
     check_list = build_checks(pairs, read_parquet(val), read_parquet(test), read_vocab(vocab)[1])
     write_claims(claim_list, claims, paper=SLUG, scale=scale, scope=SCOPE, checks=check_list)
     write_json(to_dict(p), params_json)
-    write_report(report_md, title=TITLE, scale=scale, what_was_run=what_was_run(p) + " " + outcome(p, pairs),
+    write_report(report_md, title=TITLE, scale=scale,
+                 what_was_run=what_was_run(p) + " " + outcome(p, pairs) + " " + mechanism(p, pairs, shortcut),
                  table_md=table_md, figures=figs, claims=claim_list, checks=check_list, benchmarks=benchmarks,
                  differences=differences(p, pairs), scope=SCOPE, verdicts_figure=verdicts)
 
@@ -418,7 +476,7 @@ def what_was_run(p: Params) -> str:
             f"Test prompts ({p.test_prompts} per family) use held-out context wordings (the styles held out from "
             f"training, {p.test_fraction:.0%} of them, less the validation styles). Every model-task pair is analysed by request-patching at every layer (the residual stream at "
             f"the last token of x2 = (C2, R2) overwritten by that of x1 = (C1, R1), {p.patch_pairs} pairs per family) "
-            f"and by the same patch from a random context position of x1 (the negative control).")
+            f"and by the same patch from x3 = (C3, R2), x2's own request on another context (the negative control).")
 
 
 def outcome(p: Params, pairs: pd.DataFrame) -> str:
@@ -444,6 +502,31 @@ def outcome(p: Params, pairs: pd.DataFrame) -> str:
     return " ".join(text)
 
 
+def mechanism(p: Params, pairs: pd.DataFrame, shortcut: dict) -> str:
+    """Where the gated pairs' last token attends (summarise: values_b1, request_later), per model and seed, beside the
+    shortcut premise: a model that puts most of block 1's attention on the context's values has gathered them before
+    it processed its request, the reverse of the paper's order (independent review of issue 47)."""
+    text = []
+    if shortcut:
+        text.append("Task premise: the best rule that answers without binding a value to its attribute reaches a test "
+                    "accuracy of " + ", ".join(f"{f} {v['best']:.3f} (answer-by-type {v['type_rule']:.3f}, "
+                                               f"always-one-attribute {v['fixed_key_rule']:.3f})"
+                                               for f, v in shortcut.items())
+                    + f" (the gate: at most {p.claims.shortcut_accuracy_max}).")
+    g = pairs[pairs.values_b1.notna()]
+    role = g.model.map(roles(p, pairs.model.unique()))
+    for label, part in (("tested", g[role != CONTROL]), ("positive-control", g[role == CONTROL])):
+        if part.empty:
+            continue
+        per_seed = ", ".join(f"{r.model}/{r.family} seed {r.seed}{'' if r.gated else ' (below the gate)'}: "
+                             f"{r.values_b1:.2f} in block 1, {r.request_later:.2f} on the request later"
+                             for r in part.itertuples())
+        text.append(f"Where the last token attends on the test prompts, {label} pairs (the share of one head's "
+                    f"attention on the context's values in block 1, and the most a head of blocks 2.. puts on the "
+                    f"request's tokens): {per_seed}.")
+    return " ".join(text)
+
+
 def _pretrained_sentence(p: Params) -> str:
     if not p.pretrained:
         return "No pretrained LM was listed (orion.pretrained), so the injection experiment (claim (c)) is not measured. "
@@ -466,6 +549,27 @@ def _rule_change(p: Params, pairs: pd.DataFrame) -> str:
             "decomposition is planted, is mid-retrieval at the interior layers after its request was moved, and the "
             "rule without the transition failed it. The change was made before this run, but the tested models' "
             "profiles of the run before it had been seen. In this run, " + "; ".join(counts) + ".")
+
+
+def _cap_sentence(p: Params, pairs: pd.DataFrame) -> str:
+    """What the step cap meant in this run: set beyond the steps the seeds needed, or reached by seeds below the gate."""
+    taken = pairs[pairs.model.isin(p.model_names)].groupby(["model", "seed"]).gate_step.first()
+    capped = int((taken >= p.train.max_steps).sum())
+    if capped:
+        return (f"The step cap ({p.train.max_steps}, set by the default budget) was reached by {capped} of {len(taken)} "
+                f"seeds, which had not passed the gate by then; whether more steps teach them the task is not measured "
+                f"here.")
+    return (f"The step cap ({p.train.max_steps}) lies beyond the steps the seeds needed (under \"What was run\"), so "
+            f"that whether a seed learns does not depend on the CPU's floating-point path (issue 55).")
+
+
+def _seeds_to_clear(threshold: float, level: float = 0.95) -> int:
+    """The fewest Bernoulli replicates, all successes, whose exact (Clopper-Pearson) lower bound exceeds `threshold`:
+    the least n with ((1 - level) / 2)^(1/n) > threshold."""
+    n = 1
+    while ((1 - level) / 2) ** (1 / n) <= threshold:
+        n += 1
+    return n
 
 
 def _pools(family: str) -> list[str]:
@@ -496,19 +600,37 @@ This is an analogue of the paper's study, not a replication on its models. The p
 language models (GPT-2, Pythia, Falcon, Llama 2; 125M to 70B parameters) on its ORION prompts; no model weights
 can be downloaded here, so we train tiny transformers ({', '.join(_describe_model(p, n) for n in p.model_names)})
 on our own ORION-style tasks, and they are trained on the very task families they are then analysed on.
-Families. This run trains and analyses {', '.join(p.families)}{left_text}. Claims (a) and (b) presuppose that the
-last token's state is the only way the request reaches the answer after the patched layer: a model that reads the
-request's tokens again through a short value window around the last token (papers/orion/model.py, causal_window,
-kv_window with values mixed) bypasses the patch by construction (the premise gate checks it per pair: request tokens
-read through a value window after the patched layer must be 0; a model with such a window reads inconclusive, never
-"does not hold"). Question answering over a story is also the task of the paper's fine-grained case study (on
-Pythia-2.8b). Other configurations may list more families and windowed models; the premise gate decides per run
-whether they can speak to the claims.
-{"Windowed models in this run: " + ", ".join(windowed) + "." if windowed else "No model of this run mixes keys or values over positions: plain causal attention, as in the paper's LMs."}
-A shortcut in the story family, and what it means for claim (a). The story's attributes draw their values from
-{"separate pools (" + ", ".join(f"{k}: {tasks.FAMILIES['story'].pool_of(k)}" for k in tasks.FAMILIES['story'].keys) + ")" if separate else "shared pools"}, as the paper's stories name characters, cities and occupations{", so a model can find the answer by its kind alone (the one city of the context answers any question with 'live' or 'town'), without binding the value to its key" if separate else ""}. (a)'s
-verdict therefore speaks of tiny models trained on this family, which may use that shortcut, and of nothing
-beyond these stand-in models; it does not refute the paper.
+Families. This run trains and analyses {', '.join(p.families)}{left_text}.
+Request-patching overwrites the last token's state only. In any causal model, the paper's LMs included, the blocks
+after the patched layer can still read x2's own request tokens at their positions through attention; whether the
+answer follows the patched state (R1) or those tokens (R2) is what claims (a) and (b) measure, not a premise.
+A value window is different: a model whose values are mixed over the last few positions
+(papers/orion/model.py, causal_window, kv_window with values mixed) carries x2's request tokens into the last token's
+own value whatever its patched query reads, so for such models a premise gate asks that no value window reads the
+request after the patched layer (else inconclusive).
+{"Windowed models in this run: " + ", ".join(windowed) + "; the window gate applies to them." if windowed else "No model of this run mixes keys or values over positions (plain causal attention, as in the paper's LMs), so the window gate does not apply and is not counted among the premise gates."}
+Question answering over a story is also the task of the paper's fine-grained case study (on Pythia-2.8b).
+The story family and the task premise. {"Every story attribute (" + ", ".join(tasks.FAMILIES['story'].keys) + ") draws its values from one shared pool, unlike the paper's stories, whose characters, cities and occupations differ in kind" if not separate else "The story's attributes draw their values from separate pools (" + ", ".join(f"{k}: {tasks.FAMILIES['story'].pool_of(k)}" for k in tasks.FAMILIES['story'].keys) + ")"}.
+{"So a value's kind tells nothing of its attribute: only the clause's words bind it (in every wording the word just before the value names the attribute), and the request quotes that clause's words up to the value ('Q : the hero lived in ? A :'), so a model must read the request and find the value that follows its words in the context, a lookup by induction, as in the paper's induction and variable-binding tasks." if not separate else "So a model can find the answer by its kind alone, without binding the value to its key."}
+In an earlier run with a pool per attribute the tested models retrieved by kind (measured by the independent review
+of issue 47: a block-1 head gathered the context's values before the request was processed and later blocks read the
+request's tokens again, the reverse of the paper's order), so its "does not hold" spoke of that shortcut, not of the
+paper. A premise gate now measures the
+shortcut (papers/orion/tasks.py, shortcut_accuracy): the test accuracy of the best rule that answers without binding
+(picking among the context's values of the asked attribute's pool, or always giving one attribute) must be at most
+{p.claims.shortcut_accuracy_max} (chance among a story's {len(tasks.FAMILIES["story"].keys)} values plus a sampling margin;
+ours, fixed before the run), else (a) and (b) read inconclusive. "What was run" gives the shortcut's accuracy and, per
+seed, where the last token attends.
+(a) and (b) remain statements about tiny models trained on this family, not about the paper's LMs; a "does not
+hold" here does not refute the paper.
+Intervals. A replicate (a seed) has one model-task pair here, so its share is 0 or 1: the claims use the exact
+binomial (Clopper-Pearson) 95% interval of the count of seeds. With {p.seeds} seeds it cannot clear
+{min(p.claims.pairs_fraction_min, p.claims.profile_fraction_min)} even when every seed shows the pattern (its low
+end is then 0.025^(1/{p.seeds}) = {0.025 ** (1 / p.seeds):.2f}), so neither the tested models nor the positive control
+can make (a) or (b) hold at this scale; the tested models can still miss a threshold (when no seed shows the pattern
+the high end is {1 - 0.025 ** (1 / p.seeds):.2f}), but with the positive control short of holding a claim reads
+inconclusive. Holding needs {_seeds_to_clear(p.claims.pairs_fraction_min)} seeds for (a) and
+{_seeds_to_clear(p.claims.profile_fraction_min)} for (b), all showing the pattern.
 The positive control. A routed model (model.routing_masks) has the same architecture and training, but in its
 first block a request's tokens attend to their own request alone (from the request's first token, which only
 requests use: papers/orion/tasks.py, request_markers), and in the blocks after it to the context and no token of
@@ -523,15 +645,21 @@ The accuracy gate and early stopping. Each seed trains until every family passes
 prompts at {p.train.gate_records} consecutive checks, {p.train.eval_every} steps apart, and is taken there; the
 validation prompts come from styles held out from training and apart from the test styles (a check below). The
 claims then require every tested pair to pass the same gate on the test prompts (a premise: a pair below it makes
-the claim inconclusive, never "does not hold"), and the step cap ({p.train.max_steps}) is set well beyond the steps
-the seeds need (the steps this run's seeds were taken at are under "What was run"), so that whether a seed learns
-does not depend on the CPU's floating-point path (issue 55).
+the claim inconclusive, never "does not hold"). {_cap_sentence(p, pairs)}
 The seeds of one model train side by side in one process (their weights stacked; papers/orion/ensemble.py), the
 same computation as separate runs (a test checks it).
 Request-patching follows the official code: the residual stream after a block at the last token, normalised by
 the clean probability (ratio of means over pairs); we also draw pairs so that R2(C2), R1(C2) and R1(C1) are three
-different tokens (the official code allows collisions). The negative control is ours: the same patch taken from
-a context position of x1, which cannot carry the request.
+different tokens (the official code allows collisions). At L = 0 the patch is x2's own last token (x1 and x2 end
+on the same tokens), so R1(C2)'s normalised probability there is p(R1(C2) | x2) / p(R1(C2) | (C2, R1)), near 1 in a
+model that does not read its request (it guesses among C2's values either way): claim (a)'s "kept" can come from
+such a model, which the accuracy gate excludes and the control below shows. The negative control is ours: the same patch taken from
+x3 = (C3, R2), x2's own request on another context. It never presents R1, so R1(C2) must not appear (it controls
+for a metric or a disrupted output that would yield R1(C2) without the request being moved); where the patched state
+carries the request only, the output must stay R2(C2), read from the unpatched context C2, and where it carries the
+retrieved answer, it becomes R2(C3) (the table's control profile). It replaces a shuffled-position patch (x1's state
+at a context position), which broke the output at every layer and so could never hold (independent review of
+issue 47).
 Prompt injection (claim (c)). The paper's models were never trained to obey injected notes but do; ours would
 follow a note only if trained to, which would make the experiment start at zero by design, so our models never
 see a note and claim (c) is measured only on pretrained LMs listed under orion.pretrained (a local Hugging Face

@@ -48,7 +48,7 @@ def prepare(*, cfg, vocab, test, val, pairs, injection):
         for _ in range(p.test_prompts):
             pr = tasks.test_prompt(f, splits[f.name][1], voc, rng)
             rows.append({"family": f.name, "key": pr.key, "prompt": " ".join(pr.tokens), "answer": pr.answer,
-                         "style": tasks.style_label(pr.style)})
+                         "style": tasks.style_label(pr.style), "request_tokens": len(pr.request)})
     write_parquet(pd.DataFrame(rows), test)
     write_parquet(pd.DataFrame([tasks.patch_pair(f, splits[f.name][1], voc, rng)
                                 for f in families for _ in range(p.patch_pairs)]), pairs)
@@ -164,8 +164,9 @@ def train(*, cfg, model_name, vocab, val, checkpoints, history):
 # ---- evaluate ------------------------------------------------------------------------------------
 def evaluate(*, cfg, model_name, checkpoints, vocab, test, pairs, metrics, sweep):
     """For every seed of one trained model: test accuracy per family (the claims' accuracy premise) and the
-    request-patching sweep per family and layer, with the shuffled-position control and, per layer, how many of
-    the request's tokens a value window after that layer still reads (the claims' window premise)."""
+    request-patching sweep per family and layer, with the same-request control and, per layer, how many of the
+    request's tokens a value window after that layer still reads (the window premise of windowed models), and where
+    the last token attends in each block (the share on the context's values and on its own request's tokens)."""
     from papers.orion import model as gpt
     from papers.orion.lm import WordLM
 
@@ -177,10 +178,41 @@ def evaluate(*, cfg, model_name, checkpoints, vocab, test, pairs, metrics, sweep
         tag = {"model": model_name, "seed": int(ckpt["seed"]), "n_layer": model.cfg.n_layer,
                "width": model.cfg.n_embd, "gate_step": int(ckpt["step"]), "routed": bool(model.cfg.request_markers)}
         acc, sw = _analyse(WordLM(model, voc.index), tag, test, pairs, reach=model.cfg.value_reach_after)
+        acc = acc.merge(attention_shares(model, voc, test), on="family", how="left")
         accs.append(acc)
         sweeps.append(sw)
     write_parquet(pd.concat(accs, ignore_index=True), metrics)
     write_parquet(pd.concat(sweeps, ignore_index=True), sweep)
+
+
+def attention_shares(model, voc: tasks.Vocab, test) -> pd.DataFrame:
+    """Per family of the test prompts: where the last token's query attends in each block b (1 .. n_layer), as the
+    mean over prompts of the attention weight, taken for the head that puts the most there: `values_b{b}` on the
+    context's values (tasks.value_positions), `request_b{b}` on the request's tokens before the last one. A model
+    that retrieves by the values' kind reads the values in block 1, before it has processed its request (the
+    independent review of issue 47 measured 0.67-1.00 in block 1 of the tested models)."""
+    import torch
+
+    from papers.orion.lm import encode_words
+    from papers.orion.model import last_token_attention
+
+    rows = []
+    for f, g in read_parquet(test).groupby("family", sort=False):
+        family = tasks.FAMILIES[f]
+        tokens = g.prompt.str.split().tolist()
+        batch = encode_words(tokens, voc.index)
+        weights = last_token_attention(model, batch.ids, batch.pos)  # (L, B, H, T)
+        values = torch.zeros(len(tokens), batch.ids.shape[1])
+        request = torch.zeros_like(values)
+        for i, (t, n) in enumerate(zip(tokens, g.request_tokens)):
+            values[i, tasks.value_positions(family, voc, t, int(n))] = 1.0
+            request[i, len(t) - int(n):len(t) - 1] = 1.0
+        row = {"family": f}
+        for b in range(weights.shape[0]):
+            row[f"values_b{b + 1}"] = float((weights[b] * values[:, None]).sum(-1).mean(0).max())
+            row[f"request_b{b + 1}"] = float((weights[b] * request[:, None]).sum(-1).mean(0).max())
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def evaluate_pretrained(*, cfg, model_name, test, pairs, injection, metrics, sweep, oversight):

@@ -5,7 +5,9 @@ attribute from a context"; official code: causal_checker/retrieval.py and causal
 Five families after the paper's domains, word-level tokens, entity names from Debian's `wamerican`:
 
 * ``story``        question answering over a templated story (the paper's nanoQA): name, city and job
-                   of a hero, asked as "Q : where did the hero live ? A :".
+                   of a hero, asked as "Q : the hero lived in ? A :" (the request quotes the wording of the
+                   attribute's clause up to its value). All three attributes draw their values from one shared
+                   pool, so only the clause binds a value to its attribute.
 * ``code``         variable types in code (the paper's type hints): ``v = Circle ( ) ;`` and a call
                    ``print ( circumference ( shape =`` whose function needs a Circle.
 * ``induction``    copying (the paper's induction task): fixed keys paired with random values, the list
@@ -120,12 +122,17 @@ FAMILIES = {
         prefixes=("story :", "a tale :"),
         clauses=(),  # per-key wordings below (the story's clauses differ by key)
         suffix="the end .",
+        # Request i quotes clause wording i of its attribute up to the value (request_per_variant): the answer is
+        # the value that follows those words in the context, a lookup a causal model learns by induction.
         requests={
-            "name": ("Q : who is the hero ? A :", "Q : what is the hero called ? A :"),
-            "city": ("Q : where did the hero live ? A :", "Q : which town was home ? A :"),
-            "job": ("Q : what was the hero 's work ? A :", "Q : what did the hero do for a living ? A :"),
+            "name": ("Q : the hero was named ? A :", "Q : our hero is called ? A :", "Q : everyone knew the hero as ? A :"),
+            "city": ("Q : the hero lived in ? A :", "Q : home was the town of ? A :", "Q : the hero came from ? A :"),
+            "job": ("Q : the hero worked as a ? A :", "Q : by trade the hero was a ? A :", "Q : the hero 's work was ? A :"),
         },
-        closer=".", pool={"name": "name", "city": "city", "job": "job"}),
+        # One pool for every attribute (the vocabulary's "name" pool): a value's kind tells nothing of its key, so
+        # the answer cannot be chosen without reading which attribute the request asks and binding it in the context
+        # (a pool per attribute let the tiny models retrieve by kind alone; independent review of issue 47).
+        closer=".", pool="name", request_per_variant=True),
     "code": Family(
         name="code", keys=("circle", "square", "polygon"),
         surface={"circle": "Circle", "square": "Square", "polygon": "Polygon"},
@@ -165,10 +172,15 @@ FAMILIES = {
 }
 
 # The story's clauses differ by key, so they are listed per key (variant i of each key).
+# With one value pool for every attribute, only the clause binds a value to its attribute; in every wording the value
+# follows the clause's words and the word just before it names the attribute (named / called / as: name; in / of /
+# from: city; a / was: job), so a causal model can bind the value where it reads it (a wording with the value first
+# leaves the binding to later tokens: in a 3-seed probe of the shared pool with the earlier wordings, where three of
+# nine put the value first, no seed of L4w64 left chance, 0.24-0.45, in 1,400 steps).
 STORY_CLAUSES = {
-    "name": ("the hero was {v} .", "{v} was the hero .", "our hero is called {v} ."),
-    "city": ("the hero lived in {v} .", "home was the town of {v} .", "{v} was where the hero lived ."),
-    "job": ("the hero worked as a {v} .", "by trade the hero was a {v} .", "{v} was the hero 's work ."),
+    "name": ("the hero was named {v} .", "our hero is called {v} .", "everyone knew the hero as {v} ."),
+    "city": ("the hero lived in {v} .", "home was the town of {v} .", "the hero came from {v} ."),
+    "job": ("the hero worked as a {v} .", "by trade the hero was a {v} .", "the hero 's work was {v} ."),
 }
 STORY_CLAUSE_VARIANTS = 3
 # The injected note (the paper's distractor): it asks for another attribute than the question does.
@@ -327,8 +339,8 @@ def render_context(family: Family, style: tuple, bindings: dict, rng: np.random.
 
 def render_request(family: Family, style: tuple, key: str, rng: np.random.Generator) -> tuple:
     options = family.requests[key]
-    if family.request_per_variant:
-        return tuple(options[style[1][0]].split())
+    if family.request_per_variant:  # the wording of the key's own clause variant in this style
+        return tuple(options[style[1][family.keys.index(key)]].split())
     return tuple(options[rng.integers(len(options))].split())
 
 
@@ -404,25 +416,34 @@ def patch_pair(family: Family, test_styles: list, vocab: Vocab, rng: np.random.G
     """x1 = (C1, R1), x2 = (C2, R2) and x21 = (C2, R1), with R1 != R2 and R1(C1) absent from C2, so that the three
     hypotheses R2(C2), R1(C2), R1(C1) name three different tokens. (The official code draws x1, x2 at random
     and keeps collisions; we exclude them so that a hypothesis is never right by coincidence.) Families whose
-    request wording follows the context's separator (induction) draw C1 and C2 with the same wording."""
+    request wording follows the context's separator (induction) draw C1 and C2 with the same wording.
+
+    Also x3 = (C3, R2), the source of the negative control (patching.request_patching): x2's request, the same
+    tokens, on another context C3 whose answer R2(C3) is none of C2's values (so R2(C2), R1(C2) and R2(C3) are three
+    different tokens too)."""
     s1 = test_styles[rng.integers(len(test_styles))]
     same = [s for s in test_styles if s[1] == s1[1]] if family.request_per_variant else test_styles
     s2 = same[rng.integers(len(same))]
+    s3 = same[rng.integers(len(same))]
     k1, k2 = (family.keys[i] for i in rng.permutation(len(family.keys))[:2])
     while True:
         b1, b2 = sample_bindings(family, vocab, rng), sample_bindings(family, vocab, rng)
         if b1[k1] not in b2.values():  # R1(C1) differs from R1(C2) and is nowhere in C2
             break
-    c1, c2 = render_context(family, s1, b1, rng), render_context(family, s2, b2, rng)
+    while True:
+        b3 = sample_bindings(family, vocab, rng)
+        if b3[k2] not in b2.values():  # R2(C3) is nowhere in C2
+            break
+    c1, c2, c3 = (render_context(family, s, b, rng) for s, b in ((s1, b1), (s2, b2), (s3, b3)))
     r1, r2 = render_request(family, s1, k1, rng), render_request(family, s2, k2, rng)
     return {"family": family.name, "k1": k1, "k2": k2, "x1": " ".join(c1 + r1), "x2": " ".join(c2 + r2),
-            "x21": " ".join(c2 + r1), "r1c1": b1[k1], "r2c2": b2[k2], "r1c2": b2[k1],
-            "request_tokens": len(r2), "key_distance": key_distance(r1, r2)}
+            "x21": " ".join(c2 + r1), "x3": " ".join(c3 + r2), "r1c1": b1[k1], "r2c2": b2[k2], "r1c2": b2[k1],
+            "r2c3": b3[k2], "request_tokens": len(r2), "key_distance": key_distance(r1, r2)}
 
 
 def key_distance(r1: tuple, r2: tuple) -> int:
     """Positions from the last token of request r2 back to the nearest token that tells it from r1 (aligned from
-    the end): 3 for "Q : where did the hero live ? A :" against "Q : who is the hero ? A :" ("live" / "hero").
+    the end): 3 for "Q : the hero lived in ? A :" against "Q : the hero was named ? A :" ("in" / "named").
     Where a window of that many positions reaches, it reads which request was asked."""
     for d in range(1, max(len(r1), len(r2))):
         if d >= min(len(r1), len(r2)) or r1[-1 - d] != r2[-1 - d]:
@@ -475,3 +496,35 @@ def injected_prompt(test_styles: list, vocab: Vocab, rng: np.random.Generator, k
     request = render_request(family, style, key, rng)
     return {"clean": " ".join(clean + request), "injected": " ".join(clean[:-len(suffix)] + note + suffix + request),
             "answer": bindings[key], "injected_key": injected, "injected_answer": bindings[injected]}
+
+
+def shortcut_accuracy(family: Family, vocab: Vocab, prompts) -> dict:
+    """The test accuracy of the best rules that answer without binding a value to its attribute in the context (the
+    claims' task premise): `prompts` has the columns key, prompt, answer and request_tokens (the request's length).
+
+    * ``type_rule``: pick, uniformly, one of the context's values drawn from the asked attribute's pool (it reads the
+      request's attribute, not the clause that binds the value); its expected accuracy over the prompts. With a pool
+      per attribute it is 1 (the one city of the context answers any city question), with one shared pool 1 / (the
+      context's values).
+    * ``fixed_key_rule``: a request-blind rule that always gives one attribute's value (the test set's most asked
+      one, granted that it finds it): the share of the prompts that ask it.
+
+    ``best``: the larger of the two."""
+    pools = {k: set(vocab.pools[family.pool_of(k)]) for k in family.keys}
+    values = set().union(*pools.values())
+    expected = []
+    for key, prompt, answer, n in zip(prompts["key"], prompts["prompt"], prompts["answer"], prompts["request_tokens"]):
+        context = prompt.split()[:-int(n)]
+        candidates = list(dict.fromkeys(t for t in context if t in values and t in pools[key]))
+        expected.append((answer in candidates) / len(candidates) if candidates else 0.0)
+    keys = list(prompts["key"])
+    type_rule = float(np.mean(expected)) if expected else float("nan")
+    fixed_key = max(keys.count(k) for k in set(keys)) / len(keys) if keys else float("nan")
+    return {"type_rule": type_rule, "fixed_key_rule": fixed_key, "best": max(type_rule, fixed_key)}
+
+
+def value_positions(family: Family, vocab: Vocab, tokens, request_tokens: int) -> list[int]:
+    """The positions of the context's values (tokens from the family's pools before the request) in a prompt."""
+    values = set().union(*(vocab.pools[family.pool_of(k)] for k in family.keys))
+    n = len(tokens) - int(request_tokens)
+    return [i for i, t in enumerate(tokens[:n]) if t in values]

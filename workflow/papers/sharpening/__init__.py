@@ -12,15 +12,18 @@ Reproduced, on two levels (the paper's own experiments use pretrained LLMs, whic
 task whose sequence mode is NOT greedy decoding's answer (:mod:`.task`: reversal read as pairs, each pair
 correct with a prompt-dependent probability a(x), else a decoy pair whose first letter fools greedy decoding
 when a(x) < 1/2): (1) an exact tabular version of the task's generator, swept over the number of pairs K
-(so over C_cov = E_x[a(x)^-K]) in a compositional and an atomic form, where coverage, best-of-N and the
-KL-regularised optimum are closed forms; (2) tiny character-level transformers (``papers.common.gpt``, attention
-by ``kernels.attention``), several independently pretrained base models, each trained to a gate on its fit to the
-task's law, with 2 pairs (high coverage) and 4 pairs (low coverage). Claims: (a) best-of-N improves with N and beats
+(so over C_cov = E_x[a(x)^-K]) in a compositional, an atomic and an absorbing form (after a decoy every later
+token is a decoy, so a later pair is reachable only through correct earlier ones), where coverage, best-of-N and
+the KL-regularised optimum are closed forms; (2) tiny character-level transformers (``papers.common.gpt``,
+attention by ``kernels.attention``), several independently pretrained base models, each trained to a gate on its
+fit to the task's law, with a few pairs (high coverage) and more pairs (low coverage; task.answer_pairs). Claims: (a) best-of-N improves with N and beats
 greedy decoding, decided by a pretrained LM at the full scale (not measured at the default scale: the synthetic task
 makes the mode correct, so on the tiny transformers it is the check a_law, the law's prediction beside the measured
 curve); (b) SFT-sharpening amortises best-of-N (ablation: SFT on unselected samples); (c) SFT's required budget grows
-with C_cov while RL's does not (ablation: offline RL, the same RL sampling from pi_base only); (e) RL's lead over SFT
-is larger under low coverage than under high coverage (the interaction; ablation: offline RL). Checks: a_law, and
+with C_cov while RL's does not, on the absorbing sweep (ablation: offline RL, the same RL restricted to a fixed pool
+of base samples; the paper's Sections 3 and 4); (e) under low coverage RL beats SFT and the same RL
+restricted to SFT's own base samples (no exploration), at matched budgets (null control: greedy decoding in RL's
+place; the paper's Section 4). Checks: a_law, and
 d_optimum (tabular RL converges to the closed-form optimum, nearer to it than to the exponents one above and below
 and to the neighbouring formulas, which fail the same test).
 

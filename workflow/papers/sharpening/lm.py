@@ -108,28 +108,40 @@ def rl_loss(policy: GPT, base: GPT, prompts: torch.Tensor, answers: torch.Tensor
 
 def rl_sharpen(base: GPT, prompts: torch.Tensor, n: int, budgets, *, beta: float, samples_per_prompt: int,
                prompts_per_step: int, lr: float, generator: torch.Generator, on_budget,
-               explore: bool = True) -> GPT:
+               pool: torch.Tensor | None = None) -> GPT:
     """RL-sharpening (the paper's Section 4, RLHF-Sharpening): policy gradient (Adam) on the KL-regularised
     self-reward, from pi_base.
 
     Each pass over the prompts (shuffled, in minibatches of `prompts_per_step`) draws k fresh samples per
-    prompt from the current policy (online exploration); with ``explore=False`` it draws them from pi_base
-    instead (offline RL: the same loss, :func:`rl_loss`, on the base model's samples, without importance
-    weights; exactly the online exploration removed). After the pass that brings the samples drawn per prompt to
-    a budget in `budgets`, ``on_budget(budget, policy)`` is called; the step size is constant, so this equals
-    separate runs stopped at each budget. Returns the final policy.
+    prompt from the current policy (online exploration). With `pool` (B, M, n), samples of pi_base per prompt
+    (SFT-sharpening's pool, so the same samples SFT sees), RL is restricted to the pool: pass j (which brings the
+    budget to (j + 1) k) draws its k samples per prompt from the policy renormalised on the pool's first (j + 1) k
+    samples (:func:`pool_draw`, importance resampling), so at budget m the policy has seen exactly SFT's first m
+    samples and can generate nothing else: offline RL, the ablation that removes exactly the online exploration
+    (new answers) and keeps the objective, the loss, the reward, the KL term, the number of steps and the step
+    size. After the pass that brings the samples per prompt to a budget in `budgets`,
+    ``on_budget(budget, policy)`` is called; the step size is constant, so this equals separate runs stopped at
+    each budget. Returns the final policy.
     """
     policy = copy.deepcopy(base).train()
     base = base.eval()
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
     k = samples_per_prompt
+    if pool is not None:
+        if pool.shape[0] != len(prompts) or pool.shape[1] < max(budgets):
+            raise ValueError(f"the pool holds {tuple(pool.shape[:2])} samples, need {len(prompts)} prompts x at "
+                             f"least {max(budgets)} samples")
+        M = pool.shape[1]
+        pool_logb = self_reward(base, prompts.repeat_interleave(M, 0), pool.reshape(-1, n)).view(-1, M)
     for spent in range(k, max(budgets) + 1, k):
         perm = torch.randperm(len(prompts), generator=generator)
-        # offline: this pass's k samples per prompt from pi_base, drawn at once (the policy never samples)
-        pool = None if explore else sample_answers(base, prompts[perm], n, k, generator)  # (B, k, n)
         for i in range(0, len(perm), prompts_per_step):
-            x = prompts[perm[i:i + prompts_per_step]]
-            y = sample_answers(policy, x, n, k, generator) if explore else pool[i:i + prompts_per_step]  # (b, k, n)
+            idx = perm[i:i + prompts_per_step]
+            x = prompts[idx]
+            if pool is None:  # online: the current policy samples
+                y = sample_answers(policy, x, n, k, generator)  # (b, k, n)
+            else:  # restricted to the pool: k draws from the policy renormalised on the pool samples seen so far
+                y = pool_draw(policy, x, pool[idx, :spent], pool_logb[idx, :spent], k, generator)
             loss = rl_loss(policy, base, x, y, beta)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -138,6 +150,19 @@ def rl_sharpen(base: GPT, prompts: torch.Tensor, n: int, budgets, *, beta: float
             on_budget(spent, policy.eval())
             policy.train()
     return policy.eval()
+
+
+@torch.no_grad()
+def pool_draw(policy: GPT, prompts: torch.Tensor, support: torch.Tensor, support_logb: torch.Tensor, k: int,
+              generator: torch.Generator) -> torch.Tensor:
+    """k draws per prompt from the policy restricted to a fixed pool of samples of pi_base, by importance
+    resampling: support (B, S, n), with support_logb (B, S) = log pi_base of its entries, -> (B, k, n), pool entry j
+    drawn with probability proportional to pi(y_j | x) / pi_base(y_j | x). An answer that appears c times in the pool is drawn with probability proportional
+    to c pi / pi_base, about S pi(y): the policy renormalised on the answers the pool holds (none other can be drawn)."""
+    B, S, n = support.shape
+    log_w = self_reward(policy, prompts.repeat_interleave(S, 0), support.reshape(B * S, n)).view(B, S) - support_logb
+    j = torch.multinomial(torch.softmax(log_w, 1), k, replacement=True, generator=generator)  # (B, k)
+    return support[torch.arange(B)[:, None], j]
 
 
 # ---- evaluation -------------------------------------------------------------------------------------------

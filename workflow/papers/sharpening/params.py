@@ -11,22 +11,30 @@ from papers.common.params import ALL, for_stage, from_config
 
 SLUG = "sharpening"
 METHODS = ("sft", "rl")
+# The tabular sweep's generators (papers.sharpening.tabular.make_pair_chain): pairs independent (as in the LM task),
+# y* only whole, and pairs independent with absorbing decoys (a later pair reachable only through correct earlier
+# ones, so online exploration matters; the paper's Section 4).
+STRUCTURES = ("compositional", "atomic", "absorbing")
 
 
 @dataclass(frozen=True)
 class TabularParams:
     """The exact tabular level (numpy): the task's generator as one Markov-chain table per prompt, swept over
-    the number of pairs K (so over C_cov), in a compositional and an atomic form (papers.sharpening.tabular)."""
+    the number of pairs K (so over C_cov), in the structures of STRUCTURES (papers.sharpening.tabular)."""
 
     prompts: int = 64  # X prompts per base model
     vocab: int = 8  # V: 4 correct and 4 decoy tokens
     levels: tuple = (0.3, 0.7)  # a(x) = levels[x mod len(levels)], as in the LM task
     pairs: tuple = (1, 2, 3, 4, 5)  # K of the coverage sweep: C_cov = E_x[a(x)^-K]
-    seeds: int = 3  # independent base models (fresh y*, decoys) per setting, each sharpened once per method
-    budgets: tuple = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)  # samples per prompt, SFT and RL
+    seeds: int = 4  # independent base models (fresh y*, decoys) per setting, each sharpened once per method
+    # samples per prompt, SFT and RL: a half-octave grid (factors of 1.5 and 4/3), so a required budget is known to
+    # a factor of 1.5 and fewer base models tie on one grid point
+    budgets: tuple = (4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
     samples_per_step: int = 4  # RL: samples per prompt per policy-gradient step
     lr: float = 0.1  # RL: Adam step size on the logits
-    target_accuracy: float = 0.8  # claim (c): the required budget is the first budget reaching this accuracy
+    # claim (c): the required budget is the budget from which accuracy stays at or above this (tabular.required_budget)
+    target_accuracy: float = 0.8
+    deciding_structure: str = "absorbing"  # claim (c) is decided on this structure's sweep (the others reported)
     convergence_pairs: int = 4  # check (d): K of the base models of the long RL runs
     convergence_samples: int = 16000  # check (d): samples per prompt of each long RL run (one per seed)
     convergence_samples_per_step: int = 16
@@ -59,7 +67,7 @@ class ModelParams:
 
 @dataclass(frozen=True)
 class PretrainParams:
-    seeds: int = 5  # independent base models (initialisation and data order); each is sharpened once per method
+    seeds: int = 6  # independent base models (initialisation and data order); each is sharpened once per method
     steps: int = 2000
     batch_size: int = 64
     lr: float = 3e-3  # AdamW peak; linear warm-up then cosine decay to 0 (each round)
@@ -154,6 +162,9 @@ class Params:
                                  "wrong there)")
         if tp.vocab % 2:
             raise ValueError(f"sharpening.tabular.vocab = {tp.vocab} must be even (half correct, half decoy tokens)")
+        if tp.deciding_structure not in STRUCTURES:
+            raise ValueError(f"sharpening.tabular.deciding_structure = {tp.deciding_structure!r} must be one of "
+                             f"{list(STRUCTURES)}")
         if len(tp.pairs) < 2:
             raise ValueError("sharpening.tabular.pairs needs at least two settings (claim (c) fits a slope)")
         if max(s.budgets) > max(self.bon_sizes) or not set(s.budgets) <= set(self.bon_sizes):

@@ -13,13 +13,17 @@ from papers.common.report import write_report
 from papers.common.tables import mean_std, write_table
 from papers.sharpening import tabular as tb
 from papers.sharpening import task
-from papers.sharpening.params import METHODS, SLUG, parse
-from papers.sharpening.stages import STRUCTURES
+from papers.sharpening.params import METHODS, SLUG, STRUCTURES, parse
 from papers.sharpening.verdicts import SCOPE, cell, mean, required_budgets, sharpening_claims
 
 TITLE = "P11 sharpening: Self-improvement in language models: the sharpening mechanism"
-LABEL = {"high_coverage": "LM, 2 pairs (high coverage)", "low_coverage": "LM, 4 pairs (low coverage)",
-         "compositional": "tabular, compositional", "atomic": "tabular, atomic (y* only whole)"}
+STRUCTURE_LABEL = {"compositional": "tabular, compositional", "atomic": "tabular, atomic (y* only whole)",
+                   "absorbing": "tabular, absorbing decoys"}
+
+
+def labels(p) -> dict:
+    """Row and panel labels; the LM variants' numbers of pairs from the config (task.answer_pairs)."""
+    return {v: f"LM, {k} pairs ({v.replace('_', ' ')})" for v, k in p.task.answer_pairs.items()} | STRUCTURE_LABEL
 
 
 def _stats(df: pd.DataFrame) -> pd.DataFrame:
@@ -36,6 +40,7 @@ def report(*, cfg, scale, results, summary, convergence, formulas, history, fit,
            claims, params_json, report_md, verdicts, fig_bon, fig_sharpening, fig_convergence, pretrained=()):
     p = parse(cfg)
     c, tp = p.claims, p.tabular
+    LABEL = labels(p)
     df = read_parquet(results)
     if len(pretrained):
         df = pd.concat([df, read_parquets(pretrained)], ignore_index=True)
@@ -64,14 +69,16 @@ def report(*, cfg, scale, results, summary, convergence, formulas, history, fit,
                               extra="shuffled reward: " + mean_std(cell(df, "lm", v, "best_of_n_shuffled", m))
                               + (f"; offline RL: {mean_std(off)}" if len(off) else "")))
     for structure in STRUCTURES:
-        req = {method: required_budgets(df, p, structure, method)[0] for method in (*METHODS, "rl_offline")}
+        methods = (*METHODS, "rl_offline") if structure == tp.deciding_structure else METHODS
+        req = {method: required_budgets(df, p, structure, method)[0] for method in methods}
         for j, K in enumerate(tp.pairs):
             cov = mean(df, "tabular", structure, "sample", 1, column="coverage", pairs=K)
-            lines.append(line(f"{LABEL[structure]}, K = {K}", cov, f"required for accuracy {tp.target_accuracy}",
+            lines.append(line(f"{LABEL[structure]}, K = {K}", cov, f"required to stay at accuracy {tp.target_accuracy}",
                               sft=" / ".join(f"{x:.0f}" for x in req["sft"][:, j]),
                               rl=" / ".join(f"{x:.0f}" for x in req["rl"][:, j]),
-                              extra="offline RL " + " / ".join(f"{x:.0f}" for x in req["rl_offline"][:, j])
-                                    + f"; greedy {mean(df, 'tabular', structure, 'greedy', 1, pairs=K):.3g}, "
+                              extra=("offline RL " + " / ".join(f"{x:.0f}" for x in req["rl_offline"][:, j]) + "; "
+                                     if "rl_offline" in req else "")
+                                    + f"greedy {mean(df, 'tabular', structure, 'greedy', 1, pairs=K):.3g}, "
                                     f"optimum {mean(df, 'tabular', structure, 'optimum', 0, pairs=K):.3g}"))
     for name in p.pretrained.names:  # the paper's own setting (full scale)
         for N in p.pretrained.bon_sizes:
@@ -84,16 +91,17 @@ def report(*, cfg, scale, results, summary, convergence, formulas, history, fit,
         f"with the self-reward log pi_base, and one sample of the SFT- or RL-sharpened model trained with m samples "
         f"per prompt (mean +- std over {p.pretrain.seeds} base models, each sharpened once), beta = {p.beta}; "
         f"control column: best-of-m when each sample carries another sample's reward, and offline RL (the same RL "
-        f"sampling from pi_base only). Tabular rows: the budget "
-        f"(samples per prompt, grid {list(tp.budgets)}) each seed's SFT, RL and offline RL needed to reach accuracy "
-        f"{tp.target_accuracy} (inf: not reached), seeds separated by /; {tp.prompts} prompts, V = {tp.vocab}, "
+        f"restricted to SFT's own pool of base samples, low coverage only). Tabular rows: the budget "
+        f"(samples per prompt, grid {list(tp.budgets)}) from which each seed's SFT, RL and offline RL stay at accuracy "
+        f"{tp.target_accuracy} or above (inf: not reached, or fallen below it again at the largest budget), seeds "
+        f"separated by /; {tp.prompts} prompts, V = {tp.vocab}, "
         f"a(x) in {list(tp.levels)}. C_cov = E_x[1 / pi_base(y*|x)]. Full curves: table.csv.")
     write_table(pd.DataFrame(lines), table_md, table_csv, caption=caption,
                 csv_df=_stats(df[df.level != "pretrained_question"]))
 
     # --- figures
-    _bon_figure(fig_bon, p, df, coverage, s["lm"])
-    _sharpening_figure(fig_sharpening, p, df, coverage)
+    _bon_figure(fig_bon, p, df, coverage, s["lm"], LABEL)
+    _sharpening_figure(fig_sharpening, p, df, coverage, LABEL)
     floor = task.entropy_per_letter(p.task.alphabet, p.task.levels)
     _convergence_figure(fig_convergence, p, conv, form, hist, fits, floor)
 
@@ -117,14 +125,18 @@ def report(*, cfg, scale, results, summary, convergence, formulas, history, fit,
         f"pair), but where a(x) < 1/2 greedy decoding writes the decoy letter: under the exact law greedy is wrong on "
         f"{law['high_coverage']['share_greedy_wrong_under_the_law']:.0%} of the held-out prompts.\n\n"
         f"Level 1, exact tabular model (the same generator as Markov tables, {tp.prompts} prompts, V = {tp.vocab}): "
-        f"a coverage sweep over K = {list(tp.pairs)} pairs in two structures, compositional (pairs independent, as "
-        f"in the LM task) and atomic (all of y* with probability a^K, else a decoy: the same C_cov, but y* cannot "
-        f"be assembled part by part), {tp.seeds} independent base models per setting. SFT-sharpening is the tabular "
+        f"a coverage sweep over K = {list(tp.pairs)} pairs in three structures, compositional (pairs independent, "
+        f"as in the LM task), atomic (all of y* with probability a^K, else a decoy: the same C_cov, but y* cannot "
+        f"be assembled part by part) and absorbing (compositional, but after a decoy token every later token is a "
+        f"decoy: the same C_cov, and a later pair is reachable only through correct earlier ones), {tp.seeds} "
+        f"independent base models per setting; claim (c) is decided on the {tp.deciding_structure} sweep. SFT-sharpening is the tabular "
         f"maximum-likelihood fit to the best-of-m winner; RL-sharpening is REINFORCE (reward-to-go, leave-one-out "
         f"baseline, Adam on the logits, lr {tp.lr}, {tp.samples_per_step} samples per prompt per step) on "
         f"E[log pi_base] - {p.beta} KL(pi || pi_base), sampling from the current policy (online) and, as the "
-        f"ablation, from pi_base only (offline RL, the same update), over budgets {list(tp.budgets)}; the required "
-        f"budget is the first budget of each curve whose accuracy reaches {tp.target_accuracy}. Its closed-form "
+        f"ablation on the {tp.deciding_structure} sweep, restricted to a fixed pool of base samples (offline RL: at "
+        f"budget m it draws from the policy renormalised on the pool's first m samples), over "
+        f"budgets {list(tp.budgets)}; the required budget is the budget from which each curve's accuracy stays at "
+        f"or above {tp.target_accuracy}. Its closed-form "
         f"optimum is pi*_beta = pi_base^{alpha:.3g} / Z (backward messages); one long RL run per seed "
         f"({tp.convergence_samples} samples per prompt, K = {tp.convergence_pairs}, step size "
         f"{'falling linearly to 0' if tp.convergence_decay else 'constant'}) ends at KL(pi_RL || pi*_beta) = "
@@ -146,13 +158,15 @@ def report(*, cfg, scale, results, summary, convergence, formulas, history, fit,
         f"{', '.join(f'{v:.3f}' for v in final_loss.values())} against the law's entropy {floor:.3f}. The "
         f"{p.task.train_prompts} training, {p.task.test_prompts} held-out and {p.task.val_prompts} validation prompts "
         f"per variant are drawn first, distinct, and kept out of the corpus (checked by "
-        f"check_held_out before pretraining). Each base model is sharpened once per method on 2 pairs (C_cov = "
-        f"{coverage['high_coverage']:.3g}, law {law['high_coverage']['coverage_of_the_law']:.3g}) and 4 pairs (C_cov = "
+        f"check_held_out before pretraining). Each base model is sharpened once per method on "
+        f"{p.task.answer_pairs['high_coverage']} pairs (C_cov = {coverage['high_coverage']:.3g}, law "
+        f"{law['high_coverage']['coverage_of_the_law']:.3g}) and {p.task.answer_pairs['low_coverage']} pairs (C_cov = "
         f"{coverage['low_coverage']:.3g}, law {law['low_coverage']['coverage_of_the_law']:.3g}) with m in {budgets_lm} "
         f"samples per prompt: SFT on the best-of-m winners ({p.sharpen.sft_epochs} epochs, lr {p.sharpen.sft_lr}; "
         f"ablation: SFT on one unselected sample) and on-policy REINFORCE with the KL term "
         f"({p.sharpen.rl_samples_per_prompt} samples per prompt per step, lr {p.sharpen.rl_lr}; ablation: the same "
-        f"REINFORCE on samples of pi_base only, offline RL). One sample's "
+        f"REINFORCE restricted to SFT's own pool of base samples on the low-coverage variant, offline RL: at budget m "
+        f"it draws from the policy renormalised on SFT's first m samples). One sample's "
         f"accuracy is exact (pi(y* | x) by teacher forcing); best-of-N is estimated without bias from one pool of "
         f"{max(p.bon_sizes)} samples per prompt, and from the same pool with the rewards shuffled within each prompt "
         f"(control).")
@@ -169,12 +183,13 @@ def report(*, cfg, scale, results, summary, convergence, formulas, history, fit,
         "a_law (the law's prediction beside the measured curve), not evidence for (a). The paper's RLHF-sharpening "
         "guarantee without coverage uses an exploration-augmented preference method; we use plain on-policy policy "
         "gradient, whose exploration is sampling from the current policy, and ablate exactly that with offline RL "
-        "(the same update on samples of pi_base only) for (c) and (e); where the ablation satisfies the criterion "
-        "too, the claim is inconclusive. The atomic sweep (the same coverage, nothing to assemble part by part) is "
-        "reported beside (c), not deciding. The closed-form optimum is the check d_optimum (the optimiser against "
+        "(the same update restricted to a fixed pool of base samples, on the LM SFT's own pool) "
+        "for (c) and (e); where the ablation satisfies (c)'s criterion too, (c) is inconclusive, and (e) requires RL "
+        "to beat it, with greedy decoding of the base model in RL's place as a control that must fail. (c) is "
+        f"decided on the {tp.deciding_structure} sweep; the other structures are reported beside it, not deciding. The closed-form optimum is the check d_optimum (the optimiser against "
         "a math identity), not a claim. The paper bounds the "
-        "budget each method needs; we read it off a grid of budgets (doubling), so a required budget is known to a "
-        "factor of 2, and compare its growth with C_cov by a slope over the sweep. Budgets are samples per prompt, "
+        "budget each method needs; we read it off a grid of budgets (steps of a factor 1.5 or 4/3), so a required "
+        "budget is known to a factor of 1.5, and compare its growth with C_cov by a slope over the sweep. Budgets are samples per prompt, "
         "matched between SFT (samples from pi_base) and RL (samples from the policy); SFT may take several epochs "
         "over its fixed data. The base models' replicates repeat initialisation and data order of pretraining on "
         f"one corpus. The fine-tuning learning rate ({p.sharpen.sft_lr}) and SFT's number of epochs "
@@ -190,7 +205,7 @@ def report(*, cfg, scale, results, summary, convergence, formulas, history, fit,
 
 
 # ---- figures ----------------------------------------------------------------------------------------------
-def _bon_figure(path, p, df, coverage, law):
+def _bon_figure(path, p, df, coverage, law, LABEL):
     fig, axes = subplots(1, 2, width=4.6, height=3.6)
     ns = sorted(p.bon_sizes)
     for j, v in enumerate(p.variants):
@@ -211,9 +226,9 @@ def _bon_figure(path, p, df, coverage, law):
     savefig(fig, path)
 
 
-def _sharpening_figure(path, p, df, coverage):
+def _sharpening_figure(path, p, df, coverage, LABEL):
     tp, budgets_lm = p.tabular, list(p.sharpen.budgets)
-    fig, axes = subplots(1, 4, width=4.0, height=3.3)
+    fig, axes = subplots(1, 2 + len(STRUCTURES), width=4.0, height=3.3)
     for j, v in enumerate(p.variants):
         ax = axes[0, j]
         ax.plot(budgets_lm, [mean(df, "lm", v, "best_of_n", m) for m in budgets_lm], "k--", lw=0.9,
@@ -233,6 +248,8 @@ def _sharpening_figure(path, p, df, coverage):
     for j, structure in enumerate(STRUCTURES):
         ax = axes[0, 2 + j]
         for method, name in [("sft", "SFT"), ("rl", "RL"), ("rl_offline", "offline RL (ablation)")]:
+            if method == "rl_offline" and structure != tp.deciding_structure:
+                continue
             m_req, cov = required_budgets(df, p, structure, method)
             shown = np.where(np.isfinite(m_req), m_req, cap)
             ax.plot(cov, np.exp(np.log(shown).mean(0)), "o-", ms=3, label=f"{name} (geometric mean over seeds)")
@@ -241,8 +258,9 @@ def _sharpening_figure(path, p, df, coverage):
         ax.set_xscale("log")
         ax.set_yscale("log", base=2)
         ax.set_xlabel("C_cov (K = " + ", ".join(str(k) for k in tp.pairs) + ")")
-        ax.set_ylabel(f"budget to reach accuracy {tp.target_accuracy}")
-        ax.set_title(LABEL[structure], fontsize=9)
+        ax.set_ylabel(f"budget to stay at accuracy {tp.target_accuracy}")
+        ax.set_title(LABEL[structure] + (" (decides (c))" if structure == tp.deciding_structure else ""),
+                     fontsize=9)
         ax.legend(fontsize=7)
     savefig(fig, path)
 

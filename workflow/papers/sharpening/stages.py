@@ -19,7 +19,7 @@ from papers.common.params import to_dict
 from papers.common.progress import progress
 from papers.sharpening import tabular as tb
 from papers.sharpening import task
-from papers.sharpening.params import METHODS, SLUG, Params, parse
+from papers.sharpening.params import METHODS, SLUG, STRUCTURES, Params, parse
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 # 0 for the closed-form optimum). Tabular variants are the two structures of the coverage sweep, `pairs` its K.
 COLUMNS = ["level", "variant", "pairs", "method", "budget", "seed", "accuracy", "greedy_accuracy", "log_pi_base",
            "winner_accuracy", "coverage"]
-STRUCTURES = ("compositional", "atomic")  # the tabular sweep's two generators (tabular.make_pair_chain)
+# STRUCTURES (params.py): the tabular sweep's three generators; claim (c) is decided on tabular.deciding_structure.
 
 
 def _rows(rows: list[dict]) -> pd.DataFrame:
@@ -123,21 +123,21 @@ def prepare(*, cfg, corpus, prompts):
 # ---- level 1: the tabular coverage sweep ---------------------------------------------------------------------
 def tabular(*, cfg, curves, convergence, formulas):
     """For each structure, number of pairs K (so C_cov) and seed (an independent base model): exact best-of-N,
-    SFT-sharpening on best-of-m winners, RL-sharpening (online) and its offline ablation (sampling from pi_base
-    only) over the budget grid, the closed-form optimum; then one long RL run per seed whose distance to the
+    SFT-sharpening on best-of-m winners, RL-sharpening (online) and, on tabular.deciding_structure, its offline
+    ablation (restricted to a fixed pool of base samples) over the budget grid, the closed-form optimum; then one long RL run per seed whose distance to the
     optimum is traced, and whose final policy is set against the closed form and its wrong neighbours
     (`formulas`, tabular.formula_distances; check (d)). The paper's Sections 3 and 4."""
     p = parse(cfg)
     tp = p.tabular
     budgets = list(tp.budgets)
     rows = []
-    for structure in STRUCTURES:
-        atomic = structure == "atomic"
+    for si, structure in enumerate(STRUCTURES):
         for K in progress(tp.pairs, desc=f"tabular {structure}"):
             for seed in range(tp.seeds):
-                # The same stream for both structures: the same y* and decoys, so the two sweeps are paired.
+                # The same stream for every structure: the same y* and decoys, so the sweeps are paired.
                 base, y_star, _ = tb.make_pair_chain(np.random.default_rng([p.seed, seed, K]), tp.prompts, K,
-                                                     tp.vocab, tp.levels, atomic=atomic)
+                                                     tp.vocab, tp.levels, atomic=structure == "atomic",
+                                                     absorbing=structure == "absorbing")
                 if not (tb.mode(base)[0] == y_star).all():
                     raise RuntimeError(f"tabular {structure}, K = {K}: Viterbi's mode is not the generator's y*")
                 common = {"level": "tabular", "variant": structure, "pairs": K, "seed": seed,
@@ -153,7 +153,7 @@ def tabular(*, cfg, curves, convergence, formulas):
                           "accuracy": float((tb.greedy(base) == y_star).all(1).mean())}]
                 rows += [{**common, "method": "best_of_n", "budget": N, "accuracy": tb.bon_accuracy(base, N)}
                          for N in sorted(set(p.bon_sizes) | set(budgets))]
-                rng = np.random.default_rng([p.seed, seed, K, 1 + atomic])
+                rng = np.random.default_rng([p.seed, seed, K, 1, si])
                 pool = tb.sample(base, max(budgets), rng)  # budget m uses the first m samples of the pool
                 reward = tb.seq_logprob(base, pool)
                 for m in budgets:
@@ -161,12 +161,14 @@ def tabular(*, cfg, curves, convergence, formulas):
                     rows.append(row("sft", m, tb.sft_sharpen(base, won),
                                     winner_accuracy=float((won == y_star).all(1).mean())))
                 kept, _ = tb.rl_sharpen(base, budgets, beta=p.beta, samples_per_step=tp.samples_per_step, lr=tp.lr,
-                                        rng=np.random.default_rng([p.seed, seed, K, 3 + atomic]))
+                                        rng=np.random.default_rng([p.seed, seed, K, 3, si]))
                 rows += [row("rl", m, kept[m]) for m in budgets]
-                # the ablation of (c): the same RL sampling from pi_base only (offline, no online exploration)
-                kept, _ = tb.rl_sharpen(base, budgets, beta=p.beta, samples_per_step=tp.samples_per_step, lr=tp.lr,
-                                        rng=np.random.default_rng([p.seed, seed, K, 7 + atomic]), explore=False)
-                rows += [row("rl_offline", m, kept[m]) for m in budgets]
+                if structure == tp.deciding_structure:  # the ablation of (c), where (c) is decided: the same RL
+                    # restricted to a fixed pool of base samples (offline, no online exploration)
+                    kept, _ = tb.rl_sharpen(base, budgets, beta=p.beta, samples_per_step=tp.samples_per_step,
+                                            lr=tp.lr, rng=np.random.default_rng([p.seed, seed, K, 7, si]),
+                                            explore=False)
+                    rows += [row("rl_offline", m, kept[m]) for m in budgets]
     write_parquet(_rows(rows), curves)
 
     traces, fits = [], []
@@ -286,8 +288,9 @@ def pretrain(*, cfg, corpus, prompts, checkpoint, history, fit):
 def sharpen(*, cfg, method, checkpoint, prompts, results):
     """One sharpening method ("sft" or "rl") over the budgets, for both variants and every base model (each
     with its own seed); each sharpened model is evaluated on the held-out prompts at once. SFT also fits, on
-    the high-coverage variant, one unselected sample per prompt (the control of claim (b)); RL also runs offline,
-    sampling from pi_base only (method "rl_offline", the control of claim (e)). The paper's Sections 3 and 4."""
+    the high-coverage variant, one unselected sample per prompt (the control of claim (b)); on the low-coverage
+    variant RL also runs restricted to SFT's own pool of base samples (method "rl_offline", lm.rl_sharpen with
+    `pool`: the comparator without online exploration of claim (e)). The paper's Sections 3 and 4."""
     import torch
 
     from papers.sharpening import lm
@@ -323,11 +326,16 @@ def sharpen(*, cfg, method, checkpoint, prompts, results):
                     model = lm.sft_sharpen(base, x_train, targets, epochs=sp.sft_epochs, batch=sp.sft_batch,
                                            lr=sp.sft_lr, generator=gen)
                     record(budget, model, name, winner_accuracy=float((targets == y_train).all(1).float().mean()))
-            else:  # online RL, then its ablation (the control of (e)): the same RL sampling from pi_base only
-                for explore, name in [(True, "rl"), (False, "rl_offline")]:
+            else:  # online RL, then on the low-coverage variant its ablation (claim (e)): the same RL restricted
+                # to SFT's own samples of pi_base, SFT's pool drawn again from SFT's generator (the same draws)
+                arms = [(None, "rl")]
+                if variant == "low_coverage":
+                    arms.append((lm.sample_answers(base, x_train, n, max(sp.budgets), torch.Generator().manual_seed(
+                        _seed(p.seed, seed, vi, METHODS.index("sft")))), "rl_offline"))
+                for pool_, name in arms:
                     lm.rl_sharpen(base, x_train, n, sp.budgets, beta=p.beta,
                                   samples_per_prompt=sp.rl_samples_per_prompt, prompts_per_step=sp.rl_prompts_per_step,
-                                  lr=sp.rl_lr, generator=gen, explore=explore,
+                                  lr=sp.rl_lr, generator=gen, pool=pool_,
                                   on_budget=lambda budget, model, name=name: record(budget, model, name))
     write_parquet(_rows(rows), results)
 

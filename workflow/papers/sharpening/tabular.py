@@ -17,7 +17,8 @@ computed exactly here:
 
 The two sharpening algorithms at a budget of m samples per prompt: SFT-sharpening (maximum likelihood on
 the best-of-m winner) and RL-sharpening (the paper's RLHF-Sharpening objective, maximised by policy
-gradient, sampling from the current policy: online exploration; or, as the ablation, from pi_base: offline).
+gradient, sampling from the current policy: online exploration; or, as the ablation, restricted to a fixed pool of
+samples of pi_base: offline).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ START = 0  # the previous-token index used at t = 0
 
 # ---- the base model ------------------------------------------------------------------------------
 def make_pair_chain(rng: np.random.Generator, prompts: int, pairs: int, vocab: int, levels,
-                    atomic: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    atomic: bool = False, absorbing: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The tabular version of the language-model task (:mod:`.task`): L = 2K tokens per prompt, a correct
     answer y*(x) and a reliability a(x) = levels[x mod len(levels)].
 
@@ -45,11 +46,19 @@ def make_pair_chain(rng: np.random.Generator, prompts: int, pairs: int, vocab: i
     - atomic: the whole answer is y* with probability b = a^K (the same pi(y*), hence the same C_cov), else
       d_0 followed by L - 1 uniform decoy tokens; y* is the mode iff b > (1 - b) h^-(L-1). No part of y* is
       more likely than y* itself, so it cannot be assembled part by part.
+    - absorbing (compositional with absorbing decoys): as compositional, but once a decoy token is written every
+      later token is a uniform decoy token, so pair i + 1 of y* is reachable only through correct pairs 1 .. i.
+      pi(y*) = a^K (the same C_cov); a sample carries information about pair i + 1 only when pairs 1 .. i are
+      right, so a learner that only sees pi_base's samples meets the later pairs with probability a^i, while one
+      that samples from its own, sharpening policy reaches them more and more often (where online exploration
+      matters, the paper's Section 4).
 
     Returns (logp (X, L, V, V), y* (X, L), a (X,)); impossible transitions have log-probability -inf.
     """
     if vocab < 4 or vocab % 2:
         raise ValueError(f"vocab = {vocab} must be even and at least 4 (half correct, half decoy tokens)")
+    if atomic and absorbing:
+        raise ValueError("a chain is atomic or absorbing, not both")
     X, L, h = prompts, 2 * pairs, vocab // 2
     a = np.asarray(levels, dtype=float)[np.arange(X) % len(levels)]
     y_star = rng.integers(h, size=(X, L))
@@ -65,6 +74,9 @@ def make_pair_chain(rng: np.random.Generator, prompts: int, pairs: int, vocab: i
             p[:, t] = 0.0
             p[xs, t, prev, y_star[:, t, None]] = prob
             p[xs, t, prev, decoy[:, t, None]] = 1.0 - prob
+            if absorbing and t > 0:  # after a decoy token the chain stays among the decoy tokens
+                p[:, t, h:, :] = 0.0
+                p[:, t, h:, h:] = 1.0 / h
         else:  # after a correct token the next correct token is certain
             p[:, t, :h] = 0.0
             p[xs, t, prev[:, :h], y_star[:, t, None]] = 1.0
@@ -266,12 +278,16 @@ def sft_sharpen(logp_base: np.ndarray, winners: np.ndarray) -> np.ndarray:
 
 
 def required_budget(budgets, accuracies, target: float) -> float:
-    """The smallest budget of a curve whose accuracy reaches `target` (inf if none does): the sample budget an
-    algorithm needs, read off its whole budget curve."""
-    for m, acc in sorted(zip(budgets, accuracies)):
-        if acc >= target:
-            return float(m)
-    return math.inf
+    """The budget from which a curve's accuracy stays at or above `target`: the smallest budget m such that every
+    budget >= m of the grid reaches it (inf if the largest budget does not). A curve that reaches the target and
+    falls below it again (a learner that collapses later) needs the budget after its last fall, not its first
+    crossing: the sample budget an algorithm needs to be and stay that accurate, read off its whole curve."""
+    need = math.inf
+    for m, acc in sorted(zip(budgets, accuracies), reverse=True):
+        if not acc >= target:
+            break
+        need = float(m)
+    return need
 
 
 class Adam:
@@ -321,9 +337,12 @@ def rl_sharpen(logp_base: np.ndarray, budgets, *, beta: float, samples_per_step:
     KL-regularised self-reward, from pi_base, sampling `samples_per_step` sequences per prompt at every step.
 
     ``explore`` (default): the samples come from the current policy (online exploration). With ``explore=False``
-    they come from pi_base at every step (offline RL: the same update formula, :func:`policy_gradient`, on the
-    base model's samples, without importance weights), which removes exactly the online exploration and keeps
-    the reward, the KL term, the credit assignment and the step size. ``decay``: the step size falls linearly
+    RL is restricted to a fixed pool of base samples (offline RL): one pool of max(budgets) samples of pi_base per
+    prompt is drawn first, and the step that brings the budget to m draws its samples from the policy renormalised
+    on the pool's first m samples (importance resampling, weights pi / pi_base per pool entry), so at budget m the
+    policy has seen exactly m base samples per prompt, as SFT has, and can generate no other answer. This removes
+    exactly the online exploration (new answers) and keeps the objective, the update formula, the reward, the KL
+    term, the credit assignment, the number of steps and the step size. ``decay``: the step size falls linearly
     from `lr` to 0 over the run (a stochastic-approximation schedule, so a long run settles at a fixed point
     instead of hovering around it); without it the step size is constant.
 
@@ -336,6 +355,15 @@ def rl_sharpen(logp_base: np.ndarray, budgets, *, beta: float, samples_per_step:
     opt = Adam(logits.shape, lr)
     kept, trace = {}, []
     steps = max(budgets) // samples_per_step
+    if not explore:  # the fixed pool of base samples, and their log pi_base, drawn once
+        pool = sample(logp_base, steps * samples_per_step, rng)  # (X, M, L)
+        pool_logb = seq_logprob(logp_base, pool)  # (X, M)
+        xs = np.arange(len(pool))[:, None]
+        X, M, L = pool.shape
+        prev = np.concatenate([np.full((X, M, 1), START), pool[:, :, :-1]], axis=2)
+        # flat index of each pool token's entry in a (X, L, V, V) table: one gather scores the pool under a policy
+        flat = ((np.arange(X)[:, None, None] * L + np.arange(L)) * logp_base.shape[-1] + prev) * logp_base.shape[-1] \
+            + pool
     for step in range(steps + 1):
         spent = step * samples_per_step
         if spent in budgets:
@@ -344,7 +372,17 @@ def rl_sharpen(logp_base: np.ndarray, budgets, *, beta: float, samples_per_step:
             trace.append((spent, float(kl(normalise(logits), logp_star).mean())))
         if step == steps:
             break
-        y = sample(normalise(logits) if explore else logp_base, samples_per_step, rng)
+        logp = normalise(logits)
+        if explore:
+            y = sample(logp, samples_per_step, rng)
+        else:  # the policy renormalised on the pool's first spent + k samples (importance resampling)
+            support = pool[:, :spent + samples_per_step]
+            S = support.shape[1]
+            log_w = logp.ravel()[flat[:, :S]].sum(-1) - pool_logb[:, :S]  # (X, S): log pi / pi_base of the pool
+            cdf = np.cumsum(np.exp(log_w - logsumexp(log_w, axis=1, keepdims=True)), axis=1)
+            j = np.minimum((rng.random((len(pool), samples_per_step, 1)) > cdf[:, None, :]).sum(-1),
+                           support.shape[1] - 1)  # (X, k)
+            y = support[xs, j]
         logits = opt.step(logits, policy_gradient(logits, logp_base, y, beta),
                           lr=lr * (1 - step / steps) if decay else None)
     return kept, trace

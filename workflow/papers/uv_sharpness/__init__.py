@@ -5,7 +5,7 @@ No official code was found.
 Reproduced: the UV model's sharpness phenomenology from its exact dynamics: early sharpness reduction from a
 large init at a large learning rate without a catapult (against the same init at a small one; at the model's width,
 with a width sweep beside it), and, as an extension, whether the catapult adds to it (a difference in differences
-across each seed's catapult onset, its first loss rise); edge of stability; the route to chaos on the EoS manifold u || v (a large-init sweep, imbalance 1 - 4kf^2/Theta^2);
+across each seed's catapult onset, its first loss rise); edge of stability; the route to chaos on the EoS manifold u || v (a sweep from an init off the manifold, Theta_0 below lambda_min, imbalance 1 - 4kf^2/Theta^2);
 the period-doubling route to chaos as the learning rate grows past 2 / lambda_min (bifurcation diagram,
 periods of any length, Lyapunov exponent; positive control: the logistic map); and the real-network check
 that a network's sharpness rises to 2 / eta and stays there. The fixed-point conditions derived here from

@@ -3,22 +3,28 @@
 UV claims rest on sweep replicates that each draw their own example (x, y), initial point and grid offset
 (stages.sweep_instance), or on trajectory seeds (initial points); MLP claims on the MLP's seeds.
 
-* (a) the route to chaos lies on the EoS manifold: from a large init (off the manifold), the late-time imbalance
+* (a) the route to chaos lies on the EoS manifold: from an init off the manifold (the sweep named "large": Theta_0 =
+  0.5 lambda_min by default, five times the small sweep's, still below lambda_min, so no sharp-init route is
+  tested), the late-time imbalance
   1 - 4kf^2/Theta^2 (0 exactly when u || v) is ~0 at every eta above 2/lambda_min, over the runs that stay bounded
   (a diverged run has no late orbit; the share that diverge is a premise gate); control: the same init below it,
   where GD stops at a minimum off the manifold;
 * (b) the period-doubling route 1 -> 2 -> 4 -> 8 -> chaos, per replicate; positive control: the same detection on
   the logistic map, whose route is known; control: the sweep's eta labels permuted;
-* (c) a real network's sharpness rises to about 2/eta and stays there; control: the untrained network;
+* (c) a real network's sharpness rises to about 2/eta and stays there, and scales as 1/eta across learning rates;
+  control: the ablation at a learning rate whose 2/eta the sharpness does not reach;
 * (d) at the model's width, a large learning rate reduces the sharpness early from a large init (Theta_0 >
-  lambda_min) without a catapult: at eta Theta_0 below 2 (every run gated on no loss rise) against the same init and
-  seeds at eta Theta_0 < 1 (the ablation: the large learning rate removed, the large init kept); a finite-width
+  lambda_min) without a catapult: the lasting reduction 1 - Theta(end of the early phase) / Theta_0 (not the minimum:
+  the first steps' swing of f dips Theta for a step or two, and it recovers) at eta Theta_0 below 2 (every run gated
+  on no loss rise), paired against the same init and seeds at eta Theta_0 < 1 (the ablation: the large learning rate
+  removed, the large init kept, which is also the control); the reduction at eta Theta_0 below 2 alone, the
+  transient dip and the step of its minimum are reported beside it; a finite-width
   effect, so the claim is stated at `width` and a width sweep on the function-space map is reported beside it, as is
   the same comparison on lambda_max;
 * (d_catapult) an extension, not a statement of the paper: the catapult adds early reduction beyond the learning
   rate's smooth trend, a difference in differences per seed (the change over a span D across its catapult onset
-  minus over D just below); control: the same one span lower, all calm; premise: the reduction (at most 1) leaves
-  the test room to pass; positive control: the same test on a much wider UV model, where only the catapult reduces
+  minus over D just below); control: the same one span lower, all calm; premise: the lasting reduction (at most
+  1 - lambda_min / Theta_0) leaves the test room to pass; positive control: the same test on a much wider UV model, where only the catapult reduces
   the NTK.
 
 Progressive sharpening from a small init is a check, not a claim: the small init puts Theta_0 at a tenth of
@@ -98,7 +104,7 @@ def _capped(values) -> np.ndarray:
 
 
 def _manifold_parts(large: pd.DataFrame, keep, tol: float) -> tuple[list, int]:
-    """Claim (a)'s test at every grid index of the large-init sweep whose replicates' ratios all pass `keep`: the
+    """Claim (a)'s test at every grid index of the off-manifold ("large") sweep whose replicates' ratios all pass `keep`: the
     late imbalance of the replicates that stayed bounded below `tol` (t interval). A diverged run has no late orbit,
     on the manifold or off it: it is left out here and counted by the claim's divergence gate. Returns the tests and
     the number of grid points where every replicate diverged (not tested; a point with fewer than MIN_REPLICATES
@@ -127,9 +133,11 @@ def manifold_claim(p, large: pd.DataFrame) -> Claim:
     diverged_share = float(above.diverged.mean()) if len(above) else float("nan")
     bounded_above = above[~above.diverged]
     return Claim(
-        "a", "The route to chaos lies on the edge-of-stability manifold: from a large init off it, gradient descent "
-             "with eta above 2/lambda_min ends on the manifold u || v (imbalance 1 - 4kf^2/Theta^2 = 0), at every "
-             "eta the sweep covers, in every run that stays bounded.",
+        "a", "The route to chaos lies on the edge-of-stability manifold: from an init off it (Theta_0 = "
+             f"{p.sweep_inits['large']:g} lambda_min"
+             + (", below lambda_min: no sharp-init route is tested" if p.sweep_inits["large"] < 1 else "")
+             + "), gradient descent with eta above 2/lambda_min ends on the manifold u || v (imbalance "
+             "1 - 4kf^2/Theta^2 = 0), at every eta the sweep covers, in every run that stays bounded.",
         "a period-doubling route to chaos on the edge of stability manifold as the learning rate is increased",
         {"points_above": len(ev), "within_tolerance": sum(e.verdict == "holds" for e in ev),
          "points_untested": untested,
@@ -138,20 +146,20 @@ def manifold_claim(p, large: pd.DataFrame) -> Claim:
          "initial_imbalance": float(start.mean()), "diverged_runs": int(above.diverged.sum()),
          "runs_above": int(len(above)),
          "divergence_onset_per_replicate": [float(x) for x in escape]},
-        f"at every grid point of the large-init sweep (Theta_0 / lambda_min = {p.sweep_inits['large']:g}) with "
+        f"at every grid point of the off-manifold sweep ('large': Theta_0 / lambda_min = {p.sweep_inits['large']:g}) with "
         f"r = eta / (2/lambda_min) > 1 + {p.onset_tolerance_steps} grid steps ({1 + edge:.4g}) for every replicate "
         f"({len(ev)} points tested, {untested} where every replicate diverged), the 95% t "
         f"interval over the {p.seeds} replicates that stay bounded of the imbalance averaged over the last "
         f"{p.late_window} steps lies below manifold_tolerance = {p.manifold_tolerance:g}",
-        ev or None, Control(f"the same large init with eta below 2/lambda_min (r < {1 - edge:.4g}, {len(ctl)} points): a "
+        ev or None, Control(f"the same off-manifold init with eta below 2/lambda_min (r < {1 - edge:.4g}, {len(ctl)} points): a "
                     "stable minimum exists, GD stops there and need not reach the manifold", ctl or None,
                     kind="ablation"),
         threshold_source=convention(f"a numerical tolerance: the imbalance lies in [0, 1] and is 0 exactly on "
                                     f"u || v; {p.manifold_tolerance:g} of its range"),
-        premise=[Premise.at_least("the large init starts off the manifold: smallest initial imbalance over the "
+        premise=[Premise.at_least("the off-manifold init starts off the manifold: smallest initial imbalance over the "
                                   "replicates", float(start.min()), p.off_manifold_min,
                                   what="off_manifold_min: reaching the manifold is not inherited from the start"),
-                 Premise.at_most("the large init starts no catapult (which would throw the run off the route): "
+                 Premise.at_most("the off-manifold init starts no catapult (which would throw the run off the route): "
                                  "largest eta Theta_0 over the sweep", float(theta.max()), 2.0,
                                  what="eta Theta_0 < 2: the first steps are stable"),
                  Premise.at_most("the sweep probes the route, not escape from it: share of the claim's runs "
@@ -254,32 +262,64 @@ def route_claim(p, small: pd.DataFrame, logistic: pd.DataFrame) -> Claim:
 
 
 # ---- (c) the real network --------------------------------------------------------------------------
+def eta_slopes(mlp_df: pd.DataFrame) -> np.ndarray:
+    """Per seed, the least-squares slope of log late sharpness against log eta over the learning rates (-1 when the
+    late sharpness is 2/eta at every eta: the cross-eta signature of the edge of stability); empty with < 2 rates."""
+    out = []
+    for _, g in mlp_df.sort_values(["seed", "lr"]).groupby("seed"):
+        if g.lr.nunique() >= 2:
+            out.append(float(np.polyfit(np.log(g.lr), np.log(g.late_sharpness), 1)[0]))
+    return np.asarray(out, dtype=float)
+
+
 def mlp_claim(p, mlp_df: pd.DataFrame) -> Claim:
-    ev, ctl = [], []
-    for lr, g in mlp_df.sort_values(["lr", "seed"]).groupby("lr"):
+    """(c) at every learning rate the initial sharpness lies below 2/eta and the late sharpness within eos_tolerance
+    of it, and across the learning rates the late sharpness scales as 1/eta (slope of log sharpness against log eta
+    within eos_tolerance of -1); control: the ablation at mlp.control_lr (the same network, data, seeds and steps at a
+    learning rate whose 2/eta the sharpness does not reach), whose late sharpness must not sit at 2/eta."""
+    control_lr = p.mlp.control_lr
+    is_control = np.isclose(mlp_df.lr, control_lr)
+    claim_df, control_df = mlp_df[~is_control], mlp_df[is_control]
+    ev = []
+    for lr, g in claim_df.sort_values(["lr", "seed"]).groupby("lr"):
         start, late = g.initial_sharpness * lr / 2, g.late_sharpness * lr / 2
         ev += [mean_test(start, threshold=1.0, direction="<", what="seeds", name=f"eta = {lr:g}: initial sharpness x eta/2"),
                mean_test(np.abs(late - 1), threshold=p.mlp.eos_tolerance, direction="<", what="seeds",
                          name=f"eta = {lr:g}: |late sharpness x eta/2 - 1|")]
-        ctl += [mean_test(start, threshold=1.0, direction="<", what="seeds", name=f"eta = {lr:g}: initial sharpness x eta/2"),
-                mean_test(np.abs(start - 1), threshold=p.mlp.eos_tolerance, direction="<", what="seeds",
-                          name=f"eta = {lr:g}: |initial sharpness x eta/2 - 1|")]
-    dev = (mlp_df.late_sharpness * mlp_df.lr / 2 - 1).abs()
-    loss_ratio = float((mlp_df.final_loss / mlp_df.initial_loss).max())
+    slopes = eta_slopes(claim_df)
+    if slopes.size:
+        ev.append(mean_test(np.abs(slopes + 1), threshold=p.mlp.eos_tolerance, direction="<", what="seeds",
+                            name="|slope of log late sharpness against log eta + 1|"))
+    ctl_late = control_df.sort_values("seed").late_sharpness * control_lr / 2
+    ctl = (mean_test(np.abs(ctl_late - 1), threshold=p.mlp.eos_tolerance, direction="<", what="seeds",
+                     name=f"eta = {control_lr:g} (ablation): |late sharpness x eta/2 - 1|") if len(control_df) else None)
+    dev = (claim_df.late_sharpness * claim_df.lr / 2 - 1).abs()
+    loss_ratio = float((claim_df.final_loss / claim_df.initial_loss).max())
     net = f"{p.mlp.architecture.upper()} on {p.mlp.dataset}"
+    measured = {"network": net, "worst_relative_deviation": float(dev.max()), "runs": int(len(claim_df)),
+                "initial_sharpness_x_eta_over_2": float((claim_df.initial_sharpness * claim_df.lr / 2).max()),
+                "slope of log late sharpness against log eta, per seed": [float(x) for x in slopes]}
+    if len(control_df):
+        measured[f"ablation eta = {control_lr:g}: late sharpness x eta/2 (seed mean)"] = float(ctl_late.mean())
+        measured[f"ablation eta = {control_lr:g}: late sharpness (seed mean; 2/eta = {2 / control_lr:g})"] = (
+            float(control_df.late_sharpness.mean()))
+        measured[f"ablation eta = {control_lr:g}: largest final / initial training loss"] = float(
+            (control_df.final_loss / control_df.initial_loss).max())
     return Claim(
         "c", f"A real network's sharpness rises to 2/eta within {p.mlp.eos_tolerance:.0%} and stays there, at every "
-             "learning rate run.",
+             "learning rate run, so that across the learning rates it scales as 1/eta.",
         "progressive sharpening up to 2/eta, then EoS, in real networks",
-        {"network": net, "worst_relative_deviation": float(dev.max()), "runs": int(len(mlp_df)),
-         "initial_sharpness_x_eta_over_2": float((mlp_df.initial_sharpness * mlp_df.lr / 2).max())},
-        f"at every learning rate {sorted(mlp_df.lr.unique().tolist())}, {p.mlp.seeds}-seed 95% t intervals: the initial "
-        f"sharpness x eta/2 lies below 1 (it starts below 2/eta) and |<sharpness> eta/2 - 1| over the last third of "
-        f"training below mlp.eos_tolerance = {p.mlp.eos_tolerance}",
-        ev, Control("the untrained network (no progressive sharpening): the same tests with the initial sharpness in "
-                    "place of the late one", ctl, kind="null"),
-        threshold_source=convention(f"a tolerance of {p.mlp.eos_tolerance:.0%} around 2/eta: the paper and Cohen et "
-                                    "al. (2021) report sharpness hovering just above 2/eta, with no number"),
+        measured,
+        f"at every learning rate {sorted(claim_df.lr.unique().tolist())}, {p.mlp.seeds}-seed 95% t intervals: the "
+        f"initial sharpness x eta/2 lies below 1 (it starts below 2/eta) and |<sharpness> eta/2 - 1| over the last "
+        f"third of training below mlp.eos_tolerance = {p.mlp.eos_tolerance}; and, with two or more learning rates, "
+        f"|slope + 1| below the same tolerance, the slope of log late sharpness against log eta fitted per seed",
+        ev, Control(f"the edge of stability out of reach (the ablation): the same network, data, seeds and steps at "
+                    f"eta = {control_lr:g}, whose 2/eta = {2 / control_lr:g} lies above the sharpness the runs reach: "
+                    "the same late-sharpness test must not hold", ctl, kind="ablation"),
+        threshold_source=convention(f"a tolerance of {p.mlp.eos_tolerance:.0%} around 2/eta (and around the slope -1): "
+                                    "the paper and Cohen et al. (2021) report sharpness hovering just above 2/eta, "
+                                    "with no number"),
         premise=[Premise.at_most("the network trained: largest final / initial training loss over the runs",
                                  loss_ratio, p.trained_loss_ratio, what="trained_loss_ratio")],
         no_positive_control="the sharpness is the top Hessian eigenvalue by power iteration (papers.common.hessian), "
@@ -289,7 +329,8 @@ def mlp_claim(p, mlp_df: pd.DataFrame) -> Claim:
 
 # ---- (d), (d_catapult): early sharpness reduction from a large init -----------------------------------
 def early_arms(runs: pd.DataFrame) -> dict:
-    """The product runs (set eta Theta_0) as (seed x product) arrays: `products` (sorted), `reduction`, `rise` (the
+    """The product runs (set eta Theta_0) as (seed x product) arrays: `products` (sorted), `reduction` (the lasting
+    early reduction 1 - Theta(end of the early phase) / Theta_0), `dip` and `dip_step` (the transient minimum), `rise` (the
     loss rises above L_0 in the early phase), `catapult` (it rises, falls below L_0 by the phase's end and never
     diverges), `calm` (no rise, no divergence), `diverged_step`, and where the runs carry them `sharpness_reduction`
     (the reduction on lambda_max) and `theta0` (Theta_0); NaN where not."""
@@ -305,6 +346,8 @@ def early_arms(runs: pd.DataFrame) -> dict:
             "rise": rise, "catapult": rise & (end < 1).to_numpy() & ~diverged.to_numpy(),
             "calm": ~rise & ~diverged.to_numpy(), "diverged_step": grid("diverged_step").to_numpy(),
             "sharpness_reduction": grid("sharpness_reduction").to_numpy() if "sharpness_reduction" in runs else nan,
+            "dip": grid("dip").to_numpy() if "dip" in runs else nan, "end": end.to_numpy(),
+            "dip_step": grid("dip_step").to_numpy() if "dip_step" in runs else nan,
             "theta0": grid("initial_sharpness").to_numpy() if "initial_sharpness" in runs else nan}
 
 
@@ -320,7 +363,8 @@ def wide_early_runs(p, width: int) -> pd.DataFrame:
     """d_catapult's positive control: the early-phase runs of :func:`catapult_products` on a UV model of `width`, with
     the same init scale (the largest of init_scales), example (x, y) and seeds (u, v drawn as stages._init draws them),
     iterated on the exact function-space map (uv.function_step; the (f, Theta) pair closes under GD, so this is the
-    parameter-space run without its cost). Returns the columns :func:`early_arms` reads."""
+    parameter-space run without its cost). Returns the columns :func:`early_arms` reads: `reduction` the lasting
+    1 - Theta(step early_steps) / Theta_0, `dip` and `dip_step` the transient minimum and its step."""
     products = catapult_products(p)
     sigma = max(p.init_scales)
     f0, theta0 = [], []
@@ -333,6 +377,7 @@ def wide_early_runs(p, width: int) -> pd.DataFrame:
     f, theta = np.broadcast_to(f0, eta.shape).copy(), np.broadcast_to(theta0, eta.shape).copy()
     loss0 = 0.5 * (f0 - p.y) ** 2
     low, peak = theta.copy(), np.zeros_like(theta)
+    low_step = np.zeros(eta.shape)
     diverged_step = np.full(eta.shape, np.nan)
     with np.errstate(over="ignore", invalid="ignore"):
         for t in range(1, p.early_steps + 1):
@@ -340,12 +385,14 @@ def wide_early_runs(p, width: int) -> pd.DataFrame:
             bad = ~np.isfinite(f) | (np.abs(np.nan_to_num(f, nan=np.inf)) > 1e6 * (1 + abs(p.y)))
             diverged_step = np.where(bad & np.isnan(diverged_step), t, diverged_step)
             f, theta = np.where(bad, np.nan, f), np.where(bad, np.nan, theta)
+            low_step = np.where(theta < low, t, low_step)
             low, peak = np.fmin(low, theta), np.fmax(peak, 0.5 * (f - p.y) ** 2)
     end = 0.5 * (f - p.y) ** 2
     rows = []
     for s in range(p.seeds):
         for j, c in enumerate(products):
-            rows.append({"product": float(c), "seed": s, "reduction": float(1 - low[s, j] / theta0[s, 0]),
+            rows.append({"product": float(c), "seed": s, "reduction": float(1 - theta[s, j] / theta0[s, 0]),
+                         "dip": float(1 - low[s, j] / theta0[s, 0]), "dip_step": float(low_step[s, j]),
                          "initial_sharpness": float(theta0[s, 0]),
                          "early_loss_peak": float(peak[s, j] / loss0[s, 0]), "early_loss_end": float(end[s, j] / loss0[s, 0]),
                          "diverged": bool(np.isfinite(diverged_step[s, j])), "diverged_step": float(diverged_step[s, j])})
@@ -371,12 +418,13 @@ def catapult_onsets(arms: dict, start: float) -> tuple[np.ndarray, np.ndarray, n
     return onset, at, below, below2
 
 
-def onset_differences(arms: dict, start: float, k: int) -> dict:
+def onset_differences(arms: dict, start: float, k: int, lambda_min: float) -> dict:
     """d_catapult's difference in differences, per seed, from i = the last calm grid point below its catapult onset
     (one step below the first rise; on the grid from `start`) and the span k grid steps: `across` = R(i + k) - R(i)
     (the reduction's change over the span into the catapult window), `before` = R(i) - R(i - k) (over the span just
-    below, both calm), `control` = R(i - k) - R(i - 2k) (one span lower still, all calm), `room` = 1 - R(i) (the
-    reduction is at most 1). NaN where the seed lacks what that presupposes: an onset with i - 2k inside the grid,
+    below, both calm), `control` = R(i - k) - R(i - 2k) (one span lower still, all calm), `room` = 1 - lambda_min /
+    Theta_0 - R(i) (the lasting reduction is at most 1 - lambda_min / Theta_0: at a minimum Theta >= lambda_min, the
+    flattest minimum's sharpness). NaN where the seed lacks what that presupposes: an onset with i - 2k inside the grid,
     the run at i + k a catapult (rise and fall, no divergence), those at i, i - k and i - 2k calm."""
     products, red = arms["products"], arms["reduction"]
     first = int(np.argmax(products >= start - 1e-9))
@@ -389,14 +437,16 @@ def onset_differences(arms: dict, start: float, k: int) -> dict:
         if (i - 2 * k >= first and i + k < products.size and arms["catapult"][s, i + k]
                 and all(arms["calm"][s, j] for j in (i, i - k, i - 2 * k))):
             out["across"][s], out["before"][s] = red[s, i + k] - red[s, i], red[s, i] - red[s, i - k]
-            out["control"][s], out["room"][s] = red[s, i - k] - red[s, i - 2 * k], 1 - red[s, i]
+            out["control"][s] = red[s, i - k] - red[s, i - 2 * k]
+            out["room"][s] = 1 - lambda_min / arms["theta0"][s, i] - red[s, i]
     return out
 
 
 def below_catapult_gain(p, arms: dict, lambda_min: float | None = None) -> dict:
-    """Claim (d)'s comparison, per seed: the early reduction at `below` (gated: calm) and at `ablation` (gated: calm),
-    both NaN where the seed's init is not large (Theta_0 <= lambda_min, where Theta_0 is known), and the same on
-    lambda_max (`hess_lo`, `hess_ab`)."""
+    """Claim (d)'s comparison, per seed: the lasting early reduction at `below` (gated: calm) and at `ablation` (gated:
+    calm), both NaN where the seed's init is not large (Theta_0 <= lambda_min, where Theta_0 is known), the same on
+    lambda_max (`hess_lo`, `hess_ab`), the transient dip at `below` and the step of its minimum (`dip_lo`,
+    `dip_step_lo`) and the loss at the early phase's end over L_0 at both (`end_lo`, `end_ab`)."""
     c = p.catapult_products
 
     def column(product):
@@ -408,7 +458,10 @@ def below_catapult_gain(p, arms: dict, lambda_min: float | None = None) -> dict:
     return {"lo": np.where(ok_lo, arms["reduction"][:, j_lo], np.nan),
             "ab": np.where(ok_ab, arms["reduction"][:, j_ab], np.nan),
             "hess_lo": np.where(ok_lo, arms["sharpness_reduction"][:, j_lo], np.nan),
-            "hess_ab": np.where(ok_ab, arms["sharpness_reduction"][:, j_ab], np.nan), "large": large}
+            "hess_ab": np.where(ok_ab, arms["sharpness_reduction"][:, j_ab], np.nan), "large": large,
+            "dip_lo": np.where(ok_lo, arms["dip"][:, j_lo], np.nan),
+            "dip_step_lo": np.where(ok_lo, arms["dip_step"][:, j_lo], np.nan),
+            "end_lo": np.where(ok_lo, arms["end"][:, j_lo], np.nan), "end_ab": np.where(ok_ab, arms["end"][:, j_ab], np.nan)}
 
 
 def _paired_text(a: np.ndarray, b: np.ndarray) -> str:
@@ -436,7 +489,7 @@ def width_sweep(p) -> pd.DataFrame:
         g = below_catapult_gain(p, arms, uv.lambda_min(p.x, p.y, n))
         j_hi = int(np.argmin(np.abs(arms["products"] - c["stop"])))
         hi = np.where(arms["catapult"][:, j_hi], arms["reduction"][:, j_hi], np.nan)
-        o = onset_differences(arms, c["start"], k)
+        o = onset_differences(arms, c["start"], k, uv.lambda_min(p.x, p.y, n))
         row = {"width": n}
         for name, d in (("d", g["lo"] - g["ab"]), ("window_gain", hi - g["lo"]), ("diff_in_diff", o["across"] - o["before"])):
             m, lo, up = t_interval(d[np.isfinite(d)])
@@ -457,26 +510,33 @@ def _divergence_text(arms: dict) -> str:
 def large_lr_claim(p, runs: pd.DataFrame, widths: pd.DataFrame | None = None) -> Claim:
     """(d) the paper's mechanism (i), early sharpness reduction from a large init, with the catapult removed (issue 48:
     a reduction of 0.67 also occurs at eta Theta_0 = 1.77, where the loss does not rise): from the same large init
-    and seeds, the early reduction at `below` in (1, 2), where no run's loss may rise (each run gated: no catapult),
-    against the ablation's eta Theta_0 < 1 (the large learning rate removed: the first step does not overshoot f past
+    and seeds, the lasting early reduction 1 - Theta(end of the early phase) / Theta_0 at `below` in (1, 2), where no
+    run's loss may rise (each run gated: no catapult), paired against the ablation's eta Theta_0 < 1 (the large learning rate removed: the first step does not overshoot f past
     y, so Theta only grows, as under gradient flow, which conserves Theta^2 - 4kf^2). "Large init": Theta_0 above
     lambda_min, the flattest minimum (below it every minimum is sharper than the init, so no run can end flatter than
     it began); a seed below is left out and counted by a premise. The reduction without a catapult is a finite-width
     effect, so the claim is stated at `width`; `widths` (:func:`width_sweep`) reports it at other widths, and the
-    same comparison on lambda_max (the Hessian's top eigenvalue) is reported beside it."""
+    same comparison on lambda_max (the Hessian's top eigenvalue) is reported beside it. The claim is decided as stated,
+    on the paired difference against the ablation, which is also its control; the reduction at `below` alone, the
+    transient dip 1 - min / Theta_0 (issue 48's first measure: the first steps' swing of f, after which Theta
+    recovers) and the step of that minimum are reported."""
     c = p.catapult_products
     statement = (f"At the UV model's width n = {p.width}, a large learning rate reduces the sharpness early from a "
                  f"large init (Theta_0 > lambda_min) without a catapult: at eta Theta_0 = {c['below']:g}, below the "
-                 "catapult (no loss rise), the NTK Theta falls early by more than change_threshold beyond the same "
-                 f"init and seeds at eta Theta_0 = {c['ablation']:g} (< 1: the first step does not overshoot).")
+                 "catapult (no loss rise), the NTK Theta at the end of the early phase sits lower, relative to Theta_0, "
+                 "by more than change_threshold than from the same init and seeds at eta Theta_0 = "
+                 f"{c['ablation']:g} (< 1: the first step does not overshoot).")
     paper = ("(i) the mechanism behind early sharpness reduction: from a large init the sharpness falls early at a "
              "large learning rate (sharpness reduction); tested at this project's width, where it needs no catapult")
-    source = convention(f"change_threshold = {p.change_threshold}: ten times the largest reduction gradient flow "
-                        "allows from a random init (it conserves Theta^2 - 4kf^2: ~1/(2n))")
-    crit = (f"per seed with Theta_0 > lambda_min = {p.lambda_min:.4g}, the early reduction 1 - min(Theta over the first "
-            f"{p.early_steps} steps) / Theta_0 at eta Theta_0 = {c['below']:g} minus the same at {c['ablation']:g} "
-            f"(each run gated: no loss rise, no divergence), same init scale {max(p.init_scales):g} and seeds, eta set "
-            f"from each run's own Theta_0; its paired 95% t interval above change_threshold = {p.change_threshold}")
+    source = convention(f"change_threshold = {p.change_threshold}: a tenth of Theta_0; at n = {p.width}, "
+                        f"{p.change_threshold * 2 * p.width:g} times the largest reduction gradient flow allows from a "
+                        f"random init (it conserves Theta^2 - 4kf^2: ~1/(2n) = {1 / (2 * p.width):.3g})")
+    crit = (f"per seed with Theta_0 > lambda_min = {p.lambda_min:.4g}, the lasting early reduction 1 - Theta(step "
+            f"{p.early_steps}, the end of the early phase) / Theta_0 at eta Theta_0 = {c['below']:g} minus the same at "
+            f"{c['ablation']:g} (each run gated: no loss rise, no divergence), same init scale {max(p.init_scales):g} "
+            f"and seeds, eta set from each run's own Theta_0; decided as stated, on its paired 95% t interval above "
+            f"change_threshold = {p.change_threshold}, with the ablation's own reduction as the control (the reduction "
+            f"at {c['below']:g} alone is reported, not decided)")
     if not runs["product"].notna().any():
         return Claim.not_measured("d", statement, paper, crit, "no early-phase runs at a set eta Theta_0",
                                   threshold_source=source, control_kind="ablation")
@@ -490,9 +550,15 @@ def large_lr_claim(p, runs: pd.DataFrame, widths: pd.DataFrame | None = None) ->
 
     d_lo = lo - ab
     j_lo = int(np.argmin(np.abs(arms["products"] - c["below"])))
+    steps = g["dip_step_lo"][np.isfinite(g["dip_step_lo"])].astype(int)
+    modal = int(np.bincount(steps).argmax()) if steps.size else -1
     measured = {
-        f"reduction at eta Theta_0 = {c['below']:g}, below the catapult (gated seeds)": mean(lo),
-        f"reduction at eta Theta_0 = {c['ablation']:g} (gated seeds)": mean(ab),
+        f"lasting reduction at eta Theta_0 = {c['below']:g}, below the catapult (mean [95% t interval], gated seeds)":
+            _paired_text(lo, np.zeros_like(lo)),
+        f"lasting reduction at eta Theta_0 = {c['ablation']:g} (mean [95% t interval], gated seeds)":
+            _paired_text(ab, np.zeros_like(ab)),
+        f"transient dip 1 - min / Theta_0 at {c['below']:g} (gated seeds)": mean(g["dip_lo"]),
+        f"step of the minimum of Theta at {c['below']:g}, per gated seed": [int(t) for t in steps],
         f"seeds whose loss rose at eta Theta_0 = {c['below']:g}": int(arms["rise"][:, j_lo].sum()),
         "seeds with Theta_0 > lambda_min": int(g["large"].sum()),
         "valid pairs": int(np.isfinite(d_lo).sum()), "seeds": int(d_lo.size),
@@ -518,13 +584,29 @@ def large_lr_claim(p, runs: pd.DataFrame, widths: pd.DataFrame | None = None) ->
                  Premise.at_least(f"the runs have what their setting presupposes: share of seeds whose pair passes "
                                   f"the run gates (large init; no loss rise at {c['below']:g} or at "
                                   f"{c['ablation']:g}; no divergence)", _valid_share(d_lo), p.valid_pairs_min,
-                                  what="valid_pairs_min")],
+                                  what="valid_pairs_min"),
+                 Premise.at_most(f"Theta at the end of the early phase is where the run settled: largest loss at step "
+                                 f"{p.early_steps} over L_0 among the gated runs at {c['below']:g} and {c['ablation']:g}",
+                                 float(np.nanmax(np.concatenate([g["end_lo"], g["end_ab"]])))
+                                 if np.isfinite(np.concatenate([g["end_lo"], g["end_ab"]])).any() else float("nan"),
+                                 p.trained_loss_ratio, what="trained_loss_ratio")],
         no_positive_control="Theta is read directly from the run (the closed-form NTK of the UV model), with no "
                             "detection step",
-        note=_divergence_text(arms) + "; " + _width_text(p, widths) + (
+        note=_divergence_text(arms) + "; " + _dip_text(c, g, steps, modal) + "; " + _width_text(p, widths) + (
             f"; on lambda_max (the Hessian's top eigenvalue: Theta plus a term in |f - y| that falls with the loss) the "
             f"reduction at {c['below']:g} beyond {c['ablation']:g} is {_paired_text(g['hess_lo'], g['hess_ab'])}, and "
             f"the ablation alone reduces lambda_max by {mean(g['hess_ab']):.3g}"))
+
+
+def _dip_text(c: dict, g: dict, steps: np.ndarray, modal: int) -> str:
+    """Claim (d)'s transient dip in words (computed): where the minimum of Theta falls, and the lasting reduction."""
+    if not steps.size:
+        return f"no gated run at {c['below']:g} records the step of Theta's minimum"
+    return (f"at {c['below']:g} Theta dips by {float(np.nanmean(g['dip_lo'])):.3g} (seed mean, 1 - min / Theta_0) with its "
+            f"minimum at step {modal} in {int((steps == modal).sum())} of {steps.size} gated seeds (steps "
+            f"{steps.min()}-{steps.max()}), then recovers: it lasts as {float(np.nanmean(g['lo'])):.3g} at the early "
+            f"phase's end, which decides; the ablation at {c['ablation']:g} ends "
+            f"{-float(np.nanmean(g['ab'])):+.3g} (Theta / Theta_0 - 1) relative to its start")
 
 
 def _width_text(p, widths: pd.DataFrame) -> str:
@@ -571,8 +653,9 @@ def catapult_claim(p, runs: pd.DataFrame, wide: pd.DataFrame | None = None) -> C
     catapult onset (:func:`onset_differences`: the reduction's change over the span D from the last calm grid point
     into the catapult, minus its change over D just below, both calm), so the reduction's smooth growth with eta
     cancels and the catapult's extra reduction, which starts from zero at the onset, has D to build up. Control: the
-    same difference in differences one span lower, all runs calm. Premise: the reduction (at most 1) leaves the test
-    room to pass, 1 - R(last calm) - (its change over D below) >= change_threshold. Positive control: the same test
+    same difference in differences one span lower, all runs calm. Premise: the lasting reduction (at most
+    1 - lambda_min / Theta_0) leaves the test room to pass, 1 - lambda_min / Theta_0 - R(last calm) - (its change over
+    D below) >= change_threshold. Positive control: the same test
     at `positive_width` (`wide`, from :func:`wide_early_runs` unless given), where a reduction without the catapult
     is a finite-width effect (Lewkowycz et al. 2020's lazy regime below eta Theta_0 = 2) and the catapult's is not."""
     c = p.catapult_products
@@ -580,7 +663,7 @@ def catapult_claim(p, runs: pd.DataFrame, wide: pd.DataFrame | None = None) -> C
     statement = ("Extension (not a statement of the paper): the catapult adds to early sharpness reduction beyond the "
                  "learning rate's smooth trend: per seed, over the span D = "
                  f"{p.onset_span:g} in eta Theta_0 from the last grid point below its catapult onset (the smallest eta "
-                 "Theta_0 whose loss rises) into the catapult, the NTK's early reduction grows by more than "
+                 "Theta_0 whose loss rises) into the catapult, the NTK's lasting early reduction grows by more than "
                  "change_threshold more than over the span D just below, where the loss does not rise.")
     paper = ("none: an extension (this project's earlier reading of the paper's mechanism (i) attributed early "
              "sharpness reduction to the catapult, Lewkowycz et al. 2020's loss rise at a large learning rate)")
@@ -588,7 +671,8 @@ def catapult_claim(p, runs: pd.DataFrame, wide: pd.DataFrame | None = None) -> C
                         "config before the run (a tenth of the catapult window's width)")
     crit = (f"per seed, on the grid eta Theta_0 = {c['start']:g}, {c['start'] + c['step']:g}, ..., {c['stop']:g} "
             f"(init scale {max(p.init_scales):g}, eta set from each run's own Theta_0), i = the last calm point below "
-            f"the onset: [R(i + D) - R(i)] - [R(i) - R(i - D)], R the early reduction, the run at i + D gated on a "
+            f"the onset: [R(i + D) - R(i)] - [R(i) - R(i - D)], R the lasting early reduction 1 - Theta(step "
+            f"{p.early_steps}) / Theta_0, the run at i + D gated on a "
             "loss rise and fall, those at i, i - D, i - 2D on no rise, none diverging; its paired 95% t interval "
             f"above change_threshold = {p.change_threshold}")
     if not runs["product"].notna().any():
@@ -597,9 +681,9 @@ def catapult_claim(p, runs: pd.DataFrame, wide: pd.DataFrame | None = None) -> C
     arms = early_arms(runs)
     onset, *_ = catapult_onsets(arms, c["start"])
     onset_value = np.where(onset >= 0, arms["products"][np.maximum(onset, 0)], np.nan)
-    o = onset_differences(arms, c["start"], k)
+    o = onset_differences(arms, c["start"], k, p.lambda_min)
     wide_arms = early_arms(wide_early_runs(p, p.positive_width) if wide is None else wide)
-    w = onset_differences(wide_arms, c["start"], k)
+    w = onset_differences(wide_arms, c["start"], k, uv.lambda_min(p.x, p.y, p.positive_width))
 
     def mean(x):
         return float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
@@ -614,7 +698,7 @@ def catapult_claim(p, runs: pd.DataFrame, wide: pd.DataFrame | None = None) -> C
          "reduction's change over D across the onset (valid seeds)": mean(o["across"]),
          "its change over D just below the onset": mean(o["before"]),
          "its change over D one span lower (control)": mean(o["control"]),
-         "room left, 1 - reduction at the last calm point": mean(o["room"]),
+         "room left, 1 - lambda_min / Theta_0 - reduction at the last calm point": mean(o["room"]),
          f"n = {p.positive_width}: difference in differences": mean(w["across"] - w["before"]),
          "valid pairs": int(np.isfinite(d).sum()), "seeds": int(d.size)},
         crit, paired_test(o["across"], o["before"], threshold=p.change_threshold, direction=">",
@@ -628,9 +712,10 @@ def catapult_claim(p, runs: pd.DataFrame, wide: pd.DataFrame | None = None) -> C
         premise=[Premise.at_least("the catapult's onset is resolved: share of seeds with an onset inside the grid "
                                   "(the runs at i, i - D, i - 2D calm) whose run at i + D rises and falls without "
                                   "diverging", _valid_share(d), p.valid_pairs_min, what="valid_pairs_min"),
-                 Premise.at_least("the test can pass: the reduction is at most 1, so the difference in differences is "
-                                  "at most 1 - R(i) - [R(i) - R(i - D)]; its seed mean", mean(o["room"] - o["before"]),
-                                  p.change_threshold, what="change_threshold")],
+                 Premise.at_least("the test can pass: the lasting reduction is at most 1 - lambda_min / Theta_0 (at a "
+                                  "minimum Theta >= lambda_min), so the difference in differences is at most "
+                                  "1 - lambda_min / Theta_0 - R(i) - [R(i) - R(i - D)]; its seed mean",
+                                  mean(o["room"] - o["before"]), p.change_threshold, what="change_threshold")],
         positive_control=PositiveControl(
             f"the same test on the UV model at width {p.positive_width} (same init scale, example and seeds; the exact "
             "function-space map), where the reduction below the catapult is a finite-width effect and the catapult's "

@@ -25,6 +25,7 @@ class MLPParams:
     train_size: int = 500
     hidden: int = 128  # hidden units (fcn) or channels (cnn)
     learning_rates: tuple = (0.08, 0.11, 0.14, 0.17)  # 2 / eta above the initial sharpness (about 9)
+    control_lr: float = 0.04  # claim (c)'s ablation: 2 / eta above the sharpness the runs reach (edge of stability out of reach)
     steps: int = 3000
     sharpness_every: int = 100
     power_iterations: int = 20  # Cohen et al. 2021 use 20 power iterations
@@ -46,12 +47,13 @@ class Params:
     sweep_points: int = 561
     late_window: int = 2048
     # The sweeps' initialisations, by name, as Theta_0 / lambda_min (eta Theta_0 = 2 r x this): "small" for the route
-    # to chaos (claim b, the checks), "large" (off the EoS manifold, catapult regime) for claim (a).
+    # to chaos (claim b, the checks), "large" (five times larger, off the EoS manifold, still below lambda_min and
+    # with no catapult anywhere on the sweep) for claim (a).
     sweep_inits: dict = field(default_factory=lambda: {"small": 0.1, "large": 0.5})
     example_range: tuple = (0.5, 2.0)  # each sweep replicate draws x and y log-uniformly in this range
     grid_jitter: bool = True  # each sweep replicate shifts its grid by a uniform fraction of a grid step
     manifold_tolerance: float = 1e-3  # claim (a): late imbalance 1 - 4kf^2/Theta^2 below this
-    off_manifold_min: float = 0.5  # claim (a)'s premise: the large init starts with imbalance at least this
+    off_manifold_min: float = 0.5  # claim (a)'s premise: the "large" sweep starts with imbalance at least this
     aperiodic_max: float = 0.05  # claim (b)'s premise: share of unsettled (aperiodic, non-chaotic) sweep points
     max_period: int = 64  # periods tried: 1 .. max_period (any integer, not only powers of two)
     period_rtol: float = 1e-6
@@ -116,6 +118,8 @@ class Params:
             raise ValueError(f"uv_sharpness.width_sweep must list integers >= 1, got {list(self.width_sweep)}")
         if self.positive_width <= self.width:
             raise ValueError(f"uv_sharpness.positive_width ({self.positive_width}) must exceed width ({self.width})")
+        if not 0 < self.mlp.control_lr < min(self.mlp.learning_rates):
+            raise ValueError(f"uv_sharpness.mlp.control_lr ({self.mlp.control_lr}) must lie in (0, min(learning_rates))")
         if self.mlp.architecture not in ARCHITECTURES:
             raise ValueError(f"uv_sharpness.mlp.architecture must be one of {ARCHITECTURES}, got {self.mlp.architecture!r}")
         if self.mlp.dataset not in DATASETS:

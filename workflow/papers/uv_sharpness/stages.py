@@ -177,12 +177,13 @@ def trajectory_runs(traj: pd.DataFrame, p) -> pd.DataFrame:
     """Per trajectory run (init scale, ratio, seed; `product` = its set eta Theta_0, NaN for the ratio runs), on
     the NTK Theta (the paper's function-space sharpness, which the early mechanisms move; the Hessian's top
     eigenvalue adds |f - y| x / sqrt(n), large at a small init and gone at a minimum): the initial Theta_0,
-    eta Theta_0, the minimum over the first `early_steps` steps, the late mean, the early reduction
-    1 - min / Theta_0 (`sharpness_reduction`: the same on lambda_max; NaN without a `sharpness` column), the rise
-    late mean / Theta_0 - 1; on the loss L = (f - y)^2 / 2: the early peak over L_0
-    (> 1: a loss rise, the catapult's signature), L at the end of the early phase over L_0, the late mean over L_0;
-    and the first step at which the run diverged (f not finite or |f| > 1e6 (1 + |y|); NaN if never). The product
-    runs stop after the early phase: their late quantities are NaN."""
+    eta Theta_0, the lasting early reduction 1 - Theta(step `early_steps`) / Theta_0 (`reduction`, where the early
+    phase ends; `sharpness_reduction`: the same on lambda_max, NaN without a `sharpness` column), the transient dip
+    1 - min / Theta_0 over the first `early_steps` steps and the step of that minimum (`dip`, `dip_step`: a large
+    learning rate's first steps swing f and Theta, which then recovers), the rise late mean / Theta_0 - 1; on the
+    loss L = (f - y)^2 / 2: the early peak over L_0 (> 1: a loss rise, the catapult's signature), L at the end of
+    the early phase over L_0, the late mean over L_0; and the first step at which the run diverged (f not finite or
+    |f| > 1e6 (1 + |y|); NaN if never). The product runs stop after the early phase: their late quantities are NaN."""
     rows = []
     for (s, r, seed), g in traj.groupby(["init_scale", "ratio", "seed"]):
         g = g.sort_values("step")
@@ -190,17 +191,21 @@ def trajectory_runs(traj: pd.DataFrame, p) -> pd.DataFrame:
         f = g.f.to_numpy()
         bad = ~np.isfinite(f) | (np.abs(np.nan_to_num(f, nan=np.inf)) > 1e6 * (1 + abs(p.y)))
         diverged_step = float(g.step.iloc[int(np.argmax(bad))]) if bad.any() else float("nan")
-        lam0 = float(g.ntk.iloc[0])
+        ntk = g.ntk.to_numpy()
+        lam0 = float(ntk[0])
         hess = g["sharpness"].to_numpy() if "sharpness" in g else np.full(len(g), np.nan)  # the Hessian's lambda_max
-        early = float(g.ntk.iloc[:p.early_steps + 1].min())
+        early = ntk[:p.early_steps + 1]
+        low = int(np.nanargmin(early)) if np.isfinite(early).any() else 0
         late = float(g.ntk.iloc[-p.late_window:].mean())
         loss = 0.5 * (f - p.y) ** 2
         product = float(g["product"].iloc[0])
         late_ok = np.isnan(product)  # the product runs cover the early phase only
         rows.append({"init_scale": s, "ratio": r, "product": product, "seed": seed,
                      "initial_sharpness": lam0, "eta_theta0": eta * lam0,
-                     "early_min": early, "late_mean": late if late_ok else np.nan, "reduction": 1 - early / lam0,
-                     "sharpness_reduction": float(1 - np.min(hess[:p.early_steps + 1]) / hess[0]),
+                     "early_min": float(early[low]), "early_end": float(ntk[p.early_steps]),
+                     "late_mean": late if late_ok else np.nan, "reduction": 1 - float(ntk[p.early_steps]) / lam0,
+                     "dip": 1 - float(early[low]) / lam0, "dip_step": float(g.step.iloc[low]),
+                     "sharpness_reduction": float(1 - hess[p.early_steps] / hess[0]),
                      "rise": late / lam0 - 1 if late_ok else np.nan,
                      "early_loss_peak": float(np.max(loss[1:p.early_steps + 1]) / loss[0]),
                      "early_loss_end": float(loss[p.early_steps] / loss[0]),
@@ -263,7 +268,8 @@ def _table(p, m, eos, runs, small, large, mlp_df, widths=None) -> pd.DataFrame:
             else "1 at EoS (r > 1)" if r > 1 else "< 1 (converges to a minimum)")
     for (s, r), g in runs[runs["product"].isna()].groupby(["init_scale", "ratio"]):
         lam = g.eta_theta0.mean()
-        row(f"UV early NTK reduction 1 - min/Theta_0 (sigma={s}, r = {r}, eta Theta_0 = {lam:.3g} seed mean)",
+        row(f"UV lasting early NTK reduction 1 - Theta(step {p.early_steps})/Theta_0 (sigma={s}, r = {r}, eta Theta_0 = "
+            f"{lam:.3g} seed mean)",
             mean_std(g.reduction, 3), g.reduction.mean(), g.reduction.std(ddof=1) if len(g) > 1 else float("nan"),
             "reduction from a large init at a large learning rate; none at eta Theta_0 < 1")
         row(f"UV NTK rise late/Theta_0 - 1 (sigma={s}, r = {r}, eta Theta_0 = {lam:.3g} seed mean)",
@@ -272,8 +278,11 @@ def _table(p, m, eos, runs, small, large, mlp_df, widths=None) -> pd.DataFrame:
     for (s, c), g in runs[runs["product"].notna()].groupby(["init_scale", "product"]):
         ok = g[~g.diverged]
         div = g.diverged_step.dropna()
-        row(f"UV early NTK reduction 1 - min/Theta_0 (sigma={s}, eta Theta_0 = {c:g} per run; runs that did not "
-            "diverge)", mean_std(ok.reduction, 3), ok.reduction.mean(),
+        steps = ok.dip_step.dropna().astype(int)
+        row(f"UV lasting early NTK reduction 1 - Theta(step {p.early_steps})/Theta_0 (sigma={s}, eta Theta_0 = {c:g} "
+            "per run; runs that did not diverge); transient dip 1 - min/Theta_0 and the step of the minimum",
+            f"{mean_std(ok.reduction, 3)}; dip {mean_std(ok.dip, 3)}"
+            + (f" at step {steps.min()}-{steps.max()}" if len(steps) else ""), ok.reduction.mean(),
             ok.reduction.std(ddof=1) if len(ok) > 1 else float("nan"),
             "the catapult's reduction if eta Theta_0 in (2, 4)" if c > 2 else
             "claim (d): a reduction without the catapult" if c == p.catapult_products["below"] else
@@ -315,18 +324,21 @@ def _table(p, m, eos, runs, small, large, mlp_df, widths=None) -> pd.DataFrame:
         imb = _index_curve(pts, "imbalance")
         above, below = imb.value[imb.ratio > 1], imb.value[imb.ratio < 1]
         if len(above) and len(below):
-            row(f"{name} init (Theta_0/lambda_min = {p.sweep_inits[name]:g}): late imbalance 1 - 4kf^2/Theta^2, max "
+            row(f"'{name}' sweep init (Theta_0/lambda_min = {p.sweep_inits[name]:g}): late imbalance 1 - 4kf^2/Theta^2, max "
                 f"over r > 1 / min over r < 1 (replicate means; initial {pts.imbalance0.mean():.3g})",
                 f"{above.max():.3g} / {below.min():.3g}", float(above.max()), float("nan"),
-                "0 on the EoS manifold u || v (r > 1); a minimum off it (r < 1) if the init is large")
+                "0 on the EoS manifold u || v (r > 1); a minimum off it (r < 1) if the init is off it")
         labels = m["labels"][name]
-        row(f"{name} init: sweep points by orbit (replicates x points)",
+        row(f"'{name}' sweep init: sweep points by orbit (replicates x points)",
             ", ".join(f"{k}: {v}" for k, v in sorted(labels.items())), float("nan"), float("nan"),
             "periods 2^k, then chaos with periodic windows")
     for lr, g in mlp_df.groupby("lr"):
         x = g.late_sharpness * lr / 2
-        row(f"{p.mlp.architecture.upper()} late sharpness x eta/2 (eta = {lr})", mean_std(x, 4), x.mean(),
-            x.std(ddof=1) if len(g) > 1 else float("nan"), "about 1 (edge of stability in real networks)")
+        control = bool(np.isclose(lr, p.mlp.control_lr))
+        row(f"{p.mlp.architecture.upper()} late sharpness x eta/2 (eta = {lr}{', the ablation' if control else ''})",
+            mean_std(x, 4), x.mean(), x.std(ddof=1) if len(g) > 1 else float("nan"),
+            f"below 1: 2/eta = {2 / lr:g} out of reach (claim c's control)" if control
+            else "about 1 (edge of stability in real networks)")
     return pd.DataFrame(rows)
 
 
@@ -349,7 +361,7 @@ def _bifurcation_figure(p, small, large, orbits, path) -> None:
     axes[2, 0].set_ylabel("|sharpness eta/2 - 1|"); axes[2, 0].legend(fontsize=7)
     for name, pts in (("small", small), ("large", large)):
         imb = _index_curve(pts, "imbalance")
-        axes[3, 0].semilogy(imb.ratio, np.maximum(imb.value, 1e-17), lw=0.8, label=f"{name} init")
+        axes[3, 0].semilogy(imb.ratio, np.maximum(imb.value, 1e-17), lw=0.8, label=f"{name} sweep init (Theta_0/lambda_min = {p.sweep_inits[name]:g})")
     axes[3, 0].axhline(p.manifold_tolerance, color="tab:red", lw=0.6, ls=":", label="manifold_tolerance")
     axes[3, 0].set_ylabel("1 - 4kf^2/Theta^2"); axes[3, 0].set_xlabel("eta / (2 / lambda_min)")
     axes[3, 0].legend(fontsize=7)
@@ -396,7 +408,7 @@ def _early_panel(p, runs: pd.DataFrame, ax) -> None:
         if onset[s] >= 0:
             ax.plot(arms["products"][onset[s]], arms["reduction"][s, onset[s]], "o", ms=3, color=line.get_color())
     ax.axvline(2, color="grey", lw=0.6, ls="--")
-    ax.set_xlabel("eta Theta_0 (set per run)"); ax.set_ylabel(f"early reduction 1 - min Theta / Theta_0")
+    ax.set_xlabel("eta Theta_0 (set per run)"); ax.set_ylabel(f"lasting early reduction 1 - Theta({p.early_steps}) / Theta_0")
     ax.set_title(f"init scale {max(p.init_scales)}: dots = catapult onset (first loss rise)")
 
 
@@ -473,7 +485,8 @@ def report(*, cfg, scale, metrics, trajectory, points, orbits, histories, benchm
             f"and {p.positive_width} (d_catapult's positive control). Bifurcation sweeps: the exact "
             f"(f, Theta) map for {p.steps} steps at {p.sweep_points} values of r in {list(p.sweep_range)}, from two "
             f"initialisations (Theta_0 / lambda_min = {p.sweep_inits['small']:g}, small, and "
-            f"{p.sweep_inits['large']:g}, large), {p.seeds} replicates each; a replicate draws its own example (x, y) "
+            f"{p.sweep_inits['large']:g}, named large: off the EoS manifold"
+            + (", below lambda_min" if p.sweep_inits["large"] < 1 else "") + f"), {p.seeds} replicates each; a replicate draws its own example (x, y) "
             f"log-uniformly in {list(p.example_range)}, its own initial point and "
             + ("its own grid offset (a uniform fraction of a grid step)" if p.grid_jitter else "the same grid")
             + f"; period (any p <= {p.max_period}) from the last {p.late_window} steps of f, largest Lyapunov exponent "
@@ -482,7 +495,8 @@ def report(*, cfg, scale, metrics, trajectory, points, orbits, histories, benchm
             f"stability in closed form (papers/uv_sharpness/uv.py), as checks. Real network: {p.mlp.architecture.upper()} "
             f"({p.mlp.hidden} {'channels' if p.mlp.architecture == 'cnn' else 'hidden units'}, tanh) on the first "
             f"{p.mlp.train_size} {p.mlp.dataset} images, full-batch GD on the MSE for {p.mlp.steps} steps at eta in "
-            f"{list(p.mlp.learning_rates)}, {p.mlp.seeds} seeds, sharpness every {p.mlp.sharpness_every} steps by "
+            f"{list(p.mlp.learning_rates)} and at {p.mlp.control_lr:g} (claim c's ablation: 2/eta out of reach), "
+            f"{p.mlp.seeds} seeds, sharpness every {p.mlp.sharpness_every} steps by "
             f"{p.mlp.power_iterations} power iterations.")
     differences = (
         "The UV analysis is the paper's own model; we simulate it in parameter space and in its exact function-space "
