@@ -204,6 +204,8 @@ def test_a_paper_s_job_times_are_recorded_only_from_a_complete_set_of_benchmark_
     jobs[0].write_text("s\th:m:s\tcpu_time\n10.5\t0:00:10\t8.25\n")
     assert not export_job_times([str(p) for p in jobs], tmp_path / "times.csv")  # b.tsv missing: a partial run
     assert not (tmp_path / "times.csv").exists()
+    jobs[1].write_text("")  # touched, never timed (a fake scheduler, --touch)
+    assert not export_job_times([str(p) for p in jobs], tmp_path / "times.csv")
     jobs[1].write_text("s\th:m:s\tcpu_time\n2\t0:00:02\t1.75\n")
     assert export_job_times([str(p) for p in jobs], tmp_path / "times.csv")
     assert (tmp_path / "times.csv").read_text() == "jobs,seconds,cpu_seconds\n2,12.5,10\n"

@@ -67,7 +67,9 @@ def export_job_times(benchmarks: list[str], destination: str | Path) -> bool:
     seconds = cpu = 0.0
     for path in benchmarks:
         with open(path, newline="") as f:
-            row = next(csv.DictReader(f, delimiter="\t"))
+            row = next(csv.DictReader(f, delimiter="\t"), None)
+        if not row or not row.get("s"):
+            return False  # an empty file: a job a cluster run only touched (--touch, or a test's fake scheduler)
         seconds += float(row["s"])
         cpu += float(row.get("cpu_time") or "nan")
     Path(destination).write_text(f"jobs,seconds,cpu_seconds\n{len(benchmarks)},{seconds:.6g},{cpu:.6g}\n")

@@ -29,7 +29,7 @@ def time_table(job_benchmarks: dict, time_budget: dict, recorded: dict | None = 
     it has no row."""
     rows = []
     for slug, paths in job_benchmarks.items():
-        if paths and all(Path(path).is_file() for path in paths):
+        if paths and all(Path(path).is_file() and Path(path).stat().st_size for path in paths):  # not merely touched
             t = job_times(paths)
         elif recorded and Path(recorded.get(slug, "")).is_file():
             row = pd.read_csv(recorded[slug]).iloc[0]
