@@ -57,22 +57,32 @@ def export_records(outputs: list[str], destination: str | Path, metadata: Path =
 JOB_TIMES = "job_times.csv"
 
 
-def export_job_times(benchmarks: list[str], destination: str | Path) -> bool:
-    """Sum a paper's benchmark files (Snakemake's `benchmark:` TSVs of its jobs) into `destination`: one row of
-    jobs, wall seconds (`s`) and CPU seconds (`cpu_time`). benchmarks/ is not committed, so this is how the run
-    time of the committed results reaches a clone's summary. Written only when every job's file exists (a run
-    that covered the whole paper); returns whether it was."""
+def complete_job_times(benchmarks: list[str]) -> dict | None:
+    """The summed times of a paper's jobs from their benchmark files (Snakemake's `benchmark:` TSVs): `jobs`,
+    `seconds` (wall, column `s`) and `cpu_seconds` (`cpu_time`); None unless every job's file exists and holds
+    its timing (a run that covered the whole paper; a cluster run that only touched outputs leaves them empty)."""
     if not benchmarks or not all(Path(b).is_file() for b in benchmarks):
-        return False
+        return None
     seconds = cpu = 0.0
     for path in benchmarks:
         with open(path, newline="") as f:
             row = next(csv.DictReader(f, delimiter="\t"), None)
         if not row or not row.get("s"):
-            return False  # an empty file: a job a cluster run only touched (--touch, or a test's fake scheduler)
+            return None
         seconds += float(row["s"])
         cpu += float(row.get("cpu_time") or "nan")
-    Path(destination).write_text(f"jobs,seconds,cpu_seconds\n{len(benchmarks)},{seconds:.6g},{cpu:.6g}\n")
+    return {"jobs": len(benchmarks), "seconds": seconds, "cpu_seconds": cpu}
+
+
+def export_job_times(benchmarks: list[str], destination: str | Path) -> bool:
+    """Write a paper's :func:`complete_job_times` to `destination` (one row: jobs, seconds, cpu_seconds), where
+    there are any; returns whether it did. benchmarks/ is not committed, so this is how the run time of the
+    committed results reaches a clone's summary."""
+    times = complete_job_times(benchmarks)
+    if times is None:
+        return False
+    Path(destination).write_text(f"jobs,seconds,cpu_seconds\n{times['jobs']},{times['seconds']:.6g},"
+                                 f"{times['cpu_seconds']:.6g}\n")
     return True
 
 

@@ -9,8 +9,8 @@ import pandas as pd
 
 from papers.common.claims import STATES, count_states
 from papers.common.io import ensure_parent, read_json
-from papers.common.records import JOB_TIMES
-from papers.common.report import job_times, premise_cell, short, verdict_cell
+from papers.common.records import JOB_TIMES, complete_job_times
+from papers.common.report import premise_cell, short, verdict_cell
 
 
 def _evidence_cell(ev: dict | None) -> str:
@@ -29,12 +29,11 @@ def time_table(job_benchmarks: dict, time_budget: dict, recorded: dict | None = 
     it has no row."""
     rows = []
     for slug, paths in job_benchmarks.items():
-        if paths and all(Path(path).is_file() and Path(path).stat().st_size for path in paths):  # not merely touched
-            t = job_times(paths)
-        elif recorded and Path(recorded.get(slug, "")).is_file():
+        t = complete_job_times(paths)
+        if t is None and recorded and Path(recorded.get(slug, "")).is_file():
             row = pd.read_csv(recorded[slug]).iloc[0]
             t = {"jobs": int(row["jobs"]), "seconds": float(row["seconds"]), "cpu_seconds": float(row["cpu_seconds"])}
-        else:
+        if t is None:
             continue
         budget = time_budget.get(slug, time_budget.get("default"))
         if budget is None:
@@ -71,8 +70,8 @@ def _time_lines(times: pd.DataFrame) -> list[str]:
 def write_summary(*, claims, reports, summary_md, summary_csv, scale: str, job_benchmarks=None,
                   time_budget=None, job_times_csv=None, verdicts_figure=None) -> None:
     """Aggregate the papers' ``claims.json`` files (list `claims`, same order as `reports`), and their
-    run time against the budget (`job_benchmarks`: {slug: benchmark files}, read where they exist; a paper
-    whose files are absent keeps its row of the earlier `job_times_csv`)."""
+    run time against the budget (`job_benchmarks`: {slug: benchmark files}, read where they are complete; a
+    paper without them, as on a clone, takes the sums its run recorded beside its claims, see time_table)."""
     rows, plotted, checks = [], [], []
     # A run of a subset of papers must not silently shrink a fuller summary: papers already in this
     # results folder but not selected now are kept, marked as not rerun.
@@ -181,7 +180,8 @@ def write_summary(*, claims, reports, summary_md, summary_csv, scale: str, job_b
     recorded = {slug: path.with_name(JOB_TIMES) for slug, path in claims_of.items()}
     benchmarks = {slug: (job_benchmarks or {}).get(slug, []) for slug in papers}
     times = time_table(benchmarks, dict(time_budget or {}), recorded)
-    times["within_budget"] = times["within_budget"].where(~times["paper"].isin(old), times["within_budget"] + " (earlier run)")
+    times["within_budget"] = times["within_budget"].where(~times["paper"].isin(old),
+                                                          times["within_budget"] + " (earlier run)")
     if job_times_csv:
         times.to_csv(ensure_parent(job_times_csv), index=False, float_format="%.6g")
     lines += _time_lines(times)
