@@ -363,15 +363,22 @@ def report(*, cfg, scale, metrics, rates, crossing, population, control, sweep_m
              "every policy, on the paper's population and on its flat control; each point's regime (survival "
              "K f_lb > (N-K) g_ub, ruin K f_ub < (N-K) g_lb, or neither) gives the predicted long-run winner and rates "
              "(papers.welfare.dynamics.predicted).")
+    population = (
+        f"No SIPP file ships in an installable package, so we draw N = {p.individuals} households from the Engel (1857) "
+        f"incomes in statsmodels and scale them (x {p.income_scale}) to the paper's range of welfare units (tens to "
+        "hundreds); point `welfare.incomes` at a SIPP extract to use the paper's population."
+        if p.incomes is None else f"The incomes come from {p.incomes} (scaled x {p.income_scale}).")
     differences = (
         f"The paper initialises welfare from SIPP 2014 incomes (individuals grouped by income bin) and runs "
         f"T = 10,000 steps over 100 samples; here T = {p.horizon} at the main point and {p.sweep_horizon} at the sweep "
-        f"points, over {p.seeds} samples. No SIPP file ships in an installable package, so we draw N = {p.individuals} "
-        f"households from the Engel (1857) incomes in statsmodels and scale them (x {p.income_scale}) to the paper's "
-        "range of welfare units (tens to hundreds). Everything else (the bounds, the linear f and g, the rounding, the "
-        "noise, the tie-breaking) follows the official code. The sweep over the theorems' conditions, the random "
-        "policy's claims (e, f) and the flat-returns ablation are this project's additions. The full scale uses the "
-        "paper's T and sample count; point `welfare.incomes` at a SIPP extract to use the paper's population.")
+        f"points, over {p.seeds} samples. {population} The bounds, the linear f and g, the rounding and the noise follow "
+        "the official code. Three things do not: (1) the official code fixes one population (incomes and knots) for "
+        "all its samples, so only the noise varies between them, while each seed here draws its own population, so "
+        "the intervals cover the population as well; (2) its per-step sort for the largest-g Rawlsian policy also "
+        "reassigns which individual carries which f and g, while here each individual keeps its own; (3) its random "
+        "policy applies the decay before it computes the return. The sweep over the theorems' conditions, the random "
+        "policy's claims (e, f: extensions, not statements of the paper) and the flat-returns ablation are this "
+        "project's additions. The full scale uses the paper's T and sample count.")
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md, figures=[figure, phase_figure],
                  claims=claims_list, checks=checks, benchmarks=benchmarks, differences=differences, scope=scope(p),
                  verdicts_figure=verdicts)
