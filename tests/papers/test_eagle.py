@@ -317,6 +317,7 @@ def test_one_arm_end_to_end(tmp_path):
     assert {r["kind"] for r in rows} == {"all", "global", "fine", "count"} and all(0 <= r["accuracy"] <= 1 for r in rows)
     assert all(torch.equal(lm_before[k], pre["lm"][k]) for k in lm_before)  # arms train copies
     assert all(np.isfinite(r["late_gain"]) for r in rows)  # the validation curve had 4 points
+    assert all(r["sft_steps_run"] == p.train["sft_steps"] for r in rows)  # no early stopping (sft_min_steps null)
     # The seeds' groups: seed 0 trains every group, seed 1 the single experts only (and concat, always).
     assert T.seed_groups(p.arm_seeds, 0) == ("fusion", "single", "prealign") and T.seed_groups(p.arm_seeds, 1) == ("single",)
     names = [a["name"] for a in T.fixed_arms(["clip", "hires"], ("single",))]
@@ -482,3 +483,70 @@ def test_claim_b_pairs_each_comparison_on_its_own_seeds_and_says_how_many_seeds_
     assert three.verdict == "inconclusive" and seeds_to_decide(three) == 4  # t(3) 0.128 / 2 = 0.204 < 0.221
     assert seeds_to_decide(paired_test(np.array([0.1, -0.1, 0.0]), np.zeros(3))) is None  # the mean on the threshold
     assert "seeds" in b.criterion and "single:hires 4" in b.criterion
+
+
+def test_llava_hr_is_the_official_mr_adapter_and_final_path():
+    # luogen1996/LLaVA-HR multipath_encoder_wapper.py: S2FStitchAlignModuleV2, then MultiPathAlignModule. Against an
+    # independent computation of F_l' = F_l + fast_proj(GELU(dwconv7(F_l))) + tanh(g) resample(slow_proj(GELU(
+    # slow_conv(F_h)))), g one scalar per image, then proj(fast_lin(F_l') + slow_lin(pool(F_h))) + pos.
+    torch.manual_seed(0)
+    f = Fu.LlavaHRInjection([4, 3], [4, 8], d=6, grid=4, hidden=5).double()
+    maps = [torch.randn(2, 4, 4, 4, dtype=torch.float64), torch.randn(2, 3, 8, 8, dtype=torch.float64)]
+    # At initialisation the adapter is the identity (zero-initialised projections) and the gate is live.
+    assert f.slow_proj[0].weight.abs().sum() == 0 and f.fast_proj[0].weight.abs().sum() == 0
+    assert f.gate[0][2].weight.abs().sum() > 0 and f.gate[0][2].out_features == 1
+    pooled = torch.nn.functional.avg_pool2d(maps[1], 2)  # area pooling 8 x 8 -> 4 x 4
+    start = f.proj(f.fast_lin(Fu.tokens(maps[0])) + f.slow_lin[0](Fu.tokens(pooled))) + f.pos
+    torch.testing.assert_close(f(maps), start)
+    # The gradient reaches the high-res branch's zero projection at once (the gate is not zero).
+    f(maps).pow(2).sum().backward()
+    assert f.slow_proj[0].weight.grad.abs().sum() > 0
+    with torch.no_grad():  # a generic point: every part non-zero
+        for prm in f.parameters():
+            prm.add_(0.3 * torch.randn_like(prm))
+    w, b = f.fast_conv[0].weight, f.fast_conv[0].bias  # (4, 1, 7, 7) depthwise
+    conv = torch.stack([torch.nn.functional.conv2d(maps[0][:, c:c + 1], w[c:c + 1], b[c:c + 1], padding=3)[:, 0]
+                        for c in range(4)], 1)
+    fast = maps[0] + torch.einsum("oc,bchw->bohw", f.fast_proj[0].weight[:, :, 0, 0],
+                                  torch.nn.functional.gelu(conv)) + f.fast_proj[0].bias[None, :, None, None]
+    hid = torch.einsum("oc,bchw->bohw", f.slow_conv[0].weight[:, :, 0, 0], maps[1]) + f.slow_conv[0].bias[None, :, None, None]
+    slow = torch.einsum("oc,bchw->bohw", f.slow_proj[0].weight[:, :, 0, 0], torch.nn.functional.gelu(hid))
+    slow = torch.nn.functional.avg_pool2d(slow + f.slow_proj[0].bias[None, :, None, None], 2)
+    g = torch.tanh(f.gate[0](torch.cat([fast.mean((2, 3)), slow.mean((2, 3))], -1)))  # (2, 1)
+    fused = fast + g[:, :, None, None] * slow
+    ref = f.proj(f.fast_lin(Fu.tokens(fused)) + f.slow_lin[0](Fu.tokens(pooled))) + f.pos
+    torch.testing.assert_close(f(maps), ref)
+
+
+def test_sft_stops_at_the_first_plateau_after_the_minimum_and_runs_to_the_cap_otherwise():
+    from papers.eagle import train as T
+
+    flat = [0.5, 0.9, 0.9, 0.9, 0.9, 0.9]
+    assert not T.plateaued(flat[:3], 10, 40, 0.03)  # before the minimum: never
+    assert T.plateaued(flat[:4], 10, 40, 0.03)  # at the minimum, the gate holds: stop
+    rising = [0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+    assert not any(T.plateaued(rising[:k], 10, 40, 0.03) for k in range(1, 7))
+    # fit() ends at the first evaluation where stop() is true, and otherwise runs every step.
+    torch.manual_seed(0)
+    p = parse(SMALL_CFG)
+    lm = T.LM(vocab=5, length=3, d_model=8, n_layer=1, n_head=2)
+    model = T.MLLM([Tower("clip", 4)], ["image"], Fu.matched("concat", [4], [4], 8, p.fusion), lm)
+    split = {"scene_canvas": np.zeros((3, 32, 32), np.float32), "q_canvas": np.array([0, 1, 2]),
+             "q_tokens": np.zeros((3, 2), np.int64), "q_answer": np.array([1, 2, 3])}
+    bank = {"clip": torch.randn(3, 32, 4, 4)}  # the CLIP trunk's activations (width 32, 4 x 4)
+    readings = iter(flat + flat)
+    calls = []
+
+    def evaluate(m):
+        calls.append(1)
+        return next(readings)
+
+    _, curve = T.fit(model, model.parameters(), split, bank, steps=60, batch=2, lr=1e-3, rng=np.random.default_rng(0),
+                     every=10, evaluate=evaluate, stop=lambda c: T.plateaued(c, 10, 40, 0.03))
+    assert curve == flat[:4] and len(calls) == 4
+    readings = iter(rising)
+    _, curve = T.fit(model, model.parameters(), split, bank, steps=60, batch=2, lr=1e-3, rng=np.random.default_rng(0),
+                     every=10, evaluate=lambda m: next(readings), stop=lambda c: T.plateaued(c, 10, 40, 0.03))
+    assert curve == rising  # never plateaued: the cap
+    with pytest.raises(ValueError, match="eagle.train.sft_min_steps"):
+        parse({**SMALL_CFG, "train": {**SMALL_CFG["train"], "sft_min_steps": 5}})  # above sft_steps (4)

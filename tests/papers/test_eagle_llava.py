@@ -62,7 +62,9 @@ def hf(tmp_path_factory):
     cfg = {"seeds": 1, "arm_seeds": {"fusion": 1, "single": 1, "prealign": 1, "blind": 1, "shuffled": 1},
            "data": defaults["data"],
            "experts": {**defaults["experts"], "names": ["clip", "hires", "det"]},
-           "fusion": {"grid": 4, "hidden": 64, "deformable_points": 2},
+           # hidden 96: LLaVA-HR's two MR-Adapters (one per high-res expert, a 7 x 7 depthwise convolution each) and
+           # its final path hold 4166 parameters at these widths, more than a 64-wide concat projector's whole budget
+           "fusion": {"grid": 4, "hidden": 96, "deformable_points": 2},
            "train": {**defaults["train"], "prealign_steps": 1, "align_steps": 1, "sft_steps": 4, "batch": 2,
                      "eval_every": 1},
            "llava": {"train_json": str(root / "train.json"), "val_json": str(root / "bench.json"),

@@ -400,13 +400,13 @@ def _mechanism_rows(p, frozen_change: float, seeds=3, converged=True):
     nl = p.nonlinear
     state = {"alignment": dict(alignment0=0.1, alignment=0.3, dir_w=0.5, norm_w=1.5),
              "disalignment": dict(alignment0=0.1, alignment=0.05, dir_w=0.5, norm_w=0.9),
-             "rescaling": dict(alignment0=0.1, alignment=0.1, dir_w=0.001, norm_w=1.3)}
+             "rescaling": dict(alignment0=0.1, alignment=0.2, dir_w=0.001, norm_w=1.3)}
     scale_of = {"alignment": min(nl.init_scales), "disalignment": max(nl.init_scales), "rescaling": nl.rescaling_scale}
     rows = []
     for k, st in state.items():
         for s in range(seeds):
             jitter = 1 + 0.001 * s
-            rows.append({"seed": s, "arm": "rescaling" if k == "rescaling" else "scale", "init_scale": scale_of[k],
+            rows.append({"seed": s, "arm": "rescaling" if k == "rescaling" else "learned", "init_scale": scale_of[k],
                          "ntk_change": 0.5 + 0.01 * s, "train_loss": 0.01, "converged": converged, "diverged": False,
                          "steps_run": 100, **{key: v * jitter for key, v in st.items()}})
             moved = st["alignment0"] + frozen_change * (st["alignment"] - st["alignment0"])
@@ -443,6 +443,63 @@ def test_nonlinear_mechanisms_are_decided_on_trainable_minus_frozen():
     assert all(c.verdict == "inconclusive" and "premise not met" in c.note for c in unconverged)
 
 
+def test_mechanisms_need_the_learned_states_own_alignment_change_and_rescaling_its_readout_premise():
+    from papers.linear_mechanisms.claims import nonlinear_mechanisms_claims
+
+    p = parse(_cfg())
+    # the review's e_alignment trained to the learned state: the alignment back at its initial value while the
+    # frozen twin's falls, so trainable - frozen passes but the layers are no more aligned than at init
+    rows = _mechanism_rows(p, frozen_change=0.2)
+    learned = (rows.arm == "learned") & np.isclose(rows.init_scale, min(p.nonlinear.init_scales))
+    frozen = rows.arm == "frozen:alignment"
+    rows.loc[learned, "alignment"] = rows.loc[learned, "alignment0"] * 0.98
+    rows.loc[frozen, "alignment"] = rows.loc[frozen, "alignment0"] * 0.5
+    claims = {c.id: c for c in nonlinear_mechanisms_claims(p, rows)}
+    parts = {e.name.split(": ", 1)[1]: e.verdict for e in claims["e_alignment"].evidence}
+    assert parts["relative rise of the layer alignment, trainable - frozen first layer"] == "holds"
+    assert parts["relative rise of the layer alignment, learned vs init"] == "does not hold"
+    assert claims["e_alignment"].verdict == "does not hold"
+    assert "-> " in claims["e_alignment"].note and "relative" in claims["e_alignment"].note
+    # rescaling whose readout does not rotate onto the first layer (the layer alignment falls): the premise of the
+    # linear derivation is unmet, so inconclusive whatever its turn, never "does not hold"
+    rows = _mechanism_rows(p, frozen_change=0.2)
+    resc = rows.arm == "rescaling"
+    rows.loc[resc, "alignment"] = 0.06
+    rows.loc[resc, "dir_w"] = 0.07  # turns by more than rescale_dir, as the review measured
+    c = {c.id: c for c in nonlinear_mechanisms_claims(p, rows)}["e_rescaling"]
+    assert c.verdict == "inconclusive" and "readout rotates onto the first layer" in c.note
+
+
+def test_each_seed_draws_its_own_split_without_duplicate_test_images():
+    from papers.linear_mechanisms.stages import split_images
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 3, size=(60, 4)).astype(float)  # few distinct rows: many duplicates
+    labels = rng.integers(0, 10, 60)
+    splits = [split_images(x, labels, 20, seed) for seed in range(3)]
+    for train, test, dropped in splits:
+        assert len(set(train) & set(test)) == 0 and len(train) == 20 and len(test) + dropped == 40
+        seen = {tuple(r) for r in x[train]}
+        assert not any(tuple(r) in seen for r in x[test]) and dropped > 0
+    assert not np.array_equal(splits[0][0], splits[1][0])  # a split per seed
+    np.testing.assert_array_equal(split_images(x, labels, 20, 1)[0], splits[1][0])  # reproducible
+
+
+def test_point_and_panel_seeds_and_claim_a_on_common_seeds():
+    from papers.linear_mechanisms.claims import common_seeds
+
+    cfg = _cfg()
+    p = parse(cfg)
+    assert p.seeds_at("disalignment") == cfg["point_seeds"]["disalignment"] and p.seeds_at("kernel") == p.seeds
+    assert p.seeds_of("width_kappa") == cfg["panel_seeds"]["width_kappa"] and p.seeds_of("ratio_sigma") == p.seeds
+    with pytest.raises(ValueError, match="point_seeds"):
+        parse({**cfg, "point_seeds": {"nowhere": 100}})
+    with pytest.raises(ValueError, match="panel_seeds"):
+        parse({**cfg, "panel_seeds": {"width_kappa": 1}})  # fewer than seeds
+    traj = pd.DataFrame({"point": ["a"] * 3 + ["b"] * 5, "seed": [0, 1, 2, 0, 1, 2, 3, 4]})
+    assert sorted(common_seeds(traj).seed.unique()) == [0, 1, 2]
+
+
 def test_every_mechanism_arm_has_a_frozen_twin():
     from papers.linear_mechanisms.stages import mlp_arms
 
@@ -450,6 +507,10 @@ def test_every_mechanism_arm_has_a_frozen_twin():
     arms = mlp_arms(nl)
     frozen = [a for a in arms if a["arm"].startswith("frozen:")]
     assert [a["arm"] for a in frozen] == ["frozen:alignment", "frozen:disalignment", "frozen:rescaling"]
+    # every arm a claim e_* reads, and its twin, converges on one rule: the training loss
+    assert all(a["converge_loss"] == nl.rescaling_converge_loss for a in arms if a["arm"] != "scale")
+    assert {a["paired"] for a in frozen} == {("learned", min(nl.init_scales)), ("learned", max(nl.init_scales)),
+                                             ("rescaling", nl.rescaling_scale)}
     for a in frozen:
         twin = next(t for t in arms if (t["arm"], t["init_scale"]) == a["paired"])
         assert a["lr_ratio"] == float("inf") and a["output_exponent"] == twin["output_exponent"]

@@ -479,3 +479,59 @@ def test_planted_escape_is_found_exponential_by_the_same_fits():
     planted = planted_escape_fits(esc, fits.set_index("seed"), 0.3)
     assert (fits.r2_pow > fits.r2_exp).all()  # the measured escape here is a power law ...
     assert (planted.r2_exp > 0.9).all() and (planted.r2_exp > planted.r2_pow).all()  # ... the planted one is not
+
+
+def test_convergence_gate_is_one_sided_it_never_withholds_a_holds():
+    """(a) and (e): an arm whose share is still rising but already clears 0.5 holds (more training can only raise
+    it); the gate is recorded as met by that route, and the note says which way it works and that it did not bind."""
+    from papers.sam_late.report import sam_late_claims
+
+    rng = np.random.default_rng(3)
+    p = parse({"seeds": 10, "rho": 0.3, "rhos": [0.3], "epochs": 160, "late_epochs": 10, "late_sweep": [40]})
+    # test loss shares 0.6 (K = 10) -> 0.8 (K = 40): still rising (0.27 more over another 40), both above 0.5
+    loss = {"sgd": 0.30, "sam": 0.25, "late_sam": 0.27, "late_sam_k40": 0.26, "early_sam": 0.2975, "adv": 0.3,
+            "late_adv": 0.3}
+    eig = {"sgd": 10.0, "sam": 3.0, "late_sam": 5.1, "late_sam_k40": 4.4, "early_sam": 9.5, "adv": 8.0, "late_adv": 8.0}
+    robust = {"sgd": 0.2, "sam": 0.3, "late_sam": 0.25, "late_sam_k40": 0.25, "early_sam": 0.2, "adv": 0.6,
+              "late_adv": 0.52}
+    m = _arms(10, 0.3, loss, eig, robust, noise=0.0005, rng=rng)
+    late_adv = m.arm == "late_adv"
+    m.loc[late_adv, "robust_acc_midway"] = m.loc[late_adv, "robust_acc"] - 0.04  # share 0.7 -> 0.8: still rising
+    fits = _fits(10, 0.97, 0.8, 0.05, rng)
+    claims = {c.id: c for c in sam_late_claims(p, m, _switch_fit(10, 1.0), fits, _fits(10, 0.6, 0.7, 0.01, rng),
+                                               fits, [0.0] * 10, [1.5] * 10, loss_rises=_rises(10, 0.05, 0.0, rng))}
+    for cid in ("a", "e"):
+        gate = [g for g in claims[cid].premise if "one-sided" in g.name]
+        assert len(gate) == 1 and gate[0].met, claims[cid].premise
+        assert claims[cid].verdict == "holds", claims[cid].note
+        assert "not met (the share is still rising); it does not bind here" in claims[cid].note
+        assert "never a 'holds'" in claims[cid].note
+    assert "optimiser steps here" in claims["e"].note  # late AT's steps against the paper's
+
+
+def test_escape_is_decided_at_the_smallest_rho_whose_premise_is_met():
+    """(c): at rho 0.3 the loss does not rise after the switch (premise unmet), at 1.0 it does: decided at 1.0, with
+    both rhos' fits in the note; where no rho meets the premise, reported at the main rho, inconclusive."""
+    from papers.sam_late.report import sam_late_claims
+
+    rng = np.random.default_rng(4)
+    p = parse({"seeds": 10, "rho": 0.3, "rhos": [0.3, 1.0], "epochs": 160, "late_epochs": 10, "late_sweep": [40]})
+    loss = {"sgd": 0.30, "sam": 0.25, "late_sam": 0.26, "late_sam_k40": 0.255, "early_sam": 0.2975, "adv": 0.3,
+            "late_adv": 0.3}
+    eig = {"sgd": 10.0, "sam": 3.0, "late_sam": 3.5, "late_sam_k40": 3.2, "early_sam": 9.5, "adv": 8.0, "late_adv": 8.0}
+    robust = {"sgd": 0.2, "sam": 0.3, "late_sam": 0.25, "late_sam_k40": 0.25, "early_sam": 0.2, "adv": 0.6,
+              "late_adv": 0.55}
+    m = _arms(10, 0.3, loss, eig, robust, noise=0.002, rng=rng)
+    sgd_fits = _fits(10, 0.6, 0.7, 0.01, rng)
+    flat, steep = _fits(10, 0.5, 0.99, 0.02, rng), _fits(10, 0.97, 0.8, 0.05, rng)
+    rise_sam_03, rise_sgd = _rises(10, -0.01, 0.0, rng)
+    rise_sam_10, _ = _rises(10, 0.05, 0.0, rng)
+    by_rho = {0.3: (flat, steep, rise_sam_03), 1.0: (steep, steep, rise_sam_10)}
+    c = {x.id: x for x in sam_late_claims(p, m, _switch_fit(10, 1.0), flat, sgd_fits, steep, [0.0] * 10, [1.5] * 10,
+                                          loss_rises=(rise_sam_03, rise_sgd), escapes_by_rho=by_rho)}["c"]
+    assert c.measured["rho"] == 1.0 and c.verdict == "holds", c.note
+    assert "rho 0.3:" in c.note and "rho 1.0:" in c.note and "premise not met" in c.note
+    none = {0.3: (flat, steep, rise_sam_03), 1.0: (steep, steep, rise_sam_03)}
+    c0 = {x.id: x for x in sam_late_claims(p, m, _switch_fit(10, 1.0), flat, sgd_fits, steep, [0.0] * 10, [1.5] * 10,
+                                           loss_rises=(rise_sam_03, rise_sgd), escapes_by_rho=none)}["c"]
+    assert c0.measured["rho"] == 0.3 and c0.verdict == "inconclusive"

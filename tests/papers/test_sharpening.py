@@ -566,6 +566,29 @@ def test_claims_decide_on_replicates_and_the_controls_can_fail(tmp_path):
     assert not collapsed.premise_met and collapsed.verdict == "inconclusive" and "learns" in collapsed.note
 
 
+def test_rl_step_size_sensitivity_of_c_is_reported_not_deciding():
+    """(c)'s RL slope at the other step sizes of tabular.lr_sensitivity goes into the note; the verdict stays the
+    configured step size's, also when RL's budget grows with C_cov at another step size."""
+    from papers.sharpening.params import rl_step_method
+
+    grows, flat = [4, 16, 64, 128], [16, 16, 16, 16]
+    frame, conv = _claim_frame(grows, flat, atomic_rl_req=grows)
+    p = _sharpening_params()
+    assert p.tabular.lr == 0.1 and tuple(p.tabular.lr_sensitivity) == (0.03, 0.3)
+    extra = []
+    for lr, req in [(0.03, flat), (0.3, grows)]:  # at 0.3 RL's budget grows like SFT's
+        rl = frame[(frame.variant == "absorbing") & (frame.method == "rl")].copy()
+        rl["accuracy"] = [float(m >= req[int(K) - 1] * (1 + s % 2)) + 0.001 * s
+                          for m, K, s in zip(rl.budget, rl.pairs, rl.seed)]
+        extra.append(rl.assign(method=rl_step_method(lr)))
+    c = _claims(pd.concat([frame, *extra], ignore_index=True), conv)["c"]
+    assert c.verdict == "holds"  # decided at the configured step size only
+    assert c.measured["absorbing.rl_lr0.3.slope"] > 0.5 > c.measured["absorbing.rl_lr0.03.slope"]
+    assert "0.1 (configured)" in c.note and "at step size(s) 0.03, 0.1 only" in c.note
+    # without those rows (a run that did not compute them) the note says nothing about step sizes
+    assert "step size(s)" not in _claims(frame, conv)["c"].note
+
+
 def test_leave_one_out_counts_the_subsets_that_keep_the_decision():
     robust = verdicts.leave_one_out([1.0, 1.1, 0.9, 1.05, 0.95], 0.5, ">")
     assert robust["subsets"] == 5 and robust["holding"] == 5 and robust["worst_bound"] > 0.5
@@ -688,3 +711,26 @@ def test_pretraining_draws_fresh_initialisations_until_a_base_model_fits_the_law
     assert (test.init == inits - 1).all() and (val.law_gap > 0).all()
     assert len(hist) == 2 * 3 and (hist.init == inits - 1).all()  # the kept runs' losses only
     assert len(stages.load_bases(tmp_path / "base.pt")) == 2
+
+
+def test_length_curriculum_draws_short_prompts_first(tmp_path, monkeypatch):
+    """pretrain.length_curriculum: over its first steps the batches' longest prompt grows 2, 4, .. max_len in equal
+    shares; afterwards (and with 0) any prompt length is drawn."""
+    from papers.common import gpt
+
+    cfg = _small_cfg()
+    cfg = {**cfg, "model": {"n_layer": 1, "n_head": 1, "n_embd": 8},
+           "pretrain": {**cfg["pretrain"], "seeds": 1, "steps": 12, "length_curriculum": 8, "fit_draws": 1,
+                        "fit_gap_max": 10.0, "max_inits": 1}}
+    longest, real = [], gpt.token_logprobs
+
+    def spy(model, seq):
+        if model.training:  # the pretraining batches (the gate evaluates in eval mode)
+            longest.append(int((seq[:, :cfg["task"]["max_len"]] != task.PAD).sum(1).max()))
+        return real(model, seq)
+
+    monkeypatch.setattr(gpt, "token_logprobs", spy)
+    stages.prepare(cfg=cfg, corpus=tmp_path / "c.parquet", prompts=tmp_path / "p.parquet")
+    stages.pretrain(cfg=cfg, corpus=tmp_path / "c.parquet", prompts=tmp_path / "p.parquet",
+                    checkpoint=tmp_path / "base.pt", history=tmp_path / "h.parquet", fit=tmp_path / "fit.parquet")
+    assert longest[:6] == [2, 2, 4, 4, 6, 6] and max(longest[6:]) == cfg["task"]["max_len"] == 8

@@ -32,14 +32,14 @@ FANNED_OUT = {
     "welfare_sweep": (6, 6, 6),  # one per policy (sweep points, seeds and the flat control inside)
     "uv_sharpness_train_mlp": (2, 15, 25),  # (learning rates + the control rate) x seeds
     "uv_sharpness_sweep": (2, 2, 2),  # one per initialisation (small: the route to chaos; large: the EoS manifold)
-    "sam_late_train_sgd": (1, 2, 1),  # one per label condition (default: clean and the noisy extension)
-    "sam_late_train_sam": (1, 2, 3),  # one per (condition, rho): clean at every rho, noisy at the main rho
+    "sam_late_train_sgd": (1, 1, 1),  # one per label condition (clean; the noisy extension is off at every scale)
+    "sam_late_train_sam": (1, 2, 3),  # one per (condition, rho): clean at every rho (default 0.3 and 1.0)
     "linear_mechanisms_phase": (1, 3, 3),  # one per phase-diagram panel
     "linear_mechanisms_nonlinear": (1, 10, 10),  # one per seed (every arm and its frozen-first-layer twin inside)
     "cbplm_train": (1, 3, 5),  # one per seed (the four models and the sweep's CB-pLM runs inside)
     "cbplm_evaluate": (1, 3, 5),  # one per seed
     "sharpening_sharpen": (2, 2, 2),  # SFT and RL
-    "ensembles_train": (1, 5, 200),  # blocks of distinct member trainings (replicate, pipeline, member)
+    "ensembles_train": (1, 7, 400),  # blocks of distinct member trainings (replicate, pipeline, member)
     "neural_fdm_train": (4, 4, 4),  # tasks x models
     "neural_fdm_evaluate": (2, 2, 2),  # one per task
     "deepgate4_train": (1, 3, 5),  # one per seed
@@ -50,7 +50,7 @@ FANNED_OUT = {
     "orion_evaluate": (2, 2, 4),  # one per model
     "profilebfn_train": (1, 3, 5),  # one per training seed
     "profilebfn_evaluate": (1, 3, 5),  # one per training seed (every arm and family inside)
-    "symspace_train": (1, 8, 5),  # one per seed (claim b's heads on its share of head_seeds, the attention pairs)
+    "symspace_train": (1, 6, 5),  # one per seed (claim b's heads on its share of head_seeds, the attention pairs)
     "eagle_train": (1, 4, 5),  # one per seed (the arms of the seed's groups inside; round-robin with three experts)
     "infoprop_prepare": (1, 12, 5),  # one per seed
     "infoprop_train": (1, 12, 5),  # one per seed

@@ -1,8 +1,9 @@
 # P4 symspace: neural networks on SPD manifolds and the Poincare ball from the Busemann point-to-hyperplane distance.
 # prepare (EEG-like covariances or the user's EEG, digits region covariances, noisy trees) -> train (one job per
-# seed: both heads on the shared BiMap/ReEig backbone on the head seeds dealt to it, the attention pair on the spread
-# and planted EEG settings, their controls) and tree (one job: the ball heads from several initialisations, the angle
-# rule and the horocycle-band positive control on every tree seed) -> evaluate (accuracies gathered; the closed forms
+# seed: both heads on the shared BiMap/ReEig backbone from several initialisations on the EEG of the head seeds dealt
+# to it, the digits as context, the attention pair on the spread (an extension) and planted EEG settings, their
+# controls) and tree (one job: the ball heads from several initialisations, the angle rule and the positive control,
+# labels drawn by a random horocycle head, on every tree seed) -> evaluate (accuracies gathered; the closed forms
 # checked against their limits) -> report.
 # Code: workflow/papers/symspace/ (data.py, stages.py and report.py hold the functions these rules call).
 
@@ -30,7 +31,7 @@ rule symspace_prepare:
 
 
 rule symspace_train:
-    """Train both heads on the shared BiMap/ReEig backbone on this job's head seeds, and the attention pair on this seed's EEG settings, with their controls."""
+    """Train both heads on the shared BiMap/ReEig backbone from several initialisations on this job's head seeds (EEG; the digits as context), and the attention pair on this seed's EEG settings (the extension), with their controls."""
     input:
         data=rules.symspace_prepare.output.data,
     output:
@@ -53,7 +54,7 @@ rule symspace_train:
 
 
 rule symspace_tree:
-    """Train the three ball heads from several initialisations each (and the two hyperbolic heads on horocycle bands, the positive control) and fit the angle rule on every tree seed."""
+    """Train the three ball heads from several initialisations each (and the two hyperbolic heads on labels drawn by a random horocycle head, the positive control) and fit the angle rule on every tree seed."""
     input:
         data=rules.symspace_prepare.output.data,
     output:

@@ -23,9 +23,10 @@ more parameters in the attention alone than the concat projector has, so no proj
   ``T = MLP([resample(F_1); ...; resample(F_E)])``, G^2 tokens.
 * :class:`SequenceAppend` -- each expert's G x G tokens through its own projector, appended one after
   another: E G^2 tokens.
-* :class:`LlavaHRInjection` -- LLaVA-HR's mixture-of-resolution adapter (Luo et al. 2024, Eq. 3):
-  ``F_l' = F_l + g * phi(F_h)``, a dynamic gate ``g = tanh(W_2 GELU(W_1 [avg(F_l); avg(phi(F_h))]))``
-  injects the high-resolution maps into the low-resolution (CLIP) map; G^2 tokens.
+* :class:`LlavaHRInjection` -- LLaVA-HR's mixture-of-resolution adapter (Luo et al. 2024; its official code's
+  MR-Adapter and final path): ``F_l' = F_l + f_l(F_l) + g * f_h(F_h)``, a dynamic scalar gate
+  ``g = tanh(W_2 GELU(W_1 [avg(F_l); avg(f_h(F_h))]))`` injects the high-resolution maps into the low-resolution
+  (CLIP) map, then ``T = MLP(W_l F_l' + sum_e W_e resample(F_h,e))``; G^2 tokens.
 * :class:`MiniGeminiCrossAttention` -- Mini-Gemini's patch info mining (Li et al. 2024, Eq. 1):
   ``T = MLP(Q + softmax(phi(Q) phi(K)^T) phi(V))``, each low-resolution query attending only to the
   high-resolution cells of its own region; G^2 tokens.
@@ -119,26 +120,64 @@ class SequenceAppend(nn.Module):
 
 
 class LlavaHRInjection(nn.Module):
+    """LLaVA-HR's mixture-of-resolution adaptation as its official code builds it (luogen1996/LLaVA-HR,
+    llava_hr/model/multimodal_encoder/multipath_encoder_wapper.py): an MR-Adapter (``S2FStitchAlignModuleV2``) per
+    high-res expert injects that expert's map into the low-res (CLIP) map, then the final ``MultiPathAlignModule``
+    adds a linear map of the low-res features and one of each high-res map pooled to the grid; LLaVA's projector
+    follows. Per high-res expert (F_l the low-res map on the G x G grid, F_h the high-res map):
+
+    * high-res branch: ``s = resample(slow_proj(GELU(slow_conv(F_h))))`` (two 1 x 1 convolutions; slow_proj starts at
+      zero, slow_conv Xavier-uniform);
+    * low-res branch: ``F_l <- F_l + fast_proj(GELU(fast_conv(F_l)))`` (a 7 x 7 depthwise convolution, 2 G - 1
+      wide on a grid G < 4, then 1 x 1; fast_proj starts at zero);
+    * gate: ``g = tanh(W_2 GELU(W_1 [avg(F_l); avg(s)]))``, one scalar per image (W_1: 2C -> C / 2, W_2: C / 2 -> 1,
+      PyTorch's default initialisation) and ``F_l <- F_l + g s``.
+
+    Then ``T = MLP(fast_lin(F_l) + sum_e slow_lin_e(resample(F_h,e))) + pos``, G^2 tokens. The adapter starts as the
+    identity (slow_proj and fast_proj at zero, as the official ``zero_init=True``), while the gate is live from the
+    first step, so the gradient reaches slow_proj at once; the final linear path reads every high-res map without a
+    gate. (This module's first version had a per-channel gate whose last layer started at zero, a random 1 x 1 phi in
+    place of the high-res branch, no low-res branch and no final path, so the high-res map reached the LM only
+    through the product g phi(F_h), zero at the start; on seed 0 of the committed default run that arm never read
+    the small digit in 540 SFT steps, its fine-question validation accuracy at chance throughout, where this form
+    reads it by step 180.) Lighter than LLaVA-HR: the adapter is applied once to
+    the CLIP tower's output map, not after each of the ViT's first three quarters of blocks."""
+
     def __init__(self, channels: list[int], sizes: list[int], d: int, grid: int, hidden: int, resample: str = "area",
                  **_):
         super().__init__()
         self.grid, self.n_tokens, self.resample = grid, grid * grid, resample
         c0 = channels[0]
-        self.phi = nn.ModuleList(nn.Conv2d(c, c0, 1) for c in channels[1:])
-        self.gate = nn.ModuleList(nn.Sequential(nn.Linear(2 * c0, c0), nn.GELU(), nn.Linear(c0, c0)) for _ in channels[1:])
-        for g in self.gate:  # start as the low-resolution encoder alone (LLaVA-HR initialises the gate at 0)
-            nn.init.zeros_(g[2].weight)
-            nn.init.zeros_(g[2].bias)
+        kernel = min(7, 2 * grid - 1)  # 7 x 7 (official); on a grid under 4 a wider kernel reads only padding
+        self.slow_conv = nn.ModuleList(nn.Conv2d(c, c, 1) for c in channels[1:])
+        self.slow_proj = nn.ModuleList(nn.Conv2d(c, c0, 1) for c in channels[1:])
+        self.fast_conv = nn.ModuleList(nn.Conv2d(c0, c0, kernel, padding=kernel // 2, groups=c0) for _ in channels[1:])
+        self.fast_proj = nn.ModuleList(nn.Conv2d(c0, c0, 1) for _ in channels[1:])
+        self.gate = nn.ModuleList(nn.Sequential(nn.Linear(2 * c0, max(1, c0 // 2)), nn.GELU(), nn.Linear(max(1, c0 // 2), 1))
+                                  for _ in channels[1:])
+        for conv in (*self.slow_conv, *self.fast_conv):  # the official initialisation
+            nn.init.xavier_uniform_(conv.weight)
+            nn.init.zeros_(conv.bias)
+        for conv in (*self.slow_proj, *self.fast_proj):  # zero_init=True: the adapter starts as the identity
+            nn.init.zeros_(conv.weight)
+            nn.init.zeros_(conv.bias)
+        self.fast_lin = nn.Linear(c0, c0)  # MultiPathAlignModule
+        self.slow_lin = nn.ModuleList(nn.Linear(c, c0) for c in channels[1:])
         self.proj = mlp(c0, hidden, d)
         self.pos = nn.Parameter(0.02 * torch.randn(self.n_tokens, d))
 
     def forward(self, maps):
         f = to_grid(maps[0], self.grid, self.resample)  # (B, C0, G, G)
-        for phi, gate, m in zip(self.phi, self.gate, maps[1:]):
-            h = to_grid(phi(m), self.grid, self.resample)  # (B, C0, G, G)
-            g = torch.tanh(gate(torch.cat([f.mean((2, 3)), h.mean((2, 3))], dim=-1)))  # (B, C0)
-            f = f + g[:, :, None, None] * h
-        return self.proj(tokens(f)) + self.pos
+        for slow_conv, slow_proj, fast_conv, fast_proj, gate, m in zip(self.slow_conv, self.slow_proj, self.fast_conv,
+                                                                     self.fast_proj, self.gate, maps[1:]):
+            s = to_grid(slow_proj(F.gelu(slow_conv(m))), self.grid, self.resample)  # (B, C0, G, G)
+            f = f + fast_proj(F.gelu(fast_conv(f)))
+            g = torch.tanh(gate(torch.cat([f.mean((2, 3)), s.mean((2, 3))], dim=-1)))  # (B, 1)
+            f = f + g[:, :, None, None] * s
+        out = self.fast_lin(tokens(f))
+        for lin, m in zip(self.slow_lin, maps[1:]):
+            out = out + lin(tokens(to_grid(m, self.grid, self.resample)))
+        return self.proj(out) + self.pos
 
 
 def region_mask(grid: int, size: int) -> torch.Tensor:

@@ -54,10 +54,13 @@ class Params:
     # batch, learning rates (a tower's lower layers stay frozen throughout; its last layer trains in
     # Pre-Alignment and SFT); validation accuracy every eval_every SFT steps (the convergence gate's curve); SFT's
     # learning-rate schedule (constant, or cosine after a linear warm-up over warmup_ratio of its steps:
-    # papers.eagle.schedule).
+    # papers.eagle.schedule); sft_min_steps: null, every arm runs all sft_steps; an integer, SFT stops early at the
+    # first validation reading from that step on where the convergence gate holds (papers.eagle.train.plateaued), the
+    # schedule still defined over sft_steps (the cap).
     train: dict = field(default_factory=lambda: {"prealign_steps": 30, "align_steps": 30, "sft_steps": 360,
                                                  "batch": 96, "align_lr": 3.0e-3, "sft_lr": 3.0e-3, "eval_every": 45,
-                                                 "sft_schedule": "constant", "warmup_ratio": 0.0})
+                                                 "sft_schedule": "constant", "warmup_ratio": 0.0,
+                                                 "sft_min_steps": None})
     # Full scale (papers.eagle.llava): LLaVA-style train / val / test JSON files and their image folder, the
     # three experts' and the LM's local Hugging Face directories; null everywhere = the synthetic canvases. Each
     # expert's input side (null = its config's image_size), the hidden state read from a ViT expert (LLaVA: -2),
@@ -107,6 +110,10 @@ class Params:
             raise ValueError(f"eagle.train.sft_steps ({self.train['sft_steps']}) must be at least 4 x "
                              f"eagle.train.eval_every ({self.train['eval_every']}): the convergence gate compares the "
                              "last quarter of the validation curve with the rest")
+        m = self.train.get("sft_min_steps")
+        if m is not None and not (isinstance(m, int) and 4 * self.train["eval_every"] <= m <= self.train["sft_steps"]):
+            raise ValueError(f"eagle.train.sft_min_steps must be null or an integer in 4 x eval_every "
+                             f"({4 * self.train['eval_every']}) .. sft_steps ({self.train['sft_steps']}), got {m!r}")
         if self.train["sft_schedule"] not in ("constant", "cosine"):
             raise ValueError(f"eagle.train.sft_schedule must be constant or cosine, got {self.train['sft_schedule']!r}")
         if not 0 <= self.train["warmup_ratio"] < 1:
@@ -140,7 +147,7 @@ def full_scale(p) -> bool:
 STAGE_PARAMS = {
     "prepare": ("seeds", "data", "llava"),
     "pretrain": ("experts", "lm", "llava"),
-    "train": ("arm_seeds", "experts", "lm", "fusion", "train", "llava"),
+    "train": ("arm_seeds", "experts", "lm", "fusion", "train", "llava", "claims"),  # claims: early stopping's tol
     "evaluate": ("seeds",),
     "report": ALL,
 }

@@ -320,6 +320,9 @@ def _table(df: pd.DataFrame, chance_of: dict | None, kinds: list[str]):
             row_csv["novel_all_mean"] = v.mean()
         row_csv["seed_list"] = ";".join(str(int(s)) for s in seeds)
         row_csv["max_late_gain"] = float(sub.late_gain.max())
+        if "sft_steps_run" in sub and not sub.sft_steps_run.isna().all():  # early stopping: SFT steps per seed
+            steps = sub[sub.kind == "all"].sort_values("seed").sft_steps_run
+            row_csv["sft_steps_run_per_seed"] = ";".join(str(int(x)) for x in steps)
         fine_val = df[(df.arm == arm) & (df.split == "val") & (df.kind == "fine")].accuracy
         row_csv["min_val_fine"] = float(fine_val.min()) if len(fine_val) else float("nan")
         md.append(row_md)
@@ -350,7 +353,7 @@ def _figure(df: pd.DataFrame, path, kinds: list[str]):
     savefig(fig, path)
 
 
-def _budget(benchmarks, df: pd.DataFrame) -> str:
+def _budget(benchmarks, df: pd.DataFrame, cap=None) -> str:
     """What this run cost, from its benchmark files, and what one more seed of the fusion arms would."""
     every = job_times(benchmarks)
     train = [b for b in benchmarks if "/train/" in str(b)]
@@ -358,20 +361,90 @@ def _budget(benchmarks, df: pd.DataFrame) -> str:
     return (f"Cost of this run: {every['seconds']:.0f} s of summed job time ({every['cpu_seconds']:.0f} s CPU) over "
             f"{every['jobs']} jobs, of which the {per['jobs']} train jobs {per['seconds']:.0f} s "
             f"({per['cpu_seconds']:.0f} s CPU): the arms' optimisation steps are nearly all of it; one arm training costs "
-            f"{_arm_cost(df, benchmarks)}.")
+            f"{_arm_cost(df, benchmarks)}." + _cap_cost(df, every["cpu_seconds"], per["cpu_seconds"], cap))
 
 
-def _gate_text(p) -> str:
-    """What the convergence gate reads under the SFT schedule (computed from it)."""
-    t = p.train
-    if t["sft_schedule"] == "constant":
+def _cap_cost(df: pd.DataFrame, total_cpu: float, train_cpu: float, cap) -> str:
+    """What every arm of this run trained through the whole SFT cap would cost, at this run's CPU time per SFT step
+    (the train jobs' CPU time over the SFT steps its arms ran; the alignment stages and evaluations ride along)."""
+    if cap is None or "sft_steps_run" not in df:
         return ""
+    sel = df[(df.split == "test") & (df.kind == "all") & (df.arm != BLINDED)]
+    ran = float(sel.sft_steps_run.sum())
+    if not ran:
+        return ""
+    per_step = train_cpu / ran
+    at_cap = total_cpu - train_cpu + per_step * cap * len(sel)
+    return (f" This run's arms ran {ran:.0f} SFT steps at about {1000 * per_step:.0f} ms of CPU each (train jobs' CPU "
+            f"time over those steps); every arm run to the cap of {cap} steps (no early stop, so no arm stops on a "
+            f"plateau before the cap) would cost about {at_cap:.0f} s of CPU for the whole paper.")
+
+
+def _sft_text(t) -> str:
+    """Stage 2's length: fixed, or up to the cap with early stopping (eagle.train.sft_min_steps)."""
+    if t.get("sft_min_steps") is None:
+        return f"{t['sft_steps']} steps"
+    return f"at least {t['sft_min_steps']} and at most {t['sft_steps']} steps"
+
+
+def _stop_text(t) -> str:
+    if t.get("sft_min_steps") is None:
+        return ""
+    return (f"; SFT stops at the first reading from step {t['sft_min_steps']} on where the gate holds on the curve so "
+            "far, papers.eagle.train.plateaued: validation questions only")
+
+
+def _steps_run_text(df: pd.DataFrame) -> str:
+    """The SFT steps each arm ran (early stopping), from the run's rows."""
+    if "sft_steps_run" not in df:
+        return ""
+    sel = df[(df.split == "test") & (df.kind == "all") & (df.arm != BLINDED)]
+    if sel.sft_steps_run.isna().all():
+        return ""
+    parts = []
+    for arm, sub in sel.groupby("arm", sort=True):
+        steps = sub.sort_values("seed").sft_steps_run.astype(int).tolist()
+        parts.append(f"{arm} {', '.join(str(x) for x in steps)}")
+    return f"SFT steps run per arm and seed: {'; '.join(parts)} ({int(sel.sft_steps_run.sum())} in all). "
+
+
+def _spread_text(df: pd.DataFrame | None, gap: float = 0.1) -> str:
+    """The arms whose final validation accuracy differs between seeds by more than `gap`: a plateau on some seeds
+    that the same arm left on others (the gate cannot tell it from convergence)."""
+    if df is None:
+        return ""
+    sel = df[(df.split == "val") & (df.kind == "all") & (df.arm != BLINDED)]
+    parts = []
+    for arm, sub in sel.groupby("arm", sort=True):
+        v = sub.sort_values("seed")
+        if v.accuracy.max() - v.accuracy.min() > gap:
+            parts.append(f"{arm} " + ", ".join(f"{a:.3f}" for a in v.accuracy))
+    if not parts:
+        return ""
+    return (f"Arms whose final validation accuracy differs between seeds by more than {gap:g} (stopped on a plateau on "
+            f"some seeds that other seeds left, by seed): {'; '.join(parts)}. ")
+
+
+def _gate_text(p, df: pd.DataFrame | None = None) -> str:
+    """What the convergence gate reads under the SFT schedule (computed from it), and the steps each arm ran."""
+    t = p.train
+    ran = _steps_run_text(df) if df is not None else ""
+    if t["sft_schedule"] == "constant":
+        return ran
+    if t.get("sft_min_steps") is not None:
+        factor = lr_factor(t["sft_min_steps"], t["sft_steps"], t["sft_schedule"], t["warmup_ratio"])
+        return (ran + f"With the {t['sft_schedule']} schedule defined over the cap of {t['sft_steps']} steps, an arm "
+                f"that stops at step {t['sft_min_steps']} ends at {factor:.2f} of the peak learning rate (one that "
+                "runs to the cap ends at 0): the gate reads that its validation accuracy had settled, not that it was "
+                "annealed, and a plateau that the arm would leave later passes it as convergence does. "
+                + _spread_text(df))
     evals = t["sft_steps"] // t["eval_every"]
     first_late = (evals - max(1, evals // 4)) * t["eval_every"]  # the last step before the gate's last quarter
     factor = lr_factor(first_late, t["sft_steps"], t["sft_schedule"], t["warmup_ratio"])
-    return (f"With the {t['sft_schedule']} schedule the gate's last quarter of SFT (after step {first_late}) runs at "
-            f"most at {factor:.2f} of the peak learning rate: the gate reads that an arm's validation accuracy had "
-            "settled under the schedule, not that more steps at the peak rate would leave it where it is. ")
+    return ran + (f"With the {t['sft_schedule']} schedule the gate's last quarter of SFT (after step {first_late}) "
+                  f"runs at most at {factor:.2f} of the peak learning rate: the gate reads that an arm's validation "
+                  "accuracy had settled under the schedule, not that more steps at the peak rate would leave it where "
+                  "it is. ")
 
 
 def _controls_text(p) -> str:
@@ -457,8 +530,8 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
                f"templates), mean +- std over the seeds each arm trained on (column seeds), per question kind; last "
                "column: the same canvases asked with the held-out templates (all kinds). Visual tokens the LM reads; "
                "fusion parameters (matched to the concat projector's). table.csv adds every seed's accuracy, each "
-               "arm's largest late rise of validation accuracy (the convergence gate) and its lowest fine-question "
-               "validation accuracy (the fine-print gate).")
+               "arm's largest late rise of validation accuracy (the convergence gate), its lowest fine-question "
+               "validation accuracy (the fine-print gate) and, with early stopping, the SFT steps each seed ran.")
     write_table(md, table_md, table_csv, caption=caption, csv_df=csv)
     _figure(df, accuracy_figure, kinds)
     claim_list, check_list = eagle_claims(p, df), eagle_checks(df)
@@ -486,10 +559,10 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
         f"digit images: CLIP-style InfoNCE on 8 x 8 views, a reader of the small digit at 32 x 32, "
         f"{p.experts['pretrain_steps']} steps each; the LM {p.lm['pretrain_steps']} steps on the QA text. Every arm: "
         f"Pre-Alignment {t['prealign_steps']} steps per non-CLIP expert where used (its last layer and own projector, "
-        f"LM frozen), stage 1 {t['align_steps']} steps (projector only), stage 2 {t['sft_steps']} steps (towers' last "
-        f"layers, projector, LM) with a {t['sft_schedule']} learning-rate schedule (warm-up over "
-        f"{t['warmup_ratio']:g} of its steps; LLaVA-1.5's), batch {t['batch']}, validation accuracy every "
-        f"{t['eval_every']} SFT steps (the convergence gate). Fusions on a {p.fusion['grid']} x {p.fusion['grid']} "
+        f"LM frozen), stage 1 {t['align_steps']} steps (projector only), stage 2 {_sft_text(t)} (towers' last "
+        f"layers, projector, LM) with a {t['sft_schedule']} learning-rate schedule over {t['sft_steps']} steps "
+        f"(warm-up over {t['warmup_ratio']:g} of them; LLaVA-1.5's), batch {t['batch']}, validation accuracy every "
+        f"{t['eval_every']} SFT steps (the convergence gate{_stop_text(t)}). Fusions on a {p.fusion['grid']} x {p.fusion['grid']} "
         f"grid at matched parameter counts; {_resample_text(p)}"
         + (" The trained channel concatenation is also asked the test questions with its non-CLIP experts reading "
            f"another test canvas (arm {BLINDED}: claim b's ablation)." if BLINDED in set(df.arm) else ""))
@@ -509,12 +582,14 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
         "the paper's public checkpoints are, so the seeds replicate the data draw and the arms' training, not the "
         "pretraining. Towers: the paper unfreezes the whole vision towers in SFT (Sec. 2.2) and in Pre-Alignment "
         "(Sec. 2.5); here only each tower's last layer trains, its lower layers stay frozen and are computed once per "
-        "seed. LLaVA-HR's adapter is applied to the CLIP tower's output map, not inside its stages; Mini-Gemini's "
+        "seed. LLaVA-HR's MR-Adapter (its official code's, with the final linear path of both maps) is applied once "
+        "to the CLIP tower's output map, not after each of the first three quarters of its blocks; Mini-Gemini's "
         "mining uses the concatenated high-res maps as keys and values; deformable attention has one head; "
         + _width_text(p) + " " + _resample_difference(p) + " Each "
         "claim rests on the seeds of its arms' groups (eagle.arm_seeds), what the paper's time budget (config "
-        "time_budget) affords with every arm trained through the whole SFT schedule. "
-        + _gate_text(p) + _controls_text(p) + _budget(benchmarks, df))
+        "time_budget) affords with every arm trained until its validation curve settles or the cap. "
+        + _gate_text(p, df) + _controls_text(p)
+        + _budget(benchmarks, df, p.train["sft_steps"] if p.train.get("sft_min_steps") is not None else None))
     if full:
         what, differences = _full_scale_text(p)
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md,

@@ -66,10 +66,12 @@ def trunks(model: MLLM, bank: dict, canvases: torch.Tensor) -> list[torch.Tensor
 
 def fit(model: MLLM, params, split: dict, bank: dict, *, steps: int, batch: int, lr: float,
         rng: np.random.Generator, shuffle_images: bool = False, every: int = 0, evaluate=None,
-        schedule: str = "constant", warmup: float = 0.0) -> tuple[float, list]:
-    """`steps` Adam steps on the answer's cross-entropy, updating `params` only, the learning rate `lr` times
-    :func:`lr_factor` (`schedule`, `warmup`); returns the last loss and, with `evaluate` (a function of the model
-    giving a validation accuracy), that accuracy every `every` steps."""
+        schedule: str = "constant", warmup: float = 0.0, stop=None) -> tuple[float, list]:
+    """Up to `steps` Adam steps on the answer's cross-entropy, updating `params` only, the learning rate `lr` times
+    :func:`lr_factor` (`schedule`, `warmup`: the schedule is defined over all `steps`); returns the last loss and,
+    with `evaluate` (a function of the model giving a validation accuracy), that accuracy every `every` steps. With
+    `stop` (a function of that curve so far), training ends at the first evaluation where it is true (the steps run
+    are then len(curve) * every)."""
     n_canvas = len(split["scene_canvas"])
     q_canvas, q_tokens = split["q_canvas"], torch.as_tensor(split["q_tokens"])
     answer = torch.as_tensor(split["q_answer"])
@@ -87,7 +89,16 @@ def fit(model: MLLM, params, split: dict, bank: dict, *, steps: int, batch: int,
         opt.step()
         if evaluate is not None and every and step % every == 0:
             curve.append(evaluate(model))
+            if stop is not None and stop(curve):
+                break
     return loss.item(), curve
+
+
+def plateaued(curve, every: int, min_steps: int, tol: float) -> bool:
+    """The early-stopping rule of SFT (eagle.train.sft_min_steps): at least `min_steps` steps run (len(curve) *
+    `every`) and the convergence gate met on the validation curve so far (:func:`late_gain` <= `tol`). It reads
+    validation accuracies only."""
+    return len(curve) * every >= min_steps and late_gain(curve) <= tol
 
 
 def late_gain(curve) -> float:
@@ -169,22 +180,26 @@ def run_arm(arm: dict, pretrained: dict, splits: dict, banks: dict, p, rng: np.r
     unfreeze(model, towers=False, fusion=True, lm=False)  # stage 1: the projector (fusion) alone
     fit(model, model.parameters(), splits["train"], banks["train"], steps=t["align_steps"], batch=t["batch"],
         lr=t["align_lr"], rng=rng)
-    unfreeze(model, towers=True, fusion=True, lm=True)  # stage 2: SFT
+    unfreeze(model, towers=True, fusion=True, lm=True)  # stage 2: SFT, up to sft_steps (the schedule's length)
+    min_steps, tol = t.get("sft_min_steps"), p.claims["convergence_tol"]
+    stop = None if min_steps is None else (lambda c: plateaued(c, t["eval_every"], min_steps, tol))
     loss, curve = fit(model, model.parameters(), splits["train"], banks["train"], steps=t["sft_steps"],
                       batch=t["batch"], lr=t["sft_lr"], rng=rng, every=t["eval_every"],
-                      schedule=t["sft_schedule"], warmup=t["warmup_ratio"],
+                      schedule=t["sft_schedule"], warmup=t["warmup_ratio"], stop=stop,
                       evaluate=lambda m: accuracy(m, splits["val"], banks["val"])["all"])
     gain = late_gain(curve)
+    steps_run = t["sft_steps"] if stop is None or not stop(curve) else len(curve) * t["eval_every"]
     rows = []
     for split in ("val", "test", "novel"):
         for kind, acc in accuracy(model, splits[split], banks[split]).items():
             rows.append({"arm": arm["name"], "split": split, "kind": kind, "accuracy": acc,
                          "visual_tokens": model.fusion.n_tokens, "fusion_params": Fu.n_params(model.fusion),
-                         "experts": "+".join(arm["experts"]), "final_loss": loss, "late_gain": gain})
-    log.info("%s: val %.3f test %.3f novel %.3f; validation curve %s", arm["name"],
-             *(r["accuracy"] for r in rows if r["kind"] == "all"), " ".join(f"{v:.3f}" for v in curve))
+                         "experts": "+".join(arm["experts"]), "final_loss": loss, "late_gain": gain,
+                         "sft_steps_run": steps_run})
+    log.info("%s: val %.3f test %.3f novel %.3f; %d SFT steps; validation curve %s", arm["name"],
+             *(r["accuracy"] for r in rows if r["kind"] == "all"), steps_run, " ".join(f"{v:.3f}" for v in curve))
     if arm["name"] == "fusion:concat":
-        rows += blinded_at_test(model, splits, banks, loss, gain, rng)
+        rows += [dict(r, sft_steps_run=steps_run) for r in blinded_at_test(model, splits, banks, loss, gain, rng)]
     return rows
 
 

@@ -59,8 +59,7 @@ class Params:
     members: int = 16  # M_max: members per setting and replicate
     members_per_job: int = 48  # distinct member trainings (replicate, pipeline, member) in one training job
     orderings: int = 50  # random member orderings averaged in the measured curves over M
-    estimator_members: int = 8  # K: members the estimator sees (members 0..K-1; the curve uses the others)
-    curve_from: int = 2  # claims (b), (d) compare the curves from this M on (at M = 1 the normal approximation is biased)
+    estimator_members: int = 4  # K: members the estimator sees (a fold of K; the curve uses the other members - K)
     snapshots: int = 16  # claim (a)'s control: the last `snapshots` epochs of member 0, as an ensemble
     alpha: float = 0.05  # level of the two-sample KS test, reported in the table (no claim rests on it)
     chosen: str = "cnn_k8"  # the homogeneous setting whose numbers the claims' `measured` show
@@ -79,6 +78,11 @@ class Params:
     def held_out(self) -> int:
         """Members the measured curve averages (those the estimator does not see): M = 1 ... held_out."""
         return self.members - self.estimator_members
+
+    @property
+    def beyond(self) -> int:
+        """Claims (b), (d) compare M = beyond ... held_out: the sizes the K seen members cannot measure themselves."""
+        return self.estimator_members + 1
 
     def member_pipeline(self, name: str, member: int) -> Setting:
         """The single-architecture pipeline that trains member `member` of setting `name`."""
@@ -137,12 +141,9 @@ class Params:
             raise ValueError(f"{SLUG}.chosen: setting '{self.chosen}' must be homogeneous (one width, one depth)")
         if not self.settings[self.control].heterogeneous:
             raise ValueError(f"{SLUG}.control: setting '{self.control}' must list several widths or depths")
-        if not 2 <= self.estimator_members <= self.members - 2:
-            raise ValueError(f"{SLUG}.estimator_members must lie in [2, members - 2 = {self.members - 2}] "
-                             "(the measured curve needs at least 2 members the estimator does not see)")
-        if not 1 <= self.curve_from < self.held_out:
-            raise ValueError(f"{SLUG}.curve_from must lie in [1, members - estimator_members = {self.held_out}) "
-                             "(the comparison needs at least two values of M)")
+        if not 2 <= self.estimator_members <= (self.members - 2) // 2:
+            raise ValueError(f"{SLUG}.estimator_members must lie in [2, (members - 2) // 2 = {(self.members - 2) // 2}]"
+                             " (claims (b), (d) compare M = K + 1 ... members - K: at least two sizes beyond K)")
         if self.members % 2:
             raise ValueError(f"{SLUG}.members must be even (claim (c) pairs the members)")
         for name, s in self.settings.items():

@@ -158,43 +158,72 @@ def matching(M: int, seed: int) -> list[tuple[int, int]]:
 
 
 def estimator_sweep(K: int) -> list[int]:
-    """K' = 2, 4, 8, ... below K: the estimator from fewer of its members, beside claims (b), (d). The paper estimates
-    from as few as two members (its few-member regime); doubling from there reaches K in a few steps."""
+    """K' = 2, 4, 8, ... below K: the estimator from fewer members, reported beside claims (b), (d) through the same
+    rule (K' = 2: the fewest from which it has a per-image variance)."""
     return [2 ** i for i in range(1, K.bit_length()) if 2 ** i < K]
 
 
-def folds(M: int, K: int) -> list[tuple[slice, slice]]:
-    """The two ways to split members 0..M-1 into K the estimator sees and H = M - K it is compared with: the first K
-    and the rest, then the last K and the first H (disjoint in both; averaging the two halves the comparison's
-    variance at no training cost)."""
-    H = M - K
-    return [(slice(0, K), slice(K, M)), (slice(H, M), slice(0, H))]
+def folds(M: int, K: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The M // K disjoint ways to pick K seen members: (seen, held) index arrays, seen = members fK ... fK + K - 1,
+    held = the other M - K (the errors are averaged over the folds, at no training cost)."""
+    out = []
+    for f in range(M // K):
+        seen = np.arange(f * K, (f + 1) * K)
+        out.append((seen, np.setdiff1d(np.arange(M), seen)))
+    return out
+
+
+def subset_curve(P: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+    """The K members' own ensemble curve at M = 1 ... K, each M the exact mean over every subset of M of them: what a
+    reader can measure from the K members without the estimator."""
+    from itertools import combinations
+
+    K = len(P)
+    out = {"M": np.arange(1, K + 1), "acc": np.zeros(K), "nll": np.zeros(K)}
+    for m in range(1, K + 1):
+        subsets = list(combinations(range(K), m))
+        for sub in subsets:
+            acc, nll = ensemble.member_metrics(P[list(sub)].mean(0, keepdims=True), y)
+            out["acc"][m - 1] += acc[0] / len(subsets)
+            out["nll"][m - 1] += nll[0] / len(subsets)
+    return out
+
+
+def naive_fit(sizes: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The curve a + b / M fitted by least squares to (sizes, values), evaluated at `at` (claims (b), (d)'s second
+    baseline; with two sizes it passes through both)."""
+    design = np.stack([np.ones(len(sizes)), 1.0 / np.asarray(sizes, dtype=float)], axis=1)
+    (a, b), *_ = np.linalg.lstsq(design, np.asarray(values, dtype=float), rcond=None)
+    return a + b / np.asarray(at, dtype=float)
 
 
 def _curve_frame(name: str, r: int, P: np.ndarray, y: np.ndarray, K: int, sweep, orderings: int,
                  seed: int) -> pd.DataFrame:
-    """Per fold (:func:`folds`), the measured curve of the held-out members (averaged over orderings) beside the
-    estimate from the fold's K members, and from the first K' of them for each K' in `sweep`: columns
-    `<metric>_hat_k<K'>`, and `<metric>_flat_k<K'>`, the estimator's own value at M = K' at every M (the same
-    estimate with its M dependence removed: claims (b), (d)'s ablation)."""
+    """For each k in {K} and `sweep`, per fold (:func:`folds`): the measured curve of the held-out members (M = 1 ...
+    members - k, averaged over orderings) beside three predictions from the fold's k seen members: `<metric>_hat`, the
+    estimator; `<metric>_flat`, the estimator's own value at M = k at every M (its M dependence removed: claims (b),
+    (d)'s ablation); `<metric>_fit`, the naive curve a + b / M fitted to the seen members' own sub-ensembles (M = 1
+    ... k). Long format, one row per (k, fold, M)."""
     frames = []
-    for fold, (seen, held) in enumerate(folds(len(P), K)):
-        c = ensemble.curves(P[held], y, orderings, seed=seed + 100_000 * fold)
-        cols = {k: c[k] for k in ("M", "acc", "nll", "member_acc", "member_nll", "jensen_gap")}
-        for k in sorted({K, *sweep}):
-            est, flat = ensemble.estimate(P[seen][:k], y, c["M"]), ensemble.estimate(P[seen][:k], y, [k])
+    for k in sorted({K, *sweep}):
+        for fold, (seen, held) in enumerate(folds(len(P), k)):
+            c = ensemble.curves(P[held], y, orderings, seed=seed + 100_000 * fold + 1_000_000 * k)
+            cols = {key: c[key] for key in ("M", "acc", "nll", "member_acc", "member_nll", "jensen_gap")}
+            est, flat = ensemble.estimate(P[seen], y, c["M"]), ensemble.estimate(P[seen], y, [k])
+            own = subset_curve(P[seen], y)
             for metric in ("acc", "nll"):
-                cols[f"{metric}_hat_k{k}"] = est[metric]
-                cols[f"{metric}_flat_k{k}"] = np.full(len(c["M"]), flat[metric][0])
-        frames.append(pd.DataFrame({"setting": name, "replicate": r, "fold": fold, **cols}))
+                cols[f"{metric}_hat"] = est[metric]
+                cols[f"{metric}_flat"] = np.full(len(c["M"]), flat[metric][0])
+                cols[f"{metric}_fit"] = naive_fit(own["M"], own[metric], c["M"])
+            frames.append(pd.DataFrame({"setting": name, "replicate": r, "k": k, "fold": fold, **cols}))
     return pd.concat(frames, ignore_index=True)
 
 
 def evaluate(*, cfg, probs, members, snapshots, metrics, curves):
     """Per setting and replicate: the members' convergence, the full ensemble against the validation-chosen member,
-    the ensemble curve over M of the held-out members against the estimator from K members and from K' = 2, 4, ...
-    of them, and against its flat version, in two folds (and the same on planted i.i.d. members, the positive
-    control), KS distances of disjoint member pairs and of the same pairs made exchangeable (within a pipeline,
+    the ensemble curve over M of the held-out members against the estimator from K members and from K' = 2, 4, ...,
+    against its flat version and against the naive a + b / M fit to the seen members' sub-ensembles, in disjoint folds
+    (and the same on planted i.i.d. members, the positive control), KS distances of disjoint member pairs and of the same pairs made exchangeable (within a pipeline,
     across architectures in the heterogeneous setting, and among the planted members), and one run's snapshot
     ensemble (claim (a)'s control)."""
     p = parse(cfg)

@@ -72,7 +72,8 @@ class Nonlinear:
     converge_accuracy: float = 1.0
     # subtract the output at initialisation (Chizat, Oyallon and Bach 2019: the centred model starts at zero)
     centred: bool = True
-    # the rescaling arm (and its frozen twin) converge on the training loss instead: loss <= this
+    # every arm claims e_* read (the mechanism arms at the smallest and largest init scale, the rescaling arm, and
+    # their frozen twins) converges on the training loss instead: loss <= this (the learned state)
     rescaling_converge_loss: float = 1e-3
     lr_factor: float = 0.5
     power_iterations: int = 20
@@ -94,6 +95,9 @@ class Nonlinear:
 @dataclass(frozen=True)
 class Params:
     seeds: int = 3
+    # per-point / per-panel seed counts where the measured seed-to-seed spread needs more (missing: `seeds`)
+    point_seeds: dict = field(default_factory=dict)  # mechanism name -> seeds at that point
+    panel_seeds: dict = field(default_factory=dict)  # panel name -> seeds per point of that panel
     data: Data = field(default_factory=Data)
     # claim (a) and the mechanism points: GD at step h (flow time per step = h / top curvature) and h / 2
     trajectory_step: float = 0.01
@@ -119,7 +123,23 @@ class Params:
     agreement_min: float = 0.7  # the check c_phase (phase diagram: measured label = predicted label)
     nonlinear: Nonlinear = field(default_factory=Nonlinear)
 
+    def seeds_at(self, point: str) -> int:
+        """Initialisation seeds at a mechanism point (point_seeds, else seeds)."""
+        return int(self.point_seeds.get(point, self.seeds))
+
+    def seeds_of(self, panel: str) -> int:
+        """Initialisation seeds per point of a phase panel (panel_seeds, else seeds)."""
+        return int(self.panel_seeds.get(panel, self.seeds))
+
     def check(self) -> None:
+        for key, names, known in (("point_seeds", self.point_seeds, MECHANISMS), ("panel_seeds", self.panel_seeds,
+                                                                                  tuple(self.panels))):
+            unknown = [n for n in names if n not in known]
+            if unknown:
+                raise ValueError(f"{SLUG}.{key} names {unknown}: not among {list(known)}")
+            bad = {n: v for n, v in names.items() if not (isinstance(v, int) and v >= self.seeds)}
+            if bad:
+                raise ValueError(f"{SLUG}.{key} must be integers >= seeds ({self.seeds}); got {bad}")
         if set(self.points) != set(MECHANISMS):
             raise ValueError(f"{SLUG}.points must name exactly {', '.join(MECHANISMS)}; got {', '.join(self.points)}")
         for name, grid in self.points.items():
@@ -169,9 +189,10 @@ def _grids(raw, where: str) -> dict:
 STAGE_PARAMS = {
     "prepare": ("data", "nonlinear"),
     "trajectories": (
-        "seeds", "trajectory_step", "trajectory_records", "points", "converge_tol", "min_steps", "max_steps",
+        "seeds", "point_seeds", "trajectory_step", "trajectory_records", "points", "converge_tol", "min_steps",
+        "max_steps",
     ),
-    "phase": ("seeds", "phase_step", "converge_tol", "min_steps", "max_steps", "panels"),
+    "phase": ("seeds", "panel_seeds", "phase_step", "converge_tol", "min_steps", "max_steps", "panels"),
     "nonlinear": ("nonlinear",),
     "evaluate": (
         "trajectory_step", "points", "thresholds", "scaling_panel", "ntk_exponent", "mean_field_exponent",
@@ -183,7 +204,9 @@ STAGE_PARAMS = {
 def parse(cfg) -> Params:
     section = dict(cfg)
     points, panels = section.pop("points", {}), section.pop("panels", {})
+    point_seeds, panel_seeds = section.pop("point_seeds", None) or {}, section.pop("panel_seeds", None) or {}
     params = from_config(Params, section, where=SLUG)
-    params = dataclasses.replace(params, points=_grids(points, f"{SLUG}.points"), panels=_grids(panels, f"{SLUG}.panels"))
+    params = dataclasses.replace(params, points=_grids(points, f"{SLUG}.points"), panels=_grids(panels, f"{SLUG}.panels"),
+                                 point_seeds=dict(point_seeds), panel_seeds=dict(panel_seeds))
     params.check()
     return for_stage(params, cfg)

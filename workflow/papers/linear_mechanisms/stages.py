@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 # ---- prepare -----------------------------------------------------------------------------------
 def _images(nl, seed: int):
-    """(x_train, y_train, x_test, y_test) of the nonlinear check's data set."""
+    """The pool of images (x, labels) the nonlinear check splits per seed (:func:`split_images`): digits, train_size
+    + test_size of them drawn with `seed` (all 1797 at the default scale), or mnist1d's train and test sets together."""
     if nl.dataset == "mnist1d":
         from mnist1d.data import get_dataset_args, make_dataset
 
@@ -33,26 +34,41 @@ def _images(nl, seed: int):
         args.train_split = nl.train_size / args.num_samples
         args.seed = seed
         data = make_dataset(args)  # generated locally from the package's templates, no download
-        return data["x"], data["y"], data["x_test"], data["y_test"]
+        return np.concatenate([data["x"], data["x_test"]]), np.concatenate([data["y"], data["y_test"]])
     x, labels = load_digits(nl.path)
-    order = np.random.default_rng(seed).permutation(len(labels))
-    train, test = order[:nl.train_size], order[nl.train_size:nl.train_size + nl.test_size]
-    return x[train], labels[train], x[test], labels[test]
+    order = np.random.default_rng(seed).permutation(len(labels))[:nl.train_size + nl.test_size]
+    return x[order], labels[order]
+
+
+# The split of the pool is drawn per MLP seed from np.random.default_rng([SPLIT_STREAM, seed]), a stream apart from
+# the seed's torch initialisation.
+SPLIT_STREAM = 7
+
+
+def split_images(x: np.ndarray, labels: np.ndarray, train_size: int, seed: int):
+    """The nonlinear check's split for one seed: a permutation of the pool drawn from (SPLIT_STREAM, seed), its
+    first train_size images for training and the rest for testing, less every test image pixel-identical to a
+    training image (a duplicate would score memorisation as generalisation). Returns (train index, test index,
+    number of test images dropped as duplicates)."""
+    order = np.random.default_rng([SPLIT_STREAM, seed]).permutation(len(labels))
+    train, test = order[:train_size], order[train_size:]
+    seen = {row.tobytes() for row in np.ascontiguousarray(x[train])}
+    keep = np.array([np.ascontiguousarray(x[i]).tobytes() not in seen for i in test], dtype=bool)
+    return train, test[keep], int((~keep).sum())
 
 
 def prepare(*, cfg, regression, images):
-    """The 1-D regression set (x ~ N(0, 1), y = slope x + noise) and the images of the nonlinear check."""
+    """The 1-D regression set (x ~ N(0, 1), y = slope x + noise) and the pool of images of the nonlinear check
+    (split per seed by the nonlinear stage)."""
     p = parse(cfg)
     rng = np.random.default_rng(p.data.seed)
     x = rng.standard_normal(p.data.samples)
     y = p.data.slope * x + p.data.noise * rng.standard_normal(p.data.samples)
     write_parquet(pd.DataFrame({"x": x, "y": y}), regression)
 
-    x_tr, y_tr, x_te, y_te = _images(p.nonlinear, p.data.seed)
-    cols = [f"f{i}" for i in range(x_tr.shape[1])]
-    df = pd.concat([pd.DataFrame(x_tr, columns=cols).assign(label=y_tr, split="train"),
-                    pd.DataFrame(x_te, columns=cols).assign(label=y_te, split="test")], ignore_index=True)
-    write_parquet(df, images)
+    x_img, labels = _images(p.nonlinear, p.data.seed)
+    cols = [f"f{i}" for i in range(x_img.shape[1])]
+    write_parquet(pd.DataFrame(x_img, columns=cols).assign(label=labels), images)
 
 
 # ---- GD beside the exact solution, for rows of one width --------------------------------------
@@ -105,7 +121,7 @@ def trajectories(*, cfg, regression, trajectories):
     settings = dict(tol=p.converge_tol, min_steps=p.min_steps, max_steps=p.max_steps, records=p.trajectory_records)
     frames = []
     for name, grid in p.points.items():
-        rows = [{**grid.points()[0], "seed": seed} for seed in range(p.seeds)]
+        rows = [{**grid.points()[0], "seed": seed} for seed in range(p.seeds_at(name))]
         base = None  # the run at h; the run at h / 2 takes twice its steps, recorded at the same flow times
         for h in (p.trajectory_step, p.trajectory_step / 2):
             same_times = {} if base is None else {"steps": 2 * base["steps"], "record": [2 * k for k in base["record"]]}
@@ -131,7 +147,7 @@ def run_phase(*, cfg, panel, regression, grid):
     points = p.panels[panel].points()
     out = []
     for width in sorted({pt["width"] for pt in points}):
-        rows = [{**pt, "seed": seed} for pt in points if pt["width"] == width for seed in range(p.seeds)]
+        rows = [{**pt, "seed": seed} for pt in points if pt["width"] == width for seed in range(p.seeds_of(panel))]
         res = simulate(rows, x, y, h=p.phase_step, tol=p.converge_tol, min_steps=p.min_steps,
                        max_steps=p.max_steps, records=2, desc=f"{panel}")
         first = {k: v[:, 0] for k, v in res["gd"].items()}
@@ -154,24 +170,34 @@ def run_phase(*, cfg, panel, regression, grid):
 # ---- the nonlinear check (one seed, every arm) --------------------------------------------------
 def mlp_arms(nl) -> list[dict]:
     """The MLP's arms, in training order. "scale": every init scale at equal layer rates in NTK parameterisation
-    (claim d; claims e_alignment, e_disalignment at the smallest and largest scale); "rescaling": one scale with the
-    first layer slowed by rescaling_lr_ratio, in the output scaling `rescaling_parameterisation` (claim
-    e_rescaling; converged on the training loss, rescaling_converge_loss, not on accuracy); "frozen:<mechanism>": the
-    same init, convergence rule, output scaling and readout rate as that mechanism's arm with
-    the first layer frozen (rate 0, the limit of a very large lr_ratio), trained for at most as many steps as its
-    paired run took (the ablation of feature learning: the readout alone)."""
+    (claim d), converged on training accuracy; "learned": the smallest and the largest init scale again, trained
+    to the learned state (training loss <= rescaling_converge_loss; claims e_alignment, e_disalignment);
+    "rescaling": one scale with the first layer slowed by rescaling_lr_ratio, in the output scaling
+    `rescaling_parameterisation`, on the same loss rule (claim e_rescaling); "frozen:<mechanism>": the same init,
+    convergence rule, output scaling and readout rate as that mechanism's arm with the first layer frozen (rate 0,
+    the limit of a very large lr_ratio), trained for at most as many steps as its paired run took (the ablation of
+    feature learning: the readout alone). Every arm a claim e_* reads follows one convergence rule."""
     from papers.linear_mechanisms.mlp import MEAN_FIELD, NTK
 
     rescaling_alpha = MEAN_FIELD if nl.rescaling_parameterisation == "mean_field" else NTK
+    loss = nl.rescaling_converge_loss
     arms = [{"arm": "scale", "init_scale": s, "lr_ratio": 1.0, "output_exponent": NTK} for s in nl.init_scales]
+    arms += [{"arm": "learned", "init_scale": s, "lr_ratio": 1.0, "output_exponent": NTK, "converge_loss": loss}
+             for s in sorted({min(nl.init_scales), max(nl.init_scales)})]
     arms.append({"arm": "rescaling", "init_scale": nl.rescaling_scale, "lr_ratio": nl.rescaling_lr_ratio,
-                 "output_exponent": rescaling_alpha, "converge_loss": nl.rescaling_converge_loss})
-    paired = {"alignment": ("scale", min(nl.init_scales)), "disalignment": ("scale", max(nl.init_scales)),
-              "rescaling": ("rescaling", nl.rescaling_scale)}
+                 "output_exponent": rescaling_alpha, "converge_loss": loss})
+    paired = mechanism_arms(nl)
     for mechanism, (arm, scale) in paired.items():
         twin = next(a for a in arms if a["arm"] == arm and a["init_scale"] == scale)
         arms.append({**twin, "arm": f"frozen:{mechanism}", "lr_ratio": float("inf"), "paired": (arm, scale)})
     return arms
+
+
+def mechanism_arms(nl) -> dict:
+    """The arm (name, init scale) each claim e_* reads: the learned state at the smallest and largest init scale,
+    and the rescaling arm."""
+    return {"alignment": ("learned", min(nl.init_scales)), "disalignment": ("learned", max(nl.init_scales)),
+            "rescaling": ("rescaling", nl.rescaling_scale)}
 
 
 def nonlinear(*, cfg, seed, images, runs):
@@ -186,7 +212,10 @@ def nonlinear(*, cfg, seed, images, runs):
     seed_everything(seed)
     df = read_parquet(images)
     feats = [c for c in df.columns if c.startswith("f")]
-    train, test = df[df.split == "train"], df[df.split == "test"]
+    train_idx, test_idx, duplicates = split_images(df[feats].to_numpy(), df.label.to_numpy(), nl.train_size, seed)
+    train, test = df.iloc[train_idx], df.iloc[test_idx]
+    log.info("seed %d: %d training images, %d test images (%d test images pixel-identical to a training image "
+             "dropped)", seed, len(train), len(test), duplicates)
     mean, std = train[feats].mean(), train[feats].std(ddof=0).replace(0.0, 1.0)  # constant pixels stay 0
 
     def tensor(part):
@@ -210,7 +239,8 @@ def nonlinear(*, cfg, seed, images, runs):
         log.info("%s arm, scale %s, seed %d: NTK change %.4g, test accuracy %.4f, loss %.4g after %d steps (%s)",
                  arm["arm"], scale, seed, res["ntk_change"], res["test_accuracy"], res["train_loss"], res["steps_run"],
                  "converged" if res["converged"] else "NOT converged")
-        rows.append({"seed": seed, "arm": arm["arm"], "init_scale": scale, **res})
+        rows.append({"seed": seed, "arm": arm["arm"], "init_scale": scale, "n_train": len(train), "n_test": len(test),
+                     "test_duplicates_dropped": duplicates, **res})
     write_parquet(pd.DataFrame(rows), runs)
 
 

@@ -57,18 +57,21 @@ def rho_sweep(p, m, path) -> None:
     savefig(fig, path)
 
 
-def mechanism(p, esc, sam_fits, lines, path) -> None:
-    """The escape on a log scale, and the loss along the line from w_switch."""
+def mechanism(p, esc, sam_fits, lines, path, escape_rho: float | None = None) -> None:
+    """The escape on a log scale (late SAM at `escape_rho`, the rho claim (c) is decided at; default the main rho),
+    and the loss along the line from w_switch (late SAM at the main rho)."""
     esc = esc[esc.labels == "clean"]
+    r_esc = p.rho if escape_rho is None else escape_rho
     fig, axes = subplots(1, 2, width=4.8, height=3.6)
     ax = axes[0, 0]
     for arm in ("late_sam", "sgd"):
-        g = esc[(esc.arm == arm) & (np.isclose(esc.rho, p.rho) | (arm == "sgd"))]
+        g = esc[(esc.arm == arm) & (np.isclose(esc.rho, r_esc) | (arm == "sgd"))]
         for seed, s in g.groupby("seed"):
-            ax.plot(s.step, s.distance, color=COLORS[arm], lw=0.8, alpha=0.8, label=arm if seed == 0 else None)
+            ax.plot(s.step, s.distance, color=COLORS[arm], lw=0.8, alpha=0.8,
+                    label=(f"{arm} (rho {r_esc})" if arm == "late_sam" else arm) if seed == 0 else None)
     if len(sam_fits):
         t = np.arange(1, p.escape_steps + 1)
-        g = esc[(esc.arm == "late_sam") & np.isclose(esc.rho, p.rho)]
+        g = esc[(esc.arm == "late_sam") & np.isclose(esc.rho, r_esc)]
         a, b, _ = line_fit(g.step, np.log(g.distance.clip(lower=1e-12)))
         ax.plot(t, np.exp(a + b * t), color="k", ls="--", lw=0.8, label="exponential fit (all seeds)")
     ax.set_yscale("log")

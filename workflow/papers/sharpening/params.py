@@ -17,6 +17,11 @@ METHODS = ("sft", "rl")
 STRUCTURES = ("compositional", "atomic", "absorbing")
 
 
+def rl_step_method(lr: float) -> str:
+    """The method name of online RL run at step size `lr` (tabular.lr_sensitivity; claim (c)'s sensitivity)."""
+    return f"rl_lr{lr:g}"
+
+
 @dataclass(frozen=True)
 class TabularParams:
     """The exact tabular level (numpy): the task's generator as one Markov-chain table per prompt, swept over
@@ -40,6 +45,9 @@ class TabularParams:
     convergence_samples_per_step: int = 16
     record_every: int = 25  # steps between two KL(pi || pi*) measurements of that run
     convergence_decay: bool = True  # check (d): the long runs' step size falls linearly to 0 (settles, not hovers)
+    # claim (c), reported, not deciding: online RL's step sizes besides lr at which (c)'s slopes are recomputed on
+    # the deciding structure (the sensitivity of RL's slope to its step size)
+    lr_sensitivity: tuple = (0.03, 0.3)
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,8 @@ class PretrainParams:
     # claims' premise.
     fit_gap_max: float = 0.02
     fit_draws: int = 8  # law draws per prompt that estimate the gap
+    # steps over which the batches' longest prompt length grows 2, 4, .. max_len (a curriculum); 0: none
+    length_curriculum: int = 0
     max_inits: int = 3
 
 

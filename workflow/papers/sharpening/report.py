@@ -147,7 +147,11 @@ def report(*, cfg, scale, results, summary, convergence, formulas, history, fit,
         f"pi_base^{alpha + 1:.3g} (check d_optimum).\n\n"
         f"Level 2, {p.pretrain.seeds} independently pretrained {p.model.n_layer}-layer, {p.model.n_embd}-wide "
         f"character-level causal transformers (kernels.attention), {p.pretrain.steps} steps each on "
-        f"{p.task.pretrain_examples} corpus answers (prompt lengths 2 .. {p.task.max_len}), to a gate: an "
+        f"{p.task.pretrain_examples} corpus answers (prompt lengths 2 .. {p.task.max_len}"
+        + (f"; AdamW at peak lr {p.pretrain.lr:g} after {p.pretrain.warmup} warm-up steps, cosine decay; a curriculum on "
+           f"prompt length: the longest prompt length of the batches rises 2, 4, .. {p.task.max_len} in equal shares "
+           f"of the first {p.pretrain.length_curriculum} steps" if p.pretrain.length_curriculum else "")
+        + "), to a gate: an "
         f"initialisation whose fit to the law on the validation prompts misses {p.pretrain.fit_gap_max} nats per "
         f"letter is discarded and the base model drawn again, up to {p.pretrain.max_inits} initialisations; "
         f"initialisations used per base model: {', '.join(str(v) for v in inits.values())} ({rejected} discarded, "

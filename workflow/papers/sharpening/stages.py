@@ -19,7 +19,7 @@ from papers.common.params import to_dict
 from papers.common.progress import progress
 from papers.sharpening import tabular as tb
 from papers.sharpening import task
-from papers.sharpening.params import METHODS, SLUG, STRUCTURES, Params, parse
+from papers.sharpening.params import METHODS, SLUG, STRUCTURES, Params, parse, rl_step_method
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,11 @@ def tabular(*, cfg, curves, convergence, formulas):
                                             lr=tp.lr, rng=np.random.default_rng([p.seed, seed, K, 7, si]),
                                             explore=False)
                     rows += [row("rl_offline", m, kept[m]) for m in budgets]
+                    for j, lr in enumerate(tp.lr_sensitivity):  # reported, not deciding: online RL at other step
+                        # sizes (claim (c)'s sensitivity to RL's step size)
+                        kept, _ = tb.rl_sharpen(base, budgets, beta=p.beta, samples_per_step=tp.samples_per_step,
+                                                lr=lr, rng=np.random.default_rng([p.seed, seed, K, 9, si, j]))
+                        rows += [row(rl_step_method(lr), m, kept[m]) for m in budgets]
     write_parquet(_rows(rows), curves)
 
     traces, fits = [], []
@@ -242,6 +247,8 @@ def pretrain(*, cfg, corpus, prompts, checkpoint, history, fit):
     answers, mask = task.encode_answers(df.target, tk.max_len)
     seq = torch.from_numpy(np.concatenate([task.encode_prompts(df.prompt, tk.max_len), answers], axis=1))
     mask = torch.from_numpy(mask)  # (N, max_len): which answer positions hold a letter
+    lengths = df.prompt.str.len().to_numpy()
+    by_length = {L: torch.from_numpy(np.flatnonzero(lengths <= L)) for L in range(2, tk.max_len + 1, 2)}
     val = law_probes(data, p, "val", pp.fit_draws, np.random.default_rng(_seed(p.seed, 17)))
     test = law_probes(data, p, "test", pp.fit_draws, np.random.default_rng(_seed(p.seed, 19)))
     cfg_model = GPTConfig(vocab_size=task.vocab_size(tk.alphabet), block_size=2 * tk.max_len, **to_dict(p.model))
@@ -262,7 +269,11 @@ def pretrain(*, cfg, corpus, prompts, checkpoint, history, fit):
                 lr = pp.lr * min(1.0, (step + 1) / pp.warmup) * 0.5 * (1 + math.cos(math.pi * step / pp.steps))
                 for group in opt.param_groups:
                     group["lr"] = lr
-                idx = torch.randint(len(seq), (pp.batch_size,), generator=gen)
+                if step < pp.length_curriculum:  # the longest prompt length grows 2, 4, .. max_len over these steps
+                    pool = by_length[min(tk.max_len, 2 + 2 * int(tk.max_len // 2 * step / pp.length_curriculum))]
+                    idx = pool[torch.randint(len(pool), (pp.batch_size,), generator=gen)]
+                else:
+                    idx = torch.randint(len(seq), (pp.batch_size,), generator=gen)
                 logp = token_logprobs(model, seq[idx])[:, tk.max_len:]  # (B, max_len) answer letters
                 loss = -(logp * mask[idx]).sum() / mask[idx].sum()
                 opt.zero_grad(set_to_none=True)

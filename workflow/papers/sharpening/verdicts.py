@@ -15,7 +15,7 @@ import pandas as pd
 from papers.common.claims import (HOLDS, Check, Claim, Control, Premise, Scope, all_of, convention, mean_test,
                                   paired_test)
 from papers.sharpening import tabular as tb
-from papers.sharpening.params import STRUCTURES, Params
+from papers.sharpening.params import STRUCTURES, Params, rl_step_method
 
 SCOPE = Scope("analogue", "the paper's experiments sharpen pretrained LLMs on math and QA benchmarks; here an exact "
                           "tabular model and tiny character-level transformers pretrained on a synthetic reversal task "
@@ -258,6 +258,24 @@ def sharpening_claims(p: Params, df: pd.DataFrame, conv: pd.DataFrame, formulas:
     # reported, not deciding: the other structures' slopes of SFT and online RL (offline RL runs on S only)
     others = [x for x in STRUCTURES if x != S]
     reported = {k: v for x in others for k, v in slope_parts(x)[1].items() if k.endswith(".slope")}
+    # reported, not deciding: online RL's slope on S at other step sizes (tabular.lr_sensitivity), beside the
+    # configured tabular.lr; only step sizes whose rows the run holds
+    steps = sorted({tp.lr, *(lr for lr in tp.lr_sensitivity if (df.method == rl_step_method(lr)).any())})
+    step_slopes = {lr: mean_test(budget_slopes(required_budgets(df, p, S, "rl" if lr == tp.lr else rl_step_method(lr))[0],
+                                               required_budgets(df, p, S, "sft")[1], cap),
+                                 threshold=c.budget_slope, direction="<", what="base models")
+                   for lr in steps}
+    reported |= {f"{S}.{rl_step_method(lr)}.slope": float(e.effect) for lr, e in step_slopes.items() if lr != tp.lr}
+    below = [lr for lr, e in step_slopes.items() if e.interval[1] < c.budget_slope]
+    step_note = "" if len(step_slopes) < 2 else (
+        "reported, not deciding (the step size was fixed before the run; the rule is not changed after it): online "
+        f"RL's slope on the {S} sweep at Adam step size " + ", ".join(
+            f"{lr:g}{' (configured)' if lr == tp.lr else ''}: {e.effect:.3g} [{e.interval[0]:.3g}, {e.interval[1]:.3g}]"
+            for lr, e in step_slopes.items()) + "; " + (
+            f"its interval lies below budget_slope = {c.budget_slope} at every one of these step sizes"
+            if len(below) == len(step_slopes) else
+            f"its interval lies below budget_slope = {c.budget_slope} at step size(s) "
+            f"{', '.join(f'{lr:g}' for lr in below) or 'none'} only: RL's flat budget depends on its step size"))
     cov_range = required_budgets(df, p, S, "sft")[1]
     optimum = min(mean(df, "tabular", S, "optimum", 0, pairs=K) for K in tp.pairs)
     claim_c = Claim(
@@ -285,6 +303,7 @@ def sharpening_claims(p: Params, df: pd.DataFrame, conv: pd.DataFrame, formulas:
             "reported, not deciding: " + "; ".join(
                 f"on the {x} sweep (the same C_cov) the slopes are SFT {reported[f'{x}.sft.slope']:.3g}, online RL "
                 f"{reported[f'{x}.rl.slope']:.3g}" for x in others),
+            step_note,
             "the per-budget comparison of RL and SFT is claim (e)"] if x),
         threshold_source=convention(f"{c.budget_slope}, midway between the theory's slopes, 1 for SFT (its sample "
                                     "complexity grows as C_cov) and 0 for RL with exploration; the paper gives those "

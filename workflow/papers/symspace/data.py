@@ -24,7 +24,7 @@ def prepare(*, cfg, data):
     EEG gives every seed the same subjects of each dataset (task "eeg:<dataset>"; the subjects are its replicates).
     """
     p = parse(cfg)
-    # Claim (e)'s positive control: the mixing model with the class event in one window (the attention has a
+    # The attention extension's positive control: the mixing model with the class event in one window (the attention has a
     # window to find), on the first planted_attention_seeds seeds, whatever the EEG of claims (b) and (e) is.
     planted = {seed: eeg_like(p.eeg, seed) for seed in range(p.train["planted_attention_seeds"])}
     if real_eeg(p):
@@ -76,7 +76,7 @@ def eeg_like(e, seed: int, event: str = "window") -> dict:
 
     ``event="spread"``: the class's source power is multiplied by 1 + (class_gain - 1) / windows in every window
     instead (the same excess power over the trial, so the trial covariance carries the same class information, but
-    no window stands out: claim e's deciding setting). Its own random stream.
+    no window stands out: the attention extension's setting). Its own random stream.
     """
     if event not in ("window", "spread"):
         raise ValueError(f"symspace: unknown EEG event {event!r} (window, spread)")
@@ -136,7 +136,9 @@ def noisy_tree(t, seed: int) -> dict:
     tree is rotated by a random angle and Mobius-translated so that its root lands at hyperbolic distance
     `root_shift` from the origin (x -> c (+) R x, an isometry of the disk): hyperbolic distances, and so what a
     hyperbolic head can represent, are unchanged, but the classes are no longer angular sectors about the origin
-    (with root_shift 0 a fixed angle rule gives the labels). Returns the points, their labels and depths.
+    (with root_shift 0 a fixed angle rule gives the labels). Returns the points, their labels and depths, and
+    claim (d)'s positive control: a share `planted_share` of the moved points labelled by a random horocycle head
+    (:func:`horocycle_head_labels`; the points, their labels and the generating head).
     """
     rng = np.random.default_rng([seed, 3])
     pts, labels, depths = [], [], []
@@ -164,21 +166,48 @@ def noisy_tree(t, seed: int) -> dict:
     rot = np.array([[np.cos(phi), -np.sin(phi)], [np.sin(phi), np.cos(phi)]])
     centre = np.tanh(t["root_shift"] / 2) * np.array([np.cos(psi), np.sin(psi)])
     moved = _mobius_add_np(np.broadcast_to(centre, x.shape), x @ rot.T)
+    per_class = max(1, int(t["planted_share"] * len(moved)) // t["planted_classes"])
+    planted = horocycle_head_labels(moved, t["planted_classes"], per_class, rng)
     return {"points": moved, "labels": np.asarray(labels), "depths": np.asarray(depths),
-            "horocycle_labels": horocycle_bands(moved, t["planted_classes"], rng)}
+            "horocycle_points": moved[planted["index"]], "horocycle_labels": planted["labels"],
+            "horocycle_head": {"p": planted["p"], "omega": planted["omega"]}}
 
 
-def horocycle_bands(x: np.ndarray, classes: int, rng: np.random.Generator) -> np.ndarray:
-    """Labels defined by horocycles (claim d's positive control): the Busemann function of a random ideal point
-    omega, B_omega(x) = log(|omega - x|^2 / (1 - |x|^2)) (Sec. 3.2), cut at its quantiles into `classes` bands of
-    equal size, so that the class boundaries are horocycles, the Busemann head's level sets, which a gyroplane (a
-    geodesic) only approximates."""
-    phi = rng.uniform(0, 2 * np.pi)
-    omega = np.array([np.cos(phi), np.sin(phi)])
-    b = np.log(((x - omega) ** 2).sum(1) / (1 - (x * x).sum(1)))
-    labels = np.empty(len(x), dtype=int)
-    labels[np.argsort(b, kind="stable")] = np.arange(len(x)) * classes // len(x)
-    return labels
+def horocycle_head_labels(x: np.ndarray, classes: int, per_class: int, rng: np.random.Generator,
+                          tries: int = 1000) -> dict:
+    """Claim (d)'s positive control: labels that the Busemann (horocycle) head can represent exactly, drawn from a
+    randomly placed head of its own form (issue 52's review: bands of one Busemann function need a per-class scale
+    that the head lacks, so they were outside its function class).
+
+    A head of `classes` hyperplanes: base points p_k at randomly chosen points of `x` (so that every boundary runs
+    through the cloud), directions omega_k uniform on the circle; the label of a point is the arg-max of the head's
+    logits 2 artanh|y_k| / |y_k| s_k(x) (y_k = (-p_k) (+) x, s_k the horocycle value: :func:`busemann_logits`, the
+    formula of layers.BallMLR's Busemann head). The head is redrawn (at most `tries` times) until every class holds
+    at least `per_class` points; then `per_class` points of each class are kept at random, so that every seed's
+    planted task has the same size and class sizes (the tree seeds train side by side). Returns the kept points'
+    indices into `x`, their labels, and the generating head (p, omega)."""
+    for _ in range(tries):
+        p = x[rng.choice(len(x), size=classes, replace=False)]
+        phi = rng.uniform(0, 2 * np.pi, size=classes)
+        omega = np.stack([np.cos(phi), np.sin(phi)], axis=1)
+        labels = busemann_logits(x, p, omega).argmax(1)
+        counts = np.bincount(labels, minlength=classes)
+        if counts.min() >= per_class:
+            keep = np.sort(np.concatenate([rng.choice(np.flatnonzero(labels == k), size=per_class, replace=False)
+                                           for k in range(classes)]))
+            return {"index": keep, "labels": labels[keep], "p": p, "omega": omega}
+    raise ValueError(f"symspace: no random horocycle head in {tries} draws gave {classes} classes of at least "
+                     f"{per_class} of the {len(x)} points (lower symspace.tree.planted_share)")
+
+
+def busemann_logits(x: np.ndarray, p: np.ndarray, omega: np.ndarray) -> np.ndarray:
+    """The Busemann head's logits (layers.BallMLR, kind busemann) for base points p (K, 2) and unit directions
+    omega (K, 2) at points x (N, 2): 2 artanh|y| / |y| (log(1 - |y|^2) - log|y - omega|^2), y = (-p_k) (+) x."""
+    y = _mobius_add_np(np.broadcast_to(-p[None], (len(x), *p.shape)).reshape(-1, 2),
+                       np.repeat(x, len(p), axis=0)).reshape(len(x), len(p), 2)
+    r = np.clip(np.linalg.norm(y, axis=-1), 1e-12, 1 - 1e-12)
+    s = np.log1p(-r ** 2) - np.log(((y - omega[None]) ** 2).sum(-1))
+    return 2 * np.arctanh(r) / r * s
 
 
 def _mobius_add_np(x, y):

@@ -25,9 +25,10 @@ log = logging.getLogger(__name__)
 
 # ---- train ----------------------------------------------------------------------------------------
 def train(*, cfg, seed: str, data, accuracies):
-    """One train job: claim (b)'s heads on the head seeds dealt to this job (seed, seed + seeds, ...; the permuted-
-    label controls on the first `seeds` of them), and claim (e)'s attention pair on this seed (the deciding EEG
-    setting, and the planted one, its positive control, on the first planted_attention_seeds seeds).
+    """One train job: claim (b)'s heads on the EEG of the head seeds dealt to this job (seed, seed + seeds, ...),
+    each from train.head_inits initialisations, with the permuted-label controls and the digits (context, not
+    deciding: digits_step_factor x steps, one initialisation) on the first `seeds` of them; and the attention pair
+    on this seed (the spread-window extension, and the planted window on the first planted_attention_seeds seeds).
 
     The replicate of a row is the seed where each seed draws its own data (the mixing model, the digits), and the
     subject where every seed sees the same subjects (real EEG: the seeds then vary the initialisation only)."""
@@ -48,7 +49,10 @@ def train(*, cfg, seed: str, data, accuracies):
                 # window means).
                 x_train, y_train, x_test, y_test = _trials(subject)
                 rows += T.heads_task(task, unit, unit if real else s, x_train.mean(1), y_train, x_test.mean(1),
-                                     y_test, p, s, rng, controls=controls)
+                                     y_test, p, s, rng, controls=controls, inits=p.train["head_inits"])
+        if not controls:  # the digits are context for claim (b), on the first `seeds` head seeds only
+            log.info("job %d: claim (b)'s heads on seed %d done", job, s)
+            continue
         dg = d["digits"]
         n_img = min(p.digits["max_images"], len(dg["labels"]))
         chosen = np.sort(rng.choice(len(dg["labels"]), size=n_img, replace=False))
@@ -57,7 +61,7 @@ def train(*, cfg, seed: str, data, accuracies):
         x = torch.as_tensor(spd, dtype=torch.float64)
         y = torch.as_tensor(labels, dtype=torch.long)
         rows += T.heads_task("digits", 0, s, x[train_idx], y[train_idx], x[test_idx], y[test_idx], p, s, rng,
-                             controls=controls)
+                             controls=False, steps=p.train["digits_step_factor"] * p.train["steps"])
         log.info("job %d: claim (b)'s heads on seed %d done", job, s)
     rng = np.random.default_rng([job, 6])
     for task, by_seed in d["attention"].items():
@@ -66,7 +70,7 @@ def train(*, cfg, seed: str, data, accuracies):
             if p.train["attention_subjects"] is not None and unit >= p.train["attention_subjects"]:
                 break
             rows += T.attention_task(task, unit, unit if real else job, *_trials(subject), p, job, rng)
-        log.info("job %d: claim (e)'s attention pair on %s done", job, task)
+        log.info("job %d: the attention pair on %s done", job, task)
     write_parquet(pd.DataFrame(rows).assign(job=job), accuracies)
 
 

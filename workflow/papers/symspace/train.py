@@ -129,38 +129,45 @@ def _row(task, unit, replicate, arm, variant, classes, model, curve, test_acc, s
 
 
 def heads_task(task: str, unit: int, replicate: int, x_train, y_train, x_test, y_test, p, seed: int,
-               rng: np.random.Generator, controls: bool = True) -> list[dict]:
+               rng: np.random.Generator, controls: bool = True, inits: int = 1, steps: int | None = None) -> list[dict]:
     """Claim (b)'s arms on one task unit (an EEG subject, or the digits): rows of accuracies.
 
     x_*: (N, n, n) float64 tensors; y_*: (N,) long. The training part is split into fit and validation (the
     validation curve picks the checkpoint and is the convergence gate's); every accuracy in the claims is on the
     test part, at the best-validation checkpoint (and, for the stability gate, at the best checkpoint of the first
-    half of training). The same BiMap -> ReEig backbone (same initial weights within a seed) under SPDNet's LogEig +
-    linear head and under the Busemann MLR; with `controls`, each also on permuted labels (its null control).
+    half of training). The same BiMap -> ReEig backbone (same initial weights within a seed and initialisation)
+    under SPDNet's LogEig + linear head and under the Busemann MLR, from `inits` initialisations on the same data
+    and split (one row each, column ``init``; the report averages a replicate's rows: issue 52's review found the
+    per-seed difference of two initialisations uncorrelated, so one initialisation per seed measures mostly its
+    noise); with `controls`, each head also on permuted labels from the first initialisation (its null control).
+    `steps`: the training steps (default train.steps).
     """
     n, classes = x_train.shape[-1], int(y_train.max()) + 1
     fit_idx, val_idx = split(y_train.numpy(), 1 - p.train["val_fraction"], rng)
     perm = torch.as_tensor(rng.permutation(fit_idx.size))
     xf, yf, xv, yv = x_train[fit_idx], y_train[fit_idx], x_train[val_idx], y_train[val_idx]
     t = p.train
+    steps = t["steps"] if steps is None else steps
     rows = []
     m = min(p.model["bimap_dim"], n)
+    runs = [(i, "main", yf) for i in range(inits)] + ([(0, "permuted_labels", yf[perm])] if controls else [])
     for head in ("logeig_linear", "busemann_mlr"):
-        for variant, labels in (("main", yf), ("permuted_labels", yf[perm]))[: 2 if controls else 1]:
-            model = L.SPDNet(n, m, classes, generator(seed, task, unit, "backbone", variant),
-                             head=head, head_generator=generator(seed, task, unit, head, variant))
-            model, curve = fit(model, xf, labels, t["steps"], t["lr"], val=(xv, yv), every=t["eval_every"],
+        for init, variant, labels in runs:
+            extra = (init,) if init else ()  # the first initialisation keeps the key of earlier runs
+            model = L.SPDNet(n, m, classes, generator(seed, task, unit, "backbone", variant, *extra),
+                             head=head, head_generator=generator(seed, task, unit, head, variant, *extra))
+            model, curve = fit(model, xf, labels, steps, t["lr"], val=(xv, yv), every=t["eval_every"],
                                test=(x_test, y_test))
-            rows.append(_row(task, unit, replicate, f"spdnet_{head}", variant, classes, model, curve,
-                             accuracy(model, x_test, y_test), seed))
+            rows.append({**_row(task, unit, replicate, f"spdnet_{head}", variant, classes, model, curve,
+                                accuracy(model, x_test, y_test), seed), "init": init})
     return rows
 
 
 def attention_task(task: str, unit: int, replicate: int, tokens_train, y_train, tokens_test, y_test, p, seed: int,
                    rng: np.random.Generator) -> list[dict]:
-    """Claim (e)'s arms on one task unit's window tokens (N, W, n, n): the attention network and the same network
+    """The attention extension's arms on one task unit's window tokens (N, W, n, n): the attention network and the same network
     without attention (the ablation), both for attention_steps (its Frechet means make a step ~10x an MLR's), at
-    their best-validation checkpoints; and the attention network before training (claim e's null arm)."""
+    their best-validation checkpoints; and the attention network before training (its null arm)."""
     n, classes = tokens_train.shape[-1], int(y_train.max()) + 1
     fit_idx, val_idx = split(y_train.numpy(), 1 - p.train["val_fraction"], rng)
     tf, yf, tv, yv = tokens_train[fit_idx], y_train[fit_idx], tokens_train[val_idx], y_train[val_idx]
@@ -207,18 +214,20 @@ def _ball_head(head: str, d: int, classes: int, g, replicas=None):
 def ball_tasks(trees: list[dict], p, planted_seeds: int = 0) -> list[dict]:
     """The three heads on every tree seed (claim d), each from `restarts` initialisations chosen on validation; the
     Busemann head before training (its null arm); the angle rule (claim d's premise: no angle rule about the origin
-    gives the labels); and, on the first `planted_seeds` seeds, the Busemann and Ganea heads on the same points
-    labelled by horocycle bands (task ``tree_horocycle``, claim d's positive control).
+    gives the labels); and, on the first `planted_seeds` seeds, the Busemann and Ganea heads on a share of the same
+    points labelled by a random horocycle head (task ``tree_horocycle``, claim d's positive control: labels in the
+    Busemann head's function class), with the generating head's own accuracy there (arm ``generating_head``).
 
     Every seed's tree has the same nodes and class sizes, so its stratified split has the same sizes: the seeds and
     restarts train side by side, each head holding one copy of its parameters per (restart, seed), initialised from
     its own key (seed, restart), so that a seed's initialisations do not depend on how many seeds run."""
     t, restarts = p.train, p.train["restarts"]
     rows = []
-    settings = [("tree", "labels", len(trees), ("euclidean_mlr", "ganea_mlr", "busemann_mlr"))]
+    settings = [("tree", "points", "labels", len(trees), ("euclidean_mlr", "ganea_mlr", "busemann_mlr"))]
     if planted_seeds:
-        settings.append(("tree_horocycle", "horocycle_labels", planted_seeds, ("ganea_mlr", "busemann_mlr")))
-    for task, key, n_seeds, heads in settings:
+        settings.append(("tree_horocycle", "horocycle_points", "horocycle_labels", planted_seeds,
+                         ("ganea_mlr", "busemann_mlr")))
+    for task, points, key, n_seeds, heads in settings:
         fits, vals, tests = [], [], []
         for seed, tree in enumerate(trees[:n_seeds]):
             rng = np.random.default_rng([seed, 5])
@@ -227,7 +236,7 @@ def ball_tasks(trees: list[dict], p, planted_seeds: int = 0) -> list[dict]:
             fits.append(train_idx[fit_pos]), vals.append(train_idx[val_pos]), tests.append(test_idx)
         if len({len(f) for f in fits}) != 1 or len({len(v) for v in tests}) != 1:
             raise ValueError("symspace: the tree seeds' splits differ in size (the trees must share nodes and classes)")
-        x = torch.as_tensor(np.stack([tr["points"] for tr in trees[:n_seeds]]), dtype=torch.float64)  # (S, N, 2)
+        x = torch.as_tensor(np.stack([tr[points] for tr in trees[:n_seeds]]), dtype=torch.float64)  # (S, N, 2)
         y = torch.as_tensor(np.stack([tr[key] for tr in trees[:n_seeds]]), dtype=torch.long)  # (S, N)
 
         def take(z, idx):  # (restarts x S, ...): replica k * S + s is restart k of seed s
@@ -255,12 +264,21 @@ def ball_tasks(trees: list[dict], p, planted_seeds: int = 0) -> list[dict]:
             best_val = curve.max(0).reshape(restarts, S)
             pick = best_val.argmax(0)  # per seed the restart of the best validation accuracy (the first on ties)
             test = accuracy(model, x_test, y_test).reshape(restarts, S)
+            fitted = accuracy(model, x_fit, y_fit).reshape(restarts, S)  # on its own training points
             half = np.asarray(model.half_test).reshape(restarts, S)
             gains = late_gain(curve).reshape(restarts, S)
             rows += [{"task": task, "unit": 0, "replicate": s, "seed": s, "arm": head, "variant": "main",
                       "chance": 1.0 / classes, "val_acc": float(best_val[pick[s], s]),
                       "test_acc": float(test[pick[s], s]), "half_test_acc": float(half[pick[s], s]),
-                      "late_gain": float(gains[pick[s], s]), "restart": int(pick[s])} for s in range(S)]
+                      "late_gain": float(gains[pick[s], s]), "restart": int(pick[s]),
+                      "fit_acc": float(fitted[pick[s], s])} for s in range(S)]
+        if task == "tree_horocycle":  # the generating head, as the Busemann head computes it, on the test points
+            for s, tree in enumerate(trees[:n_seeds]):
+                rows.append({"task": task, "unit": 0, "replicate": s, "seed": s, "arm": "generating_head",
+                             "variant": "main", "chance": 1.0 / classes, "val_acc": float("nan"),
+                             "late_gain": float("nan"), "half_test_acc": float("nan"), "restart": 0,
+                             "test_acc": generating_head_accuracy(tree, tests[s]),
+                             "fit_acc": generating_head_accuracy(tree, fits[s])})
         if task == "tree":
             for r, tree in enumerate(trees[:n_seeds]):
                 train_idx = np.concatenate([fits[r], vals[r]])
@@ -271,3 +289,17 @@ def ball_tasks(trees: list[dict], p, planted_seeds: int = 0) -> list[dict]:
                                                     tree["points"][tests[r]], tree["labels"][tests[r]],
                                                     p.tree["angle_bins"])})
     return rows
+
+
+def generating_head_accuracy(tree: dict, idx) -> float:
+    """Accuracy, on the planted points `idx`, of layers.BallMLR's Busemann head set to the head that drew the
+    planted labels (base points p, directions omega): 1.0 when the labels lie in the head's function class (the
+    positive control's premise; the parameter p of BallMLR is tanh-squashed, so it is set to artanh|p| p/|p|)."""
+    head = tree["horocycle_head"]
+    p = torch.as_tensor(head["p"], dtype=torch.float64)
+    model = L.BallMLR(2, len(p), "busemann", torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model.p.copy_(torch.atanh(p.norm(dim=-1, keepdim=True)) * p / p.norm(dim=-1, keepdim=True))
+        model.a.copy_(torch.as_tensor(head["omega"], dtype=torch.float64))
+    x = torch.as_tensor(tree["horocycle_points"][idx], dtype=torch.float64)
+    return float(accuracy(model, x, torch.as_tensor(tree["horocycle_labels"][idx], dtype=torch.long)))
