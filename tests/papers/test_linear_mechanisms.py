@@ -218,6 +218,9 @@ def test_mlp_ntk_matches_autograd(alpha):
     torch.testing.assert_close(mlp.ntk(W, U, x, alpha), k_auto, rtol=1e-10, atol=1e-10)
     # mean-field output scaling is NTK scaling divided by sqrt(h)
     np.testing.assert_allclose(mlp.forward(W, U, x, mlp.MEAN_FIELD), mlp.forward(W, U, x, mlp.NTK) / 3.0, rtol=1e-12)
+    # the lazy arm's output multiplier scales the output by m and the NTK by m^2 (Chizat et al.'s lazy scaling)
+    np.testing.assert_allclose(mlp.forward(W, U, x, alpha, 16.0), 16.0 * mlp.forward(W, U, x, alpha), rtol=1e-12)
+    np.testing.assert_allclose(mlp.ntk(W, U, x, alpha, 16.0), 256.0 * mlp.ntk(W, U, x, alpha), rtol=1e-12)
 
 
 def test_parse_checks_cross_field_rules():
@@ -265,51 +268,64 @@ def test_control_trajectories_recompute_the_exact_solution_and_differ_from_anoth
     assert trajectory_errors(other).error.max() > 10 * trajectory_errors(traj).error.max()
 
 
-def _runs(change: dict, acc: dict, seeds=3, noise=1e-3, converged=True, turn=None):
-    """MLP rows of claim (d); the first layer's turn and norm change fall as 0.1 / scale unless `turn` is given."""
+def _runs(change: dict, acc: dict, seeds=3, noise=1e-3, converged=True, turn=None, lazy=None):
+    """MLP rows of claim (d); the first layer's turn and norm change fall as 0.1 / scale unless `turn` is given.
+    `lazy` = (NTK change, test accuracy) of the lazy arm (the smallest scale, output x (max / min)^2); None: as lazy as
+    the largest scale and as accurate (the accuracy loss is the laziness's)."""
     rng = np.random.default_rng(0)
     turn = turn or {k: 0.1 / k for k in change}
-    return pd.DataFrame([{"seed": s, "arm": "scale", "init_scale": k, "ntk_change": change[k] + noise * rng.normal(),
-                          "test_accuracy": acc[k] + noise * rng.normal(), "train_loss": 0.01, "diverged": False,
-                          "converged": converged, "dir_w": turn[k] * (1 + noise * rng.normal()),
-                          "norm_w": 1 + turn[k] * (1 + noise * rng.normal())}
-                         for s in range(seeds) for k in change])
+    big, small = max(change), min(change)
+    lazy = lazy or (change[big] / 2, acc[big])
+    rows = [{"seed": s, "arm": "scale", "init_scale": k, "ntk_change": change[k] + noise * rng.normal(),
+             "test_accuracy": acc[k] + noise * rng.normal(), "train_loss": 0.01, "diverged": False,
+             "converged": converged, "dir_w": turn[k] * (1 + noise * rng.normal()),
+             "norm_w": 1 + turn[k] * (1 + noise * rng.normal()), "output_multiplier": 1.0, "steps_run": 100}
+            for s in range(seeds) for k in change]
+    rows += [{"seed": s, "arm": "lazy", "init_scale": small, "ntk_change": lazy[0] * (1 + noise * rng.normal()),
+              "test_accuracy": lazy[1] + noise * rng.normal(), "train_loss": 0.01, "diverged": False, "converged": True,
+              "dir_w": 1e-4, "norm_w": 1.0001, "output_multiplier": (big / small) ** 2, "steps_run": 100}
+             for s in range(seeds)]
+    return pd.DataFrame(rows)
 
 
 def test_nonlinear_claim_is_decided_over_the_whole_range_of_init_scales():
     from papers.linear_mechanisms.claims import nonlinear_claim
 
     p = parse({**_cfg(), "nonlinear": {**_cfg()["nonlinear"], "init_scales": [0.25, 1.0, 4.0]}})
-    falling = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.2, 4.0: 0.05}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}))
-    assert falling.verdict == "holds"
-    assert falling.control.verdict == "does not hold"  # the scales scrambled: the trend is gone
+    change, acc = {0.25: 3.0, 1.0: 0.2, 4.0: 0.05}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}
+    falling = nonlinear_claim(p, _runs(change, acc))
+    assert falling.verdict == "holds" and falling.measured["lazy_output_multiplier"] == 256.0
+    # the ablation: the lazy arm as lazy as the largest scale loses the accuracy too, so lazy - largest is ~0
+    assert falling.control.kind == "ablation" and falling.control.verdict == "does not hold"
+    # the lazy arm keeps the small init's accuracy: the loss at large init is not the laziness's -> not attributed
+    saturation = nonlinear_claim(p, _runs(change, acc, lazy=(0.02, 0.95)))
+    assert saturation.control.verdict == "holds" and saturation.verdict == "inconclusive"
+    assert "not attributed" in saturation.note and saturation.measured["laziness_alone_verdict"] == "does not hold"
+    # a lazy arm less lazy than the largest scale does not remove the laziness difference: premise unmet
+    not_lazy = nonlinear_claim(p, _runs(change, acc, lazy=(1.0, 0.7)))
+    assert not_lazy.verdict == "inconclusive" and "at least as lazy" in not_lazy.note
+    assert "why the ablation cannot decide" in not_lazy.note
     # the trend over the range decides, not each step: a dip at the middle scale leaves a falling trend standing
-    dip = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.15, 4.0: 0.5}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}))
+    dip = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.15, 4.0: 0.5}, acc, lazy=(0.2, 0.7)))
     assert dip.verdict == "holds" and "lowest at init scale 1 " in dip.note and "not monotone" in dip.note
     assert "not monotone" not in falling.note
     # an NTK change that grows with the init scale does not hold
-    rising = nonlinear_claim(p, _runs({0.25: 0.05, 1.0: 0.2, 4.0: 3.0}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}))
+    rising = nonlinear_claim(p, _runs({0.25: 0.05, 1.0: 0.2, 4.0: 3.0}, acc))
     assert rising.verdict == "does not hold" and "log NTK change" in rising.note
     # the kernel-regime premise: a first layer that moves MORE at large init leaves the claim undecided
-    moving = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.2, 4.0: 0.05}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7},
-                                      turn={0.25: 0.01, 1.0: 0.05, 4.0: 0.2}))
+    moving = nonlinear_claim(p, _runs(change, acc, turn={0.25: 0.01, 1.0: 0.05, 4.0: 0.2}))
     assert moving.verdict == "inconclusive" and "premise not met" in moving.note
-    two_seeds = nonlinear_claim(p, _runs({0.25: 3.0, 1.0: 0.2, 4.0: 0.05}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}, seeds=2))
+    two_seeds = nonlinear_claim(p, _runs(change, acc, seeds=2))
     assert two_seeds.verdict == "inconclusive"
     # runs that did not converge are left out, and the convergence premise turns the verdict inconclusive
-    runs = _runs({0.25: 3.0, 1.0: 0.2, 4.0: 0.05}, {0.25: 0.95, 1.0: 0.9, 4.0: 0.7}, seeds=4)
-    runs.loc[(runs.seed == 3) & (runs.init_scale == 4.0), "converged"] = False
+    runs = _runs(change, acc, seeds=4)
+    runs.loc[(runs.seed == 3) & (runs.init_scale == 4.0) & (runs.arm == "scale"), "converged"] = False
     unconverged = nonlinear_claim(p, runs)
     assert unconverged.verdict == "inconclusive" and "premise not met" in unconverged.note
     assert unconverged.measured["unconverged_runs"] == 1
-
-
-def test_derangement_moves_every_scale():
-    from papers.linear_mechanisms.claims import _derangement
-
-    for n in (2, 3, 5, 7):
-        perm = _derangement(n, 0)
-        assert sorted(perm) == list(range(n)) and all(i != j for i, j in enumerate(perm))
+    # without the lazy arm the ablation was not run: never "holds"
+    no_lazy = nonlinear_claim(p, _runs(change, acc).query("arm == 'scale'"))
+    assert no_lazy.verdict == "inconclusive" and no_lazy.control.verdict == "not measured"
 
 
 def test_layer_alignment_is_the_cosine_for_vectors_and_training_converges():
@@ -398,9 +414,9 @@ def _mechanism_rows(p, frozen_change: float, seeds=3, converged=True):
     """Each mechanism's trainable arm with a planted state, and its frozen-first-layer twin that moves the layer
     alignment by `frozen_change` of the trainable arm's change (and its first layer not at all)."""
     nl = p.nonlinear
-    state = {"alignment": dict(alignment0=0.1, alignment=0.3, dir_w=0.5, norm_w=1.5),
-             "disalignment": dict(alignment0=0.1, alignment=0.05, dir_w=0.5, norm_w=0.9),
-             "rescaling": dict(alignment0=0.1, alignment=0.2, dir_w=0.001, norm_w=1.3)}
+    state = {"alignment": dict(alignment0=0.1, alignment=0.3, dir_w=0.5, norm_w=1.5, dir_u=0.6),
+             "disalignment": dict(alignment0=0.1, alignment=0.05, dir_w=0.5, norm_w=0.9, dir_u=0.6),
+             "rescaling": dict(alignment0=0.1, alignment=0.2, dir_w=0.001, norm_w=1.3, dir_u=0.4)}
     scale_of = {"alignment": min(nl.init_scales), "disalignment": max(nl.init_scales), "rescaling": nl.rescaling_scale}
     rows = []
     for k, st in state.items():
@@ -412,7 +428,8 @@ def _mechanism_rows(p, frozen_change: float, seeds=3, converged=True):
             moved = st["alignment0"] + frozen_change * (st["alignment"] - st["alignment0"])
             rows.append({"seed": s, "arm": f"frozen:{k}", "init_scale": scale_of[k], "ntk_change": 0.3 + 0.01 * s,
                          "train_loss": 0.05, "converged": False, "diverged": False, "steps_run": 100,
-                         "alignment0": st["alignment0"], "alignment": moved * jitter, "dir_w": 0.0, "norm_w": 1.0})
+                         "alignment0": st["alignment0"], "alignment": moved * jitter, "dir_w": 0.0, "norm_w": 1.0,
+                         "dir_u": 0.5})
     return pd.DataFrame(rows)
 
 
@@ -460,14 +477,65 @@ def test_mechanisms_need_the_learned_states_own_alignment_change_and_rescaling_i
     assert parts["relative rise of the layer alignment, learned vs init"] == "does not hold"
     assert claims["e_alignment"].verdict == "does not hold"
     assert "-> " in claims["e_alignment"].note and "relative" in claims["e_alignment"].note
-    # rescaling whose readout does not rotate onto the first layer (the layer alignment falls): the premise of the
-    # linear derivation is unmet, so inconclusive whatever its turn, never "does not hold"
+    # rescaling whose layer alignment falls (as the readout alone makes it fall) but whose readout leads its slow first
+    # layer: the first layer turns by more than rescale_dir, as the review measured -> "does not hold" (the old gate
+    # "the readout rotates onto the first layer", read on the alignment, made it inconclusive whatever the data)
     rows = _mechanism_rows(p, frozen_change=0.2)
     resc = rows.arm == "rescaling"
     rows.loc[resc, "alignment"] = 0.06
-    rows.loc[resc, "dir_w"] = 0.07  # turns by more than rescale_dir, as the review measured
+    rows.loc[resc, "dir_w"] = 0.07
     c = {c.id: c for c in nonlinear_mechanisms_claims(p, rows)}["e_rescaling"]
-    assert c.verdict == "inconclusive" and "readout rotates onto the first layer" in c.note
+    assert c.verdict == "does not hold" and all(g.met for g in c.premise)
+    # a first layer that turns more than the readout: outside the derivation's setting -> inconclusive
+    rows.loc[resc, "dir_u"] = 0.01
+    c = {c.id: c for c in nonlinear_mechanisms_claims(p, rows)}["e_rescaling"]
+    assert c.verdict == "inconclusive" and "readout leads" in c.note
+
+
+def _planted(p, rise=9.0, frozen_rise=0.2, seeds=3):
+    from papers.linear_mechanisms.stages import PLANTED, PLANTED_FROZEN
+
+    return pd.DataFrame([{"seed": s, "arm": arm, "init_scale": p.nonlinear.planted_scale, "alignment0": 0.09,
+                          "alignment": 0.09 * (1 + r) * (1 + 0.01 * s), "dir_w": 0.8 if arm == PLANTED else 0.0,
+                          "norm_w": 10.0 if arm == PLANTED else 1.0, "converged": True, "train_loss": 1e-3,
+                          "steps_run": 20, "diverged": False}
+                         for s in range(seeds) for arm, r in ((PLANTED, rise), (PLANTED_FROZEN, frozen_rise))])
+
+
+def test_alignment_is_gated_on_its_planted_positive_control():
+    from papers.linear_mechanisms.claims import nonlinear_mechanisms_claims
+
+    p = parse(_cfg())
+    rows = _mechanism_rows(p, frozen_change=0.2)
+    learned = (rows.arm == "learned") & np.isclose(rows.init_scale, min(p.nonlinear.init_scales))
+    rows.loc[learned, "alignment"] = rows.loc[learned, "alignment0"] * 0.9  # the layers less aligned than at init
+    found = nonlinear_mechanisms_claims(p, pd.concat([rows, _planted(p)]))[0]
+    assert found.positive_control.verdict == "holds" and found.verdict == "does not hold"
+    # an analysis that cannot find alignment where it is planted says nothing: inconclusive, never "does not hold"
+    blind = nonlinear_mechanisms_claims(p, pd.concat([rows, _planted(p, rise=0.01)]))[0]
+    assert blind.positive_control.verdict != "holds" and blind.verdict == "inconclusive"
+
+
+def test_planted_alignment_aligns_the_layers_and_the_frozen_readout_does_not():
+    trainable, frozen = mlp.planted_alignment(0, samples=120, d_in=8, hidden=32, scale=0.01, output_exponent=mlp.NTK,
+                                              lr_factor=0.5, converge_loss=1e-3, steps=2000, centred=True)
+    assert trainable["converged"] and trainable["alignment"] > 0.95 > 4 * trainable["alignment0"]  # ~1/sqrt(h) at init
+    # the readout alone, converged in closed form, fits the teacher (h >= d_in) but leaves the layers unaligned
+    assert frozen["train_loss"] < 1e-12 and frozen["alignment"] < 0.5 and frozen["dir_w"] < 1e-12
+
+
+def test_e_alignment_is_reported_under_both_stopping_rules():
+    from papers.linear_mechanisms.claims import nonlinear_mechanisms_claims
+    from papers.linear_mechanisms.stages import ACCURACY_TWIN
+
+    p = parse(_cfg())
+    rows = _mechanism_rows(p, frozen_change=0.2)
+    small = min(p.nonlinear.init_scales)
+    early = rows[(rows.arm == "learned") & np.isclose(rows.init_scale, small)].assign(arm="scale")
+    twin = rows[rows.arm == "frozen:alignment"].assign(arm=ACCURACY_TWIN)
+    claim = nonlinear_mechanisms_claims(p, pd.concat([rows, early, twin, _planted(p)]))[0]
+    assert claim.measured["accuracy_rule"]["verdict_of_the_test"] == "holds"
+    assert "other stopping rule" in claim.note and "The loss rule decides" in claim.note
 
 
 def test_each_seed_draws_its_own_split_without_duplicate_test_images():
@@ -507,8 +575,18 @@ def test_every_mechanism_arm_has_a_frozen_twin():
     arms = mlp_arms(nl)
     frozen = [a for a in arms if a["arm"].startswith("frozen:")]
     assert [a["arm"] for a in frozen] == ["frozen:alignment", "frozen:disalignment", "frozen:rescaling"]
-    # every arm a claim e_* reads, and its twin, converges on one rule: the training loss
-    assert all(a["converge_loss"] == nl.rescaling_converge_loss for a in arms if a["arm"] != "scale")
+    # every arm a claim e_* decides on, and its twin, converges on one rule: the training loss; claim d's arms (scale,
+    # lazy) and the reported accuracy-rule twin on training accuracy
+    from papers.linear_mechanisms.stages import ACCURACY_TWIN, lazy_multiplier
+
+    on_accuracy = {"scale", "lazy", ACCURACY_TWIN}
+    assert all(a["converge_loss"] == nl.rescaling_converge_loss for a in arms if a["arm"] not in on_accuracy)
+    assert all("converge_loss" not in a for a in arms if a["arm"] in on_accuracy)
+    lazy = next(a for a in arms if a["arm"] == "lazy")
+    assert lazy["init_scale"] == min(nl.init_scales) and lazy["output_multiplier"] == lazy_multiplier(nl) == (
+        max(nl.init_scales) / min(nl.init_scales)) ** 2
+    acc_twin = next(a for a in arms if a["arm"] == ACCURACY_TWIN)
+    assert acc_twin["paired"] == ("scale", min(nl.init_scales)) and acc_twin["lr_ratio"] == float("inf")
     assert {a["paired"] for a in frozen} == {("learned", min(nl.init_scales)), ("learned", max(nl.init_scales)),
                                              ("rescaling", nl.rescaling_scale)}
     for a in frozen:
@@ -539,3 +617,12 @@ def test_width_scaling_tests_and_their_label_swap():
     mf = pd.DataFrame([[0.5 * (1 + 0.01 * s) for d in widths] for s in seeds], columns=widths)
     assert all(e.verdict == "holds" for e in _vanishes(ntk, p, "ntk") + _persists(mf, p, "mf"))
     assert any(e.verdict == "does not hold" for e in _vanishes(mf, p, "mf") + _persists(ntk, p, "ntk"))
+    # the mean-field side is decided on the per-seed slope within +- mean_field_slope_max: a change that grows by x2
+    # per decade (slope 0.3) is not width-independent, a flat one with a heavy-tailed seed still is
+    rising = pd.DataFrame([[0.5 * (d / 10) ** 0.3 * (1 + 0.01 * s) for d in widths] for s in seeds], columns=widths)
+    assert any(e.verdict == "does not hold" for e in _persists(rising, p, "mf"))
+    noisy = mf.copy()
+    noisy.loc[0, 10] = 1.5  # one seed's NTK change at d = 10 three times the others' (the max/min's heavy tail)
+    slope_parts = [e for e in _persists(noisy, p, "mf") if "slope" in e.name]
+    assert len(slope_parts) == 2 and all(e.threshold in (-p.mean_field_slope_max, p.mean_field_slope_max)
+                                         for e in slope_parts)

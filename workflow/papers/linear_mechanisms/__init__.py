@@ -6,8 +6,9 @@ f(x) = kappa (u.w) x on one-dimensional data, checked against simulated gradient
 diagram over width, init scale, output scale and the ratio of layer-wise learning rates (relative NTK
 change, change of cos(u, w), norm ratios); the kernel regime in NTK parameterisation against
 width-independent feature learning in mean-field parameterisation; the three mechanisms of feature
-learning (alignment, disalignment, rescaling), each where the phase diagram puts it; and the nonlinear
-check (a two-layer tanh MLP on real images: larger init, smaller NTK change, worse test accuracy).
+learning (alignment, disalignment, rescaling), each where the phase diagram puts it (a check: our derivation
+against our simulation); and the nonlinear claims (a two-layer tanh MLP on real images: larger init, smaller NTK
+change, worse test accuracy, with a lazy-scaling ablation; the three mechanisms in its layers).
 
 Deviations: the paper's text past Section 1 could not be read here (stages.PAPER_SEARCH says what was
 searched), so the closed form (for any learning-rate ratio),
@@ -19,5 +20,5 @@ instead of the paper's larger tasks.
 Modules: :mod:`.exact` (model, closed form, gradient descent), :mod:`.phase` (phase diagram and labels),
 :mod:`.mlp` (the nonlinear check: its arms and their frozen-first-layer ablations), :mod:`.params`,
 :mod:`.stages` (the thin layer the rules call, and the training stages), :mod:`.evaluate`, :mod:`.claims`
-(claims, premise gates, controls, the check c_phase), :mod:`.report`, :mod:`.figures`.
+(claims, premise gates, controls, the checks c_points and c_phase), :mod:`.report`, :mod:`.figures`.
 """

@@ -100,8 +100,13 @@ def evaluate(*, cfg, regression, trajectories, grids, runs, metrics):
     # (d), (e) the nonlinear check: every arm (init scales, the mean-field rescaling arm, the frozen-first-layer
     # ablations), seed means
     mlp_runs = read_parquets(runs)
+    planted = mlp_runs[mlp_runs.arm.str.startswith("planted")]  # e_alignment's positive control (linear, 1 output)
+    mlp_runs = mlp_runs[~mlp_runs.arm.str.startswith("planted")]
+    if "output_multiplier" not in mlp_runs:
+        mlp_runs = mlp_runs.assign(output_multiplier=1.0)
     mlp = (mlp_runs.groupby(["arm", "init_scale"])
            .agg(lr_ratio=("lr_ratio", "first"), output_exponent=("output_exponent", "first"),
+                output_multiplier=("output_multiplier", "first"),
                 ntk_change=("ntk_change", "mean"), ntk_change_std=("ntk_change", "std"),
                 test_accuracy=("test_accuracy", "mean"), test_accuracy_std=("test_accuracy", "std"),
                 train_loss=("train_loss", "mean"), train_loss_std=("train_loss", "std"),
@@ -124,4 +129,8 @@ def evaluate(*, cfg, regression, trajectories, grids, runs, metrics):
         "phase_unconverged_runs": unconverged,
         "scaling": {"ntk": ntk_curve, "mean_field": mf_curve, "ntk_slope": slope},
         "mlp": mlp.to_dict("records"),
+        "planted": (planted.groupby("arm").agg(alignment0=("alignment0", "mean"), alignment=("alignment", "mean"),
+                                               train_loss=("train_loss", "mean"), steps_run=("steps_run", "mean"),
+                                               converged=("converged", "sum"), seeds=("seed", "count"))
+                    .reset_index().to_dict("records")),
     }, metrics)

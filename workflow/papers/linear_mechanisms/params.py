@@ -90,6 +90,8 @@ class Nonlinear:
     # this fraction of its initial value (the linear model's cos_change = 0.1, made relative: at h hidden units
     # the initial alignment is ~ 1/sqrt(h), far below 0.1)
     alignment_change: float = 0.1
+    # claim e_alignment's positive control: the init scale of the planted linear two-layer network (mlp.planted_alignment)
+    planted_scale: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ class Params:
     mean_field_exponent: float = 1.0
     ntk_slope_max: float = -0.5
     mean_field_min: float = 0.1
-    mean_field_spread_max: float = 2.0
+    mean_field_slope_max: float = 0.1
     agreement_min: float = 0.7  # the check c_phase (phase diagram: measured label = predicted label)
     nonlinear: Nonlinear = field(default_factory=Nonlinear)
 

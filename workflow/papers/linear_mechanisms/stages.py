@@ -1,5 +1,5 @@
 """The linear_mechanisms DAG's stages, the thin layer the rules call:
-prepare (1-D regression data, images) -> trajectories (mechanism points, claims a, c) | phase (one job per
+prepare (1-D regression data, images) -> trajectories (mechanism points, claim a, check c_points) | phase (one job per
 panel) | nonlinear (one job per seed: every MLP arm) -> evaluate (:mod:`.evaluate`) -> report (:mod:`.report`,
 with the claims of :mod:`.claims`). Each function takes its parameters and paths.
 """
@@ -113,7 +113,7 @@ def simulate(rows: list[dict], x, y, *, h: float, tol: float, min_steps: int, ma
             "limit": phase.learned_state(a, b, c, **problem), "target": mxy / m2}
 
 
-# ---- trajectories of the mechanism points (claims a and c) -----------------------------------
+# ---- trajectories of the mechanism points (claim a, check c_points) ---------------------------
 def trajectories(*, cfg, regression, trajectories):
     """For each mechanism point and seed: GD at step h and h/2 with the exact solution at the same times."""
     p = parse(cfg)
@@ -170,27 +170,48 @@ def run_phase(*, cfg, panel, regression, grid):
 # ---- the nonlinear check (one seed, every arm) --------------------------------------------------
 def mlp_arms(nl) -> list[dict]:
     """The MLP's arms, in training order. "scale": every init scale at equal layer rates in NTK parameterisation
-    (claim d), converged on training accuracy; "learned": the smallest and the largest init scale again, trained
-    to the learned state (training loss <= rescaling_converge_loss; claims e_alignment, e_disalignment);
-    "rescaling": one scale with the first layer slowed by rescaling_lr_ratio, in the output scaling
+    (claim d), converged on training accuracy; "lazy": the smallest init scale with its output multiplied by
+    lazy_multiplier(nl) (Chizat, Oyallon and Bach 2019's lazy scaling: the large init's laziness without its tanh
+    saturation; claim d's ablation), on the same accuracy rule; "learned": the smallest and the largest init scale
+    again, trained to the learned state (training loss <= rescaling_converge_loss; claims e_alignment,
+    e_disalignment); "rescaling": one scale with the first layer slowed by rescaling_lr_ratio, in the output scaling
     `rescaling_parameterisation`, on the same loss rule (claim e_rescaling); "frozen:<mechanism>": the same init,
     convergence rule, output scaling and readout rate as that mechanism's arm with the first layer frozen (rate 0,
     the limit of a very large lr_ratio), trained for at most as many steps as its paired run took (the ablation of
-    feature learning: the readout alone). Every arm a claim e_* reads follows one convergence rule."""
+    feature learning: the readout alone); "frozen_accuracy:alignment": the same for the smallest scale's
+    accuracy-converged "scale" run (e_alignment reported under the training-accuracy rule too). Every arm a claim
+    e_* decides on follows one convergence rule (the loss)."""
     from papers.linear_mechanisms.mlp import MEAN_FIELD, NTK
 
     rescaling_alpha = MEAN_FIELD if nl.rescaling_parameterisation == "mean_field" else NTK
     loss = nl.rescaling_converge_loss
+    small = min(nl.init_scales)
     arms = [{"arm": "scale", "init_scale": s, "lr_ratio": 1.0, "output_exponent": NTK} for s in nl.init_scales]
+    arms.append({"arm": "lazy", "init_scale": small, "lr_ratio": 1.0, "output_exponent": NTK,
+                 "output_multiplier": lazy_multiplier(nl)})
     arms += [{"arm": "learned", "init_scale": s, "lr_ratio": 1.0, "output_exponent": NTK, "converge_loss": loss}
-             for s in sorted({min(nl.init_scales), max(nl.init_scales)})]
+             for s in sorted({small, max(nl.init_scales)})]
     arms.append({"arm": "rescaling", "init_scale": nl.rescaling_scale, "lr_ratio": nl.rescaling_lr_ratio,
                  "output_exponent": rescaling_alpha, "converge_loss": loss})
     paired = mechanism_arms(nl)
     for mechanism, (arm, scale) in paired.items():
         twin = next(a for a in arms if a["arm"] == arm and a["init_scale"] == scale)
         arms.append({**twin, "arm": f"frozen:{mechanism}", "lr_ratio": float("inf"), "paired": (arm, scale)})
+    twin = next(a for a in arms if a["arm"] == "scale" and a["init_scale"] == small)
+    arms.append({**twin, "arm": ACCURACY_TWIN, "lr_ratio": float("inf"), "paired": ("scale", small)})
     return arms
+
+
+# The frozen twin of the smallest scale's accuracy-converged run (e_alignment under the training-accuracy rule).
+ACCURACY_TWIN = "frozen_accuracy:alignment"
+
+
+def lazy_multiplier(nl) -> float:
+    """Claim (d)'s lazy arm multiplies the output of the smallest init scale by (largest / smallest)^2: the factor by
+    which the larger init multiplies a two-layer network's output (both layers scale with sigma) where tanh is not
+    saturated, i.e. the laziness the init scale brings (Chizat, Oyallon and Bach 2019, Sec. 2: scaling a centred
+    model's output by alpha makes its training lazier by 1/alpha), without the saturation it also brings."""
+    return float((max(nl.init_scales) / min(nl.init_scales)) ** 2)
 
 
 def mechanism_arms(nl) -> dict:
@@ -233,6 +254,7 @@ def nonlinear(*, cfg, seed, images, runs):
                         converge_accuracy=nl.converge_accuracy, lr_ratio=arm["lr_ratio"],
                         output_exponent=arm["output_exponent"], centred=nl.centred,
                         converge_loss=arm.get("converge_loss"),
+                        output_multiplier=arm.get("output_multiplier", 1.0),
                         progress=lambda it, s=scale, a=arm["arm"]: progress(it, desc=f"mlp {a} scale={s} seed={seed}",
                                                                             total=nl.steps))
         steps_of[(arm["arm"], scale)] = res["steps_run"]
@@ -241,7 +263,21 @@ def nonlinear(*, cfg, seed, images, runs):
                  "converged" if res["converged"] else "NOT converged")
         rows.append({"seed": seed, "arm": arm["arm"], "init_scale": scale, "n_train": len(train), "n_test": len(test),
                      "test_duplicates_dropped": duplicates, **res})
+    # e_alignment's positive control: alignment planted in a linear two-layer network with one output
+    trainable, frozen = mlp.planted_alignment(
+        seed, samples=nl.train_size, d_in=len(feats), hidden=nl.hidden, scale=nl.planted_scale,
+        output_exponent=mlp.NTK, lr_factor=nl.lr_factor, converge_loss=nl.rescaling_converge_loss, steps=nl.steps,
+        centred=nl.centred)
+    log.info("planted alignment, seed %d: layer alignment %.4g -> %.4g (frozen first layer: -> %.4g), loss %.3g "
+             "after %d steps", seed, trainable["alignment0"], trainable["alignment"], frozen["alignment"],
+             trainable["train_loss"], trainable["steps_run"])
+    for arm, res in ((PLANTED, trainable), (PLANTED_FROZEN, frozen)):
+        rows.append({"seed": seed, "arm": arm, "init_scale": nl.planted_scale, "diverged": False, **res})
     write_parquet(pd.DataFrame(rows), runs)
+
+
+# The rows of e_alignment's planted positive control (mlp.planted_alignment) in the runs table.
+PLANTED, PLANTED_FROZEN = "planted:alignment", "planted_frozen:alignment"
 
 
 # ---- evaluate and report ---------------------------------------------------------------------
