@@ -8,7 +8,8 @@ mean_n [argmax_c p̄_M(x_n)_c = y_n] and its loss is the NLL, mean_n -log p̄_M(
 - :func:`ks_distances`: how far apart two members' output distributions are (claim (c)), with
   :func:`exchangeable_distances` the floor that sampling alone gives, :func:`ks_margin` the margin over it,
   and :func:`equivalence_pvalues` the significance test (reported, not decided on).
-- :func:`estimate`: the estimator that predicts accuracy and NLL at every M from K members, and
+- :func:`estimate`: the estimator that predicts accuracy and NLL at every M from K members (pinned to the
+  K-member ensemble's measured values at M = K), and
   :func:`planted_members`, i.i.d. members on which its premise holds by construction (its positive control).
 
 The official code (yipei-wang/DeepEnsembleDemystified) could not be read from this machine (no stored
@@ -178,9 +179,13 @@ def estimate(P: np.ndarray, y: np.ndarray, sizes) -> dict[str, np.ndarray]:
     members (sample mean, sample variance with ddof = 1):
 
     Accuracy. The margin d_m(x) = p_m(x)_y - p_m(x)_{c*}, c* the runner-up class of the K-member mean;
-    the ensemble is right when its mean margin is positive:
-        acc_hat(M) = mean_n Phi(sqrt(M) mu_d(x_n) / sigma_d(x_n))      (Phi: standard normal CDF)
-    (sigma_d = 0: 1 if mu_d > 0, 1/2 if mu_d = 0, 0 otherwise).
+    the ensemble is right when its mean margin is positive, with probability about
+        q(M) = mean_n Phi(sqrt(M) mu_d(x_n) / sigma_d(x_n))      (Phi: standard normal CDF)
+    (sigma_d = 0: 1 if mu_d > 0, 1/2 if mu_d = 0, 0 otherwise). The level q(K) is biased at a few members (a
+    normal law for the mean of K bounded draws, the runner-up picked from the same members), so the estimate is
+    pinned to what the K members measure, and q supplies the change beyond them (our choice, from the same CLT):
+        acc_hat(M) = acc_K + q(M) - q(K),    acc_K the measured accuracy of the K-member ensemble,
+    which equals the K-member ensemble's accuracy at M = K.
 
     NLL. Second-order expansion of -log around the mean mu = E p_m(x)_y, with Var p̄_M = sigma^2 / M:
         E[-log p̄_M] = -log mu + sigma^2 / (2 M mu^2) + O(M^-2).
@@ -191,14 +196,19 @@ def estimate(P: np.ndarray, y: np.ndarray, sizes) -> dict[str, np.ndarray]:
     """
     K = len(P)
     sizes = np.asarray(sizes, dtype=float)
-    mean = P.mean(0)  # (N, C)
+    mean = P.mean(0)  # (N, C): the K-member ensemble
     s = true_class(P, y)  # (K, N)
     runner_up = np.where(np.arange(P.shape[2]) == y[:, None], -np.inf, mean).argmax(1)  # (N,)
     d = s - true_class(P, runner_up)  # (K, N)
     mu_d, sd_d = d.mean(0), d.std(0, ddof=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(sd_d > 0, mu_d / sd_d, np.sign(mu_d) * np.inf)  # (N,)
-    acc = np.array([np.where(np.isnan(z), 0.5, stats.norm.cdf(np.sqrt(m) * z)).mean() for m in sizes])
+
+    def q(m):
+        return np.where(np.isnan(z), 0.5, stats.norm.cdf(np.sqrt(m) * z)).mean()
+
+    acc_k = (mean.argmax(1) == y).mean()
+    acc = np.array([acc_k + q(m) - q(K) for m in sizes])
     mu, var = s.mean(0), s.var(0, ddof=1)
     curvature = var / (2 * mu**2)  # (N,)
     nll = np.array([(-np.log(mu) + curvature * (1 / m - 1 / K)).mean() for m in sizes])

@@ -163,14 +163,23 @@ def estimator_sweep(K: int) -> list[int]:
     return [2 ** i for i in range(1, K.bit_length()) if 2 ** i < K]
 
 
-def folds(M: int, K: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The M // K disjoint ways to pick K seen members: (seen, held) index arrays, seen = members fK ... fK + K - 1,
-    held = the other M - K (the errors are averaged over the folds, at no training cost)."""
-    out = []
-    for f in range(M // K):
-        seen = np.arange(f * K, (f + 1) * K)
-        out.append((seen, np.setdiff1d(np.arange(M), seen)))
-    return out
+def seen_subsets(M: int, K: int, count: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`count` distinct K-subsets of the M members, drawn at random (all C(M, K) of them, in order, when there are no
+    more than `count`): (seen, held) index arrays, held = the other M - K members. Claims (b), (d) average the
+    predicted and the measured change over them, at no training cost."""
+    from itertools import combinations
+    from math import comb
+
+    if comb(M, K) <= count:
+        chosen = [np.array(c) for c in combinations(range(M), K)]
+    else:
+        rng, drawn, chosen = np.random.default_rng(seed), set(), []
+        while len(chosen) < count:
+            c = tuple(sorted(rng.choice(M, K, replace=False).tolist()))
+            if c not in drawn:
+                drawn.add(c)
+                chosen.append(np.array(c))
+    return [(seen, np.setdiff1d(np.arange(M), seen)) for seen in chosen]
 
 
 def subset_curve(P: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
@@ -197,17 +206,18 @@ def naive_fit(sizes: np.ndarray, values: np.ndarray, at: np.ndarray) -> np.ndarr
     return a + b / np.asarray(at, dtype=float)
 
 
-def _curve_frame(name: str, r: int, P: np.ndarray, y: np.ndarray, K: int, sweep, orderings: int,
+def _curve_frame(name: str, r: int, P: np.ndarray, y: np.ndarray, K: int, sweep, orderings: int, subsets: int,
                  seed: int) -> pd.DataFrame:
-    """For each k in {K} and `sweep`, per fold (:func:`folds`): the measured curve of the held-out members (M = 1 ...
-    members - k, averaged over orderings) beside three predictions from the fold's k seen members: `<metric>_hat`, the
-    estimator; `<metric>_flat`, the estimator's own value at M = k at every M (its M dependence removed: claims (b),
-    (d)'s ablation); `<metric>_fit`, the naive curve a + b / M fitted to the seen members' own sub-ensembles (M = 1
-    ... k). Long format, one row per (k, fold, M)."""
+    """For each k in {K} and `sweep`, per seen subset (:func:`seen_subsets`): the measured curve of the held-out
+    members (M = 1 ... members - k, averaged over orderings) beside three predictions from the subset's k seen
+    members: `<metric>_hat`, the estimator (equal to the k seen members' own ensemble at M = k); `<metric>_flat`, its
+    value at M = k at every M (its M dependence removed: claims (b), (d)'s ablation); `<metric>_fit`, the naive curve
+    a + b / M fitted to the seen members' own sub-ensembles (M = 1 ... k; reported only). Long format, one row per
+    (k, subset, M)."""
     frames = []
     for k in sorted({K, *sweep}):
-        for fold, (seen, held) in enumerate(folds(len(P), k)):
-            c = ensemble.curves(P[held], y, orderings, seed=seed + 100_000 * fold + 1_000_000 * k)
+        for i, (seen, held) in enumerate(seen_subsets(len(P), k, subsets, seed + 1_000_000 * k)):
+            c = ensemble.curves(P[held], y, orderings, seed=seed + 100_000 * i + 1_000_000 * k)
             cols = {key: c[key] for key in ("M", "acc", "nll", "member_acc", "member_nll", "jensen_gap")}
             est, flat = ensemble.estimate(P[seen], y, c["M"]), ensemble.estimate(P[seen], y, [k])
             own = subset_curve(P[seen], y)
@@ -215,15 +225,15 @@ def _curve_frame(name: str, r: int, P: np.ndarray, y: np.ndarray, K: int, sweep,
                 cols[f"{metric}_hat"] = est[metric]
                 cols[f"{metric}_flat"] = np.full(len(c["M"]), flat[metric][0])
                 cols[f"{metric}_fit"] = naive_fit(own["M"], own[metric], c["M"])
-            frames.append(pd.DataFrame({"setting": name, "replicate": r, "k": k, "fold": fold, **cols}))
+            frames.append(pd.DataFrame({"setting": name, "replicate": r, "k": k, "subset": i, **cols}))
     return pd.concat(frames, ignore_index=True)
 
 
 def evaluate(*, cfg, probs, members, snapshots, metrics, curves):
     """Per setting and replicate: the members' convergence, the full ensemble against the validation-chosen member,
     the ensemble curve over M of the held-out members against the estimator from K members and from K' = 2, 4, ...,
-    against its flat version and against the naive a + b / M fit to the seen members' sub-ensembles, in disjoint folds
-    (and the same on planted i.i.d. members, the positive control), KS distances of disjoint member pairs and of the same pairs made exchangeable (within a pipeline,
+    against its flat version and against the naive a + b / M fit to the seen members' sub-ensembles, over random seen
+    subsets (and the same on planted i.i.d. members, the positive control), KS distances of disjoint member pairs and of the same pairs made exchangeable (within a pipeline,
     across architectures in the heterogeneous setting, and among the planted members), and one run's snapshot
     ensemble (claim (a)'s control)."""
     p = parse(cfg)
@@ -238,7 +248,7 @@ def evaluate(*, cfg, probs, members, snapshots, metrics, curves):
             seed = p.data_seed + r
             (P_val, y_val), (P, y) = setting_probs(frames, p, name, r, "val"), setting_probs(frames, p, name, r, "test")
             acc_m, nll_m = ensemble.member_metrics(P, y)
-            curve_frames.append(_curve_frame(name, r, P, y, K, estimator_sweep(K), p.orderings, seed))
+            curve_frames.append(_curve_frame(name, r, P, y, K, estimator_sweep(K), p.orderings, p.subsets, seed))
             keys = pd.DataFrame([{"pipeline": pipes.index(p.member_pipeline(name, m)), "member": m} for m in range(M)])
             trained = member_table[member_table.replicate == r].merge(keys, on=["pipeline", "member"])
             pairs = matching(M, seed)
@@ -268,7 +278,7 @@ def evaluate(*, cfg, probs, members, snapshots, metrics, curves):
                            planted_pair_ks=ensemble.ks_distances(planted, y, pairs).tolist(),
                            planted_exchangeable_ks=ensemble.exchangeable_distances(planted, y, pairs, seed).tolist())
                 curve_frames.append(_curve_frame(f"{name}@planted", r, planted, y, K, estimator_sweep(K), p.orderings,
-                                                 seed))
+                                                 p.subsets, seed))
                 q = pipes.index(s.single(*s.architectures[0]))
                 g = snaps[(snaps.pipeline == q) & (snaps.replicate == r) & (snaps.member == 0)]
                 (S_val, _), (S, _) = stacked(g[g.split == "val"], "snapshot"), stacked(g[g.split == "test"], "snapshot")
