@@ -33,7 +33,7 @@ FANNED_OUT = {
     "uv_sharpness_train_mlp": (2, 15, 25),  # (learning rates + the control rate) x seeds
     "uv_sharpness_sweep": (2, 2, 2),  # one per initialisation (small: the route to chaos; large: the EoS manifold)
     "sam_late_train_sgd": (1, 1, 1),  # one per label condition (clean; the noisy extension is off at every scale)
-    "sam_late_train_sam": (1, 2, 3),  # one per (condition, rho): clean at every rho (default 0.3 and 1.0)
+    "sam_late_train_sam": (1, 1, 3),  # one per (condition, rho): clean at every rho (default 0.3 only; full 0.5, 1.0, 2.0)
     "linear_mechanisms_phase": (1, 3, 3),  # one per phase-diagram panel
     "linear_mechanisms_nonlinear": (1, 10, 10),  # one per seed (every arm and its frozen-first-layer twin inside)
     "cbplm_train": (1, 3, 5),  # one per seed (the four models and the sweep's CB-pLM runs inside)

@@ -1,6 +1,6 @@
 # P6 sam_late: SAM applied late in training selects flatter minima.
 # prepare (digits or CIFAR-10, one split per seed) -> train_sgd (per label condition) -> train_sam (per condition
-# and rho) and train_adv (clean labels), both branching from SGD's checkpoints at the switch epochs -> evaluate ->
+# and rho) and train_adv (clean labels), their late arms branching from SGD's checkpoints at the switch epochs -> evaluate ->
 # report. Seeds run inside each training job. Conditions: clean (the paper's labels, every claim) and, where
 # configured, noisy (an extension). Code: workflow/papers/sam_late/ (stages.py holds the functions these rules call;
 # report.py the report's).
@@ -61,7 +61,7 @@ rule sam_late_train_sgd:
 
 
 rule sam_late_train_sam:
-    """At one condition and rho, every seed: SAM throughout and late SAM; clean labels at the main rho: early SAM and the switch sweep too."""
+    """At one condition and rho, every seed: SAM throughout and late SAM; clean labels at the main rho: early SAM (equal length) and the extra late and early arms too."""
     input:
         data=rules.sam_late_prepare.output.data,
         sgd=f"{SL}/train/{{labels}}/sgd/checkpoints.pt",
@@ -91,7 +91,7 @@ rule sam_late_train_sam:
 
 
 rule sam_late_train_adv:
-    """Every seed, clean labels: adversarial (PGD) training throughout, and late AT branched from SGD's switch checkpoint."""
+    """Every seed, clean labels: adversarial (PGD) training throughout, late AT branched from SGD's switch checkpoint, early AT of equal length."""
     input:
         data=rules.sam_late_prepare.output.data,
         sgd=f"{SL}/train/clean/sgd/checkpoints.pt",

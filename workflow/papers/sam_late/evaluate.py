@@ -23,10 +23,10 @@ def alpha_grid(p) -> np.ndarray:
 
 
 def late_k(p, arm: str) -> int:
-    """Epochs of SAM (or AT) at the end of a late arm."""
+    """Epochs of SAM (or AT) at the end of a late arm (late SAM and late AT share late_epochs)."""
     if arm.startswith("late_sam_k"):
         return int(arm.rsplit("_k", 1)[1])
-    return p.adv_late_epochs if arm == "late_adv" else p.late_epochs
+    return p.late_epochs
 
 
 def evaluate_runs(p, df: pd.DataFrame, files: list[dict], device: str) -> tuple[pd.DataFrame, pd.DataFrame,
@@ -73,15 +73,10 @@ def evaluate_runs(p, df: pd.DataFrame, files: list[dict], device: str) -> tuple[
         eigs = analysis.sharpness(model.cpu(), x_h.cpu(), y_h.cpu(), iters=p.lanczos_iters, k=p.eigenvalues, seed=seed)
         model.to(device)
         robust = analysis.robust_accuracy(model, t["x_test"], t["y_test"], p.attack)
-        robust_midway = np.nan
-        if arm == "late_adv" and "midway" in ck:  # the premise of (e): has late AT's robustness plateaued?
-            model.load_state_dict(ck["midway"]["model"])
-            robust_midway = analysis.robust_accuracy(model, t["x_test"], t["y_test"], p.attack)
-            model.load_state_dict(final["model"])
         late = arm.startswith("late")
         rows.append({"labels": labels, "arm": arm, "rho": rho if is_sam_arm(arm) else NO_SAM, "seed": seed,
                      "test_acc": test_acc, "test_loss": test_loss, "train_acc": train_acc, "train_loss": train_loss,
-                     "robust_acc": robust, "robust_acc_midway": robust_midway,
+                     "robust_acc": robust,
                      "distance": analysis.state_distance(branch_point(arm), final["model"]) if late else np.nan,
                      **{f"eig_{i + 1}": e for i, e in enumerate(eigs)}})
         if labels == "clean" and arm in ("late_sam", "late_adv"):

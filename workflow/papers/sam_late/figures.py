@@ -7,10 +7,10 @@ import numpy as np
 from papers.common.plotting import savefig, subplots
 from papers.sam_late.analysis import line_fit
 from papers.sam_late.evaluate import NO_SAM
-from papers.sam_late.params import ADV_ARMS, SAM_ARMS, sweep_arm
+from papers.sam_late.params import ADV_ARMS, SAM_ARMS, early_arm, sweep_arm
 
 COLORS = {"sgd": "tab:blue", "sam": "tab:green", "late_sam": "tab:orange", "early_sam": "tab:purple",
-          "adv": "tab:red", "late_adv": "tab:brown"}
+          "adv": "tab:red", "late_adv": "tab:brown", "early_adv": "tab:pink"}
 
 
 def _std(values) -> float:
@@ -26,7 +26,8 @@ def curves(p, hist, path) -> None:
         g = hist[(hist.arm == arm) & (np.isclose(hist.rho, p.rho) | (hist.rho == NO_SAM))]
         curve = g.groupby("epoch")[["test_loss", "train_loss"]].mean()
         curve = curve[curve.index >= p.epochs // 3]  # the paper's curves also omit the first epochs
-        axes[0, 0].plot(curve.index, curve.test_loss, color=COLORS[arm], lw=1, label=arm)
+        tested = curve.test_loss.dropna()  # the test set is evaluated every history_every epochs
+        axes[0, 0].plot(tested.index, tested, color=COLORS[arm], lw=1, label=arm)
         axes[0, 1].plot(curve.index, curve.train_loss, color=COLORS[arm], lw=1, label=arm)
     for ax in axes[0]:
         ax.axvline(p.switch_epoch, color="grey", ls=":", lw=0.8)
@@ -115,7 +116,7 @@ def switch_sweep(p, m, path, seed_shares) -> None:
     `seed_shares(m, arm, full, col, rho, full_rho)` gives the per-seed shares."""
     from papers.common.claims import t_interval
 
-    ks = sorted([p.late_epochs, *p.late_sweep])
+    ks = sorted([p.late_epochs, *p.late_ks])
     fig, axes = subplots(1, 3, width=4.0, height=3.4)
     for ax, col, label in ((axes[0, 0], "test_loss", "test loss"), (axes[0, 1], "test_acc", "test accuracy"),
                            (axes[0, 2], "eig_1", "top Hessian eigenvalue")):
@@ -125,7 +126,10 @@ def switch_sweep(p, m, path, seed_shares) -> None:
         ax.errorbar(ks, mid, yerr=[mid - [x[1] for x in stats], [x[2] for x in stats] - mid], color="tab:orange",
                     marker="o", ms=3, lw=1, capsize=2, label="late SAM (last K epochs)")
         early = np.nanmean(seed_shares(m, "early_sam", "sam", col, p.rho, p.rho))
-        ax.axhline(early, color="tab:purple", ls="--", lw=1, label=f"early SAM (first {p.late_epochs})")
+        ax.axhline(early, color="tab:purple", ls="--", lw=1, label=f"early SAM (first {p.late_epochs}, then SGD)")
+        for k in p.early_ks:
+            ax.axhline(np.nanmean(seed_shares(m, early_arm(k), "sam", col, p.rho, p.rho)), color="tab:purple", ls="-.",
+                       lw=1, label=f"early SAM (first {k}, then SGD)")
         ax.axhline(p.gap_fraction_min, color="grey", ls=":", lw=0.8, label="gap_fraction_min")
         ax.axhline(1.0, color="tab:green", lw=0.8, label="SAM throughout")
         ax.axhline(0.0, color="tab:blue", lw=0.8, label="SGD")

@@ -13,7 +13,8 @@ from papers.common.params import ALL, for_stage, from_config
 SLUG = "sam_late"
 
 # The arms: the update rule before and after the switch (sgd | sam | adv), and where it switches.
-# late_*: the rule changes for the last `late_epochs` epochs; early_sam: SAM for the first `late_epochs`.
+# late_*: the rule changes for the last `late_epochs` epochs; early_*: SAM (or AT) for the first `late_epochs`, then
+# SGD: the same number of SAM (or AT) epochs as the late arm, at the start instead of the end (the timing ablation).
 ARMS = {
     "sgd": ("sgd", "sgd"),
     "sam": ("sam", "sam"),
@@ -21,11 +22,11 @@ ARMS = {
     "early_sam": ("sam", "sgd"),
     "adv": ("adv", "adv"),
     "late_adv": ("sgd", "adv"),
+    "early_adv": ("adv", "sgd"),
 }
 SAM_ARMS = ("sam", "late_sam", "early_sam")  # trained at the main rho; the other rhos train sam and late_sam
-ADV_ARMS = ("adv", "late_adv")
+ADV_ARMS = ("adv", "late_adv", "early_adv")
 NOISY_ARMS = ("sgd", "sam", "late_sam")  # the noisy-label extension: the switch at the main rho, nothing else
-
 
 
 def sweep_arm(k: int) -> str:
@@ -33,9 +34,14 @@ def sweep_arm(k: int) -> str:
     return f"late_sam_k{k}"
 
 
+def early_arm(k: int) -> str:
+    """The name of the early-SAM arm that takes SAM for the first `k` epochs, then SGD."""
+    return f"early_sam_k{k}"
+
+
 def is_sam_arm(name: str) -> bool:
     """Whether arm `name` takes SAM steps (so its rows carry a rho)."""
-    return name in SAM_ARMS or name.startswith("late_sam_k")
+    return name in SAM_ARMS or name.startswith(("late_sam_k", "early_sam_k"))
 
 
 @dataclass(frozen=True)
@@ -67,14 +73,19 @@ class Params:
     model: str = "vgg16_bn"  # ERM_to_SAM.py --model vgg16_bn; mlp for the digits
     hidden: tuple = (256, 256)  # widths of the MLP's hidden layers (unused by vgg16_bn)
     epochs: int = 160  # --epochs 160
-    late_epochs: int = 10  # --start_SAM 150 of 160: SAM (or AT) for the last 10 epochs
+    # --start_SAM 150 of 160: SAM (or AT) for the last 10 epochs, 3910 steps of CIFAR-10 in batches of 128. The
+    # late phase of every deciding claim ((a), (b), (e)): late SAM, late AT, and early SAM / early AT of equal length.
+    late_epochs: int = 10
     # The sweep over the switch epoch (Sec. 4, "how late is late enough"): extra late-SAM arms at the
-    # main rho that take SAM for the last K epochs, K in late_sweep (late_epochs itself is the main arm).
+    # main rho that take SAM for the last K epochs, K in late_sweep (late_epochs itself is the main arm); reported.
     late_sweep: tuple = ()
-    # Epochs of adversarial training at the end of late AT (ERM_to_Adv.py --start_adv 150 of 160: 10), one of
-    # late_epochs and late_sweep, so that SGD has a checkpoint there and a late-SAM arm of the same length exists
-    # (claim (e)'s control).
-    adv_late_epochs: int = 10
+    # Epochs of AT at the end of late AT (ERM_to_Adv.py --start_adv 150 of 160: 10): None or late_epochs, the one
+    # rule for K across claims (a) and (e) (review of issue 48).
+    adv_late_epochs: int | None = None
+    # The paper's share of training in its late phase (10 of 160 epochs): late and early SAM of round(share x epochs)
+    # epochs are reported beside the deciding late phase (no extra arms where that is late_epochs itself).
+    paper_share: float = 10 / 160
+    history_every: int = 1  # epochs between test evaluations in the training history (the last epoch always)
     batch_size: int = 128  # --bs 128
     lr: float = 0.01  # --lr 0.01
     momentum: float = 0.9  # --momentum 0.9
@@ -100,12 +111,27 @@ class Params:
     escape_r2_min: float = 0.9
     barrier_tolerance: float = 0.05
     switch_train_acc_min: float = 0.99
-    plateau_share_max: float = 0.1
+    first_step_ratio_max: float = 2.0
+
+    @property
+    def share_epochs(self) -> int:
+        """Epochs of the paper's share of training (paper_share x epochs, at least 1): the reported short arms."""
+        return max(1, round(self.paper_share * self.epochs))
+
+    @property
+    def late_ks(self) -> list[int]:
+        """K of every extra late-SAM arm (reported): late_sweep and the paper's share, without late_epochs itself."""
+        return sorted(({*self.late_sweep, self.share_epochs}) - {self.late_epochs})
+
+    @property
+    def early_ks(self) -> list[int]:
+        """K of every extra early-SAM arm (reported): the paper's share, unless that is late_epochs itself."""
+        return [] if self.share_epochs == self.late_epochs else [self.share_epochs]
 
     @property
     def switch_epochs(self) -> list[int]:
-        """Every epoch a late arm branches from SGD at: the main switch and one per late_sweep point."""
-        return sorted({self.epochs - k for k in (self.late_epochs, *self.late_sweep)})
+        """Every epoch a late arm branches from SGD at: the main switch and one per extra late-SAM arm."""
+        return sorted({self.epochs - k for k in (self.late_epochs, *self.late_ks)})
 
     @property
     def switch_epoch(self) -> int:
@@ -114,16 +140,15 @@ class Params:
 
     @property
     def adv_switch_epoch(self) -> int:
-        """The first epoch of late AT (ERM_to_Adv.py: start_adv = epochs - adv_late_epochs)."""
-        return self.epochs - self.adv_late_epochs
+        """The first epoch of late AT: the main switch (one rule for K across (a) and (e))."""
+        return self.switch_epoch
 
     def rule(self, arm: str, epoch: int, switch: int | None = None) -> str:
-        """The update rule of `arm` at `epoch`: sgd, sam or adv (a late arm of the sweep passes its `switch`)."""
+        """The update rule of `arm` (a name of ARMS) at `epoch`; `switch`: the epoch its rule changes at (default:
+        late_epochs for early arms, the main switch for late arms; the extra arms pass theirs)."""
         before, after = ARMS[arm]
-        if arm.startswith("early"):
-            switch = self.late_epochs
-        elif switch is None:
-            switch = self.adv_switch_epoch if arm == "late_adv" else self.switch_epoch
+        if switch is None:
+            switch = self.late_epochs if arm.startswith("early") else self.switch_epoch
         return before if epoch < switch else after
 
     def lr_at(self, epoch: int) -> float:
@@ -138,10 +163,13 @@ class Params:
             if not 1 <= k < self.epochs or k == self.late_epochs:
                 raise ValueError(f"sam_late.late_sweep: each K must lie in [1, epochs = {self.epochs}) and differ "
                                  f"from late_epochs = {self.late_epochs}, got {list(self.late_sweep)}")
-        if self.adv_late_epochs not in (self.late_epochs, *self.late_sweep):
-            raise ValueError(f"sam_late.adv_late_epochs = {self.adv_late_epochs} must be late_epochs = "
-                             f"{self.late_epochs} or one of late_sweep = {list(self.late_sweep)} (SGD's checkpoint to "
-                             "branch from, and the late-SAM arm of the same length that claim (e)'s control needs)")
+        if self.adv_late_epochs is not None and self.adv_late_epochs != self.late_epochs:
+            raise ValueError(f"sam_late.adv_late_epochs = {self.adv_late_epochs} must be null or late_epochs = "
+                             f"{self.late_epochs}: one rule for K across claims (a) and (e) (late AT and late SAM "
+                             "share the late phase)")
+        if 2 * self.late_epochs > self.epochs:
+            raise ValueError(f"sam_late.late_epochs = {self.late_epochs} must be at most half of epochs = "
+                             f"{self.epochs}: early SAM (the first late_epochs) and late SAM (the last) must not overlap")
         if len(set(self.late_sweep)) != len(self.late_sweep):
             raise ValueError(f"sam_late.late_sweep must not repeat a value, got {list(self.late_sweep)}")
         if self.rho not in self.rhos:
@@ -176,20 +204,23 @@ class Params:
 STAGE_PARAMS = {
     "prepare": ("seeds", "data", "conditions"),
     "train_sgd": (
-        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "batch_size", "lr", "momentum",
-        "weight_decay", "lr_milestones", "lr_gamma", "label_smoothing", "augment", "escape_steps",
+        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "paper_share", "batch_size", "lr",
+        "momentum", "weight_decay", "lr_milestones", "lr_gamma", "label_smoothing", "augment", "escape_steps",
+        "history_every",
     ),
     "train_sam": (
-        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "rho", "batch_size", "lr",
-        "momentum", "weight_decay", "lr_milestones", "lr_gamma", "label_smoothing", "augment", "escape_steps",
+        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "paper_share", "rho", "batch_size",
+        "lr", "momentum", "weight_decay", "lr_milestones", "lr_gamma", "label_smoothing", "augment", "escape_steps",
+        "history_every",
     ),
     "train_adv": (
-        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "adv_late_epochs", "batch_size",
-        "lr", "momentum", "weight_decay", "lr_milestones", "lr_gamma", "augment", "attack", "escape_steps",
+        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "paper_share", "adv_late_epochs",
+        "batch_size", "lr", "momentum", "weight_decay", "lr_milestones", "lr_gamma", "label_smoothing", "augment", "attack",
+        "escape_steps", "history_every",
     ),
     "evaluate": (
-        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "adv_late_epochs", "rho",
-        "attack", "hessian_samples", "lanczos_iters", "eigenvalues", "interpolation_range", "interpolation_points",
+        "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "paper_share", "adv_late_epochs",
+        "rho", "attack", "hessian_samples", "lanczos_iters", "eigenvalues", "interpolation_range", "interpolation_points",
         "interpolation_samples",
     ),
     "report": ALL,

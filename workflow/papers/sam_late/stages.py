@@ -12,7 +12,7 @@ from papers.common.io import read_parquet, write_parquet
 from papers.common.params import to_dict
 from papers.common.progress import progress
 from papers.sam_late import data as D
-from papers.sam_late.params import ADV_ARMS, NOISY_ARMS, SAM_ARMS, parse, sweep_arm
+from papers.sam_late.params import ADV_ARMS, NOISY_ARMS, SAM_ARMS, early_arm, parse, sweep_arm
 
 log = logging.getLogger(__name__)
 
@@ -59,19 +59,22 @@ def train_sgd(*, cfg, labels, data, history, escape, checkpoints):
 
 def train_sam(*, cfg, labels, data, sgd, rho, history, escape, checkpoints):
     """SAM throughout and late SAM (from SGD's switch checkpoint) at one rho, every seed; with clean labels at the
-    main rho also early SAM and the switch sweep's late-SAM arms (each from SGD's checkpoint at its own switch)."""
+    main rho also early SAM (equal length), the extra late-SAM arms (each from SGD's checkpoint at its own switch)
+    and early SAM of the paper's share."""
     p = parse(cfg)
     if labels == "noisy":
         arms = [a for a in NOISY_ARMS if a != "sgd"]
     elif rho == p.rho:
-        arms = list(SAM_ARMS) + [(sweep_arm(k), k) for k in p.late_sweep]
+        arms = (list(SAM_ARMS) + [(sweep_arm(k), "late_sam", p.epochs - k) for k in p.late_ks]
+                + [(early_arm(k), "early_sam", k) for k in p.early_ks])
     else:
         arms = ["sam", "late_sam"]
     _train(p, data, labels, arms, rho, sgd, history, escape, checkpoints)
 
 
 def train_adv(*, cfg, data, sgd, history, escape, checkpoints):
-    """Adversarial training throughout and late adversarial training (from SGD's switch checkpoint), clean labels."""
+    """Adversarial training throughout, late AT (from SGD's switch checkpoint) and early AT of equal length (AT for
+    the first late_epochs, then SGD), clean labels."""
     _train(parse(cfg), data, "clean", list(ADV_ARMS), 0.0, sgd, history, escape, checkpoints)
 
 
@@ -84,7 +87,9 @@ def evaluate(*, cfg, data, sgd, sam, adv, metrics, interpolation, switch):
     from papers.sam_late.evaluate import evaluate_runs
 
     p = parse(cfg)
-    files = [torch.load(f, weights_only=False) for f in [*sgd, *sam, adv]]
+    # Memory-mapped: at the full scale the files hold some 50 VGG-16-BN states with their optimisers (tens of GB);
+    # mmap pages in only the tensors evaluate reads (one network at a time), not every checkpoint at once.
+    files = [torch.load(f, weights_only=False, mmap=True) for f in [*sgd, *sam, adv]]
     m, lines, fits = evaluate_runs(p, read_parquet(data), files, _device())
     write_parquet(m, metrics)
     write_parquet(lines, interpolation)

@@ -60,17 +60,17 @@ def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, s
     Args:
         data: tensors x_train (N, ...), y_train (N,) (the noisy labels), x_test, y_test.
         p: the paper's Params (epochs, lr schedule, rule of the arm per epoch, attack, ...).
-        switch: the epoch a late arm switches at (default p.switch_epoch; the sweep's arms pass theirs).
+        switch: the epoch the arm's rule changes at (default: late_epochs for early arms, p.switch_epoch for late
+            arms; the extra arms pass theirs).
         track: record ||w_t - w_switch|| after each of the first p.escape_steps steps from the switch
             epoch on (the escape; w_switch = the weights at the start of epoch `switch`).
 
     Returns:
-        history (one row per epoch: rule, lr, train_loss, test_loss, test_acc), escape (one row per
-        tracked step: step, distance, the full training set's loss after the step and at w_switch), and the
-        checkpoints {"switch": at p.switch_epoch, e: for SGD at every other epoch e of p.switch_epochs (the
-        sweep's branch points), "midway": for late arms halfway through their late phase (at epoch
-        epochs - K // 2 of a late phase of K >= 2 epochs: the convergence premise), "final": at the end} (those
-        before the run's first epoch are absent).
+        history (one row per epoch: rule, lr, train_loss, and test_loss, test_acc every p.history_every epochs and
+        at the last, NaN between), escape (one row per tracked step: step, distance, the full training set's loss
+        after the step and at w_switch), and the checkpoints {"switch": at p.switch_epoch, e: for SGD at every
+        other epoch e of p.switch_epochs (the extra late arms' branch points), "final": at the end} (those before
+        the run's first epoch are absent).
     """
     params = [q for q in model.parameters() if q.requires_grad]
     optimizers = {rule: torch.optim.SGD(params, lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay)
@@ -86,9 +86,7 @@ def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, s
     history, escape, ckpts = [], [], {}
     w_ref, step = None, 0
     if switch is None:
-        switch = p.adv_switch_epoch if arm == "late_adv" else p.switch_epoch
-    late_length = p.epochs - switch
-    midway = p.epochs - late_length // 2 if arm.startswith("late") and late_length >= 2 else None
+        switch = p.late_epochs if arm.startswith("early") else p.switch_epoch
     branch_points = set(p.switch_epochs) if arm == "sgd" else set()  # only SGD runs are branched from
     epochs = range(first, p.epochs)
     for epoch in progress(epochs) if progress else epochs:
@@ -101,8 +99,6 @@ def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, s
             # The training loss at w_switch: the premise of claim (c) asks whether it rises after the switch
             # (escape.py tracks the training loss; plain cross-entropy on the run's labels, in eval mode).
             ref_loss = evaluate(model, x, y)[0]
-        if epoch == midway:
-            ckpts["midway"] = checkpoint(model, optimizers, epoch)  # convergence over the late phase's second half
         rule = p.rule(arm, epoch, switch)
         opt = optimizers["sam" if rule == "sam" else "sgd"]
         for o in optimizers.values():
@@ -132,7 +128,9 @@ def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, s
                 escape.append({"step": step, "distance": float((flat_params(model) - w_ref).norm()),
                                "train_loss": evaluate(model, x, y)[0], "switch_train_loss": ref_loss})
                 model.train()
-        test_loss, test_acc = evaluate(model, data["x_test"], data["y_test"])
+        last = epoch == p.epochs - 1
+        test_loss, test_acc = (evaluate(model, data["x_test"], data["y_test"])
+                               if last or (epoch + 1) % p.history_every == 0 else (np.nan, np.nan))
         history.append({"epoch": epoch, "rule": rule, "lr": p.lr_at(epoch), "train_loss": float(np.mean(losses)),
                         "test_loss": test_loss, "test_acc": test_acc})
     ckpts["final"] = checkpoint(model, optimizers, p.epochs)
@@ -155,9 +153,10 @@ def train_arms(p, df: pd.DataFrame, condition: str, arms, rho: float, sgd_runs: 
     """Train `arms` for every seed on that seed's split and `condition`'s labels; late arms start from SGD's
     checkpoint at their switch epoch (`sgd_runs`: seed -> SGD's checkpoints, from the same condition).
 
-    `arms`: names of params.ARMS, or (name, k) for a late-SAM arm of the switch sweep (SAM for the last k epochs).
+    `arms`: names of params.ARMS, or (name, arm, switch) for an extra arm (arm a name of params.ARMS, switch the
+    epoch its rule changes at: late_sam_kK, SAM for the last K epochs, switches at epochs - K; early_sam_kK at K).
     Returns the histories and escapes (columns labels, arm, rho, seed first) and {arm: {seed: checkpoints}}
-    (late arms keep only their final state and that halfway through their late phase: their branch points are SGD's).
+    (SGD keeps its branch points, every other arm only its final state).
     """
     from papers.common.seeding import seed_everything
     from papers.sam_late.data import load_tensors
@@ -167,8 +166,9 @@ def train_arms(p, df: pd.DataFrame, condition: str, arms, rho: float, sgd_runs: 
     for seed in range(p.seeds):
         tensors = load_tensors(df, p.data.source, seed, condition, device)
         for job in arms:
-            name, arm, switch = ((job, job, p.adv_switch_epoch if job == "late_adv" else p.switch_epoch)
-                                 if isinstance(job, str) else (job[0], "late_sam", p.epochs - job[1]))
+            name, arm, switch = (job, job, None) if isinstance(job, str) else job
+            if switch is None:
+                switch = p.late_epochs if arm.startswith("early") else p.switch_epoch
             seed_everything(seed)
             model = new_model(p, seed, device)
             late = arm.startswith("late")
@@ -176,8 +176,7 @@ def train_arms(p, df: pd.DataFrame, condition: str, arms, rho: float, sgd_runs: 
             bar = (lambda it: progress(it, desc=f"{condition} {name} rho={rho} seed={seed}")) if progress else None
             h, e, ckpts = train(model, tensors, p, arm=arm, rho=rho, seed=seed, start=start, switch=switch,
                                 track=late or arm == "sgd", progress=bar)
-            runs.setdefault(name, {})[seed] = ({k: v for k, v in ckpts.items() if k in ("final", "midway")} if late
-                                               else ckpts)
+            runs.setdefault(name, {})[seed] = ckpts if arm == "sgd" else {"final": ckpts["final"]}
             for df_ in (h, e):
                 df_.insert(0, "labels", condition)
                 df_.insert(1, "arm", name)
