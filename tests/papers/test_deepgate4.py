@@ -362,6 +362,17 @@ def test_every_arm_gets_the_epoch_budget_and_stops_once_flat_with_the_best_weigh
     assert flat and spread <= 0.01  # stopped because the last 3 validation errors lie within 1%
 
 
+def test_full_graph_batch_nodes_of_one_gives_a_step_per_circuit():
+    # the full-graph arms' examples (train.full_graph_batch_nodes): 1 keeps every circuit alone, so an epoch holds
+    # one step per circuit; the partitioned arms' unions (train.batch_nodes) merge the small circuits
+    circ = lambda name, n, depth: {"name": name, "gate": np.zeros(n, np.int64), "fanin": -np.ones((n, 2), np.int64),
+                                   "level": np.minimum(np.arange(n), depth), "prob": np.zeros(n, np.float32),
+                                   "pairs": np.zeros((2, 0), np.int64), "tt": np.zeros(0, np.float32)}
+    data = [circ("a", 50, 3), circ("b", 30, 5), circ("c", 400, 9)]
+    assert [u["name"] for u in T.pack(data, 1)] == ["a", "b", "c"]  # sorted by depth, one circuit each
+    assert [u["name"] for u in T.pack(data, 100)] == ["a+b", "c"]
+
+
 def test_convergence_reads_the_spread_of_the_last_epochs():
     assert T.converged([1.0, 0.5, 0.49, 0.495], window=2, tol=0.05) == (True, pytest.approx(0.005 / 0.49))
     assert not T.converged([1.0, 0.5, 0.4, 0.3], window=2, tol=0.05)[0]  # still falling by a third
@@ -587,8 +598,12 @@ def test_the_ablation_control_is_decided_per_family():
     assert (a_f.id, a_g.id) == ("a_f", "a_g")
     assert a_f.control.verdict == "holds" and a_f.verdict == "inconclusive" and "negative control" in a_f.note
     assert a_g.control.verdict == "does not hold" and a_g.verdict == "holds"
-    # the method (0.18 overall) is ahead of its ablation on both (0.25 on F, 0.40 on G)
-    assert "behind its own ablation c (higher overall error, same seed) in 0 of 6 seed x family pairs" in a_g.note
+    # the method (0.18 overall) is ahead of its ablation on both (0.25 on F, 0.40 on G): the note opens with it
+    assert a_g.note.startswith("m is behind its own ablation c (higher overall error than the ablation trained from "
+                               "the same seed) in 0 of 3 seeds on G (0 of 6 seed x family pairs over all families)")
+    # the sensitivity reading counts the ablation as a baseline: on F it is then the next-best (0.25 < b2's 0.27)
+    assert "c counted as a baseline: the next-best on G is then b2 (unchanged)" in a_g.note
+    assert "c counted as a baseline: the next-best on F is then c, F overall: m vs c (sensitivity)" in a_f.note
 
 
 def test_behind_ablation_counts_seed_family_pairs():
@@ -602,7 +617,7 @@ def test_behind_ablation_counts_seed_family_pairs():
 
 
 def test_an_unconverged_baseline_or_a_narrow_size_range_leaves_the_claims_inconclusive():
-    from papers.deepgate4.report import more_epochs_cost
+    from papers.deepgate4.report import epochs_to_flat, more_epochs_cost, open_runs_text
 
     inputs = _claims_inputs(method_prob=0.18, converged=False)
     (a, *_), _ = deepgate4_claims(*inputs)  # b2, the next-best, still learning
@@ -612,6 +627,14 @@ def test_an_unconverged_baseline_or_a_narrow_size_range_leaves_the_claims_inconc
     assert "b2 seed 0 (final spread 10.0%)" in a.note and "CPU" not in a.note
     assert "10 more epochs of the 3 compared arms would cost 180 CPU s over 3 seeds" in more_epochs_cost(
         inputs[-1], ["m", "b2", "c"])
+    # how many more epochs each open run would need, projected from its final spread (10% against flat_tol 2%:
+    # ceil(log2(5)) = 3 halvings of the rate, 2 epochs each (patience), then 3 flat epochs = 9), and the cost
+    p = inputs[0]
+    t = type(p.train)(flat_tol=0.02, patience=2, lr_decay=0.5, flat_window=3, epochs=8)
+    text = open_runs_text(inputs[-1], ["m", "b2", "c"], t)
+    assert "3 of 9" in text and "b2 seed 0 (final spread 10.0%: ~9 more epochs, ~18 CPU s)" in text
+    assert open_runs_text(inputs[-1], ["m", "c"], t) == ""  # every compared run flat
+    assert epochs_to_flat(0.01, tol=0.02, patience=2, lr_decay=0.5, window=3) == 0
     (_, b, *_), _ = deepgate4_claims(*_claims_inputs(method_prob=0.08, sizes=(1e3, 1.5e3, 2e3, 3e3, 4e3)))
     assert b.verdict == "inconclusive" and "circuit sizes spanned" in b.note  # 4x: less than a decade
 

@@ -61,7 +61,8 @@ class TrainParams:
     flat_window: int = 3  # converged: the last `flat_window` validation errors ...
     flat_tol: float = 0.02  # ... lie within this fraction of their minimum; training stops there
     lr: float = 1e-4  # official run/train_large.sh
-    batch_nodes: int = 4000  # small circuits are merged into unions of at most this many nodes
+    batch_nodes: int = 4000  # small circuits are merged into unions of at most this many nodes (partitioned update)
+    full_graph_batch_nodes: int = 4000  # the same for the full-graph arms, one optimiser step per union (official: merged)
     device: str = "auto"  # training and evaluation: auto (CUDA when present) | cpu | cuda
 
 

@@ -149,8 +149,10 @@ def _build(p, arm: dict, **override):
 
 # ---- train -----------------------------------------------------------------------------------
 def train(*, cfg, circuits, nodes, pairs, seed, checkpoint, history):
-    """Train every arm on the training circuits (merged into unions of at most batch_nodes), the same
-    schedule in epochs each (rate lowered on validation plateaus, stopped once the validation error is flat, at
+    """Train every arm on the training circuits, the partitioned arms on unions of at most batch_nodes (a step
+    per mini-batch of areas), the full-graph arms on unions of at most full_graph_batch_nodes (a step per union;
+    1: one circuit per step, the most steps an epoch can hold without cutting a circuit), the same schedule in
+    epochs each (rate lowered on validation plateaus, stopped once the validation error is flat, at
     most train.epochs). The history has one row per arm and epoch, with the validation error of the best
     constant predictor beside it (``val/constant``) and whether the arm's validation curve ended flat
     (``converged``, :func:`.train.converged`, with the spread of its last flat_window errors)."""
@@ -167,24 +169,28 @@ def train(*, cfg, circuits, nodes, pairs, seed, checkpoint, history):
     dev = T.device(p.train.device)
     make = lambda c: _example(c, p, hidden=p.model.hidden, areas_per_batch=p.model.areas_per_batch,
                               partitioned=partitioned).to(dev)
-    examples = [make(u) for u in T.pack(data, p.train.batch_nodes)]
+    examples = {True: [make(u) for u in T.pack(data, p.train.batch_nodes)]}  # by `partitioned`
+    if not all(arm.get("partitioned") for arm in p.arms.values()):
+        examples[False] = [make(u) for u in T.pack(data, p.train.full_graph_batch_nodes)]
     val = [make(c) for c in val_data]
-    constant = T.constant_error(examples, val)
-    log.info("%d training circuits in %d unions, %d validation circuits, on %s; constant predictor's validation "
-             "error %.4f", len(data), len(examples), len(val), dev, constant)
+    constant = T.constant_error(examples[True], val)
+    log.info("%d training circuits in %s unions (partitioned / full-graph arms), %d validation circuits, on %s; "
+             "constant predictor's validation error %.4f", len(data), " / ".join(str(len(e)) for e in examples.values()),
+             len(val), dev, constant)
     states, rows = {}, []
     t = p.train
     for name, arm in p.arms.items():
         seed_everything(seed)
         model = _build(p, arm).to(dev)
-        curve = T.train(model, examples, val, partitioned=bool(arm.get("partitioned")), epochs=t.epochs, lr=t.lr,
+        part = bool(arm.get("partitioned"))
+        curve = T.train(model, examples[part], val, partitioned=part, epochs=t.epochs, lr=t.lr,
                         patience=t.patience, lr_decay=t.lr_decay, flat_window=t.flat_window, flat_tol=t.flat_tol,
                         seed=seed, log=lambda msg, name=name: log.info("%s %s", name, msg))
         flat, spread = T.converged([r["val/overall"] for r in curve], window=t.flat_window, tol=t.flat_tol,
                                    rates=[r["lr"] for r in curve])
         best = min(r["val/overall"] for r in curve)
         rows += [{"arm": name, "seed": seed, **r, "val/constant": constant, "best_val": best, "converged": flat,
-                  "final_spread": spread} for r in curve]
+                  "final_spread": spread, "device": str(dev)} for r in curve]
         states[name] = {k: v.cpu() for k, v in model.state_dict().items()}
     torch.save({"arms": states, "seed": seed, "config": to_dict(p)}, Path(checkpoint))
     write_parquet(pd.DataFrame(rows), history)
