@@ -9,13 +9,16 @@ speak; (c) covers every task:
   per-seed difference of median shape errors; out of distribution means towers whose compression rings
   are wider and more rotated than any training ring, and asymmetric shells, which neither model can map
   back onto a training shape (a premise gate checks that both models feel the shift). Premises: each model
-  beats the blind predictor (the mean training shape) by a margin, and its training loss has flattened;
+  beats the blind predictor (the mean training shape) by a margin, and its held-out validation error had
+  flattened (it fell by at most converged_gain over the last quarter of training, a t interval over seeds);
 - (b) the fully neural model's shapes are further from equilibrium than their targets even with the
   force densities that best balance them (so it measures whether the shape could stand at all); the reference is
-  the targets' own best-fit residual, measured in the run; its positive control is the targets displaced by the
-  construction tolerance, which the analysis must flag;
-- (c) the hybrid comes within span / 250 of direct optimisation's accuracy at under a tenth of its cost,
-  the shape sampling in the interval (a bootstrap over test shapes and seeds).
+  the targets' own best-fit residual, measured in the run; its positive control is the targets displaced at random
+  by the fully neural model's own RMS distance from them (the effect size the claim must detect), its negative
+  control the hybrid's shapes through the same best-fit pipeline;
+- (c) the hybrid's RMS shape error is at most accuracy_ratio times direct optimisation's on the same shapes
+  (comparable accuracy, relative to direct optimisation) at under a tenth of its cost, the shape sampling in the
+  interval (a bootstrap over test shapes and seeds).
 
 The hybrid's equilibrium and force-density signs hold by construction of the solver and the encoder:
 they are checks, not claims.
@@ -54,10 +57,11 @@ MODEL_NAMES = {"hybrid": "hybrid (encoder + FDM)", "neural": "fully neural (enco
                "direct": "direct optimisation", "untrained": "untrained hybrid (control)",
                "blind": "blind predictor: mean training shape (control)",
                "target": "the targets themselves (reference)",
-               "perturbed": "hybrid displaced by span / deviation_ratio (control)",
-               "displaced_target": "targets displaced by span / deviation_ratio (control)"}
+               "perturbed": "hybrid displaced by span / deviation_ratio (reference)",
+               "hybrid_best_fit": "hybrid, best-fit residual (control)",
+               "displaced_target": "targets displaced by the fully neural RMS error (control)"}
 # Models whose relative residual is the best-fit one (no force densities of their own; evaluate.best_fit).
-BEST_FIT = ("neural", "perturbed", "target", "displaced_target")
+BEST_FIT = ("neural", "perturbed", "target", "displaced_target", "hybrid_best_fit")
 # The source of claim (b)'s tolerance (an engineering program's default out-of-balance force tolerance).
 EQ_SOURCE = ("GEO5 FEM (Fine), 'Convergence criterion': default out-of-balance force tolerance 0.01 "
              "(www.fine.cz/napoveda/geo5/en/convergence-criterion-01); the paper states no number")
@@ -73,14 +77,15 @@ def summarise(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One row per (task, split, model): statistics over shapes per seed, then mean and std over seeds; and the
     per-seed table. shape_error is the mean over shapes, median_error the median (a shape that is not finite
     counts as infinite), failure_rate the share of failed solves (:func:`.evaluate.shape_metrics`)."""
-    df = df.assign(robust_error=df.shape_error_per_coord.fillna(np.inf), robust_rms=df.rms_error.fillna(np.inf))
+    df = df.assign(robust_error=df.shape_error_per_coord.fillna(np.inf), robust_rms=df.rms_error.fillna(np.inf),
+                   planted_rms=df["planted_rms"] if "planted_rms" in df else np.nan)
     per_seed = (df.groupby(["task", "split", "model", "seed"])
                 .agg(shape_error=("shape_error_per_coord", "mean"), median_error=("robust_error", "median"),
                      median_rms=("robust_rms", "median"), failure_rate=("failed", "mean"), residual=("residual", "mean"),
                      relative_residual=("relative_residual", "mean"), max_relative_residual=("relative_residual", "max"),
                      sign_ok=("sign_ok", "mean"), flops=("flops", "mean"), shapes=("shape", "count"),
                      stiffness_min_eig=("stiffness_min_eig", "median"), log_condition=("log_condition", "median"),
-                     negative_eigs=("negative_eigs", "median"))
+                     negative_eigs=("negative_eigs", "median"), planted_rms=("planted_rms", "median"))
                 .reset_index())
     out = (per_seed.groupby(["task", "split", "model"])
            .agg(shape_error=("shape_error", "mean"), shape_error_std=("shape_error", "std"),
@@ -90,7 +95,7 @@ def summarise(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                 max_relative_residual=("max_relative_residual", "max"), sign_ok=("sign_ok", "min"),
                 flops=("flops", "mean"), shapes=("shapes", "max"), seeds=("seed", "count"),
                 stiffness_min_eig=("stiffness_min_eig", "mean"), log_condition=("log_condition", "mean"),
-                negative_eigs=("negative_eigs", "mean"))
+                negative_eigs=("negative_eigs", "mean"), planted_rms=("planted_rms", "mean"))
            .reset_index())
     out["shape_error_std"] = out["shape_error_std"].fillna(0.0)
     out["median_error_std"] = out["median_error_std"].fillna(0.0)
@@ -99,36 +104,40 @@ def summarise(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return out, per_seed
 
 
-def excess_test(df: pd.DataFrame, task: str, model: str, *, threshold: float, n_boot: int, name: str,
-                level: float = LEVEL, seed: int = 0) -> Evidence:
-    """Claim (c)'s accuracy part: how much `model`'s RMS shape error exceeds direct optimisation's, on the
+def accuracy_ratio_test(df: pd.DataFrame, task: str, model: str, *, threshold: float, n_boot: int, name: str,
+                        level: float = LEVEL, seed: int = 0) -> Evidence:
+    """Claim (c)'s accuracy part: `model`'s RMS shape error relative to direct optimisation's, on the
     in-distribution shapes direct optimisation solved.
 
-    Statistic: the median over shapes of (mean over training seeds of the model's RMS error on the shape
-    - direct optimisation's RMS error on it); a shape that is not finite counts as infinite. Interval: a
-    two-way percentile bootstrap that resamples the test shapes (the same draw for the model and direct
-    optimisation) and, independently, the training seeds, so that both the shape sampling and the training
-    seed are in it. Replicates: the shapes (each an independent direct optimisation of its own target).
+    Statistic: the median over shapes of (mean over training seeds of the model's RMS error on the shape) /
+    (direct optimisation's RMS error on it); a shape that is not finite counts as infinite. Interval: a two-way
+    percentile bootstrap that resamples the test shapes (the same draw for the model and direct optimisation)
+    and, independently, the training seeds, so that both the shape sampling and the training seed are in it.
+    Replicates: the shapes (each an independent direct optimisation of its own target).
     """
     sel = df[(df.task == task) & (df.split == "id")]
     direct = sel[sel.model == "direct"].set_index("shape").rms_error.fillna(np.inf).sort_index()
     arm = sel[(sel.model == model) & sel["shape"].isin(direct.index)]
-    h = arm.pivot_table(index="seed", columns="shape", values="rms_error", aggfunc="first")[direct.index]
+    h = arm.pivot_table(index="seed", columns="shape", values="rms_error", aggfunc="first",
+                        dropna=False).reindex(columns=direct.index)
     h = h.fillna(np.inf).to_numpy(float)  # (S, n)
     d = direct.to_numpy(float)  # (n,)
 
     def stat(rows, cols):
-        return float(np.median(h[np.ix_(rows, cols)].mean(0) - d[cols]))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = h[np.ix_(rows, cols)].mean(0) / d[cols]
+        return float(np.median(np.where(np.isnan(r), np.inf, r)))
 
     S, n = h.shape
     point = stat(np.arange(S), np.arange(n))
     rng = np.random.default_rng(seed)
     draws = np.array([stat(rng.integers(0, S, S), rng.integers(0, n, n)) for _ in range(n_boot)])
     lo, hi = np.quantile(np.nan_to_num(draws, posinf=1e300), [0.5 - level / 2, 0.5 + level / 2])  # inf: failed solves
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = tuple(h.mean(0) / d)
     return Evidence(point, (float(lo), float(hi)), n,
                     f"two-way percentile bootstrap {level:.0%} over {n} test shapes and {S} training seeds "
-                    f"({n_boot} resamples, seed {seed})", threshold, "<", name,
-                    values=tuple(h.mean(0) - d))
+                    f"({n_boot} resamples, seed {seed})", threshold, "<", name, values=values)
 
 
 def cost_ratios(df: pd.DataFrame, task: str) -> np.ndarray:
@@ -153,12 +162,34 @@ def learned_gate(per_seed, p, task: str, model: str) -> Premise:
                            p.min_learned, what="config min_learned; the reference is measured in this run")
 
 
+def validation_falls(hist: pd.DataFrame, task: str, model: str) -> pd.DataFrame:
+    """Per seed: the median held-out validation error after 50%, 75% and 100% of training (columns 0.5, 0.75,
+    1.0; :func:`papers.neural_fdm.train.stack_validation`) and `fall`, 1 - error(100%) / error(75%): how much it
+    still fell over the last quarter (NaN where a checkpoint is missing or not finite)."""
+    h = hist[(hist.task == task) & (hist.model == model)]
+    if h.empty or "validation_error" not in h:
+        return pd.DataFrame(columns=[0.5, 0.75, 1.0, "fall"])
+    v = (h.dropna(subset=["validation_error"]).pivot_table(index="seed", columns="fraction", values="validation_error",
+                                                           aggfunc="first").reindex(columns=[0.5, 0.75, 1.0]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fall = 1 - v[1.0] / v[0.75]
+    return v.assign(fall=fall.where(np.isfinite(v[1.0]) & np.isfinite(v[0.75])))
+
+
 def converged_gate(hist: pd.DataFrame, p, task: str, model: str) -> Premise:
-    """The model's training had flattened: its shape loss fell by at most converged_gain over the last quarter of
-    training (:func:`late_gain`, the largest over seeds); a model still falling there is not at its plateau, and a
-    ranking at this budget need not be the converged one."""
-    return Premise.at_most(f"{task} {model} converged: fall of the training shape loss over the last quarter",
-                           late_gain(hist, task, model), p.converged_gain, what="config converged_gain")
+    """The model's training had flattened: its held-out validation error (fixed validation targets, never the test
+    set) fell over the last quarter of training by at most converged_gain, the whole 95% t interval over seeds of
+    the per-seed fall 1 - error(100%) / error(75%) below it (paired: each seed against itself). A model still
+    improving there is not at its plateau, and a ranking at this budget need not be the converged one. A seed
+    without a finite fall (a failed validation solve) leaves the gate unmet."""
+    name = f"{task} {model} converged: fall of the held-out validation error over the last quarter of training"
+    falls = validation_falls(hist, task, model)
+    if falls.empty or falls.fall.isna().any():
+        return Premise.at_most(name, float("nan"), p.converged_gain, what="config converged_gain; a seed's fall "
+                               "was not measured")
+    return Premise.from_evidence(name, mean_test(falls.fall.to_numpy(float), threshold=p.converged_gain,
+                                                 direction="<", name=f"{task} {model}: 1 - val(100%) / val(75%)",
+                                                 what="seeds"))
 
 
 def undone_share(hist: pd.DataFrame, p, task: str) -> float:
@@ -187,32 +218,12 @@ def shift_gate(per_seed, task: str, model: str) -> Premise:
                     name=f"{task} {model}: ood - id"))
 
 
-def late_gain(hist: pd.DataFrame, task: str, model: str) -> float:
-    """How much a model was still learning at the end: 1 - (mean training shape loss over the last 10% of steps) /
-    (its mean over 65-75% of the steps), the largest over seeds (the batch loss is noisy; means over logged rows)."""
-    h = hist[(hist.task == task) & (hist.model == model)]
-    if h.empty:
-        return float("nan")
-    steps = h.step.max()
-    gains = []
-    for _, g in h.groupby("seed"):
-        ref = g[(g.step >= 0.65 * steps) & (g.step < 0.75 * steps)]["shape"].mean()
-        gains.append(1 - g[g.step >= 0.9 * steps]["shape"].mean() / ref)
-    return float(np.max(gains))
-
-
 def _c_note(c_measured: dict) -> str:
-    """Where the hybrid's own median RMS error lies below the tolerance, (c)'s accuracy part cannot fail there
-    whatever direct optimisation achieves (the excess over direct is at most the hybrid's own error): say so."""
-    alone = [t for t, v in c_measured.items() if v["hybrid_median_rms_m"] < v["tolerance_m"]]
-    if not alone:
-        return ""
-    return ("the hybrid's own median RMS error lies below the tolerance on " + ", ".join(
-        f"{t} ({c_measured[t]['hybrid_median_rms_m']:.3g} m < {c_measured[t]['tolerance_m']:.3g} m; direct "
-        f"{c_measured[t]['direct_median_rms_m']:.3g} m)" for t in alone)
-        + ": there the accuracy part holds whatever direct optimisation achieves (the excess over direct is at most "
-        "the hybrid's own error), so it shows the hybrid within the tolerance of the targets, not a comparison with "
-        "direct optimisation")
+    """The absolute sizes behind (c)'s ratio: each model's median RMS error in metres beside the construction
+    tolerance span / deviation_ratio (context only; the criterion is relative to direct optimisation)."""
+    return "median RMS error per compared free coordinate (hybrid / direct optimisation; span / 250 for scale): " + "; ".join(
+        f"{t} {v['hybrid_median_rms_m']:.3g} m / {v['direct_median_rms_m']:.3g} m ({v['tolerance_m']:.3g} m)"
+        for t, v in c_measured.items())
 
 
 def neural_fdm_claims(p, df: pd.DataFrame, summary: pd.DataFrame, per_seed: pd.DataFrame, spans: dict,
@@ -254,16 +265,31 @@ def neural_fdm_claims(p, df: pd.DataFrame, summary: pd.DataFrame, per_seed: pd.D
         note = "" if not behind else "seed medians: the fully neural model is more accurate in " + "; ".join(
             f"{k} (median {measured[k]['hybrid']['median']:.3g} vs {measured[k]['neural']['median']:.3g})" for k in behind)
         if hist is not None and len(hist):
-            premise += [converged_gate(hist, p, t, m) for m in ("hybrid", "neural")]
+            conv = {m: converged_gate(hist, p, t, m) for m in ("hybrid", "neural")}
+            premise += list(conv.values())
+            # where a model is still learning, which way its further fall would move the compared difference
+            other = {"hybrid": "neural", "neural": "hybrid"}
+            for m in (m for m, g in conv.items() if not g.met):
+                ahead = [k for k, _ in ((f"{t}_{sp}", sp) for _, sp in points)
+                         if measured[k][m]["median"] < measured[k][other[m]]["median"]]
+                behind = [f"{t}_{sp}" for _, sp in points if f"{t}_{sp}" not in ahead]
+                note += ("; " if note else "") + f"{t} {m} not converged: " + "; ".join(
+                    ([f"ahead in {', '.join(ahead)} (its further fall would widen that lead, not reverse it)"]
+                     if ahead else [])
+                    + ([f"behind in {', '.join(behind)} (its further fall could narrow or reverse the difference)"]
+                       if behind else []))
             if p.task(t).guard:
                 premise.append(undone_gate(hist, p, t))
-            gains = {m: late_gain(hist, t, m) for m in ("hybrid", "neural")}
-            measured["late_training_gain"] = gains
+            curves = {m: validation_falls(hist, t, m) for m in ("hybrid", "neural")}
+            measured["validation_error"] = {m: {f"{int(100 * f)}%": [float(x) for x in c[f]] for f in (0.5, 0.75, 1.0)}
+                                            for m, c in curves.items()}
             note += ("; " if note else "") + (
-                f"both models train {p.task(t).train.steps} steps (the paper: 10,000); over the last quarter of "
-                "training the shape loss fell by (largest over seeds) "
-                + ", ".join(f"{m} {100 * v:.0f}%" for m, v in gains.items())
-                + f" (converged: at most {100 * p.converged_gain:g}%)")
+                f"both models train {p.task(t).train.steps} steps (the paper: 10,000); median held-out validation "
+                "error per seed after 50% / 75% / 100% of training: " + "; ".join(
+                    f"{m} " + ", ".join(f"{c.loc[s_, 0.5]:.3g} / {c.loc[s_, 0.75]:.3g} / {c.loc[s_, 1.0]:.3g}"
+                                        for s_ in c.index) for m, c in curves.items())
+                + f" (converged: the fall over the last quarter below {100 * p.converged_gain:g}%, t interval over "
+                "seeds)")
         edges = [e for e in lr_edges if e.startswith(f"{t} ")]
         if edges:
             note += ("; " if note else "") + ("the learning rate chosen lies at an edge of the searched grid for "
@@ -318,9 +344,10 @@ def neural_fdm_claims(p, df: pd.DataFrame, summary: pd.DataFrame, per_seed: pd.D
             "shapes; the residual is the best-fit one: q minimising ||r_free|| with each bar's sign kept and "
             "|q| >= tau (non-negative least squares), so it measures whether the shape could be in equilibrium at all",
             [ratio_test("neural", t, sp, "fully neural") for _, sp in points],
-            Control("the same criterion on the hybrid, whose force density solver puts every shape in equilibrium "
-                    "(a residual above the targets' must not be found there)",
-                    [ratio_test("hybrid", t, sp, "hybrid") for _, sp in points], kind="null"),
+            Control("the same criterion on the hybrid's shapes through the same best-fit residual pipeline (the q "
+                    "that best balance each shape, not the hybrid's own): its force density solver puts every shape in "
+                    "equilibrium, so a residual above the targets' must not be found there",
+                    [ratio_test("hybrid_best_fit", t, sp, "hybrid (best fit)") for _, sp in points], kind="null"),
             threshold_source=derived("the targets' own best-fit relative residual on the same test shapes, measured in "
                                      "this run: what a model that reproduced its targets exactly would inherit"),
             premise=[learned[t, "neural"]],
@@ -329,15 +356,22 @@ def neural_fdm_claims(p, df: pd.DataFrame, summary: pd.DataFrame, per_seed: pd.D
             + "; absolute best-fit residual ||r_free|| (load units; neural / targets / hybrid): " + ", ".join(
                 f"{sp} {val(t, sp, 'neural', 'residual'):.3g} / {val(t, sp, 'target', 'residual'):.3g} / "
                 f"{val(t, sp, 'hybrid', 'residual'):.2g}" for _, sp in points)
+            + "; the fully neural model's median RMS distance from its targets over the compared coordinates / over "
+            "every free coordinate (the planted displacement; the difference is in coordinates the shape loss does not "
+            "compare, e.g. the towers' tension-ring xy): " + ", ".join(
+                f"{sp} {val(t, sp, 'neural', 'median_rms'):.3g} m / {val(t, sp, 'displaced_target', 'planted_rms'):.3g} m"
+                for _, sp in points)
             + f"; against the earlier convention ({p.eq_tolerance:.0%} of the nodal forces, {EQ_SOURCE}) the fully "
             "neural model's mean relative residual is " + ", ".join(
                 f"{sp} {val(t, sp, 'neural', 'relative_residual'):.3g}" for _, sp in points),
             positive_control=PositiveControl(
-                f"the targets with their free nodes displaced at random by span / {p.deviation_ratio:g} (RMS per "
-                "coordinate, the construction tolerance of claim (c); one draw per training seed): shapes further from "
-                "equilibrium than the targets by construction, which the same analysis against the same reference "
-                "must flag",
-                [ratio_test("displaced_target", t, sp, f"targets displaced by span/{p.deviation_ratio:g}")
+                "the targets with their free nodes displaced at random, each shape by the fully neural model's own RMS "
+                "distance from it over the free coordinates (same seed and split; one draw per training seed): shapes "
+                "as far from their targets as the fully neural ones and further from equilibrium than the targets by "
+                "construction (the effect size the claim must detect), which the same analysis against the same "
+                "reference must flag; planted RMS displacement (median over shapes, mean over seeds): " + ", ".join(
+                    f"{sp} {val(t, sp, 'displaced_target', 'planted_rms'):.3g} m" for _, sp in points),
+                [ratio_test("displaced_target", t, sp, "targets displaced by the neural RMS error")
                  for _, sp in points]))
 
     hyb = summary[summary.model == "hybrid"]
@@ -348,35 +382,39 @@ def neural_fdm_claims(p, df: pd.DataFrame, summary: pd.DataFrame, per_seed: pd.D
               Check.at_least("hybrid_signs", "the hybrid keeps every force-density sign on every test shape (true by "
                              "construction of the encoder)", float(hyb.sign_ok.min()), 1.0)]
 
-    # (c) within span / deviation_ratio of direct optimisation's accuracy, at under 1 / speedup of its cost.
+    # (c) within a factor accuracy_ratio of direct optimisation's RMS error, at under 1 / speedup of its cost.
     ev_c, ctl_c, c_measured = [], [], {}
+    k = p.accuracy_ratio
     for t in p.tasks:
         tol = spans[t] / p.deviation_ratio
-        ex = excess_test(df, t, "hybrid", threshold=tol, n_boot=p.bootstrap, name=f"{t}: hybrid - direct RMS error (m)")
+        ratio = accuracy_ratio_test(df, t, "hybrid", threshold=k, n_boot=p.bootstrap,
+                                    name=f"{t}: hybrid / direct RMS error")
         cost = mean_test(cost_ratios(df, t), threshold=p.speedup, direction=">",
                          what="direct-optimisation runs (one per test shape)", name=f"{t}: direct cost / hybrid cost")
-        ev_c += [ex, cost]
-        ctl_c.append(excess_test(df, t, "untrained", threshold=tol, n_boot=p.bootstrap,
-                                 name=f"{t}: untrained hybrid - direct RMS error (m)"))
+        ev_c += [ratio, cost]
+        ctl_c.append(accuracy_ratio_test(df, t, "untrained", threshold=k, n_boot=p.bootstrap,
+                                         name=f"{t}: untrained hybrid / direct RMS error"))
         sel = df[(df.task == t) & (df.split == "id")]
-        c_measured[t] = {"shapes": ex.replicates, "tolerance_m": tol, "excess_rms_m": ex.effect,
+        c_measured[t] = {"shapes": ratio.replicates, "rms_ratio": ratio.effect, "tolerance_m": tol,
                          "hybrid_median_rms_m": val(t, "id", "hybrid", "median_rms"),
                          "direct_median_rms_m": float(sel[sel.model == "direct"].rms_error.median()),
                          "cost_ratio": cost.effect}
 
-    source_c = convention(f"EN 1992-1-1 7.4.1(4): span / {p.deviation_ratio:g}, the sag beyond which a structure's "
-                          f"appearance is impaired ({', '.join(f'{t}: {spans[t]:g} / {p.deviation_ratio:g} = {spans[t] / p.deviation_ratio:.3g} m' for t in p.tasks)}); "
-                          f"and a cost ratio of {p.speedup:g}, an order of magnitude (the paper states neither number)")
+    source_c = derived(f"direct optimisation's own RMS error on each shape, measured in this run: the misfit that the "
+                       f"best equilibrium shape this method finds leaves (the targets are not equilibrium shapes); "
+                       f"comparable = at most {k:g} times it, i.e. the hybrid adds at most that misfit again (a "
+                       f"convention); and a cost ratio of {p.speedup:g}, an order of magnitude (the paper states "
+                       "neither number)")
     claims = [claim_a(t) for t in p.tasks] + [claim_b(t) for t in p.tasks] + [
-        Claim("c", f"The hybrid's shapes come within span / {p.deviation_ratio:g} of direct optimisation's accuracy "
-              f"(in distribution), at under 1/{p.speedup:g} of its cost per shape.",
+        Claim("c", f"The hybrid's shapes come within a factor {k:g} of direct optimisation's RMS shape error (in "
+              f"distribution), at under 1/{p.speedup:g} of its cost per shape.",
               "comparable accuracy to direct optimisation, in real time instead of seconds per shape",
               c_measured,
               f"on every task, on the in-distribution shapes direct optimisation solved: the 95% interval (bootstrap "
-              f"over shapes and seeds) of the median over shapes of (hybrid RMS error - direct RMS error; RMS over the "
-              f"compared coordinates of the free nodes, supports being exact by construction) lies below "
-              f"span / deviation_ratio = span / {p.deviation_ratio:g}, and the 95% interval over direct-optimisation "
-              f"runs of direct cost / hybrid cost (floating-point operations per shape) lies above speedup = {p.speedup:g}",
+              f"over shapes and seeds) of the median over shapes of (hybrid RMS error, mean over seeds) / (direct RMS "
+              f"error; RMS over the compared coordinates of the free nodes, supports being exact by construction) "
+              f"lies below accuracy_ratio = {k:g}, and the 95% interval over direct-optimisation runs of direct cost / "
+              f"hybrid cost (floating-point operations per shape) lies above speedup = {p.speedup:g}",
               ev_c,
               Control("the accuracy part of the criterion with the untrained hybrid (each seed's initial encoder + the "
                       "solver) in the hybrid's place: no learning, so it must not hold", ctl_c, kind="null"),
@@ -406,12 +444,13 @@ def report(*, cfg, scale, metrics, timings, examples, histories, searches, bench
                  "direct": "most accurate; slow", "untrained": "(ours: no learning)",
                  "blind": "(ours: ignores its input)", "perturbed": "(ours: planted non-equilibrium)",
                  "displaced_target": "(ours: planted non-equilibrium, claim (b)'s positive control)",
+                 "hybrid_best_fit": "(ours: claim (b)'s negative control)",
                  "target": "(ours: the targets' own equilibrium)"}
     rows = []
     for r in summary.itertuples(index=False):
         err = (f"{r.shape_error:.4g} +- {r.shape_error_std:.2g}" if r.seeds > 1 else f"{r.shape_error:.4g}")
         med = (f"{r.median_error:.4g} +- {r.median_error_std:.2g}" if r.seeds > 1 else f"{r.median_error:.4g}")
-        solves = r.model not in ("neural", "perturbed", "blind", "target", "displaced_target")
+        solves = r.model not in ("neural", "perturbed", "blind", "target", "displaced_target", "hybrid_best_fit")
         rows.append({"task": r.task, "split": r.split, "model": MODEL_NAMES[r.model], "shapes": int(r.shapes),
                      "seeds": int(r.seeds), "mean error / coord": err, "median": med,
                      "median RMS (m)": f"{r.median_rms:.3g}",
@@ -533,8 +572,11 @@ def _what_was_run(p, df, hist, times, spans, searches) -> str:
         + f". {guard_text}. Direct optimisation of q per shape ({s.direct.method} for shells, {tw.direct.method} for "
         f"towers, at most {s.direct.maxiter} / {tw.direct.maxiter} iterations) on the first {s.direct.shapes} / "
         f"{tw.direct.shapes} in-distribution test shapes ({conv}). {p.test_shapes} test shapes per split, evaluated in "
-        f"float64. Claim (b)'s positive control displaces the hybrid's shapes by span / {p.deviation_ratio:g} = "
-        + ", ".join(f"{spans[t] / p.deviation_ratio:.3g} m ({t})" for t in p.tasks)
+        f"float64. Claim (b)'s positive control displaces each target at random by the fully neural model's RMS "
+        f"distance from it (same seed and split); the table's displaced hybrid moves the hybrid's shapes by span / "
+        f"{p.deviation_ratio:g} = " + ", ".join(f"{spans[t] / p.deviation_ratio:.3g} m ({t})" for t in p.tasks)
+        + f". Every seed's median error on {p.validation_shapes} validation targets (seed {p.validation_seed}, not "
+        "the test set) is measured after 50%, 75% and 100% of its training steps (the convergence premise)"
         + f". Time per shape (median, one shape at a time, 1 CPU thread; wall clock, so it is not in table.csv or "
         f"claims.json): {timing_text}.")
 
@@ -544,7 +586,8 @@ def _differences(p, benchmarks) -> str:
     notes = []
     if min(s.train.steps, tw.train.steps) < 10000:
         notes.append(f"the paper trains each model for 10,000 steps at a constant rate; this scale trains {s.train.steps} "
-                     f"(shells) and {tw.train.steps} (towers) steps with learning rates from a search and "
+                     f"(shells) and {tw.train.steps} (towers) steps with "
+                     + ("learning rates from a search" if p.lr_grid else "learning rates fixed in the config") + " and "
                      + ("a cosine decay" if "cosine" in (s.train.schedule, tw.train.schedule) else "a constant rate")
                      + ", so the learned models are less accurate than the paper's")
     if (tw.levels, tw.sides) != (21, 16):
@@ -565,18 +608,23 @@ def _differences(p, benchmarks) -> str:
         "neural model is the paper's NN baseline (its PINN variant adds a residual penalty; residual_weight > 0 "
         "runs it). Claim (b) measures the fully neural shapes' residual with the force densities that best balance "
         "them (the official metric uses the latent as q; a latent trained without physics has no meaning as q). The towers' stiffness matrix is indefinite (tension and compression bars), so their solves use "
-        "LU instead of Cholesky. Ours, not the paper's: the learning-rate search shared by both models (the official "
-        "configs fix one rate per model); the guard against near-singular stiffness and the failure rate by condition "
+        "LU instead of Cholesky. Ours, not the paper's: "
+        + ("the learning-rate search shared by both models (the official configs fix one rate per model)" if p.lr_grid
+           else "the learning rates (fixed in the config from an earlier run's validation search shared by both models; "
+                "the official configs fix one rate per model)")
+        + "; the guard against near-singular stiffness and the failure rate by condition "
         "number; medians beside means; the untrained hybrid as a negative control and the displaced targets as a "
         "positive one (the displaced hybrid is in the table); the out-of-distribution sets (the official 'lerp' shell generator for shells; towers whose "
         "compression rings are wider and more rotated than any training ring: taller towers, used before, were an "
         "exact vertical stretch for the solver with a height-normalised encoder, so in distribution for the hybrid by "
         f"construction); the blind predictor as the reference of the learned premise, and the convergence premise "
-        f"(the training loss fell by at most {100 * p.converged_gain:g}% over the last quarter), and the premise "
+        f"(the held-out validation error fell by less than {100 * p.converged_gain:g}% over the last quarter of training, "
+        f"the whole t interval over seeds), and the premise "
         f"that the stiffness guard undid at most {100 * p.max_undone:g}% of a guarded hybrid's training steps (the "
         f"search also drops rates whose search runs exceeded it). The paper states no threshold: claim (b)'s "
-        f"reference is the targets' own best-fit residual, measured in the run; the conventions are span / "
-        f"{p.deviation_ratio:g} (a code's appearance limit) for comparable accuracy, measured on the free nodes, 1 / {p.speedup:g} of the cost for real time. Only the saddle family of shells is run (the paper also has others). The speed-up in claim (c) counts "
+        f"reference is the targets' own best-fit residual, measured in the run; comparable accuracy is at most "
+        f"{p.accuracy_ratio:g} times direct optimisation's RMS error on the same shape (measured on the free nodes), "
+        f"real time 1 / {p.speedup:g} of its cost. Only the saddle family of shells is run (the paper also has others). The speed-up in claim (c) counts "
         "floating-point operations (deterministic) instead of seconds; wall-clock times are given above. The paper's "
         "numbers are not available offline, so the table states the paper's direction only. "
         f"This run: {t['seconds']:.0f} s of summed job time, {t['cpu_seconds']:.0f} s of CPU time over {t['jobs']} jobs.")
@@ -614,14 +662,23 @@ def _figure_training(hist, path):
     fig, axes = subplots(1, len(tasks_), width=4.6, height=3.4)
     colors = {"hybrid": "tab:blue", "neural": "tab:orange"}
     for ax, task in zip(axes[0], tasks_):
+        val_ax = ax.twinx() if "validation_error" in hist and hist.validation_error.notna().any() else None
         for (model, seed), g in hist[hist.task == task].groupby(["model", "seed"]):
-            ax.plot(g.step, g["shape"], lw=0.7, color=colors.get(model, "k"), alpha=0.7,
+            ax.plot(g.step, g["shape"], lw=0.7, color=colors.get(model, "k"), alpha=0.5,
                     label=f"{model} (one line per seed)" if seed == 0 else None)
+            if val_ax is not None:  # the convergence premise's checkpoints (50/75/100% of the steps)
+                v = g.dropna(subset=["validation_error"])
+                val_ax.plot(v.step, v.validation_error, color=colors.get(model, "k"), marker="o", ms=3, lw=1.2,
+                            ls="--", label=f"{model}: held-out validation (median)" if seed == 0 else None)
         ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.set_ylabel("training shape loss (batch mean)")
         ax.set_title(task)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6, loc="upper right", framealpha=0.8)
+        if val_ax is not None:
+            val_ax.set_yscale("log")
+            val_ax.set_ylabel("held-out median error / coord. (dashed)")
+            val_ax.legend(fontsize=6, loc="lower left", framealpha=0.8)
     savefig(fig, path)
 
 

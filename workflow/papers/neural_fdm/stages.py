@@ -46,7 +46,9 @@ def train(*, cfg, task, model, checkpoint, history, search):
 
     The learning rate comes from the search both models share (:func:`~papers.neural_fdm.train.search_lr`
     over `lr_grid`, on validation targets drawn from `validation_seed`, never the test set); with an
-    empty grid, the configured lr_hybrid / lr_neural. `search` gets the search's table.
+    empty grid, the configured lr_hybrid / lr_neural. `search` gets the search's table. The same validation
+    targets score every seed after 50%, 75% and 100% of its steps (columns `fraction` and
+    `validation_error` of `history`), which the convergence premise reads.
     """
     import torch
 
@@ -60,9 +62,10 @@ def train(*, cfg, task, model, checkpoint, history, search):
     tp = t.p.train
     kw = dict(batch_size=tp.batch_size, clip_norm=tp.clip_norm, residual_weight=t.p.residual_weight,
               log_every=tp.log_every, guard=t.p.guard, schedule=tp.schedule)
+    # validation targets (never the test set): the search's score and the convergence premise's checkpoints
+    rng = np.random.default_rng([p.validation_seed, TASKS.index(task)])
+    x_val = torch.as_tensor(t.sample(rng, p.validation_shapes, "id"), dtype=torch.float32)
     if p.lr_grid:
-        rng = np.random.default_rng([p.validation_seed, TASKS.index(task)])
-        x_val = torch.as_tensor(t.sample(rng, p.validation_shapes, "id"), dtype=torch.float32)
         seed_everything(p.tune_seed)
         lr, table = search_lr(t, model, grid=p.lr_grid, x_val=x_val, seeds=range(p.tune_seed, p.tune_seed + p.tune_seeds),
                               steps=p.tune_steps, condition_limit=p.condition_limit,
@@ -78,7 +81,7 @@ def train(*, cfg, task, model, checkpoint, history, search):
     nets, hist = train_models(t, model, seeds=seeds, lrs=[lr] * len(seeds), steps=tp.steps,
                               condition_limit=p.condition_limit,
                               progress=lambda it: progress(it, desc=f"{task} {model} {len(seeds)} seeds", total=tp.steps),
-                              **kw)
+                              x_val=x_val, **kw)
     log.info("%s %s: %d seeds x %d steps at lr %g (%s) in %.1f s", task, model, len(seeds), tp.steps, lr, tp.schedule,
              time.perf_counter() - start)
     torch.save({"task": task, "model": model, "states": {s: n.state_dict() for s, n in zip(seeds, nets)},

@@ -20,6 +20,11 @@ stiffness K of the batch's first shapes has another inertia than the untrained m
 singular K: the solver's shape jumps to another branch, from which the loss barrier of the singularity
 keeps it) or a condition number above the limit is undone, member by member. The learning rate comes
 from :func:`search_lr`, the same search for every model.
+
+Given validation targets (never the test set), every member's median held-out shape error is measured after
+50%, 75% and 100% of its steps (:data:`VALIDATION_FRACTIONS`, :func:`stack_validation`): the report's
+convergence premise reads how much it still fell over the last quarter of training, on fixed held-out shapes
+rather than on noisy training batches.
 """
 from __future__ import annotations
 
@@ -41,6 +46,9 @@ log = logging.getLogger(__name__)
 # the encoder's q moves smoothly with the shape, so a step that crosses a singular K crosses it for all).
 GUARD_SHAPES = 4
 SCHEDULES = ("constant", "cosine")
+# Fractions of the training steps after which every member's held-out validation error is measured (the
+# convergence premise compares the last two; the first shows the trajectory).
+VALIDATION_FRACTIONS = (0.5, 0.75, 1.0)
 # torch.optim.Adam's defaults, which the stacked Adam reproduces.
 BETAS, EPS = (0.9, 0.999), 1e-8
 
@@ -162,12 +170,33 @@ def clip_per_member(params, clip_norm: float) -> None:
         p.grad.mul_(coef.view((-1,) + (1,) * (p.dim() - 1)))
 
 
+def stack_validation(stack: Stack, x_val: torch.Tensor, condition_limit: float) -> np.ndarray:
+    """Every member's median shape error per coordinate on validation targets x_val (n, N, 3): (M,), as
+    :func:`validation_error` gives for each member alone (a failed solve counts as infinite)."""
+    task = stack.task
+    M = len(stack.nets)
+    with torch.no_grad():
+        loads = task.loads(x_val)
+        x = x_val.expand(M, *x_val.shape)  # (M, n, N, 3): every member on the same targets
+        x_hat, q = stack.forward(x, loads.expand(M, *loads.shape))
+        out = np.empty(M)
+        for m in range(M):
+            err = task.shape_error(x_val, x_hat[m]) / task.num_compared
+            if stack.model_name == "hybrid":
+                err = torch.where(task.admissible(q[m], condition_limit), err, torch.inf)
+            out[m] = float(torch.where(torch.isnan(err), torch.inf, err).median())
+    return out
+
+
 def train(task: Task, model_name: str, *, seeds, lrs, steps: int, batch_size: int, clip_norm: float,
           residual_weight: float, log_every: int, schedule: str = "constant", guard: bool = False,
-          condition_limit: float = 1e4, progress=None) -> tuple[list[nn.Module], pd.DataFrame]:
+          condition_limit: float = 1e4, progress=None, x_val: torch.Tensor | None = None
+          ) -> tuple[list[nn.Module], pd.DataFrame]:
     """Train one model per member (seed, lr) of zip(`seeds`, `lrs`), side by side; returns the trained
     models (in member order) and the history (member, seed, lr, step, loss and its terms every `log_every`
-    steps, steps skipped and undone).
+    steps, steps skipped and undone). With validation targets `x_val`, the rows after each fraction of
+    :data:`VALIDATION_FRACTIONS` of the steps also hold `fraction` and `validation_error`
+    (:func:`stack_validation`; NaN on the other rows).
 
     Member (seed, lr) starts from the weights ``task.build`` draws after ``torch.manual_seed(seed)`` and
     trains on its own stream of random targets (numpy seed [seed, task]), as a run of its own would. A
@@ -191,6 +220,8 @@ def train(task: Task, model_name: str, *, seeds, lrs, steps: int, batch_size: in
     guard = guard and model_name == "hybrid"  # the fully neural model never solves with K
     dtype = task.fdm.signs.dtype
     rows, skipped, rejected, inertia = [], np.zeros(M, int), np.zeros(M, int), None
+    # step index -> fraction: the validation checkpoints, after round(f * steps) steps
+    checkpoints = {} if x_val is None else {max(round(f * steps), 1) - 1: f for f in VALIDATION_FRACTIONS}
     it = range(steps) if progress is None else progress(range(steps))
     for step in it:
         x = torch.as_tensor(np.stack([task.sample(r, batch_size, "id") for r in rngs]), dtype=dtype)  # (M, B, N, 3)
@@ -225,11 +256,14 @@ def train(task: Task, model_name: str, *, seeds, lrs, steps: int, batch_size: in
                     for p, old in zip(stack.params, before):
                         p[bad] = old[bad]
                     rejected += bad.numpy()
-        if step % log_every == 0 or step == steps - 1:
+        val = stack_validation(stack, x_val, condition_limit) if step in checkpoints else None
+        if step % log_every == 0 or step == steps - 1 or val is not None:
             for m in range(M):
-                if finite[m]:
+                if finite[m] or val is not None:
                     rows.append({"member": m, "seed": seeds[m], "lr": lrs[m], "step": step,
-                                 "loss": losses[m].item(), **{k: v.item() for k, v in terms[m].items()}})
+                                 "loss": losses[m].item(), **{k: v.item() for k, v in terms[m].items()},
+                                 **({} if val is None else {"fraction": checkpoints[step],
+                                                            "validation_error": float(val[m])})})
     if skipped.any() or rejected.any():
         log.warning("%s %s: skipped steps with a non-finite loss per member %s, undid steps the guard rejected %s",
                     task.name, model_name, skipped.tolist(), rejected.tolist())
