@@ -10,10 +10,21 @@ EXPERTS = ("clip", "hires", "det")  # the low-res contrastive, high-res reading 
 FUSIONS = ("concat", "sequence_append", "llava_hr", "mini_gemini", "deformable")
 # The groups of arms (eagle.arm_seeds); the trained controls may train on no seed.
 ARM_GROUPS = ("fusion", "single", "prealign", "blind", "shuffled")
-OPTIONAL_GROUPS = ("blind", "shuffled")
+OPTIONAL_GROUPS = ("blind", "shuffled")  # the trained controls
+# Groups that may train on no seed: the trained controls, and the arms of claims (a) (fusion) and (c) (prealign),
+# which are then not measured (the time budget may hold only claim b's arms at the SFT cap).
+SKIPPABLE_GROUPS = ("fusion", "prealign", *OPTIONAL_GROUPS)
 # The arms of the controls: claim (b)'s trained ablation (group blind), the trained mixture blinded at test (its
 # stand-in, papers.eagle.train.blinded_at_test), claim (c)'s null (group shuffled).
 BLIND, BLINDED, SHUFFLED = "control:blind_hires_experts", "control:hires_other_canvas_at_test", "prealign_shuffled:concat"
+# Claim (a)'s positive control (papers.eagle.train.planted_deficit): the trained concatenation asked the test questions
+# with its non-CLIP experts reading another canvas on a fraction (eagle.claims.planted_fraction) of the test canvases.
+PLANTED = "positive:concat_hires_other_canvas_on_a_fraction"
+# The question kinds each expert's view can answer (papers.eagle.data, papers.eagle.experts.ARCH): the small digit is
+# unreadable below 32 x 32 (CLIP sees 8 x 8, det 16 x 16); the big digit, the marks and the small digit's quadrant are
+# visible at every expert's resolution. Claim (b)'s premise: each single expert beats chance on the kinds it serves.
+SERVES = {"clip": ("global", "count", "position"), "hires": ("global", "fine", "count", "position"),
+          "det": ("global", "count", "position")}
 
 
 @dataclass(frozen=True)
@@ -54,9 +65,10 @@ class Params:
     # batch, learning rates (a tower's lower layers stay frozen throughout; its last layer trains in
     # Pre-Alignment and SFT); validation accuracy every eval_every SFT steps (the convergence gate's curve); SFT's
     # learning-rate schedule (constant, or cosine after a linear warm-up over warmup_ratio of its steps:
-    # papers.eagle.schedule); sft_min_steps: null, every arm runs all sft_steps; an integer, SFT stops early at the
-    # first validation reading from that step on where the convergence gate holds (papers.eagle.train.plateaued), the
-    # schedule still defined over sft_steps (the cap).
+    # papers.eagle.schedule); sft_min_steps: null, every arm runs all sft_steps (the default and full scales: the
+    # early stop stopped arms on plateaus they left later, issue 52's fourth review); an integer, SFT stops early at
+    # the first validation reading from that step on where the convergence gate holds (papers.eagle.train.plateaued),
+    # the schedule still defined over sft_steps (the cap).
     train: dict = field(default_factory=lambda: {"prealign_steps": 30, "align_steps": 30, "sft_steps": 360,
                                                  "batch": 96, "align_lr": 3.0e-3, "sft_lr": 3.0e-3, "eval_every": 45,
                                                  "sft_schedule": "constant", "warmup_ratio": 0.0,
@@ -72,8 +84,11 @@ class Params:
                                                  "select_layer": -2, "max_text_tokens": 512, "lm_dtype": "float32",
                                                  "lora": {"rank": 0, "alpha": 16}})
     # Claim thresholds and gates, fixed before the run (config/config.yaml says where each comes from).
+    # serve_gate: each single expert's validation accuracy on every kind it serves (SERVES), every seed;
+    # planted_fraction: the share of test canvases whose high-res features claim (a)'s positive control swaps.
     claims: dict = field(default_factory=lambda: {"equivalence_margin": 0.03, "gain_threshold": 0.0,
-                                                  "convergence_tol": 0.03, "fine_gate": 0.5})
+                                                  "convergence_tol": 0.03, "fine_gate": 0.5, "serve_gate": 0.5,
+                                                  "planted_fraction": 0.2})
 
     def check_rules(self) -> None:
         d = self.data
@@ -90,7 +105,7 @@ class Params:
         for group, n in self.arm_seeds.items():
             if group not in ARM_GROUPS:
                 raise ValueError(f"eagle.arm_seeds.{group}: unknown group (known: {', '.join(ARM_GROUPS)})")
-            low = 0 if group in OPTIONAL_GROUPS else 1
+            low = 0 if group in SKIPPABLE_GROUPS else 1
             if group == "single" and isinstance(n, dict):
                 if set(n) != set(names):
                     raise ValueError(f"eagle.arm_seeds.single: a mapping must name every expert of experts.names "
@@ -114,6 +129,11 @@ class Params:
         if m is not None and not (isinstance(m, int) and 4 * self.train["eval_every"] <= m <= self.train["sft_steps"]):
             raise ValueError(f"eagle.train.sft_min_steps must be null or an integer in 4 x eval_every "
                              f"({4 * self.train['eval_every']}) .. sft_steps ({self.train['sft_steps']}), got {m!r}")
+        c = self.claims
+        if not 0 < c.get("planted_fraction", 0.2) <= 1:
+            raise ValueError(f"eagle.claims.planted_fraction must be in (0, 1], got {c['planted_fraction']}")
+        if not 0 <= c.get("serve_gate", 0.5) <= 1:
+            raise ValueError(f"eagle.claims.serve_gate must be in [0, 1], got {c['serve_gate']}")
         if self.train["sft_schedule"] not in ("constant", "cosine"):
             raise ValueError(f"eagle.train.sft_schedule must be constant or cosine, got {self.train['sft_schedule']!r}")
         if not 0 <= self.train["warmup_ratio"] < 1:

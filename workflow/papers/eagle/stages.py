@@ -20,7 +20,7 @@ from papers.eagle.data import read_split
 from papers.eagle.params import parse
 
 log = logging.getLogger(__name__)
-SPLITS = ("train", "val", "test", "novel")
+SPLITS = ("train", "val", "test")  # novel (held-out templates) serves no claim: not evaluated
 
 
 def pretrain(*, cfg, data, experts):

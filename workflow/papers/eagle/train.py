@@ -16,8 +16,9 @@ budget goes to training steps.
 
 During SFT the validation accuracy is read every ``eval_every`` steps: the convergence gate bounds its rise in the
 last quarter (:func:`late_gain`). Then accuracy of the answer word per question kind on validation (held-out
-canvases, training templates), test (other held-out canvases, training templates) and novel (the test canvases,
-held-out templates).
+canvases, training templates) and test (other held-out canvases, training templates). The data also hold split
+novel (the test canvases asked with held-out templates); no claim reads it and the time budget does not evaluate it
+(issue 52's fourth review: the budget goes to converged arms).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from papers.eagle import fusion as Fu
 from papers.eagle.data import KINDS
 from papers.eagle.experts import Tower
 from papers.eagle.model import LM, MLLM
-from papers.eagle.params import BLIND, BLINDED, SHUFFLED
+from papers.eagle.params import BLIND, BLINDED, PLANTED, SHUFFLED
 from papers.eagle.schedule import lr_factor
 
 log = logging.getLogger(__name__)
@@ -188,18 +189,26 @@ def run_arm(arm: dict, pretrained: dict, splits: dict, banks: dict, p, rng: np.r
                       schedule=t["sft_schedule"], warmup=t["warmup_ratio"], stop=stop,
                       evaluate=lambda m: accuracy(m, splits["val"], banks["val"])["all"])
     gain = late_gain(curve)
+    n_val = len(splits["val"]["q_answer"])
+    # The gate's measure in validation questions (an integer: accuracies are counts over n_val), so that it is
+    # compared with the tolerance exactly, not through float rounding (issue 52's fourth review).
+    gain_questions = int(round(gain * n_val)) if np.isfinite(gain) else None
     steps_run = t["sft_steps"] if stop is None or not stop(curve) else len(curve) * t["eval_every"]
     rows = []
-    for split in ("val", "test", "novel"):
+    for split in ("val", "test"):
         for kind, acc in accuracy(model, splits[split], banks[split]).items():
             rows.append({"arm": arm["name"], "split": split, "kind": kind, "accuracy": acc,
                          "visual_tokens": model.fusion.n_tokens, "fusion_params": Fu.n_params(model.fusion),
                          "experts": "+".join(arm["experts"]), "final_loss": loss, "late_gain": gain,
-                         "sft_steps_run": steps_run})
-    log.info("%s: val %.3f test %.3f novel %.3f; %d SFT steps; validation curve %s", arm["name"],
+                         "late_gain_questions": gain_questions, "val_questions": n_val, "sft_steps_run": steps_run})
+    log.info("%s: val %.3f test %.3f; %d SFT steps; validation curve %s", arm["name"],
              *(r["accuracy"] for r in rows if r["kind"] == "all"), steps_run, " ".join(f"{v:.3f}" for v in curve))
     if arm["name"] == "fusion:concat":
-        rows += [dict(r, sft_steps_run=steps_run) for r in blinded_at_test(model, splits, banks, loss, gain, rng)]
+        extra = {"sft_steps_run": steps_run, "late_gain_questions": gain_questions, "val_questions": n_val}
+        rows += [dict(r, **extra) for r in blinded_at_test(model, splits, banks, loss, gain, rng)]
+        if p.arm_seeds.get("fusion", 0):  # claim (a)'s positive control, where its fusions train
+            rows += [dict(r, **extra) for r in planted_deficit(model, splits, banks, loss, gain,
+                                                               p.claims.get("planted_fraction", 0.2), rng)]
     return rows
 
 
@@ -227,6 +236,26 @@ def blinded_at_test(model: MLLM, splits: dict, banks: dict, loss: float, gain: f
     swapped = {name: (act if name == "clip" else act[other]) for name, act in bank.items()}
     acc = accuracy(model, splits["test"], swapped)
     return [{"arm": BLINDED, "split": "test", "kind": kind, "accuracy": a, "visual_tokens": model.fusion.n_tokens,
+             "fusion_params": Fu.n_params(model.fusion), "experts": "+".join(t.kind for t in model.towers),
+             "final_loss": loss, "late_gain": gain} for kind, a in acc.items()]
+
+
+def planted_deficit(model: MLLM, splits: dict, banks: dict, loss: float, gain: float, fraction: float,
+                    rng: np.random.Generator) -> list[dict]:
+    """Claim (a)'s positive control, a deficit planted in the trained concatenation: the test questions asked with
+    its non-CLIP experts reading another canvas (a derangement among the chosen canvases) on a random `fraction` of
+    the test canvases, every other canvas, every weight and the fusion kept. Such a mixture reads the fine print on
+    only 1 - `fraction` of the canvases, so it is worse than the concatenation by about `fraction` x the accuracy that
+    blinding every canvas costs (:func:`blinded_at_test`); the equivalence test of claim (a) must reject it. The
+    rows of arm :data:`PLANTED` (test split)."""
+    bank = banks["test"]
+    n = len(splits["test"]["scene_canvas"])
+    chosen = rng.choice(n, size=max(2, int(round(fraction * n))), replace=False)
+    other = torch.arange(n)
+    other[torch.as_tensor(chosen)] = torch.as_tensor(chosen[derangement(len(chosen), rng)])
+    swapped = {name: (act if name == "clip" else act[other]) for name, act in bank.items()}
+    acc = accuracy(model, splits["test"], swapped)
+    return [{"arm": PLANTED, "split": "test", "kind": kind, "accuracy": a, "visual_tokens": model.fusion.n_tokens,
              "fusion_params": Fu.n_params(model.fusion), "experts": "+".join(t.kind for t in model.towers),
              "final_loss": loss, "late_gain": gain} for kind, a in acc.items()]
 
