@@ -442,14 +442,15 @@ def test_params_reject_bad_configurations():
 
 
 # ---- claims (the verdict contract) ----------------------------------------------------------------------
-def _metrics(seeds=(0, 1, 2), siblings=0.95, cross=0.3):
+def _metrics(seeds=(0, 1, 2), siblings=0.95, cross=0.3, external=None):
     """Synthetic per-(target, generator, replicate) metrics: the known actives screen best of the generators, the
-    optimiser docks best (proxy), the siblings (positive control) screen better still, the other target's actives
-    (ablation) worse than the generators built from the known actives."""
+    optimiser docks best, the siblings (positive control) screen better still, the other target's actives
+    (ablation) worse than the generators built from the known actives. `external`: an external SBDD model's
+    (docking, bedroc), under the name targetdiff."""
     rng = np.random.default_rng(0)
     base = {  # generator: (docking, bedroc)
         "lm": (-7.0, 0.5), "optimiser": (-10.0, 0.02), "brics": (-8.0, 0.4), "random": (-6.5, 0.1), "known": (-7.5, 0.9),
-        "siblings": (-7.5, siblings), "cross_target": (-7.0, cross)}
+        "siblings": (-7.5, siblings), "cross_target": (-7.0, cross), **({"targetdiff": external} if external else {})}
     rows = []
     for target in ("EGFR", "CDK2"):
         for s in seeds:
@@ -464,12 +465,14 @@ def _metrics(seeds=(0, 1, 2), siblings=0.95, cross=0.3):
     return pd.DataFrame(rows)
 
 
-def _vina(pairs=3, optimiser=-10.0, known=-8.0, random=-6.5):
-    jitter = (-0.3, 0.2, 0.1, 0.3, -0.2, -0.1)  # the random molecules' spread, unordered against the others'
+def _vina(pairs=3, optimiser=-10.0, known=-8.0, decoy=-6.5):
+    """A Vina sample as the dock stage writes it: per (target, replicate), the optimiser's top molecule, a known
+    active and a DUD-E decoy."""
+    jitter = (-0.3, 0.2, 0.1, 0.3, -0.2, -0.1)  # the decoys' spread, unordered against the others'
     rows = [{"target": t, "seed": s, "generator": g, "smiles": "C", "proxy": v, "heavy_atoms": 30, "cpu_seconds": 5.0,
-             "vina": v + (jitter[(3 * i + s) % 6] if g == "random" else 0.1 * s)}
+             "vina": v + (jitter[(3 * i + s) % 6] if g == "decoy" else 0.1 * s)}
             for i, t in enumerate(("EGFR", "CDK2")) for s in range(pairs)
-            for g, v in (("optimiser", optimiser), ("known", known), ("random", random))]
+            for g, v in (("optimiser", optimiser), ("known", known), ("decoy", decoy))]
     return pd.DataFrame(rows, columns=["target", "seed", "generator", "smiles", "vina", "proxy", "heavy_atoms",
                                        "cpu_seconds"])
 
@@ -493,101 +496,189 @@ def _params():
     return parse(_params_cfg())
 
 
-def _with(cfg_changes: dict, optimiser: dict | None = None):
+def _with(cfg_changes: dict, optimiser: dict | None = None, engine: str | None = None):
     cfg = {**_params_cfg(), **cfg_changes}
     if optimiser:
         cfg["optimiser"] = {**cfg["optimiser"], **optimiser}
+    if engine:
+        cfg["docking"] = {**cfg["docking"], "engine": engine}
     return parse(cfg)
 
 
-def test_claim_a_is_measured_only_where_the_optimiser_climbs_vina():
+# the full scale's setting: the optimiser climbs Vina and the evaluation docks every molecule with Vina
+FULL = {"optimiser": {"fitness": "vina"}, "engine": "vina"}
+# ... with an external SBDD model's samples (the name and files as config/full.yaml documents them)
+EXTERNAL = {"generators": ["targetdiff", "lm", "optimiser", "brics", "random", "known"],
+            "external": {"targetdiff": {"EGFR": "a.smi", "CDK2": "b.smi"}}}
+
+
+def test_claim_a_never_decides_on_the_self_scored_optimiser():
+    """Issue 49's review: the optimiser climbing Vina, judged on Vina, beats the known actives by construction; at
+    the full scale it is a check, and (a) is decided only on external samples, which did not climb the judged score."""
     from papers.sbdd_vs.report import sbdd_claims
 
-    # on the proxy fitness both halves of (a) are true by construction: not measured, whatever the Vina sample says,
-    # with the by-construction docking half as a check
-    claims, checks = sbdd_claims(_metrics(), _vina(), _records(), {}, _with({}, {"fitness": "proxy"}))
+    # the default scale (optimiser and evaluation on the proxy, no external model): not measured, with the
+    # by-construction docking half as a check
+    claims, checks = sbdd_claims(_metrics(), _vina(), _records(), {}, _params())
     a = {c.id: c for c in claims}["a"]
     assert a.verdict == "not measured" and a.evidence is None
-    assert "by construction" in a.note and "optimiser.fitness" in a.note and "BEDROC: random - known" in a.note
-    assert {k.id: k.passed for k in checks}["a_proxy_by_construction"]
-    # climbing Vina, it decides: both halves as the paper says, Vina agreeing on the sample, random draws dock no better
-    vina_fit = _with({}, {"fitness": "vina"})
-    claims, checks = sbdd_claims(_metrics(), _vina(), _records(), {}, vina_fit)
+    assert "no structure-based generator" in a.note and "docking.engine" in a.note
+    assert {k.id: k.passed for k in checks}["a_optimiser_by_construction"]
+    # the full scale without an external model: the optimiser on Vina, judged on Vina, does not decide (a), however
+    # well the rest agrees; its lead is the check
+    claims, checks = sbdd_claims(_metrics(), _vina(), _records(), {}, _with({}, **FULL))
+    a = {c.id: c for c in claims}["a"]
+    assert a.verdict == "not measured" and a.evidence is None and "no structure-based generator" in a.note
+    assert "docking.engine" not in a.note.split("The optimiser")[0]  # the engine is Vina: only the generator lacks
+    check = {k.id: k for k in checks}["a_optimiser_by_construction"]
+    assert check.passed and "docking (vina): optimiser - known" in check.statement
+    # the optimiser climbing the proxy while the evaluation docks with Vina: no longer by construction, no check
+    _, checks = sbdd_claims(_metrics(), _vina(), _records(), {}, _with({}, engine="vina"))
+    assert "a_optimiser_by_construction" not in {k.id for k in checks}
+    # an external SBDD model, judged on Vina: it decides, and only it (never the optimiser)
+    ext = _with(EXTERNAL, **FULL)
+    m = _metrics(external=(-9.0, 0.5))
+    claims, checks = sbdd_claims(m, _vina(), _records(), {}, ext)
     a = {c.id: c for c in claims}["a"]
     assert a.verdict == "holds" and a.control.verdict == "does not hold" and a.premise_met
+    assert [e.name for e in a.evidence] == ["docking (vina): targetdiff - known", "BEDROC: targetdiff - known"]
     assert [e.replicates for e in a.evidence] == [6, 6]  # 3 replicates x 2 targets
-    assert a.positive_control.verdict == "holds" and "a_proxy_by_construction" not in {k.id for k in checks}
-    # Vina disagreeing with the proxy (the optimiser's top molecule docks worse): the proxy does not stand for Vina
-    out = {c.id: c for c in sbdd_claims(_metrics(), _vina(optimiser=-6.0), _records(), {}, vina_fit)[0]}
-    assert out["a"].verdict == "inconclusive" and "Vina agrees" in out["a"].note
-    # the gate's positive control: Vina that cannot tell known actives from random molecules makes the gate blind
-    out = {c.id: c for c in sbdd_claims(_metrics(), _vina(random=-8.0), _records(), {}, vina_fit)[0]}
-    assert out["a"].verdict == "inconclusive" and "positive control" in out["a"].note
-    # the optimiser out-screening the known actives: the claim fails whatever the docking
-    better = _metrics()
-    better.loc[better.generator == "optimiser", "bedroc"] = 0.95
-    out = {c.id: c for c in sbdd_claims(better, _vina(), _records(), {}, vina_fit)[0]}
-    assert out["a"].verdict == "does not hold"
+    assert a.positive_control.verdict == "holds"
+    # ... but with the evaluation on the proxy, the docking half is not Vina's: not measured
+    a = {c.id: c for c in sbdd_claims(m, _vina(), _records(), {}, _with(EXTERNAL, engine="proxy"))[0]}["a"]
+    assert a.verdict == "not measured" and "docking.engine = proxy" in a.note
+    # the docking gate: Vina that docks the property-matched decoys as well as the known actives cannot tell actives
+    a = {c.id: c for c in sbdd_claims(m, _vina(decoy=-8.0), _records(), {}, ext)[0]}["a"]
+    assert a.verdict == "inconclusive" and "DUD-E decoys" in a.note and not a.premise_met
+    # the external model out-screening the known actives: the claim fails whatever the docking
+    better = _metrics(external=(-9.0, 0.95))
+    assert {c.id: c for c in sbdd_claims(better, _vina(), _records(), {}, ext)[0]}["a"].verdict == "does not hold"
     # too few planted actives: inconclusive, never "does not hold"
-    out = {c.id: c for c in sbdd_claims(better, _vina(), _records(planted=8), {}, vina_fit)[0]}
-    assert out["a"].verdict == "inconclusive" and "planted actives" in out["a"].note
+    a = {c.id: c for c in sbdd_claims(better, _vina(), _records(planted=8), {}, ext)[0]}["a"]
+    assert a.verdict == "inconclusive" and "planted actives" in a.note
     # siblings that do not out-screen random queries: the analysis is blind
-    out = {c.id: c for c in sbdd_claims(_metrics(siblings=0.1), _vina(), _records(), {}, vina_fit)[0]}
-    assert out["a"].verdict == "inconclusive"
-    # no Vina sample: the docking score alone does not decide (a)
-    out = {c.id: c for c in sbdd_claims(_metrics(), _vina(pairs=0), _records(), {}, vina_fit)[0]}
-    assert out["a"].verdict == "inconclusive" and "no Vina sample" in out["a"].note
+    a = {c.id: c for c in sbdd_claims(_metrics(siblings=0.1, external=(-9.0, 0.5)), _vina(), _records(), {}, ext)[0]}["a"]
+    assert a.verdict == "inconclusive"
+    # no Vina sample: the gate is unmet
+    a = {c.id: c for c in sbdd_claims(m, _vina(pairs=0), _records(), {}, ext)[0]}["a"]
+    assert a.verdict == "inconclusive" and "no Vina sample" in a.note
 
 
-def test_claim_b_is_decided_on_structure_based_generators_only():
-    from papers.sbdd_vs.report import extension, sbdd_claims, structure_based_generators
+def test_dock_picks_the_optimisers_molecule_by_the_fitness_it_climbed(tmp_path, monkeypatch):
+    """The GA returns its molecules best first by its fitness (Vina at the full scale): the Vina sample docks that
+    one, not the proxy's favourite; known actives and the library's decoys are drawn per_replicate each, and a
+    molecule drawn twice is docked once."""
+    from papers.sbdd_vs import stages
+
+    docked = []
+
+    def vina_score(smiles, target, **kw):
+        docked.append(smiles)
+        return -float(len(smiles)), 1.0
+
+    monkeypatch.setattr(stages.docking, "vina_score", vina_score)
+    monkeypatch.setattr(stages.docking, "Scorer", lambda *a, **k: (lambda mol: -float(mol.GetNumHeavyAtoms())))
+    monkeypatch.setattr(stages, "_pocket", lambda records, target: None)
+    # replicate 0: the optimiser's first molecule (its best by fitness) is the smallest, the proxy would pick the last
+    opt = ["CCO", "CCCCCCCCO", "c1ccccc1CCCCCCCCCC"]
+    known = ["CC(=O)Nc1ccc(O)cc1", "CCN(CC)CC"]
+    rows = [{"generator": "optimiser", "seed": s, "raw": x} for s in (0, 1) for x in opt]
+    rows += [{"generator": "known", "seed": s, "raw": x} for s in (0, 1) for x in known]
+    pd.DataFrame(rows).to_parquet(tmp_path / "gen.parquet")
+    lib = pd.DataFrame({"smiles": ["c1ccncc1", "CCOC(=O)C", "CC(C)O", "CCS"] * 2, "active": [1, 0, 0, 0] * 2,
+                        "replicate": [0] * 4 + [1] * 4})
+    lib.to_parquet(tmp_path / "lib.parquet")
+    cfg = {**_params_cfg(), "vina": {"pairs": 2, "per_replicate": 2, "seed": 0}}
+    stages.dock(cfg=cfg, target="EGFR", generated=str(tmp_path / "gen.parquet"), library=str(tmp_path / "lib.parquet"),
+                records=None, vina=str(tmp_path / "vina.parquet"))
+    out = pd.read_parquet(tmp_path / "vina.parquet")
+    assert out[out.generator == "optimiser"].smiles.tolist() == ["CCO", "CCO"]
+    assert set(out[out.generator == "known"].smiles) == {Chem.CanonSmiles(s) for s in known}
+    assert set(out[out.generator == "decoy"].smiles) <= {"CCOC(C)=O", "CC(C)O", "CCS"}  # never the active
+    assert out.groupby(["seed", "generator"]).size().to_dict() == {
+        (0, "decoy"): 2, (0, "known"): 2, (0, "optimiser"): 1, (1, "decoy"): 2, (1, "known"): 2, (1, "optimiser"): 1}
+    assert len(docked) == len(set(docked)) == out.smiles.nunique()  # each molecule docked once
+    assert (out.cpu_seconds > 0).sum() == len(docked)
+
+
+def test_claim_b_is_decided_on_external_structure_based_generators_only():
+    from papers.sbdd_vs.report import extension, extension_generators, sbdd_claims, structure_based_generators
 
     p = _params()  # lm, optimiser (on the proxy), brics, random, known
-    assert structure_based_generators(p) == ["lm"]
-    assert structure_based_generators(_with({}, {"fitness": "vina"})) == ["lm", "optimiser"]
-    ext = _with({"generators": ["targetdiff", "optimiser", "brics", "random", "known"],
-                 "external": {"targetdiff": {"EGFR": "a.smi", "CDK2": "b.smi"}}})
-    assert structure_based_generators(ext) == ["targetdiff"]  # brics never decides
-    claims, checks = sbdd_claims(_metrics(), _vina(), _records(), {}, p)
+    # the LM is fine-tuned on the known actives (ligand-based, like brics) and the optimiser climbs a docking score:
+    # neither is a structure-based model, on the proxy or on Vina
+    assert structure_based_generators(p) == [] and structure_based_generators(_with({}, **FULL)) == []
+    assert extension_generators(p) == ["lm", "brics"]
+    assert extension_generators(_with({}, **FULL)) == ["lm", "optimiser", "brics"]
+    ext = _with(EXTERNAL, **FULL)
+    assert structure_based_generators(ext) == ["targetdiff"]
+    m = _metrics(external=(-9.0, 0.5))
+    claims, checks = sbdd_claims(m, _vina(), _records(), {}, ext)
     out = {c.id: c for c in claims}
-    # (b): the other target's actives and the LM, pooled over both targets; the other target's actives in the known
-    # ones' place beat neither
+    # (b): the other target's actives and the external model, pooled over both targets; the other target's actives
+    # in the known ones' place do not beat the external model
     assert out["b"].verdict == "holds" and out["b"].control.verdict == "does not hold"
     assert out["b"].control.kind == "ablation" and out["b"].positive_control.verdict == "holds"
-    assert [e.name for e in out["b"].evidence] == ["bedroc: known - cross_target", "bedroc: known - lm"]
+    assert [e.name for e in out["b"].evidence] == ["bedroc: known - cross_target", "bedroc: known - targetdiff"]
     assert out["b"].evidence[0].replicates == 6
     # the same test in the embedding's space reads its own column: there the known actives beat no one
     assert out["b_emb"].verdict != "holds" and out["b_emb"].evidence[0].name.startswith("bedroc_emb")
-    # the comparisons with generators that carry no chemistry are checks; brics is neither claim nor check
+    # the comparisons with generators that carry no chemistry are checks (random; the optimiser on Vina is not one);
+    # the LM, brics and the optimiser on Vina are neither claim nor check: the extension
     assert {k.id: k.passed for k in checks} == {
-        "a_proxy_by_construction": True, "b_no_chemistry_optimiser": True, "b_no_chemistry_random": True,
-        "b_emb_no_chemistry_optimiser": False, "b_emb_no_chemistry_random": True, "decoys_matched_egfr": True,
-        "decoys_unmatched_egfr": True, "decoys_matched_cdk2": True, "decoys_unmatched_cdk2": True}
-    # another target's actives beating the generators as well: the lead is not the target's chemistry
-    out = {c.id: c for c in sbdd_claims(_metrics(cross=0.6), _vina(), _records(), {}, p)[0]}
+        "a_optimiser_by_construction": True, "b_no_chemistry_random": True, "b_emb_no_chemistry_random": True,
+        "decoys_matched_egfr": True, "decoys_unmatched_egfr": True, "decoys_matched_cdk2": True,
+        "decoys_unmatched_cdk2": True}
+    text = extension(m, ext)
+    assert "not a verdict about the paper" in text
+    for name in ("bedroc: known - lm", "bedroc: known - brics", "bedroc: known - optimiser", "bedroc: cross_target - lm",
+                 "bedroc: siblings - known"):
+        assert name in text
+    # another target's actives beating the external model as well: the lead is not the target's chemistry
+    out = {c.id: c for c in sbdd_claims(_metrics(cross=0.6, external=(-9.0, 0.5)), _vina(), _records(), {}, ext)[0]}
     assert out["b"].control.verdict == "holds" and out["b"].verdict == "inconclusive"
     # ... or as good as the known actives: (b) does not hold
-    out = {c.id: c for c in sbdd_claims(_metrics(cross=0.9), _vina(), _records(), {}, p)[0]}
+    out = {c.id: c for c in sbdd_claims(_metrics(cross=0.9, external=(-9.0, 0.5)), _vina(), _records(), {}, ext)[0]}
     assert out["b"].verdict in ("does not hold", "inconclusive") and out["b"].verdict != "holds"
     # siblings no better than the known actives: the benchmark does not reward closeness, (b) is inconclusive
-    out = {c.id: c for c in sbdd_claims(_metrics(siblings=0.85), _vina(), _records(), {}, p)[0]}
+    out = {c.id: c for c in sbdd_claims(_metrics(siblings=0.85, external=(-9.0, 0.5)), _vina(), _records(), {}, ext)[0]}
     assert out["b"].positive_control.verdict != "holds" and out["b"].verdict == "inconclusive"
-    # the optimiser climbing Vina is structure-based: it decides (b) too, and is no check
-    claims, checks = sbdd_claims(_metrics(), _vina(), _records(), {}, _with({}, {"fitness": "vina"}))
-    assert "bedroc: known - optimiser" in [e.name for e in claims[1].evidence]
-    assert "b_no_chemistry_optimiser" not in {k.id for k in checks}
-    # no structure-based generator (the default scale's set): (b) is not measured, however well brics loses, and
-    # the brics comparison with its ablation and siblings control is the report's extension
-    brics_only = _with({"generators": ["optimiser", "brics", "random", "known"]})
-    claims, checks = sbdd_claims(_metrics(), _vina(), _records(), {}, brics_only)
-    out = {c.id: c for c in claims}
-    assert out["b"].verdict == "not measured" and "no structure-based generator" in out["b"].note
-    assert not any("brics" in k.id for k in checks)
-    text = extension(_metrics(), brics_only)
-    assert "not a verdict about the paper" in text and "bedroc: known - brics" in text
-    assert "bedroc: cross_target - brics" in text and "bedroc: siblings - known" in text
-    one = sbdd_claims(_metrics(seeds=(0,)), _vina(pairs=1), _records(seeds=1), {}, _with({}, {"fitness": "vina"}))[0]
+    # no structure-based generator (the default and the full scale's built-in sets): (b) is not measured, however
+    # well the LM, brics or the optimiser on Vina lose; on the proxy the optimiser's loss is a check
+    for q in (p, _with({}, **FULL), _with({"generators": ["optimiser", "brics", "random", "known"]})):
+        claims, checks = sbdd_claims(_metrics(), _vina(), _records(), {}, q)
+        b = {c.id: c for c in claims}["b"]
+        assert b.verdict == "not measured" and "no structure-based generator" in b.note
+        assert not any("brics" in k.id or "lm" in k.id for k in checks)
+        assert ("b_no_chemistry_optimiser" in {k.id for k in checks}) == (q.optimiser.fitness == "proxy")
+    one = sbdd_claims(_metrics(seeds=(0,), external=(-9.0, 0.5)), _vina(pairs=1), _records(seeds=1), {}, ext)[0]
     assert {c.verdict for c in one} == {"inconclusive"}  # two pooled units are never evidence
+
+
+def test_vina_cost_and_run_time_request():
+    """The Vina dockings of a target's jobs (upper bounds) and the minutes asked of a scheduler for them."""
+    from papers.sbdd_vs.params import vina_dockings, vina_minutes
+
+    p = _with({"seeds": 4, "n_generate": 10, "vina": {"pairs": 2, "per_replicate": 3, "seed": 0}}, **FULL)
+    o = p.optimiser
+    assert vina_dockings(p) == {"generate": 4 * (o.population + o.children * o.generations),
+                                "evaluate": 4 * 10 * (5 + 2), "dock": 2 * (1 + 2 * 3)}
+    c, cpus = p.docking.vina_cpu_seconds, p.docking.vina_cpus
+    assert vina_minutes(p, "evaluate") == math.ceil(2 * 280 * c / cpus / 60)
+    assert vina_dockings(_params())["generate"] == vina_dockings(_params())["evaluate"] == 0  # the proxy
+
+
+def test_gate_sizing_from_the_measured_spread():
+    from papers.sbdd_vs.report import gate_sizing
+    from scipy import stats
+
+    v = _vina(pairs=3)
+    d = (v[v.generator == "known"].vina.to_numpy() - v[v.generator == "decoy"].vina.to_numpy())
+    text = gate_sizing(v, _params())
+    n = int(text.split("needs n = ")[1].split()[0])
+    half = lambda k: stats.t.ppf(0.975, k - 1) * d.std(ddof=1) / np.sqrt(k)  # noqa: E731
+    assert half(n) < -d.mean() <= half(n - 1)
+    assert "wrong sign" in gate_sizing(_vina(decoy=-9.0), _params())
 
 
 def test_decoy_check_fails_where_matching_is_biased_and_needs_the_unmatched_control_to_differ():

@@ -3,11 +3,16 @@
 #                                                                                        -> dock (per target, Vina on a sample)
 # -> report. Code: workflow/papers/sbdd_vs/ (stages.py holds the stages; report.py the report).
 
+# Minutes one target job asks a scheduler for: the `train` kind's, or more where its Vina dockings need more
+# (papers.sbdd_vs.params.vina_minutes: dockings x docking.vina_cpu_seconds / vina_cpus, x2).
+from papers.sbdd_vs.params import job_minutes as _sbdd_minutes
+
 SBDD = f"{RESULTS}/sbdd_vs"
 SBDD_CFG = config["sbdd_vs"]
 SBDD_TARGETS = SBDD_CFG["targets"]
 # The SMILES LM is trained only when it generates or its embedding screens (config generators, screen.embedding).
 SBDD_LM = "lm" in SBDD_CFG["generators"] or SBDD_CFG["screen"]["embedding"]
+
 
 
 rule sbdd_vs_prepare:
@@ -84,7 +89,7 @@ rule sbdd_vs_generate:
         target="|".join(SBDD_TARGETS),
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", runtime=_sbdd_minutes(SBDD_CFG, "generate", res("train", "runtime"))),
     conda:
         "../../envs/base.yaml"
     script:
@@ -113,7 +118,7 @@ rule sbdd_vs_evaluate:
         target="|".join(SBDD_TARGETS),
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", runtime=_sbdd_minutes(SBDD_CFG, "evaluate", res("train", "runtime"))),
     conda:
         "../../envs/base.yaml"
     script:
@@ -121,9 +126,10 @@ rule sbdd_vs_evaluate:
 
 
 rule sbdd_vs_dock:
-    """For one target: AutoDock Vina (dockstring) on a sample of the optimiser's molecules and the known actives."""
+    """For one target: AutoDock Vina (dockstring) on a sample: the optimiser's top molecule, known actives and DUD-E decoys."""
     input:
         generated=rules.sbdd_vs_generate.output.generated,
+        library=f"{SBDD}/prepare/{{target}}_library.parquet",
         records=rules.sbdd_vs_prepare.output.records,
     output:
         vina=f"{SBDD}/dock/{{target}}.parquet",
@@ -139,7 +145,7 @@ rule sbdd_vs_dock:
         target="|".join(SBDD_TARGETS),
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", runtime=_sbdd_minutes(SBDD_CFG, "dock", res("train", "runtime"))),
     conda:
         "../../envs/base.yaml"
     script:

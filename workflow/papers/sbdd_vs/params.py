@@ -122,15 +122,18 @@ class DockingParams:
     vina_cpus: int = 1
     vina_exhaustiveness: int = 8  # Vina's default
     vina_box: float | None = None  # edge of Vina's cubic search box (A), centred as dockstring's; None = dockstring's
+    vina_cpu_seconds: float = 38.0  # measured CPU s of one docking at vina_exhaustiveness (8: ~38 on a drug-sized one)
 
 
 @dataclass(frozen=True)
 class VinaSampleParams:
     """AutoDock Vina (dockstring) on a sample: per target, for each of the first `pairs` library replicates, the
-    docking optimiser's top-proxy molecule, one drawn from the known actives and one from the random drug-like draws
-    (claim a's Vina gate and its positive control); 0: no docking (the gate is then not met)."""
+    docking optimiser's top molecule by the fitness it climbed, and `per_replicate` known actives and as many of the
+    replicate's property-matched DUD-E decoys (claim a's docking gate: Vina docks the known actives better than the
+    decoys); 0: no docking (the gate is then not met)."""
 
     pairs: int = 3
+    per_replicate: int = 1  # known actives and decoys per replicate; the gate compares their means per replicate
     seed: int = 0
 
 
@@ -220,6 +223,32 @@ STAGE_PARAMS = {
     "dock": ("docking", "vina"),
     "report": ALL,
 }
+
+
+def vina_dockings(p: Params) -> dict[str, int]:
+    """Upper bounds on the AutoDock Vina dockings of one target's job per stage: generate (the GA on Vina: its start
+    population and every child, per replicate), evaluate (with docking.engine vina: every molecule of every
+    generator and of the two control query sets, per replicate; fewer where molecules repeat) and dock (the
+    sample). With docking.vina_cpu_seconds they give a job's expected CPU time."""
+    o = p.optimiser
+    climbs = o.fitness == "vina" and "optimiser" in p.generators
+    return {"generate": p.seeds * (o.population + o.children * o.generations) if climbs else 0,
+            "evaluate": p.seeds * p.n_generate * (len(p.generators) + 2) if p.docking.engine == "vina" else 0,
+            "dock": p.vina.pairs * (1 + 2 * p.vina.per_replicate)}
+
+
+def vina_minutes(p: Params, stage: str) -> int:
+    """The wall minutes a scheduler is asked for by one target's `stage` job on account of its Vina dockings:
+    dockings x docking.vina_cpu_seconds / docking.vina_cpus, twice over (a margin for large molecules, whose
+    docking costs more), rounded up; 0 where the stage docks nothing with Vina."""
+    seconds = vina_dockings(p)[stage] * p.docking.vina_cpu_seconds / p.docking.vina_cpus
+    return int(-(-2 * seconds // 60))
+
+
+def job_minutes(cfg, stage: str, floor: int) -> int:
+    """The minutes one target's `stage` job asks a scheduler for (the rules' `runtime`): `floor` (the job kind's),
+    or :func:`vina_minutes` where its Vina dockings need more."""
+    return max(floor, vina_minutes(parse(cfg), stage))
 
 
 def parse(cfg) -> Params:

@@ -1,23 +1,26 @@
 """The sbdd_vs report stage: results table, figures, claims with verdicts computed from the metrics, the checks.
 
 Claims, each pooled over both targets, one replicate per (target, library replicate), generators paired within
-a replicate (they screen the same library):
+a replicate (they screen the same library). Both are about structure-based (pocket-conditioned) generative
+models, so both are decided only on the run's external SBDD models' samples (:func:`structure_based_generators`,
+``sbdd_vs.external``): the only generators here that neither climbed the judged score nor were fitted on the known
+actives. Without one, both are not measured.
 
-- (a) the docking-optimised generator beats the known actives on docking, yet loses to them on BEDROC. Measured only
-  where the optimiser climbs AutoDock Vina (``optimiser.fitness: vina``): on the docking proxy it climbs the score it
-  is judged on and carries none of the target's chemistry, so both halves are true by construction and (a) is not
-  measured (with the by-construction docking half as the check ``a_proxy_by_construction``). Gated on a Vina sample:
-  the optimiser's top-proxy molecule must out-dock a known active under Vina, and Vina must tell a known active
-  from a random drug-like molecule on the same sample (the gate's positive control).
+- (a) the structure-based generator beats the known actives on docking, yet loses to them on BEDROC. Measured only
+  where the evaluation's docking score is AutoDock Vina (``docking.engine: vina``; the proxy is a shape-and-size
+  stand-in). Gated on the docking measurement's positive control, a Vina sample: the known actives must dock
+  better than the library's property-matched DUD-E decoys. The optimiser beating the known actives on the score it
+  climbed (the proxy, or Vina at the full scale, re-docked with the same engine) is true by construction: the
+  check ``a_optimiser_by_construction``.
 - (b) the known actives, as queries, reach a higher BEDROC than the other target's actives and than every
-  structure-based generator of the run (:func:`structure_based_generators`: an external SBDD model, the optimiser
-  on Vina, the SMILES LM; Morgan fingerprints, and, as ``b_emb``, a learned embedding). Without one it is not
-  measured: brics (BRICS recombination of the known actives' fragments) is no structure-based model, and its
-  comparison, with the cross-target ablation and the siblings control, is an extension (:func:`extension`) in the
-  report, not a verdict. The control is an ablation: the other target's actives in the known actives' place must
-  not beat those generators. The positive control is the siblings falsification: hidden actives of the planted
-  actives' own clusters (close analogues by construction) must out-screen the known actives. That the known actives
-  beat random draws, and the optimiser on the proxy, is true by construction: checks.
+  structure-based generator of the run (Morgan fingerprints, and, as ``b_emb``, a learned embedding). brics
+  (BRICS recombination of the known actives' fragments) and the SMILES LM (fine-tuned on the known actives) are
+  ligand-based, and the optimiser on Vina climbs a docking score: their comparisons, with the cross-target
+  ablation and the siblings control, are an extension (:func:`extension`) in the report, not a verdict. The
+  control is an ablation: the other target's actives in the known actives' place must not beat those generators.
+  The positive control is the siblings falsification: hidden actives of the planted actives' own clusters (close
+  analogues by construction) must out-screen the known actives. That the known actives beat random draws, and the
+  optimiser on the proxy, is true by construction: checks.
 
 (a)'s positive control: the siblings must out-screen random drug-like queries. The DUD-E decoys' property matching
 is a check (each matching property's AUROC near 0.5, the unmatched control's not).
@@ -45,7 +48,7 @@ from papers.common.report import job_times, write_report
 from papers.common.tables import mean_std
 from papers.common.tables import write_table as _write_table
 from papers.sbdd_vs import screening
-from papers.sbdd_vs.params import SLUG, parse
+from papers.sbdd_vs.params import SLUG, parse, vina_dockings
 from papers.sbdd_vs.stages import CROSS, SIBLINGS
 
 TITLE = "P15 sbdd_vs: Evaluating structure-based drug design models by ligand-based virtual screening"
@@ -73,6 +76,9 @@ LABELS = {SIBLINGS: f"{SIBLINGS} (positive control)", CROSS: f"{CROSS} (ablation
 
 def write_table(m: pd.DataFrame, p, table_md, table_csv) -> None:
     columns = {k: v for k, v in COLUMNS.items() if k in m}  # the embedding's only where it screened
+    if p.docking.engine == "vina":  # the evaluation docked every molecule with Vina
+        columns.update({k: v.replace("docking proxy", "Vina").replace("proxy", "Vina") for k, v in columns.items()
+                        if k in ("docking", "docking_per_atom")})
     md_rows, csv_rows = [], []
     for target in p.targets:
         for name in _rows(p, m):
@@ -84,9 +90,10 @@ def write_table(m: pd.DataFrame, p, table_md, table_csv) -> None:
             csv_rows.append({"target": target, "generator": name, "replicates": int(g.seed.nunique()),
                              **{f"{k}_{stat}": getattr(g[k], stat)() if stat == "mean" else g[k].std(ddof=1)
                                 for k in columns for stat in ("mean", "std")}})
-    caption = ("Generators for " + " and ".join(p.targets) + ": conventional metrics (docking proxy = a "
-               "shape-and-size score against dockstring's pocket, kcal/mol-like, Vina's scores of a sample are in the "
-               "claims; QED; SA) and the paper's screening metrics (library ranked by max Morgan Tanimoto to the "
+    caption = ("Generators for " + " and ".join(p.targets) + ": conventional metrics (" + (
+               "docking = AutoDock Vina (dockstring), kcal/mol" if p.docking.engine == "vina" else
+               "docking proxy = a shape-and-size score against dockstring's pocket, kcal/mol-like, Vina's scores of a "
+               "sample are in the claims") + "; QED; SA) and the paper's screening metrics (library ranked by max Morgan Tanimoto to the "
                f"generated set; EF{p.screen.ef_fraction:.0%}, BEDROC alpha = {p.screen.bedroc_alpha}, AUROC"
                + ("; and the same with the max cosine of the pretrained SMILES LM's embeddings, a learned "
                   "representation" if p.screen.embedding else "") + "). "
@@ -100,8 +107,9 @@ def write_table(m: pd.DataFrame, p, table_md, table_csv) -> None:
 
 
 def figure_metrics(m: pd.DataFrame, vina: pd.DataFrame, p, path) -> None:
-    """Per target: the docking proxy and BEDROC of every generator (error bars: std over replicates); and the
-    Vina sample against the proxy."""
+    """Per target: the docking score (proxy or Vina, docking.engine) and BEDROC of every generator (error bars: std
+    over replicates); and the Vina sample (the optimiser's top molecule, known actives, DUD-E decoys) against the
+    proxy."""
     fig, axes = subplots(2, len(p.targets), width=4.6, height=3.6)
     for j, target in enumerate(p.targets):
         t = m[m.target == target]
@@ -112,12 +120,12 @@ def figure_metrics(m: pd.DataFrame, vina: pd.DataFrame, p, path) -> None:
                         yerr=g.bedroc.std(ddof=1) if len(g) > 1 else None, fmt="o", capsize=3, label=name)
             ax.annotate(name, (g.docking.mean(), g.bedroc.mean()), textcoords="offset points", xytext=(4, 4), fontsize=8)
         ax.invert_xaxis()  # better docking to the right
-        ax.set_xlabel("docking proxy (lower = better)")
+        ax.set_xlabel(f"docking, {p.docking.engine} (lower = better)")
         ax.set_ylabel(f"BEDROC (alpha = {p.screen.bedroc_alpha})")
         ax.set_title(target)
         ax = axes[1, j]
         v = vina[vina.target == target]
-        for name, marker in (("optimiser", "o"), ("known", "s"), ("random", "^")):
+        for name, marker in (("optimiser", "o"), ("known", "s"), ("decoy", "^")):
             g = v[v.generator == name]
             ax.plot(g.proxy, g.vina, marker, label=name)
         ax.set_xlabel("docking proxy")
@@ -157,21 +165,25 @@ def figure_decoys(rec: dict, p, path) -> None:
 
 
 def structure_based_generators(p) -> list[str]:
-    """The generators on which claim (b), a claim about structure-based generators, is decided: any external SBDD
-    model (sampled for the target's pocket), the optimiser where it climbs Vina (whose scoring function reads each
-    ligand atom's type against the pocket's), and the SMILES LM (the paper's sequence-model baseline, fine-tuned
-    on the known actives). Not brics (BRICS recombination of the known actives' fragments: no structure, no model;
-    its comparison is an extension), random drug-like draws, nor the optimiser on the proxy, which reads a
-    molecule's size, length and rotatable bonds only (the known actives out-screening those two is true by
-    construction: checks)."""
-    def structure_based(g: str) -> bool:
-        if g in ("known", "random", "brics"):
-            return False
-        if g == "optimiser":
-            return p.optimiser.fitness == "vina"
-        return True  # lm, external
+    """The generators on which claims (a) and (b), claims about structure-based generative models, are decided: the
+    external SBDD models (``sbdd_vs.external``: molecules sampled for the target's pocket, which neither climbed the
+    score they are judged on nor were fitted on the known actives). Not the optimiser, which climbs a docking score
+    (on Vina, the very score (a) judges; on the proxy, a score that reads size, length and rotatable bonds only);
+    not the SMILES LM nor brics, which are ligand-based (fine-tuned on, or recombined from, the known actives);
+    not random draws nor the known actives."""
+    return [g for g in p.generators if g in p.external]
 
-    return [g for g in p.generators if structure_based(g)]
+
+def extension_generators(p) -> list[str]:
+    """The generators whose BEDROC comparison with the known actives is an extension, not a verdict: the
+    ligand-based ones (brics, lm) and the optimiser where it climbs Vina (pocket-aware, but self-scored)."""
+    return [g for g in p.generators if g in ("brics", "lm") or (g == "optimiser" and p.optimiser.fitness == "vina")]
+
+
+def no_chemistry_generators(p) -> list[str]:
+    """The generators whose molecules carry none of the target's chemistry (random draws; the optimiser on the
+    proxy): the known actives out-screening them is true by construction (checks)."""
+    return [g for g in p.generators if g == "random" or (g == "optimiser" and p.optimiser.fitness == "proxy")]
 
 
 def _sizes(m: pd.DataFrame, g: str) -> str:
@@ -180,19 +192,30 @@ def _sizes(m: pd.DataFrame, g: str) -> str:
                      m[m.generator == g].groupby("target").n.agg(["min", "max"]).iterrows())
 
 
+# What each extension generator is, in the extension's rows and text.
+EXTENSION_ROLES = {
+    "brics": "molecules recombined from the known actives' fragments",
+    "lm": "the SMILES LM fine-tuned on the known actives",
+    "optimiser": "the optimiser's molecules, grown on Vina, the judged score",
+}
+
+
 def extension(m: pd.DataFrame, p) -> str:
-    """What the default scale does show, beside the claims and not a verdict about the paper: the known actives
-    against brics (molecules recombined from their own fragments), with the cross-target ablation and the siblings
-    control, each a paired 95% t interval over the (target, replicate) units, pooled and per target."""
-    if "brics" not in set(m.generator):
+    """What the run does show beside the claims, not a verdict about the paper: the known actives against the
+    ligand-based generators (brics, the SMILES LM) and the optimiser on Vina, with the cross-target ablation and the
+    siblings control, each a paired 95% t interval over the (target, replicate) units, pooled and per target."""
+    gens = [g for g in extension_generators(p) if g in set(m.generator)]
+    if not gens:
         return ""
     units = units_of(m)
+    comparisons = [*(("known", g, f"the known actives against {EXTENSION_ROLES[g]}") for g in gens),
+                   ("known", CROSS, "the known actives against the other target's actives"),
+                   *((CROSS, g, f"ablation: the other target's actives in the known actives' place, against {g}")
+                     for g in gens),
+                   (SIBLINGS, "known", "positive control: the planted actives' close analogues")]
     rows = []
     for metric in (k for k in ("bedroc", "bedroc_emb") if k in m):
-        for a, b, role in (("known", "brics", "the known actives against molecules recombined from their fragments"),
-                           ("known", CROSS, "the known actives against the other target's actives"),
-                           (CROSS, "brics", "ablation: the other target's actives in the known actives' place"),
-                           (SIBLINGS, "known", "positive control: the planted actives' close analogues")):
+        for a, b, role in comparisons:
             if not {a, b} <= set(m.generator):
                 continue
             for scope, us in (("pooled", units), *((t, [u for u in units if u[0] == t]) for t in p.targets)):
@@ -203,13 +226,15 @@ def extension(m: pd.DataFrame, p) -> str:
                 e = paired_test(per_unit(m, a, metric, us), per_unit(m, b, metric, us), threshold=0.0, direction=">",
                                 what="(target, replicate) units", name=f"{metric}: {a} - {b}")
                 rows.append(f"| {role} | {scope} | {e.describe()} | {e.verdict} |")
-    return ("#### What the default scale does show (an extension, not a verdict about the paper)\n\n"
-            "brics is no structure-based generator (it recombines the known actives' own BRICS fragments), so the "
-            "known actives beating it says nothing about the paper's SBDD models; it does say that, on these "
-            "similarity-stringent libraries, molecules built from the known actives' fragments screen worse than the "
-            "known actives themselves, that this lead is the target's chemistry (the other target's actives in "
-            "their place lose it), and that the benchmark rewards closeness to the actives (siblings). Paired 95% "
-            "t intervals over (target, library replicate) units:\n\n"
+    what = "; ".join(f"{g} ({EXTENSION_ROLES[g]})" for g in gens)
+    return ("#### What this run does show (an extension, not a verdict about the paper)\n\n"
+            f"No structure-based model among these: {what}. The ligand-based ones are built from the known actives, "
+            "and a self-scored optimiser climbs the docking score itself, so the known actives beating them says "
+            "nothing about the paper's SBDD models; it does say how, on these similarity-stringent libraries, "
+            "molecules derived from the known actives screen against the known actives themselves, whether that "
+            "lead is the target's chemistry (the other target's actives in their place), and that the benchmark "
+            "rewards closeness to the actives (siblings). Paired 95% t intervals over (target, library replicate) "
+            "units:\n\n"
             "| comparison | targets | effect [95% interval] vs 0 | reading |\n|---|---|---|---|\n" + "\n".join(rows))
 
 
@@ -261,108 +286,113 @@ def sbdd_claims(m: pd.DataFrame, vina: pd.DataFrame, rec: dict, opt_hists: dict,
                         threshold=0.0, direction=">", what="(target, replicate) units",
                         name=f"{metric}: siblings - random"))
 
-    # (a) the docking-optimised generator against the known actives, on every replicate: the docking proxy (the score
-    # the generator climbs) and BEDROC; the proxy stands for Vina only where Vina agrees on the sample (premise).
-    ev_a = [paired_test(per_unit(m, "optimiser", "docking", units), per_unit(m, "known", "docking", units),
-                        threshold=0.0, direction="<", what="(target, replicate) units",
-                        name="docking proxy: optimiser - known"),
-            paired_test(per_unit(m, "optimiser", "bedroc", units), per_unit(m, "known", "bedroc", units),
-                        threshold=0.0, direction="<", what="(target, replicate) units", name="BEDROC: optimiser - known")]
-    ctl_a = [paired_test(per_unit(m, "random", "docking", units), per_unit(m, "known", "docking", units),
-                         threshold=0.0, direction="<", what="(target, replicate) units",
-                         name="docking proxy: random - known"),
-             paired_test(per_unit(m, "random", "bedroc", units), per_unit(m, "known", "bedroc", units),
-                         threshold=0.0, direction="<", what="(target, replicate) units", name="BEDROC: random - known")]
-    v = vina.pivot_table(index=["target", "seed"], columns="generator", values="vina") if len(vina) else None
+    # (a) each structure-based generator (an external SBDD model's pocket-conditioned samples: it did not climb the
+    # judged score) against the known actives, on every replicate: the docking score (Vina, docking.engine) and BEDROC.
+    deciding = structure_based_generators(p)
+    engine = p.docking.engine
 
-    def vina_premise(name: str, better: str, worse: str, missing: str):
-        """A premise on the Vina sample: `better` docks lower than `worse`, paired by (target, replicate)."""
-        if v is None or not {better, worse} <= set(v.columns):
-            return None, Premise(name, missing, "holds: < 0 (vina.pairs >= 1)", False)
-        gap = paired_test(v[better].to_numpy(), v[worse].to_numpy(), threshold=0.0, direction="<",
-                          what="docked (target, replicate) pairs", name=f"Vina: {better} - {worse} (kcal/mol)")
-        return gap, Premise.from_evidence(name, gap)
+    def lower(a, b, metric, what):
+        return paired_test(per_unit(m, a, metric, units), per_unit(m, b, metric, units), threshold=0.0,
+                           direction="<", what="(target, replicate) units", name=f"{what}: {a} - known")
 
-    vina_gap, vina_gate = vina_premise(
-        "AutoDock Vina agrees with the proxy on the sample: the optimiser's top-proxy molecule - a known active",
-        "optimiser", "known", "no Vina sample")
-    # The gate's positive control: Vina, on the same sample size, must tell real actives from random drug-like
-    # molecules; if it cannot, the gate cannot tell the optimiser's molecules from the known actives either.
-    vina_pc, vina_pc_gate = vina_premise(
-        "the Vina gate's positive control: a known active - a random drug-like molecule, under Vina",
-        "known", "random", "no Vina sample of random molecules")
+    ev_a = [e for g in deciding for e in (lower(g, "known", "docking", f"docking ({engine})"),
+                                          lower(g, "known", "bedroc", "BEDROC"))]
+    ctl_a = [lower("random", "known", "docking", f"docking ({engine})"), lower("random", "known", "bedroc", "BEDROC")]
+    opt_a = lower("optimiser", "known", "docking", f"docking ({engine})")
+
+    # The Vina sample (dock stage): per (target, replicate), the mean Vina score of the drawn known actives and of as
+    # many of the library's DUD-E decoys (property-matched), and the optimiser's top molecule by its fitness.
+    v = (vina.groupby(["target", "seed", "generator"]).vina.mean().unstack("generator") if len(vina) else None)
+    if v is not None and {"known", "decoy"} <= set(v.columns):
+        gate = paired_test(v["known"].to_numpy(), v["decoy"].to_numpy(), threshold=0.0, direction="<",
+                           what="docked (target, replicate) units, each the mean over its drawn molecules",
+                           name="Vina: known actives - DUD-E decoys (kcal/mol)")
+        vina_gate = Premise.from_evidence(
+            "the docking measurement's positive control: under AutoDock Vina (this run's exhaustiveness and box) the "
+            "known actives dock better than the library's property-matched DUD-E decoys", gate)
+    else:
+        gate = None
+        vina_gate = Premise("the docking measurement's positive control: under AutoDock Vina the known actives dock "
+                            "better than the library's property-matched DUD-E decoys", "no Vina sample of known actives "
+                            "and decoys", "holds: < 0 (vina.pairs >= 1)", False)
+    opt_vina = (paired_test(v["optimiser"].to_numpy(), v["known"].to_numpy(), threshold=0.0, direction="<",
+                            what="docked (target, replicate) units",
+                            name="Vina: the optimiser's top molecule - known actives (kcal/mol)")
+                if v is not None and {"optimiser", "known"} <= set(v.columns) else None)
     climbs = {t: (float(h.groupby("generation").best.mean().iloc[0]), float(h.groupby("generation").best.mean().iloc[-1]))
               for t, h in opt_hists.items() if len(h)}
     vina_text = "not run (vina.pairs = 0)" if v is None else (
         # no timing here: it enters the claims, which must be identical between reruns (the report states the cost)
-        f"{len(vina)} dockings (exhaustiveness {p.docking.vina_exhaustiveness})"
-        + "".join(f"; {e.describe()}" for e in (vina_gap, vina_pc) if e is not None))
-    measured_a = {"bedroc_optimiser": float(np.nanmean(per_unit(m, "optimiser", "bedroc", units))),
-                  "bedroc_known": float(np.nanmean(per_unit(m, "known", "bedroc", units))),
-                  "proxy_optimiser": float(np.nanmean(per_unit(m, "optimiser", "docking", units))),
-                  "proxy_known": float(np.nanmean(per_unit(m, "known", "docking", units))),
+        f"{len(vina)} docked molecules (exhaustiveness {p.docking.vina_exhaustiveness}, {p.vina.per_replicate} known "
+        "active(s) and as many decoys per replicate)"
+        + "".join(f"; {e.describe()}" for e in (gate, opt_vina) if e is not None))
+    measured_a = {**{f"bedroc_{g}": float(np.nanmean(per_unit(m, g, "bedroc", units))) for g in (*deciding, "known")},
+                  **{f"docking_{g}": float(np.nanmean(per_unit(m, g, "docking", units))) for g in (*deciding, "known")},
+                  "docking_engine": engine, "deciding_generators": ", ".join(deciding) or "none",
                   "vina_sample": vina_text}
     if v is not None:
-        measured_a.update({f"vina_{g}": float(vina[vina.generator == g].vina.mean()) for g in ("optimiser", "known", "random")
-                           if g in set(vina.generator)})
+        measured_a.update({f"vina_{g}": float(vina[vina.generator == g].vina.mean())
+                           for g in ("optimiser", "known", "decoy") if g in set(vina.generator)})
         measured_a["spearman_proxy_vina"] = (screening.rank_correlation(vina.proxy, vina.vina)
                                              if vina.vina.notna().sum() >= 3 else float("nan"))
-    statement_a = ("The docking-optimised generator beats the known actives on docking, yet loses to them on the "
-                   "screening metric (BEDROC).")
+    statement_a = ("The structure-based generators beat the known actives on docking (AutoDock Vina), yet lose to "
+                   "them on the screening metric (BEDROC)" + (f": {', '.join(deciding)}." if deciding else "."))
     paper_a = "SBDD models excel on Vina scores yet fall short on the screening metrics"
-    criterion_a = (f"both parts, paired per (target, library replicate) over {n} units: the 95% t interval of the "
-                   "docking difference (optimiser - known, set means) lies below 0, and that of the BEDROC difference "
-                   "lies below 0; measured only where the optimiser climbs AutoDock Vina (optimiser.fitness: vina; on "
-                   "a proxy fitness both parts are true by construction); the docking score stands for Vina where "
-                   f"Vina, on the optimiser's top-proxy molecule and one known active for the first {p.vina.pairs} "
-                   "replicates of each target, gives the optimiser's molecule the better score too, and tells a known "
-                   "active from a random drug-like molecule on the same sample (premises)")
+    criterion_a = (f"for each structure-based generator (an external SBDD model's pocket-conditioned samples, "
+                   f"sbdd_vs.external: one that did not climb the judged score), both parts, paired per (target, "
+                   f"library replicate) over {n} units: the 95% t interval of the docking difference (generator - "
+                   "known, set means) lies below 0, and that of the BEDROC difference lies below 0; measured only "
+                   "where the evaluation docks every molecule with AutoDock Vina (docking.engine: vina) and the run "
+                   "has such a generator; premise: on the Vina sample (the first "
+                   f"{p.vina.pairs} replicates of each target, {p.vina.per_replicate} known active(s) and as many "
+                   "property-matched DUD-E decoys each) the known actives dock better than the decoys (the paired 95% "
+                   "interval of the per-replicate means below 0), or the docking measurement cannot tell actives")
     source_a = convention("a sign: the paper reports better Vina scores and worse screening metrics than the reference "
                           "ligands, by any margin")
-    climb_text = ("optimiser's best proxy score per generation, mean over replicates: "
+    climb_text = ("optimiser's best fitness per generation, mean over replicates: "
                   + "; ".join(f"{t} {a:.2f} -> {b:.2f}" for t, (a, b) in climbs.items()))
+    missing = ([] if deciding else
+               ["no structure-based generator in this run (" + ", ".join(p.generators) + "): none of them samples "
+                "molecules for the pocket without climbing the judged score or fitting the known actives (the "
+                "optimiser climbs a docking score, the SMILES LM and brics are built from the known actives); an "
+                "external SBDD model's samples (sbdd_vs.external, config/full.yaml says how) measure it"]) + (
+               [] if engine == "vina" else
+               [f"the evaluation's docking score is the proxy (docking.engine = {engine}), a shape-and-size stand-in, "
+                "not AutoDock Vina, the score the claim is about; docking.engine: vina (config/full.yaml) docks every "
+                "molecule"])
     checks = []
-    if p.optimiser.fitness == "vina":
-        claim_a = Claim(
-            "a", statement_a, paper_a, measured_a, criterion_a, ev_a,
-            Control("random drug-like draws in the optimiser's place (no docking optimisation): the same two parts; it "
-                    "must not hold", ctl_a, kind="null"),
-            note=climb_text + ". The Vina sample: " + vina_text,
-            threshold_source=source_a, premise=[enough, vina_gate, vina_pc_gate],
-            positive_control=positive("bedroc", "Morgan fingerprints"))
-    else:
-        # The optimiser climbs the proxy it is judged on, and its molecules carry none of the target's chemistry:
-        # both halves are true by construction, so (a) is not measured (a passing Vina gate would not change that).
+    if missing:
         claim_a = Claim(
             "a", statement_a, paper_a, measured_a, criterion_a, None,
-            Control("not run: the claim itself was not measured (random drug-like draws in the optimiser's place "
-                    f"also lose on BEDROC: {ctl_a[1].describe()})", kind="null"),
-            note=(f"Not measured at this scale: the optimiser's fitness is the docking proxy (optimiser.fitness = "
-                  f"{p.optimiser.fitness}), the very score its docking half is judged on, so it beats the known "
-                  f"actives there by construction ({ev_a[0].describe()}; {climb_text}), and its molecules, grown on "
-                  "a score that reads size, length and rotatable bonds only, carry none of the target's chemistry, so "
-                  f"it loses on BEDROC by construction too ({ev_a[1].describe()}, the check b_no_chemistry_optimiser; "
-                  f"random drug-like draws in its place lose as well: {ctl_a[1].describe()}). A passing Vina gate would "
-                  "turn this into a by-construction 'holds'. What measures it: the optimiser climbing AutoDock Vina "
-                  "(optimiser.fitness: vina and docking.engine: vina, as config/full.yaml sets them). An external "
-                  "SBDD model's samples (sbdd_vs.external) enter claim (b); this code decides (a) on the optimiser "
-                  "only. The Vina sample of this run (the optimiser's top-proxy molecule, a known active and a random "
-                  "drug-like molecule per replicate): " + vina_text + "."),
-            threshold_source=source_a, premise=[enough, vina_gate, vina_pc_gate],
+            Control("not run: the claim itself was not measured (random drug-like draws in a structure-based "
+                    f"generator's place lose on BEDROC: {ctl_a[1].describe()})", kind="null"),
+            note=("Not measured: " + "; and ".join(missing) + ". The optimiser's comparison on the score it climbed "
+                  "is a check (a_optimiser_by_construction) where that score is the evaluation's, not evidence. "
+                  "The Vina sample of this run: " + vina_text + "."),
+            threshold_source=source_a, premise=[enough, vina_gate],
             positive_control=positive("bedroc", "Morgan fingerprints"))
+    else:
+        claim_a = Claim(
+            "a", statement_a, paper_a, measured_a, criterion_a, ev_a,
+            Control("random drug-like draws in the structure-based generator's place (no pocket conditioning): the "
+                    "same two parts; it must not hold", ctl_a, kind="null"),
+            note="The Vina sample: " + vina_text,
+            threshold_source=source_a, premise=[enough, vina_gate],
+            positive_control=positive("bedroc", "Morgan fingerprints"))
+    if "optimiser" in p.generators and p.optimiser.fitness == engine:
         checks.append(Check.at_most(
-            "a_proxy_by_construction", "the optimiser, climbing the docking proxy, beats the known actives on that "
-            "proxy (true by construction, so not a test of claim a): the upper end of the paired 95% interval of "
-            f"optimiser - known ({ev_a[0].describe()})", ev_a[0].interval[1], 0.0, what="a sign"))
+            "a_optimiser_by_construction", f"the optimiser, climbing the docking score ({engine}) it is judged on, beats "
+            "the known actives on it (true by construction, so not a test of claim a): the upper end of the paired 95% "
+            f"interval of optimiser - known ({opt_a.describe()}; {climb_text})", opt_a.interval[1], 0.0,
+            what="a sign"))
 
     out = [claim_a]
     # (b) is about structure-based generators (module docstring): decided on the known actives against the other
     # target's actives (the ablation of their target-specific chemistry) and against every structure-based generator
-    # of the run; with none, it is not measured for the paper's claim, and the comparison with brics (built from the
-    # known actives' fragments, no structure) is an extension (:func:`extension`). The comparisons with generators
-    # that carry none of the target's chemistry are true by construction: checks. In both representations: Morgan
-    # fingerprints (the paper's) and the LM's learned embedding.
-    deciding = structure_based_generators(p)
+    # of the run (the external SBDD models); with none, it is not measured for the paper's claim, and the comparisons
+    # with the ligand-based generators (brics, the LM) and the optimiser on Vina are an extension (:func:`extension`).
+    # The comparisons with generators that carry none of the target's chemistry are true by construction: checks. In
+    # both representations: Morgan fingerprints (the paper's) and the LM's learned embedding.
     has_cross = CROSS in set(m.generator)
     spaces = [("bedroc", "", "Morgan Tanimoto"), ("bedroc_emb", "_emb", "cosine of the pretrained LM's embeddings")]
     for metric, suffix, space in (s for s in spaces if s[0] in m):
@@ -390,12 +420,11 @@ def sbdd_claims(m: pd.DataFrame, vina: pd.DataFrame, rec: dict, opt_hists: dict,
         criterion = (f"every part's paired 95% t interval over the {n} (target, library replicate) units lies above "
                      "0: BEDROC of the known actives minus BEDROC of "
                      + ("the other target's actives (the ablation) and of " if has_cross else "")
-                     + "each structure-based generator (an external SBDD model's pocket-conditioned samples, the "
-                     "optimiser where it climbs Vina, whose scoring function reads the ligand's atoms against the "
-                     "pocket's, and the SMILES LM, the paper's sequence-model baseline); measured only where the run "
-                     "has one (brics recombines the known actives' fragments and is no structure-based model: its "
-                     "comparison is an extension in 'What was run'). Comparisons with generators that carry none of "
-                     "the target's chemistry are checks")
+                     + "each structure-based generator (an external SBDD model's pocket-conditioned samples, "
+                     "sbdd_vs.external); measured only where the run has one (brics and the SMILES LM are built from "
+                     "the known actives, the optimiser climbs a docking score: their comparisons are an extension in "
+                     "'What was run'). Comparisons with generators that carry none of the target's chemistry are "
+                     "checks")
         source = convention("a sign: the paper claims a shortfall of any size")
         measured = {**{f"{metric}_{g}": v for g, v in vals.items()}, "deciding_generators": ", ".join(deciding) or "none"}
         if not deciding:
@@ -406,12 +435,13 @@ def sbdd_claims(m: pd.DataFrame, vina: pd.DataFrame, rec: dict, opt_hists: dict,
                         "place) needs a structure-based generator to compare with; against brics it is in the "
                         "extension", kind="ablation"),
                 note=("Not measured for the paper's claim: no structure-based generator among this run's generators ("
-                      + ", ".join(p.generators) + "; brics recombines the known actives' fragments, random draws and "
-                      "the optimiser on the docking proxy carry no pocket information). What measures it: "
-                      "config/full.yaml (the SMILES LM, the optimiser climbing Vina) or an external SBDD model's "
-                      "samples (sbdd_vs.external). What this scale does show, the known actives against brics with "
-                      "its cross-target ablation and siblings control, is an extension in 'What was run', not a "
-                      "verdict about the paper."),
+                      + ", ".join(p.generators) + "; brics and the SMILES LM are built from the known actives, the "
+                      "optimiser climbs a docking score, random draws carry no pocket information). What measures it: "
+                      "an external SBDD model's pocket-conditioned samples (sbdd_vs.external; config/full.yaml says "
+                      "how to plug one in). What this run does show, the known actives against "
+                      + (", ".join(extension_generators(p)) or "none of them")
+                      + " with the cross-target ablation and the siblings control, is an extension in 'What was "
+                      "run', not a verdict about the paper."),
                 threshold_source=source, premise=[enough], positive_control=siblings_control))
         else:
             parts = [test(a, b) for a, b in pairs]
@@ -443,7 +473,7 @@ def sbdd_claims(m: pd.DataFrame, vina: pd.DataFrame, rec: dict, opt_hists: dict,
                          "LM generator's fine-tuned copies start from it, so that generator shares its space."
                          if suffix else "")),
                 threshold_source=source, premise=[enough], positive_control=siblings_control))
-        for g in (g for g in p.generators if g not in ("known", "brics") and g not in deciding):
+        for g in no_chemistry_generators(p):
             e = test("known", g)
             checks.append(Check.at_least(
                 f"b{suffix}_no_chemistry_{g}", f"({metric}) the known actives out-screen {g}'s molecules, which carry "
@@ -502,15 +532,57 @@ def what_was_run(p, rec: dict, lm_hist: pd.DataFrame | None, opt_hists: dict[str
         "set, metrics from rdkit.ML.Scoring.Scoring"
         + (f"; external generators read from files: {', '.join(ext)}" if ext else "") + ".")
     if len(vina):
-        per = vina.groupby("generator").agg(vina=("vina", "mean"), proxy=("proxy", "mean"), atoms=("heavy_atoms", "mean"),
-                                            cpu=("cpu_seconds", "median"))
+        per = vina.groupby("generator", sort=False).agg(vina=("vina", "mean"), proxy=("proxy", "mean"),
+                                                        atoms=("heavy_atoms", "mean"))
+        cost, runs = docking_cost(vina)
         lines.append(
             f"AutoDock Vina (dockstring's receptor, ligand preparation and {'30 A' if p.docking.vina_box is None else f'{p.docking.vina_box:g} A'} "
-            f"box; exhaustiveness {p.docking.vina_exhaustiveness}, {p.docking.vina_cpus} CPU) on {len(vina)} molecules: "
-            + "; ".join(f"{g} mean Vina {r.vina:.2f} kcal/mol (proxy {r.proxy:.2f}, {r.atoms:.0f} heavy atoms, "
-                        f"{r.cpu:.1f} CPU s per docking, median)" for g, r in per.iterrows())
-            + f"; {vina.cpu_seconds.sum():.0f} CPU s in all, {int(vina.vina.isna().sum())} failed.")
+            f"box; exhaustiveness {p.docking.vina_exhaustiveness}, {p.docking.vina_cpus} CPU) on {len(vina)} molecules "
+            f"({runs} dockings; a molecule drawn twice is docked once): "
+            + "; ".join(f"{g} mean Vina {r.vina:.2f} kcal/mol (proxy {r.proxy:.2f}, {r.atoms:.0f} heavy atoms)"
+                        for g, r in per.iterrows())
+            + f"; {cost:.1f} CPU s per docking (median), {vina.cpu_seconds.sum():.0f} CPU s in all, "
+            f"{int(vina.vina.isna().sum())} failed. " + gate_sizing(vina, p))
     return "\n\n".join(lines)
+
+
+def _cpu(seconds: float) -> str:
+    """CPU time in words: seconds below an hour, else hours."""
+    return f"{seconds:.0f} s CPU" if seconds < 3600 else f"{seconds / 3600:.1f} h CPU"
+
+
+def docking_cost(vina: pd.DataFrame) -> tuple[float, int]:
+    """The median CPU seconds of one Vina docking on the sample (its child processes; a molecule docked once and
+    reused counts once), and how many dockings ran."""
+    ran = vina[vina.cpu_seconds > 0]
+    return (float(ran.cpu_seconds.median()) if len(ran) else float("nan")), len(ran)
+
+
+def gate_sizing(vina: pd.DataFrame, p) -> str:
+    """What claim (a)'s docking gate (known actives - DUD-E decoys under Vina, paired per replicate) would need,
+    from this sample's spread: the units n whose 95% t half-width, at the measured sd of the per-unit difference,
+    falls below the measured effect's size (the gate is then met if the effect stays), and their cost at the measured
+    CPU s per docking. Nothing where the sample has fewer than 2 units, or its effect has the gate's wrong sign."""
+    from scipy import stats
+
+    v = vina.groupby(["target", "seed", "generator"]).vina.mean().unstack("generator")
+    if not {"known", "decoy"} <= set(v.columns) or len(v) < 2:
+        return ""
+    d = (v["known"] - v["decoy"]).dropna()
+    effect, sd = float(d.mean()), float(d.std(ddof=1))
+    head = (f"The docking gate on this sample: known - decoy {effect:.2f} kcal/mol, sd {sd:.2f} over {len(d)} "
+            f"(target, replicate) units of {p.vina.per_replicate} pair(s) each")
+    if not effect < 0 or not sd > 0:
+        return head + ": the effect has the wrong sign (or no spread), so no sample size would meet the gate at it."
+    n = 2
+    while stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n) >= -effect and n < 100000:
+        n += 1
+    cost, _ = docking_cost(vina)
+    dockings = 2 * p.vina.per_replicate * n
+    return (head + f"; a 95% half-width below the effect's size needs n = {n} units ({dockings} dockings of known "
+            f"actives and decoys, ~{_cpu(dockings * cost)} at {cost:.1f} CPU s each, this run's "
+            f"exhaustiveness; a unit averaging k pairs divides the sd by about sqrt(k)), against the "
+            f"{len(d)} units here.")
 
 
 # What each generator stands in for, in the "what differs" text (only those this run compares are named).
@@ -523,12 +595,26 @@ ROLES = {
 }
 
 
+def vina_cost_text(p, vina: pd.DataFrame) -> str:
+    """The Vina dockings of one target's jobs with this run's parameters (params.vina_dockings: upper bounds) and
+    their expected CPU and wall time at docking.vina_cpu_seconds, beside the cost measured on this run's sample."""
+    counts = vina_dockings(p)
+    c = p.docking.vina_cpu_seconds
+    measured = (f"measured on this run's sample: {docking_cost(vina)[0]:.1f} CPU s per docking, median over "
+                f"{docking_cost(vina)[1]} dockings at exhaustiveness {p.docking.vina_exhaustiveness}"
+                if len(vina) else "no docking in this run")
+    jobs = "; ".join(f"{stage} up to {k} ({_cpu(k * c)}, ~{_cpu(k * c / p.docking.vina_cpus)[:-4]} of wall on "
+                     f"{p.docking.vina_cpus} CPU(s))" for stage, k in counts.items() if k)
+    return (f"Vina dockings per target job with this run's parameters: {jobs or 'none'}, at docking.vina_cpu_seconds "
+            f"= {c:g} CPU s each ({measured}); a scheduler is asked for twice that wall time "
+            "(params.vina_minutes).")
+
+
 def differences(p, benchmarks, vina: pd.DataFrame, m: pd.DataFrame) -> str:
     t = job_times(benchmarks)
-    vina_cost = (f"measured in this run: {vina.cpu_seconds.median():.1f} CPU s per molecule, median over "
-                 f"{len(vina)} dockings" if len(vina) else "no docking in this run")
     stand_ins = [ROLES.get(g, f"{g} (an external model's molecules, read from files)") for g in p.generators]
     deciding = structure_based_generators(p)
+    ext = extension_generators(p)
     emb = p.screen.embedding
     lm_text = ("" if "lm" in p.generators or emb else
                " The SMILES language model (a generator, and its embedding a second screening representation) is not "
@@ -543,15 +629,17 @@ def differences(p, benchmarks, vina: pd.DataFrame, m: pd.DataFrame) -> str:
     return f"""\
 The paper evaluates published SBDD models (LiGAN, AR, Pocket2Mol, TargetDiff, MolCRAFT) on pockets with DUD-E
 and LIT-PCBA screening sets and real Vina scores. Their weights and pocket data cannot be had offline, so
-{len(stand_ins)} generators of different natures stand in: {'; '.join(stand_ins)}.{lm_text} Claim (a) is measured
-only where the optimiser climbs AutoDock Vina (optimiser.fitness: vina; this run: {p.optimiser.fitness}): on the proxy
-it climbs the score it is judged on. Claim (b), about structure-based generators, is decided on the known actives
-against the other target's actives and against the structure-based generators (an external SBDD model, the optimiser
-on Vina, the SMILES LM; this run: {', '.join(deciding) or 'none, so (b) is not measured'}); brics, BRICS
-recombination of the known actives' fragments, is no structure-based model, and its comparison is an extension under
-'What was run'; that the known actives beat molecules carrying none of the target's chemistry (random draws; the
-optimiser on the proxy, which reads size, length and rotatable bonds only) is true by construction and is a
-check.{cross_text}
+{len(stand_ins)} generators of different natures stand in: {'; '.join(stand_ins)}.{lm_text} None of the built-in ones is
+a structure-based model that neither climbed the judged score nor was fitted on the known actives, so both claims are
+decided only on an external SBDD model's pocket-conditioned samples (this run:
+{', '.join(deciding) or 'none, so (a) and (b) are not measured'}); claim (a) also needs every molecule docked with
+AutoDock Vina (docking.engine: vina; this run: {p.docking.engine}). The optimiser climbs a docking score: where that
+score is the evaluation's ({p.optimiser.fitness} here, evaluation {p.docking.engine}), its docking lead over the known
+actives is true by construction (a check). The known actives against {', '.join(ext) or 'the ligand-based generators'}
+(built from the known actives, or self-scored), with the cross-target ablation and the siblings control, is an
+extension under 'What was run'; that the known actives beat molecules carrying none of the target's chemistry
+(random draws; the optimiser on the proxy, which reads size, length and rotatable bonds only) is true by
+construction and is a check.{cross_text}
 
 A real SBDD model plugs in through `sbdd_vs.external`: sample molecules for dockstring's EGFR and CDK2 pockets
 (receptor `<TARGET>_target.pdbqt` and search box `<TARGET>_conf.txt` in dockstring/resources/targets) with the
@@ -559,19 +647,19 @@ model's own sampling script, e.g. Pocket2Mol's `sample_for_pdb.py` (the receptor
 the box centre as --center; it writes SMILES.txt, one SMILES a line, which reads as is) or TargetDiff's
 `scripts/sample_for_pocket.py`; list the files as `external: {{name: {{EGFR: file, CDK2: file}}}}` and add the name
 to `generators` (config/full.yaml shows the form). The model's molecules are then screened, docked and compared
-like every generator's here, and an external model counts among claim (b)'s deciding generators.
+like every generator's here, and decide claims (a) and (b).
 
-The docking score of every molecule is a shape-and-size proxy against the real receptor pocket of dockstring's
-DUD-E structure (cavity volume and length; Vina's rotatable-bond normalisation): the GA climbs it, and the table
-reports it. Claim (a), where measured, reads it where AutoDock Vina (dockstring) agrees with it on a sample: {p.vina.pairs}
-replicate(s) per target, each the optimiser's top-proxy molecule, one known active and (the gate's positive control)
-one random drug-like molecule, at exhaustiveness {p.docking.vina_exhaustiveness}
-({vina_cost}; Vina's default exhaustiveness is 8, which searches proportionally longer per molecule and would leave
-the default budget too few dockings to be a sample; the optimiser's molecules are capped at
+The docking score of the evaluation is {'AutoDock Vina (dockstring) for every molecule' if p.docking.engine == 'vina'
+else 'a shape-and-size proxy against the real receptor pocket of dockstring' + "'s DUD-E structure (cavity volume and length; Vina's rotatable-bond normalisation)"}.
+AutoDock Vina also docks a sample: {p.vina.pairs} replicate(s) per target, each the optimiser's top molecule by the
+fitness it climbed and {p.vina.per_replicate} known active(s) and as many of the library's property-matched DUD-E
+decoys (claim a's docking gate: Vina must dock the known actives better than the decoys), at exhaustiveness
+{p.docking.vina_exhaustiveness}{" (Vina's default is 8, which searches proportionally longer per molecule and would leave "
+"the time budget too few dockings to be a sample)" if p.docking.vina_exhaustiveness < 8 else ""}; the optimiser's molecules are capped at
 {p.optimiser.max_heavy_atoms} heavy atoms, a drug's size, as SBDD models sample them: uncapped, a GA on a
 size-rewarding score grows its molecules past that, and Vina's cost grows with their size and rotatable bonds).
-A molecule whose docking fails (Vina, NaN) is dropped by the GA (never in its population or output) and left out
-of a set's mean docking score. The full scale docks every molecule with Vina at exhaustiveness 8. The screening
+{vina_cost_text(p, vina)} A molecule whose docking fails (Vina, NaN) is dropped by the GA (never in its population
+or output) and left out of a set's mean docking score. The screening
 library is built here, DUD-E style, from RDKit's real EGFR and CDK2 actives and property-matched, dissimilar WEHI
 and NCI compounds ({p.decoys.per_active} per active, not DUD-E's 50: the pool holds too few well-matched ones for
 CDK2), in {p.seeds} independent replicates per target (split and decoy seeds); the planted actives are held out by a

@@ -364,31 +364,44 @@ def evaluate(*, cfg, target, library, actives, records, generated, metrics, pret
 
 
 # ---- dock ---------------------------------------------------------------------------------------
-def dock(*, cfg, target, generated, records, vina):
+def dock(*, cfg, target, generated, library, records, vina):
     """AutoDock Vina (dockstring's receptor and box) on a sample: for each of the first `vina.pairs` library
-    replicates, the docking optimiser's top-scored molecule (lowest proxy: what the optimiser claims is its best
-    docker; claim (a)'s docking gate), one molecule drawn from the known actives and one from the random drug-like
-    draws (the gate's positive control: Vina must tell real actives from random drug-like molecules), each also
-    scored by the proxy. Each Vina run's CPU time is measured (its child process)."""
+    replicates, the docking optimiser's top molecule by the fitness it climbed (the first of its output: the GA
+    returns its molecules best first by that fitness, proxy or Vina), and `vina.per_replicate` known actives and as
+    many of the replicate's property-matched DUD-E decoys, drawn without replacement (claim a's docking gate: Vina
+    must dock the known actives better than the decoys). Each molecule is also scored by the proxy, and each Vina
+    run's CPU time is measured (its child processes); a molecule docked twice (the same known active drawn in two
+    replicates) is docked once and its score reused (its CPU time counted once)."""
     p = parse(cfg)
     gen = read_parquet(generated)
+    libs = read_parquet(library)
     proxy = docking.Scorer(target, "proxy", p.docking, _pocket(records, target))
+    cache: dict[str, tuple[float, float]] = {}
     rows = []
     for seed in range(p.vina.pairs):
         rng = np.random.default_rng([p.vina.seed, seed, TARGETS.index(target)])
-        for name in ("optimiser", "known", "random"):
-            pool = sorted({chem.canonical(m) for m in map(chem.parse_smiles, gen[(gen.generator == name) & (gen.seed == seed)].raw)
-                           if m is not None})
-            if name == "optimiser":  # its best by the proxy (ties: the first in canonical-SMILES order)
-                smi = min(pool, key=lambda s: proxy(Chem.MolFromSmiles(s)))
-            else:
-                smi = pool[int(rng.integers(len(pool)))]
+        lib = libs[libs.replicate == seed]
+        picks = []
+        opt = [m for m in map(chem.parse_smiles, gen[(gen.generator == "optimiser") & (gen.seed == seed)].raw)
+               if m is not None]
+        if opt:
+            picks.append(("optimiser", chem.canonical(opt[0])))  # its best by the fitness it climbed
+        for name, pool in (("known", gen[(gen.generator == "known") & (gen.seed == seed)].raw),
+                           ("decoy", lib[lib.active == 0].smiles)):
+            pool = sorted({chem.canonical(m) for m in map(chem.parse_smiles, pool) if m is not None})
+            k = min(p.vina.per_replicate, len(pool))
+            picks += [(name, pool[i]) for i in sorted(rng.choice(len(pool), size=k, replace=False))]
+        for name, smi in picks:
             mol = Chem.MolFromSmiles(smi)
-            score, seconds = docking.vina_score(smi, target, cpus=p.docking.vina_cpus, seed=p.vina.seed,
+            first = smi not in cache
+            if first:
+                cache[smi] = docking.vina_score(smi, target, cpus=p.docking.vina_cpus, seed=p.vina.seed,
                                                 exhaustiveness=p.docking.vina_exhaustiveness, box=p.docking.vina_box)
+            score, seconds = cache[smi]
             rows.append({"target": target, "seed": seed, "generator": name, "smiles": smi, "vina": score,
-                         "proxy": proxy(mol), "heavy_atoms": mol.GetNumHeavyAtoms(), "cpu_seconds": seconds})
+                         "proxy": proxy(mol), "heavy_atoms": mol.GetNumHeavyAtoms(),
+                         "cpu_seconds": seconds if first else 0.0})
             log.info("%s seed %d %s: Vina %.2f, proxy %.2f, %d heavy atoms, %.1f CPU s", target, seed, name,
-                     score, rows[-1]["proxy"], rows[-1]["heavy_atoms"], seconds)
+                     score, rows[-1]["proxy"], rows[-1]["heavy_atoms"], rows[-1]["cpu_seconds"])
     write_parquet(pd.DataFrame(rows, columns=["target", "seed", "generator", "smiles", "vina", "proxy", "heavy_atoms",
                                               "cpu_seconds"]), vina)
