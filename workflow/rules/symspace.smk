@@ -1,8 +1,8 @@
 # P4 symspace: neural networks on SPD manifolds and the Poincare ball from the Busemann point-to-hyperplane distance.
-# prepare (EEG-like covariances or the user's EEG, digits region covariances, noisy trees) -> train (one job per
-# seed: both heads on the shared BiMap/ReEig backbone from several initialisations on the EEG of the head seeds dealt
-# to it, the digits as context, the attention pair on the spread (an extension) and planted EEG settings, their
-# controls) and tree (one job: the ball heads from several initialisations, the angle rule and the positive control,
+# prepare (EEG-like covariances or the user's EEG, digits region covariances where run, noisy trees) -> train (one
+# job per seed: both heads on the shared BiMap/ReEig backbone from several initialisations on the EEG of the head
+# seeds dealt to it, with the tangent-space logistic regression as their ceiling reference; claim (e)'s attention
+# pair on the window-event EEG seeds dealt to it and on the spread window, its negative control) and tree (one job: the ball heads from several initialisations, the angle rule and the positive control,
 # labels drawn by a random horocycle head, on every tree seed) -> evaluate (accuracies gathered; the closed forms
 # checked against their limits) -> report.
 # Code: workflow/papers/symspace/ (data.py, stages.py and report.py hold the functions these rules call).
@@ -11,7 +11,7 @@ SYMSPACE = f"{RESULTS}/symspace"
 
 
 rule symspace_prepare:
-    """Generate every seed's EEG-like subjects (event in one window, and spread over every window; or read the user's EEG data sets), every tree seed's noisy tree, and the digits' region covariances."""
+    """Generate every seed's EEG-like subjects (event in one window, and spread over every window; or read the user's EEG data sets), every tree seed's noisy tree, and the digits' region covariances where run."""
     output:
         data=f"{SYMSPACE}/prepare/data.pkl",
     params:
@@ -31,7 +31,7 @@ rule symspace_prepare:
 
 
 rule symspace_train:
-    """Train both heads on the shared BiMap/ReEig backbone from several initialisations on this job's head seeds (EEG; the digits as context), and the attention pair on this seed's EEG settings (the extension), with their controls."""
+    """Train both heads on the shared BiMap/ReEig backbone from several initialisations on this job's head seeds (EEG, with the tangent-space logistic regression as ceiling reference), and claim (e)'s attention pair on this job's window-event EEG seeds and the spread window (its negative control)."""
     input:
         data=rules.symspace_prepare.output.data,
     output:

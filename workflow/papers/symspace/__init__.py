@@ -8,14 +8,15 @@ its closed form on SPD(n) with the G-invariant (alpha, beta) metrics (reversed-C
 decomposition) and on the Poincare ball (horocycles), checked against the limit definition (claim a; the
 invariances and special cases are checks); the MLR built on it against SPDNet's LogEig + linear head on the same
 BiMap/ReEig backbone (claim b); the FC layer and the distance-based attention with a weighted Frechet-mean
-aggregation (Sec. 4) against the same network without it (claim e: not measured here, the spread-window test is a
-robustness check, an extension); the horocycle MLR against Ganea et al.'s
+aggregation (Sec. 4) against the same network without it (claim e: on the EEG mixing model, whose class event sits
+in one window, with the event spread over every window as its negative control); the horocycle MLR against Ganea et al.'s
 hyperbolic MLR and a Euclidean MLR on a tree moved by an isometry, so that no angle rule gives its classes (claim d).
 Claim (c), that the (alpha, beta) family matters, is not testable in this design: in the MLR the metric only
 reparametrises the normal (a check confirms it).
 
 How we deviate: offline synthetic stand-ins for the paper's data (EEG mixing model, digits region
-covariances, a noisy tree in the disk), small full-batch models; the full scale reads EEG data sets exported as
+covariances, a noisy tree in the disk), small full-batch models; claim (b) reports a tangent-space logistic
+regression on the same covariances as the ceiling reference of the heads' shared input; the full scale reads EEG data sets exported as
 .npz, one file per subject (no MNE). The report's "What differs from the paper" lists every difference.
 
 Modules: geometry.py (the distances), layers.py (the layers and baselines), data.py (and the prepare stage), train.py,

@@ -24,9 +24,6 @@ def prepare(*, cfg, data):
     EEG gives every seed the same subjects of each dataset (task "eeg:<dataset>"; the subjects are its replicates).
     """
     p = parse(cfg)
-    # The attention extension's positive control: the mixing model with the class event in one window (the attention has a
-    # window to find), on the first planted_attention_seeds seeds, whatever the EEG of claims (b) and (e) is.
-    planted = {seed: eeg_like(p.eeg, seed) for seed in range(p.train["planted_attention_seeds"])}
     if real_eeg(p):
         eeg = {}
         for name, folder in sorted(p.eeg_datasets.items()):
@@ -35,18 +32,22 @@ def prepare(*, cfg, data):
                 raise FileNotFoundError(f"symspace.eeg_datasets.{name}: no .npz subject files in {folder}")
             subjects = [load_trials_npz(str(f), p.eeg["windows"], p.eeg["shrink"]) for f in files]
             eeg[f"eeg:{name}"] = {seed: subjects for seed in range(p.seeds)}
+        # Claim (e) on the same real EEG: the class information is the data's own.
         attention = dict(eeg)
     else:
-        eeg = {"eeg": {seed: eeg_like(p.eeg, seed) for seed in range(max(p.seeds, p.head_seeds))}}
-        # Claim (e) is decided where the class signal is not confined to one window: the same excess power
-        # spread over every window.
-        attention = {"eeg_spread": {seed: eeg_like(p.eeg, seed, event="spread") for seed in range(p.seeds)}}
-    attention["eeg_planted"] = planted
-    prepared = {"eeg": eeg, "attention": attention, "digits": digits(p.digits["eps"]),
+        n_eeg = max(p.seeds, p.head_seeds, p.train["planted_attention_seeds"])
+        eeg = {"eeg": {seed: eeg_like(p.eeg, seed) for seed in range(n_eeg)}}
+        # Claim (e) on claim (b)'s EEG (the class event planted in one window: does the attention find it?), on the
+        # first planted_attention_seeds seeds; its negative control on the same mixing model with the same excess
+        # power spread over every window (nothing for the attention to find), on the first `seeds` seeds.
+        attention = {"eeg": {seed: eeg["eeg"][seed] for seed in range(p.train["planted_attention_seeds"])},
+                     "eeg_spread": {seed: eeg_like(p.eeg, seed, event="spread") for seed in range(p.seeds)}}
+    prepared = {"eeg": eeg, "attention": attention,
+                "digits": digits(p.digits["eps"]) if p.digits.get("seeds", 0) else None,
                 "tree": {seed: noisy_tree(p.tree, seed) for seed in range(p.tree["seeds"])}}
     with open(data, "wb") as fh:
         pickle.dump(prepared, fh, protocol=pickle.HIGHEST_PROTOCOL)
-    log.info("prepared %d seeds of %s, digits, %d trees", p.seeds, ", ".join(eeg), p.tree["seeds"])
+    log.info("prepared the EEG (%s), attention (%s), %d trees", ", ".join(eeg), ", ".join(attention), p.tree["seeds"])
 
 
 def read_prepared(path: str) -> dict:
@@ -76,7 +77,7 @@ def eeg_like(e, seed: int, event: str = "window") -> dict:
 
     ``event="spread"``: the class's source power is multiplied by 1 + (class_gain - 1) / windows in every window
     instead (the same excess power over the trial, so the trial covariance carries the same class information, but
-    no window stands out: the attention extension's setting). Its own random stream.
+    no window stands out: claim e's negative control). Its own random stream.
     """
     if event not in ("window", "spread"):
         raise ValueError(f"symspace: unknown EEG event {event!r} (window, spread)")

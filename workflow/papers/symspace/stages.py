@@ -26,9 +26,12 @@ log = logging.getLogger(__name__)
 # ---- train ----------------------------------------------------------------------------------------
 def train(*, cfg, seed: str, data, accuracies):
     """One train job: claim (b)'s heads on the EEG of the head seeds dealt to this job (seed, seed + seeds, ...),
-    each from train.head_inits initialisations, with the permuted-label controls and the digits (context, not
-    deciding: digits_step_factor x steps, one initialisation) on the first `seeds` of them; and the attention pair
-    on this seed (the spread-window extension, and the planted window on the first planted_attention_seeds seeds).
+    each from train.head_inits initialisations, with the tangent-space logistic regression on the same trial
+    covariances (the ceiling reference of the heads' shared input), the permuted-label controls on the first
+    `seeds` of them and the digits (context, deciding nothing: digits_step_factor x steps, one initialisation) on
+    the first digits.seeds; and claim (e)'s attention pair on the attention seeds dealt to this job the same way
+    (claim b's EEG, the class event in one window, on the first planted_attention_seeds seeds; its negative control,
+    the spread window, on the first `seeds`; real EEG: every subject, on this job's seed).
 
     The replicate of a row is the seed where each seed draws its own data (the mixing model, the digits), and the
     subject where every seed sees the same subjects (real EEG: the seeds then vary the initialisation only)."""
@@ -42,35 +45,35 @@ def train(*, cfg, seed: str, data, accuracies):
         controls = s < p.seeds
         for task, by_seed in d["eeg"].items():
             real = task != "eeg"
-            if s not in by_seed:
+            if s not in by_seed or (real and s >= p.seeds):
                 continue  # real EEG: its replicates are the subjects; head seeds beyond `seeds` add none
             for unit, subject in enumerate(by_seed[s]):
                 # The trial covariance: the mean of its window covariances (the whole trial's covariance up to the
                 # window means).
                 x_train, y_train, x_test, y_test = _trials(subject)
                 rows += T.heads_task(task, unit, unit if real else s, x_train.mean(1), y_train, x_test.mean(1),
-                                     y_test, p, s, rng, controls=controls, inits=p.train["head_inits"])
-        if not controls:  # the digits are context for claim (b), on the first `seeds` head seeds only
-            log.info("job %d: claim (b)'s heads on seed %d done", job, s)
-            continue
-        dg = d["digits"]
-        n_img = min(p.digits["max_images"], len(dg["labels"]))
-        chosen = np.sort(rng.choice(len(dg["labels"]), size=n_img, replace=False))
-        spd, labels = dg["spd"][chosen], dg["labels"][chosen]
-        train_idx, test_idx = T.split(labels, p.digits["train_fraction"], rng)
-        x = torch.as_tensor(spd, dtype=torch.float64)
-        y = torch.as_tensor(labels, dtype=torch.long)
-        rows += T.heads_task("digits", 0, s, x[train_idx], y[train_idx], x[test_idx], y[test_idx], p, s, rng,
-                             controls=False, steps=p.train["digits_step_factor"] * p.train["steps"])
+                                     y_test, p, s, rng, controls=controls, inits=p.train["head_inits"],
+                                     ceiling=True)
+        if s < p.digits.get("seeds", 0):  # the digits are context for claim (b), deciding nothing
+            dg = d["digits"]
+            n_img = min(p.digits["max_images"], len(dg["labels"]))
+            chosen = np.sort(rng.choice(len(dg["labels"]), size=n_img, replace=False))
+            spd, labels = dg["spd"][chosen], dg["labels"][chosen]
+            train_idx, test_idx = T.split(labels, p.digits["train_fraction"], rng)
+            x = torch.as_tensor(spd, dtype=torch.float64)
+            y = torch.as_tensor(labels, dtype=torch.long)
+            rows += T.heads_task("digits", 0, s, x[train_idx], y[train_idx], x[test_idx], y[test_idx], p, s, rng,
+                                 controls=False, steps=p.train["digits_step_factor"] * p.train["steps"])
         log.info("job %d: claim (b)'s heads on seed %d done", job, s)
-    rng = np.random.default_rng([job, 6])
     for task, by_seed in d["attention"].items():
         real = task.startswith("eeg:")
-        for unit, subject in enumerate(by_seed.get(job, [])):
-            if p.train["attention_subjects"] is not None and unit >= p.train["attention_subjects"]:
-                break
-            rows += T.attention_task(task, unit, unit if real else job, *_trials(subject), p, job, rng)
-        log.info("job %d: the attention pair on %s done", job, task)
+        for s in sorted(k for k in by_seed if k % p.seeds == job):
+            rng = np.random.default_rng([s, 6])
+            for unit, subject in enumerate(by_seed[s]):
+                if p.train["attention_subjects"] is not None and unit >= p.train["attention_subjects"]:
+                    break
+                rows += T.attention_task(task, unit, unit if real else s, *_trials(subject), p, s, rng)
+            log.info("job %d: the attention pair on %s, seed %d done", job, task, s)
     write_parquet(pd.DataFrame(rows).assign(job=job), accuracies)
 
 
