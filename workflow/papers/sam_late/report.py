@@ -652,7 +652,8 @@ def report(*, cfg, scale, metrics, interpolation, switch, histories, escapes, be
         f"batches of {p.batch_size}), so the late phase is matched to the paper's in SAM steps, not in share of "
         f"training: {K} of {E} epochs ({K / E:.0%} of training, {K * spe} steps, "
         f"{K * spe / PAPER_LATE_STEPS:.0%} of the {PAPER_LATE_STEPS} of the official script's last 10 of 160 CIFAR-10 "
-        "epochs; the CPU budget stops it there), and SGD, SAM throughout and every late and early arm run the same "
+        + ("epochs; the CPU budget stops it there" if K * spe < PAPER_LATE_STEPS else "epochs")
+        + "), and SGD, SAM throughout and every late and early arm run the same "
         f"{E} epochs on the same schedule ({decayed} of them at the decayed lr). The paper's share of training "
         + (f"({p.share_epochs} epochs, {p.share_epochs * spe} steps) is reported beside it (claims (a) and (b))"
            if p.share_epochs != K else "is the deciding late phase itself")
