@@ -14,6 +14,8 @@ import re
 import shlex
 
 import yaml
+from papers.sbdd_vs.params import job_minutes
+from snakemake.utils import update_config
 
 from smk import RULES_TEXT, ROOT, full_scale_stand_ins, rule_kinds, snakemake
 
@@ -75,6 +77,13 @@ def test_every_full_scale_job_reaches_slurm_as_the_profile_and_config_say(tmp_pa
     own_runtime = {rule: full[paper][key] for rule, paper, key in re.findall(
         r'^\s*rule (\w+):(?:(?!^\s*rule ).)*?job_resources\("\w+", runtime=config\["(\w+)"\]\["(\w+)"\]\)',
         RULES_TEXT, re.M | re.S)}
+    # sbdd_vs sizes its Vina jobs from their dockings (papers.sbdd_vs.params.job_minutes), over the config a full-scale
+    # run reads: config.yaml with full.yaml laid over it, as Snakemake merges them
+    merged = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    update_config(merged, full)
+    for stage in ("generate", "evaluate", "dock"):
+        own_runtime[f"sbdd_vs_{stage}"] = job_minutes(merged["sbdd_vs"], stage, kinds["train"]["runtime"])
+    assert own_runtime["sbdd_vs_generate"] > kinds["train"]["runtime"]  # the Vina estimate, not the kind's floor
     slurm_profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.v8+.yaml").read_text())
     for key, calls in submitted.items():
         args = calls[0]
