@@ -125,6 +125,7 @@ rule eagle_report:
         call="papers.eagle.report:report",
         cfg=config["eagle"],
         scale=SCALE,
+        time_budget=config["time_budget"].get(SCALE, {}).get("eagle", config["time_budget"].get(SCALE, {}).get("default")),
     log:
         f"{LOGS}/eagle/report.log",
     benchmark:

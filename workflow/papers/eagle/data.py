@@ -193,15 +193,15 @@ def prepare(*, cfg, data):
         return scene
 
     draw("pretrain", "pretrain", p.data["train_canvases"], "train", np.random.default_rng([8, 1]), train_templates)
-    for seed in range(p.seeds):
-        rng = np.random.default_rng([seed, 8])
+    for seed in range(p.seeds):  # the job index; the replicate's seed is seed_offset + it (a fresh block of seeds)
+        rng = np.random.default_rng([p.seed_offset + seed, 8])
         for split, n, pool in (("train", p.data["train_canvases"], "train"), ("val", p.data["val_canvases"], "heldout"),
                                ("test", p.data["test_canvases"], "heldout")):
             scene = draw(seed, split, n, pool, rng, train_templates)
         # the same test canvases asked with the held-out templates
         for k, v in build_split(scene, make_questions(scene, novel_templates, rng, p.data["kinds"])).items():
             arrays[f"{seed}/novel/{k}"] = v
-        log.info("seed %d: %d train, %d val, %d test canvases", seed, p.data["train_canvases"],
+        log.info("seed %d (job %d): %d train, %d val, %d test canvases", p.seed_offset + seed, seed, p.data["train_canvases"],
                  p.data["val_canvases"], p.data["test_canvases"])
     Path(data).parent.mkdir(parents=True, exist_ok=True)
     with open(data, "wb") as f:

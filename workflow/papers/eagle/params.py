@@ -32,6 +32,9 @@ class Params:
     """Defaults: this reproduction's default scale (config/config.yaml says where each value comes from)."""
 
     seeds: int = 4  # independent replicates: canvases and every arm's initialisation and batches
+    # The replicates' seeds are seed_offset .. seed_offset + seeds - 1 (the jobs, and the data file's keys, are
+    # numbered 0 .. seeds - 1): a block of seeds not run before, for a rule fixed after seeing earlier seeds.
+    seed_offset: int = 0
     # Seeds (the first n of `seeds`) on which each group of arms trains: the fusions of claim (a), the single
     # experts of claim (b), Pre-Alignment of claim (c), and two trained controls that may be skipped (0): blind, the
     # mixture with its non-CLIP experts fed noise throughout training (claim b's ablation; without it the trained
@@ -84,11 +87,13 @@ class Params:
                                                  "select_layer": -2, "max_text_tokens": 512, "lm_dtype": "float32",
                                                  "lora": {"rank": 0, "alpha": 16}})
     # Claim thresholds and gates, fixed before the run (config/config.yaml says where each comes from).
-    # serve_gate: each single expert's validation accuracy on every kind it serves (SERVES), every seed;
+    # serve_gate: each single expert's validation accuracy on every kind it serves (SERVES), per seed: a seed enters
+    # claim (b) only if every single expert trained on it passes (an admitted seed); min_admitted: the fewest
+    # admitted seeds (b) is decided on (fewer: inconclusive);
     # planted_fraction: the share of test canvases whose high-res features claim (a)'s positive control swaps.
     claims: dict = field(default_factory=lambda: {"equivalence_margin": 0.03, "gain_threshold": 0.0,
                                                   "convergence_tol": 0.03, "fine_gate": 0.5, "serve_gate": 0.5,
-                                                  "planted_fraction": 0.2})
+                                                  "min_admitted": 5, "planted_fraction": 0.2})
 
     def check_rules(self) -> None:
         d = self.data
@@ -132,6 +137,10 @@ class Params:
         c = self.claims
         if not 0 < c.get("planted_fraction", 0.2) <= 1:
             raise ValueError(f"eagle.claims.planted_fraction must be in (0, 1], got {c['planted_fraction']}")
+        if not (isinstance(self.seed_offset, int) and self.seed_offset >= 0):
+            raise ValueError(f"eagle.seed_offset must be an integer >= 0, got {self.seed_offset!r}")
+        if not (isinstance(c.get("min_admitted", 5), int) and c.get("min_admitted", 5) >= 1):
+            raise ValueError(f"eagle.claims.min_admitted must be an integer >= 1, got {c['min_admitted']!r}")
         if not 0 <= c.get("serve_gate", 0.5) <= 1:
             raise ValueError(f"eagle.claims.serve_gate must be in [0, 1], got {c['serve_gate']}")
         if self.train["sft_schedule"] not in ("constant", "cosine"):
@@ -165,9 +174,9 @@ def full_scale(p) -> bool:
 
 
 STAGE_PARAMS = {
-    "prepare": ("seeds", "data", "llava"),
+    "prepare": ("seeds", "seed_offset", "data", "llava"),
     "pretrain": ("experts", "lm", "llava"),
-    "train": ("arm_seeds", "experts", "lm", "fusion", "train", "llava", "claims"),  # claims: early stopping's tol
+    "train": ("seed_offset", "arm_seeds", "experts", "lm", "fusion", "train", "llava", "claims"),  # claims: early stopping's tol
     "evaluate": ("seeds",),
     "report": ALL,
 }

@@ -42,18 +42,22 @@ def pretrain(*, cfg, data, experts):
 
 
 def train(*, cfg, seed: str, data, experts, accuracies):
-    """Every arm of this seed's groups (eagle.arm_seeds) on one seed: one row per (arm, split, question kind)."""
+    """Every arm of this seed's groups (eagle.arm_seeds) on one seed: one row per (arm, split, question kind).
+    `seed` is the job's index i (0 .. seeds - 1: the data file's key and the arm groups' "first n seeds"); the
+    replicate's seed, which seeds its canvases (papers.eagle.data.prepare), arms and batches and which its rows
+    carry, is eagle.seed_offset + i."""
     p = parse(cfg)
-    seed = int(seed)
+    index = int(seed)
+    seed = p.seed_offset + index
     seed_everything(seed)
     if llava.enabled(p):  # the full scale: every seed trains its arms anew from the same pretrained models
         splits = {s: llava.read_records(data, s) for s in ("train", "val", "test")}
         device = "cuda" if torch.cuda.is_available() else "cpu"
         rows = T.study(lambda a, rng: llava.run_arm(a, splits, p, rng, device), seed, list(p.experts["names"]),
-                       T.seed_groups(p.arm_seeds, seed))
+                       T.seed_groups(p.arm_seeds, index))
         write_parquet(pd.DataFrame(rows).assign(seed=seed), accuracies)
         return
-    splits = {s: read_split(data, seed, s) for s in SPLITS}
+    splits = {s: read_split(data, index, s) for s in SPLITS}
     pretrained = torch.load(experts, weights_only=False)
-    rows = T.run_seed(pretrained, splits, p, seed)
+    rows = T.run_seed(pretrained, splits, p, seed, index)
     write_parquet(pd.DataFrame(rows).assign(seed=seed), accuracies)

@@ -301,11 +301,13 @@ def all_singles(groups, experts) -> bool:
     return "single" in groups or all(f"single:{e}" in groups for e in experts)
 
 
-def run_seed(pretrained: dict, splits: dict, p, seed: int) -> list[dict]:
-    """Every arm of this seed's groups, then, with three experts, the round-robin selection (Sec. 2.6; :func:`study`)."""
+def run_seed(pretrained: dict, splits: dict, p, seed: int, index: int | None = None) -> list[dict]:
+    """Every arm of this seed's groups, then, with three experts, the round-robin selection (Sec. 2.6; :func:`study`).
+    `index`: the seed's place in its block (eagle.seed_offset + index = seed), which decides its groups
+    (eagle.arm_seeds: the first n of the block); None: the seed itself."""
     banks = {split: trunk_bank(pretrained, splits[split]["scene_canvas"], p.experts["channels"]) for split in splits}
     return study(lambda a, rng: run_arm(a, pretrained, splits, banks, p, rng), seed, list(p.experts["names"]),
-                 seed_groups(p.arm_seeds, seed))
+                 seed_groups(p.arm_seeds, seed if index is None else index))
 
 
 def study(train_arm, seed: int, experts: list[str], groups=("fusion", "single", "prealign", "blind", "shuffled")) -> list[dict]:
