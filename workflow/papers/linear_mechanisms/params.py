@@ -92,6 +92,12 @@ class Nonlinear:
     alignment_change: float = 0.1
     # claim e_alignment's positive control: the init scale of the planted linear two-layer network (mlp.planted_alignment)
     planted_scale: float = 0.01
+    # claim (d)'s lazy arm: base init = the largest of init_scales not above lazy_base_scale, output x (largest / base)^2
+    lazy_base_scale: float = 1.0
+    # claim (d)'s premise: |log NTK change of the lazy arm - of the largest init| within this (paired 95% interval)
+    lazy_log_margin: float = 2.3
+    # claim e_alignment's premise: the small init's r = 1 / (kappa h sigma^2) (NTK kappa = h^-1/2) is at least this
+    alignment_regime_min: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -171,6 +177,9 @@ class Params:
             raise ValueError(f"{SLUG}.nonlinear.probe ({nl.probe}) exceeds train_size ({nl.train_size})")
         if len(nl.init_scales) < 2:
             raise ValueError(f"{SLUG}.nonlinear.init_scales needs at least two scales (claim d)")
+        if not any(s <= nl.lazy_base_scale for s in nl.init_scales):
+            raise ValueError(f"{SLUG}.nonlinear.lazy_base_scale = {nl.lazy_base_scale} is below every init scale "
+                             f"{list(nl.init_scales)}: claim (d)'s lazy arm has no base init")
         if not isinstance(nl.centred, bool):
             raise ValueError(f"{SLUG}.nonlinear.centred must be true or false, got {nl.centred!r}")
         if not nl.rescaling_converge_loss > 0:

@@ -12,7 +12,7 @@ from papers.common.tables import write_table
 from papers.linear_mechanisms import figures
 from papers.linear_mechanisms.claims import PAPER_SEARCH, lm_claims
 from papers.linear_mechanisms.params import SLUG, parse
-from papers.linear_mechanisms.stages import ACCURACY_TWIN, lazy_multiplier
+from papers.linear_mechanisms.stages import ACCURACY_TWIN, lazy_base, lazy_multiplier
 
 TITLE = "P10 linear_mechanisms: Three mechanisms of feature learning in a linear network (exact finite-width dynamics)"
 
@@ -22,12 +22,21 @@ def _hyper(rec) -> str:
             f"eta_u/eta_w={rec['lr_ratio']:g}")
 
 
+# The claims read on the nonlinear network: an analogue (a stand-in model and task), not a replication.
+ANALOGUE_CLAIMS = ("d", "e_alignment", "e_disalignment", "e_rescaling")
+
+
 def scope(p) -> Scope:
-    return Scope("replication", "the paper's one-hidden-layer linear network on one-dimensional data, with our own "
-                 "derivation of its exact solution and phase boundaries (the paper's text past Section 1 could not be "
-                 "read), so the check c_points places each mechanism's point by the project's own phase diagram and "
-                 f"tests that gradient descent shows the mechanism there; the nonlinear claims on a two-layer tanh MLP on "
-                 f"{p.nonlinear.dataset} standing in for the paper's larger networks and tasks")
+    nl = p.nonlinear
+    return Scope("replication", "claims a and b replicate the paper's one-hidden-layer linear network on "
+                 "one-dimensional data, with our own derivation of its exact solution and phase boundaries (the "
+                 "paper's text past Section 1 could not be read), so the check c_points places each mechanism's point "
+                 "by the project's own phase diagram and tests that gradient descent shows the mechanism there; claims "
+                 f"{', '.join(ANALOGUE_CLAIMS)} are an analogue, not a replication: a two-layer tanh MLP "
+                 f"({nl.hidden} hidden units, centred: {str(nl.centred).lower()}) on {nl.train_size} {nl.dataset} "
+                 "training images stands in for the paper's nonlinear networks and tasks (which could not be read), so "
+                 "a verdict there is about this analogue (\"does not hold\": not reproduced in this analogue), not a "
+                 "refutation of the paper")
 
 
 def write(*, cfg, scale, metrics, trajectories, grids, runs, benchmarks, table_md, table_csv, claims, params_json,
@@ -81,10 +90,11 @@ def write(*, cfg, scale, metrics, trajectories, grids, runs, benchmarks, table_m
         if r.arm in ("scale", "lazy"):
             lazy = r.arm == "lazy"
             add(f"{arm}: NTK change", f"{r.ntk_change:.3g} +- {r.ntk_change_std:.2g}",
-                "at most the largest init's (the ablation's premise)" if lazy else "smaller at large init",
+                f"the largest init's within x e^{p.nonlinear.lazy_log_margin:g} (the ablation's premise)" if lazy
+                else "smaller at large init",
                 r.ntk_change, r.ntk_change_std)
             add(f"{arm}: test accuracy", f"{r.test_accuracy:.4f} +- {r.test_accuracy_std:.2g}",
-                "as low as the largest init's if the kernel regime costs the accuracy" if lazy else
+                "below its base init's by more than the margin if the kernel regime costs the accuracy" if lazy else
                 "worse at large init", r.test_accuracy, r.test_accuracy_std)
         add(f"{arm}: final training loss (MSE), steps run, converged runs",
             f"{r.train_loss:.3g} +- {r.train_loss_std:.2g}, {r.steps_run:.0f}, {r.converged}/{r.seeds}",
@@ -150,8 +160,8 @@ def write(*, cfg, scale, metrics, trajectories, grids, runs, benchmarks, table_m
         f"leaves its claim's convergence premise unmet), {nl.seeds} seeds. Arms: init scales {list(nl.init_scales)} "
         f"in NTK output scaling (f = U tanh(.) / sqrt(h)) (claim d); the smallest and largest of them again, trained "
         f"to the learned state, training loss <= {nl.rescaling_converge_loss:g} (claims e_alignment, e_disalignment); "
-        f"a lazy arm (init scale {min(nl.init_scales):g}, output multiplied by {lazy_multiplier(nl):g} = (largest / "
-        "smallest init scale)^2, on the accuracy rule: claim d's ablation, Chizat, Oyallon and Bach 2019's lazy scaling); "
+        f"a lazy arm (init scale {lazy_base(nl):g}, output multiplied by {lazy_multiplier(nl):g} = (largest / "
+        f"{lazy_base(nl):g})^2, on the accuracy rule: claim d's ablation, Chizat, Oyallon and Bach 2019's lazy scaling); "
         f"a rescaling arm (init scale {nl.rescaling_scale:g}, "
         f"first-layer rate divided by {nl.rescaling_lr_ratio:g}, {rescaling_output} output scaling, converged once its "
         f"training loss is <= {nl.rescaling_converge_loss:g}, not on accuracy: a slowed first layer keeps learning "
