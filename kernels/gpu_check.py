@@ -152,6 +152,31 @@ def _row(rows, name, dtype, what, err, bound):
           flush=True)
 
 
+def _test_outcome(log: str) -> str:
+    """pytest's summary line; for a run cut by its time limit (no summary), the outcomes logged so far:
+    `-v` lines name each test (PASSED / FAILED ...), `-q` progress lines only count them."""
+    import re
+
+    summary = [ln for ln in log.splitlines() if re.search(r"\d+ (passed|failed)", ln) and ln.startswith("=")]
+    if summary:
+        return f"`{summary[-1].strip('= ')}`"
+    named = re.findall(r"(PASSED|FAILED|SKIPPED|ERROR) (tests/\S+)|(tests/\S+) (PASSED|FAILED|SKIPPED|ERROR)", log)
+    outcomes = [(a or d, b or c) for a, b, c, d in named]
+    if outcomes:
+        counts = {k: sum(o == k for o, _ in outcomes) for k in ("PASSED", "FAILED", "SKIPPED", "ERROR")}
+        failed = [t for o, t in outcomes if o in ("FAILED", "ERROR")]
+        return ("no summary line (the step was cut); logged so far: "
+                + ", ".join(f"{n} {k.lower()}" for k, n in counts.items() if n)
+                + (" (failed: " + ", ".join(f"`{t}`" for t in failed) + ")" if failed else ""))
+    dots = "".join(re.sub(r"\s*\[\s*\d+%\]\s*$", "", ln) for ln in log.splitlines()
+                   if re.fullmatch(r"[.FEsxX]+\s*(\[\s*\d+%\])?\s*", ln))
+    if dots:
+        return (f"no summary line (the step was cut); progress logged so far: {dots.count('.')} passed, "
+                f"{dots.count('F')} failed, {dots.count('E')} errors, {dots.count('s')} skipped "
+                "(a `-q` log does not name them)")
+    return "no summary line and no outcome logged (see pytest.txt)"
+
+
 def figures(out_dir: Path) -> str:
     """The Markdown block that ``scripts/gpu-check.sh`` leaves in ``OUT_DIR/figures.md``, built only
     from the files of that run (nothing typed by hand): machine, step times, spills per launch
@@ -164,7 +189,9 @@ def figures(out_dir: Path) -> str:
         return f.read_text(errors="replace") if f.exists() else ""
 
     lines = ["### GPU check, " + (read("env.txt").strip().splitlines() or ["(no env.txt)"])[0], ""]
-    steps = list(csv.DictReader(read("steps.csv").splitlines()))
+    # a step's name may hold commas (runs before 2026-12-04 wrote them unquoted): the last three fields
+    steps = [dict(zip(("step", "status", "wall_s", "limit_s"), ln.rsplit(",", 3)))
+             for ln in read("steps.csv").splitlines()[1:] if ln.count(",") >= 3]
     if steps:
         lines += ["| step | status | wall s | limit s |", "| --- | --- | --- | --- |"]
         lines += [f"| {r['step']} | {r['status']} | {r['wall_s']} | {r['limit_s']} |" for r in steps] + [""]
@@ -176,8 +203,7 @@ def figures(out_dir: Path) -> str:
         lines += [f"| {r['kernel']} | {r['shape']} | {r['block_m']}x{r['block_n']} | {r['num_warps']}, "
                   f"{r['num_stages']} | {r['registers']} | {r['spill_store_bytes']} | {r['compile_cpu_s']} |"
                   for r in spills] + [""]
-    tests = [ln for ln in read("pytest.txt").splitlines() if " passed" in ln or " failed" in ln or "error" in ln]
-    lines += [f"Kernel tests, compiled: `{tests[-1].strip('= ') if tests else 'no summary line (see pytest.txt)'}`", ""]
+    lines += ["Kernel tests, compiled: " + _test_outcome(read("pytest.txt")), ""]
     checks = list(csv.DictReader(read("gpu_check.csv").splitlines()))
     if checks:
         worst = {}
@@ -193,6 +219,9 @@ def figures(out_dir: Path) -> str:
                   "| --- | --- | --- | --- | --- |"]
         lines += [f"| {op} | {dt} | {r['quantity']} | {r['error']} | {r['bound']} |"
                   for (op, dt), (_, r) in sorted(worst.items())] + [""]
+    error = [ln for ln in read("gpu_check.txt").splitlines() if ln and not ln.startswith(" ")]
+    if "Traceback (most recent call last):" in error:
+        lines += [f"The check stopped at an error after its last row: `{error[-1][:300]}`", ""]
     bench = read("bench_cuda.txt").splitlines()
     start = next((i for i, ln in enumerate(bench) if ln.startswith("summary")), None)
     if start is not None:

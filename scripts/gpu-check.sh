@@ -5,7 +5,8 @@
 #    architecture (registers, spills, compile CPU-s per variant -> compile_report.csv). The
 #    slowest variant's compile time sets the limits of steps 1-3 (below).
 # 1. the kernel tests compiled (TRITON_INTERPRET unset: the CUDA cases run, the tile tests run at
-#    4 warps), KERNELS_AUTOTUNE=0 (correctness, one configuration per shape);
+#    4 warps), KERNELS_AUTOTUNE=0 (correctness, one configuration per shape), each outcome logged as it
+#    ends (pytest -v) and each test under LIMIT_PER_TEST seconds where pytest-timeout is installed;
 # 2. python -m kernels.gpu_check, KERNELS_AUTOTUNE=0: forward and backward of every op against
 #    its reference in bf16 / fp16 / fp32 at D = 64 and 128 with grouped-query heads, bias,
 #    Tq != Tk, and torch.library.opcheck on CUDA tensors; gpu_check.csv is written row by row;
@@ -27,7 +28,10 @@
 # tests (an estimate), x 2 for the JIT's divisibility-by-16 specialisations of lengths; gpu_check, N_CHECK_VARIANTS: 3 dtypes x 2 head sizes x (5 attention
 # cases x 3 kernels + HiP 2 + graph 3) + opcheck 12; bench, N_BENCH_VARIANTS: every autotune
 # candidate of 5 attention families x 2 head sizes (7 forward, 7 x 2 backward kernels) + HiP and
-# graph 20. Override any limit with LIMIT_TESTS / LIMIT_CHECK / LIMIT_BENCH (seconds).
+# graph 20. Override any limit with LIMIT_COMPILE / LIMIT_TESTS / LIMIT_CHECK / LIMIT_BENCH (seconds).
+# Step 1 runs the tests in PYTEST_WORKERS processes where pytest-xdist is installed (default: up to 8, one
+# per core): a cold cache's compiles then run side by side (the one GPU is shared; the tests are small), and
+# the tests' limit is divided by the workers.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: scripts/gpu-check.sh OUT_DIR}
@@ -61,7 +65,7 @@ run() {
     echo "$name,$st,$((SECONDS - t0)),$limit" >> "$OUT/steps.csv"
 }
 
-run "0/4 compile report (sm_$ARCH)" 900 compile_report.txt \
+run "0/4 compile report (sm_$ARCH)" "${LIMIT_COMPILE:-900}" compile_report.txt \
     "$PY" -m kernels.compile_report --arch "$ARCH" --head-dims 64,128 --out "$OUT/compile_report.csv"
 COMPILE_S=$("$PY" - "$OUT/compile_report.csv" "$DEFAULT_COMPILE_S" <<'EOF'
 import csv, math, sys
@@ -73,12 +77,23 @@ print(math.ceil(max(times)) if times else sys.argv[2])
 EOF
 )
 echo "slowest compile: ${COMPILE_S} CPU-s per variant"
-LIMIT_TESTS=${LIMIT_TESTS:-$((N_TEST_VARIANTS * COMPILE_S * 2 + 300))}
+XDIST=()
+WORKERS=1
+if "$PY" -c 'import xdist' 2>/dev/null; then
+    CORES=$(nproc 2>/dev/null || echo 1)
+    WORKERS=${PYTEST_WORKERS:-$(( CORES < 8 ? CORES : 8 ))}
+    [ "$WORKERS" -gt 1 ] && XDIST=(-n "$WORKERS")
+fi
+LIMIT_TESTS=${LIMIT_TESTS:-$(( (N_TEST_VARIANTS * COMPILE_S * 2 + WORKERS - 1) / WORKERS + 300 ))}
 LIMIT_CHECK=${LIMIT_CHECK:-$((N_CHECK_VARIANTS * COMPILE_S * 2 + 120))}
 LIMIT_BENCH=${LIMIT_BENCH:-$((N_BENCH_VARIANTS * COMPILE_S * 2 + 600))}
 
-KERNELS_AUTOTUNE=0 run "1/4 kernel tests, compiled" "$LIMIT_TESTS" pytest.txt \
-    "$PY" -m pytest -q tests/kernels -p no:cacheprovider
+# -v: each test's outcome is logged as it ends, so a step cut by its limit still names its failures;
+# a per-test limit (pytest-timeout, where installed) keeps one hung test from taking the whole step
+PER_TEST=()
+"$PY" -c 'import pytest_timeout' 2>/dev/null && PER_TEST=(--timeout "${LIMIT_PER_TEST:-120}")
+KERNELS_AUTOTUNE=0 run "1/4 kernel tests (compiled)" "$LIMIT_TESTS" pytest.txt \
+    "$PY" -m pytest -v -rfE --tb=short tests/kernels -p no:cacheprovider "${XDIST[@]}" "${PER_TEST[@]}"
 KERNELS_AUTOTUNE=0 run "2/4 values and gradients against the references" "$LIMIT_CHECK" gpu_check.txt \
     "$PY" -m kernels.gpu_check "$OUT"
 run "3/4 benchmark (autotuned)" "$LIMIT_BENCH" bench_cuda.txt \

@@ -50,3 +50,28 @@ def test_figures_of_an_empty_run_invent_nothing(tmp_path):
 def test_main_without_cuda_exits_2(tmp_path):
     assert main([str(tmp_path / "out")]) == 2
     assert not (tmp_path / "out").exists()
+
+
+def test_figures_of_a_cut_test_step_count_what_was_logged(tmp_path):
+    # a step stopped by its time limit prints no summary: the outcomes logged until then are counted,
+    # named where pytest ran with -v, and a step name with a comma (runs before 2026-12-04) stays whole
+    (tmp_path / "steps.csv").write_text("step,status,wall_s,limit_s\n1/4 kernel tests, compiled,timeout,170,170\n")
+    (tmp_path / "pytest.txt").write_text("bringing up nodes...\n\n....F..s [ 51%]\n..F.\n")
+    md = figures(tmp_path)
+    assert "| 1/4 kernel tests, compiled | timeout | 170 | 170 |" in md
+    assert "9 passed, 2 failed, 0 errors, 1 skipped" in md
+    (tmp_path / "pytest.txt").write_text(
+        "[gw0] [ 50%] PASSED tests/kernels/test_graph.py::test_a \n"
+        "[gw1] [ 60%] FAILED tests/kernels/test_attention.py::test_b[x] \n"
+        "[gw0] [ 70%] PASSED tests/kernels/test_graph.py::test_c \n")
+    md = figures(tmp_path)
+    assert "2 passed, 1 failed" in md and "`tests/kernels/test_attention.py::test_b[x]`" in md
+
+
+def test_figures_say_where_the_check_stopped(tmp_path):
+    (tmp_path / "gpu_check.txt").write_text("kernels.gpu_check on X\n  ok   a\nTraceback (most recent call last):\n"
+                                            "  File \"x.py\", line 1\nOutOfResources: shared memory\n")
+    rows = Rows(tmp_path / "gpu_check.csv")
+    _row(rows, "attention B=2 D=64", torch.float16, "out", 1e-3, 6e-3)
+    rows.close()
+    assert "stopped at an error after its last row: `OutOfResources: shared memory`" in figures(tmp_path)
