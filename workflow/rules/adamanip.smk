@@ -24,7 +24,7 @@ rule adamanip_prepare:
         f"{BENCHMARKS}/adamanip/prepare/demos_{{seed}}.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="adamanip_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -51,7 +51,7 @@ rule adamanip_train:
         policy="|".join(config["adamanip"]["policies"]),
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="adamanip_train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -78,7 +78,7 @@ rule adamanip_evaluate:
         policy="|".join(config["adamanip"]["policies"]),
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="adamanip_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -121,7 +121,7 @@ rule adamanip_report:
         f"{BENCHMARKS}/adamanip/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="adamanip_report"),
     conda:
         "../../envs/base.yaml"
     script:

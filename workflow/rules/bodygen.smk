@@ -22,7 +22,7 @@ rule bodygen_prepare:
         f"{BENCHMARKS}/bodygen/prepare/template.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="bodygen_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -53,7 +53,7 @@ rule bodygen_train:
     threads: res("train", "threads")
     resources:
         # the config's estimate of one job's wall time (bodygen.train_minutes), growing with each retry up to the cap
-        **job_resources("train", runtime=config["bodygen"]["train_minutes"]),
+        **job_resources("train", runtime=config["bodygen"]["train_minutes"], rule="bodygen_train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -73,7 +73,7 @@ rule bodygen_credit:
         f"{BENCHMARKS}/bodygen/credit/curves.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="bodygen_credit"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -97,7 +97,7 @@ rule bodygen_evaluate:
         f"{BENCHMARKS}/bodygen/evaluate/returns.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="bodygen_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -145,7 +145,7 @@ rule bodygen_report:
         f"{BENCHMARKS}/bodygen/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="bodygen_report"),
     conda:
         "../../envs/base.yaml"
     script:

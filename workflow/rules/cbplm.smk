@@ -22,7 +22,7 @@ rule cbplm_prepare:
         f"{BENCHMARKS}/cbplm/prepare/sequences.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="cbplm_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -47,7 +47,7 @@ rule cbplm_train:
         f"{BENCHMARKS}/cbplm/train/seed{{seed}}.tsv"
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="cbplm_train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -74,7 +74,7 @@ rule cbplm_evaluate:
         f"{BENCHMARKS}/cbplm/evaluate/seed{{seed}}.tsv"
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="cbplm_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -120,7 +120,7 @@ rule cbplm_report:
         f"{BENCHMARKS}/cbplm/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="cbplm_report"),
     conda:
         "../../envs/base.yaml"
     script:

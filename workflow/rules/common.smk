@@ -158,17 +158,20 @@ def res(kind, key):
     return config["resources"][kind][key]
 
 
-def job_resources(kind, runtime=None):
+def job_resources(kind, runtime=None, rule=None):
     """What a job of `kind` asks a scheduler for, from config `resources.<kind>`.
 
     Memory and run time grow with each retry, up to the kind's caps; `runtime` (minutes) replaces the
-    kind's for a rule whose paper estimates its own jobs' wall time. The `gpu` kind asks for its GPUs;
-    `partition` and `gres`, where the config names them, send all jobs of the kind there with one
-    edit (null leaves the profile's default partition).
+    kind's for a rule whose paper estimates its own jobs' wall time. A rule named in config `job_estimates`
+    (measured per job at the full scale: scripts/estimate_full_jobs.py) asks for that entry's runtime and
+    mem_mb in place of both. The `gpu` kind asks for its GPUs; `partition` and `gres`, where the config
+    names them, send all jobs of the kind there with one edit (null leaves the profile's default partition).
     """
     spec = config["resources"][kind]
-    asked = {"mem_mb": per_attempt(spec["mem_mb"], spec.get("max_mem_mb")),
-             "runtime": per_attempt(spec["runtime"] if runtime is None else runtime, spec.get("max_runtime"))}
+    estimate = (config.get("job_estimates") or {}).get(rule) or {}
+    runtime = estimate.get("runtime", spec["runtime"] if runtime is None else runtime)
+    asked = {"mem_mb": per_attempt(estimate.get("mem_mb", spec["mem_mb"]), spec.get("max_mem_mb")),
+             "runtime": per_attempt(runtime, spec.get("max_runtime"))}
     if kind == "gpu":
         asked["gpu"] = spec["gpu"]
     if spec.get("partition"):

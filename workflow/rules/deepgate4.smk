@@ -22,7 +22,7 @@ rule deepgate4_prepare:
         f"{BENCHMARKS}/deepgate4/prepare/circuits.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="deepgate4_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -48,7 +48,7 @@ rule deepgate4_train:
         f"{BENCHMARKS}/deepgate4/train/seed{{seed}}.tsv"
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="deepgate4_train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -74,7 +74,7 @@ rule deepgate4_evaluate:
         f"{BENCHMARKS}/deepgate4/evaluate/metrics.tsv"
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="deepgate4_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -98,7 +98,7 @@ rule deepgate4_scaling:
         f"{BENCHMARKS}/deepgate4/scaling/memory.tsv"
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="deepgate4_scaling"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -146,7 +146,7 @@ rule deepgate4_report:
         f"{BENCHMARKS}/deepgate4/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="deepgate4_report"),
     conda:
         "../../envs/base.yaml"
     script:

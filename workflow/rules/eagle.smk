@@ -23,7 +23,7 @@ rule eagle_prepare:
         f"{BENCHMARKS}/eagle/prepare/data.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="eagle_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -45,7 +45,7 @@ rule eagle_pretrain:
         f"{BENCHMARKS}/eagle/pretrain/experts.tsv"
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="eagle_pretrain"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -69,7 +69,7 @@ rule eagle_train:
         f"{BENCHMARKS}/eagle/train/accuracies_{{seed}}.tsv"
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="eagle_train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -91,7 +91,7 @@ rule eagle_evaluate:
         f"{BENCHMARKS}/eagle/evaluate/accuracies.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="eagle_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -132,7 +132,7 @@ rule eagle_report:
         f"{BENCHMARKS}/eagle/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="eagle_report"),
     conda:
         "../../envs/base.yaml"
     script:

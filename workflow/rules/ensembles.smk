@@ -22,7 +22,7 @@ rule ensembles_prepare:
         f"{BENCHMARKS}/ensembles/prepare/data.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="ensembles_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -50,7 +50,7 @@ rule ensembles_train:
         job=r"\d+",
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="ensembles_train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -75,7 +75,7 @@ rule ensembles_evaluate:
         f"{BENCHMARKS}/ensembles/evaluate/metrics.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="ensembles_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -126,7 +126,7 @@ rule ensembles_report:
         f"{BENCHMARKS}/ensembles/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="ensembles_report"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -23,7 +23,7 @@ rule flexpert_prepare:
         f"{BENCHMARKS}/flexpert/prepare/chains.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="flexpert_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -45,7 +45,7 @@ rule flexpert_pretrain:
         f"{BENCHMARKS}/flexpert/pretrain/lm.tsv"
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="flexpert_pretrain"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -71,7 +71,7 @@ rule flexpert_train:
         f"{BENCHMARKS}/flexpert/train/predictions_{{seed}}.tsv"
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="flexpert_train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -95,7 +95,7 @@ rule flexpert_evaluate:
         f"{BENCHMARKS}/flexpert/evaluate/predictions.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="flexpert_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -139,7 +139,7 @@ rule flexpert_report:
         f"{BENCHMARKS}/flexpert/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="flexpert_report"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -22,7 +22,7 @@ rule hip_prepare:
         f"{BENCHMARKS}/hip/prepare/kjv.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="hip_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -46,7 +46,7 @@ rule hip_train_lm:
         f"{BENCHMARKS}/hip/train/lm_{{seed}}.tsv"
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="hip_train_lm"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -73,7 +73,7 @@ rule hip_evaluate:
         f"{BENCHMARKS}/hip/evaluate/seed_{{seed}}.tsv"
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="hip_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -93,7 +93,7 @@ rule hip_cost:
         f"{BENCHMARKS}/hip/evaluate/cost.tsv"
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="hip_cost"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -116,7 +116,7 @@ rule hip_evaluate_pretrained:
         name="[A-Za-z0-9]+",
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="hip_evaluate_pretrained"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -166,7 +166,7 @@ rule hip_report:
         f"{BENCHMARKS}/hip/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="hip_report"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -25,7 +25,7 @@ rule infoprop_prepare:
         f"{BENCHMARKS}/infoprop/prepare/data_{{seed}}.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="infoprop_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -49,7 +49,7 @@ rule infoprop_train:
         f"{BENCHMARKS}/infoprop/train/ensemble_{{seed}}.tsv"
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="infoprop_train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -74,7 +74,7 @@ rule infoprop_evaluate:
         f"{BENCHMARKS}/infoprop/evaluate/curves_{{seed}}.tsv"
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="infoprop_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -95,7 +95,7 @@ rule infoprop_dyna:
         f"{BENCHMARKS}/infoprop/dyna/dyna.tsv"
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="infoprop_dyna"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -142,7 +142,7 @@ rule infoprop_report:
         f"{BENCHMARKS}/infoprop/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="infoprop_report"),
     conda:
         "../../envs/base.yaml"
     script:

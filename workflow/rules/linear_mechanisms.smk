@@ -22,7 +22,7 @@ rule linear_mechanisms_prepare:
         f"{BENCHMARKS}/linear_mechanisms/prepare/data.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="linear_mechanisms_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -44,7 +44,7 @@ rule linear_mechanisms_trajectories:
         f"{BENCHMARKS}/linear_mechanisms/train/trajectories.tsv"
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="linear_mechanisms_trajectories"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -69,7 +69,7 @@ rule linear_mechanisms_phase:
         panel="|".join(LM_PANELS),
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="linear_mechanisms_phase"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -92,7 +92,7 @@ rule linear_mechanisms_nonlinear:
         f"{BENCHMARKS}/linear_mechanisms/train/nonlinear_seed{{seed}}.tsv"
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="linear_mechanisms_nonlinear"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -117,7 +117,7 @@ rule linear_mechanisms_evaluate:
         f"{BENCHMARKS}/linear_mechanisms/evaluate/metrics.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="linear_mechanisms_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -180,7 +180,7 @@ rule linear_mechanisms_report:
         f"{BENCHMARKS}/linear_mechanisms/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="linear_mechanisms_report"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -22,7 +22,7 @@ rule neural_fdm_prepare:
         f"{BENCHMARKS}/neural_fdm/prepare/targets.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="neural_fdm_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -49,7 +49,7 @@ rule neural_fdm_train:
         model="|".join(NFDM_CFG["models"]),
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="neural_fdm_train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -77,7 +77,7 @@ rule neural_fdm_evaluate:
         task="|".join(NFDM_CFG["tasks"]),
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="neural_fdm_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -125,7 +125,7 @@ rule neural_fdm_report:
         f"{BENCHMARKS}/neural_fdm/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="neural_fdm_report"),
     conda:
         "../../envs/base.yaml"
     script:

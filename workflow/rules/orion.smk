@@ -30,7 +30,7 @@ rule orion_prepare:
         f"{BENCHMARKS}/orion/prepare/prepare.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="orion_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -57,7 +57,7 @@ rule orion_train:
         model="|".join(ORION_MODELS),
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="orion_train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -86,7 +86,7 @@ rule orion_evaluate:
         model="|".join(ORION_MODELS),
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="orion_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -115,7 +115,7 @@ rule orion_evaluate_pretrained:
         name="[A-Za-z0-9]+",
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="orion_evaluate_pretrained"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -166,7 +166,7 @@ rule orion_report:
         f"{BENCHMARKS}/orion/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="orion_report"),
     conda:
         "../../envs/base.yaml"
     script:

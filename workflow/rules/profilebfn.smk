@@ -25,7 +25,7 @@ rule profilebfn_prepare:
         f"{BENCHMARKS}/profilebfn/prepare/families.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="profilebfn_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -49,7 +49,7 @@ rule profilebfn_train:
         f"{BENCHMARKS}/profilebfn/train/{{seed}}.tsv"
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="profilebfn_train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -79,7 +79,7 @@ rule profilebfn_evaluate:
         f"{BENCHMARKS}/profilebfn/evaluate/{{seed}}.tsv"
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="profilebfn_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -123,7 +123,7 @@ rule profilebfn_report:
         f"{BENCHMARKS}/profilebfn/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="profilebfn_report"),
     conda:
         "../../envs/base.yaml"
     script:

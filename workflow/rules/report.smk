@@ -25,7 +25,7 @@ rule summary:
         f"{BENCHMARKS}/summary.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="summary"),
     conda:
         "../../envs/base.yaml"
     script:

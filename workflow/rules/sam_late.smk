@@ -26,7 +26,7 @@ rule sam_late_prepare:
         f"{BENCHMARKS}/sam_late/prepare/data.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="sam_late_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -53,7 +53,7 @@ rule sam_late_train_sgd:
         labels="|".join(SL_LABELS),
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="sam_late_train_sgd"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -83,7 +83,7 @@ rule sam_late_train_sam:
         rho="|".join(str(r) for r in SL_RHOS),
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="sam_late_train_sam"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -108,7 +108,7 @@ rule sam_late_train_adv:
         f"{BENCHMARKS}/sam_late/train/clean/adv.tsv"
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="sam_late_train_adv"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -143,7 +143,7 @@ rule sam_late_evaluate:
         f"{BENCHMARKS}/sam_late/evaluate/metrics.tsv"
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="sam_late_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -195,7 +195,7 @@ rule sam_late_report:
         f"{BENCHMARKS}/sam_late/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="sam_late_report"),
     conda:
         "../../envs/base.yaml"
     script:

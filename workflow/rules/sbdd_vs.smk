@@ -31,7 +31,7 @@ rule sbdd_vs_prepare:
         f"{BENCHMARKS}/sbdd_vs/prepare/records.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="sbdd_vs_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -58,7 +58,7 @@ if SBDD_LM:
             f"{BENCHMARKS}/sbdd_vs/train/lm.tsv"
         threads: res("train", "threads")
         resources:
-            **job_resources("train"),
+            **job_resources("train", rule="sbdd_vs_train"),
         conda:
             "../../envs/base.yaml"
         script:
@@ -89,7 +89,7 @@ rule sbdd_vs_generate:
         target="|".join(SBDD_TARGETS),
     threads: res("train", "threads")
     resources:
-        **job_resources("train", runtime=_sbdd_minutes(SBDD_CFG, "generate", res("train", "runtime"))),
+        **job_resources("train", runtime=_sbdd_minutes(SBDD_CFG, "generate", res("train", "runtime")), rule="sbdd_vs_generate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -118,7 +118,7 @@ rule sbdd_vs_evaluate:
         target="|".join(SBDD_TARGETS),
     threads: res("train", "threads")
     resources:
-        **job_resources("train", runtime=_sbdd_minutes(SBDD_CFG, "evaluate", res("train", "runtime"))),
+        **job_resources("train", runtime=_sbdd_minutes(SBDD_CFG, "evaluate", res("train", "runtime")), rule="sbdd_vs_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -145,7 +145,7 @@ rule sbdd_vs_dock:
         target="|".join(SBDD_TARGETS),
     threads: res("train", "threads")
     resources:
-        **job_resources("train", runtime=_sbdd_minutes(SBDD_CFG, "dock", res("train", "runtime"))),
+        **job_resources("train", runtime=_sbdd_minutes(SBDD_CFG, "dock", res("train", "runtime")), rule="sbdd_vs_dock"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -194,7 +194,7 @@ rule sbdd_vs_report:
         f"{BENCHMARKS}/sbdd_vs/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="sbdd_vs_report"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -23,7 +23,7 @@ rule sharpening_prepare:
         f"{BENCHMARKS}/sharpening/prepare/data.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="sharpening_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -45,7 +45,7 @@ rule sharpening_tabular:
         f"{BENCHMARKS}/sharpening/train/tabular.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="sharpening_tabular"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -70,7 +70,7 @@ rule sharpening_pretrain:
         f"{BENCHMARKS}/sharpening/train/base.tsv"
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="sharpening_pretrain"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -96,7 +96,7 @@ rule sharpening_sharpen:
         method="|".join(SHARPENING_METHODS),
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="sharpening_sharpen"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -122,7 +122,7 @@ rule sharpening_evaluate:
         f"{BENCHMARKS}/sharpening/evaluate/results.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="sharpening_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -145,7 +145,7 @@ rule sharpening_pretrained:
         f"{BENCHMARKS}/sharpening/evaluate/pretrained_{{name}}.tsv"
     threads: res("gpu", "threads")
     resources:
-        **job_resources("gpu"),
+        **job_resources("gpu", rule="sharpening_pretrained"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -200,7 +200,7 @@ rule sharpening_report:
         f"{BENCHMARKS}/sharpening/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="sharpening_report"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -23,7 +23,7 @@ rule symspace_prepare:
         f"{BENCHMARKS}/symspace/prepare/data.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="symspace_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -31,7 +31,7 @@ rule symspace_prepare:
 
 
 rule symspace_train:
-    """Train both heads on the shared BiMap/ReEig backbone from several initialisations on this job's head seeds (EEG, with the tangent-space logistic regression as ceiling reference), and claim (e)'s attention pair on this job's window-event EEG seeds and the spread window (its negative control)."""
+    """Train both heads on the shared BiMap/ReEig backbone from several initialisations on this job's head seeds (EEG, with the tangent-space logistic regression on the trial covariances and on each trained backbone's output as ceiling references) and on its share of claim (b)'s positive control (labels drawn by a random Busemann SPDNet), and claim (e)'s networks (attention, the ablation, the stronger non-attentive baseline) on this job's window-event EEG seeds and the spread window (its negative control)."""
     input:
         data=rules.symspace_prepare.output.data,
     output:
@@ -46,7 +46,7 @@ rule symspace_train:
         f"{BENCHMARKS}/symspace/train/accuracies_{{seed}}.tsv"
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="symspace_train"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -68,7 +68,7 @@ rule symspace_tree:
         f"{BENCHMARKS}/symspace/tree/accuracies.tsv"
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="symspace_tree"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -93,7 +93,7 @@ rule symspace_evaluate:
         f"{BENCHMARKS}/symspace/evaluate/accuracies.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="symspace_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -137,7 +137,7 @@ rule symspace_report:
         f"{BENCHMARKS}/symspace/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="symspace_report"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -20,7 +20,7 @@ rule uv_sharpness_prepare:
         f"{BENCHMARKS}/uv_sharpness/prepare/digits.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="uv_sharpness_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -40,7 +40,7 @@ rule uv_sharpness_trajectories:
         f"{BENCHMARKS}/uv_sharpness/train/uv_trajectories.tsv"
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="uv_sharpness_trajectories"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -64,7 +64,7 @@ rule uv_sharpness_sweep:
         init="|".join(UV_CFG["sweep_inits"]),
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="uv_sharpness_sweep"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -90,7 +90,7 @@ rule uv_sharpness_train_mlp:
         lr="|".join(str(lr) for lr in [*UV_CFG["mlp"]["learning_rates"], UV_CFG["mlp"]["control_lr"]]),
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="uv_sharpness_train_mlp"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -118,7 +118,7 @@ rule uv_sharpness_evaluate:
         f"{BENCHMARKS}/uv_sharpness/evaluate/metrics.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="uv_sharpness_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -170,7 +170,7 @@ rule uv_sharpness_report:
         f"{BENCHMARKS}/uv_sharpness/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="uv_sharpness_report"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -21,7 +21,7 @@ rule welfare_prepare:
         f"{BENCHMARKS}/welfare/prepare/population.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="welfare_prepare"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -49,7 +49,7 @@ rule welfare_simulate:
         population="heterogeneous|flat",
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="welfare_simulate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -73,7 +73,7 @@ rule welfare_sweep:
         policy="|".join(config["welfare"]["policies"]),
     threads: res("train", "threads")
     resources:
-        **job_resources("train"),
+        **job_resources("train", rule="welfare_sweep"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -100,7 +100,7 @@ rule welfare_evaluate:
         f"{BENCHMARKS}/welfare/evaluate/metrics.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="welfare_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -149,7 +149,7 @@ rule welfare_report:
         f"{BENCHMARKS}/welfare/report.tsv"
     threads: res("light", "threads")
     resources:
-        **job_resources("light"),
+        **job_resources("light", rule="welfare_report"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -1,0 +1,793 @@
+"""Measured per-job run time and memory of the full-scale jobs (issue 54, item 4), and config/full.yaml's job_estimates.
+
+    nice -n 10 .venv/bin/python scripts/estimate_full_jobs.py [--rules orion_train,hip_train_lm] [--write-config]
+
+For each rule that trains or evaluates at the full scale, this times a few steps (or one small unit of work) of the
+paper's OWN code at the full-scale configuration (config/config.yaml with config/full.yaml laid over it, as Snakemake
+merges them: widths, depths, batches, sequence lengths) on this machine's CPU, each rule in a child process of its own
+(so that its peak RSS is its own), on one torch thread:
+
+* time: process CPU time (resource.getrusage, children included; less distorted by a shared machine's load than
+  wall time) of the timed steps, after one untimed warm-up step;
+* memory: the child's peak RSS (ru_maxrss) while it built the full-width model and ran its steps.
+
+The seconds per unit are extrapolated to one job's whole work (steps x seeds x arms x members in that job: the "units"
+column, computed from the merged config the way the rule's stage code loops) and said in the "how" column. Where a
+step at the full shape would take minutes here, the full-width network is timed on a smaller batch and the time (and,
+for CPU jobs, the activations' memory) scaled linearly in the batch, or on a shorter sequence and the time scaled by the
+ratio of the two shapes' FLOPs (6 N per token for the weights, plus attention's 12 L T D per token): said in "how". Where the full-width model cannot be held here (over ~16 GB: a 7B LM,
+a 650M network with AdamW), the job's FLOPs are divided by the CPU FLOP rate measured on the same network at a width
+that fits, and "how" says so.
+
+Assumptions (the columns of the CSV carry every factor):
+
+* `train` jobs run on the CPU with the kind's threads (papers.common.runner sets torch's threads to the job's):
+  wall time = the CPU time measured on one thread / (threads x THREAD_EFFICIENCY), THREAD_EFFICIENCY 0.5 (torch's
+  intra-op parallelism on matrices of these sizes; assumed, not measured: this machine's 2 shared cores cannot
+  measure an 8-thread speed-up). A stage that sets one thread itself (bodygen's train) gets no credit.
+* `gpu` jobs: the CPU time is an upper bound of the GPU's. The factor applied is the ratio of FLOP rates: the job's
+  FLOPs (counted on the timed step by torch.utils.flop_counter, or from the transformer formula where said) run at
+  GPU_TFLOPS (15) on the GPU, against the rate the CPU step reached here. Why 15 TFLOP/s: every stage here trains in
+  float32 (no autocast, no bf16), whose dense peak on an H100/H200 is ~60-67 TFLOP/s; 15 (about a quarter of it) is
+  a sustained rate that networks of these sizes (convolutions on 32 x 32 images, transformers of 20-90M parameters)
+  reach or beat, so the runtime errs long, the side a scheduler's limit must err on. The factor is per rule (the
+  `factor` column: CPU minutes / GPU minutes). No GPU was used to measure it; --gpu-tflops replaces the rate
+  (e.g. with gpu-check.sh's figures).
+* SAFETY (1.5) multiplies the time and the memory of the first attempt (machines slower than this one, data loading,
+  evaluation passes the steps leave out); a retry still doubles them up to the kind's max_runtime / max_mem_mb.
+  Memory has a floor of MEM_FLOOR_MB (the Python process with torch and the paper's data), the time one of
+  RUNTIME_FLOOR (start-up, the job's workflow parse, loading data, writing outputs).
+
+A job whose estimate exceeds its kind's max_runtime (or max_mem_mb) does not fit a partition's limit: its row says
+`fits: False` and its config entry keeps what it needs, not a capped request that would time out after 48 h (the
+scheduler holds it, visibly; tests/workflow/test_job_estimates.py lists such rules as needing a split). Rules without a
+measurement here keep their kind's values.
+
+Writes config/full_estimates.csv and prints the `job_estimates:` block; --write-config replaces that block in
+config/full.yaml (between its marker comments).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "workflow"))
+
+GPU_TFLOPS = 15.0
+GPU_BF16_TFLOPS = 200.0  # a quarter of an H100/H200's ~790 TFLOP/s dense bf16: stages whose big matmuls run in bf16
+THREAD_EFFICIENCY = 0.5
+SAFETY = 1.5
+MEM_FLOOR_MB = 4000
+RUNTIME_FLOOR = 15  # minutes: start-up, the workflow's parse in the job, loading the data, writing the outputs
+BEGIN = "# ---- job_estimates (written by scripts/estimate_full_jobs.py; do not edit by hand) ----"
+END = "# ---- end of job_estimates ----"
+
+
+# ---- helpers --------------------------------------------------------------------------------------------------------
+def merged_config() -> dict:
+    """config/config.yaml with config/full.yaml laid over it, as `snakemake --configfile config/full.yaml` merges."""
+    import yaml
+    from snakemake.utils import update_config
+
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    update_config(cfg, yaml.safe_load((ROOT / "config" / "full.yaml").read_text()))
+    return cfg
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its finished children."""
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def peak_mb() -> float:
+    """Peak resident memory of this process (ru_maxrss is in KB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rss_mb() -> float:
+    """Resident memory of this process now (MB)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return peak_mb()
+
+
+def per_step(step, n: int, warmup: int = 1) -> float:
+    """CPU seconds of one call of `step()`: `warmup` untimed calls, then the mean of `n` timed ones."""
+    for _ in range(warmup):
+        step()
+    c0 = cpu_seconds()
+    for _ in range(n):
+        step()
+    return (cpu_seconds() - c0) / n
+
+
+def torch_step(model, loss_of, lr: float = 1e-4, clip: float | None = 1.0):
+    """One AdamW step of `model` on loss_of(model), as the stages' loops do (zero_grad, backward, clip, step)."""
+    import torch
+
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+
+    def step():
+        loss = loss_of(model)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+
+    return step
+
+
+def transformer_flops(params: float, n_layer: int, d: int, seq: int, tokens: float) -> float:
+    """Training FLOPs of `tokens` tokens in sequences of `seq`: 6 N per token for the weights, 12 L T D per token for
+    attention's scores and mixing (forward and backward; Kaplan et al. 2020, Table 1, with T the context)."""
+    return tokens * (6.0 * params + 12.0 * n_layer * seq * d)
+
+
+def step_flops(step) -> float:
+    """FLOPs of one call of `step()` (forward, backward and the optimiser's matmuls), by torch's FLOP counter."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return float(counter.get_total_flops())
+
+
+def n_params(model, embeddings: bool = True) -> int:
+    return sum(p.numel() for name, p in model.named_parameters() if embeddings or "wte" not in name)
+
+
+def cpu_gflops(n: int = 512, reps: int = 20) -> float:
+    """This CPU's fp32 matrix-multiply rate on one thread (GFLOP per CPU second)."""
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    s = per_step(lambda: a @ b, reps)
+    return 2 * n**3 / s / 1e9
+
+
+# ---- the units: one function per rule, each returns what it measured ------------------------------------------------
+MEASURE = {}
+
+
+def unit(rule: str, kind: str):
+    def deco(fn):
+        MEASURE[rule] = (kind, fn)
+        return fn
+
+    return deco
+
+
+@unit("bodygen_train", "train")
+def _bodygen_train(cfg):
+    """papers.bodygen.timing.step_cost: one PPO iteration of BodyGen on the crawler at the full settings."""
+    from papers.bodygen.timing import step_cost
+
+    b = cfg["bodygen"]
+    cost = step_cost(b, task=b["tasks"][0], arm="bodygen", samples=600, control_steps=150, threads=1)
+    growth = 1.5  # bodies grow during co-design (papers.bodygen.timing's margin): later iterations cost more
+    return {"single_thread": True, "unit": "simulated control step (rollout + PPO update share)", "seconds": cost["ms_per_step"] / 1e3,
+            "units": b["ppo"]["env_steps"] * growth,
+            "how": f"papers.bodygen.timing.step_cost: one PPO iteration of {cost['samples']} steps (BodyGen, crawler, "
+                   f"1 thread) at the full model/epochs/minibatch; x env_steps {b['ppo']['env_steps']:.0f} x {growth} "
+                   "(bodies grow during co-design); one job = one task, arm and seed"}
+
+
+@unit("orion_train", "train")
+def _orion_train(cfg):
+    """The largest model's AdamW step (papers.orion.train.loss_fn) on a full batch of the longest task sequences."""
+    import torch
+
+    from papers.orion import model as gpt
+    from papers.orion import train as trainer
+    from papers.orion.params import BLOCK_SIZE, parse
+
+    p = parse(cfg["orion"])
+    t = p.train
+    big = p.model(max(p.model_names, key=lambda n: p.model(n).n_layer * p.model(n).n_embd ** 2))
+    vocab = 4 * p.pool_size + 200  # the pool's words per binding slot, numbers and markers: a generous upper bound
+    T = 80  # papers.orion.params: "our longest task sequence is ~80 tokens"
+    B = 16  # timed at 16 sequences (a full-batch step of the largest model takes ~30 CPU-s here), scaled to the batch
+    model = gpt.GPT(gpt.GPTConfig(vocab_size=vocab, block_size=BLOCK_SIZE, n_layer=big.n_layer, n_head=big.n_head,
+                                  n_embd=big.n_embd))
+    x = torch.randint(1, vocab, (B, T))
+    mask = torch.rand(B, T - 1) < 0.1
+    step = torch_step(model, lambda m: trainer.loss_fn(m, x, mask, t.lm_weight)[0])
+    base = rss_mb()
+    s = per_step(step, 2)
+    scale = t.batch_size / B
+    # the activations grow with the batch: the full batch's peak = the model's resident memory + the step's growth x scale
+    return {"peak_mb": base + (peak_mb() - base) * scale, "flops": step_flops(step) * scale, "unit": f"AdamW step of one {big.name} member (batch {t.batch_size} x {T} tokens)",
+            "seconds": s * scale,
+            "units": t.max_steps * p.seeds,
+            "how": f"the largest model ({big.name}) timed at batch {B} of the longest sequences, x {t.batch_size}/{B}; x max_steps "
+                   f"{t.max_steps} x {p.seeds} seeds side by side (an upper bound: members leave at the accuracy gate)"}
+
+
+@unit("hip_train_lm", "gpu")
+def _hip_train_lm(cfg):
+    """papers.hip.train.train (the stage's loop) on the full-width GPT, 3 steps of a short batch, scaled by FLOPs."""
+    import dataclasses
+
+    import torch
+
+    from papers.hip.model import GPT, GPTConfig
+    from papers.hip.params import parse
+    from papers.hip.train import train
+
+    p = parse({**cfg["hip"], "device": "cpu"})
+    m, tp = p.lm, p.train
+    model = GPT(GPTConfig(n_layer=m.n_layer, n_head=m.n_head, n_embd=m.n_embd, rope_base=m.rope_base))
+    B, T = 1, 512
+
+    def batch(step):
+        return torch.randint(0, 256, (B, T + 1)), torch.ones(B, T)
+
+    run = lambda steps: train(model, dataclasses.replace(tp, steps=steps, warmup=1), batch, desc="timing")  # noqa: E731
+    run(1)
+    c0 = cpu_seconds()
+    run(2)
+    s = (cpu_seconds() - c0) / 2
+    N = n_params(model, embeddings=False)
+    measured = transformer_flops(N, m.n_layer, m.n_embd, T, B * T)
+    short = (tp.short_steps) * tp.short_batch * tp.short_len  # drill + short phases: short_batch x short_len
+    long = (tp.steps - tp.short_steps) * tp.batch * tp.seq_len
+    flops = transformer_flops(N, m.n_layer, m.n_embd, tp.short_len, short) + \
+        transformer_flops(N, m.n_layer, m.n_embd, tp.seq_len, long)
+    return {"flops": 1.0, "unit": f"FLOP (timed: 3 steps of the full-width GPT at {B} x {T} bytes)", "seconds": s / measured,
+            "units": flops,
+            "how": f"papers.hip.train.train timed on the {m.n_layer}-layer, {m.n_embd}-wide GPT at {B}x{T} bytes "
+                   f"({s:.1f} CPU-s/step, {measured / s / 1e9:.0f} GFLOP/s); the job's FLOPs (6N + 12LTD per token: "
+                   f"{tp.short_steps} steps of {tp.short_batch}x{tp.short_len}, {tp.steps - tp.short_steps} of "
+                   f"{tp.batch}x{tp.seq_len}) at that rate; one job = one seed"}
+
+
+@unit("cbplm_train", "gpu")
+def _cbplm_train(cfg):
+    """papers.cbplm.train.train (the stage's loop) for CB-pLM, 3 steps at batch 4 of full-length sequences."""
+    import dataclasses
+
+    import numpy as np
+    import pandas as pd
+
+    from papers.cbplm.params import parse
+    from papers.cbplm.train import train
+
+    p = parse(cfg["cbplm"])
+    B = 4
+    rng = np.random.default_rng(0)
+    aa = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
+    n = 64
+    df = pd.DataFrame({"split": "train", "sequence": ["".join(rng.choice(aa, p.max_length)) for _ in range(n)]})
+    for c in p.concepts:
+        df[f"z_{c}"] = rng.normal(size=n).astype(np.float32)
+        df[f"bin_{c}"] = rng.integers(0, p.tag_bins, n)
+    times = {}
+    flops = step_flops(lambda: train("cb", p, df, 0, schedule=dataclasses.replace(p.train, steps=1, batch_size=B,
+                                                                                 warmup_steps=1)))
+    for steps in (1, 3):
+        c0 = cpu_seconds()
+        train("cb", p, df, 0, schedule=dataclasses.replace(p.train, steps=steps, batch_size=B, warmup_steps=1))
+        times[steps] = cpu_seconds() - c0
+    s = (times[3] - times[1]) / 2
+    t = p.train
+    steps = 4 * t.steps + sum(t.sweep)  # four models (plain, tag, cond, CB) and the sweep's CB-pLM runs
+    return {"flops": flops * t.batch_size / B,
+            "unit": f"training step at batch {t.batch_size} x {p.max_length} residues", "seconds": s * t.batch_size / B,
+            "units": steps,
+            "how": f"papers.cbplm.train.train (CB-pLM, the largest of the four) timed at batch {B} of {p.max_length}-residue "
+                   f"sequences, x {t.batch_size}/{B} (linear in the batch); x (4 models x {t.steps} + sweep "
+                   f"{list(t.sweep)}) steps; one job = one seed"}
+
+
+@unit("profilebfn_train", "train")
+def _profilebfn_train(cfg):
+    """The ESM-2-650M-sized ProfileBFNNet cannot train here (AdamW state ~10 GB, one step minutes): 2 of its blocks at
+    its full width timed on a short crop, the rate applied to the full network's FLOPs."""
+    import torch
+
+    from papers.profilebfn import bfn, data
+    from papers.profilebfn.model import ProfileBFNNet
+    from papers.profilebfn.params import parse
+
+    p = parse(cfg["profilebfn"])
+    m, tr = p.model, p.train
+    small = ProfileBFNNet(d_model=m.d_model, n_layer=2, n_head=m.n_head, time_dim=m.time_dim)
+    B, L = 1, 256
+    x = torch.randint(0, data.K, (B, L))
+    mask = torch.ones(B, L, dtype=torch.bool)
+    g = torch.Generator().manual_seed(0)
+
+    def loss_of(net):
+        t = torch.rand(B, generator=g)
+        theta = bfn.flow(torch.nn.functional.one_hot(x, data.K).float(), t, p.beta1, g)
+        return bfn.continuous_loss(x, torch.softmax(net(theta, t, ~mask), -1), t, p.beta1, mask)
+
+    s = per_step(torch_step(small, loss_of), 2)
+    per_layer = 12 * m.d_model ** 2  # qkv, proj and the 4x MLP of one block
+    measured = transformer_flops(2 * per_layer, 2, m.d_model, L, B * L)
+    full = transformer_flops(m.n_layer * per_layer, m.n_layer, m.d_model, tr.crop, tr.steps * tr.batch * tr.crop)
+    # memory of the full network (it cannot be measured here): fp32 weights, gradients and AdamW's two moments (16 B per
+    # parameter) + the activations a backward pass keeps, ~ 2 x (34 + 5 a T / D) bytes per token, layer and channel
+    # (fp32; Korthikanti et al. 2022, eq. 2, for 16-bit)
+    act = 2 * (34 + 5 * m.n_head * tr.crop / m.d_model) * tr.batch * tr.crop * m.d_model * m.n_layer
+    memory = (16 * m.n_layer * per_layer + act) / 2 ** 20
+    return {"peak_mb": memory, "flops": 1.0, "unit": f"FLOP (timed: 2 of the {m.n_layer} blocks at width {m.d_model}, {B} x {L})", "seconds": s / measured,
+            "units": full,
+            "how": f"ProfileBFNNet + bfn.continuous_loss, 2 blocks at the full width {m.d_model} timed ({measured / s / 1e9:.0f} "
+                   f"GFLOP/s); the full network's FLOPs ({m.n_layer} layers, {tr.steps} steps x batch {tr.batch} x crop "
+                   f"{tr.crop}) at that rate; the full model does not fit here: memory from its size (16 B per parameter + the "
+                   "activations of a batch, Korthikanti et al. 2022); train kind, on the CPU: one job = one seed"}
+
+
+@unit("ensembles_train", "gpu")
+def _ensembles_train(cfg):
+    """The widest ResNet18 (papers.ensembles.models.build) timed on a batch of 8 CIFAR images, scaled to 128."""
+    import torch
+
+    from papers.ensembles.models import build
+
+    e = cfg["ensembles"]
+    settings = {k: v for k, v in e["settings"].items() if k in e["selected"]}
+    name, s_cfg = max(settings.items(), key=lambda kv: max(kv[1]["widths"]))
+    width = max(s_cfg["widths"])
+    model = build("resnet18", [torch.Generator().manual_seed(0)], d_in=3072, width=width, depth=1, n_classes=10, gain=1.0)
+    B = 4
+    x, y = torch.randn(1, B, 3 * 32 * 32), torch.randint(0, 10, (B,))
+    step = torch_step(model, lambda m: torch.nn.functional.cross_entropy(m(x)[0], y))
+    s = per_step(step, 2)
+    n_train = 50000 - e["val_size"] if e["train_size"] is None else e["train_size"]
+    steps = s_cfg["epochs"] * math.ceil(n_train / s_cfg["batch_size"])
+    return {"flops": step_flops(step) * s_cfg["batch_size"] / B, "unit": f"step of a width-{width} ResNet18 at batch {s_cfg['batch_size']}", "seconds": s * s_cfg["batch_size"] / B,
+            "units": steps * e["members_per_job"],
+            "how": f"the widest setting ({name}, k={width}) timed at batch {B}, x {s_cfg['batch_size']}/{B}; x "
+                   f"{s_cfg['epochs']} epochs x {math.ceil(n_train / s_cfg['batch_size'])} steps x {e['members_per_job']} "
+                   "members per job (narrower settings' jobs ask the same)"}
+
+
+@unit("sam_late_train_sgd", "gpu")
+def _sam_late_train_sgd(cfg):
+    return _sam_late(cfg, "sgd")
+
+
+@unit("sam_late_train_sam", "gpu")
+def _sam_late_train_sam(cfg):
+    return _sam_late(cfg, "sam")
+
+
+@unit("sam_late_train_adv", "gpu")
+def _sam_late_train_adv(cfg):
+    return _sam_late(cfg, "adv")
+
+
+def _sam_late(cfg, which):
+    """VGG-16-BN (papers.sam_late.train.new_model) SGD step at batch 16, scaled to the batch; SAM costs two passes,
+    PGD-k adversarial training k + 1."""
+    import torch
+
+    from papers.sam_late.params import parse
+    from papers.sam_late.train import new_model
+
+    p = parse(cfg["sam_late"])
+    model = new_model(p, 0, "cpu")
+    B = 8
+    x, y = torch.randn(B, 3, 32, 32), torch.randint(0, 10, (B,))
+    step = torch_step(model, lambda m: torch.nn.functional.cross_entropy(m(x), y), clip=None)
+    s = per_step(step, 2)
+    steps_per_epoch = math.ceil(p.data.train_size / p.batch_size)
+    seeds = p.seeds
+    E, K = p.epochs, p.late_epochs
+    if which == "sgd":
+        passes, note = E, f"{E} epochs of SGD"
+    elif which == "sam":  # the main rho's job (the largest): SAM throughout, early SAM, late SAM and the sweep's arms
+        late = [K, *p.late_ks]  # late arms branch off SGD's checkpoint and train their last k epochs with SAM
+        passes = 2 * E + (E + K) + sum(2 * k for k in late)
+        note = (f"SAM {E} epochs at 2 passes + early SAM ({K} of {E} epochs at 2) + late arms {late} epochs at 2 "
+                f"= {passes} epoch-passes")
+    else:
+        k = p.attack.steps
+        ka = p.adv_late_epochs or K
+        passes = (k + 1) * E + (E + k * ka) + (k + 1) * ka  # AT throughout, early AT, late AT from SGD's checkpoint
+        note = f"AT {E} epochs at {k + 1} passes (PGD-{k}) + early AT + late AT ({ka} epochs) = {passes} epoch-passes"
+    return {"flops": step_flops(step) * p.batch_size / B, "unit": f"SGD step of VGG-16-BN at batch {p.batch_size}", "seconds": s * p.batch_size / B,
+            "units": passes * steps_per_epoch * seeds,
+            "how": f"papers.sam_late.train.new_model timed at batch {B}, x {p.batch_size}/{B}; x {note} x "
+                   f"{steps_per_epoch} steps x {seeds} seeds"}
+
+
+@unit("eagle_train", "gpu")
+def _eagle_train(cfg):
+    """A 7B LM cannot run here: the job's FLOPs (frozen LM with LoRA, trained experts) against this CPU's measured
+    matrix rate."""
+    from papers.eagle.train import fixed_arms, seed_groups
+
+    e = cfg["eagle"]
+    tr, ll = e["train"], e["llava"]
+    rate = cpu_gflops() * 1e9
+    lm_params = 6.7e9  # a 7B LLaMA/Vicuna (papers.eagle.llava.static_memory_gb's figure)
+    expert_params = {"clip": 0.3e9, "hires": 0.85e9, "det": 0.3e9}
+    groups = seed_groups(e["arm_seeds"], 0)
+    arms = fixed_arms(tuple(e["experts"]["names"]), groups)
+    grid = e["fusion"]["grid"]
+    tokens = grid * grid + ll["max_text_tokens"]  # visual tokens + text per sample
+    per_sample = 6 * lm_params * tokens + 6 * sum(expert_params.values()) * 577  # LM (LoRA: backward through it) + experts
+    steps = tr["prealign_steps"] + tr["align_steps"] + tr["sft_steps"]
+    flops = per_sample * tr["batch"] * steps * len(arms)
+    # host memory: the LM's weights in lm_dtype and the experts' in fp32 pass through the host on their way to the GPU
+    lm_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}[ll["lm_dtype"]]
+    memory = (lm_bytes * lm_params + 4 * sum(expert_params.values())) / 2 ** 20
+    return {"peak_mb": memory, "flops": 1.0, "gpu_tflops": GPU_BF16_TFLOPS, "unit": "FLOP (7B LM + experts; rate of a 512^2 fp32 matmul on this CPU)", "seconds": 1.0 / rate,
+            "units": flops,
+            "how": f"FLOPs only (a 7B LM does not fit here): 6 x ({lm_params:.1e} LM x {tokens} tokens + "
+                   f"{sum(expert_params.values()):.2e} expert params x 577 patches) per sample x batch {tr['batch']} x "
+                   f"{steps} steps (prealign + align + SFT) x {len(arms)} arms per seed (text at its max_text_tokens cap: an upper "
+                   f"bound), at {rate / 1e9:.0f} GFLOP/s on the CPU; on the GPU at {GPU_BF16_TFLOPS:g} TFLOP/s (the LM "
+                   "runs in bfloat16, llava.lm_dtype)"}
+
+
+@unit("sbdd_vs_train", "train")
+def _sbdd_vs_train(cfg):
+    """papers.sbdd_vs.lm.train (the stage's loop) on the full-size SmilesGPT, 3 steps of a full batch of full-length rows."""
+    import torch
+
+    from papers.sbdd_vs import lm
+    from papers.sbdd_vs.params import parse
+
+    p = parse(cfg["sbdd_vs"])
+    q = p.lm
+    vocab = 64  # SMILES tokens: atoms, bonds, rings, brackets (papers.sbdd_vs.lm.tokenize), an upper bound
+    model = lm.SmilesGPT(vocab, d_model=q.d_model, n_layer=q.n_layer, n_head=q.n_head, block_size=q.max_tokens + 2)
+    data = torch.randint(1, vocab, (512, q.max_tokens + 2))
+    run = lambda steps: lm.train(model, data, steps=steps, batch=q.batch, lr=q.lr,  # noqa: E731
+                                 generator=torch.Generator().manual_seed(0))
+    run(1)
+    c0 = cpu_seconds()
+    run(2)
+    s = (cpu_seconds() - c0) / 2
+    finetunes = len(p.targets) * (p.seeds if "lm" in p.generators else 0)
+    return {"unit": f"AdamW step at batch {q.batch} x {q.max_tokens + 2} tokens", "seconds": s,
+            "units": q.pretrain_steps + finetunes * q.finetune_steps,
+            "how": f"papers.sbdd_vs.lm.train timed on SmilesGPT (d {q.d_model}, {q.n_layer} layers) at the full batch of "
+                   f"full-length rows (an upper bound: batches are trimmed to their longest row); x pretrain "
+                   f"{q.pretrain_steps} + {finetunes} fine-tunings (targets x replicates) x {q.finetune_steps} steps"}
+
+
+@unit("flexpert_pretrain", "train")
+def _flexpert_pretrain(cfg):
+    """papers.flexpert.train.pretrain_lm (the stage's loop): 1 and 3 steps of a full batch of max_length sequences."""
+    import numpy as np
+
+    from papers.flexpert import train as T
+
+    lm = dict(cfg["flexpert"]["lm"])
+    rng = np.random.default_rng(0)
+    L = lm["max_length"]
+    seqs = ["".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), L)) for _ in range(256)]
+    B = 4  # a full batch of 64 x 512 residues takes minutes here: timed at 4, scaled to the batch
+    times, base = {}, rss_mb()
+    for steps in (1, 3):
+        c0 = cpu_seconds()
+        T.pretrain_lm(seqs, {**lm, "steps": steps, "batch": B}, seed=0)
+        times[steps] = cpu_seconds() - c0
+    scale = lm["batch"] / B
+    s = (times[3] - times[1]) / 2 * scale
+    return {"peak_mb": base + (peak_mb() - base) * scale,
+            "unit": f"masked-LM step at batch {lm['batch']} x {L} residues", "seconds": s, "units": lm["steps"],
+            "how": f"papers.flexpert.train.pretrain_lm timed on ProteinLM (d {lm['d_model']}, {lm['layers']} layers) at "
+                   f"batch {B} of {L}-residue sequences (an upper bound: real chains are shorter), x {lm['batch']}/{B}; x "
+                   f"{lm['steps']} steps"}
+
+
+@unit("uv_sharpness_train_mlp", "train")
+def _uv_sharpness_train_mlp(cfg):
+    """papers.uv_sharpness.mlp.train (the stage's call): full-batch GD on train_size images for sharpness_every steps
+    (one sharpness measurement with its power iterations inside)."""
+    import torch
+
+    from papers.uv_sharpness import mlp
+    from papers.uv_sharpness.params import parse
+
+    p = parse(cfg["uv_sharpness"])
+    m = p.mlp
+    x = torch.randn(m.train_size, 3 * 32 * 32)
+    labels = torch.randint(0, 10, (m.train_size,))
+    n = min(m.sharpness_every, m.steps)
+    run = lambda steps: mlp.train(x, labels, hidden=m.hidden, lr=m.learning_rates[0], steps=steps,  # noqa: E731
+                                  sharpness_every=m.sharpness_every, power_iterations=m.power_iterations, seed=0,
+                                  architecture=m.architecture)
+    run(1)
+    c0 = cpu_seconds()
+    run(n)
+    s = (cpu_seconds() - c0) / n
+    return {"unit": f"full-batch GD step on {m.train_size} images (sharpness every {m.sharpness_every} amortised)",
+            "seconds": s, "units": m.steps,
+            "how": f"papers.uv_sharpness.mlp.train timed for {n} steps ({m.architecture}, hidden {m.hidden}, "
+                   f"{m.power_iterations} power iterations per sharpness); x {m.steps} steps; one job = one rate and seed"}
+
+
+@unit("linear_mechanisms_nonlinear", "train")
+def _linear_mechanisms_nonlinear(cfg):
+    """papers.linear_mechanisms.mlp.train (the stage's call) at the full width on train_size MNIST-1D-sized inputs."""
+    import torch
+
+    from papers.linear_mechanisms import mlp
+    from papers.linear_mechanisms.params import parse
+    from papers.linear_mechanisms.stages import mlp_arms
+
+    p = parse(cfg["linear_mechanisms"])
+    nl = p.nonlinear
+    g = torch.Generator().manual_seed(0)
+    d_in = 40  # MNIST-1D's 40 features
+    x_tr, y_tr = torch.randn(nl.train_size, d_in, generator=g), torch.randint(0, 10, (nl.train_size,), generator=g)
+    x_te, y_te = torch.randn(nl.test_size, d_in, generator=g), torch.randint(0, 10, (nl.test_size,), generator=g)
+    arm = mlp_arms(nl)[0]
+    run = lambda steps: mlp.train(x_tr, y_tr, x_te, y_te, scale=arm["init_scale"], hidden=nl.hidden,  # noqa: E731
+                                  steps=steps, lr_factor=nl.lr_factor, power_iterations=nl.power_iterations,
+                                  probe=nl.probe, seed=0, converge_accuracy=2.0)  # 2.0: never stops early here
+    n = min(nl.probe, nl.steps)
+    times = {}
+    for steps in (1, n + 1):
+        c0 = cpu_seconds()
+        run(steps)
+        times[steps] = cpu_seconds() - c0
+    s = (times[n + 1] - times[1]) / n
+    arms = len(mlp_arms(nl))
+    return {"unit": f"full-batch GD step of the width-{nl.hidden} MLP on {nl.train_size} inputs", "seconds": s,
+            "units": arms * nl.steps,
+            "how": f"papers.linear_mechanisms.mlp.train timed for {n} steps (one probe every {nl.probe} amortised; the "
+                   f"init's power iteration subtracted); x {arms} arms x the {nl.steps}-step cap (an upper bound: runs "
+                   "stop once they fit); one job = one seed"}
+
+
+@unit("sharpening_pretrain", "train")
+def _sharpening_pretrain(cfg):
+    """The stage's step (papers.common.gpt.token_logprobs on prompt + answer rows, AdamW) on the full-size model."""
+    import torch
+
+    from papers.common.gpt import GPT, GPTConfig, token_logprobs
+    from papers.common.params import to_dict
+    from papers.sharpening import task
+    from papers.sharpening.params import parse
+
+    p = parse(cfg["sharpening"])
+    tk, pp = p.task, p.pretrain
+    V = task.vocab_size(tk.alphabet)
+    model = GPT(GPTConfig(vocab_size=V, block_size=2 * tk.max_len, **to_dict(p.model)))
+    seq = torch.randint(0, V, (pp.batch_size, 2 * tk.max_len))
+
+    def loss_of(m):
+        return -token_logprobs(m, seq)[:, tk.max_len:].mean()
+
+    s = per_step(torch_step(model, loss_of, clip=pp.grad_clip), 3)
+    return {"unit": f"AdamW step at batch {pp.batch_size} x {2 * tk.max_len} tokens", "seconds": s,
+            "units": pp.seeds * pp.max_inits * pp.steps,
+            "how": f"the stage's step on GPT ({p.model.n_layer} layers, width {p.model.n_embd}) at the full batch of "
+                   f"longest rows; x {pp.seeds} seeds x {pp.max_inits} initialisations (the gate's cap: an upper bound) x "
+                   f"{pp.steps} steps"}
+
+
+@unit("infoprop_train", "train")
+def _infoprop_train(cfg):
+    """papers.infoprop.model.train_ensemble (the stage's call): 1 and 2 epochs on 20,000 HalfCheetah-sized transitions."""
+    import numpy as np
+    import torch
+
+    from papers.infoprop.model import train_ensemble
+    from papers.infoprop.params import parse
+
+    p = parse(cfg["infoprop"])
+    m = dict(p.model)
+    n, d_in, d_out = 20000, 17 + 6, 17 + 1  # HalfCheetah: 17 observations, 6 actions; targets (s' - s, r)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(n, d_in)), rng.normal(size=(n, d_out))
+    epochs = 5
+    train_ensemble(x[:1000], y[:1000], {**m, "epochs": 1}, torch.Generator().manual_seed(0))  # warm-up
+    c0 = cpu_seconds()
+    train_ensemble(x, y, {**m, "epochs": epochs, "patience": 10 ** 6}, torch.Generator().manual_seed(0))
+    s = (cpu_seconds() - c0) / epochs  # the set-up (normalisers, bootstrap) included: an upper bound
+    episodes = p.data["train_episodes"] if isinstance(p.data, dict) else p.data.train_episodes
+    N = episodes * 1000  # HalfCheetah never terminates: 1000 steps per episode
+    return {"unit": f"epoch over {n} transitions ({m['ensemble']} members, {m['layers']} x {m['hidden']})", "seconds": s,
+            "units": m["epochs"] * N / n,
+            "how": f"papers.infoprop.model.train_ensemble timed for {epochs} epochs on {n} transitions (per epoch, set-up "
+                   f"included); x "
+                   f"{N}/{n} (linear in the data) x {m['epochs']} epochs (the cap: patience may stop it earlier); "
+                   "one job = one seed"}
+
+
+def _welfare_step(p, policy: str, seeds: int, n: int, k: int, bounds, steps: int) -> float:
+    """CPU seconds of one step of papers.welfare.dynamics.simulate for `policy` on (seeds, n) individuals."""
+    import numpy as np
+
+    from papers.welfare import dynamics as dyn
+
+    rng = np.random.default_rng(0)
+    shape = (seeds, n)
+    u0 = rng.uniform(0, 100, shape)
+    ones = np.ones(shape)
+    dyn.simulate(policy, u0, 0.5 * ones, ones, 0.1 * ones, ones, bounds, k=k, horizon=2, noise=p.noise, rng=rng)
+    c0 = cpu_seconds()
+    dyn.simulate(policy, u0, 0.5 * ones, ones, 0.1 * ones, ones, bounds, k=k, horizon=steps, noise=p.noise, rng=rng)
+    return (cpu_seconds() - c0) / steps
+
+
+@unit("welfare_simulate", "train")
+def _welfare_simulate(cfg):
+    """papers.welfare.dynamics.simulate (the stage's call) for every seed at once, the slowest policy, 300 steps."""
+    from papers.welfare.params import parse
+
+    p = parse(cfg["welfare"])
+    per = {pol: _welfare_step(p, pol, p.seeds, p.individuals, p.budget, p.bounds(), 300) for pol in p.policies}
+    worst = max(per, key=per.get)
+    return {"single_thread": True, "unit": f"simulated step of {p.seeds} seeds x {p.individuals} individuals ({worst})", "seconds": per[worst],
+            "units": p.horizon,
+            "how": f"papers.welfare.dynamics.simulate timed for 300 steps per policy on the full population and seeds; "
+                   f"the slowest ({worst}) x horizon {p.horizon}; one job = one policy and population"}
+
+
+@unit("welfare_sweep", "train")
+def _welfare_sweep(cfg):
+    """papers.welfare.dynamics.simulate at every sweep point (paper's population and its control: 2 x seeds rows)."""
+    from papers.welfare.params import parse
+
+    p = parse(cfg["welfare"])
+    pol = "rawlsian_min_u" if "rawlsian_min_u" in p.policies else p.policies[0]
+    points = p.sweep()
+    big = max(points, key=lambda pt: pt["individuals"])
+    s = _welfare_step(p, pol, 2 * p.seeds, big["individuals"], big["budget"], big["bounds"], 100)
+    return {"single_thread": True, "unit": f"simulated step of {2 * p.seeds} rows x {big['individuals']} individuals", "seconds": s,
+            "units": len(points) * p.sweep_horizon,
+            "how": f"papers.welfare.dynamics.simulate timed for 100 steps ({pol}) at the largest sweep point (N = "
+                   f"{big['individuals']}), paper's population and control; x {len(points)} points x sweep_horizon "
+                   f"{p.sweep_horizon} (an upper bound: smaller points cost less); one job = one policy"}
+
+
+@unit("adamanip_train", "train")
+def _adamanip_train(cfg):
+    """papers.adamanip.train.fit (the stage's call) for each policy on demonstrations of the full point count."""
+    import numpy as np
+
+    from papers.adamanip import train as T
+    from papers.adamanip.params import parse
+
+    p = parse(cfg["adamanip"])
+    pol, tr = dict(p.policy), dict(p.train)
+    rng = np.random.default_rng(0)
+    n, P = 2000, p.physics["points"] if isinstance(p.physics, dict) else p.physics.points
+    demos = {"points": rng.normal(size=(n, P, 3)).astype(np.float32), "state": rng.normal(size=(n, 8)),
+             "action": rng.normal(size=(n, 4)), "episode": np.repeat(np.arange(n // 40), 40)}
+    per = {}
+    for policy in tr["steps"]:
+        times = {}
+        for steps in (2, 6):
+            c0 = cpu_seconds()
+            T.fit(policy, demos, pol, {**tr, "steps": {**tr["steps"], policy: steps}}, 0)
+            times[steps] = cpu_seconds() - c0
+        per[policy] = (times[6] - times[2]) / 4
+    worst = max(per, key=lambda k: per[k] * tr["steps"][k])
+    kinds = 2  # both demonstration kinds (one-go and adaptive) in one job
+    return {"unit": f"AdamW step of the {worst} policy at batch {tr['batch']}", "seconds": per[worst],
+            "units": kinds * tr["steps"][worst],
+            "how": f"papers.adamanip.train.fit timed (6 steps - 2) per policy at batch {tr['batch']} of {P}-point clouds "
+                   f"({', '.join(f'{k} {v:.3f} s' for k, v in per.items())}); the costlier ({worst}) x {kinds} "
+                   f"demonstration kinds x {tr['steps'][worst]} steps; one job = one policy and seed"}
+
+
+# ---- the run ---------------------------------------------------------------------------------------------------------
+def measure_one(rule: str) -> dict:
+    """Run in the child: the measurement of `rule`, with its peak RSS."""
+    import torch
+
+    torch.set_num_threads(1)
+    kind, fn = MEASURE[rule]
+    w0, c0 = time.perf_counter(), cpu_seconds()
+    out = fn(merged_config())
+    return {"peak_mb": peak_mb(), **out, "rule": rule, "kind": kind, "measure_cpu_s": cpu_seconds() - c0,
+            "measure_wall_s": time.perf_counter() - w0}
+
+
+def estimate(row: dict, kinds: dict, gpu_tflops: float) -> dict:
+    """Minutes and MB of one job's first attempt, from a child's measurement."""
+    spec = kinds[row["kind"]]
+    cpu_min = row["seconds"] * row["units"] / 60
+    factor = 1.0 if row.get("single_thread") else spec["threads"] * THREAD_EFFICIENCY
+    if row["kind"] == "gpu":  # the job's FLOPs at the GPU's assumed sustained rate
+        gpu_min = row["flops"] * row["units"] / (row.get("gpu_tflops", gpu_tflops) * 1e12) / 60
+        factor = max(1.0, cpu_min / gpu_min)  # never slower than the CPU
+    minutes = cpu_min / factor
+    runtime = max(RUNTIME_FLOOR, math.ceil(minutes * SAFETY))
+    cap = spec.get("max_runtime")
+    fits = cap is None or runtime <= cap
+    mem = max(MEM_FLOOR_MB, int(math.ceil(row["peak_mb"] * SAFETY / 100) * 100))
+    fits = fits and (spec.get("max_mem_mb") is None or mem <= spec["max_mem_mb"])
+    return {**row, "cpu_minutes": cpu_min, "factor": factor, "estimate_minutes": minutes, "runtime": runtime,
+            "mem_mb": mem, "fits": fits}
+
+
+def yaml_block(rows: list[dict]) -> str:
+    """The config block: one line per rule measured (this run's rows and, after a partial run, the CSV's others)."""
+    lines = [BEGIN,
+             f"# Measured by scripts/estimate_full_jobs.py (safety x{SAFETY}; train jobs: CPU time / (threads x "
+             f"{THREAD_EFFICIENCY:g}); gpu jobs: FLOPs at {GPU_TFLOPS:g} TFLOP/s); see",
+             "# config/full_estimates.csv for each rule's unit, measurement and extrapolation. An entry above its kind's",
+             "# max_runtime is what the job needs, not a request a partition grants: that rule needs a split (README).",
+             "job_estimates:"]
+    for r in sorted(rows, key=lambda r: r["rule"]):
+        fits = r["fits"] in (True, "True")
+        note = "" if fits else "  # does not fit the kind's max_runtime / max_mem_mb: split it"
+        lines.append(f"  {r['rule']}: {{runtime: {int(r['runtime'])}, mem_mb: {int(r['mem_mb'])}}}{note}")
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def write_config(block: str) -> None:
+    """Replace the block between the markers in config/full.yaml (append it where there is none)."""
+    path = ROOT / "config" / "full.yaml"
+    text = path.read_text()
+    if BEGIN in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END + "\n", 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    path.write_text(text)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rules", help="comma-separated rules (default: every rule measured here)")
+    ap.add_argument("--out", default=str(ROOT / "config" / "full_estimates.csv"))
+    ap.add_argument("--gpu-tflops", type=float, default=GPU_TFLOPS, help="sustained fp32 rate of the GPU (TFLOP/s)")
+    ap.add_argument("--write-config", action="store_true", help="replace config/full.yaml's job_estimates block")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure_one(args.child)))
+        return
+    rules = args.rules.split(",") if args.rules else sorted(MEASURE)
+    kinds = merged_config()["resources"]
+    rows = []
+    for rule in rules:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        done = subprocess.run(["nice", "-n", "10", sys.executable, __file__, "--child", rule], capture_output=True,
+                              text=True, env=env, cwd=ROOT)
+        if done.returncode:
+            print(f"{rule}: measurement failed\n{done.stderr[-2000:]}", file=sys.stderr)
+            continue
+        row = estimate(json.loads(done.stdout.strip().splitlines()[-1]), kinds, args.gpu_tflops)
+        rows.append(row)
+        print(f"{rule} ({row['kind']}): {row['seconds']:.3g} s/unit x {row['units']:.3g} = {row['cpu_minutes']:.0f} "
+              f"CPU-min / {row['factor']:.3g} -> {row['runtime']} min{'' if row['fits'] else ' (DOES NOT FIT)'}, "
+              f"{row['mem_mb']} MB (measured in {row['measure_cpu_s']:.0f} CPU-s, {row['measure_wall_s']:.0f} s wall)",
+              file=sys.stderr)
+    cols = ["rule", "kind", "unit", "seconds", "flops", "units", "cpu_minutes", "factor", "estimate_minutes", "peak_mb",
+            "runtime", "mem_mb", "fits", "how", "measure_cpu_s", "measure_wall_s"]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    out_rows = [{k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
+    if args.rules and Path(args.out).exists():  # a partial remeasurement keeps the other rules' rows
+        with open(args.out, newline="") as f:
+            done = {r["rule"] for r in rows}
+            out_rows += [r for r in csv.DictReader(f) if r["rule"] not in done]
+    with open(args.out, "w", newline="") as f:
+        w = csv.DictWriter(f, cols, extrasaction="ignore")
+        w.writeheader()
+        for r in sorted(out_rows, key=lambda r: r["rule"]):
+            w.writerow(r)
+    block = yaml_block(out_rows)
+    print(block)
+    if args.write_config:
+        write_config(block)
+
+
+if __name__ == "__main__":
+    main()
