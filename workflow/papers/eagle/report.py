@@ -12,10 +12,10 @@ from papers.common.params import to_dict
 from papers.common.plotting import savefig, subplots
 from papers.common.report import job_times, write_report
 from papers.common.tables import mean_std, write_table
-from papers.eagle.experts import Tower
+from papers.eagle.experts import ARCH, Tower
 from papers.eagle.fusion import bilinear_unread
-from papers.eagle.params import (BLIND, BLINDED, FUSIONS, OPTIONAL_GROUPS, PLANTED, SERVES, SHUFFLED, SLUG, full_scale,
-                                 parse)
+from papers.eagle.params import (BLIND, BLINDED, EXPERTS, FUSIONS, OPTIONAL_GROUPS, PLANTED, SERVES, SHUFFLED, SLUG,
+                                 full_scale, parse)
 from papers.eagle.schedule import lr_factor
 
 TITLE = "P8 eagle: Eagle, a mixture of vision encoders for multimodal LLMs (channel concatenation, Pre-Alignment)"
@@ -118,9 +118,54 @@ def serve_failures(df: pd.DataFrame, experts, kinds, gate: float) -> dict[str, d
     return out
 
 
+def convergence_failures(df: pd.DataFrame, arms, tol: float) -> dict[str, dict[int, str]]:
+    """Per arm of `arms`, the seeds on which it had not converged: its validation accuracy still rose in the last
+    quarter of SFT by more than `tol` (compared in validation questions, as :func:`converged_gate`)."""
+    out = {}
+    for arm in arms:
+        sel = df[(df.arm == arm) & (df.split == "test") & (df.kind == "all")].sort_values("seed")
+        out[arm] = {}
+        for r in sel.itertuples():
+            if "late_gain_questions" in sel and pd.notna(getattr(r, "late_gain_questions", None)):
+                allowed = int(round(tol * int(r.val_questions)))
+                if int(r.late_gain_questions) > allowed:
+                    out[arm][int(r.seed)] = (f"still rising: +{int(r.late_gain_questions)} of {int(r.val_questions)} "
+                                             f"validation questions in the last quarter of SFT (at most {allowed})")
+            elif r.late_gain > tol:
+                out[arm][int(r.seed)] = f"still rising: +{r.late_gain:.3f} in the last quarter of SFT (at most {tol:g})"
+    return out
+
+
+def fine_failures(df: pd.DataFrame, arm: str, gate: float) -> dict[int, str]:
+    """The seeds on which the mixture `arm` did not read the fine print: fine-question validation accuracy < `gate`."""
+    seeds = seeds_of(df, arm)
+    fine = per_seed(df, arm, "fine", "val", seeds)
+    return {int(s): f"fine {a:.3f} below the fine-print gate" for s, a in zip(seeds, fine) if a < gate}
+
+
+def admission_failures(df: pd.DataFrame, experts, kinds, claims: dict, mixtures) -> dict[str, dict[int, str]]:
+    """Claim (b)'s admission rule, per seed (eagle.claims): why each arm compared in (b) leaves a seed, {arm: {seed:
+    reasons}}: a single expert that did not learn a kind its view serves (:func:`serve_failures`), any arm
+    (`mixtures` and the single experts) still rising at the end of SFT (:func:`convergence_failures`), a mixture that
+    does not read the fine print (:func:`fine_failures`; the channel concatenation: a mixture blind to the high-res
+    canvas cannot). Each seed is judged on its own arms: an added seed can leave (b), it cannot make another leave."""
+    singles = [f"single:{e}" for e in experts]
+    serve = serve_failures(df, experts, kinds, claims["serve_gate"])
+    converged = convergence_failures(df, [*mixtures, *singles], claims["convergence_tol"])
+    fine = {"fusion:concat": fine_failures(df, "fusion:concat", claims["fine_gate"])}
+    out = {}
+    for arm in [*mixtures, *singles]:
+        reasons: dict[int, list[str]] = {}
+        for part in (serve.get(arm, {}), converged.get(arm, {}), fine.get(arm, {})):
+            for seed, why in part.items():
+                reasons.setdefault(seed, []).append(why)
+        out[arm] = {seed: "; ".join(w) for seed, w in sorted(reasons.items())}
+    return out
+
+
 def admitted_seeds(df: pd.DataFrame, experts, failures: dict) -> list[int]:
-    """Claim (b)'s admission rule (eagle.claims.serve_gate, per seed): the seeds on which a single expert trained
-    and every single expert trained on it passed the serve gate; (b) is decided on these seeds only."""
+    """Claim (b)'s admission rule (eagle.claims, per seed): the seeds on which a single expert trained and no arm
+    trained on it failed (`failures`: {arm: {seed: why}}); (b) is decided on these seeds only."""
     trained = set().union(*(set(seeds_of(df, f"single:{e}")) for e in experts))
     failed = set().union(*(set(f) for f in failures.values()))
     return sorted(int(s) for s in trained - failed)
@@ -153,12 +198,14 @@ def claim_a(p, df: pd.DataFrame) -> Claim:
     if not all((df.arm == a).any() for a in arms):
         return Claim.not_measured(
             "a", statement, paper, criterion,
-            f"not measured at this scale (eagle.arm_seeds.fusion = {p.arm_seeds.get('fusion', 0)}): with every arm "
-            f"trained to the SFT cap of {p.train['sft_steps']} steps (no early stop), the four other fusions on even "
-            "3 seeds do not fit the time budget beside claim (b)'s arms (the report's cost line computes it), and at "
-            "the committed run's paired spread of the closest fusion (Mini-Gemini: concat - fusion -0.0095, sd 0.017 "
-            "over 3 seeds, early-stopped arms: config/config.yaml) about 6 seeds, 24 fusion trainings, would decide "
-            "it. Its positive control (a planted deficit, papers.eagle.train.planted_deficit) runs with it. The full "
+            f"not measured at this scale (eagle.arm_seeds.fusion = {p.arm_seeds.get('fusion', 0)}). What would "
+            f"measure it: the {len(others)} other fusions ({', '.join(others)}) trained beside the concatenation on n "
+            f"seeds, every arm to the SFT cap of {p.train['sft_steps']} steps ({len(others)} n arm trainings), with "
+            "the planted-deficit positive control (papers.eagle.train.planted_deficit, which trains nothing), n the "
+            "seeds that the measured paired spread of concat - fusion needs (papers.eagle.report.seeds_to_decide): "
+            "this run trains no other fusion, so it does not measure that spread. What it would cost: the report's "
+            "cost line (What differs) computes, from this run's benchmark files, one arm training's job time and "
+            "what the other fusions on the fewest seeds for a verdict would add against the time budget. The full "
             "scale (config/full.yaml) runs it.",
             threshold_source=source)
     seeds = seeds_of(df, *arms)
@@ -228,12 +275,19 @@ def claim_b(p, df: pd.DataFrame) -> Claim:
     singles = [f"single:{e}" for e in experts]
     strongest = "single:hires"  # the single expert that can read both digits (papers.eagle.params.SERVES)
     trained_blind = [BLIND] if BLIND in set(df.arm) else []
-    # The admission rule (fixed before this block of seeds ran): a seed enters (b) only if every single expert trained
-    # on it learned the kinds its view serves. Each comparison pairs on the admitted seeds its two arms share
-    # (eagle.arm_seeds.single may give the experts different seeds).
-    failures = serve_failures(df, experts, p.data["kinds"], gate)
+    # The admission rule (fixed before this block of seeds ran): a seed enters (b) only if, on it, every arm compared
+    # converged, every single expert learned the kinds its view serves and the mixture reads the fine print. Each
+    # comparison pairs on the admitted seeds its two arms share (eagle.arm_seeds.single may give the experts
+    # different seeds).
+    mixtures = ["fusion:concat", *trained_blind]
+    failures = admission_failures(df, experts, p.data["kinds"], p.claims, mixtures)
     admitted = admitted_seeds(df, experts, failures)
-    on = {s: [x for x in seeds_of(df, "fusion:concat", s) if x in admitted] for s in singles}
+    # Each comparison pairs on the seeds where its own arms (and the mixtures) passed: a single expert failing on a
+    # seed does not remove that seed from another single expert's comparison (issue 52's sixth round, after its
+    # run: single:clip trains on the first 3 seeds only, and a high-res failure on one of them had left concat -
+    # single:clip on 2 seeds, below the 3 a verdict needs; the verdict rests on concat - single:hires either way).
+    left = set().union(*(set(failures[m]) for m in mixtures))
+    on = {s: [x for x in seeds_of(df, "fusion:concat", s) if x not in left and x not in failures[s]] for s in singles}
     if not all(on.values()):
         on = {s: seeds_of(df, "fusion:concat", s) for s in singles}  # no seed admitted: the premise below says so
 
@@ -252,31 +306,36 @@ def claim_b(p, df: pd.DataFrame) -> Claim:
                 for s in singles}
     diff_adm = {s: float((per_seed(df, "fusion:concat", seeds=on[s]) - per_seed(df, s, seeds=on[s])).mean())
                 for s in singles}
-    pool = admitted or sorted(int(x) for x in df.seed.unique())  # the gates read the seeds that decide
-    gates = [converged_gate(df, [a], [x for x in seeds_of(df, a) if x in pool], tol)
-             for a in ["fusion:concat", *singles, *trained_blind]]
-    n_failed = {s: len(failures[s]) for s in singles}
+    compared = [*mixtures, *singles]
+    n_failed = {a: len(failures[a]) for a in compared}
     block = sorted(int(x) for x in df.seed.unique())
+    allowed = f"{tol:g} x the validation questions"
     premise_admitted = Premise.at_least(
-        f"seeds admitted to (b): seeds whose single experts ({', '.join(singles)}) each learned the kinds their view "
-        f"serves (validation accuracy >= {gate:g} on each, eagle.claims.serve_gate); admitted: "
-        f"{', '.join(map(str, admitted)) or 'none'} of seeds {block[0]}-{block[-1]}", len(admitted), need,
-        what="eagle.claims.min_admitted, fixed before this block of seeds ran")
+        f"seeds admitted to (b), each judged on its own arms: every arm compared ({', '.join(compared)}) converged "
+        f"(its validation accuracy rose by at most {allowed} in the last quarter of SFT, eagle.claims."
+        "convergence_tol), "
+        f"every single expert learned each kind its view serves (validation accuracy >= {gate:g}, eagle.claims."
+        f"serve_gate) and the mixture reads the fine print (fine-question validation accuracy >= "
+        f"{p.claims['fine_gate']:g}, eagle.claims.fine_gate); admitted: {', '.join(map(str, admitted)) or 'none'} of "
+        f"seeds {block[0]}-{block[-1]}", len(admitted), need,
+        what="eagle.claims.min_admitted, fixed with the rule before this block of seeds ran")
     finding = (
-        "Finding: " + "; ".join(
-            f"{s} failed the serve gate on {n_failed[s]} of {len(seeds_of(df, s))} seeds"
-            + (f" ({', '.join(f'seed {k}: {v}' for k, v in failures[s].items())})" if failures[s] else "")
-            for s in singles)
-        + f". (b) is decided on the {len(admitted)} admitted seeds (at least {need} required, eagle.claims."
-        "min_admitted; the rule and this block of seeds, eagle.seed_offset, were fixed after a seed of an earlier block "
-        "failed the gate, so the deciding seeds are fresh). Leaving out a seed whose single expert is stuck below twice chance "
-        "on a kind it serves removes the seeds where that expert is weakest, so it can only shrink concat - single: "
-        "the rule is conservative for 'beats' (mean concat - single over all of the single expert's seeds, then "
-        "over the admitted ones: "
+        "Finding (every seed of the block reported; a seed leaves (b) only by the rule): " + "; ".join(
+            f"{a} failed on {n_failed[a]} of {len(seeds_of(df, a))} seeds"
+            + (f" ({'; '.join(f'seed {k}: {v}' for k, v in failures[a].items())})" if failures[a] else "")
+            for a in compared)
+        + f". Every arm passed on {len(admitted)} seeds (at least {need} required, eagle.claims.min_admitted; the "
+        "rule and this block of seeds, eagle.seed_offset, were fixed before the block ran); each comparison pairs on "
+        "the seeds where its own arms passed (" + "; ".join(f"{s}: {', '.join(map(str, on[s]))}" for s in singles)
+        + "). Leaving "
+        "out a seed whose single expert is stuck below twice chance, or still rising, on a kind it serves removes the "
+        "seeds where that expert is weakest, so it can only shrink concat - single (conservative for 'beats'); a seed "
+        "left out because the mixture failed would remove the mixture's weakest seeds (not conservative), hence its "
+        "count above (mean concat - single over all of the single expert's seeds, then over the admitted ones: "
         + "; ".join(f"{s} {diff_all[s]:.4f} over {len(every[s])}, {diff_adm[s]:.4f} over {len(on[s])}"
                     + ("" if diff_adm[s] <= diff_all[s] + 1e-12 else " (here the admitted seeds' mean is the larger)")
                     for s in singles) + ")")
-    premises = [*gates, premise_admitted, fine_gate(df, ["fusion:concat"], on[strongest], p.claims["fine_gate"])]
+    premises = [premise_admitted]
     gated = {e.name for e in evidence} if not all(g.met for g in premises) else set()
     return Claim(
         "b", "The mixture beats every single expert, most on the fine-detail questions",
@@ -288,10 +347,12 @@ def claim_b(p, df: pd.DataFrame) -> Claim:
                                                    - per_seed(df, strongest, k, seeds=on[strongest])).mean())
             for k in p.data["kinds"]},
          "seeds admitted": len(admitted),
-         **{f"seeds where {s} failed the serve gate": n_failed[s] for s in singles}},
-        f"a seed enters only if every single expert trained on it reaches validation accuracy >= {gate:g} on each "
-        f"kind its view serves (eagle.claims.serve_gate); at least {need} admitted seeds (eagle.claims.min_admitted). "
-        "Paired-by-seed t intervals over the admitted seeds each comparison's two arms share ("
+         **{f"seeds where {a} failed admission": n_failed[a] for a in compared}},
+        f"a seed enters only if, on it, every arm compared converged (eagle.claims.convergence_tol), every single "
+        f"expert reaches validation accuracy >= {gate:g} on each kind its view serves (eagle.claims.serve_gate) and "
+        f"the mixture reads the fine print (eagle.claims.fine_gate); at least {need} admitted seeds (eagle.claims."
+        "min_admitted). "
+        "Paired-by-seed t intervals over the seeds on which each comparison's own two arms trained and passed ("
         + ", ".join(f"{s} {len(on[s])}" for s in singles) + f"): concat - each single expert > {thr:g} (test "
         f"accuracy), and, deciding 'most on fine detail' against the strongest single expert, concat's gain over "
         f"{strongest} on fine-detail questions minus its gain on global questions > {thr:g} (the gain over CLIP is "
@@ -346,11 +407,14 @@ def claim_c(p, df: pd.DataFrame) -> Claim:
     if not (df.arm == "prealign:concat").any():
         return Claim.not_measured(
             "c", statement, paper, criterion,
-            f"not measured at this scale (eagle.arm_seeds.prealign = {p.arm_seeds.get('prealign', 0)}): with every "
-            f"arm trained to the SFT cap of {p.train['sft_steps']} steps, Pre-Alignment and its shuffled-pairs null "
-            "do not fit the time budget beside claim (b)'s arms; at the paired spread of the committed run before "
-            "this one (prealign - joint 0.0058, sd 0.0134 over 3 seeds: config/config.yaml) about 23 seeds would "
-            "decide it. The full scale (config/full.yaml) runs it with its null.",
+            f"not measured at this scale (eagle.arm_seeds.prealign = {p.arm_seeds.get('prealign', 0)}). What would "
+            f"measure it: Pre-Alignment ({p.train['prealign_steps']} steps per non-CLIP expert, then the same stages) "
+            "and its shuffled-pairs null trained beside the concatenation on n seeds (2 n arm trainings), gated on the "
+            "joint arm's headroom, n the seeds that the measured paired spread of prealign - joint needs "
+            "(papers.eagle.report.seeds_to_decide): this run trains no Pre-Alignment, so it does not measure that "
+            "spread. What it would cost: the report's cost line (What differs) computes, from this run's benchmark "
+            "files, one arm training's job time and what the two arms on the fewest seeds for a verdict would add "
+            "against the time budget. The full scale (config/full.yaml) runs it with its null.",
             "not run: Pre-Alignment on shuffled (question, canvas) pairs, the same extra steps without alignment",
             threshold_source=source)
     shuffled_ran = SHUFFLED in set(df.arm)
@@ -403,10 +467,13 @@ def claim_d(p, df: pd.DataFrame) -> Claim:
     if len(experts) < 3 or not (df.rr_step > 0).any():
         return Claim.not_measured(
             "d", statement, paper, criterion,
-            f"not measured at this scale: the round-robin needs three experts and this run has {len(experts)} "
-            f"({', '.join(experts)}); the questions asked ({', '.join(p.data['kinds'])}) are served by CLIP and the "
-            "high-res reader, and the localisation expert serves neither, so with it the third step could not help by "
-            "design (issue 52). The full scale (config/full.yaml: three experts on real benchmarks) runs it.",
+            f"not measured at this scale: the round-robin's two gains need three experts and this run has "
+            f"{len(experts)} ({', '.join(experts)}); of the kinds asked ({', '.join(p.data['kinds'])}), "
+            + "; ".join(f"{e} serves {', '.join(k for k in p.data['kinds'] if k in SERVES[e]) or 'none'}"
+                        for e in EXPERTS)
+            + f" (papers.eagle.params.SERVES), so a third expert ({', '.join(e for e in EXPERTS if e not in experts)}) "
+            "would add no kind that the others do not serve, and its step could not help by design (issue 52). The "
+            "full scale (config/full.yaml) runs it.",
             threshold_source=source)
     steps = [rr_step(df, k) for k in (1, 2, 3)]
     g1, g2 = steps[1] - steps[0], steps[2] - steps[1]
@@ -680,6 +747,16 @@ def _resample_text(p) -> str:
             "bilinear, Eagle's released tower).")
 
 
+def _top_text(names) -> str:
+    """Each expert's trained last convolution and its frozen lower layers (papers.eagle.experts.ARCH)."""
+    parts = []
+    for e in names:
+        size, layers = ARCH[e]
+        (k, _), lower = layers[-1], " then ".join(f"{a} x {a} stride {b}" for a, b in layers[:-1])
+        parts.append(f"{e}: a {k} x {k} convolution over frozen {lower} on its {size} x {size} view")
+    return "; ".join(parts)
+
+
 def _width_text(p) -> str:
     width = p.fusion.get("attention_width", "lm")
     return ("Mini-Gemini's and deformable attention's queries, keys and values are at "
@@ -800,7 +877,8 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
         f"{p.lm['d_model']}, not Vicuna-7B; the experts and the LM are pretrained once and shared by the seeds, as "
         "the paper's public checkpoints are, so the seeds replicate the data draw and the arms' training, not the "
         "pretraining. Towers: the paper unfreezes the whole vision towers in SFT (Sec. 2.2) and in Pre-Alignment "
-        "(Sec. 2.5); here only each tower's last layer trains, its lower layers stay frozen and are computed once per "
+        "(Sec. 2.5); here only each tower's last layer trains (" + _top_text(p.experts["names"]) + "), its lower "
+        "layers stay frozen and are computed once per "
         "seed. LLaVA-HR's MR-Adapter (its official code's, with the final linear path of both maps) is applied once "
         "to the CLIP tower's output map, not after each of the first three quarters of its blocks; Mini-Gemini's "
         "mining uses the concatenated high-res maps as keys and values; deformable attention has one head; "
