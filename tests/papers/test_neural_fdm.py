@@ -423,6 +423,8 @@ def test_params_reject_unknown_keys_and_bad_values():
         parse({"seeds": 3, "tune_seed": 2})
     with pytest.raises(ValueError, match="validation_seed"):
         parse({"validation_seed": 90, "test_seed": 90})
+    with pytest.raises(ValueError, match="converged_arms"):
+        parse({"converged_arms": "leading"})
 
 
 # ---- claims ------------------------------------------------------------------------------------
@@ -601,6 +603,53 @@ def test_convergence_gate_reads_the_held_out_error_over_the_last_quarter_with_a_
     assert not converged_gate(_history(late_fall=0.095), p, "shell", "hybrid").met  # mean below 10%, interval not
     no_val = hist.drop(columns=["validation_error", "fraction"])
     assert not converged_gate(no_val, p, "shell", "hybrid").met  # nothing measured: not met
+
+
+def _history_of(falls: dict, seeds=3):
+    """A training history whose models fall by falls[model] over the last quarter (see :func:`_history`)."""
+    import pandas as pd
+
+    parts = [_history(seeds, late_fall=f) for f in falls.values()]
+    return pd.concat([h[h.model == m] for h, m in zip(parts, falls)], ignore_index=True)
+
+
+def test_convergence_arms_gate_the_trailing_model_of_a_split_decided_in_distribution():
+    from papers.neural_fdm.report import convergence_arms
+
+    assert convergence_arms("id", "holds") == ("neural",)  # the hybrid leads: only the fully neural model could close
+    assert convergence_arms("id", "does not hold") == ("hybrid",)  # the fully neural model leads
+    assert convergence_arms("id", "inconclusive") == ("hybrid", "neural")  # no direction to protect
+    for verdict in ("holds", "does not hold"):  # out of distribution more training need not lower the leader's error
+        assert convergence_arms("ood", verdict) == ("hybrid", "neural")
+        assert convergence_arms("id", verdict, rule="all") == ("hybrid", "neural")
+
+
+def test_an_unconverged_trailing_model_blocks_claim_a_and_an_unconverged_leader_does_not():
+    """Planted: the fully neural model ahead in both splits (hybrid_err 2.4 > neural_err 2.0, both learned), so
+    claim (a) does not hold when both converged. The trailing hybrid still falling 30% over the last quarter: the
+    verdict could be reversed by training it longer, so inconclusive. The leading fully neural model still falling:
+    its further fall widens its lead in distribution, where the split decides alone, so the verdict stands."""
+    df = _metrics(hybrid_err=2.4)
+    c, _ = _claims(df, hist=_history_of({"hybrid": 0.02, "neural": 0.02}))
+    assert c["a_shell"].verdict == "does not hold"
+    c, _ = _claims(df, hist=_history_of({"hybrid": 0.3, "neural": 0.02}))  # the trailing model unconverged
+    assert c["a_shell"].verdict == "inconclusive" and "shell hybrid converged" in c["a_shell"].note
+    assert c["a_shell"].measured["convergence_gated"]["gated"]["id"] == ["hybrid"]
+    c, _ = _claims(df, hist=_history_of({"hybrid": 0.02, "neural": 0.3}))  # the leading model unconverged
+    a = c["a_shell"]
+    assert a.verdict == "does not hold" and a.premise_met
+    assert a.measured["convergence_gated"]["rests_on"] == ["id"]  # the ood split (both gated) is not needed
+    assert [g.name.split(":")[0] for g in a.premise if "converged" in g.name] == ["shell hybrid converged"]
+    assert "shell neural not converged: ahead in shell_id, shell_ood" in a.note
+    # the rule before (every model gated): the unconverged leader blocks the verdict
+    c, _ = _claims(df, hist=_history_of({"hybrid": 0.02, "neural": 0.3}), cfg={"converged_arms": "all"})
+    assert c["a_shell"].verdict == "inconclusive"
+    # a verdict that holds needs every split, and out of distribution both models stay gated: an unconverged
+    # leading hybrid blocks "holds" there (its ood error need not fall with more in-distribution training)
+    c, _ = _claims(_metrics(), hist=_history_of({"hybrid": 0.3, "neural": 0.02}))
+    assert c["a_shell"].verdict == "inconclusive" and "shell hybrid converged" in c["a_shell"].note
+    c, _ = _claims(_metrics(), hist=_history_of({"hybrid": 0.02, "neural": 0.02}))
+    assert c["a_shell"].verdict == "holds"
 
 
 # ---- the best-fit residual of claim (b), the blind predictor, the free-node RMS of claim (c) ---------------------

@@ -21,7 +21,9 @@ and more rotated than any training ring (neither model can map them back); a gua
 stiffness (training steps that move K across a singular matrix or above a condition number are undone)
 and the failure rate by condition number; medians beside means; the untrained hybrid as a negative
 control, the blind predictor (the mean training shape) as the reference a learned model must beat, a
-convergence premise on held-out validation error at 50/75/100% of training (t interval over seeds), and the
+convergence premise on held-out validation error at 50/75/100% of training (t interval over seeds; in claim (a)
+only the model behind in a split decided in distribution must pass it, since a further fall of the leader widens
+its lead; both models out of distribution), and the
 targets displaced by the fully neural model's own RMS error as claim (b)'s positive control; the equilibrium of
 a fully neural shape judged with the force densities that best balance it (could it stand at all?), against the
 targets' own best-fit residual; comparable accuracy judged relative to direct optimisation's error on the same

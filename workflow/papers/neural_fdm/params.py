@@ -15,6 +15,7 @@ SLUG = "neural_fdm"
 TASKS = ("shell", "tower")
 MODELS = ("hybrid", "neural")  # learned arms; direct optimisation runs in the evaluate stage
 DIRECT_METHODS = ("SLSQP", "L-BFGS-B")
+CONVERGED_ARMS = ("trailing", "all")  # which compared models the convergence premise of claim (a) gates
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,9 @@ class Params:
     # premise of (a) and (c): the held-out validation error fell by less than this over the last quarter of training
     # (the whole t interval over seeds of the per-seed fall)
     converged_gain: float = 0.1
+    # which models of a claim (a) comparison pass that premise: "trailing" (in a split decided in distribution, only
+    # the one behind: a further fall of the leader widens its lead; report.convergence_gates) or "all" (both, always)
+    converged_arms: str = "trailing"
     # claim (c): the hybrid's RMS shape error at most this many times direct optimisation's (median over shapes)
     accuracy_ratio: float = 2.0
     bootstrap: int = 2000  # resamples of the (shapes x seeds) bootstrap of claim (c)
@@ -208,6 +212,9 @@ class Params:
             raise ValueError(f"neural_fdm.accuracy_ratio must exceed 1, got {self.accuracy_ratio}")
         if not 0 < self.converged_gain < 1:
             raise ValueError(f"neural_fdm.converged_gain must lie in (0, 1), got {self.converged_gain}")
+        if self.converged_arms not in CONVERGED_ARMS:
+            raise ValueError(f"neural_fdm.converged_arms must be one of {', '.join(CONVERGED_ARMS)}, got "
+                             f"{self.converged_arms!r}")
         if self.timing_shapes > self.test_shapes:
             raise ValueError(f"neural_fdm.timing_shapes ({self.timing_shapes}) exceeds test_shapes ({self.test_shapes})")
 
