@@ -212,6 +212,39 @@ class SPDAttentionNet(nn.Module):
         return self.mlr(pooled)
 
 
+class TangentPoolNet(nn.Module):
+    """A set of T SPD tokens -> class logits without attention: every token's tangent vector at the identity
+    (LogEig, vec of log X_t) through a one-hidden-layer perceptron, the logits averaged over the tokens (a
+    DeepSets head: each token is read on its own, content-dependent, but no token weighs another). Claim (e)'s
+    stronger non-attentive baseline (the third review of issue 52: the uniform Frechet mean of the plain
+    ablation dilutes a one-window event by construction); `hidden` is set so that its parameter count matches
+    the attention network's (:func:`tangent_pool_hidden`)."""
+
+    def __init__(self, n, classes, hidden, generator):
+        super().__init__()
+        d = n * (n + 1) // 2
+        self.hidden_layer = nn.Linear(d, hidden, dtype=torch.float64)
+        self.out = nn.Linear(hidden, classes, dtype=torch.float64)
+        _init(self.hidden_layer, generator)
+        _init(self.out, generator)
+        self.token_logs = InputCache()
+
+    def forward(self, tokens):  # (B, T, n, n) -> (B, classes)
+        v = self.token_logs(tokens, lambda x: triu_vec(geo.sym_funcm(x, "log")))  # (B, T, d)
+        return self.out(torch.relu(self.hidden_layer(v))).mean(1)
+
+
+def parameter_count(model: nn.Module) -> int:
+    return sum(q.numel() for q in model.parameters() if q.requires_grad)
+
+
+def tangent_pool_hidden(n: int, classes: int, target: int) -> int:
+    """The hidden width of :class:`TangentPoolNet` whose parameter count is closest to `target` (the attention
+    network's): (d + 1) h + (h + 1) classes parameters, d = n (n + 1) / 2."""
+    d = n * (n + 1) // 2
+    return max(1, int(round((target - classes) / (d + 1 + classes))))
+
+
 # ---- Poincare-ball heads -----------------------------------------------------------------------
 # Each head can hold `replicas` independent copies of its parameters (a leading dimension), trained side by side on
 # (replicas, N, d) inputs: the tree's seeds in one full-batch run (every copy has its own gradient; Adam is

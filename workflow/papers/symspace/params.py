@@ -29,6 +29,11 @@ class Params:
     # Region covariances of sklearn's digits (Data (2)): eps I regularises; train_fraction of the images train.
     # seeds: the first n seeds that run them (context for claim b, deciding nothing; 0 = not run).
     digits: dict = field(default_factory=lambda: {"eps": 1.0e-3, "train_fraction": 0.3, "max_images": 600, "seeds": 0})
+    # Claim (b)'s positive control: random SPD(channels) matrices (log-eigenvalues ~ N(0, log_spread^2), random
+    # eigenvectors) labelled by a random SPDNet with the Busemann MLR head, equal classes; on the first `seeds` seeds
+    # (at most head_seeds: a scale with fewer head seeds runs fewer).
+    spd_planted: dict = field(default_factory=lambda: {"seeds": 10, "classes": 3, "per_class": 80, "log_spread": 2.0,
+                                                        "train_fraction": 0.5})
     # The noisy tree in the Poincare disk (Data (3)), moved by a random isometry per seed (root_shift: the
     # hyperbolic distance of its root from the origin), so that no angle rule about the origin gives the labels.
     tree: dict = field(default_factory=lambda: {"seeds": 20, "branching": 3, "depth": 5, "label_depth": 2,
@@ -108,7 +113,7 @@ STAGE_PARAMS = {
     "prepare": ("seeds", "head_seeds", "eeg", "eeg_datasets", "digits", "tree.seeds", "tree.branching", "tree.depth",
                 "tree.label_depth", "tree.edge_length", "tree.noise", "tree.root_shift", "tree.planted_classes",
                 "tree.planted_share", "train.planted_attention_seeds"),
-    "train": ("seeds", "head_seeds", "digits", "model", "train.planted_attention_seeds", "train.steps", "train.digits_step_factor", "train.head_inits",
+    "train": ("seeds", "head_seeds", "digits", "spd_planted", "model", "train.planted_attention_seeds", "train.steps", "train.digits_step_factor", "train.head_inits",
               "train.attention_steps",
               "train.attention_subjects", "train.lr", "train.val_fraction", "train.eval_every"),
     "tree": ("tree.seeds", "tree.planted_seeds", "tree.train_fraction", "tree.angle_bins", "train.tree_steps",

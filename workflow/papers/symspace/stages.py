@@ -65,6 +65,10 @@ def train(*, cfg, seed: str, data, accuracies):
             rows += T.heads_task("digits", 0, s, x[train_idx], y[train_idx], x[test_idx], y[test_idx], p, s, rng,
                                  controls=False, steps=p.train["digits_step_factor"] * p.train["steps"])
         log.info("job %d: claim (b)'s heads on seed %d done", job, s)
+    n_planted = d["eeg"][next(iter(d["eeg"]))][0][0]["train"]["tokens"].shape[-1]
+    for s in range(job, min(p.spd_planted["seeds"], p.head_seeds), p.seeds):  # claim (b)'s positive control
+        rows += T.planted_spd_task(s, p, n_planted)
+        log.info("job %d: claim (b)'s positive control on seed %d done", job, s)
     for task, by_seed in d["attention"].items():
         real = task.startswith("eeg:")
         for s in sorted(k for k in by_seed if k % p.seeds == job):
@@ -74,7 +78,7 @@ def train(*, cfg, seed: str, data, accuracies):
                     break
                 rows += T.attention_task(task, unit, unit if real else s, *_trials(subject), p, s, rng)
             log.info("job %d: the attention pair on %s, seed %d done", job, task, s)
-    write_parquet(pd.DataFrame(rows).assign(job=job), accuracies)
+    write_parquet(pd.DataFrame(rows).assign(job=job, job_cpu_s=job_cpu_seconds()), accuracies)
 
 
 def _trials(subject):
@@ -92,7 +96,17 @@ def tree(*, cfg, data, accuracies):
     trees = D.read_prepared(data)["tree"]
     rows = T.ball_tasks([trees[s] for s in range(p.tree["seeds"])], p, planted_seeds=p.tree["planted_seeds"])
     log.info("%d tree seeds done", p.tree["seeds"])
-    write_parquet(pd.DataFrame(rows), accuracies)
+    write_parquet(pd.DataFrame(rows).assign(job=-1, job_cpu_s=job_cpu_seconds()), accuracies)
+
+
+def job_cpu_seconds() -> float:
+    """CPU seconds (user + system, every thread) this job's process and its waited-for children have used so far:
+    Snakemake's benchmark samples cpu_time every 30 s after the first 15 s and keeps the last sample, so it misses
+    up to 30 s of each job's tail (issue 52: symspace's recorded CPU-s undercounted)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return float(own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime)
 
 
 # ---- evaluate ----------------------------------------------------------------------------------

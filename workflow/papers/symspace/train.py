@@ -144,7 +144,8 @@ def heads_task(task: str, unit: int, replicate: int, x_train, y_train, x_test, y
     noise); with `controls`, each head also on permuted labels from the first initialisation (its null control).
     `steps`: the training steps (default train.steps). `ceiling`: also the tangent-space logistic regression on the
     same fitting trials (arm ``tangent_lr``, :func:`tangent_space_lr`), the reference of what the heads' shared
-    input allows.
+    input allows, and on each head's trained backbone output, the m x m matrices that head is fed (first
+    initialisation; arms ``tangent_lr_bimap_spdnet_<head>``).
     """
     n, classes = x_train.shape[-1], int(y_train.max()) + 1
     fit_idx, val_idx = split(y_train.numpy(), 1 - p.train["val_fraction"], rng)
@@ -164,9 +165,65 @@ def heads_task(task: str, unit: int, replicate: int, x_train, y_train, x_test, y
                                test=(x_test, y_test))
             rows.append({**_row(task, unit, replicate, f"spdnet_{head}", variant, classes, model, curve,
                                 accuracy(model, x_test, y_test), seed), "init": init})
+            if ceiling and init == 0 and variant == "main":
+                # The ceiling on what this head is fed: the trained backbone's BiMap -> ReEig output (m x m).
+                with torch.no_grad():
+                    z_fit, z_test = (model.reeig(model.bimap(z)) for z in (xf, x_test))
+                rows.append({**_row(task, unit, replicate, f"tangent_lr_bimap_spdnet_{head}", "main", classes, None, [],
+                                    tangent_space_lr(z_fit, yf, z_test, y_test), seed), "init": 0})
     if ceiling:
         rows.append({**_row(task, unit, replicate, "tangent_lr", "main", classes, None, [],
                             tangent_space_lr(xf, yf, x_test, y_test), seed), "init": 0})
+    return rows
+
+
+def planted_spd(seed: int, n: int, m: int, cfg: dict, tries: int = 1000):
+    """Claim (b)'s positive control data: SPD(n) matrices with labels drawn by a random SPDNet of claim (b)'s
+    shape (BiMap n -> m, ReEig, the Busemann MLR of Sec. 4.1), the model the Busemann head is right for.
+
+    X = Q diag(exp(l)) Q^T, Q uniform orthogonal, l ~ N(0, log_spread^2); the generating network: its BiMap from
+    its own key, per class a base point at the BiMap output of a random matrix of the set (so that every
+    hyperplane cuts through the cloud), a random rotation exp(skew R) (R standard normal) and a direction a ~
+    N(0, I); a label is the arg-max of its logits. Redrawn (at most `tries` times) until every class holds
+    per_class matrices; per_class of each kept at random. Returns (x (N, n, n), y (N,), the generating network)."""
+    rng = np.random.default_rng([seed, 9])
+    k, per = cfg["classes"], cfg["per_class"]
+    total = 3 * k * per
+    q = np.linalg.qr(rng.normal(size=(total, n, n)))[0]
+    lam = cfg["log_spread"] * rng.normal(size=(total, n))
+    x = q @ (np.exp(lam)[..., None] * np.swapaxes(q, -1, -2))
+    x = torch.as_tensor((x + np.swapaxes(x, -1, -2)) / 2)
+    teacher = L.SPDNet(n, m, k, generator(seed, "spd_planted", "teacher"), head="busemann_mlr")
+    for _ in range(tries):
+        with torch.no_grad():
+            z = teacher.reeig(teacher.bimap(x))
+            w, v = torch.linalg.eigh(z[torch.as_tensor(rng.choice(total, size=k, replace=False))])
+            teacher.head.dist.s.copy_(v @ torch.diag_embed(w.log()) @ v.transpose(-1, -2))
+            teacher.head.dist.r.copy_(torch.as_tensor(rng.normal(size=(k, m, m))))
+            teacher.head.dist.a.copy_(torch.as_tensor(rng.normal(size=(k, m))))
+            y = teacher(x).argmax(-1).numpy()
+        if np.bincount(y, minlength=k).min() >= per:
+            keep = np.sort(np.concatenate([rng.choice(np.flatnonzero(y == c), size=per, replace=False)
+                                           for c in range(k)]))
+            return x[keep], torch.as_tensor(y[keep]), teacher
+    raise ValueError(f"symspace: no random Busemann SPDNet in {tries} draws gave {k} classes of at least {per} of "
+                     f"{total} matrices (lower symspace.spd_planted.per_class)")
+
+
+def planted_spd_task(seed: int, p, n: int) -> list[dict]:
+    """Claim (b)'s positive control on one seed: :func:`planted_spd` data, a stratified split, and claim (b)'s own
+    analysis on it (:func:`heads_task`: both heads on the same backbone, train.head_inits initialisations, the same
+    steps, learning rate and validation checkpoint; task ``spd_planted``); plus the generating network's own test
+    accuracy (arm ``generating_head``: 1.0, the labels lie in the Busemann head's function class)."""
+    cfg = p.spd_planted
+    m = min(p.model["bimap_dim"], n)
+    x, y, teacher = planted_spd(seed, n, m, cfg)
+    rng = np.random.default_rng([seed, 10])
+    train_idx, test_idx = split(y.numpy(), cfg["train_fraction"], rng)
+    rows = heads_task("spd_planted", 0, seed, x[train_idx], y[train_idx], x[test_idx], y[test_idx], p, seed, rng,
+                      controls=False, inits=p.train["head_inits"])
+    rows.append({**_row("spd_planted", 0, seed, "generating_head", "main", cfg["classes"], None, [],
+                        accuracy(teacher, x[test_idx], y[test_idx]), seed), "init": 0})
     return rows
 
 
@@ -196,7 +253,11 @@ def attention_task(task: str, unit: int, replicate: int, tokens_train, y_train, 
                    rng: np.random.Generator) -> list[dict]:
     """Claim (e)'s arms on one task unit's window tokens (N, W, n, n): the attention network and the same network
     without attention (the ablation), both for attention_steps (its Frechet means make a step ~10x an MLR's), at
-    their best-validation checkpoints; and the attention network before training (its null arm)."""
+    their best-validation checkpoints; the attention network before training (its null arm); and the stronger
+    non-attentive baseline (:class:`layers.TangentPoolNet`, arm ``tangent_pool``: every token read on its own by a
+    perceptron of its tangent vector, logits averaged over the tokens) with the attention network's parameter
+    count, trained alike (the third round's re-review of issue 52: the plain ablation pools the tokens by their
+    uniform Frechet mean, which dilutes a one-window event by construction)."""
     n, classes = tokens_train.shape[-1], int(y_train.max()) + 1
     fit_idx, val_idx = split(y_train.numpy(), 1 - p.train["val_fraction"], rng)
     tf, yf, tv, yv = tokens_train[fit_idx], y_train[fit_idx], tokens_train[val_idx], y_train[val_idx]
@@ -209,6 +270,15 @@ def attention_task(task: str, unit: int, replicate: int, tokens_train, y_train, 
         if attention:
             rows.append(_row(task, unit, replicate, arm, "untrained", classes, None, [],
                              accuracy(model, tokens_test, y_test), seed))
+            # The stronger non-attentive baseline, with the attention network's parameter count.
+            target = L.parameter_count(model)
+            pool = L.TangentPoolNet(n, classes, L.tangent_pool_hidden(n, classes, target),
+                                    generator(seed, task, unit, "tangent_pool"))
+            pool, pool_curve = fit(pool, tf, yf, t["attention_steps"], t["lr"], val=(tv, yv), every=t["eval_every"],
+                                   test=(tokens_test, y_test))
+            rows.append({**_row(task, unit, replicate, "tangent_pool", "main", classes, pool, pool_curve,
+                                accuracy(pool, tokens_test, y_test), seed),
+                         "parameters": L.parameter_count(pool), "attention_parameters": target})
         model, curve = fit(model, tf, yf, t["attention_steps"], t["lr"], val=(tv, yv), every=t["eval_every"],
                            test=(tokens_test, y_test))
         rows.append(_row(task, unit, replicate, arm, "main", classes, model, curve,
