@@ -1,5 +1,4 @@
 """P1 orion: the tasks' bookkeeping, the model's hooks against closed forms, request-patching on hand-built cases."""
-import functools
 
 import numpy as np
 import pandas as pd
@@ -469,27 +468,30 @@ SHARED = {"story": {"type_rule": 1 / 3, "fixed_key_rule": 0.36, "best": 0.36}}
 TYPED = {"story": {"type_rule": 1.0, "fixed_key_rule": 0.36, "best": 1.0}}
 
 
-def _claim_inputs(shares, seeds=3, families=("story", "code"), gated=True, control=0, planted=None, window=0):
-    """A pairs table as report.summarise writes it, for the tested model T and the routed model R: per seed, the
-    first `shares[s]` families of T keep R1(C2) and show the interior profile (of R: the first `planted[s]`, all
-    by default); the first `control` families do so under the control patch too; `window`: request tokens a value
-    window of T reads around the patch."""
-    planted = [len(families)] * seeds if planted is None else planted
+def _claim_inputs(values, seeds=3, families=("story",), gated=True, control=0.1, planted=None, window=0,
+                  margins=None, planted_margins=None):
+    """A pairs table as report.summarise writes it, for the tested model T and the routed model R: per seed s, every
+    family of T has max_L p(R1(C2)) / p_clean = values[s] and the interior margin of R1(C2) margins[s] (default
+    values[s] - 0.5), R likewise planted[s] (default 1.0) and planted_margins[s]; under the same-request control T
+    has `control` and control - 0.5; `window`: request tokens a value window of T reads around the patch."""
+    margins = [v - 0.5 for v in values] if margins is None else margins
+    planted = [1.0] * seeds if planted is None else planted
+    planted_margins = [v - 0.5 for v in planted] if planted_margins is None else planted_margins
     pairs = []
-    for model, good_counts in (("T", shares), ("R", planted)):
+    for model, ratio, margin in (("T", values, margins), ("R", planted, planted_margins)):
         for seed in range(seeds):
-            for i, fam in enumerate(families):
-                good = i < good_counts[seed]
+            for fam in families:
+                good = margin[seed] > 0
                 pairs.append({"model": model, "seed": seed, "family": fam, "routed": model == "R", "n_layer": 4,
                               "width": 32, "gate_step": 100, "accuracy": 1.0 if gated else 0.5, "gated": gated,
                               "window_tokens": window if model == "T" else 0, "key_distance": 3,
-                              "r1c2_max": 0.9 if good else 0.1, "r1c2_layer": 2, "depth": 0.5,
+                              "r1c2_max": ratio[seed], "r1c2_layer": 2, "depth": 0.5, "b_margin": margin[seed],
                               "profile": "R2(C2) > R1(C2) > R1(C2) > R1(C1) > R1(C1)" if good else
                                          "R2(C2) > R2(C2) > R1(C1) > R1(C1) > R1(C1)",
                               "interior": good, "interior_strict": good, "ends_by_construction": True,
-                              "control_r1c2_max": 0.9 if i < control else 0.1, "control_interior": i < control,
-                              "control_interior_strict": i < control, "control_r2c2_l1": 1.0,
-                              "control_profile": "R2(C2) > R2(C2) > R2(C3) > R2(C3) > R2(C3)",
+                              "control_r1c2_max": control, "control_b_margin": control - 0.5,
+                              "control_interior": control > 0.5, "control_interior_strict": control > 0.5,
+                              "control_r2c2_l1": 1.0, "control_profile": "R2(C2) > R2(C2) > R2(C3) > R2(C3) > R2(C3)",
                               "values_b1": 0.1 if model == "T" else 0.0, "request_later": 0.2})
     return pd.DataFrame(pairs)
 
@@ -498,93 +500,120 @@ def _verdicts(claims):
     return [c.verdict for c in claims]
 
 
-def test_claims_decide_on_the_tested_models_seeds_against_the_control():
-    """Two families per seed: shares of 0, 1/2 or 1, so a t interval (the exact binomial one is for 0/1 shares)."""
+ABOVE, BELOW, STRADDLE = [0.9, 0.95, 0.85], [0.3, 0.35, 0.25], [0.95, 0.4, 0.8]
+
+
+def test_claims_decide_on_a_per_seed_measure_by_a_t_interval():
+    """Issue 47's third brief: (a) and (b) are decided on each seed's continuous measure (max_L p(R1(C2)) / p_clean;
+    the interior margin of R1(C2)), the t interval of its mean over 3 seeds against keep_fraction 0.7 and 0: planted
+    ratios above give holds, below does not hold, a spread across the threshold inconclusive."""
+    from scipy import stats
+
     from papers.orion.report import build_claims
 
     p = _params()
-    # 50 seeds: the routed model's 0/1 shares (one value per seed, all 1) clear the thresholds exactly (Clopper-Pearson)
-    fails = build_claims(_params(seeds=50), _claim_inputs([0] * 50, seeds=50), NO_OVERSIGHT, SHARED)
+    holds = build_claims(p, _claim_inputs(ABOVE), NO_OVERSIGHT, SHARED)
+    assert _verdicts(holds)[:2] == ["holds"] * 2
+    part = holds[0].evidence[0]
+    half = stats.t.ppf(0.975, 2) * np.std(ABOVE, ddof=1) / np.sqrt(3)
+    assert part.replicates == 3 and part.threshold == 0.7 and "Student t" in part.method
+    assert part.interval == pytest.approx((np.mean(ABOVE) - half, np.mean(ABOVE) + half))
+    assert holds[1].evidence[0].threshold == 0.0
+    assert holds[1].evidence[0].effect == pytest.approx(np.mean(ABOVE) - 0.5)
+    assert all(c.premise_met and c.positive_control.verdict == "holds" for c in holds[:2])
+    assert all(c.control.verdict == "does not hold" and c.control.kind == "null" for c in holds[:2])
+    fails = build_claims(p, _claim_inputs(BELOW), NO_OVERSIGHT, SHARED)
     assert _verdicts(fails)[:2] == ["does not hold"] * 2
-    assert all(c.premise_met and c.positive_control.verdict == "holds" for c in fails[:2])
-    gates = fails[0].premise
+    straddles = build_claims(p, _claim_inputs(STRADDLE), NO_OVERSIGHT, SHARED)
+    assert _verdicts(straddles)[:2] == ["inconclusive"] * 2
+    # (b) on its own measure: ratios above 0.7 but R1(C2) never dominant at an interior layer
+    b_fails = build_claims(p, _claim_inputs(ABOVE, margins=[-0.2, -0.3, -0.25]), NO_OVERSIGHT, SHARED)
+    assert _verdicts(b_fails)[:2] == ["holds", "does not hold"]
+    # the paper's count of pairs is reported beside, not deciding
+    assert holds[0].measured["seeds_at_or_above_keep_fraction"] == {"T": 3}
+    assert straddles[0].measured["seeds_at_or_above_keep_fraction"] == {"T": 2}
+    gates = holds[0].premise
     assert len(gates) == 2 and gates[0].name.startswith("test accuracy") and "without binding" in gates[1].name
     assert "value window" not in " ".join(g.name for g in gates)  # plain attention: the window gate does not apply
-    half = build_claims(_params(seeds=50), _claim_inputs([1] * 50, seeds=50), NO_OVERSIGHT, SHARED)
-    assert all("Student t" in part.method for c in half[:2] for part in c.evidence)
-    assert _verdicts(half)[:2] == ["does not hold"] * 2 and all(c.positive_control.verdict == "holds" for c in half[:2])
-    straddles = build_claims(p, _claim_inputs([2, 0, 1]), NO_OVERSIGHT, SHARED)
-    assert _verdicts(straddles)[:2] == ["inconclusive"] * 2
-    # a share's interval stays in [0, 1]
-    assert all(0.0 <= part.interval[0] and part.interval[1] <= 1.0 for c in straddles[:2] for part in c.evidence)
-    assert all(c.control.kind == "null" and c.threshold_source.kind in ("paper", "convention") for c in fails)
-    assert "same-request patch" in fails[0].control.description
-    one = build_claims(_params(seeds=1), _claim_inputs([2], seeds=1, planted=[2]), NO_OVERSIGHT, SHARED)
+    assert holds[0].threshold_source.kind == "paper" and holds[1].threshold_source.kind == "convention"
+    assert "same-request patch" in holds[0].control.description
+    one = build_claims(_params(seeds=1), _claim_inputs(ABOVE[:1], seeds=1), NO_OVERSIGHT, SHARED)
     assert _verdicts(one)[:2] == ["inconclusive"] * 2
     assert "no pretrained LM" in one[2].note
+    # two families per seed: a seed's value is the mean over its families
+    two = build_claims(p, _claim_inputs(ABOVE, families=("story", "code")), NO_OVERSIGHT, SHARED)
+    assert two[0].evidence[0].values == pytest.approx(tuple(ABOVE))
 
 
-def test_one_pair_per_seed_takes_the_exact_binomial_interval():
-    """A seed with one model-task pair is a Bernoulli trial: Clopper-Pearson bounds of the count of seeds (the
-    independent review of issue 47), worst case low and best case high. With 5 seeds all showing the pattern the low
-    end is 0.025^(1/5) = 0.48, so neither (a) nor its positive control can hold; with 50, 0.93 clears 0.92."""
-    from papers.common.claims import proportion_test
+def test_the_controls_are_read_by_the_same_criterion():
+    """The same-request null must not hold (if it does, the claim cannot hold), and the routed positive control must
+    hold on its seeds past the gate: a routed seed below the gate is left out, and with fewer than 3 left, or planted
+    ratios below the threshold, the claim is inconclusive."""
     from papers.orion.report import build_claims
 
-    five = build_claims(_params(seeds=5), _claim_inputs([1] * 5, seeds=5, families=("story",)), NO_OVERSIGHT, SHARED)
-    part = five[0].evidence[0]
-    assert "Clopper-Pearson" in part.method and part.interval == pytest.approx((0.025 ** 0.2, 1.0))
-    assert five[0].positive_control.verdict == "inconclusive" and _verdicts(five)[:2] == ["inconclusive"] * 2
-    none = build_claims(_params(seeds=5), _claim_inputs([0] * 5, seeds=5, families=("story",)), NO_OVERSIGHT, SHARED)
-    assert none[0].evidence[0].interval == pytest.approx((0.0, 1 - 0.025 ** 0.2))
-    assert none[0].evidence[0].verdict == "does not hold" and none[0].verdict == "inconclusive"  # control not holding
-    many = build_claims(_params(seeds=50), _claim_inputs([1] * 50, seeds=50, families=("story",)), NO_OVERSIGHT, SHARED)
-    assert _verdicts(many)[:2] == ["holds", "holds"]
-    fail = build_claims(_params(seeds=50), _claim_inputs([0] * 50, seeds=50, families=("story",)), NO_OVERSIGHT, SHARED)
-    assert _verdicts(fail)[:2] == ["does not hold"] * 2
-    vacuous = build_claims(_params(seeds=50), _claim_inputs([1] * 50, seeds=50, families=("story",), control=1),
-                           NO_OVERSIGHT, SHARED)
+    p = _params()
+    vacuous = build_claims(p, _claim_inputs(ABOVE, control=0.95), NO_OVERSIGHT, SHARED)
     assert [c.control.verdict for c in vacuous[:2]] == ["holds"] * 2 and _verdicts(vacuous)[:2] == ["inconclusive"] * 2
-    mixed = _claim_inputs([1, 0, 1, 1, 0], seeds=5, families=("story",))
-    mixed.loc[(mixed.model == "T") & (mixed.seed == 4), ["gated", "accuracy"]] = (False, 0.5)
-    part = build_claims(_params(seeds=5), mixed, NO_OVERSIGHT, SHARED)[0].evidence[0]
-    assert part.effect == pytest.approx(0.6)  # seed 4 below the gate: a failure at the low end, a success at the high
-    assert part.interval == pytest.approx((proportion_test(3, 5, threshold=0.5).interval[0],
-                                           proportion_test(4, 5, threshold=0.5).interval[1]))
+    blind = build_claims(p, _claim_inputs(BELOW, planted=[0.3, 0.2, 0.25]), NO_OVERSIGHT, SHARED)
+    assert [c.positive_control.verdict for c in blind[:2]] == ["does not hold"] * 2
+    assert _verdicts(blind)[:2] == ["inconclusive"] * 2 and "positive control" in blind[0].note
+    ungated = _claim_inputs(ABOVE)
+    ungated.loc[(ungated.model == "R") & (ungated.seed == 0), ["gated", "accuracy", "r1c2_max"]] = (False, 0.3, 0.2)
+    left_out = build_claims(p, ungated, NO_OVERSIGHT, SHARED)
+    pc = left_out[0].positive_control.evidence[0]
+    assert pc.replicates == 2 and "1 of 3 seeds below the accuracy gate left out" in pc.method
+    assert left_out[0].positive_control.verdict == "inconclusive" and left_out[0].verdict == "inconclusive"
+    five = _claim_inputs(ABOVE + [0.9, 0.92], seeds=5)
+    five.loc[(five.model == "R") & (five.seed == 0), ["gated", "accuracy", "r1c2_max"]] = (False, 0.3, 0.2)
+    assert build_claims(_params(seeds=5), five, NO_OVERSIGHT, SHARED)[0].verdict == "holds"
 
 
-@pytest.mark.parametrize("good", [2, 0])
-def test_an_unmet_premise_or_a_blind_analysis_never_decides(good):
+def test_interior_margin_against_a_hand_built_sweep():
+    """(b)'s measure: max over the interior layers of n_R1(C2) - max(other outputs, dominance_min)."""
+    from papers.orion.report import interior_margin
+
+    norm = {"R2(C2)": [1.0, 0.1, 0.0, 0.0, 0.0], "R1(C2)": [0.0, 0.8, 0.4, 0.1, 0.0], "R1(C1)": [0.0, 0.0, 0.3, 0.9, 1.0]}
+    sweep = pd.DataFrame([{"layer": L, "hypothesis": h, "normalized": v[L]} for h, v in norm.items() for L in range(5)])
+    assert interior_margin(sweep, 4, 0.5) == pytest.approx(0.8 - 0.5)  # layer 1: the floor binds
+    assert interior_margin(sweep, 4, 0.0) == pytest.approx(0.8 - 0.1)
+    weak = sweep.assign(normalized=np.where(sweep.hypothesis == "R1(C2)", sweep.normalized * 0.5, sweep.normalized))
+    assert interior_margin(weak, 4, 0.5) == pytest.approx(0.4 - 0.5)  # R1(C2) below the floor: negative
+    # the end layers are never read: R1(C2) at L = 0 or n_layer changes nothing
+    ends = sweep.assign(normalized=np.where((sweep.hypothesis == "R1(C2)") & sweep.layer.isin([0, 4]), 5.0,
+                                            sweep.normalized))
+    assert interior_margin(ends, 4, 0.5) == pytest.approx(0.3)
+    ctl = sweep.replace({"hypothesis": {"R1(C1)": "R2(C3)"}})
+    assert interior_margin(ctl, 4, 0.5, hypotheses=("R2(C2)", "R1(C2)", "R2(C3)")) == pytest.approx(0.3)
+    assert np.isnan(interior_margin(sweep[sweep.layer.isin([0, 1])], 1, 0.5))  # no interior layer
+
+
+def test_an_unmet_premise_never_decides():
     """Pairs below the accuracy gate, a task a rule can answer without binding (or whose shortcut was not measured),
-    a value window that reads the request around the patch, or a positive control that does not find the planted
-    decomposition: inconclusive, whatever the tested models' patching shows (50 seeds: the routed model's exact
-    binomial interval clears the thresholds)."""
+    or a value window that reads the request around the patch: inconclusive, whatever the tested models' patching
+    shows."""
     from papers.orion.report import build_claims
 
-    p, shares = _params(seeds=50), [good] * 50
-    inputs = functools.partial(_claim_inputs, seeds=50)
-    decided = build_claims(p, inputs(shares), NO_OVERSIGHT, SHARED)
-    assert _verdicts(decided)[:2] == (["holds"] * 2 if good else ["does not hold"] * 2)
-    below = build_claims(p, inputs(shares, gated=False), NO_OVERSIGHT, SHARED)
-    assert _verdicts(below)[:2] == ["inconclusive"] * 2 and "premise not met: test accuracy" in below[0].note
-    typed = build_claims(p, inputs(shares), NO_OVERSIGHT, TYPED)
-    assert _verdicts(typed)[:2] == ["inconclusive"] * 2 and "without binding" in typed[0].note
-    assert not typed[0].premise[1].met and typed[0].premise[1].measured == 1.0
-    unmeasured = build_claims(p, inputs(shares), NO_OVERSIGHT)
-    assert _verdicts(unmeasured)[:2] == ["inconclusive"] * 2
-    windowed_models = [{**MODELS[0], "kv_window": 3}, MODELS[1]]
-    windowed = build_claims(_params(seeds=50, models=windowed_models), inputs(shares, window=3), NO_OVERSIGHT, SHARED)
-    assert _verdicts(windowed)[:2] == ["inconclusive"] * 2 and "value window" in windowed[1].note
-    assert len(windowed[0].premise) == 3
-    blind = build_claims(p, inputs(shares, planted=[0] * 50), NO_OVERSIGHT, SHARED)
-    assert _verdicts(blind)[:2] == ["inconclusive"] * 2
-    assert blind[0].positive_control.verdict == "does not hold" and "positive control" in blind[0].note
+    p = _params()
+    for values in (ABOVE, BELOW):
+        decided = build_claims(p, _claim_inputs(values), NO_OVERSIGHT, SHARED)
+        assert _verdicts(decided)[:2] == (["holds"] * 2 if values is ABOVE else ["does not hold"] * 2)
+        below = build_claims(p, _claim_inputs(values, gated=False), NO_OVERSIGHT, SHARED)
+        assert _verdicts(below)[:2] == ["inconclusive"] * 2 and "premise not met: test accuracy" in below[0].note
+        typed = build_claims(p, _claim_inputs(values), NO_OVERSIGHT, TYPED)
+        assert _verdicts(typed)[:2] == ["inconclusive"] * 2 and "without binding" in typed[0].note
+        assert not typed[0].premise[1].met and typed[0].premise[1].measured == 1.0
+        unmeasured = build_claims(p, _claim_inputs(values), NO_OVERSIGHT)
+        assert _verdicts(unmeasured)[:2] == ["inconclusive"] * 2
+        windowed_models = [{**MODELS[0], "kv_window": 3}, MODELS[1]]
+        windowed = build_claims(_params(models=windowed_models), _claim_inputs(values, window=3), NO_OVERSIGHT, SHARED)
+        assert _verdicts(windowed)[:2] == ["inconclusive"] * 2 and "value window" in windowed[1].note
+        assert len(windowed[0].premise) == 3
 
 
 def test_the_report_counts_gated_pairs_whose_request_does_not_move():
     from papers.orion.report import outcome
 
-    pairs = _claim_inputs([1, 1, 1], seeds=3)
+    pairs = _claim_inputs(ABOVE, families=("story", "code"))
     pairs.loc[pairs.model == "T", "profile"] = ["R2(C2) > R2(C2) > R2(C2) > R2(C2) > R1(C1)",
                                                 "R2(C2) > R1(C2) > R1(C1) > R1(C1) > R1(C1)"] * 3
     pairs.loc[(pairs.model == "T") & (pairs.seed == 2), "gated"] = False  # not counted: the model does not do its task
@@ -592,21 +621,22 @@ def test_the_report_counts_gated_pairs_whose_request_does_not_move():
     assert "Of the 4 tested pairs past the gate, 2 keep R2(C2) dominant at every interior layer" in text
     assert "Of the 6 positive-control pairs past the gate, 0 keep" in text
     assert "No tested pair passed the gate" in outcome(_params(), pairs.assign(gated=False))
-    assert text.startswith("The seeds were taken at steps 100-100 of the cap of")
+    assert text.startswith("The seeds were taken at steps R 100, 100, 100 (cap 1500), T 100, 100, 100 (cap 1500).")
 
 
 def test_the_report_computes_what_each_interior_rule_gives():
-    """The rule change of claim (b) is stated with this run's counts under both rules (issue 47's second review)."""
+    """The profile rule reported beside claim (b) is stated with this run's counts under both rules (issue 47's
+    second review), and the intervals paragraph says why the claims read a continuous measure."""
     from papers.orion.report import differences
 
-    pairs = _claim_inputs([1, 1, 1], seeds=3)
+    pairs = _claim_inputs(STRADDLE, families=("story", "code"))
     pairs.loc[pairs.model == "R", "interior_strict"] = False  # the control passes only with the transition
     text = " ".join(differences(_params(), pairs).split())
-    assert "changed after an independent review" in text and "profiles of the run before it had been seen" in text
-    assert "the tested models: 3 of 6 gated pairs with the rule, 3 without the transition" in text
+    assert "How the criteria came to be" in text and "profiles of an earlier run had been seen" in text
+    assert "the tested models: 4 of 6 gated pairs with the rule, 4 without the transition" in text
     assert "the positive control: 6 of 6 gated pairs with the rule, 0 without the transition" in text
     assert "draws its values from one shared pool" in text and "window gate does not apply" in text
-    assert "0.025^(1/3) = 0.29" in text and "Holding needs 45 seeds for (a) and 17 for (b)" in text
+    assert "Student t 95% interval over the seeds" in text and "that needs 45 seeds" in text
 
 
 def test_claim_c_on_pretrained_models_against_the_other_request_control():
@@ -614,11 +644,11 @@ def test_claim_c_on_pretrained_models_against_the_other_request_control():
 
     over = pd.DataFrame({"model": ["a", "b", "c"], "seed": 0, "n_layer": 12, "layer": 6, "before": [0.1, 0.2, 0.15],
                          "after": [0.9, 0.95, 0.97], "after_other": [0.1, 0.2, 0.1], "clean_before": [1.0, 0.95, 0.98]})
-    c = build_claims(_params(), _claim_inputs([2, 2, 2]), over, SHARED)[2]
+    c = build_claims(_params(), _claim_inputs(ABOVE), over, SHARED)[2]
     assert c.verdict == "holds" and c.control.verdict == "does not hold" and c.premise_met
     assert c.evidence.effect == pytest.approx(np.mean([0.8, 0.75, 0.82]))
     # a note that costs little accuracy leaves nothing to restore: inconclusive
-    mild = build_claims(_params(), _claim_inputs([2, 2, 2]), over.assign(before=[0.9, 0.9, 0.9], after=1.0), SHARED)[2]
+    mild = build_claims(_params(), _claim_inputs(ABOVE), over.assign(before=[0.9, 0.9, 0.9], after=1.0), SHARED)[2]
     assert mild.verdict == "inconclusive" and "premise not met" in mild.note
 
 
@@ -681,6 +711,13 @@ def test_params_parse_and_checks():
     with pytest.raises(ValueError, match="at least one must be tested"):
         parse({"models": [routed], "families": ["story"]})
     assert p.tested_names and p.control_names and set(p.families) == {"story"}
+    # a model's own training overrides lie over orion.train for that model alone; an unknown key is an error
+    own = parse({"models": [plain, {**routed, "train": {"lr": 2e-3, "copy_fraction": 0.0}}],
+                 "train": {"lr": 5e-3, "copy_fraction": 0.25}})
+    assert own.train_for("R").lr == 2e-3 and own.train_for("R").copy_fraction == 0.0
+    assert own.train_for("T").lr == 5e-3 and own.train_for("T").copy_fraction == 0.25 and own.train.lr == 5e-3
+    with pytest.raises(ValueError, match="unknown key"):
+        parse({"models": [plain, {**routed, "train": {"rate": 1.0}}]})
 
 
 def test_profile_ends_check_reads_every_pair_past_the_gate_or_not():
@@ -689,7 +726,7 @@ def test_profile_ends_check_reads_every_pair_past_the_gate_or_not():
     from papers.orion.report import build_checks
 
     empty = pd.DataFrame({"family": [], "prompt": [], "style": []})
-    below = _claim_inputs([0, 0, 0], gated=False)
+    below = _claim_inputs(BELOW, gated=False)
     check = build_checks(below, empty, empty, {})[0]
     assert check.id == "profile_ends" and check.passed and check.measured == 1.0
     below.loc[0, "ends_by_construction"] = False

@@ -6,10 +6,11 @@ defaults follow the paper and its official code (aVariengien/causal-checker).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from papers.common.params import ALL, for_stage, from_config
+from papers.common.params import ALL, _freeze, for_stage, from_config
 from papers.orion.tasks import COPY_PREFIX, FAMILIES, request_markers
 
 BLOCK_SIZE = 160  # the longest sequence a model takes (rotary tables); our longest task sequence is ~80 tokens
@@ -31,6 +32,9 @@ class ModelParams:
     # alone, in the blocks after it to the context and not to their request (model.routing_masks), so the request
     # reaches the answer only through the last token's state after block 1, which holds nothing of the context.
     routed: bool = False
+    # Overrides of orion.train for this model alone (keys of TrainParams; ours): the routed positive control learns
+    # the shared-pool story at another rate and without copy sequences (config.yaml says what the pilots measured).
+    train: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -59,11 +63,12 @@ class ClaimParams:
     """Thresholds of the claims, fixed before any result was seen."""
 
     gate_accuracy: float = 0.9  # the issue: a model-task pair is analysed only at test accuracy >= 0.9
-    keep_fraction: float = 0.7  # (a) the paper: "preserving 70% of the original correct token probability"
-    pairs_fraction_min: float = 0.92  # (a) the paper: 98 of 106 pairs (abstract)
-    profile_fraction_min: float = 0.8  # (b) share of pairs whose interior-layer profile is R2(C2) -> R1(C2) -> R1(C1)
-    # (b) a hypothesis dominates a layer only if it keeps at least this share of its clean probability (ours; set
-    # after a run showed the then control's "profile" to be the argmax of ratios below 0.02, before the final run)
+    # (a) the mean over seeds of max_L p(R1(C2)) / p_clean must exceed this (the paper: "preserving 70% of the
+    # original correct token probability", abstract)
+    keep_fraction: float = 0.7
+    pairs_fraction_min: float = 0.92  # (a) the paper's 98 of 106 pairs (abstract): reported beside, not deciding
+    # (b) the floor of the interior margin of R1(C2) (report.interior_margin): an output dominates a layer only if it
+    # keeps at least this share of its clean probability (ours)
     dominance_min: float = 0.5
     injection_gain_min: float = 0.5  # (c) accuracy gain under injection (the paper: 0.155 -> 0.975)
     # (a), (b) the task premise: the best rule that answers without binding a value to its attribute in the context
@@ -122,6 +127,14 @@ class Params:
     def pretrained_model(self, name: str) -> dict:
         return dict(self.pretrained[self.pretrained_names.index(name)])
 
+    def train_for(self, name: str) -> TrainParams:
+        """orion.train with the model's own overrides (orion.models[i].train) laid over it."""
+        overrides = dict(self.model(name).train or {})
+        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(TrainParams)})
+        if unknown:
+            raise ValueError(f"orion.models ({name}).train: unknown key(s) {unknown} (known: the keys of orion.train)")
+        return dataclasses.replace(self.train, **{k: _freeze(v) for k, v in overrides.items()})
+
     def model(self, name: str) -> ModelParams:
         i = self.model_names.index(name)
         return from_config(ModelParams, self.models[i], where=f"{SLUG}.models[{i}]")
@@ -154,6 +167,7 @@ class Params:
                                         "directory (no config.json)")
         for name in self.model_names:
             m = self.model(name)
+            self.train_for(name)  # unknown override keys are an error at parse time
             if not isinstance(m.kv_window, int) or m.kv_window < 1:
                 raise ValueError(f"orion.models ({name}): kv_window must be an integer >= 1, got {m.kv_window!r}")
             if not isinstance(m.value_layers, int) or not -1 <= m.value_layers <= m.n_layer:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from papers.common.claims import Check, Claim, Control, Evidence, PositiveControl, Premise, Scope, convention, \
-    from_paper, mean_test, proportion_test
+    from_paper, mean_test
 from papers.orion import patching, tasks
 from papers.orion.params import SLUG, Params, parse
 
@@ -49,6 +49,8 @@ def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, gate: float, floor: float 
                      "accuracy": a.accuracy, "gated": bool(a.accuracy >= gate),
                      "window_tokens": int(g.window_request_tokens.max()), "key_distance": int(g.key_distance.min()),
                      "r1c2_max": float(req[req.hypothesis == "R1(C2)"].normalized.max()), "r1c2_layer": best,
+                     "b_margin": interior_margin(req, n_layer, floor),
+                     "control_b_margin": interior_margin(ctl, n_layer, floor, patching.CONTROL_HYPOTHESES),
                      "depth": best / n_layer, "profile": " > ".join(profile),
                      "interior": patching.is_interior_decomposition(profile),
                      "interior_strict": patching.is_strict_interior_decomposition(profile),
@@ -61,6 +63,23 @@ def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, gate: float, floor: float 
                      "values_b1": float(a.get("values_b1", float("nan"))),
                      "request_later": float(np.nanmax(later)) if later and not np.all(np.isnan(later)) else float("nan")})
     return pd.DataFrame(rows)
+
+
+def interior_margin(sweep: pd.DataFrame, n_layer: int, floor: float, hypotheses: tuple = patching.HYPOTHESES) -> float:
+    """Claim (b)'s per-pair measure: over the interior layers L = 1 .. n_layer - 1, the largest
+    n_R1(C2)(L) - max(n_other(L), floor), where n_h is hypothesis h's normalised probability (patching
+    .request_patching) and the others are `hypotheses` less R1(C2) (R2(C2) and R1(C1); under the control, R2(C2) and
+    R2(C3)). Positive where, at some interior layer, the patched output is R1(C2): it beats both other outputs and
+    keeps at least `floor` of its clean probability (claims.dominance_min), the middle stage of the paper's
+    R2(C2) -> R1(C2) -> R1(C1) (section 3: the request moved, the retrieval not yet done). NaN without an interior
+    layer."""
+    wide = sweep.pivot(index="layer", columns="hypothesis", values="normalized").sort_index()
+    others = [h for h in hypotheses if h != "R1(C2)"]
+    interior = wide.loc[(wide.index >= 1) & (wide.index <= n_layer - 1)]
+    if interior.empty:
+        return float("nan")
+    margin = interior["R1(C2)"] - np.maximum(interior[others].max(axis=1), floor)
+    return float(margin.max())
 
 
 def summarise_oversight(over: pd.DataFrame) -> pd.DataFrame:
@@ -92,69 +111,59 @@ def roles(p: Params, names) -> dict[str, str]:
 
 
 def per_replicate(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
-    """One row per trained (model, seed) or pretrained model: over ALL its model-task pairs, the share that passed
-    the gate AND keep R1(C2) (claim (a)) or show the interior profile (claim (b)), and the same shares under the
-    same-request control; the mean relative depth of the R1(C2) peak over gated pairs. `group` names the
-    replicate group: each trained model on its own (replicates: its seeds), the pretrained LMs together
-    (replicates: the models, the paper's unit). Each share comes twice: with the pairs below the gate counted as
-    not showing the pattern (`share_*`, the worst case) and as showing it (`share_*_best`, the best case)."""
+    """One row per trained (model, seed) or pretrained model: the claims' continuous measures, each the mean over
+    its model-task pairs (one per family): `value_a`, max_L p(R1(C2)) / p_clean (claim (a); the paper's normalised
+    metric of a model-task pair, a ratio of means over its patching pairs), `value_b`, the interior margin of R1(C2)
+    (claim (b); :func:`interior_margin`), and `control_a`, `control_b`, the same under the same-request patch;
+    `gated`, whether every pair of the replicate passed the accuracy gate; and the figures reported beside them (not
+    deciding): `share_kept`, the share of its pairs that pass the gate and keep >= keep_fraction (the paper's count of
+    pairs, 98 of 106), `share_interior`, the share that pass the gate and show the interior layer profile
+    (patching.is_interior_decomposition), and the mean relative depth of the R1(C2) peak over gated pairs. `group`
+    names the replicate group: each trained model on its own (replicates: its seeds), the pretrained LMs together
+    (replicates: the models, the paper's unit)."""
     c = p.claims
     role = roles(p, pairs.model.unique())
     rows = []
     for (model, seed), g in pairs.groupby(["model", "seed"], sort=False):
-        below = float((~g.gated).mean())  # the share of pairs whose outcome the run could not measure
-        row = {"group": "pretrained LMs" if role[model] == PRETRAINED else model, "role": role[model], "model": model,
-               "seed": seed, "pairs_trained": len(g), "pairs_gated": int(g.gated.sum()), "gate_step": int(g.gate_step.iloc[0]),
-               "depth": float(g[g.gated].depth.mean()) if g.gated.any() else float("nan")}
-        for column, shows in (("share_kept", g.r1c2_max >= c.keep_fraction), ("share_interior", g.interior),
-                              ("control_kept", g.control_r1c2_max >= c.keep_fraction),
-                              ("control_interior", g.control_interior)):
-            row[column] = float((g.gated & shows).mean())  # pairs below the gate counted as not showing it
-            row[column + "_best"] = row[column] + below  # ... and as showing it
-        rows.append(row)
+        rows.append({"group": "pretrained LMs" if role[model] == PRETRAINED else model, "role": role[model],
+                     "model": model, "seed": seed, "pairs_trained": len(g), "pairs_gated": int(g.gated.sum()),
+                     "gated": bool(g.gated.all()), "gate_step": int(g.gate_step.iloc[0]),
+                     "value_a": float(g.r1c2_max.mean()), "value_b": float(g.b_margin.mean()),
+                     "control_a": float(g.control_r1c2_max.mean()), "control_b": float(g.control_b_margin.mean()),
+                     "share_kept": float((g.gated & (g.r1c2_max >= c.keep_fraction)).mean()),
+                     "share_interior": float((g.gated & g.interior).mean()),
+                     "depth": float(g[g.gated].depth.mean()) if g.gated.any() else float("nan")})
     return pd.DataFrame(rows)
 
 
 # ---- the claims ------------------------------------------------------------------------------------
-def share_evidence(r: pd.DataFrame, column: str, threshold: float, name: str, what: str = "seeds") -> Evidence:
-    """The mean over replicates `r` of the per-replicate share `column` against `threshold`, with an interval from
-    the low end with pairs below the gate counted as failures (`column`) to the high end with them counted as
-    successes (`column`_best), so that a pair below the gate can neither make a claim hold nor fail.
-
-    Where every share is 0 or 1 (one model-task pair per replicate: the replicate is a Bernoulli trial), the bounds
-    are exact binomial (Clopper-Pearson, papers.common.claims.proportion_test) 95% bounds of the count of replicates
-    that show the pattern; a t interval of 0/1 values is wrong there (it has zero width when all agree). Else a
-    Student t 95% interval, clipped to [0, 1]."""
-    worst, best = r[column].to_numpy(dtype=float), r[column + "_best"].to_numpy(dtype=float)
-    n = len(worst)
-    if n and np.isin(worst, (0.0, 1.0)).all() and np.isin(best, (0.0, 1.0)).all():
-        low = proportion_test(int(worst.sum()), n, threshold=threshold, what=what).interval[0]
-        high = proportion_test(int(best.sum()), n, threshold=threshold, what=what).interval[1]
-        method = (f"Clopper-Pearson (exact binomial) 95% interval of the {int(worst.sum())} of {n} {what} whose pair "
-                  f"shows it, from the low end with pairs below the gate counted as failures to the high end with them "
-                  f"counted as successes (worst-case bounds)")
-        return Evidence(worst.mean(), (low, high), n, method, threshold, ">", name, values=tuple(worst))
-    t_worst = mean_test(worst, threshold=threshold, direction=">", what=what)
-    t_best = mean_test(best, threshold=threshold, direction=">")
-    low, high = max(0.0, t_worst.interval[0]), min(1.0, t_best.interval[1])  # a share lies in [0, 1]
-    return Evidence(t_worst.effect, (low, high), t_worst.replicates,
-                    f"Student t 95% interval over {t_worst.replicates} {what}, from the low end with pairs below the gate "
-                    f"counted as failures to the high end with them counted as successes (worst-case bounds), clipped "
-                    f"to [0, 1]", threshold, ">", name, values=t_worst.values)
+def replicate_evidence(r: pd.DataFrame, column: str, threshold: float, name: str, what: str = "seeds",
+                       gated_only: bool = False) -> Evidence:
+    """The mean over replicates `r` of the per-replicate measure `column` against `threshold` (direction >), with
+    its Student t 95% interval (papers.common.claims.mean_test; a verdict needs 3 replicates). `gated_only`: the
+    replicates whose pairs all passed the accuracy gate, the others dropped (the positive control: a routed seed
+    that does not do the task shows nothing planted, and an untrained model's normalised ratios sit near 1). The
+    tested models keep every seed: their gate is the claims' premise."""
+    rows = r[r.gated] if gated_only else r
+    dropped = len(r) - len(rows)
+    test = mean_test(rows[column].to_numpy(dtype=float), threshold=threshold, direction=">", what=what, name=name)
+    if dropped:
+        test.method += f" ({dropped} of {len(r)} {what} below the accuracy gate left out)"
+    return test
 
 
 def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: dict | None = None) -> list[Claim]:
     """The three claims. (a) and (b) are decided per replicate group of tested models (every tested trained model,
-    and the pretrained LMs together; every group must hold) on a per-replicate share against the config's threshold:
-    where every replicate's share is 0 or 1 (one model-task pair per replicate), the exact binomial (Clopper-Pearson)
-    95% interval of the count of replicates (:func:`share_evidence`), else a Student t 95% interval of the mean.
-    Their premise: every tested pair passes the accuracy gate on the test prompts; the task cannot be solved without
-    binding a value to its attribute (`shortcut`: per family, tasks.shortcut_accuracy on the test prompts; the best
-    over the families must be at most claims.shortcut_accuracy_max; None: not measured, the gate unmet); and, for
-    tested models with a value window only, no value window reads around the last-token patch. Their negative
-    control (null) is the same criterion on the same-request patch (patching.CONTROL); their positive control is the
-    same criterion on the routed models, where the decomposition is planted. (c) needs a model not trained to obey
-    the injected note: a pretrained LM."""
+    and the pretrained LMs together; every group must hold) on a continuous per-replicate measure (per_replicate:
+    `value_a`, `value_b`), by the Student t 95% interval of its mean over the replicates against the config's
+    threshold (:func:`replicate_evidence`). Their premise: every tested pair passes the accuracy gate on the test
+    prompts; the task cannot be solved without binding a value to its attribute (`shortcut`: per family,
+    tasks.shortcut_accuracy on the test prompts; the best over the families must be at most
+    claims.shortcut_accuracy_max; None: not measured, the gate unmet); and, for tested models with a value window
+    only, no value window reads around the last-token patch. Their negative control (null) is the same measure and
+    criterion on the same-request patch (patching.CONTROL); their positive control is the same measure and criterion
+    on the routed models' seeds past the gate, where the decomposition is planted. (c) needs a model not trained to
+    obey the injected note: a pretrained LM."""
     c = p.claims
     reps = per_replicate(p, pairs)
     role = roles(p, pairs.model.unique())
@@ -163,11 +172,12 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
     tested_groups = list(dict.fromkeys(reps[reps.role != CONTROL].group))
     control_groups = list(dict.fromkeys(reps[reps.role == CONTROL].group))
 
-    def evidence(groups, column, threshold, label):
-        return [share_evidence(reps[reps.group == grp], column, threshold, f"{grp}: {label}",
-                               "pretrained models" if grp == "pretrained LMs" else "seeds") for grp in groups]
+    def evidence(groups, column, threshold, label, gated_only=False):
+        return [replicate_evidence(reps[reps.group == grp], column, threshold, f"{grp}: {label}",
+                                   "pretrained models" if grp == "pretrained LMs" else "seeds", gated_only)
+                for grp in groups]
 
-    def shares(column, groups):
+    def per_seed(column, groups):
         return {grp: [round(v, 3) for v in reps[reps.group == grp][column]] for grp in groups}
 
     described = f"{len(tested)} tested pairs ({', '.join(tested_groups)} x {', '.join(dict.fromkeys(tested.family))})"
@@ -194,80 +204,85 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
             what=f"no value window around the last-token patch (the identifying token sits {distance} positions "
                  f"before the last token)"))
     control_text = ("the same-request patch: the last-token state of x3 = (C3, R2), x2's own request on another "
-                    "context, written into x2's last token at the same layer, on the same models and pairs; it never "
-                    "presents R1, so R1(C2) must not appear and the same criterion must not hold (where the patched state "
-                    "carries the request only, the output stays R2(C2), read from the unpatched context)")
+                    "context, written into x2's last token at the same layer, on the same models, seeds and pairs, "
+                    "read by the same measure and criterion; it never presents R1, so R1(C2) must not appear and the "
+                    "criterion must not hold (where the patched state carries the request only, the output stays "
+                    "R2(C2), read from the unpatched context)")
     routed = ", ".join(f"{n} ({p.seeds} seeds)" for n in p.control_names)
-    positive_text = (f"the same analysis on the routed models {routed}: in block 1 a request's tokens attend to their "
-                     f"own request alone, in the blocks after it to the context and not to their request, so the "
-                     f"request reaches the answer only through the last token's state after block 1, which holds "
-                     f"nothing of the context (the decomposition planted by construction); trained, gated and patched "
-                     f"like the tested models, the same criterion must hold")
+    positive_text = (f"the same measure and criterion on the routed models {routed}, over their seeds past the "
+                     f"accuracy gate: in block 1 a request's tokens attend to their own request alone, in the blocks "
+                     f"after it to the context and not to their request, so the request reaches the answer only "
+                     f"through the last token's state after block 1, which holds nothing of the context (the "
+                     f"decomposition planted by construction); gated and patched like the tested models (trained with "
+                     f"its own recipe, under What was run), the criterion must hold")
     below = pairs[~pairs.gated]
     below_text = {"pairs_below_gate": [f"{r.model}/{r.family} seed {r.seed} ({r.accuracy:.2f})" for r in below.itertuples()]}
+    seeds_kept = {grp: int((reps[reps.group == grp].value_a >= c.keep_fraction).sum()) for grp in tested_groups}
 
     a = Claim(
-        "a", f"Request-patching keeps >= {c.keep_fraction:.0%} of the normalised correct-token probability at some "
-             f"layer for at least {c.pairs_fraction_min:.0%} of model-task pairs, in every tested model.",
-        "98 of 106 model-task pairs (0.92) keep >= 70%, models of 125M-70B (abstract)",
-        {"pairs_kept": int((tested.gated & (tested.r1c2_max >= c.keep_fraction)).sum()),
-         "pairs_tested": len(tested), "share_per_seed": shares("share_kept", tested_groups),
-         "control_share_per_seed": shares("control_kept", tested_groups),
-         "positive_control_share_per_seed": shares("share_kept", control_groups),
+        "a", f"Request-patching keeps >= {c.keep_fraction:.0%} of the correct token's clean probability at some "
+             f"layer (the paper's normalised metric of a model-task pair, max over layers), on average over the "
+             f"model-task pairs of every tested model.",
+        "98 of 106 model-task pairs keep >= 70%, models of 125M-70B (abstract)",
+        {"per_seed": per_seed("value_a", tested_groups), "control_per_seed": per_seed("control_a", tested_groups),
+         "positive_control_per_seed": per_seed("value_a", control_groups),
+         # the paper's figure, reported beside the criterion (not deciding): model-task pairs (seeds) that keep 70%
+         "pairs_kept": int((tested.gated & (tested.r1c2_max >= c.keep_fraction)).sum()), "pairs_tested": len(tested),
+         "seeds_at_or_above_keep_fraction": seeds_kept,
+         "paper_share_of_pairs": c.pairs_fraction_min,
          # where the last token attends (stages.attention_shares): block 1 on the context's values, per pair
          "block1_attention_on_values": {f"{r.model}/{r.family} seed {r.seed}": round(float(r.values_b1), 3)
                                         for r in pairs.itertuples() if r.values_b1 == r.values_b1},
          **below_text},
         f"for every tested model (replicates: its seeds) and the pretrained LMs together (replicates: the models), "
-        f"the 95% interval (exact binomial where each replicate has one pair, else t) of the per-replicate share of "
-        f"its model-task pairs whose max over layers of "
-        f"p(R1(C2)) / p_clean is >= keep_fraction = {c.keep_fraction} lies above pairs_fraction_min = "
-        f"{c.pairs_fraction_min}; a pair below the gate (test accuracy < {c.gate_accuracy}) counts as a failure for "
-        f"the interval's low end and as a success for its high end",
-        evidence(tested_groups, "share_kept", c.pairs_fraction_min,
-                 f"share of pairs with max_L p(R1(C2)) / p_clean >= {c.keep_fraction}"),
-        Control(control_text, evidence(tested_groups, "control_kept", c.pairs_fraction_min, "control share"), kind="null"),
-        threshold_source=from_paper(f"the paper's 70% of the correct-token probability (keep_fraction {c.keep_fraction}) "
-                                    f"in 98 of 106 pairs = 0.92 (pairs_fraction_min {c.pairs_fraction_min}); abstract"),
+        f"the 95% Student t interval of the mean over replicates of max over layers L of p(R1(C2)) / p_clean (per "
+        f"model-task pair the ratio of the mean patched to the mean clean probability over its {p.patch_pairs} "
+        f"patching pairs, the paper's normalised metric; a replicate's value is the mean over its families) lies "
+        f"above keep_fraction = {c.keep_fraction}; every tested pair must pass the accuracy gate (test accuracy >= "
+        f"{c.gate_accuracy}; a premise). The share of model-task pairs at or above {c.keep_fraction} is reported "
+        f"beside it (the paper's 98 of 106 = {c.pairs_fraction_min}), not deciding: one pair per seed makes it 0 or 1 "
+        f"per seed, which no affordable seed count decides",
+        evidence(tested_groups, "value_a", c.keep_fraction, "max_L p(R1(C2)) / p_clean"),
+        Control(control_text, evidence(tested_groups, "control_a", c.keep_fraction, "control max_L p(R1(C2)) / p_clean"),
+                kind="null"),
+        threshold_source=from_paper(f"the paper's 70% of the correct token's probability kept by request-patching "
+                                    f"(keep_fraction {c.keep_fraction}), abstract and section 3"),
         premise=premise,
-        positive_control=PositiveControl(positive_text, evidence(control_groups, "share_kept", c.pairs_fraction_min,
-                                                                 "positive control share")))
+        positive_control=PositiveControl(positive_text, evidence(control_groups, "value_a", c.keep_fraction,
+                                                                 "positive control max_L p(R1(C2)) / p_clean",
+                                                                 gated_only=True)))
 
     b = Claim(
-        "b", f"On the interior layers (1 .. n_layer - 1), as the patched layer L grows the dominant output (keeping "
-             f">= {c.dominance_min:.0%} of its clean probability) goes R2(C2) -> R1(C2) -> R1(C1), never back, with "
-             f"R1(C2) dominant at one of them at least and a layer without a dominant output only at the transition "
-             f"from R1(C2) to R1(C1), for at least "
-             f"{c.profile_fraction_min:.0%} of model-task pairs in every tested model.",
-        "early layers R2(C2), middle layers R1(C2), late layers R1(C1) (the paper's layer plots; no share given)",
-        {"pairs_with_interior_profile": int((tested.gated & tested.interior).sum()), "pairs_tested": len(tested),
-         "share_per_seed": shares("share_interior", tested_groups),
-         "control_share_per_seed": shares("control_interior", tested_groups),
-         "positive_control_share_per_seed": shares("share_interior", control_groups),
-         "n_layer": sorted(int(x) for x in set(pairs.n_layer)),
-         "rule_before_review": {  # the interior rule without the transition (patching.is_strict_interior_decomposition)
-             "pairs_with_interior_profile": int((tested.gated & tested.interior_strict).sum()),
-             "positive_control_pairs": int((control_pairs.gated & control_pairs.interior_strict).sum()),
-             "positive_control_pairs_tested": len(control_pairs)}, **below_text},
+        "b", f"At some interior layer (1 .. n_layer - 1) request-patching's output is R1(C2), x1's request applied "
+             f"to x2's context: its normalised probability exceeds both R2(C2)'s and R1(C1)'s and keeps >= "
+             f"{c.dominance_min:.0%} of its clean probability (the middle of the paper's early R2(C2), middle R1(C2), "
+             f"late R1(C1)), on average over the model-task pairs of every tested model.",
+        "early layers R2(C2), middle layers R1(C2), late layers R1(C1) (the paper's layer plots, section 3; no share "
+        "given)",
+        {"per_seed": per_seed("value_b", tested_groups), "control_per_seed": per_seed("control_b", tested_groups),
+         "positive_control_per_seed": per_seed("value_b", control_groups),
+         # the layer profile, reported beside the criterion (not deciding): pairs whose dominant outputs follow the
+         # order on the interior layers (patching.is_interior_decomposition)
+         "pairs_with_interior_profile": int((tested.gated & tested.interior).sum()), "pairs_tested": len(tested),
+         "positive_control_pairs_with_interior_profile": int((control_pairs.gated & control_pairs.interior).sum()),
+         "n_layer": sorted(int(x) for x in set(pairs.n_layer)), **below_text},
         f"for every tested model (replicates: its seeds) and the pretrained LMs together (replicates: the models), "
-        f"the 95% interval (as in (a)) of the per-replicate share of its pairs whose dominant hypothesis per interior "
-        f"layer "
-        f"(the largest normalised probability, if it is >= dominance_min = {c.dominance_min}; else "
-        f"the layer has none) follows that order and includes R1(C2), with a layer that has none only after the last "
-        f"layer where R1(C2) dominates and before R1(C1) next dominates (the retrieval transition; anywhere else it "
-        f"fails the pair), lies above profile_fraction_min = {c.profile_fraction_min} (pairs below the gate bound the "
-        f"interval as in (a)). Layers 0 and n_layer are left out: R2(C2) there and R1(C1) at the last layer hold by "
-        f"construction (a check below). The transition rule was added after an independent review (issue 47), "
-        f"because the positive control could not pass the rule without it; the tested models' profiles of the run "
-        f"before had been seen",
-        evidence(tested_groups, "share_interior", c.profile_fraction_min, "share of pairs with the interior profile"),
-        Control(control_text, evidence(tested_groups, "control_interior", c.profile_fraction_min, "control share"),
-                kind="null"),
-        threshold_source=convention(f"profile_fraction_min {c.profile_fraction_min}: 'most pairs', ours; the paper shows "
-                                    f"the layer profile in plots and gives no share for it"),
+        f"the 95% Student t interval of the mean over replicates of the interior margin max over L in 1 .. n_layer - 1 "
+        f"of n_R1(C2)(L) - max(n_R2(C2)(L), n_R1(C1)(L), dominance_min = {c.dominance_min}) (n_h: hypothesis h's "
+        f"normalised probability, as in (a); a replicate's value is the mean over its families) lies above 0; every "
+        f"tested pair must pass the accuracy gate (a premise). Layers 0 and n_layer are left out: R2(C2) there and "
+        f"R1(C1) at the last layer hold by construction (a check below). The share of pairs whose dominant outputs "
+        f"follow the order R2(C2) -> R1(C2) -> R1(C1) on the interior layers is reported beside it, not deciding",
+        evidence(tested_groups, "value_b", 0.0, "interior margin of R1(C2)"),
+        Control(control_text + "; under it the margin's other outputs are R2(C2) and R2(C3), x3's own answer",
+                evidence(tested_groups, "control_b", 0.0, "control interior margin of R1(C2)"), kind="null"),
+        threshold_source=convention(f"0, a sign: R1(C2) is the dominant output at an interior layer; the floor "
+                                    f"dominance_min {c.dominance_min} ('most of its clean probability') is ours; the "
+                                    f"paper shows the layer profile in plots and gives no number for it"),
         premise=premise,
-        positive_control=PositiveControl(positive_text, evidence(control_groups, "share_interior",
-                                                                 c.profile_fraction_min, "positive control share")))
+        positive_control=PositiveControl(positive_text, evidence(control_groups, "value_b", 0.0,
+                                                                 "positive control interior margin of R1(C2)",
+                                                                 gated_only=True)))
     return [a, b, _claim_c(p, over)]
 
 
@@ -333,7 +348,7 @@ def build_checks(pairs: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame, sty
 
 def size_table(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
     """Per replicate group: its role, the seeds' gate steps, and the mean [95% t interval] over replicates of the
-    claims' shares (and the control's) and of the relative depth of the R1(C2) peak."""
+    claims' measures (and the control's), the reported shares and the relative depth of the R1(C2) peak."""
     from papers.common.claims import t_interval
 
     reps = per_replicate(p, pairs)
@@ -343,13 +358,15 @@ def size_table(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
         row = {"model": grp, "role": g.role.iloc[0], "layers": int(first.n_layer), "width": int(first.width),
                "replicates": len(g), "gate steps": ", ".join(str(s) for s in g.gate_step),
                "pairs gated": f"{g.pairs_gated.sum()} of {g.pairs_trained.sum()}"}
-        for column, label in (("share_kept", "(a) share"), ("control_kept", "(a) control"),
-                              ("share_interior", "(b) share"), ("control_interior", "(b) control"),
+        for column, label in (("value_a", "(a) max_L p(R1(C2)) / p_clean"), ("control_a", "(a) control"),
+                              ("value_b", "(b) interior margin"), ("control_b", "(b) control"),
+                              ("share_kept", "(a) share of pairs >= keep_fraction"),
+                              ("share_interior", "(b) share of pairs with the interior profile"),
                               ("depth", "R1(C2) peak depth L / n_layer")):
             x = g[column].dropna().to_numpy()
             if len(x) >= 2:
                 m, lo, hi = t_interval(x)
-                row[label] = f"{m:.2f} [{max(lo, 0.0):.2f}, {min(hi, 1.0):.2f}]"  # shares and depths lie in [0, 1]
+                row[label] = f"{m:.2f} [{lo:.2f}, {hi:.2f}]"
             else:
                 row[label] = f"{x[0]:.2f}" if len(x) else "n/a"
         rows.append(row)
@@ -399,7 +416,7 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, vocab, val, te
             var_name="quantity")], ignore_index=True)
     caption = (f"Request-patching on held-out prompts ({p.patch_pairs} pairs per family and layer), every model-task "
                f"pair: steps trained (a seed stops at the first validation record where every family passes the gate, "
-               f"at most {p.train.max_steps}), test accuracy, where the last token attends on the test prompts (block 1's "
+               f"at most the model's step cap), test accuracy, where the last token attends on the test prompts (block 1's "
                f"attention on the context's values and the most any later block puts on the request's tokens, each for "
                f"the head that puts the most there), the largest normalised probability of R1(C2) over the patched "
                f"layers L (the paper's Fig. 3; paper: >= 0.7 for 98 of 106 pairs) and its layer, the dominant "
@@ -408,9 +425,10 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, vocab, val, te
                f"model).")
     write_table(md, table_md, table_csv, caption=caption, csv_df=long)
     with open(table_md, "a") as f:
-        f.write("\nPer model (mean [95% t interval] over replicates; a share counts every pair, a pair below the gate "
-                "as a failure here, while the claims bound its unknown outcome both ways; intervals clipped to [0, 1], "
-                "the range of a share):\n\n")
+        f.write("\nPer model (mean [95% t interval] over every replicate, past the gate or not: the claims' measures "
+                "(a) max_L p(R1(C2)) / p_clean and (b) the interior margin of R1(C2), each under the request patch and "
+                "the same-request control, then the shares reported beside them, in which a pair below the gate counts "
+                "as a failure; the claims read the positive control on its seeds past the gate alone):\n\n")
         f.write(to_markdown(size_table(p, pairs)))
         if len(oversight):
             f.write(f"\n\nOversight: {p.inject_prompts} held-out stories asking for the {p.inject_key}, with an "
@@ -455,24 +473,31 @@ def _describe_model(p: Params, name: str) -> str:
     return f"{name} ({m.n_layer} layers, width {m.n_embd}, {m.n_head} heads, {attention}{routed})"
 
 
+def _recipe(p: Params, name: str) -> str:
+    """One model's training recipe in words (orion.train with the model's own overrides)."""
+    t = p.train_for(name)
+    copies = (f"{t.copy_fraction:.0%} of each batch copy sequences (a list of {t.copy_length[0]}-{t.copy_length[1]} "
+              f"words written twice; {t.copy_separated:.0%} of them with a separator after each word)"
+              + (f", after a curriculum of {t.copy_warmup} steps on copy sequences alone" if t.copy_warmup else "")
+              if t.copy_fraction > 0 else "no copy sequences")
+    return (f"{name}: at most {t.max_steps} steps, batch {t.batch_size}, AdamW lr {t.lr} (constant after {t.warmup} "
+            f"warmup steps, weight decay {t.weight_decay}), {copies}, 1-{t.max_requests} requests per training "
+            f"sequence (at most a family's keys), the loss on their answers plus {t.lm_weight} x the next-token loss "
+            f"elsewhere")
+
+
 def what_was_run(p: Params) -> str:
     t = p.train
     tested = ", ".join(_describe_model(p, n) for n in p.tested_names)
     control = ", ".join(_describe_model(p, n) for n in p.control_names)
-    copies = (f"with {t.copy_fraction:.0%} of each batch copy sequences (a list of {t.copy_length[0]}-{t.copy_length[1]} "
-              f"words written twice; {t.copy_separated:.0%} of them with a separator after each word)"
-              + (f", after a curriculum of {t.copy_warmup} steps on copy sequences alone" if t.copy_warmup else "")
-              if t.copy_fraction > 0 else "with no copy sequences")
     return (f"Tested models: {tested}. Positive control: {control}. {p.seeds} seeds each, the seeds of one model "
             f"trained side by side in one process, from scratch, until every task family passes the accuracy gate "
             f"({p.claims.gate_accuracy} on {p.val_prompts} validation prompts per family, checked every "
             f"{t.eval_every} steps; the validation prompts come from {p.val_share:.0%} of the held-out styles, the test "
-            f"prompts from the rest, so the gate reads neither a training nor a test style) or for at most "
-            f"{t.max_steps} steps (batch {t.batch_size}, AdamW lr {t.lr}, constant after {t.warmup} warmup steps) on "
+            f"prompts from the rest, so the gate reads neither a training nor a test style) or up to the step cap, on "
             f"{len(p.families)} ORION-style task famil{'y' if len(p.families) == 1 else 'ies'} "
             f"({', '.join(p.families)}) whose entity names come from Debian's wamerican word list ({p.pool_size} words "
-            f"per pool), {copies}. Each training sequence asks 1-{t.max_requests} requests (at most a family's keys), "
-            f"the loss on their answers plus {t.lm_weight} x the next-token loss elsewhere. {_pretrained_sentence(p)}"
+            f"per pool). Recipes: {'; '.join(_recipe(p, n) for n in p.model_names)}. {_pretrained_sentence(p)}"
             f"Test prompts ({p.test_prompts} per family) use held-out context wordings (the styles held out from "
             f"training, {p.test_fraction:.0%} of them, less the validation styles). Every model-task pair is analysed by request-patching at every layer (the residual stream at "
             f"the last token of x2 = (C2, R2) overwritten by that of x1 = (C1, R1), {p.patch_pairs} pairs per family) "
@@ -484,8 +509,9 @@ def outcome(p: Params, pairs: pd.DataFrame) -> str:
     role = pairs.model.map(roles(p, pairs.model.unique()))
     trained = pairs[pairs.model.isin(p.model_names)]
     taken = trained.groupby(["model", "seed"]).gate_step.first()
-    text = [f"The seeds were taken at steps {int(taken.min())}-{int(taken.max())} of the cap of {p.train.max_steps} "
-            f"({int((taken < p.train.max_steps).sum())} of {len(taken)} before it)."] if len(taken) else []
+    text = ["The seeds were taken at steps " + ", ".join(
+        f"{m} {', '.join(str(int(x)) for x in g)} (cap {p.train_for(m).max_steps})" for m, g in taken.groupby(level=0))
+        + "."] if len(taken) else []
     for label, part in (("tested", pairs[role != CONTROL]), ("positive-control", pairs[role == CONTROL])):
         gated = part[part.gated]
         if gated.empty:
@@ -535,32 +561,51 @@ def _pretrained_sentence(p: Params) -> str:
 
 
 def _rule_change(p: Params, pairs: pd.DataFrame) -> str:
-    """Claim (b)'s rule change after the independent review, with what each rule gives on this run's gated pairs."""
+    """How the criteria of (a) and (b) came to be (issue 47's reviews), with what the reported profile rules give on
+    this run's gated pairs."""
     role = pairs.model.map(roles(p, pairs.model.unique()))
     counts = []
     for label, part in (("the tested models", pairs[role != CONTROL]), ("the positive control", pairs[role == CONTROL])):
         g = part[part.gated]
         counts.append(f"{label}: {int(g.interior.sum())} of {len(g)} gated pairs with the rule, "
                       f"{int(g.interior_strict.sum())} without the transition")
-    return ("Claim (b)'s rule was changed after an independent review (issue 47): a layer where no output dominates "
-            "is now allowed at the transition from R1(C2) to R1(C1) (after the last layer where R1(C2) dominates and "
-            "before R1(C1) next does; anywhere else it still fails the pair, and R1(C2) must still dominate at one "
-            "interior layer, in the same order). The reason is the positive control: the routed model, in which the "
-            "decomposition is planted, is mid-retrieval at the interior layers after its request was moved, and the "
-            "rule without the transition failed it. The change was made before this run, but the tested models' "
-            "profiles of the run before it had been seen. In this run, " + "; ".join(counts) + ".")
+    return ("How the criteria came to be. Before this run (issue 47, after the run whose seeds did not learn the "
+            "shared-pool story) the claims were decided on counts of seeds whose one pair showed the pattern, which no "
+            "affordable seed count could decide; they are now decided on each seed's continuous measure, fixed in "
+            "config.yaml before this run. Claim (b)'s layer profile, reported beside it, allows a layer where no "
+            "output dominates at the transition from R1(C2) to R1(C1) only (a change after the first independent "
+            "review, because the routed model, mid-retrieval there, failed the rule without it; the tested models' "
+            "profiles of an earlier run had been seen). In this run, " + "; ".join(counts) + ".")
 
 
 def _cap_sentence(p: Params, pairs: pd.DataFrame) -> str:
-    """What the step cap meant in this run: set beyond the steps the seeds needed, or reached by seeds below the gate."""
+    """What the step caps meant in this run: set beyond the steps the seeds needed, or reached by seeds below the gate."""
     taken = pairs[pairs.model.isin(p.model_names)].groupby(["model", "seed"]).gate_step.first()
-    capped = int((taken >= p.train.max_steps).sum())
+    caps = {m: p.train_for(m).max_steps for m in p.model_names}
+    capped = int(sum(step >= caps[m] for (m, _), step in taken.items()))
+    cap_text = ", ".join(f"{m} {c}" for m, c in caps.items())
     if capped:
-        return (f"The step cap ({p.train.max_steps}, set by the default budget) was reached by {capped} of {len(taken)} "
+        return (f"The step caps ({cap_text}, set by the default budget) were reached by {capped} of {len(taken)} "
                 f"seeds, which had not passed the gate by then; whether more steps teach them the task is not measured "
                 f"here.")
-    return (f"The step cap ({p.train.max_steps}) lies beyond the steps the seeds needed (under \"What was run\"), so "
-            f"that whether a seed learns does not depend on the CPU's floating-point path (issue 55).")
+    return (f"The step caps ({cap_text}) lie beyond the steps the seeds needed (above), so that whether a seed learns "
+            f"does not depend on the CPU's floating-point path (issue 55).")
+
+
+def _recipe_sentence(p: Params) -> str:
+    """Why the models' recipes differ, from the parameters (the pilots behind them are in config.yaml)."""
+    copies = {n: p.train_for(n).copy_fraction for n in p.model_names}
+    rates = {n: p.train_for(n).lr for n in p.model_names}
+    if len(set(copies.values())) == 1 and len(set(rates.values())) == 1:
+        return "Every model trains with the same recipe (What was run)."
+    return ("The models train with their own recipes (What was run): " + ", ".join(
+        f"{n} at lr {rates[n]} with {copies[n]:.0%} copy sequences" for n in p.model_names)
+        + ". In one-seed pilots before this run (config.yaml, orion.models), the tested model learned the shared-pool "
+          "story within the budget only with copy sequences in its batches (generic repeated text, of which a "
+          "pretrained LM has read much), while the routed model, whose blocks after the first cannot read its own "
+          "request, stayed below chance with them and learned it quickly without them at a lower rate. The recipe "
+          "shapes how a model learns, not what request-patching measures in it; the positive control shows that the "
+          "analysis finds the decomposition where it is planted, in a model that does the task.")
 
 
 def _seeds_to_clear(threshold: float, level: float = 0.95) -> int:
@@ -621,17 +666,16 @@ shortcut (papers/orion/tasks.py, shortcut_accuracy): the test accuracy of the be
 {p.claims.shortcut_accuracy_max} (chance among a story's {len(tasks.FAMILIES["story"].keys)} values plus a sampling margin;
 ours, fixed before the run), else (a) and (b) read inconclusive. "What was run" gives the shortcut's accuracy and, per
 seed, where the last token attends.
+Training recipes. {_recipe_sentence(p)}
 (a) and (b) remain statements about tiny models trained on this family, not about the paper's LMs; a "does not
 hold" here does not refute the paper.
-Intervals. A replicate (a seed) has one model-task pair here, so its share is 0 or 1: the claims use the exact
-binomial (Clopper-Pearson) 95% interval of the count of seeds. With {p.seeds} seeds it cannot clear
-{min(p.claims.pairs_fraction_min, p.claims.profile_fraction_min)} even when every seed shows the pattern (its low
-end is then 0.025^(1/{p.seeds}) = {0.025 ** (1 / p.seeds):.2f}), so neither the tested models nor the positive control
-can make (a) or (b) hold at this scale; the tested models can still miss a threshold (when no seed shows the pattern
-the high end is {1 - 0.025 ** (1 / p.seeds):.2f}), but with the positive control short of holding a claim reads
-inconclusive. Holding needs {_seeds_to_clear(p.claims.pairs_fraction_min)} seeds for (a) and
-{_seeds_to_clear(p.claims.profile_fraction_min)} for (b), all showing the pattern.
-The positive control. A routed model (model.routing_masks) has the same architecture and training, but in its
+Intervals. The paper counts model-task pairs that keep 70% (98 of 106). A seed of ours has one model-task pair, so
+such a count per seed is 0 or 1, and an exact binomial interval of {p.seeds} such counts could not clear the paper's
+share {p.claims.pairs_fraction_min} (that needs {_seeds_to_clear(p.claims.pairs_fraction_min)} seeds that all show it). The claims are decided instead on each
+seed's continuous measure, the paper's normalised metric for (a) and the interior margin of R1(C2) for (b), by a
+Student t 95% interval over the seeds, against the paper's 70% for (a) and a sign for (b); the count of pairs is
+reported beside them.
+The positive control. A routed model (model.routing_masks) has the same architecture (its own training recipe: What was run; config.yaml gives the pilots behind both recipes), but in its
 first block a request's tokens attend to their own request alone (from the request's first token, which only
 requests use: papers/orion/tasks.py, request_markers), and in the blocks after it to the context and no token of
 their request; the request reaches the answer only through the last token's state after block {routed_layer}, which holds nothing

@@ -118,7 +118,7 @@ def train(*, cfg, model_name, vocab, val, checkpoints, history):
     from papers.orion.patching import accuracy
 
     p = parse(cfg)
-    m, t = p.model(model_name), p.train
+    m, t = p.model(model_name), p.train_for(model_name)  # orion.train with the model's own overrides
     seeds = list(range(p.seeds))
     if len(checkpoints) != len(seeds):
         raise ValueError(f"orion.seeds = {p.seeds} but {len(checkpoints)} checkpoint paths were given")
