@@ -494,8 +494,9 @@ def test_claim_e_is_decided_on_the_window_event_eeg_with_the_spread_window_as_it
 
     from papers.symspace.report import claim_e
 
-    def table(window_effect, spread_effect, seeds=8, real=False, pool=0.0):
-        """attention `effect` above the ablation; the stronger baseline `pool` above the ablation (None: not run)."""
+    def table(window_effect, spread_effect, seeds=8, real=False, pool=0.0, lse=0.0):
+        """attention `effect` above the ablation; the stronger baseline `pool` and the selective one `lse` above the
+        ablation (None: not run)."""
         rng = np.random.default_rng(4)
         rows = []
         for r in range(seeds):
@@ -508,6 +509,8 @@ def test_claim_e_is_decided_on_the_window_event_eeg_with_the_spread_window_as_it
                         ("attention", "untrained", 0.25 + 0.02 * rng.normal())]
                 if pool is not None:
                     arms.append(("tangent_pool", "main", base + pool + 0.01 * rng.normal()))
+                if lse is not None:
+                    arms.append(("tangent_pool_lse", "main", base + lse + 0.01 * rng.normal()))
                 for arm, variant, v in arms:
                     rows.append({"task": task, "replicate": r, "arm": arm, "variant": variant, "test_acc": v,
                                  "half_test_acc": v, "late_gain": -0.01, "chance": 0.25, "parameters": 940,
@@ -519,12 +522,16 @@ def test_claim_e_is_decided_on_the_window_event_eeg_with_the_spread_window_as_it
     assert found.verdict == "holds" and found.control.verdict == "does not hold" and found.control.kind == "null"
     assert [e.name for e in found.evidence] == [  # the window data decides, against both baselines
         "eeg: attention (main) - no attention",
-        "eeg: attention - tangent-space perceptron pooled (the stronger baseline)"]
+        "eeg: attention - tangent-space perceptron pooled (the stronger baseline)",
+        "eeg: attention - tangent-space perceptron, log-sum-exp pooled (the selective baseline)"]
+    # A gain that any window selection gives: the selective non-attentive baseline does as well.
+    assert claim_e(p, table(0.3, -0.05, lse=0.3)).verdict == "inconclusive"
+    assert claim_e(p, table(0.3, -0.05, lse=0.45)).verdict == "does not hold"
     # The attention beats the plain ablation but not a non-attentive network that reads every window on its own:
     # "attention helps" is not shown against a fair alternative.
     assert claim_e(p, table(0.3, -0.05, pool=0.3)).verdict == "inconclusive"
     assert claim_e(p, table(0.3, -0.05, pool=0.45)).verdict == "does not hold"
-    assert claim_e(p, table(0.3, -0.05, pool=None)).verdict == "holds"  # without it: the ablation alone
+    assert claim_e(p, table(0.3, -0.05, pool=None, lse=None)).verdict == "holds"  # without them: the ablation
     assert claim_e(p, table(-0.1, -0.05)).verdict == "does not hold"
     # The attention "wins" where there is nothing to find: the control holds, the claim is at most inconclusive.
     assert claim_e(p, table(0.3, 0.3)).verdict == "inconclusive"
@@ -646,6 +653,53 @@ def test_stronger_baseline_matches_the_attention_networks_parameters_and_reads_e
     moved = tokens.clone()
     moved[:, 0] = moved[:, 0] * 5.0
     assert not torch.allclose(out, pool(moved))
+
+
+def test_selective_baseline_lets_one_window_decide_with_the_same_parameters():
+    g = torch.Generator().manual_seed(0)
+    mean = L.TangentPoolNet(6, 4, 7, g)
+    lse = L.TangentPoolNet(6, 4, 7, torch.Generator().manual_seed(0), pool="logsumexp")
+    assert L.parameter_count(lse) == L.parameter_count(mean)  # the pooling has no parameters
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(3, 4, 6, 6))
+    tokens = torch.as_tensor(a @ np.swapaxes(a, -1, -2) / 6 + 0.1 * np.eye(6))
+    with torch.no_grad():
+        v = L.triu_vec(geo.sym_funcm(tokens, "log"))
+        per_token = lse.out(torch.relu(lse.hidden_layer(v)))  # (B, T, classes)
+        assert torch.allclose(lse(tokens), torch.logsumexp(per_token, 1))
+        assert torch.allclose(mean(tokens), per_token.mean(1))
+        # Scaled up, one window's logits dominate: log-sum-exp tends to the max over windows (selection).
+        lse.out.weight.mul_(50.0), lse.out.bias.mul_(50.0)
+        big = lse.out(torch.relu(lse.hidden_layer(v)))
+        assert torch.allclose(lse(tokens), big.max(1).values, atol=np.log(4) + 1e-9)
+    with pytest.raises(ValueError):
+        L.TangentPoolNet(6, 4, 7, g, pool="median")
+
+
+def test_speed_pass_computes_the_same_maps():
+    rng = np.random.default_rng(2)
+    a = rng.normal(size=(5, 6, 6))
+    x = torch.as_tensor(a @ np.swapaxes(a, -1, -2) + 0.1 * np.eye(6)).requires_grad_(True)
+    # X^1/2 and X^-1/2 from one eigendecomposition: bit for bit the two separate calls, forward and backward.
+    s1, r1 = geo.sym_sqrt_rsqrt(x)
+    ws, wr = torch.as_tensor(rng.normal(size=(2, 5, 6, 6)))
+    g1, = torch.autograd.grad((s1 * ws).sum() + (r1 * wr).sum(), x)
+    s2, r2 = geo.sym_funcm(x, "sqrt"), geo.sym_funcm(x, "rsqrt")
+    g2, = torch.autograd.grad((s2 * ws).sum() + (r2 * wr).sum(), x)
+    assert torch.equal(s1, s2) and torch.equal(r1, r2) and torch.equal(g1, g2)
+    # A^T X A with A = P^-1/2 R: the same matrix as R^T P^-1/2 X P^-1/2 R (to rounding).
+    p = torch.linalg.matrix_exp(torch.as_tensor(rng.normal(size=(3, 6, 6))) * 0.1)
+    p = p @ p.transpose(-1, -2)
+    rot = torch.linalg.qr(torch.as_tensor(rng.normal(size=(3, 6, 6))))[0]
+    pis = geo.sym_funcm(p, "rsqrt")
+    torch.testing.assert_close(geo.spd_to_base_fused(x.detach().unsqueeze(1), pis, rot),
+                               geo.spd_to_base(x.detach().unsqueeze(1), pis, rot), rtol=1e-12, atol=1e-12)
+    # Only the attention network's Busemann layers take the fused form (the ablation and claim b's heads do not).
+    g = torch.Generator().manual_seed(0)
+    att = L.SPDAttentionNet(6, 4, 4, 1.0, 0.0, 1, True, g)
+    abl = L.SPDAttentionNet(6, 4, 4, 1.0, 0.0, 1, False, g)
+    assert att.query.fused and att.key.fused and att.mlr.dist.fused and not abl.mlr.dist.fused
+    assert not L.BusemannMLR(4, 3, 1.0, 0.0, g).dist.fused
 
 
 def test_a_job_measures_its_own_cpu_time():

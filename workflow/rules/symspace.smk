@@ -31,7 +31,7 @@ rule symspace_prepare:
 
 
 rule symspace_train:
-    """Train both heads on the shared BiMap/ReEig backbone from several initialisations on this job's head seeds (EEG, with the tangent-space logistic regression on the trial covariances and on each trained backbone's output as ceiling references) and on its share of claim (b)'s positive control (labels drawn by a random Busemann SPDNet), and claim (e)'s networks (attention, the ablation, the stronger non-attentive baseline) on this job's window-event EEG seeds and the spread window (its negative control)."""
+    """Train both heads on the shared BiMap/ReEig backbone from several initialisations on this job's head seeds (EEG, with the tangent-space logistic regression on the trial covariances and on each trained backbone's output as ceiling references) and on its share of claim (b)'s positive control (labels drawn by a random Busemann SPDNet), and claim (e)'s networks (attention, the ablation, the mean- and the log-sum-exp-pooled non-attentive baselines) on this job's window-event EEG seeds and the spread window (its negative control)."""
     input:
         data=rules.symspace_prepare.output.data,
     output:

@@ -84,15 +84,46 @@ class _SymFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         evals, evecs, f = ctx.saved_tensors
-        diff = evals.unsqueeze(-1) - evals.unsqueeze(-2)
-        close = diff.abs() <= 1e-9 * evals.abs().amax(-1, keepdim=True).unsqueeze(-1).clamp_min(1e-30)
-        safe = torch.where(close, torch.ones_like(diff), diff)
-        deriv = ctx.dfn(evals)
-        k = torch.where(close, (deriv.unsqueeze(-1) + deriv.unsqueeze(-2)) / 2,
-                        (f.unsqueeze(-1) - f.unsqueeze(-2)) / safe)
-        g = (grad + grad.transpose(-1, -2)) / 2
-        inner = evecs.transpose(-1, -2) @ g @ evecs
-        return evecs @ (k * inner) @ evecs.transpose(-1, -2), None, None
+        return _daleckii_krein(evals, evecs, f, ctx.dfn, grad), None, None
+
+
+def _daleckii_krein(evals, evecs, f, dfn, grad):
+    """dX = V (K o (V^T sym(dY) V)) V^T for Y = V f(L) V^T (the backward of :class:`_SymFunction`)."""
+    diff = evals.unsqueeze(-1) - evals.unsqueeze(-2)
+    close = diff.abs() <= 1e-9 * evals.abs().amax(-1, keepdim=True).unsqueeze(-1).clamp_min(1e-30)
+    safe = torch.where(close, torch.ones_like(diff), diff)
+    deriv = dfn(evals)
+    k = torch.where(close, (deriv.unsqueeze(-1) + deriv.unsqueeze(-2)) / 2,
+                    (f.unsqueeze(-1) - f.unsqueeze(-2)) / safe)
+    g = (grad + grad.transpose(-1, -2)) / 2
+    inner = evecs.transpose(-1, -2) @ g @ evecs
+    return evecs @ (k * inner) @ evecs.transpose(-1, -2)
+
+
+class _SqrtRsqrt(torch.autograd.Function):
+    """(X^1/2, X^-1/2) of symmetric positive definite X from one eigendecomposition (the Frechet-mean step needs
+    both): the same numbers, forward and backward, as two :func:`sym_funcm` calls ("sqrt", "rsqrt"), which would
+    decompose the same X twice (the gradient is the sum of the two Daleckii-Krein terms, as autograd would add
+    them)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        evals, evecs = torch.linalg.eigh(x)
+        f_sqrt, f_rsqrt = FUNCTIONS["sqrt"][0](evals), FUNCTIONS["rsqrt"][0](evals)
+        ctx.save_for_backward(evals, evecs, f_sqrt, f_rsqrt)
+        vt = evecs.transpose(-1, -2)
+        return (evecs * f_sqrt.unsqueeze(-2)) @ vt, (evecs * f_rsqrt.unsqueeze(-2)) @ vt
+
+    @staticmethod
+    def backward(ctx, grad_sqrt, grad_rsqrt):
+        evals, evecs, f_sqrt, f_rsqrt = ctx.saved_tensors
+        return (_daleckii_krein(evals, evecs, f_sqrt, FUNCTIONS["sqrt"][1], grad_sqrt)
+                + _daleckii_krein(evals, evecs, f_rsqrt, FUNCTIONS["rsqrt"][1], grad_rsqrt))
+
+
+def sym_sqrt_rsqrt(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """X^1/2 and X^-1/2 of symmetric positive definite x from one eigendecomposition (:class:`_SqrtRsqrt`)."""
+    return _SqrtRsqrt.apply(x)
 
 
 # The matrix functions the layers use, each with its derivative (for the backward above).
@@ -115,6 +146,13 @@ def spd_to_base(x: torch.Tensor, p_inv_sqrt: torch.Tensor, rot: torch.Tensor) ->
     """R^T P^-1/2 X P^-1/2 R: the isometry that takes the hyperplane's base point P to the identity."""
     y = p_inv_sqrt @ x @ p_inv_sqrt
     return rot.transpose(-1, -2) @ y @ rot
+
+
+def spd_to_base_fused(x: torch.Tensor, p_inv_sqrt: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+    """:func:`spd_to_base` as A^T X A with A = P^-1/2 R formed once per hyperplane: two products per input and
+    hyperplane instead of four (the same matrix; the rounding differs)."""
+    a = p_inv_sqrt @ rot
+    return a.transpose(-1, -2) @ x @ a
 
 
 def spd_distance(x: np.ndarray, y: np.ndarray, alpha: float, beta: float) -> float:

@@ -100,6 +100,9 @@ class BusemannDistance(nn.Module):
             raise ValueError(f"symspace: (alpha, beta) = ({alpha}, {beta}) is not a Riemannian metric on SPD({n}): "
                              "needs alpha > 0 and alpha + n beta > 0")
         self.alpha, self.beta = alpha, beta
+        # fused: the isometry as A^T X A, A = P^-1/2 R (geometry.spd_to_base_fused; the attention network's layers:
+        # half the matrix products); off elsewhere, so that claim (b)'s heads keep their earlier rounding.
+        self.fused = False
         self.s = nn.Parameter(0.01 * torch.randn(k, n, n, generator=generator, dtype=torch.float64))
         self.r = nn.Parameter(0.01 * torch.randn(k, n, n, generator=generator, dtype=torch.float64))
         self.a = nn.Parameter(0.1 * torch.randn(k, n, generator=generator, dtype=torch.float64))
@@ -109,7 +112,8 @@ class BusemannDistance(nn.Module):
         # eigenvalues of the initial S ~ 0.
         p_inv_sqrt = torch.linalg.matrix_exp(-sym(self.s) / 2)  # (K, n, n)
         rot = orthogonal_param(self.r)  # (K, n, n)
-        y = geo.spd_to_base(x.unsqueeze(1), p_inv_sqrt, rot)  # (B, K, n, n)
+        to_base = geo.spd_to_base_fused if self.fused else geo.spd_to_base
+        y = to_base(x.unsqueeze(1), p_inv_sqrt, rot)  # (B, K, n, n)
         h = torch.sort(self.a, dim=-1, descending=True).values  # (K, n), unnormalised: the scale is |a|
         return geo.ab_inner(h, geo.log_diag_udu(sym(y)), self.alpha, self.beta)
 
@@ -171,7 +175,7 @@ def frechet_mean(x: torch.Tensor, w: torch.Tensor, iters: int, logs: torch.Tenso
     logs = geo.sym_funcm(x, "log") if logs is None else logs  # (..., T, n, n)
     m = geo.sym_funcm(torch.einsum("...qt,...tij->...qij", w, logs), "exp")  # (..., Q, n, n)
     for _ in range(iters):
-        m_sqrt, m_isqrt = geo.sym_funcm(m, "sqrt"), geo.sym_funcm(m, "rsqrt")
+        m_sqrt, m_isqrt = geo.sym_sqrt_rsqrt(m)  # one eigendecomposition for both
         inner = m_isqrt.unsqueeze(-3) @ x.unsqueeze(-4) @ m_isqrt.unsqueeze(-3)  # (..., Q, T, n, n)
         step = torch.einsum("...qt,...qtij->...qij", w, geo.sym_funcm(sym(inner), "log"))
         m = sym(m_sqrt @ geo.sym_funcm(step, "exp") @ m_sqrt)
@@ -194,6 +198,9 @@ class SPDAttentionNet(nn.Module):
             self.query = BusemannDistance(n, dim, alpha, beta, generator)
             self.key = BusemannDistance(n, dim, alpha, beta, generator)
         self.mlr = BusemannMLR(n, classes, alpha, beta, generator)
+        for layer in self.modules() if attention else ():  # the ablation (cheap) keeps its earlier rounding
+            if isinstance(layer, BusemannDistance):
+                layer.fused = True
         self.token_logs, self.pooled_tokens = InputCache(), InputCache()
 
     def forward(self, tokens):  # (B, T, n, n)
@@ -214,14 +221,22 @@ class SPDAttentionNet(nn.Module):
 
 class TangentPoolNet(nn.Module):
     """A set of T SPD tokens -> class logits without attention: every token's tangent vector at the identity
-    (LogEig, vec of log X_t) through a one-hidden-layer perceptron, the logits averaged over the tokens (a
-    DeepSets head: each token is read on its own, content-dependent, but no token weighs another). Claim (e)'s
-    stronger non-attentive baseline (the third review of issue 52: the uniform Frechet mean of the plain
-    ablation dilutes a one-window event by construction); `hidden` is set so that its parameter count matches
-    the attention network's (:func:`tangent_pool_hidden`)."""
+    (LogEig, vec of log X_t) through a one-hidden-layer perceptron, the per-token logits pooled over the tokens.
+    Claim (e)'s stronger non-attentive baselines (the third review of issue 52: the uniform Frechet mean of the
+    plain ablation dilutes a one-window event by construction); `hidden` is set so that the parameter count matches
+    the attention network's (:func:`tangent_pool_hidden`; the pooling has no parameters).
 
-    def __init__(self, n, classes, hidden, generator):
+    ``pool="mean"``: the logits averaged over the tokens (a DeepSets head: each token read on its own, none weighing
+    another, none selected). ``pool="logsumexp"``: per class the log-sum-exp of the tokens' logits, a smooth maximum
+    that lets the window with the largest logits decide (multiple-instance pooling): a SELECTIVE non-attentive
+    baseline (the fourth review of issue 52: without it a gain of the attention could come from any window
+    selection, not from the paper's distance-based attention)."""
+
+    def __init__(self, n, classes, hidden, generator, pool: str = "mean"):
         super().__init__()
+        if pool not in ("mean", "logsumexp"):
+            raise ValueError(f"symspace: unknown token pooling {pool!r} (mean, logsumexp)")
+        self.pool = pool
         d = n * (n + 1) // 2
         self.hidden_layer = nn.Linear(d, hidden, dtype=torch.float64)
         self.out = nn.Linear(hidden, classes, dtype=torch.float64)
@@ -231,7 +246,8 @@ class TangentPoolNet(nn.Module):
 
     def forward(self, tokens):  # (B, T, n, n) -> (B, classes)
         v = self.token_logs(tokens, lambda x: triu_vec(geo.sym_funcm(x, "log")))  # (B, T, d)
-        return self.out(torch.relu(self.hidden_layer(v))).mean(1)
+        logits = self.out(torch.relu(self.hidden_layer(v)))  # (B, T, classes)
+        return logits.mean(1) if self.pool == "mean" else torch.logsumexp(logits, dim=1)
 
 
 def parameter_count(model: nn.Module) -> int:

@@ -26,7 +26,14 @@ SPD_ARMS = {"spdnet_logeig_linear": "BiMap -> ReEig -> LogEig + linear (SPDNet)"
 ATTENTION_ARMS = {"no_attention": "no attention (the ablation: tokens pooled by their uniform Frechet mean)",
                   "tangent_pool": "no attention, tangent-space perceptron per token, logits averaged (the stronger "
                                   "baseline, the attention network's parameter count)",
+                  "tangent_pool_lse": "no attention, tangent-space perceptron per token, logits pooled by log-sum-exp "
+                                      "(the selective baseline: one window can decide; the attention network's "
+                                      "parameter count)",
                   "attention": "attention"}
+# Claim (e)'s non-attentive baselines with the attention network's parameter count (layers.TangentPoolNet), and
+# their names in the evidence: the mean-pooled one (third round) and the selective one (fourth round of issue 52).
+POOL_BASELINES = {"tangent_pool": "tangent-space perceptron pooled (the stronger baseline)",
+                  "tangent_pool_lse": "tangent-space perceptron, log-sum-exp pooled (the selective baseline)"}
 BALL_ARMS = {"euclidean_mlr": "Euclidean MLR", "ganea_mlr": "Ganea et al.'s gyroplane MLR",
              "busemann_mlr": "Busemann (horocycle) MLR", "angle_rule": "angle rule about the origin (premise of d)",
              "generating_head": "the random horocycle head that drew the labels (positive control of d)"}
@@ -367,21 +374,20 @@ def claim_e(p, acc: pd.DataFrame) -> Claim:
         return paired_test(*paired(acc, t, ("attention", variant), ("no_attention", "main")), threshold=0.0,
                            name=f"{t}: attention ({variant}) - no attention", what="replicates")
 
-    def has_pool(t):
-        return ((acc.task == t) & (acc.arm == "tangent_pool")).any()
+    def has_pool(t, arm="tangent_pool"):
+        return ((acc.task == t) & (acc.arm == arm)).any()
 
-    def pool_gain(t):  # against the stronger non-attentive baseline
-        return paired_test(*paired(acc, t, ("attention", "main"), ("tangent_pool", "main")), threshold=0.0,
-                           name=f"{t}: attention - tangent-space perceptron pooled (the stronger baseline)",
-                           what="replicates")
+    def pool_gain(t, arm="tangent_pool"):  # against a non-attentive baseline of the attention's parameter count
+        return paired_test(*paired(acc, t, ("attention", "main"), (arm, "main")), threshold=0.0,
+                           name=f"{t}: attention - {POOL_BASELINES[arm]}", what="replicates")
 
     def gains(t):
-        return [gain(t)] + ([pool_gain(t)] if has_pool(t) else [])
+        return [gain(t)] + [pool_gain(t, arm) for arm in POOL_BASELINES if has_pool(t, arm)]
 
     chance = {t: float(acc[acc.task == t].chance.iloc[0]) for t in tasks}
     learned = [mean_test(replicates(acc, t, "no_attention") - chance[t], threshold=0.0, direction=">",
                          name=f"{t}: no-attention network - chance ({chance[t]:.3g})") for t in tasks]
-    main = acc.task.isin(tasks) & acc.arm.isin(["attention", "no_attention", "tangent_pool"]) & (acc.variant == "main")
+    main = acc.task.isin(tasks) & acc.arm.isin(["attention", "no_attention", *POOL_BASELINES]) & (acc.variant == "main")
     spread = ((acc.task == "eeg_spread") & (acc.arm == "attention")).any()
     if spread:
         control = Control("negative control: the same pair and criterion on the mixing model with the class's excess "
@@ -396,17 +402,22 @@ def claim_e(p, acc: pd.DataFrame) -> Claim:
         "e", statement, paper,
         {**{f"{t} attention": float(replicates(acc, t, "attention").mean()) for t in tasks},
          **{f"{t} no attention (ablation)": float(replicates(acc, t, "no_attention").mean()) for t in tasks},
-         **{f"{t} tangent-space perceptron pooled (stronger baseline; {int(g.parameters.iloc[0])} parameters, "
-            f"attention network {int(g.attention_parameters.iloc[0])})": float(replicates(acc, t, "tangent_pool").mean())
-            for t in tasks if has_pool(t)
-            for g in [acc[(acc.task == t) & (acc.arm == "tangent_pool")]]},
+         **{f"{t} {POOL_BASELINES[arm]} ({int(g.parameters.iloc[0])} parameters, "
+            f"attention network {int(g.attention_parameters.iloc[0])})": float(replicates(acc, t, arm).mean())
+            for t in tasks for arm in POOL_BASELINES if has_pool(t, arm)
+            for g in [acc[(acc.task == t) & (acc.arm == arm)]]},
+         **{f"negative control (eeg_spread): {ATTENTION_ARMS[arm]} test accuracy": float(
+             replicates(acc, "eeg_spread", arm).mean()) for arm in ("attention", "no_attention", *POOL_BASELINES)
+            if spread and (arm in ("attention", "no_attention") or has_pool("eeg_spread", arm))},
          **({f"negative control (eeg_spread): {e.name}": e.describe() for e in gains("eeg_spread")}
             if spread else {})},
         "paired-by-replicate t interval of attention - no attention (the same network with exactly the attention "
         "removed, the tokens pooled directly: the ablation; EEG window tokens, test accuracy at the best-validation "
-        "checkpoint) > 0, and attention - the stronger non-attentive baseline (every window token's tangent vector "
+        "checkpoint) > 0, attention - the stronger non-attentive baseline (every window token's tangent vector "
         "through a one-hidden-layer perceptron, logits averaged over the tokens, with the attention network's "
-        "parameter count) > 0: both must hold" + (
+        "parameter count) > 0, and attention - the selective non-attentive baseline (the same perceptron and "
+        "parameter count, the tokens' logits pooled by log-sum-exp, a smooth maximum over the windows: a window "
+        "selection without the paper's distance-based attention) > 0: all must hold" + (
             "; on the mixing model the class event sits in one randomly placed window of each trial (claim b's EEG), "
             "so the claim reads whether the attention finds it better than a network reading every window on its "
             "own" if "eeg" in tasks else ""),
@@ -415,7 +426,8 @@ def claim_e(p, acc: pd.DataFrame) -> Claim:
         threshold_source=convention("a sign: the paper reports the attention above the network without it"),
         premise=[converged_gate(acc, main, tol, "every network"),
                  stable_gate(acc, [(t, "attention", base) for t in tasks
-                                   for base in ("no_attention", "tangent_pool") if base == "no_attention" or has_pool(t)],
+                                   for base in ("no_attention", *POOL_BASELINES)
+                                   if base == "no_attention" or has_pool(t, base)],
                              p.claims["stability_tol"], "every network"),
                  Premise.from_evidence("the network without attention learns the task (above chance, t interval)",
                                        learned)],
@@ -464,7 +476,8 @@ def _table(acc: pd.DataFrame, chk: pd.DataFrame):
     md, csv = [], []
     rows = [(t, arm, v) for t in eeg_tasks(acc) + ["digits"] for arm in SPD_ARMS for v in ("main", "permuted_labels")]
     rows += [(t, arm, v) for t in attention_tasks(acc) + ["eeg_spread"] for arm, v in
-             (("no_attention", "main"), ("tangent_pool", "main"), ("attention", "main"), ("attention", "untrained"))]
+             (("no_attention", "main"), ("tangent_pool", "main"), ("tangent_pool_lse", "main"), ("attention", "main"),
+              ("attention", "untrained"))]
     rows += [("spd_planted", arm, "main") for arm in ("spdnet_logeig_linear", "spdnet_busemann_mlr", "generating_head")]
     rows += [("tree", arm, "main") for arm in BALL_ARMS] + [("tree", "busemann_mlr", "untrained")]
     rows += [("tree_horocycle", arm, "main") for arm in ("ganea_mlr", "busemann_mlr", "generating_head")]
@@ -502,7 +515,7 @@ def _figures(acc, gaps, acc_figure, gap_figure):
     tasks = [t for t in dict.fromkeys(tasks) if (acc.task == t).any()]
     fig, axes = subplots(1, len(tasks), width=3.6, height=3.8)
     for ax, task in zip(axes[0], tasks):
-        arms = [a for a in dict.fromkeys((*SPD_ARMS, "no_attention", "tangent_pool", "attention", *BALL_ARMS))
+        arms = [a for a in dict.fromkeys((*SPD_ARMS, "no_attention", *POOL_BASELINES, "attention", *BALL_ARMS))
                 if ((acc.task == task) & (acc.arm == a) & (acc.variant == "main")).any()]
         vals = [replicates(acc, task, a) for a in arms]
         ax.bar(range(len(arms)), [v.mean() for v in vals], yerr=[v.std(ddof=1) if v.size > 1 else 0 for v in vals],
@@ -577,8 +590,9 @@ def _what_was_run(p, acc) -> str:
         f"attention network ({p.model['attention_dim']} hyperplanes per query/key FC layer, {p.model['frechet_iters']} "
         "Frechet-mean iteration(s)), the same network without attention (the ablation) and a stronger "
         "non-attentive baseline with the attention network's parameter count (each window token's tangent vector "
-        "at the identity through a one-hidden-layer ReLU perceptron, logits averaged over the tokens), on the window "
-        "tokens of "
+        "at the identity through a one-hidden-layer ReLU perceptron, logits averaged over the tokens) and a selective "
+        "one (the same perceptron and parameter count, the tokens' logits pooled by log-sum-exp, so that one window "
+        "can decide), on the window tokens of "
         + ("every EEG subject" if tr["attention_subjects"] is None else
            f"the first {tr['attention_subjects']} EEG subject(s) of each seed")
         + f", {tr['attention_steps']} steps each, " + ("on the real EEG. " if real_eeg(p) else
@@ -655,7 +669,8 @@ def report(*, cfg, scale, table, checks, gaps, benchmarks, table_md, table_csv, 
                "best-validation checkpoint, and in the next column at the first half of training's (the stability "
                "gate's); eeg: claim (b)'s heads, their tangent-space logistic-regression ceiling references (on the "
                "trial covariances, and on each head's trained BiMap/ReEig output) and claim (e)'s networks (the class "
-               "event in one window: the attention network, the ablation and the stronger non-attentive baseline); "
+               "event in one window: the attention network, the ablation and the mean- and log-sum-exp-pooled "
+               "non-attentive baselines); "
                "spd_planted: claim (b)'s positive control; eeg_spread: claim (e)'s negative control; "
                "tree_horocycle: claim (d)'s positive control; digits (where run): context for claim (b); the late "
                "validation "

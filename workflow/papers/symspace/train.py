@@ -257,7 +257,9 @@ def attention_task(task: str, unit: int, replicate: int, tokens_train, y_train, 
     non-attentive baseline (:class:`layers.TangentPoolNet`, arm ``tangent_pool``: every token read on its own by a
     perceptron of its tangent vector, logits averaged over the tokens) with the attention network's parameter
     count, trained alike (the third round's re-review of issue 52: the plain ablation pools the tokens by their
-    uniform Frechet mean, which dilutes a one-window event by construction)."""
+    uniform Frechet mean, which dilutes a one-window event by construction); and the selective non-attentive
+    baseline (arm ``tangent_pool_lse``: the same perceptron and parameter count, the tokens' logits pooled by
+    log-sum-exp, so that one window can decide; the fourth review of issue 52)."""
     n, classes = tokens_train.shape[-1], int(y_train.max()) + 1
     fit_idx, val_idx = split(y_train.numpy(), 1 - p.train["val_fraction"], rng)
     tf, yf, tv, yv = tokens_train[fit_idx], y_train[fit_idx], tokens_train[val_idx], y_train[val_idx]
@@ -279,6 +281,15 @@ def attention_task(task: str, unit: int, replicate: int, tokens_train, y_train, 
             rows.append({**_row(task, unit, replicate, "tangent_pool", "main", classes, pool, pool_curve,
                                 accuracy(pool, tokens_test, y_test), seed),
                          "parameters": L.parameter_count(pool), "attention_parameters": target})
+            # The selective non-attentive baseline: the same per-token perceptron and parameter count, the tokens'
+            # logits pooled by log-sum-exp (a smooth max: one window can decide), from its own initialisation key.
+            sel = L.TangentPoolNet(n, classes, L.tangent_pool_hidden(n, classes, target),
+                                   generator(seed, task, unit, "tangent_pool_lse"), pool="logsumexp")
+            sel, sel_curve = fit(sel, tf, yf, t["attention_steps"], t["lr"], val=(tv, yv), every=t["eval_every"],
+                                 test=(tokens_test, y_test))
+            rows.append({**_row(task, unit, replicate, "tangent_pool_lse", "main", classes, sel, sel_curve,
+                                accuracy(sel, tokens_test, y_test), seed),
+                         "parameters": L.parameter_count(sel), "attention_parameters": target})
         model, curve = fit(model, tf, yf, t["attention_steps"], t["lr"], val=(tv, yv), every=t["eval_every"],
                            test=(tokens_test, y_test))
         rows.append(_row(task, unit, replicate, arm, "main", classes, model, curve,
