@@ -459,8 +459,8 @@ def test_claims_b_and_c_without_the_trained_controls():
                "claims": {**Params().claims, "min_admitted": 3}})
     # accuracy per (arm, kind): the mixture reads both digits, CLIP the big one, the high-res expert both a little
     # less well, most of all the small one; the blinded mixture only the big one; Pre-Alignment 0.05 above joint.
-    def table(hires_global):
-        acc = {"fusion:concat": (0.95, 0.9), "single:clip": (0.95, 0.25), "single:hires": (hires_global, 0.8),
+    def table(hires_global, clip=(0.95, 0.25)):
+        acc = {"fusion:concat": (0.95, 0.9), "single:clip": clip, "single:hires": (hires_global, 0.8),
                BLINDED: (0.9, 0.25), "prealign:concat": (1.0, 0.95)}
         rows = []
         for seed in range(3):
@@ -481,10 +481,24 @@ def test_claims_b_and_c_without_the_trained_controls():
     assert b.verdict == "holds" and b.control.kind == "ablation" and BLINDED in b.control.description
     assert b.control.verdict == "does not hold"  # blinded: no gain over CLIP
     assert any(g.name.startswith("seeds admitted") and g.met and g.measured == 3 for g in b.premise)
-    # "most on fine detail" is decided against the strongest single expert (its gain over single:hires on fine 0.1,
-    # on global 0.05); the gain over CLIP is a check of the construction, not a part of the evidence.
-    fine = next(e for e in b.evidence if e.name.startswith("gain over single:hires"))
-    assert fine.effect == pytest.approx(0.05) and fine.verdict == "holds"
+    # "most on fine detail" is decided against the paper's baseline, CLIP alone (issue 52's seventh round): its gain
+    # over single:clip on fine 0.65, on global 0. At this scale the prose says it holds by construction.
+    fine = next(e for e in b.evidence if e.name.startswith("gain over single:clip"))
+    assert fine.effect == pytest.approx(0.65) and fine.verdict == "holds"
+    assert not any(e.name.startswith("gain over single:hires") for e in b.evidence)  # no chosen "strongest"
+    assert "by construction" in b.criterion
+    # At the full scale (eagle.llava set) the comparison with the CLIP-only model is the paper's evidence: no prose
+    # says it holds by construction.
+    from dataclasses import replace
+
+    full = replace(p, llava={**p.llava, "train_json": "train.json"})
+    assert "by construction" not in claim_b(full, df).criterion
+    # A planted CLIP baseline that reads the fine print but not the big digit (global 0.6, fine 0.85): the gain over
+    # it is the larger on global questions, and the same part does not hold.
+    inverted = claim_b(p, table(0.9, clip=(0.6, 0.85)))
+    part = next(e for e in inverted.evidence if e.name.startswith("gain over single:clip"))
+    assert part.effect == pytest.approx(0.05 - 0.35) and part.verdict == "does not hold"
+    assert inverted.verdict == "does not hold"
     # The high-res expert alone never learned the big digit (global at chance on validation) on any seed: no seed is
     # admitted, so (b) is not decided (issue 52's fourth and fifth reviews).
     stuck = claim_b(p, table(0.25))
@@ -530,7 +544,7 @@ def test_claim_b_pairs_each_comparison_on_its_own_seeds_and_says_how_many_seeds_
     b = claim_b(p, pd.DataFrame(rows))
     n = {e.name: e.replicates for e in b.evidence}
     assert n == {"fusion:concat - single:clip": 3, "fusion:concat - single:hires": 4,
-                 "gain over single:hires on fine - on global questions (fusion:concat)": 4}
+                 "gain over single:clip on fine - on global questions (fusion:concat)": 3}
     hires = next(e for e in b.evidence if e.name.endswith("single:hires"))
     assert hires.effect == pytest.approx(np.mean(hires_gap))
     three = paired_test(np.asarray(hires_gap[:3]), np.zeros(3), name="x")
@@ -580,9 +594,41 @@ def test_claim_b_admits_a_seed_only_where_its_single_experts_pass_the_serve_gate
     assert hires.effect < (every["fusion:concat"] - every["single:hires"]).mean()  # the stuck seed left out
     strict = claim_b(parse({**cfg, "claims": {**Params().claims, "min_admitted": 7}}), df)
     assert strict.verdict == "inconclusive" and "premise not met" in strict.note
-    # The gain over CLIP, larger on fine detail by construction, is a check, not evidence.
-    check = next(c for c in eagle_checks(df, p) if c.id == "b_fine_gain_over_clip_by_construction")
-    assert check.passed and check.measured > 0.6
+    # The gain over CLIP on fine detail is now (b)'s evidence, not a check.
+    assert not any("by_construction" in c.id for c in eagle_checks(df, p))
+    # Without the admission rule (reported, not deciding): concat - single:hires over all 7 seeds, which the stuck
+    # seed 10 raises, with the exact sign test (7 of 7 better: p = 0.5^7) and the seed the rule removed.
+    assert b.measured["concat - single:hires over every seed (no admission rule)"] == pytest.approx(
+        (every["fusion:concat"] - every["single:hires"]).mean())
+    assert "fusion:concat - single:hires (every seed)" in b.note and "over 7 seeds" in b.note
+    assert f"p = {0.5 ** 7:.3g}" in b.note and "removes seed 10 (global 0.250)" in b.note
+    assert "removes none of them" in b.note  # concat - single:clip: no seed of clip's removed
+
+
+def test_the_exact_sign_test_on_planted_differences():
+    from scipy import stats
+
+    from papers.eagle.report import sign_test
+
+    assert sign_test([0.1, 0.2, 0.0, 0.3]) == (3, 0, 1, pytest.approx(0.125))  # the tie dropped: 0.5^3
+    up, down, tie, p = sign_test([0.1, -0.2, 0.3, 0.05, 0.01, 0.02, -0.01])
+    assert (up, down, tie) == (5, 2, 0) and p == pytest.approx(stats.binom.sf(4, 7, 0.5))
+    assert sign_test([-0.1, -0.2, -0.3])[3] == pytest.approx(1.0)  # all worse: no evidence of better
+    assert sign_test([0.0, 0.0])[3] == 1.0  # every seed tied
+
+
+def test_claim_a_margin_is_set_against_the_effective_sample():
+    # 288 held-out images (4 classes of sklearn's digits, 0.4 held out) reused by 1000 test canvases (two images
+    # each) about 6.9 times: one seed's binomial SE at the effective sample 0.0295, not 0.0112 (2000 questions).
+    from papers.eagle.report import _margin_source, heldout_images
+
+    p = parse({})
+    assert heldout_images(p) == 288
+    text = _margin_source(p, 0.03)
+    assert "1.02 x" in text and "288 distinct held-out digit images (0.0295)" in text and "6.9 times" in text
+    assert "0.0112" in text
+    half = parse({"data": {**Params().data, "heldout_fraction": 0.2}})  # a smaller held-out pool: a larger SE
+    assert heldout_images(half) < 288 and "1.02 x" not in _margin_source(half, 0.03)
 
 
 def test_claim_b_admits_each_seed_on_its_own_arms_and_an_added_seed_cannot_unadmit_another():
