@@ -1,5 +1,7 @@
 """kernels.attention: reference against SDPA, autograd, opcheck, Triton against the reference."""
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -223,6 +225,31 @@ def test_configs_fit_shared_memory():
     assert smem_bytes(BlockConfig(128, 64, 4, 3), 128, torch.float32, "fwd") == 256 * 1024
     assert BlockConfig(128, 64, 4, 3) not in attention_configs(128, torch.float32, "fwd", smem_limit=227 * 1024)
     assert BlockConfig(128, 64, 4, 3) in attention_configs(128, torch.bfloat16, "fwd", smem_limit=227 * 1024)
+
+
+@needs_triton
+def test_untuned_choice_skips_a_configuration_that_does_not_compile(monkeypatch):
+    # KERNELS_AUTOTUNE=0 takes the first candidate that compiles: on an H200 the fp32, D = 128 forward
+    # with a bias overflowed shared memory at a candidate the operand-tile estimate let through
+    from triton.runtime.errors import OutOfResources
+
+    attention_module = sys.modules["kernels.attention"]  # the package's `attention` is the function
+    monkeypatch.setenv("KERNELS_AUTOTUNE", "0")
+    monkeypatch.setattr(attention_module, "_TUNED", {})
+    configs = [BlockConfig(128, 64, 8, 3), BlockConfig(128, 32, 4, 3), BlockConfig(64, 64, 4, 2)]
+    launched = []
+
+    def launch(cfg):
+        launched.append(cfg)
+        if cfg.block_m == 128:
+            raise OutOfResources(262144, 232448, "shared memory")
+
+    assert attention_module._choose("key", configs, launch) == configs[2]
+    assert launched == configs
+    assert attention_module._choose("key", configs, launch) == configs[2]  # cached: no launch
+    assert len(launched) == 3
+    with pytest.raises(OutOfResources):
+        attention_module._choose("other", configs[:2], launch)
 
 
 # ---------------------------------------------------------------------------- Triton
