@@ -801,3 +801,115 @@ def test_the_cost_line_is_in_the_budgets_unit(tmp_path):
     text = _budget(paths, df, budget=360)
     assert "60 s of summed job time against the time budget of 360 s" in text
     assert "about 20.0 s of job time" in text and "about 240 s of job time, 300 s in all against the budget of 360 s" in text
+
+
+def _planted_b_table(hires, blind_clip, concat=0.97, seeds=range(5), blind_seeds=range(3), planted=0.1, fusions=()):
+    """A planted results table for claims (a) and (b) (issue 52's eighth round): every arm converged and every gate
+    passed; test accuracy `concat` for the mixture, `hires` for single:hires, `blind_clip` for the CLIP-blind mixture
+    (on `blind_seeds`), CLIP alone 0.6 (global 0.95, fine 0.25), the planted deficit `planted` below concat, each
+    fusion of `fusions` at concat's accuracy; a small per-seed jitter."""
+    import pandas as pd
+
+    from papers.eagle.params import BLIND_CLIP
+
+    rows = []
+    for i, seed in enumerate(seeds):
+        jit = 0.001 * ((i * 7) % 5 - 2)
+        acc = {"fusion:concat": (concat, concat), "single:hires": (hires, hires), T_PLANTED: (concat - planted,) * 2,
+               **{f"fusion:{f}": (concat, concat) for f in fusions}}
+        if i < 3:
+            acc["single:clip"] = (0.95, 0.25)
+        if i in blind_seeds:
+            acc[BLIND_CLIP] = (blind_clip, blind_clip)
+        for arm, (g, f) in acc.items():
+            j = jit if arm == "fusion:concat" else -jit * 0.5 if arm == "single:hires" else jit * 0.3
+            for kind, a in (("global", g), ("fine", f), ("all", (g + f) / 2)):
+                rows.append({"arm": arm, "seed": seed, "split": "test", "kind": kind, "accuracy": a + j,
+                             "late_gain": 0.0, "late_gain_questions": 0, "val_questions": 400, "visual_tokens": 16,
+                             "fusion_params": 4704})
+            if arm != T_PLANTED:
+                for kind, a in (("global", g), ("fine", f)):
+                    rows.append({"arm": arm, "seed": seed, "split": "val", "kind": kind, "accuracy": a,
+                                 "late_gain": 0.0, "visual_tokens": 16})
+    return pd.DataFrame(rows)
+
+
+def test_claim_a_saturation_gate_and_the_planted_deficit_against_concat():
+    # Issue 52's eighth round: (a) needs a task that neither expert solves alone: the best single expert must fail
+    # the same equivalence test against concat (interval of best - concat wholly below -margin).
+    from papers.eagle.report import claim_a, saturation_gate
+
+    p = parse({"seeds": 5, "arm_seeds": {"fusion": 5, "single": {"clip": 3, "hires": 5}, "prealign": 0},
+               "claims": {**Params().claims, "min_admitted": 3}})
+    margin = p.claims["equivalence_margin"]
+    fusions = [f for f in Fu.FUSIONS if f != "concat"]
+    saturated = _planted_b_table(hires=0.965, blind_clip=0.965, fusions=fusions)  # hires within 0.005 of concat
+    gate, test = saturation_gate(saturated, margin)
+    assert not gate.met and "single:hires" in gate.name and test.interval[1] > -margin
+    a = claim_a(p, saturated)
+    assert a.verdict == "inconclusive" and "not saturated" in a.note  # the fusions' equivalence cannot count
+    needed = _planted_b_table(hires=0.80, blind_clip=0.80, fusions=fusions)  # hires 0.17 below concat
+    gate, _ = saturation_gate(needed, margin)
+    assert gate.met
+    assert claim_a(p, needed).verdict == "holds"
+    # The fusions not run (eagle.arm_seeds.fusion 0): not measured, the premise measured and said, and the planted
+    # deficit read against concat itself (the test shown able to say "not equivalent"; it cannot when nothing is
+    # planted).
+    q = parse({"seeds": 5, "arm_seeds": {"fusion": 0, "single": {"clip": 3, "hires": 5}, "prealign": 0}})
+    off = claim_a(q, _planted_b_table(hires=0.965, blind_clip=0.965))
+    assert off.verdict == "not measured" and "the task is saturated" in off.note and not off.premise[0].met
+    # A best single expert whose interval straddles -margin: not shown to need the mixture (not called saturated).
+    wide = _planted_b_table(hires=0.945, blind_clip=0.945)
+    wide.loc[(wide.arm == "single:hires") & (wide.seed == 2), "accuracy"] -= 0.08
+    straddle = claim_a(q, wide)
+    assert not straddle.premise[0].met and "not shown to need the mixture" in straddle.note
+    assert off.positive_control.verdict == "holds"
+    flat = claim_a(q, _planted_b_table(hires=0.965, blind_clip=0.965, planted=0.0))
+    assert flat.positive_control.verdict != "holds"
+    assert "would be informative" in claim_a(q, _planted_b_table(hires=0.8, blind_clip=0.8)).note
+
+
+def test_claim_b_trained_clip_blind_ablation():
+    # Issue 52's eighth round: (b)'s ablation is the concatenation trained with its CLIP expert fed noise (group
+    # blind_clip): what concat adds over single:hires is CLIP's information, so this arm must not beat single:hires.
+    from papers.eagle.params import BLIND_CLIP
+    from papers.eagle.report import claim_b
+
+    p = parse({"seeds": 5, "arm_seeds": {"fusion": 0, "single": {"clip": 3, "hires": 5}, "prealign": 0,
+                                         "blind_clip": 3},
+               "claims": {**Params().claims, "min_admitted": 3}})
+    ok = claim_b(p, _planted_b_table(hires=0.95, blind_clip=0.95))  # blind mixture no better than hires
+    assert ok.control.kind == "ablation" and BLIND_CLIP in [e.name.split(" - ")[0] for e in ok.control.evidence]
+    part = next(e for e in ok.control.evidence if e.name == f"{BLIND_CLIP} - single:hires")
+    assert part.replicates == 3 and part.verdict != "holds" and ok.control.verdict != "holds"
+    assert ok.verdict == "holds"  # concat 0.02 above hires on 5 seeds, and above CLIP
+    assert "CLIP's information at equal capacity" in ok.note
+    # A CLIP-blind mixture that beats hires as well (the gain is capacity, not CLIP): the control holds, and the
+    # claim cannot be decided.
+    confounded = claim_b(p, _planted_b_table(hires=0.95, blind_clip=0.97))
+    assert confounded.control.verdict == "holds" and confounded.verdict == "inconclusive"
+
+
+def test_clip_blind_arm_feeds_clip_noise():
+    from papers.eagle import train as T
+
+    names = T.fixed_arms(["clip", "hires"], ("blind_clip",))
+    blind = next(a for a in names if a["name"] == "control:blind_clip_expert")
+    assert blind["inputs"] == ["noise", "image"] and blind["fusion"] == "concat"
+    assert T.seed_groups({"fusion": 0, "single": {"clip": 3, "hires": 5}, "blind_clip": 3}, 3) == ("single:hires",)
+    assert "blind_clip" in T.seed_groups({"fusion": 0, "single": 3, "blind_clip": 3}, 2)
+    assert parse({"seeds": 3, "arm_seeds": {"fusion": 0, "single": 3, "prealign": 0, "blind_clip": 0}})
+
+
+def test_clip_blind_control_that_did_not_learn_is_reported():
+    from papers.eagle.params import BLIND_CLIP
+    from papers.eagle.report import claim_b
+
+    p = parse({"seeds": 5, "arm_seeds": {"fusion": 0, "single": {"clip": 3, "hires": 5}, "prealign": 0,
+                                         "blind_clip": 3},
+               "claims": {**Params().claims, "min_admitted": 3}})
+    df = _planted_b_table(hires=0.95, blind_clip=0.95)
+    df.loc[(df.arm == BLIND_CLIP) & (df.seed == 2) & (df.kind == "global"), "accuracy"] = 0.26
+    b = claim_b(p, df)
+    assert "stayed below 0.5" in b.note and "seed 2 global 0.260" in b.note
+    assert "stayed below" not in claim_b(p, _planted_b_table(hires=0.95, blind_clip=0.95)).note

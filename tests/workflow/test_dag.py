@@ -51,7 +51,7 @@ FANNED_OUT = {
     "profilebfn_train": (1, 3, 5),  # one per training seed
     "profilebfn_evaluate": (1, 3, 5),  # one per training seed (every arm and family inside)
     "symspace_train": (1, 6, 5),  # one per seed (claim b's heads on its share of head_seeds, the attention pairs)
-    "eagle_train": (1, 3, 5),  # one per seed (the arms of the seed's groups inside; round-robin with three experts)
+    "eagle_train": (1, 5, 5),  # one per seed (the arms of the seed's groups inside; round-robin with three experts)
     "infoprop_prepare": (1, 12, 5),  # one per seed
     "infoprop_train": (1, 12, 5),  # one per seed
     "infoprop_evaluate": (1, 12, 5),  # one per seed (every propagation scheme inside)

@@ -9,14 +9,19 @@ SLUG = "eagle"
 EXPERTS = ("clip", "hires", "det")  # the low-res contrastive, high-res reading and localisation experts
 FUSIONS = ("concat", "sequence_append", "llava_hr", "mini_gemini", "deformable")
 # The groups of arms (eagle.arm_seeds); the trained controls may train on no seed.
-ARM_GROUPS = ("fusion", "single", "prealign", "blind", "shuffled")
-OPTIONAL_GROUPS = ("blind", "shuffled")  # the trained controls
+ARM_GROUPS = ("fusion", "single", "prealign", "blind", "blind_clip", "shuffled")
+OPTIONAL_GROUPS = ("blind", "blind_clip", "shuffled")  # the trained controls
 # Groups that may train on no seed: the trained controls, and the arms of claims (a) (fusion) and (c) (prealign),
 # which are then not measured (the time budget may hold only claim b's arms at the SFT cap).
 SKIPPABLE_GROUPS = ("fusion", "prealign", *OPTIONAL_GROUPS)
 # The arms of the controls: claim (b)'s trained ablation (group blind), the trained mixture blinded at test (its
 # stand-in, papers.eagle.train.blinded_at_test), claim (c)'s null (group shuffled).
 BLIND, BLINDED, SHUFFLED = "control:blind_hires_experts", "control:hires_other_canvas_at_test", "prealign_shuffled:concat"
+# Claim (b)'s trained ablation of concat - single:hires (group blind_clip; issue 52's eighth round): the same
+# concatenation trained with its CLIP expert fed noise throughout (CLIP's information removed, the architecture,
+# parameter count and training kept): what the mixture adds over the high-res expert alone is CLIP's information, so
+# this arm must not beat single:hires; it also controls the mixture's larger parameter count.
+BLIND_CLIP = "control:blind_clip_expert"
 # Claim (a)'s positive control (papers.eagle.train.planted_deficit): the trained concatenation asked the test questions
 # with its non-CLIP experts reading another canvas on a fraction (eagle.claims.planted_fraction) of the test canvases.
 PLANTED = "positive:concat_hires_other_canvas_on_a_fraction"
@@ -38,7 +43,9 @@ class Params:
     # Seeds (the first n of `seeds`) on which each group of arms trains: the fusions of claim (a), the single
     # experts of claim (b), Pre-Alignment of claim (c), and two trained controls that may be skipped (0): blind, the
     # mixture with its non-CLIP experts fed noise throughout training (claim b's ablation; without it the trained
-    # mixture blinded at test stands in), shuffled, Pre-Alignment on shuffled pairs (claim c's null); the channel
+    # mixture blinded at test stands in), blind_clip, the mixture with its CLIP expert fed noise throughout training
+    # (claim b's trained ablation of concat - single:hires), shuffled, Pre-Alignment on shuffled pairs (claim c's
+    # null); the channel
     # concatenation trains on every seed (every claim pairs with it). `single` may be a mapping {expert: n}: each
     # single expert on its own first n seeds (every expert of experts.names named).
     arm_seeds: dict = field(default_factory=lambda: {"fusion": 3, "single": 3, "prealign": 3, "blind": 0,

@@ -33,7 +33,7 @@ from papers.eagle import fusion as Fu
 from papers.eagle.data import KINDS
 from papers.eagle.experts import Tower
 from papers.eagle.model import LM, MLLM
-from papers.eagle.params import BLIND, BLINDED, PLANTED, SHUFFLED
+from papers.eagle.params import BLIND, BLIND_CLIP, BLINDED, PLANTED, SHUFFLED
 from papers.eagle.schedule import lr_factor
 
 log = logging.getLogger(__name__)
@@ -206,9 +206,10 @@ def run_arm(arm: dict, pretrained: dict, splits: dict, banks: dict, p, rng: np.r
     if arm["name"] == "fusion:concat":
         extra = {"sft_steps_run": steps_run, "late_gain_questions": gain_questions, "val_questions": n_val}
         rows += [dict(r, **extra) for r in blinded_at_test(model, splits, banks, loss, gain, rng)]
-        if p.arm_seeds.get("fusion", 0):  # claim (a)'s positive control, where its fusions train
-            rows += [dict(r, **extra) for r in planted_deficit(model, splits, banks, loss, gain,
-                                                               p.claims.get("planted_fraction", 0.2), rng)]
+        # Claim (a)'s positive control (it trains nothing): read against the other fusions where they train, and
+        # against the concatenation itself always (the equivalence test shown able to say "not equivalent").
+        rows += [dict(r, **extra) for r in planted_deficit(model, splits, banks, loss, gain,
+                                                           p.claims.get("planted_fraction", 0.2), rng)]
     return rows
 
 
@@ -266,15 +267,18 @@ def arm(name, experts, fusion="concat", inputs=None, prealign=None) -> dict:
 
 
 # The arms, by the claim they serve: the single experts (claim b) and the mixture with its non-CLIP experts fed noise
-# (group blind: b's trained ablation), every fusion over the experts (a), Pre-Alignment (c) and its shuffled control
+# (group blind: b's trained ablation of the gain over CLIP) or its CLIP expert fed noise (group blind_clip: b's trained
+# ablation of the gain over the high-res expert), every fusion over the experts (a), Pre-Alignment (c) and its shuffled control
 # (group shuffled). The channel concatenation, which every claim compares with, trains on every seed; each group on
 # the first arm_seeds[group] seeds; group "single:<expert>" is that single expert alone (arm_seeds.single a mapping).
-def fixed_arms(experts=("clip", "hires"), groups=("fusion", "single", "prealign", "blind", "shuffled")) -> list[dict]:
+def fixed_arms(experts=("clip", "hires"), groups=("fusion", "single", "prealign", "blind", "blind_clip", "shuffled")) -> list[dict]:
     experts = list(experts)
     arms = [arm("fusion:concat", experts)]
     arms += [arm(f"single:{e}", [e]) for e in experts if "single" in groups or f"single:{e}" in groups]
     if "blind" in groups:
         arms.append(arm(BLIND, experts, inputs=["image"] + ["noise"] * (len(experts) - 1)))
+    if "blind_clip" in groups:
+        arms.append(arm(BLIND_CLIP, experts, inputs=["noise" if e == "clip" else "image" for e in experts]))
     if "fusion" in groups:
         arms += [arm(f"fusion:{f}", experts, f) for f in Fu.FUSIONS if f != "concat"]
     if "prealign" in groups:
