@@ -489,55 +489,128 @@ def test_claim_d_decides_against_ganea_with_a_planted_positive_control():
     assert untrainable.verdict == "inconclusive" and "trainable" in untrainable.note
 
 
-def test_claim_e_is_decided_on_the_window_event_eeg_with_the_spread_window_as_its_negative_control():
+def _attention_table(spread_effect, window_effect=0.3, seeds=8, real=False, pool=-0.05, lse=0.0,
+                     window_lse=None) -> "pd.DataFrame":
+    """Claim (e)'s accuracy table: attention `spread_effect` above the ablation on the spread window (the deciding
+    setting), `window_effect` on the window-event EEG (its positive control); the mean-pooled baseline `pool` and the
+    selective one `lse` (on the window EEG `window_lse`, default `lse`) above the ablation (None: not run); real: one
+    real EEG task (eeg:bcic_iv_2a) with `spread_effect` instead of both mixing-model settings."""
     import pandas as pd
 
-    from papers.symspace.report import claim_e
+    rng = np.random.default_rng(4)
+    rows = []
+    for r in range(seeds):
+        base = 0.5 + 0.03 * rng.normal()
+        settings = ((("eeg:bcic_iv_2a", spread_effect, lse),) if real else
+                    (("eeg", window_effect, lse if window_lse is None else window_lse),
+                     ("eeg_spread", spread_effect, lse)))
+        for task, effect, sel in settings:
+            arms = [("no_attention", "main", base),
+                    ("attention", "main", base + effect + 0.01 * rng.normal()),
+                    ("attention", "untrained", 0.25 + 0.02 * rng.normal())]
+            if pool is not None:
+                arms.append(("tangent_pool", "main", base + pool + 0.01 * rng.normal()))
+            if sel is not None:
+                arms.append(("tangent_pool_lse", "main", base + sel + 0.01 * rng.normal()))
+            for arm, variant, v in arms:
+                rows.append({"task": task, "replicate": r, "arm": arm, "variant": variant, "test_acc": v,
+                             "half_test_acc": v, "late_gain": -0.01, "chance": 0.25, "parameters": 940,
+                             "attention_parameters": 936})
+    return pd.DataFrame(rows)
 
-    def table(window_effect, spread_effect, seeds=8, real=False, pool=0.0, lse=0.0):
-        """attention `effect` above the ablation; the stronger baseline `pool` and the selective one `lse` above the
-        ablation (None: not run)."""
-        rng = np.random.default_rng(4)
-        rows = []
-        for r in range(seeds):
-            base = 0.5 + 0.03 * rng.normal()
-            settings = ((("eeg:bcic_iv_2a", window_effect),) if real else
-                        (("eeg", window_effect), ("eeg_spread", spread_effect)))
-            for task, effect in settings:
-                arms = [("no_attention", "main", base),
-                        ("attention", "main", base + effect + 0.01 * rng.normal()),
-                        ("attention", "untrained", 0.25 + 0.02 * rng.normal())]
-                if pool is not None:
-                    arms.append(("tangent_pool", "main", base + pool + 0.01 * rng.normal()))
-                if lse is not None:
-                    arms.append(("tangent_pool_lse", "main", base + lse + 0.01 * rng.normal()))
-                for arm, variant, v in arms:
-                    rows.append({"task": task, "replicate": r, "arm": arm, "variant": variant, "test_acc": v,
-                                 "half_test_acc": v, "late_gain": -0.01, "chance": 0.25, "parameters": 940,
-                                 "attention_parameters": 936})
-        return pd.DataFrame(rows)
+
+def test_claim_e_is_decided_on_the_spread_window_with_the_planted_window_as_its_positive_control():
+    from papers.symspace.report import attention_tasks, claim_e
 
     p = parse(to_dict(Params()))
-    found = claim_e(p, table(0.3, -0.05))
-    assert found.verdict == "holds" and found.control.verdict == "does not hold" and found.control.kind == "null"
-    assert [e.name for e in found.evidence] == [  # the window data decides, against both baselines
-        "eeg: attention (main) - no attention",
-        "eeg: attention - tangent-space perceptron pooled (the stronger baseline)",
-        "eeg: attention - tangent-space perceptron, log-sum-exp pooled (the selective baseline)"]
-    # A gain that any window selection gives: the selective non-attentive baseline does as well.
-    assert claim_e(p, table(0.3, -0.05, lse=0.3)).verdict == "inconclusive"
-    assert claim_e(p, table(0.3, -0.05, lse=0.45)).verdict == "does not hold"
-    # The attention beats the plain ablation but not a non-attentive network that reads every window on its own:
-    # "attention helps" is not shown against a fair alternative.
-    assert claim_e(p, table(0.3, -0.05, pool=0.3)).verdict == "inconclusive"
-    assert claim_e(p, table(0.3, -0.05, pool=0.45)).verdict == "does not hold"
-    assert claim_e(p, table(0.3, -0.05, pool=None, lse=None)).verdict == "holds"  # without them: the ablation
-    assert claim_e(p, table(-0.1, -0.05)).verdict == "does not hold"
-    # The attention "wins" where there is nothing to find: the control holds, the claim is at most inconclusive.
-    assert claim_e(p, table(0.3, 0.3)).verdict == "inconclusive"
-    # Real EEG (the full scale): decided there, the untrained network its null control.
-    assert claim_e(p, table(0.1, 0.0, real=True)).verdict == "holds"
-    assert claim_e(p, table(-0.1, 0.0, real=True)).verdict == "does not hold"
+    helps = claim_e(p, _attention_table(0.1))
+    assert helps.verdict == "holds" and helps.positive_control.verdict == "holds"
+    assert helps.control.verdict == "does not hold" and helps.control.kind == "null"  # the untrained network
+    assert [e.name for e in helps.evidence] == [  # the spread window decides, against both baselines
+        "eeg_spread: attention (main) - no attention",
+        "eeg_spread: attention (main) - tangent-space perceptron pooled (the stronger baseline)",
+        "eeg_spread: attention (main) - tangent-space perceptron, log-sum-exp pooled (the selective baseline)"]
+    assert [e.name.split(":")[0] for e in helps.positive_control.evidence] == ["eeg"] * 3  # the window-event EEG
+    # Where the data were not built for it the attention falls below the ablation: the claim does not hold, and says
+    # why as far as known.
+    worse = claim_e(p, _attention_table(-0.05))
+    assert worse.verdict == "does not hold" and "uniform Frechet mean is already the right pooling" in worse.note
+    # Above the ablation but not above the selective non-attentive baseline: not shown (a tie) or refuted (below).
+    assert claim_e(p, _attention_table(0.1, lse=0.1)).verdict == "inconclusive"
+    assert claim_e(p, _attention_table(0.1, lse=0.2)).verdict == "does not hold"
+    assert claim_e(p, _attention_table(0.1, pool=0.2, lse=0.25)).verdict == "does not hold"
+    assert claim_e(p, _attention_table(0.1, pool=None, lse=None)).verdict == "holds"  # without them: the ablation
+    # Where the selective baseline is no better than the mean-pooled one, the setting has nothing for an attention to
+    # select (the claim's premise): a loss to the ablation there is not evidence about the paper.
+    flat = claim_e(p, _attention_table(-0.05, pool=0.0, lse=0.0))
+    assert flat.verdict == "inconclusive" and "window-localised" in flat.note
+    # The positive control fails (on the window built for it the attention does not beat the selective baseline):
+    # the analysis cannot be trusted to find the attention's gain, so neither verdict can be read.
+    blind = claim_e(p, _attention_table(-0.05, window_lse=0.45))
+    assert blind.verdict == "inconclusive" and "positive control" in blind.note
+    assert claim_e(p, _attention_table(0.1, window_effect=0.0)).verdict == "inconclusive"
+    # The window-event EEG no longer decides: it is the positive control, not among the deciding tasks.
+    assert attention_tasks(_attention_table(0.1)) == ["eeg_spread"]
+    # Real EEG (the full scale): decided there, no positive control, the untrained network its null control.
+    real = claim_e(p, _attention_table(0.1, real=True))
+    assert real.verdict == "holds" and real.positive_control is None
+    assert claim_e(p, _attention_table(-0.1, real=True)).verdict == "does not hold"
+
+
+def test_claim_b_reads_a_true_tie_as_not_better_by_the_minimal_effect():
+    from papers.symspace.report import claim_b
+
+    p = parse(to_dict(Params()))
+    delta = p.claims["min_effect"]
+    assert delta == 0.02
+    tie = claim_b(p, _planted(0.0, replicates=30))  # a tie with a tight interval: below delta, "does not hold"
+    assert tie.verdict == "does not hold" and tie.evidence[0].threshold == delta
+    assert "not a blind analysis, is the likely reason" in tie.note  # why, as far as known
+    assert claim_b(p, _planted(0.01, replicates=30)).verdict == "does not hold"  # a gain, but not by delta
+    assert claim_b(p, _planted(0.05, replicates=30)).verdict == "holds"  # better by more than delta
+    # A gain near delta whose interval straddles it: inconclusive.
+    near = claim_b(p, _planted(0.02, replicates=30))
+    assert near.verdict == "inconclusive" and near.evidence[0].interval[0] < delta < near.evidence[0].interval[1]
+    # The positive control is read as a sign (can the analysis see a Busemann-favoured difference at all), not
+    # against delta: a planted gain of 0.015 with a tight interval holds there.
+    pos = claim_b(p, _planted(0.0, replicates=30, positive=0.015)).positive_control
+    assert pos.verdict == "holds" and pos.evidence.threshold == 0.0
+    # A tie cannot be read where the analysis is blind: the positive control fails, the claim is inconclusive.
+    assert claim_b(p, _planted(0.0, replicates=30, positive=0.0)).verdict == "inconclusive"
+    # The power of the design against delta is reported beside the claim.
+    assert any("half-width against the minimal effect" in k for k in tie.measured)
+
+
+def test_claim_c_is_a_check_not_a_claim():
+    import pandas as pd
+
+    from papers.symspace.report import symspace_checks, symspace_claims
+    from papers.symspace.stages import CHECKS, KNOWN_VALUE, LIMIT_CHECKS, ASYMPTOTIC, WRONG_FORMULAS
+
+    p = parse(to_dict(Params()))
+    names = [*CHECKS.values(), KNOWN_VALUE, *LIMIT_CHECKS.values(), ASYMPTOTIC]
+    chk = pd.DataFrame([{"check": n, "case": "0:1,0", "error": 0.0} for n in names]
+                       + [{"check": n, "case": "0:1,0", "error": 1.0} for n in WRONG_FORMULAS.values()])
+    acc = pd.concat([_planted(0.05), _tree_table(0.05, 0.05), _attention_table(0.1)], ignore_index=True)
+    acc["chance"] = acc["chance"].fillna(0.25)
+    ids = [c.id for c in symspace_claims(p, acc, chk)]
+    assert ids == ["a", "b", "d", "e"]
+    check = {c.id: c for c in symspace_checks(p, chk, acc)}["reparametrisation"]
+    assert check.passed and "claim (c)" in check.statement and "not a claim" in check.statement
+
+
+def test_spread_seeds_are_capped_at_the_head_seeds_and_counted_apart(tmp_path):
+    cfg = to_dict(Params())
+    cfg.update(seeds=1, head_seeds=2, eeg={**cfg["eeg"], "channels": 4, "classes": 2, "trials_per_class": 4,
+                                           "windows": 2, "samples": 16},
+               tree={**cfg["tree"], "seeds": 1, "depth": 3, "label_depth": 1, "planted_seeds": 1},
+               train={**cfg["train"], "planted_attention_seeds": 1, "spread_attention_seeds": 5})
+    out = tmp_path / "data.pkl"
+    D.prepare(cfg=cfg, data=str(out))
+    att = D.read_prepared(str(out))["attention"]
+    assert sorted(att["eeg_spread"]) == [0, 1] and sorted(att["eeg"]) == [0]
+    with pytest.raises(ValueError, match="spread_attention_seeds"):
+        parse({**cfg, "train": {**cfg["train"], "spread_attention_seeds": -1}})
 
 
 def test_tangent_space_regression_reads_power_and_base_points_start_at_their_class():

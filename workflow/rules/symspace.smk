@@ -1,8 +1,9 @@
 # P4 symspace: neural networks on SPD manifolds and the Poincare ball from the Busemann point-to-hyperplane distance.
 # prepare (EEG-like covariances or the user's EEG, digits region covariances where run, noisy trees) -> train (one
 # job per seed: both heads on the shared BiMap/ReEig backbone from several initialisations on the EEG of the head
-# seeds dealt to it, with the tangent-space logistic regression as their ceiling reference; claim (e)'s attention
-# pair on the window-event EEG seeds dealt to it and on the spread window, its negative control) and tree (one job: the ball heads from several initialisations, the angle rule and the positive control,
+# seeds dealt to it, with the tangent-space logistic regression as their ceiling reference, and its share of claim
+# (b)'s positive control; claim (e)'s attention networks on the spread-window seeds dealt to it, the setting that
+# decides (e), and on the window-event EEG seeds, its positive control) and tree (one job: the ball heads from several initialisations, the angle rule and the positive control,
 # labels drawn by a random horocycle head, on every tree seed) -> evaluate (accuracies gathered; the closed forms
 # checked against their limits) -> report.
 # Code: workflow/papers/symspace/ (data.py, stages.py and report.py hold the functions these rules call).
@@ -31,7 +32,7 @@ rule symspace_prepare:
 
 
 rule symspace_train:
-    """Train both heads on the shared BiMap/ReEig backbone from several initialisations on this job's head seeds (EEG, with the tangent-space logistic regression on the trial covariances and on each trained backbone's output as ceiling references) and on its share of claim (b)'s positive control (labels drawn by a random Busemann SPDNet), and claim (e)'s networks (attention, the ablation, the mean- and the log-sum-exp-pooled non-attentive baselines) on this job's window-event EEG seeds and the spread window (its negative control)."""
+    """Train both heads on the shared BiMap/ReEig backbone from several initialisations on this job's head seeds (EEG, with the tangent-space logistic regression on the trial covariances and on each trained backbone's output as ceiling references) and on its share of claim (b)'s positive control (labels drawn by a random Busemann SPDNet), and claim (e)'s networks (attention, the ablation, the mean- and the log-sum-exp-pooled non-attentive baselines) on this job's spread-window seeds (the setting that decides claim e) and window-event EEG seeds (its positive control)."""
     input:
         data=rules.symspace_prepare.output.data,
     output:

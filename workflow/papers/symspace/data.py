@@ -37,11 +37,13 @@ def prepare(*, cfg, data):
     else:
         n_eeg = max(p.seeds, p.head_seeds, p.train["planted_attention_seeds"])
         eeg = {"eeg": {seed: eeg_like(p.eeg, seed) for seed in range(n_eeg)}}
-        # Claim (e) on claim (b)'s EEG (the class event planted in one window: does the attention find it?), on the
-        # first planted_attention_seeds seeds; its negative control on the same mixing model with the same excess
-        # power spread over every window (nothing for the attention to find), on the first `seeds` seeds.
+        # Claim (e) is decided on the mixing model with the class's excess power spread over every window (a setting
+        # not built for the attention), on the first spread_attention_seeds seeds (at most head_seeds); its positive
+        # control on claim (b)'s EEG (the class event planted in one window: the attention finds it), on the first
+        # planted_attention_seeds seeds.
+        spread = min(p.train["spread_attention_seeds"], p.head_seeds)
         attention = {"eeg": {seed: eeg["eeg"][seed] for seed in range(p.train["planted_attention_seeds"])},
-                     "eeg_spread": {seed: eeg_like(p.eeg, seed, event="spread") for seed in range(p.seeds)}}
+                     "eeg_spread": {seed: eeg_like(p.eeg, seed, event="spread") for seed in range(spread)}}
     prepared = {"eeg": eeg, "attention": attention,
                 "digits": digits(p.digits["eps"]) if p.digits.get("seeds", 0) else None,
                 "tree": {seed: noisy_tree(p.tree, seed) for seed in range(p.tree["seeds"])}}

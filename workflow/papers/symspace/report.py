@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from papers.common.claims import (Check, Claim, Control, Evidence, PositiveControl, Premise, Scope, convention,
-                                  describe, mean_test, paired_test, write_claims)
+from papers.common.claims import (Check, Claim, Control, Evidence, PositiveControl, Premise, Scope, all_of, convention,
+                                  describe, from_paper, mean_test, paired_test, write_claims)
 from papers.common.io import read_parquet, write_json
 from papers.common.params import to_dict
 from papers.common.plotting import savefig, subplots
@@ -67,9 +67,11 @@ def eeg_tasks(acc: pd.DataFrame) -> list[str]:
 
 
 def attention_tasks(acc: pd.DataFrame) -> list[str]:
-    """Claim (e)'s deciding tasks: claim (b)'s EEG (the mixing model, the class event in one window; or real EEG).
-    eeg_spread, the same excess power spread over every window, is its negative control."""
-    return sorted(t for t in acc[acc.arm == "attention"].task.unique() if t != "eeg_spread")
+    """Claim (e)'s deciding tasks: the real EEG data sets (eeg:<name>) where run; else the mixing model with the
+    class's excess power spread over every window (eeg_spread, a setting not built for the attention). The
+    window-event EEG (task eeg, the class event planted in one window) is its positive control."""
+    tasks = sorted(acc[acc.arm == "attention"].task.unique())
+    return [t for t in tasks if t.startswith("eeg:")] or [t for t in tasks if t == "eeg_spread"]
 
 
 def stability(acc: pd.DataFrame, task: str, first: str, second: str) -> float:
@@ -157,9 +159,10 @@ def claim_b(p, acc: pd.DataFrame) -> Claim:
     the initialisation."""
     tasks = eeg_tasks(acc)
     bus, log = "spdnet_busemann_mlr", "spdnet_logeig_linear"
+    delta = p.claims["min_effect"]
 
-    def heads(variant, t_list=tasks):
-        return [paired_test(*paired(acc, t, (bus, variant), (log, variant)),
+    def heads(variant, t_list=tasks, threshold=delta):
+        return [paired_test(*paired(acc, t, (bus, variant), (log, variant)), threshold=threshold,
                             name=f"{t}: Busemann MLR - LogEig head ({variant})", what="replicates") for t in t_list]
 
     learned = [paired_test(*paired(acc, t, (log, "main"), (log, "permuted_labels")),
@@ -183,6 +186,10 @@ def claim_b(p, acc: pd.DataFrame) -> Claim:
     if planted:
         measured.update({f"positive control (spd_planted) {arm}": float(replicates(acc, "spd_planted", arm).mean())
                          for arm in (bus, log, "generating_head")})
+    for e in heads("main"):  # power: can this design tell a tie from a gain of delta?
+        measured[f"{e.name}: half-width against the minimal effect {delta:g}"] = (
+            f"{e.half_width:.4g} over {e.replicates} replicates (a true tie reads 'does not hold' only when the "
+            f"half-width, plus the mean's noise, stays below {delta:g})")
     if (acc.task == "digits").any():  # context
         digits = heads("main", ["digits"])[0]
         gains = acc[(acc.task == "digits") & (acc.variant == "main")].groupby("arm").late_gain.mean()
@@ -190,37 +197,57 @@ def claim_b(p, acc: pd.DataFrame) -> Claim:
             f"context (digits, not deciding) {arm}": float(replicates(acc, "digits", arm).mean()) for arm in (bus, log)})
         measured["context (digits, not deciding): Busemann - LogEig"] = digits.describe()
         measured.update({f"context (digits): mean late gain {arm}": float(g) for arm, g in gains.items()})
+    positive = (paired_test(*paired(acc, "spd_planted", (bus, "main"), (log, "main")), threshold=0.0,
+                            name="spd_planted: Busemann MLR - LogEig head", what="seeds") if planted else None)
+    why = ""
+    if all_of([e.verdict for e in heads("main")]) == "does not hold" and positive is not None \
+            and positive.verdict == "holds":
+        why = ("the Busemann head's gain over the LogEig head stays below delta on the EEG analogue, whose class "
+               "information is source power, read by the LogEig head's linear form of the log-eigenvalues (to which "
+               "the Busemann MLR reduces for diagonal X: check 'logeig'), while the same analysis finds the Busemann "
+               f"head ahead where a Busemann SPDNet drew the labels ({positive.describe()}): the analogue's class "
+               "structure, not a blind analysis, is the likely reason (as far as known)")
     return Claim(
         "b", "On the EEG task the Busemann MLR head beats SPDNet's LogEig + linear head on the same BiMap -> ReEig "
-             "backbone",
+             f"backbone by at least {delta:g} accuracy (the smallest EEG gain the paper reports)",
         "BCIC-IV-2a 78.24%, MAMEM-SSVEP-II 70.96%, BCI-NER 78.02%, above SPDNet (LogEig head) and other SPD baselines",
         measured,
         "paired-by-replicate t interval of the test-accuracy difference (Busemann head - LogEig head, the same "
         "backbone with the same initial weights: the head is the only difference; each at its best-validation "
         f"checkpoint; a replicate's value is the mean over {inits} initialisations of both on the same data and "
-        "split) > 0 on every EEG task; the digits, where run, are context, not decided on (the paper's SPD tasks are "
+        f"split) against the minimal effect delta = {delta:g} (symspace.claims.min_effect) on every EEG task: holds "
+        f"when the whole interval lies above {delta:g}, does not hold when it lies at or below {delta:g} (the Busemann "
+        "head is not better by delta: a true tie can read so), inconclusive when it straddles it; the digits, where run, are context, not decided on (the paper's SPD tasks are "
         "EEG); the tangent-space logistic regression on the same fitting trials' covariances is the ceiling "
         "reference of the heads' shared input, and on each head's trained BiMap/ReEig output the ceiling of what that "
         "head is fed, reported (with their paired differences to the heads), not decided on; the positive control "
-        "(labels drawn by a random Busemann SPDNet) must hold for (b) to hold",
+        "(labels drawn by a random Busemann SPDNet; there a paired t interval > 0: the analysis must see the "
+        "Busemann head ahead where it is the right model) must hold for (b) to be decided",
         heads("main"),
         Control("both heads trained on permuted labels (no class information to learn; first initialisation), same "
                 "criterion", heads("permuted_labels"), kind="null"),
-        threshold_source=convention("a sign: the paper reports the Busemann MLR above SPDNet's LogEig head; no "
-                                    "margin sourced from the paper: its EEG table's baseline rows could not be read "
-                                    "in this reproduction's environment"),
+        threshold_source=from_paper(
+            f"delta = {delta:g} accuracy, the smallest gain the paper reports for its EEG network over the prior SPD "
+            "attention network MAtt (Sec. 5, EEG: BCI-NER 78.02% against MAtt's 76.01%, +2.01 points; BCIC-IV-2a "
+            "78.24% against 74.71%, +3.53; MAMEM-SSVEP-II 70.96% against 65.50%, +5.46), rounded down; the paper "
+            "credits its layers, the Busemann MLR among them, with that gain. The accuracies were read from a public "
+            "benchmark listing of the paper's and MAtt's results, the paper's own table could not be opened here, and "
+            "they compare whole networks, not the two heads on one backbone. The reading of 'beats' is superiority by "
+            "at least delta (whole interval above delta), so its failure is 'not better by delta' (whole interval at "
+            "or below delta), not an equivalence band: the paper claims a gain, not a tie"),
         premise=[converged_gate(acc, main, p.claims["convergence_tol"], "both heads, every EEG task"),
                  stable_gate(acc, [(t, bus, log) for t in tasks], p.claims["stability_tol"], "both heads"),
                  Premise.from_evidence("the backbone learns each EEG task: SPDNet above its permuted-label control "
                                        "(paired t interval > 0)", learned)],
+        note=why,
         **({"positive_control": PositiveControl(
             f"the same analysis (both heads on the same backbone, {inits} initialisations averaged per seed, the same "
             f"steps and checkpoint rule, paired t interval > 0) on {p.spd_planted['classes']} classes of random "
             f"SPD matrices (log-eigenvalue spread {p.spd_planted['log_spread']:g}) labelled by a random SPDNet with "
             "the Busemann MLR head (the labels lie in the Busemann head's function class: check "
-            "'spd_planted_representable'): the Busemann head must come out ahead",
-            paired_test(*paired(acc, "spd_planted", (bus, "main"), (log, "main")),
-                        name="spd_planted: Busemann MLR - LogEig head", what="seeds"))}
+            "'spd_planted_representable'): the Busemann head must come out ahead (paired t interval > 0; a sign, "
+            "not delta: the control asks whether the analysis can see a Busemann-favoured difference at all, and "
+            "the planted gain is of the order of delta itself)", positive)}
            if planted else {"no_positive_control": "symspace.spd_planted.seeds is 0"}))
 
 
@@ -269,19 +296,6 @@ def _ceiling_text(acc: pd.DataFrame) -> str:
                              + ")")
     return ("Claim (b)'s ceiling reference: " + ". ".join(parts) + ". ") if parts else ""
 
-
-
-def claim_c() -> Claim:
-    return Claim.not_measured(
-        "c", "The (alpha, beta) family matters: a tuned (alpha, beta) beats the affine-invariant (1, 0) metric",
-        "best (alpha, beta) above (1, 0) or tied, per data set",
-        "not testable in this design",
-        "not testable in this design: in the MLR the metric enters only through <h, l>_(alpha, beta) = <alpha h + beta "
-        "(sum h) 1, l>, so every (alpha, beta) model is a (1, 0) model with the normal a' = alpha a + beta (sum a) 1 "
-        "(check 'reparametrisation' confirms it numerically) and the Frechet mean of the attention is the same for "
-        "every (alpha, beta): the family changes only the optimisation path, not what the network can represent, so a "
-        "difference in accuracy here would measure optimisation, not the metric",
-        "not run: the claim is not testable in this design", threshold_source=convention("a sign"))
 
 
 def claim_d(p, acc: pd.DataFrame) -> Claim:
@@ -356,11 +370,15 @@ def claim_d(p, acc: pd.DataFrame) -> Claim:
 
 def claim_e(p, acc: pd.DataFrame) -> Claim:
     """The paper's claim: the attention improves accuracy, attention - the same network with the attention removed
-    (the ablation), paired by replicate, > 0. On the mixing model it is decided on claim (b)'s EEG, where the class
-    event is planted in one randomly placed window (the claim is then whether the paper's attention mechanism finds
-    it), with the spread window (the same excess power over every window: nothing to find) as its negative control;
-    on real EEG (config symspace.eeg_datasets) on the data's own class information, with the attention network before
-    training as its null control."""
+    (the ablation), paired by replicate, > 0, and above the two non-attentive baselines of its parameter count. On
+    the mixing model it is decided where the class's excess power is spread over every window (eeg_spread: a setting
+    not built for the attention; issue 52's fifth round), and the window-event EEG, built so that one window holds
+    the class event, is its positive control (the attention must be found ahead there); on real EEG (config
+    symspace.eeg_datasets) it is decided on the data's own class information. The null control is the attention
+    network before training. Premise: the deciding setting has window-localised class information, measured as the
+    selective non-attentive baseline (log-sum-exp over windows) above the mean-pooled one; where no selection helps
+    even that baseline, a loss of the attention to the ablation reads inconclusive (the spread window has none by
+    construction, so there (e) is not decidable; the window-event EEG, where the gate is met, is the control)."""
     tol = p.claims["convergence_tol"]
     tasks = attention_tasks(acc)
     statement = ("The distance-based attention (Busemann FC queries and keys, weighted Frechet-mean aggregation) "
@@ -370,59 +388,66 @@ def claim_e(p, acc: pd.DataFrame) -> Claim:
         return Claim.not_measured("e", statement, paper, "attention - no attention > 0", "no attention task was run",
                                   "not run", threshold_source=convention("a sign"), control_kind="ablation")
 
-    def gain(t, variant="main"):
-        return paired_test(*paired(acc, t, ("attention", variant), ("no_attention", "main")), threshold=0.0,
-                           name=f"{t}: attention ({variant}) - no attention", what="replicates")
-
     def has_pool(t, arm="tangent_pool"):
         return ((acc.task == t) & (acc.arm == arm)).any()
 
-    def pool_gain(t, arm="tangent_pool"):  # against a non-attentive baseline of the attention's parameter count
-        return paired_test(*paired(acc, t, ("attention", "main"), (arm, "main")), threshold=0.0,
-                           name=f"{t}: attention - {POOL_BASELINES[arm]}", what="replicates")
-
-    def gains(t):
-        return [gain(t)] + [pool_gain(t, arm) for arm in POOL_BASELINES if has_pool(t, arm)]
+    def gains(t, variant="main"):
+        """attention (variant) - the ablation, and - each non-attentive baseline run on task t."""
+        return ([paired_test(*paired(acc, t, ("attention", variant), ("no_attention", "main")), threshold=0.0,
+                             name=f"{t}: attention ({variant}) - no attention", what="replicates")]
+                + [paired_test(*paired(acc, t, ("attention", variant), (arm, "main")), threshold=0.0,
+                               name=f"{t}: attention ({variant}) - {POOL_BASELINES[arm]}", what="replicates")
+                   for arm in POOL_BASELINES if has_pool(t, arm)])
 
     chance = {t: float(acc[acc.task == t].chance.iloc[0]) for t in tasks}
     learned = [mean_test(replicates(acc, t, "no_attention") - chance[t], threshold=0.0, direction=">",
                          name=f"{t}: no-attention network - chance ({chance[t]:.3g})") for t in tasks]
     main = acc.task.isin(tasks) & acc.arm.isin(["attention", "no_attention", *POOL_BASELINES]) & (acc.variant == "main")
-    spread = ((acc.task == "eeg_spread") & (acc.arm == "attention")).any()
-    if spread:
-        control = Control("negative control: the same pair and criterion on the mixing model with the class's excess "
-                          "power spread evenly over every window (the same class information in the trial "
-                          "covariance, no window standing out: nothing for the attention to find); it must not hold",
-                          gains("eeg_spread"), kind="null")
-    else:
-        control = Control("the attention network before training (its initial parameters) against the trained "
-                          "network without attention, same criterion", [gain(t, "untrained") for t in tasks],
-                          kind="null")
+    planted = "eeg_spread" in tasks and ((acc.task == "eeg") & (acc.arm == "attention")).any()
+    evidence = [e for t in tasks for e in gains(t)]
+    arms = ("attention", "no_attention", *POOL_BASELINES)
+    measured = {f"{t} {ATTENTION_ARMS[arm]}": float(replicates(acc, t, arm).mean())
+                for t in tasks for arm in arms if arm in ("attention", "no_attention") or has_pool(t, arm)}
+    measured.update({f"{t} {POOL_BASELINES[arm]}: parameters (attention network's)":
+                     f"{int(g.parameters.iloc[0])} ({int(g.attention_parameters.iloc[0])})"
+                     for t in tasks for arm in POOL_BASELINES if has_pool(t, arm)
+                     for g in [acc[(acc.task == t) & (acc.arm == arm)]]})
+    if planted:
+        measured.update({f"positive control (eeg, the class event in one window): {ATTENTION_ARMS[arm]}": float(
+            replicates(acc, "eeg", arm).mean()) for arm in arms if arm in ("attention", "no_attention")
+            or has_pool("eeg", arm)})
+    # The claim presupposes windows that differ in class information (something for an attention to select):
+    # measured, not assumed, by whether the selective non-attentive baseline beats the mean-pooled one on the
+    # deciding setting; where it does not, the attention's loss to the ablation says nothing about the paper.
+    selectable = [paired_test(*paired(acc, t, ("tangent_pool_lse", "main"), ("tangent_pool", "main")), threshold=0.0,
+                              name=f"{t}: {POOL_BASELINES['tangent_pool_lse']} - {POOL_BASELINES['tangent_pool']}",
+                              what="replicates")
+                  for t in tasks if has_pool(t, "tangent_pool_lse") and has_pool(t, "tangent_pool")]
+    why = ""
+    if "eeg_spread" in tasks and all_of([e.verdict for e in evidence]) == "does not hold":
+        why = ("where the class's excess power is spread over every window, each window carries the same class "
+               "information, so the ablation's uniform Frechet mean is already the right pooling and the attention's "
+               "learned weights have nothing to select (the likely reason; the attention weights are not recorded)")
     return Claim(
-        "e", statement, paper,
-        {**{f"{t} attention": float(replicates(acc, t, "attention").mean()) for t in tasks},
-         **{f"{t} no attention (ablation)": float(replicates(acc, t, "no_attention").mean()) for t in tasks},
-         **{f"{t} {POOL_BASELINES[arm]} ({int(g.parameters.iloc[0])} parameters, "
-            f"attention network {int(g.attention_parameters.iloc[0])})": float(replicates(acc, t, arm).mean())
-            for t in tasks for arm in POOL_BASELINES if has_pool(t, arm)
-            for g in [acc[(acc.task == t) & (acc.arm == arm)]]},
-         **{f"negative control (eeg_spread): {ATTENTION_ARMS[arm]} test accuracy": float(
-             replicates(acc, "eeg_spread", arm).mean()) for arm in ("attention", "no_attention", *POOL_BASELINES)
-            if spread and (arm in ("attention", "no_attention") or has_pool("eeg_spread", arm))},
-         **({f"negative control (eeg_spread): {e.name}": e.describe() for e in gains("eeg_spread")}
-            if spread else {})},
+        "e", statement, paper, measured,
         "paired-by-replicate t interval of attention - no attention (the same network with exactly the attention "
-        "removed, the tokens pooled directly: the ablation; EEG window tokens, test accuracy at the best-validation "
-        "checkpoint) > 0, attention - the stronger non-attentive baseline (every window token's tangent vector "
-        "through a one-hidden-layer perceptron, logits averaged over the tokens, with the attention network's "
-        "parameter count) > 0, and attention - the selective non-attentive baseline (the same perceptron and "
-        "parameter count, the tokens' logits pooled by log-sum-exp, a smooth maximum over the windows: a window "
-        "selection without the paper's distance-based attention) > 0: all must hold" + (
-            "; on the mixing model the class event sits in one randomly placed window of each trial (claim b's EEG), "
-            "so the claim reads whether the attention finds it better than a network reading every window on its "
-            "own" if "eeg" in tasks else ""),
-        [e for t in tasks for e in gains(t)],
-        control,
+        "removed, the tokens pooled by their uniform Frechet mean: the ablation; EEG window tokens, test accuracy at "
+        "the best-validation checkpoint) > 0, attention - the stronger non-attentive baseline (every window token's "
+        "tangent vector through a one-hidden-layer perceptron, logits averaged over the tokens, with the attention "
+        "network's parameter count) > 0, and attention - the selective non-attentive baseline (the same perceptron "
+        "and parameter count, the tokens' logits pooled by log-sum-exp, a smooth maximum over the windows: a window "
+        "selection without the paper's distance-based attention) > 0: all must hold; any whose interval lies at or "
+        "below 0 makes it fail" + (
+            "; decided on the mixing model with the class's excess power spread evenly over every window (a setting "
+            "not built for the attention: no window stands out), on "
+            f"{int(acc[(acc.task == 'eeg_spread') & (acc.arm == 'attention')].replicate.nunique())} seeds; the "
+            "window-event EEG (the class event planted in one window, which the data were built for) is its positive "
+            "control" if "eeg_spread" in tasks else "; decided on the real EEG"),
+        evidence,
+        Control("the attention network before training (its initial parameters) against the trained network without "
+                "attention and the trained baselines, same criterion", [e for t in tasks for e in gains(t, "untrained")],
+                kind="null"),
+        why,
         threshold_source=convention("a sign: the paper reports the attention above the network without it"),
         premise=[converged_gate(acc, main, tol, "every network"),
                  stable_gate(acc, [(t, "attention", base) for t in tasks
@@ -430,8 +455,16 @@ def claim_e(p, acc: pd.DataFrame) -> Claim:
                                    if base == "no_attention" or has_pool(t, base)],
                              p.claims["stability_tol"], "every network"),
                  Premise.from_evidence("the network without attention learns the task (above chance, t interval)",
-                                       learned)],
-        no_positive_control=NO_POSITIVE)
+                                       learned)]
+        + ([Premise.from_evidence("the setting has window-localised class information for an attention to select: "
+                                  "the selective non-attentive baseline above the mean-pooled one (paired t interval)",
+                                  selectable)] if selectable else []),
+        **({"positive_control": PositiveControl(
+            "the same networks and criterion on claim (b)'s EEG, where the class event is planted in one randomly "
+            f"placed window of each trial ({int(acc[(acc.task == 'eeg') & (acc.arm == 'attention')].replicate.nunique())} "
+            "seeds): the data were built so that the attention, which can weight that window, comes out ahead of "
+            "the ablation and of both baselines; it must hold", gains("eeg"))}
+           if planted else {"no_positive_control": NO_POSITIVE}))
 
 
 def symspace_checks(p, chk: pd.DataFrame, acc: pd.DataFrame | None = None) -> list[Check]:
@@ -445,7 +478,15 @@ def symspace_checks(p, chk: pd.DataFrame, acc: pd.DataFrame | None = None) -> li
                   "ganea": "on the ball, the horocycle distance equals Ganea's gyroplane distance on the geodesic "
                            "normal to the hyperplane",
                   "reparametrisation": "the (alpha, beta) MLR equals the (1, 0) MLR with the normal a' = alpha a + "
-                                       "beta (sum a) 1 (why claim c is not testable here)"}
+                                       "beta (sum a) 1. Why the paper's claim (c), that the (alpha, beta) family "
+                                       "matters (a tuned metric beats the affine-invariant (1, 0)), is a check here, "
+                                       "not a claim: in the MLR the metric enters only through <h, l>_(alpha, beta) = "
+                                       "<alpha h + beta (sum h) 1, l>, so every (alpha, beta) head is a (1, 0) head "
+                                       "with another normal, and the attention's Frechet mean is the same for every "
+                                       "(alpha, beta) (the family shares the affine-invariant geodesics); the arms "
+                                       "would differ only in the optimisation path, not in what the paper varies (the "
+                                       "paper's FC layer, which maps distances back onto the manifold, is not built "
+                                       "here)"}
     checks = [Check.at_most(key, statement, float(chk[chk.check == CHECKS[key]].error.max()), tol,
                             what=f"largest error over {int((chk.check == CHECKS[key]).sum())} cases; distance_tol")
               for key, statement in statements.items()]
@@ -466,7 +507,10 @@ def symspace_checks(p, chk: pd.DataFrame, acc: pd.DataFrame | None = None) -> li
 
 
 def symspace_claims(p, acc: pd.DataFrame, chk: pd.DataFrame) -> list[Claim]:
-    return [claim_a(p, chk), claim_b(p, acc), claim_c(), claim_d(p, acc), claim_e(p, acc)]
+    """Claims (a), (b), (d), (e). The paper's claim (c), that the (alpha, beta) family matters, is not among them:
+    in this design the metric only reparametrises the MLR's normal and leaves the attention's Frechet mean unchanged,
+    so the arms would not differ in what the paper varies (check 'reparametrisation' and its statement)."""
+    return [claim_a(p, chk), claim_b(p, acc), claim_d(p, acc), claim_e(p, acc)]
 
 
 # ---- table, figures, text ------------------------------------------------------------------------
@@ -475,7 +519,7 @@ def _table(acc: pd.DataFrame, chk: pd.DataFrame):
     controls, and the largest and smallest errors of claim (a)'s quantities and of the checks."""
     md, csv = [], []
     rows = [(t, arm, v) for t in eeg_tasks(acc) + ["digits"] for arm in SPD_ARMS for v in ("main", "permuted_labels")]
-    rows += [(t, arm, v) for t in attention_tasks(acc) + ["eeg_spread"] for arm, v in
+    rows += [(t, arm, v) for t in dict.fromkeys(["eeg", *attention_tasks(acc), "eeg_spread"]) for arm, v in
              (("no_attention", "main"), ("tangent_pool", "main"), ("tangent_pool_lse", "main"), ("attention", "main"),
               ("attention", "untrained"))]
     rows += [("spd_planted", arm, "main") for arm in ("spdnet_logeig_linear", "spdnet_busemann_mlr", "generating_head")]
@@ -551,7 +595,7 @@ def _what_was_run(p, acc) -> str:
         eeg = (f"(1) EEG-like mixing model: {e['subjects']} subjects per seed, {e['channels']} channels = sources, "
                f"{e['classes']} classes, {e['trials_per_class']} trials per class and session, {e['windows']} windows "
                f"of {e['samples']} samples; class k multiplies source k's power by {e['class_gain']:g} in one randomly "
-               f"placed window (claim e's negative control instead spreads the same excess power over every window: "
+               f"placed window (claim e is decided where the same excess power is instead spread over every window: "
                f"x {1 + (e['class_gain'] - 1) / e['windows']:.3g} in each); per-subject forward matrix, perturbed by "
                f"{e['session_shift']:g} in session 2 (which tests); trial covariance = mean of window covariances. ")
     return (
@@ -560,8 +604,9 @@ def _what_was_run(p, acc) -> str:
         f"initialisation, on the first {p.seeds}; the tangent-space logistic regression, its ceiling reference, on "
         f"every one), "
         + ("the seeds of each subject for claim (e)" if real_eeg(p) else
-           f"the first {tr['planted_attention_seeds']} of the same seeds for claim (e) (its negative control, the "
-           f"spread window, on the first {p.seeds})")
+           f"the first {min(tr['spread_attention_seeds'], p.head_seeds)} seeds of the spread-window mixing model for "
+           f"claim (e) (its positive control, the window-event EEG, on the first {tr['planted_attention_seeds']} of "
+           "claim (b)'s seeds)")
         + f", {t['seeds']} tree seeds for claim (d) (its positive control on the first {t['planted_seeds']}). " + eeg
         + (f"(1b) claim (b)'s positive control, on the first {min(p.spd_planted['seeds'], p.head_seeds)} seeds: "
            f"random SPD matrices (the EEG's size; log-eigenvalues with std {p.spd_planted['log_spread']:g}, random "
@@ -596,9 +641,10 @@ def _what_was_run(p, acc) -> str:
         + ("every EEG subject" if tr["attention_subjects"] is None else
            f"the first {tr['attention_subjects']} EEG subject(s) of each seed")
         + f", {tr['attention_steps']} steps each, " + ("on the real EEG. " if real_eeg(p) else
-                                                       "on claim (b)'s EEG, where the class event sits in one window, "
-                                                       "and, the negative control, where it is spread over every "
-                                                       "window. ") +
+                                                       "where the class's excess power is spread over every window "
+                                                       "(claim e's deciding setting, not built for the attention) and, "
+                                                       "its positive control, on claim (b)'s EEG, where the class "
+                                                       "event sits in one window. ") +
         f"Every EEG model of claim (b) trains {tr['steps']} full-batch Adam steps (lr {tr['lr']:g}), the ball heads "
         f"{tr['tree_steps']} (lr {tr['tree_lr']:g}), in float64; "
         f"{tr['val_fraction']:.0%} of the training data is held out and its accuracy read every {tr['eval_every']} "
@@ -668,10 +714,11 @@ def report(*, cfg, scale, table, checks, gaps, benchmarks, table_md, table_csv, 
                "[untrained]: the network before training (the null arm of claim d); every accuracy at the "
                "best-validation checkpoint, and in the next column at the first half of training's (the stability "
                "gate's); eeg: claim (b)'s heads, their tangent-space logistic-regression ceiling references (on the "
-               "trial covariances, and on each head's trained BiMap/ReEig output) and claim (e)'s networks (the class "
-               "event in one window: the attention network, the ablation and the mean- and log-sum-exp-pooled "
-               "non-attentive baselines); "
-               "spd_planted: claim (b)'s positive control; eeg_spread: claim (e)'s negative control; "
+               "trial covariances, and on each head's trained BiMap/ReEig output) and claim (e)'s positive control "
+               "(the class event in one window: the attention network, the ablation and the mean- and "
+               "log-sum-exp-pooled non-attentive baselines); "
+               "spd_planted: claim (b)'s positive control; eeg_spread: claim (e)'s deciding setting (the excess power "
+               "spread over every window); "
                "tree_horocycle: claim (d)'s positive control; digits (where run): context for claim (b); the late "
                "validation "
                "gain is the convergence gate's measure; last rows: claim (a)'s and the checks' smallest and largest errors. table.csv lists "
@@ -689,10 +736,11 @@ def report(*, cfg, scale, table, checks, gaps, benchmarks, table_md, table_csv, 
                   "classification; region covariances of sklearn's digits stand in for none of them and are "
                   "reported as context where run. "
                   + ("Claim (e) (attention improves accuracy) is decided on the real EEG." if real_eeg(p) else
-                     "Claim (e) (attention improves accuracy) is decided on the same EEG mixing model, where the class "
-                     "event is planted in one randomly placed window of each trial: the claim is then whether the "
-                     "paper's attention mechanism finds a planted event, not whether real EEG holds one; the same "
-                     "excess power spread over every window (nothing to find) is its negative control."))
+                     "Claim (e) (attention improves accuracy) is decided on the same EEG mixing model with the class's "
+                     "excess power spread evenly over every window, a setting not built for the attention (no window "
+                     "stands out); the mixing model with the class event planted in one randomly placed window, "
+                     "which was built so that an attention over windows helps, is its positive control. Whether real "
+                     "EEG holds window structure the attention can use is not tested at this scale."))
     write_claims(claim_list, claims, paper=SLUG, scale=scale, scope=scope, checks=check_list)
     write_json(to_dict(p), params_json)
     differences = (
@@ -711,7 +759,8 @@ def report(*, cfg, scale, table, checks, gaps, benchmarks, table_md, table_csv, 
         "attention's query/key map (distances to learned hyperplanes); the paper's FC layer also maps those distances "
         "back onto the manifold, which is not needed here. The MLR logit is |a_k| times the signed Busemann distance "
         "(h_k = sorted a_k / |a_k|); in that parametrisation the metric's beta term is a linear reparametrisation of "
-        "a_k (check 'reparametrisation'), which is why claim (c) is not testable here. "
+        "a_k (check 'reparametrisation'), which is why the paper's claim (c), that the family matters, is a check "
+        "here, not a claim. "
         "Claim (d)'s ball heads: the two hyperbolic heads' base points start at random fitting points of their class "
         "(the same points for both heads; the authors' released code, nguyenxuanson10/symspaces-ic's "
         "BusemannPoincareMLR, starts them at the origin up to small random noise), because after "

@@ -29,9 +29,10 @@ def train(*, cfg, seed: str, data, accuracies):
     each from train.head_inits initialisations, with the tangent-space logistic regression on the same trial
     covariances (the ceiling reference of the heads' shared input), the permuted-label controls on the first
     `seeds` of them and the digits (context, deciding nothing: digits_step_factor x steps, one initialisation) on
-    the first digits.seeds; and claim (e)'s attention pair on the attention seeds dealt to this job the same way
-    (claim b's EEG, the class event in one window, on the first planted_attention_seeds seeds; its negative control,
-    the spread window, on the first `seeds`; real EEG: every subject, on this job's seed).
+    the first digits.seeds; and claim (e)'s attention networks on the attention seeds dealt to this job the same way
+    (the spread window, claim e's deciding setting, on the first spread_attention_seeds seeds; claim b's EEG, the
+    class event in one window, its positive control, on the first planted_attention_seeds; real EEG: every subject,
+    on this job's seed).
 
     The replicate of a row is the seed where each seed draws its own data (the mixing model, the digits), and the
     subject where every seed sees the same subjects (real EEG: the seeds then vary the initialisation only)."""
