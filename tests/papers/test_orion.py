@@ -501,71 +501,94 @@ def _verdicts(claims):
 
 
 ABOVE, BELOW, STRADDLE = [0.9, 0.95, 0.85], [0.3, 0.35, 0.25], [0.95, 0.4, 0.8]
+# Six seeds (the fewest at which an exact 95% interval of a share can clear seed_share 0.5: 6 of 6 gives 0.54): all
+# meet (a)'s per-seed criterion (>= 0.7), none, half, and a bimodal five of six whose mean (0.87) is above 0.7.
+ALL6, NONE6, HALF6 = [0.9, 0.95, 0.85, 0.99, 0.8, 0.92], [0.3, 0.35, 0.25, 0.2, 0.1, 0.4], [0.95, 0.4, 0.8, 0.3, 0.99, 0.2]
+BIMODAL6 = [1.0, 1.0, 1.0, 1.0, 1.0, 0.2]
 
 
-def test_claims_decide_on_a_per_seed_measure_by_a_t_interval():
-    """Issue 47's third brief: (a) and (b) are decided on each seed's continuous measure (max_L p(R1(C2)) / p_clean;
-    the interior margin of R1(C2)), the t interval of its mean over 3 seeds against keep_fraction 0.7 and 0: planted
-    ratios above give holds, below does not hold, a spread across the threshold inconclusive."""
+def test_claims_decide_on_the_share_of_gated_seeds_that_meet_the_criterion():
+    """Issue 47's fourth review: each seed past the accuracy gate is a binary outcome (meets the paper's per-pair
+    criterion or not: (a) max_L p(R1(C2)) / p_clean >= keep_fraction 0.7, (b) an interior margin > 0), and a claim
+    holds when the exact Clopper-Pearson 95% interval of the share lies above seed_share 0.5, does not hold when it
+    lies below: all of 6 seeds hold, none does not hold, half is inconclusive, and so is a bimodal five of six whose
+    mean ratio is above 0.7 (the t interval of the mean, the test before, would not tell these apart)."""
     from scipy import stats
 
     from papers.orion.report import build_claims
 
-    p = _params()
-    holds = build_claims(p, _claim_inputs(ABOVE), NO_OVERSIGHT, SHARED)
+    p = _params(seeds=6)
+    assert p.claims.seed_share == 0.5
+    holds = build_claims(p, _claim_inputs(ALL6, seeds=6), NO_OVERSIGHT, SHARED)
     assert _verdicts(holds)[:2] == ["holds"] * 2
     part = holds[0].evidence[0]
-    half = stats.t.ppf(0.975, 2) * np.std(ABOVE, ddof=1) / np.sqrt(3)
-    assert part.replicates == 3 and part.threshold == 0.7 and "Student t" in part.method
-    assert part.interval == pytest.approx((np.mean(ABOVE) - half, np.mean(ABOVE) + half))
-    assert holds[1].evidence[0].threshold == 0.0
-    assert holds[1].evidence[0].effect == pytest.approx(np.mean(ABOVE) - 0.5)
+    assert part.replicates == 6 and part.threshold == 0.5 and "Clopper-Pearson" in part.method and part.effect == 1.0
+    assert part.interval == pytest.approx((stats.beta.ppf(0.025, 6, 1), 1.0))  # 0.025^(1/6) = 0.54
+    assert part.values == pytest.approx(tuple(ALL6))
+    assert holds[1].evidence[0].threshold == 0.5 and holds[1].evidence[0].effect == 1.0
     assert all(c.premise_met and c.positive_control.verdict == "holds" for c in holds[:2])
     assert all(c.control.verdict == "does not hold" and c.control.kind == "null" for c in holds[:2])
-    fails = build_claims(p, _claim_inputs(BELOW), NO_OVERSIGHT, SHARED)
+    fails = build_claims(p, _claim_inputs(NONE6, seeds=6), NO_OVERSIGHT, SHARED)
     assert _verdicts(fails)[:2] == ["does not hold"] * 2
-    straddles = build_claims(p, _claim_inputs(STRADDLE), NO_OVERSIGHT, SHARED)
-    assert _verdicts(straddles)[:2] == ["inconclusive"] * 2
-    # (b) on its own measure: ratios above 0.7 but R1(C2) never dominant at an interior layer
-    b_fails = build_claims(p, _claim_inputs(ABOVE, margins=[-0.2, -0.3, -0.25]), NO_OVERSIGHT, SHARED)
+    assert fails[0].evidence[0].interval[1] == pytest.approx(stats.beta.ppf(0.975, 1, 6))  # 0.46 < 0.5
+    half = build_claims(p, _claim_inputs(HALF6, seeds=6), NO_OVERSIGHT, SHARED)
+    assert _verdicts(half)[:2] == ["inconclusive"] * 2 and half[0].evidence[0].effect == 0.5
+    bimodal = build_claims(p, _claim_inputs(BIMODAL6, seeds=6), NO_OVERSIGHT, SHARED)
+    assert np.mean(BIMODAL6) > 0.7 and _verdicts(bimodal)[:2] == ["inconclusive"] * 2
+    # five seeds that all meet it cannot hold: the interval's lower bound is 0.478
+    five = build_claims(_params(seeds=5), _claim_inputs(ALL6[:5], seeds=5), NO_OVERSIGHT, SHARED)
+    assert _verdicts(five)[:2] == ["inconclusive"] * 2
+    # (b) on its own outcome: ratios above 0.7 but R1(C2) never dominant at an interior layer
+    b_fails = build_claims(p, _claim_inputs(ALL6, seeds=6, margins=[-0.2] * 6), NO_OVERSIGHT, SHARED)
     assert _verdicts(b_fails)[:2] == ["holds", "does not hold"]
-    # the paper's count of pairs is reported beside, not deciding
-    assert holds[0].measured["seeds_at_or_above_keep_fraction"] == {"T": 3}
-    assert straddles[0].measured["seeds_at_or_above_keep_fraction"] == {"T": 2}
+    # a margin of exactly 0 does not meet (b)'s strict sign; a ratio of exactly 0.7 meets (a)
+    edge = build_claims(p, _claim_inputs([0.7] * 6, seeds=6, margins=[0.0] * 6), NO_OVERSIGHT, SHARED)
+    assert [c.evidence[0].effect for c in edge[:2]] == [1.0, 0.0]
+    # the paper's count of pairs and the gated counts are reported beside
+    assert holds[0].measured["seeds_at_or_above_keep_fraction"] == {"T": 6}
+    assert half[0].measured["gated_seeds_at_or_above_keep_fraction"] == {"T": 3}
+    assert half[1].measured["gated_seeds_with_positive_margin"] == {"T": 3}
     gates = holds[0].premise
-    assert len(gates) == 2 and gates[0].name.startswith("test accuracy") and "without binding" in gates[1].name
+    assert len(gates) == 2 and gates[0].name.startswith("tested replicates past the accuracy gate")
+    assert gates[0].measured == 6 and "without binding" in gates[1].name
     assert "value window" not in " ".join(g.name for g in gates)  # plain attention: the window gate does not apply
-    assert holds[0].threshold_source.kind == "paper" and holds[1].threshold_source.kind == "convention"
+    assert holds[0].threshold_source.kind == "convention" and "45 seeds" in holds[0].criterion
+    assert holds[1].threshold_source.kind == "convention"
     assert "same-request patch" in holds[0].control.description
     one = build_claims(_params(seeds=1), _claim_inputs(ABOVE[:1], seeds=1), NO_OVERSIGHT, SHARED)
     assert _verdicts(one)[:2] == ["inconclusive"] * 2
     assert "no pretrained LM" in one[2].note
     # two families per seed: a seed's value is the mean over its families
-    two = build_claims(p, _claim_inputs(ABOVE, families=("story", "code")), NO_OVERSIGHT, SHARED)
-    assert two[0].evidence[0].values == pytest.approx(tuple(ABOVE))
+    two = build_claims(p, _claim_inputs(ALL6, seeds=6, families=("story", "code")), NO_OVERSIGHT, SHARED)
+    assert two[0].evidence[0].values == pytest.approx(tuple(ALL6))
 
 
 def test_the_controls_are_read_by_the_same_criterion():
     """The same-request null must not hold (if it does, the claim cannot hold), and the routed positive control must
-    hold on its seeds past the gate: a routed seed below the gate is left out, and with fewer than 3 left, or planted
-    ratios below the threshold, the claim is inconclusive."""
+    hold on its seeds past the gate: a routed seed below the gate is left out, and with too few left to clear the
+    share, or planted ratios below the threshold, the claim is inconclusive."""
     from papers.orion.report import build_claims
 
-    p = _params()
-    vacuous = build_claims(p, _claim_inputs(ABOVE, control=0.95), NO_OVERSIGHT, SHARED)
+    p = _params(seeds=6)
+    vacuous = build_claims(p, _claim_inputs(ALL6, seeds=6, control=0.95), NO_OVERSIGHT, SHARED)
     assert [c.control.verdict for c in vacuous[:2]] == ["holds"] * 2 and _verdicts(vacuous)[:2] == ["inconclusive"] * 2
-    blind = build_claims(p, _claim_inputs(BELOW, planted=[0.3, 0.2, 0.25]), NO_OVERSIGHT, SHARED)
+    blind = build_claims(p, _claim_inputs(NONE6, seeds=6, planted=[0.3] * 6), NO_OVERSIGHT, SHARED)
     assert [c.positive_control.verdict for c in blind[:2]] == ["does not hold"] * 2
     assert _verdicts(blind)[:2] == ["inconclusive"] * 2 and "positive control" in blind[0].note
-    ungated = _claim_inputs(ABOVE)
+    ungated = _claim_inputs(ALL6, seeds=6)
     ungated.loc[(ungated.model == "R") & (ungated.seed == 0), ["gated", "accuracy", "r1c2_max"]] = (False, 0.3, 0.2)
     left_out = build_claims(p, ungated, NO_OVERSIGHT, SHARED)
     pc = left_out[0].positive_control.evidence[0]
-    assert pc.replicates == 2 and "1 of 3 seeds below the accuracy gate left out" in pc.method
+    assert pc.replicates == 5 and "1 of 6 seeds below the accuracy gate left out" in pc.method
     assert left_out[0].positive_control.verdict == "inconclusive" and left_out[0].verdict == "inconclusive"
-    five = _claim_inputs(ABOVE + [0.9, 0.92], seeds=5)
-    five.loc[(five.model == "R") & (five.seed == 0), ["gated", "accuracy", "r1c2_max"]] = (False, 0.3, 0.2)
-    assert build_claims(_params(seeds=5), five, NO_OVERSIGHT, SHARED)[0].verdict == "holds"
+    seven = _claim_inputs(ALL6 + [0.9], seeds=7)
+    seven.loc[(seven.model == "R") & (seven.seed == 0), ["gated", "accuracy", "r1c2_max"]] = (False, 0.3, 0.2)
+    assert build_claims(_params(seeds=7), seven, NO_OVERSIGHT, SHARED)[0].verdict == "holds"
+    # a tested seed below the gate leaves the count too (6 of 7 past it, all meeting the criterion: holds)
+    tested_below = _claim_inputs(ALL6 + [0.2], seeds=7)
+    tested_below.loc[(tested_below.model == "T") & (tested_below.seed == 6), ["gated", "accuracy"]] = (False, 0.5)
+    tb = build_claims(_params(seeds=7), tested_below, NO_OVERSIGHT, SHARED)
+    assert tb[0].verdict == "holds" and tb[0].evidence[0].replicates == 6 and tb[0].premise[0].measured == 6
 
 
 def test_interior_margin_against_a_hand_built_sweep():
@@ -593,19 +616,26 @@ def test_an_unmet_premise_never_decides():
     shows."""
     from papers.orion.report import build_claims
 
-    p = _params()
-    for values in (ABOVE, BELOW):
-        decided = build_claims(p, _claim_inputs(values), NO_OVERSIGHT, SHARED)
-        assert _verdicts(decided)[:2] == (["holds"] * 2 if values is ABOVE else ["does not hold"] * 2)
-        below = build_claims(p, _claim_inputs(values, gated=False), NO_OVERSIGHT, SHARED)
-        assert _verdicts(below)[:2] == ["inconclusive"] * 2 and "premise not met: test accuracy" in below[0].note
-        typed = build_claims(p, _claim_inputs(values), NO_OVERSIGHT, TYPED)
+    p = _params(seeds=6)
+    for values in (ALL6, NONE6):
+        decided = build_claims(p, _claim_inputs(values, seeds=6), NO_OVERSIGHT, SHARED)
+        assert _verdicts(decided)[:2] == (["holds"] * 2 if values is ALL6 else ["does not hold"] * 2)
+        below = build_claims(p, _claim_inputs(values, seeds=6, gated=False), NO_OVERSIGHT, SHARED)
+        assert _verdicts(below)[:2] == ["inconclusive"] * 2
+        assert "premise not met: tested replicates past the accuracy gate" in below[0].note
+        # two tested seeds past the gate (fewer than the 3 a verdict needs): the premise is unmet
+        two_gated = _claim_inputs(values, seeds=6)
+        two_gated.loc[(two_gated.model == "T") & (two_gated.seed >= 2), ["gated", "accuracy"]] = (False, 0.5)
+        few = build_claims(p, two_gated, NO_OVERSIGHT, SHARED)
+        assert not few[0].premise[0].met and few[0].premise[0].measured == 2
+        typed = build_claims(p, _claim_inputs(values, seeds=6), NO_OVERSIGHT, TYPED)
         assert _verdicts(typed)[:2] == ["inconclusive"] * 2 and "without binding" in typed[0].note
         assert not typed[0].premise[1].met and typed[0].premise[1].measured == 1.0
-        unmeasured = build_claims(p, _claim_inputs(values), NO_OVERSIGHT)
+        unmeasured = build_claims(p, _claim_inputs(values, seeds=6), NO_OVERSIGHT)
         assert _verdicts(unmeasured)[:2] == ["inconclusive"] * 2
         windowed_models = [{**MODELS[0], "kv_window": 3}, MODELS[1]]
-        windowed = build_claims(_params(models=windowed_models), _claim_inputs(values, window=3), NO_OVERSIGHT, SHARED)
+        windowed = build_claims(_params(seeds=6, models=windowed_models), _claim_inputs(values, seeds=6, window=3),
+                                NO_OVERSIGHT, SHARED)
         assert _verdicts(windowed)[:2] == ["inconclusive"] * 2 and "value window" in windowed[1].note
         assert len(windowed[0].premise) == 3
 
@@ -626,7 +656,7 @@ def test_the_report_counts_gated_pairs_whose_request_does_not_move():
 
 def test_the_report_computes_what_each_interior_rule_gives():
     """The profile rule reported beside claim (b) is stated with this run's counts under both rules (issue 47's
-    second review), and the intervals paragraph says why the claims read a continuous measure."""
+    second review), and the intervals paragraph says why the claims read a share of seeds with an exact interval."""
     from papers.orion.report import differences
 
     pairs = _claim_inputs(STRADDLE, families=("story", "code"))
@@ -636,7 +666,8 @@ def test_the_report_computes_what_each_interior_rule_gives():
     assert "the tested models: 4 of 6 gated pairs with the rule, 4 without the transition" in text
     assert "the positive control: 6 of 6 gated pairs with the rule, 0 without the transition" in text
     assert "draws its values from one shared pool" in text and "window gate does not apply" in text
-    assert "Student t 95% interval over the seeds" in text and "that needs 45 seeds" in text
+    assert "exact (Clopper-Pearson) 95% interval of the share of such seeds lies above 0.5" in text
+    assert "clears it only with 45 seeds that all meet the criterion" in text and "0.5 needs 6 seeds past the gate" in text
 
 
 def test_claim_c_on_pretrained_models_against_the_other_request_control():

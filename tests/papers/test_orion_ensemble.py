@@ -131,18 +131,25 @@ def _ragged_batch(seed: int, lengths: list[int], T: int) -> tuple[torch.Tensor, 
     return x, mask
 
 
+@pytest.mark.parametrize("multiple", [1, 8])
 @pytest.mark.parametrize("buckets", [1, 2, 3, 6])
-def test_length_buckets_give_the_padded_batch_loss_and_gradient(buckets):
-    """Cutting a step's batches into parts by length (less padding) is the same loss, and the same gradient, as
-    one batch padded to its longest sequence: padding follows each sequence and attention is causal."""
+def test_length_buckets_give_the_padded_batch_loss_and_gradient(buckets, multiple):
+    """Cutting a step's batches into parts by length, each member padded on its own (less padding), is the same
+    loss, and the same gradient, as one batch padded to its longest sequence: padding follows each sequence and
+    attention is causal."""
     batches = [_ragged_batch(0, [3, 11, 5, 16, 8, 4], 16), _ragged_batch(1, [9, 4, 14, 6, 3, 12], 14)]
     grads = []
     for split in (False, True):
         ens = EnsembleGPT.from_members(init_members(CFG, [5, 6]))
         if split:
-            parts = trainer.length_buckets(batches, buckets)
-            assert len(parts) == buckets and sum(x.shape[1] for x, _ in parts) == 6
-            assert all(x.shape[2] == int((x != 0).sum(-1).max()) for x, _ in parts)  # no column of padding only
+            parts = trainer.length_buckets(batches, buckets, multiple)
+            seen = {}  # member -> sequences in its parts
+            for rows, x, _ in parts:
+                for e, xe in zip(rows.tolist(), x):
+                    seen[e] = seen.get(e, 0) + xe.shape[0]
+                    longest = int((xe != 0).sum(-1).max())
+                    assert xe.shape[1] == -(-longest // multiple) * multiple  # its own length, rounded up
+            assert seen == {0: 6, 1: 6}
             loss = trainer.bucketed_loss(ens, parts, lm_weight=0.5)
         else:
             loss = trainer.ensemble_loss(ens, *trainer.pad_stack(batches), lm_weight=0.5)
@@ -152,7 +159,56 @@ def test_length_buckets_give_the_padded_batch_loss_and_gradient(buckets):
     torch.testing.assert_close(l1, l0, atol=1e-6, rtol=1e-5)
     for a, b in zip(g1, g0):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
-    if buckets == 6:  # one sequence per part: the parts are each member's sequences, shortest first
-        lengths = [[int((x[0] != 0).sum()), int((x[1] != 0).sum())] for x, _ in trainer.length_buckets(batches, 6)]
-        assert lengths == [[3, 3], [4, 4], [5, 6], [8, 9], [11, 12], [16, 14]]
+    if buckets == 6 and multiple == 1:  # one sequence per part: each member's sequences, shortest first
+        lengths = {}
+        for rows, x, _ in trainer.length_buckets(batches, 6, 1):
+            for e, xe in zip(rows.tolist(), x):
+                lengths.setdefault(e, []).append(int((xe != 0).sum()))
+        assert lengths == {0: [3, 4, 5, 8, 11, 16], 1: [3, 4, 6, 9, 12, 14]}
 
+
+def _real_sampler(seed: int):
+    """Batches of the shared-pool story with copy sequences (the default recipe's sampler, small)."""
+    from papers.orion import tasks
+
+    voc = tasks.build_vocab([f"w{chr(97 + i)}{chr(97 + j)}" for i in range(8) for j in range(8)], pool_size=8,
+                            numbers=8, seed=0)
+    fam = tasks.FAMILIES["story"]
+    train_styles, _ = tasks.split_styles(fam, 0.25, 0)
+    r = np.random.default_rng(seed)
+    return voc, lambda copy_only: trainer.sample_batch([fam], {"story": train_styles}, voc, r, batch_size=8,
+                                                       max_requests=3, copy_fraction=0.25, copy_length=(2, 6),
+                                                       copy_separated=1.0)
+
+
+def test_a_seed_trains_the_same_alone_and_in_a_stack():
+    """Issue 47's fourth review: seed k's training must not depend on which seeds share its stack. Seed 1 trained
+    alone and as the middle member of a stack of 3 (whose other members draw other batches, of other lengths) has the
+    same loss curve and ends with the same weights, bit for bit on one CPU thread (float tolerance would not tell:
+    the differences of a shared padding start at a few ulps and grow over thousands of steps). With one length for
+    the whole stack (the padding before this change) its batches were padded to the other members' longest
+    sequences, and its loss curve differed here in the last bits."""
+    voc, _ = _real_sampler(0)
+    cfg = GPTConfig(vocab_size=len(voc), block_size=160, n_layer=2, n_head=2, n_embd=16)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the train jobs (threads: 1)
+    try:
+        _stack_and_alone(cfg)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _stack_and_alone(cfg):
+    kw = dict(max_steps=6, lr=5e-3, warmup=2, weight_decay=0.1, grad_clip=1.0, lm_weight=0.1, eval_every=1,
+              gate=2.0, buckets=2)  # an unreachable gate: every member trains every step, a record each step
+    stack, _, hist3 = trainer.train_until_gate(init_members(cfg, [10, 11, 12]), [_real_sampler(s)[1] for s in (0, 1, 2)],
+                                               evaluate=lambda m: {"story": 0.0}, **kw)
+    alone, _, hist1 = trainer.train_until_gate(init_members(cfg, [11]), [_real_sampler(1)[1]],
+                                               evaluate=lambda m: {"story": 0.0}, **kw)
+    curve3 = hist3[hist3.member == 1]["train/loss"].to_numpy()
+    curve1 = hist1[hist1.member == 0]["train/loss"].to_numpy()
+    assert len(curve1) == 6
+    np.testing.assert_array_equal(curve3, curve1)
+    assert not np.allclose(hist3[hist3.member == 0]["train/loss"], curve1)  # the stack's other members differ
+    for (name, a), b in zip(stack[1].state_dict().items(), alone[0].state_dict().values()):
+        assert torch.equal(a, b), name

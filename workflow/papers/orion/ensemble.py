@@ -81,11 +81,16 @@ class EnsembleGPT(nn.Module):
         model.load_state_dict(state)
         return model.eval()
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """Logits (E, B, T, V) for token ids idx (E, B, T): member e reads idx[e]."""
+    def forward(self, idx: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (E, B, T, V) for token ids idx (E, B, T): member e reads idx[e]; with `members` (E indices), the
+        e-th row of idx is read by member members[e] (a subset of the members, as papers.orion.train's parts). With
+        `members`, the weights are always taken by index, even when it names every member: each call then adds one
+        term to each member's gradient, so the sum over a step's calls is the same whichever members share them."""
         E, B, T = idx.shape
         C, H = self.cfg.n_embd, self.cfg.n_head
         p = self.params
+        if members is not None:
+            p = {k: v[members] for k, v in p.items()}
         wte = p["wte"]  # (E, V, C)
         x = torch.gather(wte, 1, idx.reshape(E, B * T, 1).expand(-1, -1, C)).view(E, B, T, C)
         cos, sin = self.cos[:T], self.sin[:T]

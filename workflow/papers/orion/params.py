@@ -63,10 +63,13 @@ class ClaimParams:
     """Thresholds of the claims, fixed before any result was seen."""
 
     gate_accuracy: float = 0.9  # the issue: a model-task pair is analysed only at test accuracy >= 0.9
-    # (a) the mean over seeds of max_L p(R1(C2)) / p_clean must exceed this (the paper: "preserving 70% of the
+    # (a) a seed meets the criterion where max_L p(R1(C2)) / p_clean reaches this (the paper: "preserving 70% of the
     # original correct token probability", abstract)
     keep_fraction: float = 0.7
     pairs_fraction_min: float = 0.92  # (a) the paper's 98 of 106 pairs (abstract): reported beside, not deciding
+    # (a), (b) the share of seeds past the accuracy gate that meet the per-seed criterion: the exact 95% interval of
+    # the share must lie above it (holds) or below it (does not hold); 0.5, a majority (ours; issue 47's fourth review)
+    seed_share: float = 0.5
     # (b) the floor of the interior margin of R1(C2) (report.interior_margin): an output dominates a layer only if it
     # keeps at least this share of its clean probability (ours)
     dominance_min: float = 0.5

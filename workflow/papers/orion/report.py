@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from papers.common.claims import Check, Claim, Control, Evidence, PositiveControl, Premise, Scope, convention, \
-    from_paper, mean_test
+from papers.common.claims import MIN_REPLICATES, Check, Claim, Control, Evidence, PositiveControl, Premise, Scope, \
+    convention, from_paper, mean_test, proportion_test
 from papers.orion import patching, tasks
 from papers.orion.params import SLUG, Params, parse
 
@@ -137,27 +137,41 @@ def per_replicate(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
 
 
 # ---- the claims ------------------------------------------------------------------------------------
-def replicate_evidence(r: pd.DataFrame, column: str, threshold: float, name: str, what: str = "seeds",
-                       gated_only: bool = False) -> Evidence:
-    """The mean over replicates `r` of the per-replicate measure `column` against `threshold` (direction >), with
-    its Student t 95% interval (papers.common.claims.mean_test; a verdict needs 3 replicates). `gated_only`: the
-    replicates whose pairs all passed the accuracy gate, the others dropped (the positive control: a routed seed
-    that does not do the task shows nothing planted, and an untrained model's normalised ratios sit near 1). The
-    tested models keep every seed: their gate is the claims' premise."""
-    rows = r[r.gated] if gated_only else r
-    dropped = len(r) - len(rows)
-    test = mean_test(rows[column].to_numpy(dtype=float), threshold=threshold, direction=">", what=what, name=name)
-    if dropped:
-        test.method += f" ({dropped} of {len(r)} {what} below the accuracy gate left out)"
+def share_evidence(r: pd.DataFrame, column: str, cut: float, share: float, name: str, what: str = "seeds",
+                   strict: bool = False) -> Evidence:
+    """The share of the replicates past the accuracy gate (`r.gated`) whose measure `column` meets the per-replicate
+    criterion (>= `cut`, or > `cut` when `strict`) against `share` (direction >), with its exact Clopper-Pearson 95%
+    interval (papers.common.claims.proportion_test): the claim holds where the lower bound exceeds `share`, does not
+    hold where the upper bound is below it. Issue 47's fourth review: the per-seed measure is bimodal (a seed
+    localises the request in its last token or does not), so a t interval of its mean is the wrong test; each seed
+    past the gate is one binary outcome. Replicates below the gate are left out (they do not do the task; the
+    premise asks for enough past it). The evidence's values are the gated replicates' measures."""
+    rows = r[r.gated]
+    values = rows[column].to_numpy(dtype=float)
+    met = values > cut if strict else values >= cut
+    test = proportion_test(int(met.sum()), len(rows), threshold=share, direction=">", name=name,
+                           what=f"{what} past the accuracy gate with {column_text(column)} {'>' if strict else '>='} {cut:g}")
+    test.values = tuple(float(v) for v in values) if len(values) else None
+    if not len(rows):  # no replicate past the gate: the share is unknown, anywhere in [0, 1] (the premise is unmet)
+        test.interval, test.method = (0.0, 1.0), f"no {what} past the accuracy gate: the share is unknown"
+    if len(rows) < len(r):
+        test.method += f" ({len(r) - len(rows)} of {len(r)} {what} below the accuracy gate left out)"
     return test
+
+
+def column_text(column: str) -> str:
+    """The per-replicate measure's name in words."""
+    return {"value_a": "max_L p(R1(C2)) / p_clean", "control_a": "max_L p(R1(C2)) / p_clean under the control",
+            "value_b": "the interior margin of R1(C2)", "control_b": "the interior margin under the control"}[column]
 
 
 def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: dict | None = None) -> list[Claim]:
     """The three claims. (a) and (b) are decided per replicate group of tested models (every tested trained model,
-    and the pretrained LMs together; every group must hold) on a continuous per-replicate measure (per_replicate:
-    `value_a`, `value_b`), by the Student t 95% interval of its mean over the replicates against the config's
-    threshold (:func:`replicate_evidence`). Their premise: every tested pair passes the accuracy gate on the test
-    prompts; the task cannot be solved without binding a value to its attribute (`shortcut`: per family,
+    and the pretrained LMs together; every group must hold) on a binary outcome per replicate past the accuracy gate
+    (per_replicate: `value_a` >= keep_fraction, the paper's criterion of a model-task pair; `value_b` > 0), by the
+    exact Clopper-Pearson 95% interval of the share of replicates meeting it against claims.seed_share
+    (:func:`share_evidence`). Their premise: at least MIN_REPLICATES tested replicates per group pass the accuracy
+    gate on the test prompts; the task cannot be solved without binding a value to its attribute (`shortcut`: per family,
     tasks.shortcut_accuracy on the test prompts; the best over the families must be at most
     claims.shortcut_accuracy_max; None: not measured, the gate unmet); and, for tested models with a value window
     only, no value window reads around the last-token patch. Their negative control (null) is the same measure and
@@ -172,9 +186,9 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
     tested_groups = list(dict.fromkeys(reps[reps.role != CONTROL].group))
     control_groups = list(dict.fromkeys(reps[reps.role == CONTROL].group))
 
-    def evidence(groups, column, threshold, label, gated_only=False):
-        return [replicate_evidence(reps[reps.group == grp], column, threshold, f"{grp}: {label}",
-                                   "pretrained models" if grp == "pretrained LMs" else "seeds", gated_only)
+    def evidence(groups, column, cut, label, strict=False):
+        return [share_evidence(reps[reps.group == grp], column, cut, c.seed_share, f"{grp}: {label}",
+                               "pretrained models" if grp == "pretrained LMs" else "seeds", strict)
                 for grp in groups]
 
     def per_seed(column, groups):
@@ -184,9 +198,14 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
     distance = int(tested.key_distance.min())
     shortcut = shortcut or {}
     best_family = max(shortcut, key=lambda f: shortcut[f]["best"]) if shortcut else None
+    tested_reps = reps[reps.role != CONTROL]
+    gated_per_group = {grp: int(tested_reps[tested_reps.group == grp].gated.sum()) for grp in tested_groups}
+    gated_text = ", ".join(f"{g}: {n} of {int((tested_reps.group == g).sum())}" for g, n in gated_per_group.items())
     premise = [
-        Premise.at_least(f"test accuracy of the least accurate of the {described}", tested.accuracy.min(),
-                         c.gate_accuracy, what="the accuracy gate: the model does the task it is analysed on"),
+        Premise.at_least(f"tested replicates past the accuracy gate (test accuracy >= {c.gate_accuracy} on every "
+                         f"family of the {described}), fewest over the groups ({gated_text})",
+                         min(gated_per_group.values()) if gated_per_group else 0, MIN_REPLICATES,
+                         what="the binary outcomes are read on replicates that do the task they are analysed on"),
         Premise.at_most(
             "test accuracy of the best rule that answers without binding a value to its attribute in the context"
             + (f" ({best_family}: answer-by-type {shortcut[best_family]['type_rule']:.3f}, always-one-attribute "
@@ -209,8 +228,8 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
                     "criterion must not hold (where the patched state carries the request only, the output stays "
                     "R2(C2), read from the unpatched context)")
     routed = ", ".join(f"{n} ({p.seeds} seeds)" for n in p.control_names)
-    positive_text = (f"the same measure and criterion on the routed models {routed}, over their seeds past the "
-                     f"accuracy gate: in block 1 a request's tokens attend to their own request alone, in the blocks "
+    positive_text = (f"the same per-seed outcome and share criterion on the routed models {routed}, over their "
+                     f"seeds past the accuracy gate: in block 1 a request's tokens attend to their own request alone, in the blocks "
                      f"after it to the context and not to their request, so the request reaches the answer only "
                      f"through the last token's state after block 1, which holds nothing of the context (the "
                      f"decomposition planted by construction); gated and patched like the tested models (trained with "
@@ -218,45 +237,58 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
     below = pairs[~pairs.gated]
     below_text = {"pairs_below_gate": [f"{r.model}/{r.family} seed {r.seed} ({r.accuracy:.2f})" for r in below.itertuples()]}
     seeds_kept = {grp: int((reps[reps.group == grp].value_a >= c.keep_fraction).sum()) for grp in tested_groups}
+    gated_kept = {grp: int((g.gated & (g.value_a >= c.keep_fraction)).sum())
+                  for grp, g in ((grp, tested_reps[tested_reps.group == grp]) for grp in tested_groups)}
+    gated_interior = {grp: int((g.gated & (g.value_b > 0)).sum())
+                      for grp, g in ((grp, tested_reps[tested_reps.group == grp]) for grp in tested_groups)}
+    share_text = (f"the exact Clopper-Pearson 95% interval of the share of its replicates past the accuracy gate "
+                  f"(test accuracy >= {c.gate_accuracy}) that meet it lies above seed_share = {c.seed_share} (holds), "
+                  f"or below it (does not hold); at least {MIN_REPLICATES} replicates per group past the gate (a "
+                  f"premise)")
 
     a = Claim(
         "a", f"Request-patching keeps >= {c.keep_fraction:.0%} of the correct token's clean probability at some "
-             f"layer (the paper's normalised metric of a model-task pair, max over layers), on average over the "
-             f"model-task pairs of every tested model.",
+             f"layer (the paper's normalised metric of a model-task pair, max over layers) in more than "
+             f"{c.seed_share:.0%} of the seeds (model-task pairs) of every tested model that learn the task.",
         "98 of 106 model-task pairs keep >= 70%, models of 125M-70B (abstract)",
         {"per_seed": per_seed("value_a", tested_groups), "control_per_seed": per_seed("control_a", tested_groups),
          "positive_control_per_seed": per_seed("value_a", control_groups),
          # the paper's figure, reported beside the criterion (not deciding): model-task pairs (seeds) that keep 70%
          "pairs_kept": int((tested.gated & (tested.r1c2_max >= c.keep_fraction)).sum()), "pairs_tested": len(tested),
          "seeds_at_or_above_keep_fraction": seeds_kept,
+         "gated_seeds_at_or_above_keep_fraction": gated_kept,
+         "gated_seeds": gated_per_group,
          "paper_share_of_pairs": c.pairs_fraction_min,
          # where the last token attends (stages.attention_shares): block 1 on the context's values, per pair
          "block1_attention_on_values": {f"{r.model}/{r.family} seed {r.seed}": round(float(r.values_b1), 3)
                                         for r in pairs.itertuples() if r.values_b1 == r.values_b1},
          **below_text},
-        f"for every tested model (replicates: its seeds) and the pretrained LMs together (replicates: the models), "
-        f"the 95% Student t interval of the mean over replicates of max over layers L of p(R1(C2)) / p_clean (per "
-        f"model-task pair the ratio of the mean patched to the mean clean probability over its {p.patch_pairs} "
-        f"patching pairs, the paper's normalised metric; a replicate's value is the mean over its families) lies "
-        f"above keep_fraction = {c.keep_fraction}; every tested pair must pass the accuracy gate (test accuracy >= "
-        f"{c.gate_accuracy}; a premise). The share of model-task pairs at or above {c.keep_fraction} is reported "
-        f"beside it (the paper's 98 of 106 = {c.pairs_fraction_min}), not deciding: one pair per seed makes it 0 or 1 "
-        f"per seed, which no affordable seed count decides",
-        evidence(tested_groups, "value_a", c.keep_fraction, "max_L p(R1(C2)) / p_clean"),
-        Control(control_text, evidence(tested_groups, "control_a", c.keep_fraction, "control max_L p(R1(C2)) / p_clean"),
-                kind="null"),
-        threshold_source=from_paper(f"the paper's 70% of the correct token's probability kept by request-patching "
-                                    f"(keep_fraction {c.keep_fraction}), abstract and section 3"),
+        f"for every tested model (replicates: its seeds) and the pretrained LMs together (replicates: the models), a "
+        f"replicate meets the paper's criterion of a model-task pair when max over layers L of p(R1(C2)) / p_clean "
+        f"(the ratio of the mean patched to the mean clean probability over its {p.patch_pairs} patching pairs, the "
+        f"paper's normalised metric; with several families, their mean) is >= keep_fraction = {c.keep_fraction}; "
+        f"{share_text}. The paper's share, 98 of 106 = {c.pairs_fraction_min}, is reported beside it, not deciding: "
+        f"an exact interval clears it only with {_seeds_to_clear(c.pairs_fraction_min)} seeds that all meet the "
+        f"criterion, so the routed positive control could not hold on it at any affordable seed count",
+        evidence(tested_groups, "value_a", c.keep_fraction, "seeds with max_L p(R1(C2)) / p_clean >= keep_fraction"),
+        Control(control_text, evidence(tested_groups, "control_a", c.keep_fraction,
+                                       "control: seeds with max_L p(R1(C2)) / p_clean >= keep_fraction"), kind="null"),
+        threshold_source=convention(f"seed_share {c.seed_share}: a majority of the seeds, the weakest reading of the "
+                                    f"paper's universal decomposition (98 of 106 pairs, abstract: "
+                                    f"{c.pairs_fraction_min}; not decidable here, above); the per-seed criterion is "
+                                    f"the paper's 70% of the correct token's probability kept (keep_fraction "
+                                    f"{c.keep_fraction}, abstract and section 3)"),
         premise=premise,
         positive_control=PositiveControl(positive_text, evidence(control_groups, "value_a", c.keep_fraction,
-                                                                 "positive control max_L p(R1(C2)) / p_clean",
-                                                                 gated_only=True)))
+                                                                 "positive control: seeds with max_L p(R1(C2)) / "
+                                                                 "p_clean >= keep_fraction")))
 
     b = Claim(
         "b", f"At some interior layer (1 .. n_layer - 1) request-patching's output is R1(C2), x1's request applied "
              f"to x2's context: its normalised probability exceeds both R2(C2)'s and R1(C1)'s and keeps >= "
              f"{c.dominance_min:.0%} of its clean probability (the middle of the paper's early R2(C2), middle R1(C2), "
-             f"late R1(C1)), on average over the model-task pairs of every tested model.",
+             f"late R1(C1)), in more than {c.seed_share:.0%} of the seeds (model-task pairs) of every tested model "
+             f"that learn the task.",
         "early layers R2(C2), middle layers R1(C2), late layers R1(C1) (the paper's layer plots, section 3; no share "
         "given)",
         {"per_seed": per_seed("value_b", tested_groups), "control_per_seed": per_seed("control_b", tested_groups),
@@ -264,25 +296,27 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
          # the layer profile, reported beside the criterion (not deciding): pairs whose dominant outputs follow the
          # order on the interior layers (patching.is_interior_decomposition)
          "pairs_with_interior_profile": int((tested.gated & tested.interior).sum()), "pairs_tested": len(tested),
+         "gated_seeds_with_positive_margin": gated_interior, "gated_seeds": gated_per_group,
          "positive_control_pairs_with_interior_profile": int((control_pairs.gated & control_pairs.interior).sum()),
          "n_layer": sorted(int(x) for x in set(pairs.n_layer)), **below_text},
-        f"for every tested model (replicates: its seeds) and the pretrained LMs together (replicates: the models), "
-        f"the 95% Student t interval of the mean over replicates of the interior margin max over L in 1 .. n_layer - 1 "
-        f"of n_R1(C2)(L) - max(n_R2(C2)(L), n_R1(C1)(L), dominance_min = {c.dominance_min}) (n_h: hypothesis h's "
-        f"normalised probability, as in (a); a replicate's value is the mean over its families) lies above 0; every "
-        f"tested pair must pass the accuracy gate (a premise). Layers 0 and n_layer are left out: R2(C2) there and "
+        f"for every tested model (replicates: its seeds) and the pretrained LMs together (replicates: the models), a "
+        f"replicate meets the criterion when its interior margin, max over L in 1 .. n_layer - 1 of n_R1(C2)(L) - "
+        f"max(n_R2(C2)(L), n_R1(C1)(L), dominance_min = {c.dominance_min}) (n_h: hypothesis h's normalised "
+        f"probability, as in (a); with several families, their mean), is above 0; {share_text}. Layers 0 and n_layer are left out: R2(C2) there and "
         f"R1(C1) at the last layer hold by construction (a check below). The share of pairs whose dominant outputs "
         f"follow the order R2(C2) -> R1(C2) -> R1(C1) on the interior layers is reported beside it, not deciding",
-        evidence(tested_groups, "value_b", 0.0, "interior margin of R1(C2)"),
+        evidence(tested_groups, "value_b", 0.0, "seeds with an interior margin of R1(C2) > 0", strict=True),
         Control(control_text + "; under it the margin's other outputs are R2(C2) and R2(C3), x3's own answer",
-                evidence(tested_groups, "control_b", 0.0, "control interior margin of R1(C2)"), kind="null"),
-        threshold_source=convention(f"0, a sign: R1(C2) is the dominant output at an interior layer; the floor "
+                evidence(tested_groups, "control_b", 0.0, "control: seeds with an interior margin > 0", strict=True),
+                kind="null"),
+        threshold_source=convention(f"seed_share {c.seed_share}: a majority of the seeds (as (a)); per seed 0, a "
+                                    f"sign: R1(C2) is the dominant output at an interior layer; the floor "
                                     f"dominance_min {c.dominance_min} ('most of its clean probability') is ours; the "
                                     f"paper shows the layer profile in plots and gives no number for it"),
         premise=premise,
         positive_control=PositiveControl(positive_text, evidence(control_groups, "value_b", 0.0,
-                                                                 "positive control interior margin of R1(C2)",
-                                                                 gated_only=True)))
+                                                                 "positive control: seeds with an interior margin > 0",
+                                                                 strict=True)))
     return [a, b, _claim_c(p, over)]
 
 
@@ -347,9 +381,13 @@ def build_checks(pairs: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame, sty
 
 
 def size_table(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
-    """Per replicate group: its role, the seeds' gate steps, and the mean [95% t interval] over replicates of the
-    claims' measures (and the control's), the reported shares and the relative depth of the R1(C2) peak."""
+    """Per replicate group: its role, the seeds' gate steps, the claims' deciding shares (the replicates past the
+    gate that meet each per-seed criterion, with their exact 95% interval, :func:`share_evidence`), and the mean [95%
+    t interval] over replicates of the per-seed measures (and the control's), the reported shares and the relative
+    depth of the R1(C2) peak (reported beside, not deciding)."""
     from papers.common.claims import t_interval
+
+    c = p.claims
 
     reps = per_replicate(p, pairs)
     rows = []
@@ -358,6 +396,11 @@ def size_table(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
         row = {"model": grp, "role": g.role.iloc[0], "layers": int(first.n_layer), "width": int(first.width),
                "replicates": len(g), "gate steps": ", ".join(str(s) for s in g.gate_step),
                "pairs gated": f"{g.pairs_gated.sum()} of {g.pairs_trained.sum()}"}
+        for column, cut, strict, label in (("value_a", c.keep_fraction, False, "(a) gated seeds meeting it"),
+                                           ("value_b", 0.0, True, "(b) gated seeds meeting it")):
+            e = share_evidence(g, column, cut, c.seed_share, label, strict=strict)
+            row[label] = (f"{round(e.effect * e.replicates)} of {e.replicates} [{e.interval[0]:.2f}, "
+                          f"{e.interval[1]:.2f}]" if e.replicates else "none past the gate")
         for column, label in (("value_a", "(a) max_L p(R1(C2)) / p_clean"), ("control_a", "(a) control"),
                               ("value_b", "(b) interior margin"), ("control_b", "(b) control"),
                               ("share_kept", "(a) share of pairs >= keep_fraction"),
@@ -425,10 +468,12 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, vocab, val, te
                f"model).")
     write_table(md, table_md, table_csv, caption=caption, csv_df=long)
     with open(table_md, "a") as f:
-        f.write("\nPer model (mean [95% t interval] over every replicate, past the gate or not: the claims' measures "
-                "(a) max_L p(R1(C2)) / p_clean and (b) the interior margin of R1(C2), each under the request patch and "
-                "the same-request control, then the shares reported beside them, in which a pair below the gate counts "
-                "as a failure; the claims read the positive control on its seeds past the gate alone):\n\n")
+        f.write(f"\nPer model: the claims' deciding counts, the seeds past the accuracy gate that meet (a)'s per-seed "
+                f"criterion (max_L p(R1(C2)) / p_clean >= {p.claims.keep_fraction}) and (b)'s (interior margin of "
+                f"R1(C2) > 0), with the exact 95% interval of the share (a claim holds above seed_share = "
+                f"{p.claims.seed_share}); then, reported beside them, the mean [95% t interval] over every replicate, "
+                f"past the gate or not, of the per-seed measures under the request patch and the same-request "
+                f"control, and the shares of pairs, in which a pair below the gate counts as a failure:\n\n")
         f.write(to_markdown(size_table(p, pairs)))
         if len(oversight):
             f.write(f"\n\nOversight: {p.inject_prompts} held-out stories asking for the {p.inject_key}, with an "
@@ -569,10 +614,11 @@ def _rule_change(p: Params, pairs: pd.DataFrame) -> str:
         g = part[part.gated]
         counts.append(f"{label}: {int(g.interior.sum())} of {len(g)} gated pairs with the rule, "
                       f"{int(g.interior_strict.sum())} without the transition")
-    return ("How the criteria came to be. Before this run (issue 47, after the run whose seeds did not learn the "
-            "shared-pool story) the claims were decided on counts of seeds whose one pair showed the pattern, which no "
-            "affordable seed count could decide; they are now decided on each seed's continuous measure, fixed in "
-            "config.yaml before this run. Claim (b)'s layer profile, reported beside it, allows a layer where no "
+    return ("How the criteria came to be. After the run whose seeds did not learn the shared-pool story (issue 47) "
+            "the claims were decided on each seed's continuous measure with a t interval of its mean; after the "
+            "run that showed that measure bimodal (its seeds' ratios near 1 or far below the threshold), issue 47's fourth "
+            "review asked for the share of seeds past the gate that meet the per-seed criterion, with an exact "
+            "interval, against a share fixed in config.yaml before this run (seed_share). Claim (b)'s layer profile, reported beside it, allows a layer where no "
             "output dominates at the transition from R1(C2) to R1(C1) only (a change after the first independent "
             "review, because the routed model, mid-retrieval there, failed the rule without it; the tested models' "
             "profiles of an earlier run had been seen). In this run, " + "; ".join(counts) + ".")
@@ -669,12 +715,18 @@ seed, where the last token attends.
 Training recipes. {_recipe_sentence(p)}
 (a) and (b) remain statements about tiny models trained on this family, not about the paper's LMs; a "does not
 hold" here does not refute the paper.
-Intervals. The paper counts model-task pairs that keep 70% (98 of 106). A seed of ours has one model-task pair, so
-such a count per seed is 0 or 1, and an exact binomial interval of {p.seeds} such counts could not clear the paper's
-share {p.claims.pairs_fraction_min} (that needs {_seeds_to_clear(p.claims.pairs_fraction_min)} seeds that all show it). The claims are decided instead on each
-seed's continuous measure, the paper's normalised metric for (a) and the interior margin of R1(C2) for (b), by a
-Student t 95% interval over the seeds, against the paper's 70% for (a) and a sign for (b); the count of pairs is
-reported beside them.
+Intervals. The paper counts model-task pairs that keep 70% (98 of 106). A seed of ours has one model-task pair, and
+each seed's measure is bimodal (it localises the request in its last token or it does not; "What was run"), so
+each seed past the accuracy gate is one binary outcome: whether it meets the paper's criterion for (a) ({p.claims.keep_fraction:.0%} kept)
+and an interior layer where R1(C2) dominates for (b). A claim holds when the exact (Clopper-Pearson) 95% interval of
+the share of such seeds lies above {p.claims.seed_share} (a majority, ours), does not hold when it lies below. The
+paper's own share, {p.claims.pairs_fraction_min}, is reported beside it: an exact interval clears it only with
+{_seeds_to_clear(p.claims.pairs_fraction_min)} seeds that all meet the criterion, so neither the tested models nor
+the positive control could hold on it at this scale; {p.claims.seed_share} needs {_seeds_to_clear(p.claims.seed_share)}
+seeds past the gate that all meet it, and at the share measured before this run (config.yaml, orion.seeds: its
+sizing) no affordable seed count decides more often than not: with {p.seeds} seeds the tested models can be decided
+only where all or none of them meet it. (Before this run the claims were decided on the mean of the per-seed measure with a Student
+t interval, which a bimodal measure does not suit; issue 47's fourth review.)
 The positive control. A routed model (model.routing_masks) has the same architecture (its own training recipe: What was run; config.yaml gives the pilots behind both recipes), but in its
 first block a request's tokens attend to their own request alone (from the request's first token, which only
 requests use: papers/orion/tasks.py, request_markers), and in the blocks after it to the context and no token of
@@ -688,10 +740,12 @@ size, is found where it is planted. Claims (a) and (b) count only where this con
 The accuracy gate and early stopping. Each seed trains until every family passes the gate on the validation
 prompts at {p.train.gate_records} consecutive checks, {p.train.eval_every} steps apart, and is taken there; the
 validation prompts come from styles held out from training and apart from the test styles (a check below). The
-claims then require every tested pair to pass the same gate on the test prompts (a premise: a pair below it makes
-the claim inconclusive, never "does not hold"). {_cap_sentence(p, pairs)}
+claims then read their binary outcomes on the seeds that pass the same gate on the test prompts, and need at least
+{MIN_REPLICATES} of them per tested model (a premise: fewer make the claim inconclusive, never "does not hold"). {_cap_sentence(p, pairs)}
 The seeds of one model train side by side in one process (their weights stacked; papers/orion/ensemble.py), the
-same computation as separate runs (a test checks it).
+same computation as separate runs (a test checks it); each seed's batch is padded to its own length, never to the
+other seeds', so a seed trains bit for bit the same alone or in any stack (a test checks; issue 47's fourth review
+found the earlier shared padding made a seed's outcome depend on how many seeds were stacked).
 Request-patching follows the official code: the residual stream after a block at the last token, normalised by
 the clean probability (ratio of means over pairs); we also draw pairs so that R2(C2), R1(C2) and R1(C1) are three
 different tokens (the official code allows collisions). At L = 0 the patch is x2's own last token (x1 and x2 end

@@ -72,22 +72,36 @@ def loss_fn(model: GPT, x: torch.Tensor, answer_mask: torch.Tensor, lm_weight: f
 
 
 def pad_stack(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """E batches (x (B, T_e), mask (B, T_e - 1)) right-padded to one length: x (E, B, T), mask (E, B, T - 1)."""
+    """E batches (x (B, T_e), mask (B, T_e - 1)) right-padded to one length: x (E, B, T), mask (E, B, T - 1).
+    The shared length depends on every member's batch: training does not use it (:func:`length_buckets` pads each
+    member on its own); the tests use it as the one-batch reference."""
     T = max(x.shape[1] for x, _ in batches)
     xs = torch.stack([F.pad(x, (0, T - x.shape[1])) for x, _ in batches])
     masks = torch.stack([F.pad(m, (0, T - 1 - m.shape[1])) for _, m in batches])
     return xs, masks
 
 
-def length_buckets(batches: list[tuple[torch.Tensor, torch.Tensor]], buckets: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The E batches of one step cut into `buckets` parts by sequence length, each part padded to its own longest
-    sequence: member e's sequences sorted by length (tokens before the padding id 0), part g holds its g-th
-    slice of them, stacked over members: [(x (E, B_g, T_g), mask (E, B_g, T_g - 1))] for g < buckets.
+# A member's part is padded to its own longest sequence rounded up to a multiple of this: the padded length depends
+# on that member's batch alone, and the members whose parts round to the same length share one forward pass.
+PAD_MULTIPLE = 8
 
-    Why: copy sequences (~25 tokens) and task sequences (35-52) share a batch, so padding every sequence to
-    the batch's longest leaves a third of the positions as padding (measured: 65% of the positions are tokens).
-    Padding sits after a sequence's last token and attention is causal, so no real token sees it and
-    :func:`ensemble_loss` over the parts is the loss over :func:`pad_stack`'s one padded batch (a test checks)."""
+
+def length_buckets(batches: list[tuple[torch.Tensor, torch.Tensor]], buckets: int, multiple: int = PAD_MULTIPLE
+                   ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The E batches of one step cut into `buckets` parts by sequence length, each member's part padded to a length
+    of its own: member e's sequences sorted by length (tokens before the padding id 0), part g holds its g-th slice
+    of them, padded to its longest sequence rounded up to a multiple of `multiple`; the members whose part g has the
+    same padded length are stacked: [(rows, x (E_g, B_g, T_g), mask (E_g, B_g, T_g - 1))], rows the members' indices
+    in `batches`, ordered by part, then length.
+
+    Why per member: padding to the longest sequence over all members (one length per part) made a member's
+    computation depend on the other members' batches: the shapes of its matrix products, so its float rounding,
+    and with it, over thousands of steps, the trajectory of a seed whose outcome is bimodal (issue 47's fourth
+    review). Here a member's shapes are fixed by its own batch, so a seed trains the same alone or in any stack (a
+    test checks). Why parts: copy sequences (~25 tokens) and task sequences (35-52) share a batch, so padding every
+    sequence to the batch's longest leaves a third of the positions as padding. Padding sits after a sequence's last
+    token and attention is causal, so no real token sees it and :func:`bucketed_loss` over the parts is the loss
+    over :func:`pad_stack`'s one padded batch (a test checks)."""
     B = batches[0][0].shape[0]
     if any(x.shape[0] != B for x, _ in batches):
         raise ValueError("every member's batch must hold the same number of sequences")
@@ -96,39 +110,57 @@ def length_buckets(batches: list[tuple[torch.Tensor, torch.Tensor]], buckets: in
     for rows in zip(*(torch.tensor_split(o, buckets) for o in order)):  # rows[e]: member e's sequences of part g
         if len(rows[0]) == 0:
             continue
-        parts.append(pad_stack([_trim(x[r], m[r]) for (x, m), r in zip(batches, rows)]))
+        own = [_trim(x[r], m[r], multiple) for (x, m), r in zip(batches, rows)]
+        for T in sorted({x.shape[1] for x, _ in own}):
+            members = [e for e, (x, _) in enumerate(own) if x.shape[1] == T]
+            parts.append((torch.tensor(members), torch.stack([own[e][0] for e in members]),
+                          torch.stack([own[e][1] for e in members])))
     return parts
 
 
-def _trim(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x (B, T), mask (B, T - 1) cut after the last column that holds a token."""
+def _trim(x: torch.Tensor, mask: torch.Tensor, multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (B, T), mask (B, T - 1) cut (or right-padded) to the last column that holds a token, rounded up to a
+    multiple of `multiple`."""
     T = int((x != 0).sum(1).max())
-    return x[:, :T], mask[:, :T - 1]
+    T = -(-T // multiple) * multiple
+    x = F.pad(x[:, :T], (0, max(0, T - x.shape[1])))
+    mask = F.pad(mask[:, :T - 1], (0, max(0, T - 1 - mask.shape[1])))
+    return x, mask
 
 
 def ensemble_loss(ens: EnsembleGPT, x: torch.Tensor, answer_mask: torch.Tensor, lm_weight: float) -> torch.Tensor:
     """The sum over members of :func:`loss_fn`'s loss for each (x (E, B, T), mask (E, B, T - 1)): each member's
     gradient is that of its own loss."""
-    return bucketed_loss(ens, [(x, answer_mask)], lm_weight)
+    return bucketed_loss(ens, [(torch.arange(x.shape[0]), x, answer_mask)], lm_weight)
 
 
-def bucketed_loss(ens: EnsembleGPT, parts: list[tuple[torch.Tensor, torch.Tensor]], lm_weight: float) -> torch.Tensor:
-    """:func:`ensemble_loss` of one batch given as parts of different lengths (:func:`length_buckets`): each
-    member's means over answers and over other tokens are taken over all parts together."""
-    answer_sum = answer_n = other_sum = other_n = 0.0
-    for x, answer_mask in parts:
-        logits = ens(x[..., :-1])  # (E, B, T-1, V)
+def member_losses(ens: EnsembleGPT, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+                  lm_weight: float) -> torch.Tensor:
+    """Each member's :func:`loss_fn` loss (E,) over one batch given as parts (:func:`length_buckets`: rows, x, mask):
+    its means over answers and over other tokens are taken over all its parts together, summed part by part in
+    the parts' order (so the same sums whichever other members share a part)."""
+    E = ens.members
+    zero = torch.zeros(E)
+    answer_sum = answer_n = other_sum = other_n = zero
+    for rows, x, answer_mask in parts:
+        logits = ens(x[..., :-1], rows)  # (E_g, B, T-1, V)
         target = x[..., 1:]
         ce = F.cross_entropy(logits.flatten(0, 2), target.flatten(), reduction="none").view_as(target)
         other = (target != 0) & ~answer_mask
-        answer_sum = answer_sum + (ce * answer_mask).sum((1, 2))
-        answer_n = answer_n + answer_mask.sum((1, 2))
-        other_sum = other_sum + (ce * other).sum((1, 2))
-        other_n = other_n + other.sum((1, 2))
+        answer_sum = answer_sum.index_add(0, rows, (ce * answer_mask).sum((1, 2)))
+        answer_n = answer_n.index_add(0, rows, answer_mask.sum((1, 2)).to(zero.dtype))
+        other_sum = other_sum.index_add(0, rows, (ce * other).sum((1, 2)))
+        other_n = other_n.index_add(0, rows, other.sum((1, 2)).to(zero.dtype))
     per_member = answer_sum / answer_n
     if lm_weight > 0:
         per_member = per_member + lm_weight * other_sum / other_n
-    return per_member.sum()
+    return per_member
+
+
+def bucketed_loss(ens: EnsembleGPT, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+                  lm_weight: float) -> torch.Tensor:
+    """The sum over members of :func:`member_losses`: each member's gradient is that of its own loss."""
+    return member_losses(ens, parts, lm_weight).sum()
 
 
 def train_until_gate(models: list[GPT], samplers: list, *, max_steps: int, lr: float, warmup: int,
@@ -142,7 +174,8 @@ def train_until_gate(models: list[GPT], samplers: list, *, max_steps: int, lr: f
     and the loss is on their predictable copies only (lm_weight 0), so that the induction circuits form before
     the tasks' answers can be had by guessing among the context's values (the plateau the models without it
     stayed on; see the report); then the task mixture with `lm_weight`. Each step's batches are cut into
-    `buckets` parts by length (:func:`length_buckets`; the same loss with less padding).
+    `buckets` parts by length, each member padded on its own (:func:`length_buckets`; the same loss with less
+    padding, and a member's computation independent of the others').
 
     Every `eval_every` steps, `evaluate(model)` gives each member's validation accuracy per family; once every
     family of member e has been >= `gate` at `gate_records` consecutive records, member e is copied out: that
@@ -157,33 +190,35 @@ def train_until_gate(models: list[GPT], samplers: list, *, max_steps: int, lr: f
     E = len(models)
     active = list(range(E))  # the members still training, in the ensemble's order
     final, at_step, history, passed = [None] * E, [max_steps] * E, [], [0] * E  # passed: consecutive records
-    loss_sum, n = 0.0, 0
+    loss_sum, n = [0.0] * E, 0  # per member: its mean training loss since the last record (the history)
     for step in progress(range(1, max_steps + 1)):
         for group in opt.param_groups:
             group["lr"] = lr * min(1.0, step / max(warmup, 1))
         copy_only = step <= copy_warmup
         parts = length_buckets([samplers[e](copy_only) for e in active], buckets)
-        loss = bucketed_loss(ens, parts, 0.0 if copy_only else lm_weight)
+        losses = member_losses(ens, parts, 0.0 if copy_only else lm_weight)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        losses.sum().backward()
         clip_per_member(ens.parameters(), grad_clip)
         opt.step()
-        loss_sum, n = loss_sum + loss.item() / len(active), n + 1
+        for i, e in enumerate(active):
+            loss_sum[e] += losses[i].item()
+        n += 1
         if step % eval_every and step != max_steps:
             continue
         for i, e in enumerate(active):
             member = ens.member(i)
             with torch.no_grad():
                 held_out = evaluate(member)
-            history.append({"member": e, "step": step, "train/loss": loss_sum / n,
+            history.append({"member": e, "step": step, "train/loss": loss_sum[e] / n,
                             **{f"eval/{k}": v for k, v in held_out.items()}})
             passed[e] = passed[e] + 1 if min(held_out.values()) >= gate else 0
             if passed[e] >= gate_records or step == max_steps:
                 final[e], at_step[e] = member, step
         worst = [min((v, k) for k, v in h.items() if k.startswith("eval/")) for h in history[-len(active):]]
         log.info("step %d: loss %.3f, members taken at the gate: %d of %d; worst family of the last records: %s", step,
-                 loss_sum / n, sum(f is not None for f in final), E, ", ".join(f"{k.removeprefix('eval/')} {v:.2f}" for v, k in worst))
-        loss_sum, n = 0.0, 0
+                 sum(loss_sum[e] for e in active) / n / len(active), sum(f is not None for f in final), E, ", ".join(f"{k.removeprefix('eval/')} {v:.2f}" for v, k in worst))
+        loss_sum, n = [0.0] * E, 0
         still = [e for e in active if final[e] is None]
         if not still:
             break
