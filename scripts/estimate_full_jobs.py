@@ -41,7 +41,12 @@ Assumptions (the columns of the CSV carry every factor):
 A job whose estimate exceeds its kind's max_runtime (or max_mem_mb) does not fit a partition's limit: its row says
 `fits: False` and its config entry keeps what it needs, not a capped request that would time out after 48 h (the
 scheduler holds it, visibly; tests/workflow/test_job_estimates.py lists such rules as needing a split). Rules without a
-measurement here keep their kind's values.
+measurement here keep their kind's values (or their paper's own estimate); every train/gpu rule without one is in
+UNMEASURED, with the reason (checked by that test).
+
+Where a stage can run whole at the full shape with fewer steps (uv_sharpness, neural_fdm), it is run at two step
+counts and the difference gives the cost per step apart from the set-up and the outputs (_linear); the "how" column
+gives both parts.
 
 Writes config/full_estimates.csv and prints the `job_estimates:` block; --write-config replaces that block in
 config/full.yaml (between its marker comments).
@@ -463,7 +468,7 @@ def _sbdd_vs_train(cfg):
                    f"{q.pretrain_steps} + {finetunes} fine-tunings (targets x replicates) x {q.finetune_steps} steps"}
 
 
-@unit("flexpert_pretrain", "train")
+@unit("flexpert_pretrain", "gpu")
 def _flexpert_pretrain(cfg):
     """papers.flexpert.train.pretrain_lm (the stage's loop): 1 and 3 steps of a full batch of max_length sequences."""
     import numpy as np
@@ -482,11 +487,15 @@ def _flexpert_pretrain(cfg):
         times[steps] = cpu_seconds() - c0
     scale = lm["batch"] / B
     s = (times[3] - times[1]) / 2 * scale
-    return {"peak_mb": base + (peak_mb() - base) * scale,
+    from papers.flexpert import model as M
+
+    net = M.ProteinLM(lm["d_model"], lm["layers"], lm["heads"])
+    flops = transformer_flops(n_params(net), lm["layers"], lm["d_model"], L, lm["batch"] * L)
+    return {"peak_mb": base + (peak_mb() - base) * scale, "flops": flops,
             "unit": f"masked-LM step at batch {lm['batch']} x {L} residues", "seconds": s, "units": lm["steps"],
             "how": f"papers.flexpert.train.pretrain_lm timed on ProteinLM (d {lm['d_model']}, {lm['layers']} layers) at "
                    f"batch {B} of {L}-residue sequences (an upper bound: real chains are shorter), x {lm['batch']}/{B}; x "
-                   f"{lm['steps']} steps"}
+                   f"{lm['steps']} steps; FLOPs from the transformer formula (6 N + 12 L T d per token)"}
 
 
 @unit("uv_sharpness_train_mlp", "train")
@@ -682,6 +691,348 @@ def _adamanip_train(cfg):
             "how": f"papers.adamanip.train.fit timed (6 steps - 2) per policy at batch {tr['batch']} of {P}-point clouds "
                    f"({', '.join(f'{k} {v:.3f} s' for k, v in per.items())}); the costlier ({worst}) x {kinds} "
                    f"demonstration kinds x {tr['steps'][worst]} steps; one job = one policy and seed"}
+
+
+# ---- issue 54 item 4, second round: the remaining train/gpu rules (cheapest first) ---------------------------------
+def _linear(run, n1: int, n2: int) -> tuple[float, float, float, float]:
+    """run(n) at n1 and then n2 units of work (steps): (CPU-s of run(n1), CPU-s per extra unit, peak MB after n1,
+    peak MB growth per extra unit). The difference isolates the per-unit cost from the set-up and the outputs."""
+    c0 = cpu_seconds()
+    run(n1)
+    t1 = cpu_seconds() - c0
+    m1 = peak_mb()
+    c0 = cpu_seconds()
+    run(n2)
+    t2 = cpu_seconds() - c0
+    return t1, max(t2 - t1, 0.0) / (n2 - n1), m1, max(peak_mb() - m1, 0.0) / (n2 - n1)
+
+
+@unit("uv_sharpness_trajectories", "train")
+def _uv_sharpness_trajectories(cfg):
+    """papers.uv_sharpness.stages.trajectories (the stage itself, numpy, vectorised over runs) at the full width, seeds,
+    init scales and ratios, for two short step counts; the per-step cost and memory extrapolated to `steps`."""
+    import tempfile
+
+    from papers.uv_sharpness import stages
+    from papers.uv_sharpness.params import parse
+
+    u = cfg["uv_sharpness"]
+    p = parse(u)
+    n1 = max(p.early_steps, p.late_window) + 100  # params.check: steps above both
+    n2 = n1 + 500
+    with tempfile.TemporaryDirectory() as tmp:
+        run = lambda n: stages.trajectories(cfg={**u, "steps": n}, trajectory=f"{tmp}/t.parquet")  # noqa: E731
+        t1, per, m1, dm = _linear(run, n1, n2)
+    total = t1 + (p.steps - n1) * per
+    return {"single_thread": True, "peak_mb": m1 + dm * (p.steps - n1),
+            "unit": f"GD step of every run (width {p.width}; set-up and output amortised)", "seconds": total / p.steps,
+            "units": p.steps,
+            "how": f"papers.uv_sharpness.stages.trajectories run at {n1} and {n2} steps ({t1:.1f} CPU-s, then "
+                   f"{per * 1e6:.0f} us per further step); {t1:.1f} + ({p.steps} - {n1}) steps x that; memory (the "
+                   "per-step records and their table) extrapolated linearly in the steps; numpy on one thread (no "
+                   "credit for the job's threads); one job"}
+
+
+@unit("uv_sharpness_sweep", "train")
+def _uv_sharpness_sweep(cfg):
+    """papers.uv_sharpness.stages.sweep (the stage itself) at the full grid and replicates, run once just past the late
+    window; the further map iterations (papers.uv_sharpness.uv.iterate on the same (replicates, points) shape) timed
+    apart and added for the full `steps`."""
+    import tempfile
+
+    import numpy as np
+
+    from papers.uv_sharpness import stages, uv
+    from papers.uv_sharpness.params import parse
+
+    u = cfg["uv_sharpness"]
+    p = parse(u)
+    init = max(p.sweep_inits, key=p.sweep_inits.get)
+    n1 = p.late_window + 200
+    with tempfile.TemporaryDirectory() as tmp:
+        c0 = cpu_seconds()
+        stages.sweep(cfg={**u, "steps": n1}, init=init, points=f"{tmp}/p.parquet", orbits=f"{tmp}/o.parquet")
+        t1 = cpu_seconds() - c0
+    shape = (p.seeds, p.sweep_points)
+    ratios = np.broadcast_to(np.linspace(*p.sweep_range, p.sweep_points), shape)
+    eta = ratios * 2 / uv.lambda_min(1.0, 1.0, p.width)
+    f0, theta0 = np.full(shape, 0.5), np.full(shape, 1.0)  # values do not change numpy's per-element cost
+    run = lambda n: uv.iterate(f0, theta0, 1.0, 1.0, p.width, eta, n, 10)  # noqa: E731
+    run(20)
+    times = {}
+    for n in (200, 2200):
+        c0 = cpu_seconds()
+        run(n)
+        times[n] = cpu_seconds() - c0
+    per = (times[2200] - times[200]) / 2000
+    total = t1 + (p.steps - n1) * per
+    return {"single_thread": True,
+            "unit": f"map iteration of {p.seeds} replicates x {p.sweep_points} points (set-up, late window, output amortised)",
+            "seconds": total / p.steps, "units": p.steps,
+            "how": f"papers.uv_sharpness.stages.sweep ({init} init) run at {n1} steps ({t1:.1f} CPU-s: set-up, the late "
+                   f"window of {p.late_window}, periods and output), + ({p.steps} - {n1}) further iterations of "
+                   f"uv.iterate on the same shape ({per * 1e6:.0f} us each, 2200 - 200 timed); memory: the stage's peak "
+                   "(the late window's arrays, the same at any step count); numpy, one thread; one job = one init"}
+
+
+def _lm_steps(p, rows, x, y, h: float, chunk: int = 200) -> int:
+    """The step count papers.linear_mechanisms.stages.simulate chooses for `rows` (one width): clip(max over rows of
+    ceil(time_to_converge / step_size), min_steps, max_steps), from the paper's exact.* functions, in chunks of rows."""
+    import numpy as np
+
+    from papers.linear_mechanisms import exact, phase
+
+    m2, mxy = exact.moments(x, y)
+    needed = 0.0
+    for i in range(0, len(rows), chunk):
+        part = rows[i:i + chunk]
+        width = part[0]["width"]
+        kappa, eta_u, eta_w = phase.constants(*(np.array([r[k] for r in part], float)
+                                                for k in ("width", "kappa_exponent", "lr_ratio")))
+        sigma = np.array([r["sigma"] for r in part])[:, None]
+        draws = {seed: exact.init(seed, width) for seed in sorted({r["seed"] for r in part})}
+        u0 = sigma * np.stack([draws[r["seed"]][0] for r in part])
+        w0 = sigma * np.stack([draws[r["seed"]][1] for r in part])
+        a, b, c = exact.rescaled_gram(u0, w0, eta_u, eta_w)
+        problem = dict(kappa=kappa, eta_u=eta_u, eta_w=eta_w, m2=m2, mxy=mxy)
+        dt = exact.step_size(a, b, c, h=h, **problem)
+        t_converge = exact.time_to_converge(a, b, c, tol=p.converge_tol, **problem)
+        needed = max(needed, float(np.nanmax(np.ceil(t_converge / dt))))
+    return int(np.clip(needed, p.min_steps, p.max_steps))
+
+
+def _lm_rows_timed(p, rows, x, y, h, n1, n2):
+    """CPU-s per GD step (papers.linear_mechanisms.stages.simulate) of `rows`, from runs of n1 and n2 steps."""
+    from papers.linear_mechanisms.stages import simulate
+
+    run = lambda n: simulate(rows, x, y, h=h, tol=p.converge_tol, min_steps=n, max_steps=n, records=2)  # noqa: E731
+    t1, per, m1, dm = _linear(run, n1, n2)
+    return t1, per
+
+
+@unit("linear_mechanisms_phase", "train")
+def _linear_mechanisms_phase(cfg):
+    """papers.linear_mechanisms.stages.simulate (run_phase's call) per width of the costliest panel, on a share of its
+    seeds, for two step counts; x the seeds' share and max_steps (the cap: an upper bound)."""
+    import numpy as np
+
+    from papers.linear_mechanisms.params import parse
+
+    p = parse(cfg["linear_mechanisms"])
+    rng = np.random.default_rng(p.data.seed)
+    x = rng.standard_normal(p.data.samples)
+    y = p.data.slope * x + p.data.noise * rng.standard_normal(p.data.samples)
+    cost = {}
+    for name in p.phase_panels:  # rows x (width + samples) per step: the costliest panel by that count
+        pts = p.panels[name].points()
+        cost[name] = sum(p.seeds_of(name) * (pt["width"] + p.data.samples) for pt in pts)
+    panel = max(cost, key=cost.get)
+    pts, seeds = p.panels[panel].points(), p.seeds_of(panel)
+    sub = 5  # seeds timed per point (memory: rows x width floats), scaled to the panel's seeds
+    total, base, steps_of = 0.0, rss_mb(), {}
+    for width in sorted({pt["width"] for pt in pts}):
+        rows = [{**pt, "seed": s} for pt in pts if pt["width"] == width for s in range(seeds)]
+        steps_of[width] = _lm_steps(p, rows, x, y, p.phase_step)
+        _, per = _lm_rows_timed(p, rows[:len(rows) * sub // seeds], x, y, p.phase_step, 20, 60)
+        total += per * seeds / sub * steps_of[width]
+    widest = max(pt["width"] for pt in pts)
+    n_wide = sum(1 for pt in pts if pt["width"] == widest) * seeds
+    mem = base + 8 * 8 * n_wide * widest / 2 ** 20  # u, w, u0, w0 and the step's temporaries: ~8 (rows, width) float64
+    return {"single_thread": True, "peak_mb": mem,
+            "unit": f"the panel {panel} ({seeds} seeds per point), every width", "seconds": total, "units": 1,
+            "how": f"papers.linear_mechanisms.stages.simulate timed per width of the costliest panel ({panel}) on {sub} "
+                   f"seeds per point (60 - 20 steps), x {seeds}/{sub} seeds; x each width's step count as simulate "
+                   f"chooses it (exact.time_to_converge / step_size over all rows, capped at {p.max_steps}: "
+                   f"{', '.join(f'd={w}: {n}' for w, n in steps_of.items())}); memory: 8 float64 arrays of the "
+                   f"widest width's rows ({n_wide} x {widest}); numpy, one thread; one job = one panel"}
+
+
+@unit("linear_mechanisms_trajectories", "train")
+def _linear_mechanisms_trajectories(cfg):
+    """papers.linear_mechanisms.stages.simulate (trajectories' call) at each mechanism point with its seeds, two step
+    counts; x (max_steps at h + 2 max_steps at h/2) (the cap: an upper bound)."""
+    import numpy as np
+
+    from papers.linear_mechanisms.params import parse
+
+    p = parse(cfg["linear_mechanisms"])
+    rng = np.random.default_rng(p.data.seed)
+    x = rng.standard_normal(p.data.samples)
+    y = p.data.slope * x + p.data.noise * rng.standard_normal(p.data.samples)
+    total, steps_of = 0.0, {}
+    for name, grid in p.points.items():
+        rows = [{**grid.points()[0], "seed": s} for s in range(p.seeds_at(name))]
+        steps_of[name] = _lm_steps(p, rows, x, y, p.trajectory_step)
+        _, per = _lm_rows_timed(p, rows, x, y, p.trajectory_step, 20, 60)
+        total += per * 3 * steps_of[name]  # the run at h, then at h/2 with twice its steps
+    return {"single_thread": True, "unit": "every mechanism point (all its seeds), at h and h/2", "seconds": total,
+            "units": 1,
+            "how": f"papers.linear_mechanisms.stages.simulate timed (60 - 20 steps) at each mechanism point with all its "
+                   f"seeds; x 3 x the steps simulate chooses at h (exact.time_to_converge / step_size, capped at "
+                   f"{p.max_steps}: {', '.join(f'{k} {v}' for k, v in steps_of.items())}; twice as many at h/2); "
+                   "numpy, one thread; one job"}
+
+
+@unit("neural_fdm_train", "train")
+def _neural_fdm_train(cfg):
+    """papers.neural_fdm.stages.train (the stage itself: the shared learning-rate search, then every seed side by
+    side) with every step count at two small fractions of the full scale's; the cost, linear in that fraction,
+    extrapolated to 1. The costlier task with the hybrid model (the FDM solver in the loop)."""
+    import copy
+    import tempfile
+
+    from papers.neural_fdm import stages
+
+    n = cfg["neural_fdm"]
+    f1, f2 = 0.002, 0.006
+
+    def scaled(f, task):
+        c = copy.deepcopy(n)
+        c["tune_steps"] = max(1, round(n["tune_steps"] * f))
+        c[task]["train"] = {**c[task]["train"], "steps": max(4, round(n[task]["train"]["steps"] * f)), "log_every": 1}
+        return c
+
+    per, fixed, peaks = {}, {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for task in n["tasks"]:
+            run = lambda f: stages.train(cfg=scaled(f, task), task=task, model="hybrid",  # noqa: B023,E731
+                                         checkpoint=f"{tmp}/c.pt", history=f"{tmp}/h.parquet", search=f"{tmp}/s.parquet")
+            t1, k, m1, _ = _linear(run, f1, f2)
+            per[task], fixed[task], peaks[task] = k, t1 - k * f1, m1
+    task = max(per, key=lambda t: fixed[t] + per[t])
+    return {"peak_mb": max(peaks.values()),
+            "unit": f"the job ({task}, hybrid: lr search over {len(n['lr_grid'])} rates x {n['tune_steps']} steps, then "
+                    f"{n['seeds']} seeds x {n[task]['train']['steps']} steps)", "seconds": fixed[task] + per[task],
+            "units": 1,
+            "how": f"papers.neural_fdm.stages.train run with tune_steps and steps at {f1:g} and {f2:g} of the full "
+                   f"scale's (per task, hybrid; log_every 1 in the short runs, so the logging is over-counted: an upper "
+                   f"bound); CPU-s linear in that fraction (set-up {fixed[task]:.1f} s + "
+                   f"{per[task]:.0f} s per whole job; "
+                   f"{', '.join(f'{t} {fixed[t] + per[t]:.0f} s' for t in per)}); the costlier task; one job = one task "
+                   "and model"}
+
+
+@unit("adamanip_evaluate", "train")
+def _adamanip_evaluate(cfg):
+    """papers.adamanip.train.rollout (the stage's call) of an untrained diffusion policy (T.build at the full policy
+    config: it never succeeds, so every episode runs max_steps, an upper bound) on a share of the episodes; x the
+    episodes' share and the stage's four passes."""
+    import numpy as np
+
+    from papers.adamanip import train as T
+    from papers.adamanip.env import make_episodes
+    from papers.adamanip.params import parse
+    from papers.adamanip.policy import Normalizer
+    from papers.adamanip.stages import EVAL_STREAM, _key
+
+    p = parse(cfg["adamanip"])
+    phys = p.physics_obj()
+    ev = p.evaluate
+    sub = 10  # episodes per category timed (the stage batches all of a pass's episodes: linear in the batch)
+    net = T.build("diffusion", Normalizer(np.zeros(3), np.ones(3), np.zeros(T.LOW_DIM), np.ones(T.LOW_DIM)), p.policy)
+    eps = lambda: [ep for cat in p.categories for ep in make_episodes(cat, sub, _key(0, EVAL_STREAM, cat), phys)]  # noqa: E731
+    T.rollout(net, eps(), 2, p.policy, 0)  # warm-up
+    base = rss_mb()
+    c0 = cpu_seconds()
+    T.rollout(net, eps(), ev["max_steps"], p.policy, 0)
+    s = cpu_seconds() - c0
+    scale = ev["episodes"] / sub
+    passes = 4  # both demonstration kinds, each with fresh and with fixed noise (diffusion: the costlier policy)
+    return {"peak_mb": base + (peak_mb() - base) * scale, "single_thread": False,
+            "unit": f"pass over {len(p.categories)} categories x {ev['episodes']} episodes x {ev['max_steps']} steps "
+                    f"(diffusion, {p.policy['inference_steps']} denoising steps)", "seconds": s * scale,
+            "units": passes,
+            "how": f"papers.adamanip.train.rollout of an untrained diffusion policy at the full policy config (never "
+                   f"succeeds: all {ev['max_steps']} steps, an upper bound) on {sub} episodes per category ({s:.1f} "
+                   f"CPU-s), x {ev['episodes']}/{sub} (linear in the batch); x {passes} passes (2 kinds x fresh/fixed "
+                   "noise); one job = one policy and seed"}
+
+
+@unit("flexpert_train", "gpu")
+def _flexpert_train(cfg):
+    """papers.flexpert.train's loops as the stage calls them (train_predictor for the five predictor arms,
+    pretrain_designer, finetune_designer for the three designer arms), each at 1 and 2 steps on chains longer than
+    the crop (so every step has the full crop), the per-step cost x the full step counts."""
+    import numpy as np
+
+    from papers.flexpert import model as M
+    from papers.flexpert import train as T
+
+    f = cfg["flexpert"]
+    lm, pr, ds = dict(f["lm"]), dict(f["predictor"]), dict(f["design"])
+    rng = np.random.default_rng(0)
+    L = max(pr["crop"], ds["crop"]) + 50
+    chains = [{"sequence": "".join(rng.choice(list("ACDEFGHIKLMNPQRSTVWY"), L)),
+               "coords": np.cumsum(rng.normal(size=(L, 3)), 0).astype(np.float32) * 1.5,
+               **{k: rng.normal(size=L).astype(np.float32) for k in ("target", "anm", "target_flex")}}
+              for _ in range(16)]
+    lm_state = M.ProteinLM(lm["d_model"], lm["layers"], lm["heads"]).state_dict()
+
+    counted = []  # FLOPs of one step of each loop, in the order `per` is called (counted apart from the timing)
+
+    def per(call):
+        times = {}
+        for steps in (1, 2):
+            c0 = cpu_seconds()
+            call(steps)
+            times[steps] = cpu_seconds() - c0
+        counted.append(step_flops(lambda: call(2)) - step_flops(lambda: call(1)))
+        return times[2] - times[1]
+
+    seq = per(lambda n: T.train_predictor(chains, lm_state, lm, {**pr, "steps": n}, False, 0))
+    three_d = per(lambda n: T.train_predictor(chains, lm_state, lm, {**pr, "steps": n}, True, 0))
+    pre = per(lambda n: T.pretrain_designer(chains, {**ds, "pretrain_steps": n}, 0))
+    flex_model = T.make_predictor(lm_state, lm, pr, True)
+    base = T.pretrain_designer(chains, {**ds, "pretrain_steps": 1}, 0)
+    fine = per(lambda n: T.finetune_designer(base, chains, {**ds, "finetune_steps": n}, 0, ds["flex_weight"], True,
+                                             flex_model))
+    total = (3 * seq + 2 * three_d) * pr["steps"] + pre * ds["pretrain_steps"] + 3 * fine * ds["finetune_steps"]
+    f_seq, f_3d, f_pre, f_fine = counted
+    flops = (3 * f_seq + 2 * f_3d) * pr["steps"] + f_pre * ds["pretrain_steps"] + 3 * f_fine * ds["finetune_steps"]
+    return {"unit": "the job (5 predictor arms, the designer's pretraining and 3 fine-tunings)", "seconds": total,
+            "units": 1, "flops": flops,
+            "how": f"papers.flexpert.train.train_predictor (seq {seq:.2f} s, 3d {three_d:.2f} s per step at batch "
+                   f"{pr['batch']} x crop {pr['crop']}), pretrain_designer ({pre:.2f} s) and finetune_designer (steered, "
+                   f"{fine:.2f} s; batch {ds['batch']} x crop {ds['crop']}) timed (2 steps - 1) on chains longer than the "
+                   f"crops; x (3 seq + 2 3d arms) x {pr['steps']} + {ds['pretrain_steps']} + 3 arms x "
+                   f"{ds['finetune_steps']} steps (predictions and designs left out); FLOPs of each loop's step by torch's counter (2 steps - 1); one job = one seed"}
+
+
+# ---- not measured: the train/gpu rules without an entry, and why (they keep their kind's values, or their paper's
+# own runtime estimate); tests/workflow/test_job_estimates.py checks that every train/gpu rule is measured or here.
+UNMEASURED = {
+    # papers other sessions were editing while these were measured (their stage code was changing)
+    "eagle_pretrain": "eagle's stages were being edited in this round; measure after (eagle_train's FLOP count is here)",
+    "orion_evaluate_pretrained": "a user's pretrained LM (orion.pretrained), none here; and orion was being edited",
+    "symspace_train": "symspace's stages were being edited in this round; measure after",
+    "symspace_tree": "symspace's stages were being edited in this round; measure after",
+    # the paper's own estimate of its jobs' wall time (job_resources(kind, runtime=...)), from its own work count
+    "sbdd_vs_generate": "the paper's own estimate (papers.sbdd_vs.params.job_minutes)",
+    "sbdd_vs_dock": "the paper's own estimate (papers.sbdd_vs.params.job_minutes)",
+    "sbdd_vs_evaluate": "the paper's own estimate (papers.sbdd_vs.params.job_minutes)",
+    # a user's pretrained LLM (nothing downloaded): nothing to time here
+    "hip_evaluate_pretrained": "a user's pretrained long-context LLM (hip.pretrained), none here",
+    "sharpening_pretrained": "a user's pretrained causal LM (sharpening.pretrained), none here",
+    # over ~60 CPU-s for one measurement here, or inputs only earlier stages make (not done in this round)
+    "hip_evaluate": "the full-width GPT at 2k-8k tokens over the eval grid (depths x keys x prompts x widths): one "
+                    "full-length forward is minutes on this CPU; FLOP count not yet written",
+    "hip_cost": "attention at up to 131,072 tokens (hip.cost): one dense step there is far over 60 CPU-s here",
+    "profilebfn_evaluate": "sampling the 650M-parameter network (500 steps x 1000 sequences): no full-width forward fits "
+                           "in ~60 CPU-s here; as profilebfn_train, a FLOP count would be needed",
+    "deepgate4_train": "its cost follows the user's netlists (node counts of the ITC99/EPFL circuits, not here)",
+    "deepgate4_evaluate": "its cost follows the user's netlists (not here)",
+    "deepgate4_scaling": "its cost follows the user's netlists (not here)",
+    "cbplm_evaluate": "reads the trained checkpoints and the held-out split (20,000 sequences); the forward passes and "
+                      "interventions not yet timed",
+    "sam_late_evaluate": "per network: Lanczos Hessian, PGD-10 robust accuracy and loss lines, over ~50 VGG-16-BN "
+                         "states; not yet timed",
+    "infoprop_dyna": "each round refits the model on all real steps so far (cost quadratic in real_steps): a few "
+                     "rounds cannot be extrapolated, and the full run is far over 60 CPU-s",
+    "infoprop_evaluate": "rollouts of the trained ensemble on the prepared HalfCheetah data (earlier stages' outputs); "
+                         "not yet timed",
+    "neural_fdm_evaluate": "direct optimisation (maxiter 5000) per shape on the trained checkpoints; not yet timed",
+    "sharpening_sharpen": "reads the pretrained base models and prompts (earlier stages' outputs); not yet timed",
+}
 
 
 # ---- the run ---------------------------------------------------------------------------------------------------------

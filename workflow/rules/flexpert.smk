@@ -43,9 +43,9 @@ rule flexpert_pretrain:
         f"{LOGS}/flexpert/pretrain/lm.log",
     benchmark:
         f"{BENCHMARKS}/flexpert/pretrain/lm.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        **job_resources("train", rule="flexpert_pretrain"),
+        **job_resources("gpu", rule="flexpert_pretrain"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -69,9 +69,9 @@ rule flexpert_train:
         f"{LOGS}/flexpert/train/predictions_{{seed}}.log",
     benchmark:
         f"{BENCHMARKS}/flexpert/train/predictions_{{seed}}.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        **job_resources("train", rule="flexpert_train"),
+        **job_resources("gpu", rule="flexpert_train"),
     conda:
         "../../envs/base.yaml"
     script:

@@ -170,12 +170,14 @@ def run_stage(smk) -> None:
         try:
             check_gpu(smk.resources)
             limit_threads(smk.threads)
-            func = resolve(target)
-            limit_threads(smk.threads)  # again: importing the function may have loaded torch
-            log.info("rule %s: %s(%s)", smk.rule, target, ", ".join(sorted(kwargs)))
-            _fail_once(smk.rule)
-            start = time.perf_counter()
-            with probe_if_asked(smk.rule):  # off unless REPRO_CUDA_PROBE is set (tests/workflow/test_gpu_routing.py)
+            # The probe (off unless REPRO_CUDA_PROBE is set: tests/workflow/test_gpu_routing.py) wraps the import
+            # too: a module that picks its device when it is imported (flexpert's DEVICE) must see the GPU node.
+            with probe_if_asked(smk.rule):
+                func = resolve(target)
+                limit_threads(smk.threads)  # again: importing the function may have loaded torch
+                log.info("rule %s: %s(%s)", smk.rule, target, ", ".join(sorted(kwargs)))
+                _fail_once(smk.rule)
+                start = time.perf_counter()
                 func(**kwargs)
         except Exception as e:
             if marker is not None and not is_transient(e) and not str(e).startswith(f"{FAIL_ONCE_ENV}:"):
