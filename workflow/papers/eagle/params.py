@@ -18,10 +18,13 @@ SKIPPABLE_GROUPS = ("fusion", "prealign", *OPTIONAL_GROUPS)
 # stand-in, papers.eagle.train.blinded_at_test), claim (c)'s null (group shuffled).
 BLIND, BLINDED, SHUFFLED = "control:blind_hires_experts", "control:hires_other_canvas_at_test", "prealign_shuffled:concat"
 # Claim (b)'s trained ablation of concat - single:hires (group blind_clip; issue 52's eighth round): the same
-# concatenation trained with its CLIP expert fed noise throughout (CLIP's information removed, the architecture,
-# parameter count and training kept): what the mixture adds over the high-res expert alone is CLIP's information, so
-# this arm must not beat single:hires; it also controls the mixture's larger parameter count.
-BLIND_CLIP = "control:blind_clip_expert"
+# concatenation trained and tested with its CLIP expert reading *another* canvas of the split (issue 52's ninth round:
+# another canvas's CLIP activations, in distribution and uninformative, no longer Gaussian noise through the frozen
+# trunk, which also injected a noisy half of the channels): CLIP's information about the canvas asked about removed,
+# the architecture, parameter count, inputs' distribution and training kept. What the mixture adds over the high-res
+# expert alone is CLIP's information, so concat must beat this arm (claim b's deciding part) and this arm must not
+# beat single:hires (its control); it also controls the mixture's larger parameter count.
+BLIND_CLIP = "control:clip_reads_other_canvas"
 # Claim (a)'s positive control (papers.eagle.train.planted_deficit): the trained concatenation asked the test questions
 # with its non-CLIP experts reading another canvas on a fraction (eagle.claims.planted_fraction) of the test canvases.
 PLANTED = "positive:concat_hires_other_canvas_on_a_fraction"
@@ -43,11 +46,11 @@ class Params:
     # Seeds (the first n of `seeds`) on which each group of arms trains: the fusions of claim (a), the single
     # experts of claim (b), Pre-Alignment of claim (c), and two trained controls that may be skipped (0): blind, the
     # mixture with its non-CLIP experts fed noise throughout training (claim b's ablation; without it the trained
-    # mixture blinded at test stands in), blind_clip, the mixture with its CLIP expert fed noise throughout training
-    # (claim b's trained ablation of concat - single:hires), shuffled, Pre-Alignment on shuffled pairs (claim c's
+    # mixture blinded at test stands in), blind_clip, the mixture with its CLIP expert reading another canvas
+    # throughout training and test (claim b's trained ablation of concat - single:hires), shuffled, Pre-Alignment on shuffled pairs (claim c's
     # null); the channel
     # concatenation trains on every seed (every claim pairs with it). `single` may be a mapping {expert: n}: each
-    # single expert on its own first n seeds (every expert of experts.names named).
+    # single expert on its own first n seeds (every expert of experts.names named; 0: not trained, hires >= 1).
     arm_seeds: dict = field(default_factory=lambda: {"fusion": 3, "single": 3, "prealign": 3, "blind": 0,
                                                      "shuffled": 0})
     # Canvases per split and seed; the question kinds asked of each canvas; the digit classes drawn
@@ -122,10 +125,13 @@ class Params:
                 if set(n) != set(names):
                     raise ValueError(f"eagle.arm_seeds.single: a mapping must name every expert of experts.names "
                                      f"({', '.join(names)}), got {', '.join(map(str, n))}")
-                bad = {e: k for e, k in n.items() if not (isinstance(k, int) and 1 <= k <= self.seeds)}
+                # 0: that single expert is not trained (issue 52's ninth round: single:clip, beaten by construction at
+                # this scale, no longer serves a claim); the high-res expert, claim b's deciding reference, trains.
+                bad = {e: k for e, k in n.items() if not (isinstance(k, int) and (1 if e == "hires" else 0) <= k <= self.seeds)}
                 if bad:
-                    raise ValueError(f"eagle.arm_seeds.single.{next(iter(bad))} must be in 1 .. eagle.seeds "
-                                     f"({self.seeds}), got {next(iter(bad.values()))}")
+                    e = next(iter(bad))
+                    raise ValueError(f"eagle.arm_seeds.single.{e} must be in {1 if e == 'hires' else 0} .. eagle.seeds "
+                                     f"({self.seeds}), got {bad[e]}")
             elif not (isinstance(n, int) and low <= n <= self.seeds):
                 raise ValueError(f"eagle.arm_seeds.{group} must be in {low} .. eagle.seeds ({self.seeds}), got {n}")
         f = self.fusion

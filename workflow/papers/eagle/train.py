@@ -52,14 +52,31 @@ def trunk_bank(pretrained: dict, canvas: np.ndarray, channels: int) -> dict[str,
     return bank
 
 
-def trunks(model: MLLM, bank: dict, canvases: torch.Tensor) -> list[torch.Tensor]:
-    """The experts' lower-layer activations for these canvases: from the bank, or, for an expert fed noise,
-    its (frozen) lower layers run on fresh Gaussian noise."""
+def other_canvases(canvases: torch.Tensor, n: int, rng: np.random.Generator | None = None) -> torch.Tensor:
+    """For each canvas index of a split of `n` canvases, the index of *another* canvas of the split (never itself,
+    n >= 2). Training (`rng` given): a fresh draw per question, uniform over the other n - 1 canvases. Evaluation
+    (no `rng`: evaluation draws no random numbers): the canvas n // 2 places on, a fixed derangement (the canvases
+    are drawn independently, so which other canvas is read carries no information)."""
+    if n < 2:
+        raise ValueError(f"eagle: reading another canvas needs at least 2 canvases, got {n}")
+    canvases = torch.as_tensor(canvases)
+    shift = (torch.as_tensor(rng.integers(1, n, len(canvases))) if rng is not None
+             else torch.full_like(canvases, n // 2))
+    return (canvases + shift) % n
+
+
+def trunks(model: MLLM, bank: dict, canvases: torch.Tensor, rng: np.random.Generator | None = None) -> list[torch.Tensor]:
+    """The experts' lower-layer activations for these canvases: from the bank; for an expert fed noise, its (frozen)
+    lower layers run on fresh Gaussian noise; for an expert fed another canvas (input "other", claim b's trained
+    ablation, issue 52's ninth round), the bank's activations of another canvas of the same split
+    (:func:`other_canvases`): in distribution, with no information about the canvas asked about."""
     out = []
     for tower, source in zip(model.towers, model.inputs):
         if source == "noise":
             with torch.no_grad():
                 out.append(tower.trunk(torch.randn(len(canvases), 1, tower.in_size, tower.in_size)))
+        elif source == "other":
+            out.append(bank[tower.kind][other_canvases(canvases, len(bank[tower.kind]), rng)])
         else:
             out.append(bank[tower.kind][canvases])
     return out
@@ -84,7 +101,7 @@ def fit(model: MLLM, params, split: dict, bank: dict, *, steps: int, batch: int,
             group["lr"] = lr * lr_factor(step - 1, steps, schedule, warmup)
         i = rng.integers(0, len(answer), batch)
         c = q_canvas[i] if not shuffle_images else rng.integers(0, n_canvas, batch)
-        loss = F.cross_entropy(model(trunks(model, bank, torch.as_tensor(c)), q_tokens[i]), answer[i])
+        loss = F.cross_entropy(model(trunks(model, bank, torch.as_tensor(c), rng), q_tokens[i]), answer[i])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -267,8 +284,8 @@ def arm(name, experts, fusion="concat", inputs=None, prealign=None) -> dict:
 
 
 # The arms, by the claim they serve: the single experts (claim b) and the mixture with its non-CLIP experts fed noise
-# (group blind: b's trained ablation of the gain over CLIP) or its CLIP expert fed noise (group blind_clip: b's trained
-# ablation of the gain over the high-res expert), every fusion over the experts (a), Pre-Alignment (c) and its shuffled control
+# (group blind: b's trained ablation of the gain over CLIP) or its CLIP expert reading another canvas of the split
+# throughout training and test (group blind_clip: b's trained ablation of the gain over the high-res expert), every fusion over the experts (a), Pre-Alignment (c) and its shuffled control
 # (group shuffled). The channel concatenation, which every claim compares with, trains on every seed; each group on
 # the first arm_seeds[group] seeds; group "single:<expert>" is that single expert alone (arm_seeds.single a mapping).
 def fixed_arms(experts=("clip", "hires"), groups=("fusion", "single", "prealign", "blind", "blind_clip", "shuffled")) -> list[dict]:
@@ -277,8 +294,8 @@ def fixed_arms(experts=("clip", "hires"), groups=("fusion", "single", "prealign"
     arms += [arm(f"single:{e}", [e]) for e in experts if "single" in groups or f"single:{e}" in groups]
     if "blind" in groups:
         arms.append(arm(BLIND, experts, inputs=["image"] + ["noise"] * (len(experts) - 1)))
-    if "blind_clip" in groups:
-        arms.append(arm(BLIND_CLIP, experts, inputs=["noise" if e == "clip" else "image" for e in experts]))
+    if "blind_clip" in groups:  # CLIP reads another canvas of the split (issue 52's ninth round; was Gaussian noise)
+        arms.append(arm(BLIND_CLIP, experts, inputs=["other" if e == "clip" else "image" for e in experts]))
     if "fusion" in groups:
         arms += [arm(f"fusion:{f}", experts, f) for f in Fu.FUSIONS if f != "concat"]
     if "prealign" in groups:
