@@ -174,28 +174,42 @@ def unit(rule: str, kind: str):
     return deco
 
 
+@unit("bodygen_train_part", "train")
 @unit("bodygen_train", "train")
 def _bodygen_train(cfg):
-    """papers.bodygen.timing.step_cost: one PPO iteration of BodyGen on the crawler at the full settings."""
+    """papers.bodygen.timing.step_cost: one PPO iteration of BodyGen on the crawler at the full settings. One job is one
+    part of one run (bodygen.train_parts chained jobs per task, arm and seed: bodygen_train_part 1 .. parts - 1, then
+    bodygen_train), on the train kind's threads (papers.common.runner sets torch's): the PPO update (minibatches of 2048
+    samples' limb tokens; ~95% of the CPU time) is credited threads x THREAD_EFFICIENCY as every train job, the
+    rollouts (MuJoCo and the policy's forward pass for the bodies of one control step) are serial, so their CPU time is
+    counted x that factor here and estimate()'s division leaves them whole (Amdahl)."""
     from papers.bodygen.timing import step_cost
 
     b = cfg["bodygen"]
     cost = step_cost(b, task=b["tasks"][0], arm="bodygen", samples=600, control_steps=150, threads=1)
     growth = 1.5  # bodies grow during co-design (papers.bodygen.timing's margin): later iterations cost more
-    return {"single_thread": True, "unit": "simulated control step (rollout + PPO update share)", "seconds": cost["ms_per_step"] / 1e3,
-            "units": b["ppo"]["env_steps"] * growth,
+    threads, parts = cfg["resources"]["train"]["threads"], b["train_parts"]
+    speedup = threads * THREAD_EFFICIENCY
+    seconds = (cost["update_ms_per_step"] + cost["rollout_ms_per_step"] * speedup) / 1e3
+    return {"unit": "simulated control step (rollout + PPO update share)", "seconds": seconds,
+            "units": b["ppo"]["env_steps"] * growth / parts,
             "how": f"papers.bodygen.timing.step_cost: one PPO iteration of {cost['samples']} steps (BodyGen, crawler, "
-                   f"1 thread) at the full model/epochs/minibatch; x env_steps {b['ppo']['env_steps']:.0f} x {growth} "
-                   "(bodies grow during co-design); one job = one task, arm and seed"}
+                   f"1 thread) at the full model/epochs/minibatch: {cost['update_ms_per_step']:.2f} ms of update + "
+                   f"{cost['rollout_ms_per_step']:.2f} ms of rollouts per step, the rollouts serial (x {speedup:g} "
+                   f"here, / {speedup:g} by the {threads} threads); x env_steps {b['ppo']['env_steps']:.0f} x {growth} "
+                   f"(bodies grow during co-design) / train_parts {parts}; one job = one part of one task, arm and seed"}
 
 
-@unit("orion_train", "train")
+@unit("orion_train", "gpu")
 def _orion_train(cfg):
-    """The largest model's AdamW step (papers.orion.train.loss_fn) on a full batch of the longest task sequences."""
+    """papers.orion.train's step as train_until_gate takes it (the stacked seeds' member_losses, per-member clipping,
+    AdamW) for one member of the largest model, on a batch of the longest task sequences; a gpu job (orion.device
+    cuda at the full scale, issue 54), so its FLOPs (torch's counter) at the GPU's rate decide the estimate."""
     import torch
 
     from papers.orion import model as gpt
     from papers.orion import train as trainer
+    from papers.orion.ensemble import EnsembleGPT, clip_per_member, decay_groups
     from papers.orion.params import BLOCK_SIZE, parse
 
     p = parse(cfg["orion"])
@@ -204,20 +218,34 @@ def _orion_train(cfg):
     vocab = 4 * p.pool_size + 200  # the pool's words per binding slot, numbers and markers: a generous upper bound
     T = 80  # papers.orion.params: "our longest task sequence is ~80 tokens"
     B = 16  # timed at 16 sequences (a full-batch step of the largest model takes ~30 CPU-s here), scaled to the batch
-    model = gpt.GPT(gpt.GPTConfig(vocab_size=vocab, block_size=BLOCK_SIZE, n_layer=big.n_layer, n_head=big.n_head,
-                                  n_embd=big.n_embd))
-    x = torch.randint(1, vocab, (B, T))
-    mask = torch.rand(B, T - 1) < 0.1
-    step = torch_step(model, lambda m: trainer.loss_fn(m, x, mask, t.lm_weight)[0])
+    torch.manual_seed(0)
+    ens = EnsembleGPT.from_members([gpt.GPT(gpt.GPTConfig(vocab_size=vocab, block_size=BLOCK_SIZE, n_layer=big.n_layer,
+                                                          n_head=big.n_head, n_embd=big.n_embd))])
+    opt = torch.optim.AdamW(decay_groups(ens, t.weight_decay), lr=t.lr, betas=(0.9, 0.95))
+    x = torch.randint(1, vocab, (1, B, T))
+    mask = torch.rand(1, B, T - 1) < 0.1
+    parts = [(torch.tensor([0]), x, mask)]
+
+    def step():
+        losses = trainer.member_losses(ens, parts, t.lm_weight)
+        opt.zero_grad(set_to_none=True)
+        losses.sum().backward()
+        clip_per_member(ens.parameters(), t.grad_clip)
+        opt.step()
+
     base = rss_mb()
     s = per_step(step, 2)
     scale = t.batch_size / B
     # the activations grow with the batch: the full batch's peak = the model's resident memory + the step's growth x scale
-    return {"peak_mb": base + (peak_mb() - base) * scale, "flops": step_flops(step) * scale, "unit": f"AdamW step of one {big.name} member (batch {t.batch_size} x {T} tokens)",
+    return {"peak_mb": base + (peak_mb() - base) * scale, "flops": step_flops(step) * scale,
+            "unit": f"AdamW step of one {big.name} member (batch {t.batch_size} x {T} tokens)",
             "seconds": s * scale,
             "units": t.max_steps * p.seeds,
-            "how": f"the largest model ({big.name}) timed at batch {B} of the longest sequences, x {t.batch_size}/{B}; x max_steps "
-                   f"{t.max_steps} x {p.seeds} seeds side by side (an upper bound: members leave at the accuracy gate)"}
+            "how": f"papers.orion.train.member_losses + clip_per_member + AdamW (the stage's step) on the largest model "
+                   f"({big.name}, one member) timed at batch {B} of the longest sequences, x {t.batch_size}/{B}; x "
+                   f"max_steps {t.max_steps} x {p.seeds} seeds side by side (an upper bound: members leave at the "
+                   f"accuracy gate); on the GPU (orion.device {p.device}) at the FLOP rate; validation (every "
+                   f"{t.eval_every} steps, on CPU copies of the members) left out"}
 
 
 @unit("hip_train_lm", "gpu")
@@ -296,10 +324,14 @@ def _cbplm_train(cfg):
                    f"{list(t.sweep)}) steps; one job = one seed"}
 
 
-@unit("profilebfn_train", "train")
+@unit("profilebfn_train_part", "gpu")
+@unit("profilebfn_train", "gpu")
 def _profilebfn_train(cfg):
-    """The ESM-2-650M-sized ProfileBFNNet cannot train here (AdamW state ~10 GB, one step minutes): 2 of its blocks at
-    its full width timed on a short crop, the rate applied to the full network's FLOPs."""
+    """One chained part of a seed's training (profilebfn.train_parts parts, the last one the rule profilebfn_train, the
+    others profilebfn_train_part; each 1/train_parts of the steps) on train.gpus GPUs (DDP, torchrun). The
+    ESM-2-650M-sized ProfileBFNNet cannot train here (AdamW state ~10 GB, one step minutes): 2 of its blocks at its
+    full width timed on a short crop; the unit is one GPU's FLOPs of one part (the part's FLOPs / gpus), run at the
+    GPU's rate for the configured precision (bf16: GPU_BF16_TFLOPS)."""
     import torch
 
     from papers.profilebfn import bfn, data
@@ -321,19 +353,31 @@ def _profilebfn_train(cfg):
 
     s = per_step(torch_step(small, loss_of), 2)
     per_layer = 12 * m.d_model ** 2  # qkv, proj and the 4x MLP of one block
+    N = m.n_layer * per_layer
     measured = transformer_flops(2 * per_layer, 2, m.d_model, L, B * L)
-    full = transformer_flops(m.n_layer * per_layer, m.n_layer, m.d_model, tr.crop, tr.steps * tr.batch * tr.crop)
-    # memory of the full network (it cannot be measured here): fp32 weights, gradients and AdamW's two moments (16 B per
-    # parameter) + the activations a backward pass keeps, ~ 2 x (34 + 5 a T / D) bytes per token, layer and channel
-    # (fp32; Korthikanti et al. 2022, eq. 2, for 16-bit)
-    act = 2 * (34 + 5 * m.n_head * tr.crop / m.d_model) * tr.batch * tr.crop * m.d_model * m.n_layer
-    memory = (16 * m.n_layer * per_layer + act) / 2 ** 20
-    return {"peak_mb": memory, "flops": 1.0, "unit": f"FLOP (timed: 2 of the {m.n_layer} blocks at width {m.d_model}, {B} x {L})", "seconds": s / measured,
-            "units": full,
+    full = transformer_flops(N, m.n_layer, m.d_model, tr.crop, tr.steps * tr.batch * tr.crop)
+    per_gpu_part = full / (p.train_parts * tr.gpus)
+    bf16 = tr.precision == "bf16"
+    # Host memory of the job (its mem_mb): train.gpus processes, each a Python process with torch, CUDA and its share
+    # of the data (MEM_FLOOR_MB each), plus one copy of the full state (16 B per parameter: fp32 weights, gradients,
+    # AdamW's two moments), saved by rank 0 and mapped by the processes that resume it. GPU memory per process (not
+    # a scheduler request, stated): 16 B x N + DDP's gradient buckets (4 B x N) + the activations a backward keeps at
+    # batch/gpus x crop, ~ 34 s b h bytes per layer in 16-bit (Korthikanti et al. 2022, eq. 2, without the s^2
+    # scores: the fused attention keeps none), twice that in fp32.
+    act = 34 * (2 if bf16 else 4) / 2 * tr.crop * (tr.batch // tr.gpus) * m.d_model * m.n_layer
+    gpu_gb = (20 * N + act) / 1e9
+    host_mb = tr.gpus * MEM_FLOOR_MB + 16 * N / 2 ** 20
+    rate = GPU_BF16_TFLOPS if bf16 else GPU_TFLOPS
+    return {"peak_mb": host_mb, "flops": 1.0, "gpu_tflops": rate,
+            "unit": f"FLOP of one GPU in one of {p.train_parts} parts on {tr.gpus} GPUs (timed: 2 of the {m.n_layer} "
+                    f"blocks at width {m.d_model}, {B} x {L})", "seconds": s / measured,
+            "units": per_gpu_part,
             "how": f"ProfileBFNNet + bfn.continuous_loss, 2 blocks at the full width {m.d_model} timed ({measured / s / 1e9:.0f} "
-                   f"GFLOP/s); the full network's FLOPs ({m.n_layer} layers, {tr.steps} steps x batch {tr.batch} x crop "
-                   f"{tr.crop}) at that rate; the full model does not fit here: memory from its size (16 B per parameter + the "
-                   "activations of a batch, Korthikanti et al. 2022); train kind, on the CPU: one job = one seed"}
+                   f"GFLOP/s on the CPU); the full network's FLOPs ({m.n_layer} layers, {tr.steps} steps x batch {tr.batch} x "
+                   f"crop {tr.crop}: {full:.4g}) / ({p.train_parts} parts x {tr.gpus} GPUs, DDP) at {rate:g} TFLOP/s "
+                   f"({tr.precision}); memory: host {tr.gpus} processes x {MEM_FLOOR_MB} MB + the 16 B/parameter state "
+                   f"once; per GPU {gpu_gb:.0f} GB (20 B/parameter + activations, Korthikanti et al. 2022, not a request); "
+                   "one job = one part of one seed"}
 
 
 @unit("ensembles_train", "gpu")
@@ -413,22 +457,26 @@ def _sam_late(cfg, which):
 
 @unit("eagle_train", "gpu")
 def _eagle_train(cfg):
-    """A 7B LM cannot run here: the job's FLOPs (frozen LM with LoRA, trained experts) against this CPU's measured
-    matrix rate."""
-    from papers.eagle.train import fixed_arms, seed_groups
+    """A 7B LM cannot run here: one job's FLOPs (one arm of one seed: frozen LM with LoRA, trained experts) against
+    this CPU's measured matrix rate. The job is the costliest arm's: Pre-Alignment's steps once per non-CLIP expert."""
+    from papers.eagle.arms import fixed_arms, prealigned, round_robin, rr_slots, seed_groups
 
     e = cfg["eagle"]
     tr, ll = e["train"], e["llava"]
     rate = cpu_gflops() * 1e9
     lm_params = 6.7e9  # a 7B LLaMA/Vicuna (papers.eagle.llava.static_memory_gb's figure)
     expert_params = {"clip": 0.3e9, "hires": 0.85e9, "det": 0.3e9}
+    names = tuple(e["experts"]["names"])
     groups = seed_groups(e["arm_seeds"], 0)
-    arms = fixed_arms(tuple(e["experts"]["names"]), groups)
+    arms = fixed_arms(names, groups)
+    jobs = len(arms) + (len(rr_slots(names)) if round_robin(names, groups) else 0)
     grid = e["fusion"]["grid"]
     tokens = grid * grid + ll["max_text_tokens"]  # visual tokens + text per sample
     per_sample = 6 * lm_params * tokens + 6 * sum(expert_params.values()) * 577  # LM (LoRA: backward through it) + experts
-    steps = tr["prealign_steps"] + tr["align_steps"] + tr["sft_steps"]
-    flops = per_sample * tr["batch"] * steps * len(arms)
+    costliest = max(arms, key=lambda a: len(prealigned(a)))
+    n_pre = len(prealigned(costliest))
+    steps = n_pre * tr["prealign_steps"] + tr["align_steps"] + tr["sft_steps"]
+    flops = per_sample * tr["batch"] * steps
     # host memory: the LM's weights in lm_dtype and the experts' in fp32 pass through the host on their way to the GPU
     lm_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}[ll["lm_dtype"]]
     memory = (lm_bytes * lm_params + 4 * sum(expert_params.values())) / 2 ** 20
@@ -436,9 +484,12 @@ def _eagle_train(cfg):
             "units": flops,
             "how": f"FLOPs only (a 7B LM does not fit here): 6 x ({lm_params:.1e} LM x {tokens} tokens + "
                    f"{sum(expert_params.values()):.2e} expert params x 577 patches) per sample x batch {tr['batch']} x "
-                   f"{steps} steps (prealign + align + SFT) x {len(arms)} arms per seed (text at its max_text_tokens cap: an upper "
-                   f"bound), at {rate / 1e9:.0f} GFLOP/s on the CPU; on the GPU at {GPU_BF16_TFLOPS:g} TFLOP/s (the LM "
-                   "runs in bfloat16, llava.lm_dtype)"}
+                   f"{steps} steps ({n_pre} x {tr['prealign_steps']} Pre-Alignment + {tr['align_steps']} align + "
+                   f"{tr['sft_steps']} SFT: {costliest['name']}, the costliest arm; every stage at the full mixture's "
+                   f"tokens) per job = one arm of one seed ({jobs} jobs per seed, {len(arms)} arms and "
+                   f"{jobs - len(arms)} round-robin slots; text at its max_text_tokens cap: an upper bound), at "
+                   f"{rate / 1e9:.0f} GFLOP/s on the CPU; on the GPU at {GPU_BF16_TFLOPS:g} TFLOP/s (the LM runs in "
+                   "bfloat16, llava.lm_dtype)"}
 
 
 @unit("sbdd_vs_train", "train")

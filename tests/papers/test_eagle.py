@@ -9,6 +9,7 @@ import pytest
 import torch
 from scipy import ndimage
 
+from papers.eagle import arms as A
 from papers.eagle import data as D
 from papers.eagle import fusion as Fu
 from papers.eagle.experts import Tower, clip_loss
@@ -295,7 +296,7 @@ def test_cached_lower_layers_give_the_towers_own_output_and_stay_frozen(tmp_path
     splits = {s: D.read_split(tmp_path / "d.npz", 0, s) for s in ("train", "val", "test", "novel")}
     pre = T.pretrain_all(D.read_split(tmp_path / "d.npz", "pretrain", "pretrain"), p)
     bank = T.trunk_bank(pre, splits["val"]["scene_canvas"], p.experts["channels"])
-    model = T.build(T.arm("fusion:concat", ["clip", "hires", "det"]), pre, p)
+    model = T.build(A.arm("fusion:concat", ["clip", "hires", "det"]), pre, p)
     canvas = torch.as_tensor(splits["val"]["scene_canvas"])
     idx = torch.tensor([2, 0, 1])
     direct = model.fusion([t(t.view(canvas[idx])) for t in model.towers])  # the towers run end to end
@@ -320,30 +321,30 @@ def test_one_arm_end_to_end(tmp_path):
     pre = T.pretrain_all(D.read_split(tmp_path / "d.npz", "pretrain", "pretrain"), p)
     banks = {s: T.trunk_bank(pre, splits[s]["scene_canvas"], p.experts["channels"]) for s in splits}
     lm_before = {k: v.clone() for k, v in pre["lm"].items()}
-    rows = T.run_arm(T.arm("prealign:concat", ["clip", "hires", "det"], prealign="aligned"), pre, splits, banks, p,
+    rows = T.run_arm(A.arm("prealign:concat", ["clip", "hires", "det"], prealign="aligned"), pre, splits, banks, p,
                      np.random.default_rng(0))
     assert {r["kind"] for r in rows} == {"all", "global", "fine", "count"} and all(0 <= r["accuracy"] <= 1 for r in rows)
     assert all(torch.equal(lm_before[k], pre["lm"][k]) for k in lm_before)  # arms train copies
     assert all(np.isfinite(r["late_gain"]) for r in rows)  # the validation curve had 4 points
     assert all(r["sft_steps_run"] == p.train["sft_steps"] for r in rows)  # no early stopping (sft_min_steps null)
     # The seeds' groups: seed 0 trains every group, seed 1 the single experts only (and concat, always).
-    assert T.seed_groups(p.arm_seeds, 0) == ("fusion", "single", "prealign") and T.seed_groups(p.arm_seeds, 1) == ("single",)
-    names = [a["name"] for a in T.fixed_arms(["clip", "hires"], ("single",))]
+    assert A.seed_groups(p.arm_seeds, 0) == ("fusion", "single", "prealign") and A.seed_groups(p.arm_seeds, 1) == ("single",)
+    names = [a["name"] for a in A.fixed_arms(["clip", "hires"], ("single",))]
     assert names == ["fusion:concat", "single:clip", "single:hires"]  # the trained controls are groups of their own
-    names = [a["name"] for a in T.fixed_arms(["clip", "hires"], ("prealign", "blind", "shuffled"))]
+    names = [a["name"] for a in A.fixed_arms(["clip", "hires"], ("prealign", "blind", "shuffled"))]
     assert names == ["fusion:concat", "control:blind_hires_experts", "prealign:concat", "prealign_shuffled:concat"]
-    assert T.seed_groups({"fusion": 2, "single": 2, "prealign": 2, "blind": 0, "shuffled": 1}, 0) == (
+    assert A.seed_groups({"fusion": 2, "single": 2, "prealign": 2, "blind": 0, "shuffled": 1}, 0) == (
         "fusion", "single", "prealign", "shuffled")
     # arm_seeds.single per expert: seed 3 trains concat and the high-res expert alone.
     per_expert = {"fusion": 3, "single": {"clip": 3, "hires": 4}, "prealign": 3}
-    assert T.seed_groups(per_expert, 2) == ("fusion", "single:clip", "single:hires", "prealign")
-    assert T.seed_groups(per_expert, 3) == ("single:hires",)
-    assert [a["name"] for a in T.fixed_arms(["clip", "hires"], ("single:hires",))] == ["fusion:concat", "single:hires"]
-    assert T.all_singles(("single:clip", "single:hires"), ["clip", "hires"]) and not T.all_singles(("single:hires",), ["clip", "hires"])
+    assert A.seed_groups(per_expert, 2) == ("fusion", "single:clip", "single:hires", "prealign")
+    assert A.seed_groups(per_expert, 3) == ("single:hires",)
+    assert [a["name"] for a in A.fixed_arms(["clip", "hires"], ("single:hires",))] == ["fusion:concat", "single:hires"]
+    assert A.all_singles(("single:clip", "single:hires"), ["clip", "hires"]) and not A.all_singles(("single:hires",), ["clip", "hires"])
 
     # Claim b's ablation at test: the trained concat asked with its non-CLIP experts reading another canvas (a
     # derangement) and CLIP reading the right one equals the same weights run on that swapped bank by hand.
-    model = T.build(T.arm("fusion:concat", ["clip", "hires", "det"]), pre, p)
+    model = T.build(A.arm("fusion:concat", ["clip", "hires", "det"]), pre, p)
     blinded = T.blinded_at_test(model, splits, banks, 0.0, 0.0, np.random.default_rng(5))
     assert {r["arm"] for r in blinded} == {T.BLINDED} and {r["split"] for r in blinded} == {"test"}
     other = torch.as_tensor(T.derangement(len(splits["test"]["scene_canvas"]), np.random.default_rng(5)))
@@ -958,7 +959,7 @@ def test_clip_blind_arm_reads_another_canvas():
     from papers.eagle import train as T
     from papers.eagle.params import BLIND_CLIP
 
-    names = T.fixed_arms(["clip", "hires"], ("blind_clip",))
+    names = A.fixed_arms(["clip", "hires"], ("blind_clip",))
     blind = next(a for a in names if a["name"] == BLIND_CLIP)
     assert blind["inputs"] == ["other", "image"] and blind["fusion"] == "concat"
     idx = torch.tensor([0, 1, 2, 3, 4, 4, 0])
@@ -976,11 +977,105 @@ def test_clip_blind_arm_reads_another_canvas():
     bank = {"clip": torch.arange(6.0)[:, None], "hires": 10 + torch.arange(6.0)[:, None]}
     clip, hires = T.trunks(Stub(), bank, torch.tensor([0, 5]))
     assert clip.flatten().tolist() == [3.0, 2.0] and hires.flatten().tolist() == [10.0, 15.0]
-    assert T.seed_groups({"fusion": 0, "single": {"clip": 3, "hires": 5}, "blind_clip": 3}, 3) == ("single:hires",)
-    assert "blind_clip" in T.seed_groups({"fusion": 0, "single": 3, "blind_clip": 3}, 2)
+    assert A.seed_groups({"fusion": 0, "single": {"clip": 3, "hires": 5}, "blind_clip": 3}, 3) == ("single:hires",)
+    assert "blind_clip" in A.seed_groups({"fusion": 0, "single": 3, "blind_clip": 3}, 2)
     assert parse({"seeds": 3, "arm_seeds": {"fusion": 0, "single": 3, "prealign": 0, "blind_clip": 0}})
     # single:clip may be skipped (0), single:hires (b's deciding reference) may not
-    assert T.seed_groups(parse({"seeds": 3, "arm_seeds": {"fusion": 0, "single": {"clip": 0, "hires": 3},
+    assert A.seed_groups(parse({"seeds": 3, "arm_seeds": {"fusion": 0, "single": {"clip": 0, "hires": 3},
                                                           "prealign": 0}}).arm_seeds, 0) == ("single:hires",)
     with pytest.raises(ValueError, match="single.hires"):
         parse({"seeds": 3, "arm_seeds": {"fusion": 0, "single": {"clip": 3, "hires": 0}, "prealign": 0}})
+
+
+def _train_jobs(cfg, data, experts, folder):
+    """Every train job of every seed as the workflow runs them (workflow/rules/eagle.smk): one per seed and arm,
+    a round-robin slot after the accuracy files its choice reads; returns the files in the rule's order."""
+    from papers.eagle import stages
+
+    p = parse(cfg)
+    names, files = list(p.experts["names"]), []
+    for index in range(p.seeds):
+        for job in A.seed_jobs(names, A.seed_groups(p.arm_seeds, index)):
+            out = folder / str(index) / f"{job}.parquet"
+            selection = [folder / str(index) / f"{j}.parquet" for j in A.selection(names, job)]
+            assert all(f.is_file() for f in selection), (job, selection)  # the DAG's edges: they ran before
+            stages.train(cfg=cfg, seed=str(index), arm=job, data=data, experts=experts, selection=selection,
+                         accuracies=out)
+            files.append(out)
+    return files
+
+
+def _same_rows(split, whole):
+    """The two tables hold the same rows, every value equal (bit for bit: accuracies, losses, late gains)."""
+    import pandas as pd
+
+    key = ["seed", "arm", "split", "kind"]
+    assert sorted(split.columns) == sorted(whole.columns)
+    split, whole = (t[sorted(t.columns)].sort_values(key).reset_index(drop=True) for t in (split, whole))
+    for column in split.columns:
+        if column in ("accuracy", "final_loss"):
+            np.testing.assert_array_equal(split[column].to_numpy(float), whole[column].to_numpy(float))
+    pd.testing.assert_frame_equal(split, whole, check_dtype=False, check_exact=True)
+
+
+def test_one_job_per_seed_and_arm_trains_what_one_process_per_seed_trains(tmp_path):
+    """Issue 54: the train stage runs one job per (seed, arm); each arm, and each round-robin slot (Sec. 2.6, three
+    experts) choosing from the files of the arms before it, gives bit for bit the rows it gives among its seed's
+    other arms in one process (papers.eagle.train.run_seed, the former per-seed job), and the report reads the same
+    round-robin path from the gathered table."""
+    import pandas as pd
+
+    from papers.common.seeding import seed_everything
+    from papers.eagle import stages
+    from papers.eagle import train as T
+    from papers.eagle.report import evaluate, round_robin_path
+
+    cfg = {**SMALL_CFG, "seed_offset": 3}
+    data, experts = tmp_path / "d.npz", tmp_path / "e.pt"
+    D.prepare(cfg=cfg, data=data)
+    stages.pretrain(cfg=cfg, data=data, experts=experts)
+    files = _train_jobs(cfg, data, experts, tmp_path / "train")
+    evaluate(cfg=cfg, accuracies=files, table=tmp_path / "split.parquet")
+    p = parse(cfg)
+    split = round_robin_path(pd.read_parquet(tmp_path / "split.parquet"), p)
+
+    pretrained, whole = torch.load(experts, weights_only=False), []
+    for index in range(p.seeds):
+        seed_everything(p.seed_offset + index)
+        splits = {s: D.read_split(data, index, s) for s in stages.SPLITS}
+        whole += [dict(r, seed=p.seed_offset + index) for r in T.run_seed(pretrained, splits, p, p.seed_offset + index, index)]
+    whole = pd.DataFrame(whole)
+    _same_rows(split, whole)
+    # seed 0 trains every group (nine arms) and the round-robin's two slots, seed 1 the single experts and concat and
+    # the two slots; on each the path is the best single expert, the best pair, the concatenation over all three
+    jobs0 = A.seed_jobs(["clip", "hires", "det"], A.seed_groups(p.arm_seeds, 0))
+    assert jobs0[-2:] == ["rr1-0", "rr1-1"] and len(jobs0) == 11 and len(files) == 11 + 6
+    for seed, rows in split.groupby("seed"):
+        path = rows[rows.rr_step > 0].groupby("arm").rr_step.first().sort_values()
+        assert list(path) == [1, 2, 3] and path.index[-1] == "fusion:concat", (seed, path)
+        assert path.index[0].startswith("single:") and path.index[1].startswith("rr:")
+
+
+def test_the_jobs_of_a_seed_and_their_edges():
+    """The train jobs (papers.eagle.arms): a file name per arm, the round-robin's slots only with three experts and
+    every single expert trained, each slot reading the single experts and the earlier steps' slots; the choice of
+    each step as the paper's selection (best single expert, then the best addition; ties to the first expert)."""
+    three = ["clip", "hires", "det"]
+    assert A.seed_jobs(["clip", "hires"], ("single:hires", "blind_clip")) == [
+        "fusion-concat", "single-hires", "control-clip_reads_other_canvas"]
+    assert A.seed_jobs(three, ("single:hires",)) == ["fusion-concat", "single-hires"]  # not every single: no slots
+    assert A.seed_jobs(three, ("single",))[-2:] == ["rr1-0", "rr1-1"]
+    four = ["clip", "hires", "det", "x"]
+    assert A.rr_slots(four) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)]
+    assert A.selection(three, "single-det") == []
+    assert A.selection(four, "rr2-1") == ["single-clip", "single-hires", "single-det", "single-x", "rr1-0", "rr1-1",
+                                          "rr1-2"]
+    acc = {"single:clip": 0.5, "single:hires": 0.7, "single:det": 0.7, "single:x": 0.1,
+           "rr:clip+hires": 0.8, "rr:det+hires": 0.9, "rr:hires+x": 0.9}
+    assert A.rr_choice(four, acc.get, 1) == ["hires"]  # the tie with det goes to the first in experts.names
+    assert [a["name"] for a in A.rr_candidates(four, acc.get, 1)] == ["rr:clip+hires", "rr:det+hires", "rr:hires+x"]
+    assert A.rr_choice(four, acc.get, 2) == ["hires", "det"]
+    assert [a["experts"] for a in A.rr_candidates(four, acc.get, 2)] == [["clip", "hires", "det"], ["hires", "det", "x"]]
+    assert A.rr_order(four, {**acc, "rr:clip+det+hires": 0.95, "rr:det+hires+x": 0.9}.get) == [
+        "single:hires", "rr:det+hires", "rr:clip+det+hires", "fusion:concat"]
+    assert A.parse_slot("rr1-0") == (1, 0) and A.parse_slot("fusion-concat") is None

@@ -217,11 +217,17 @@ def test_stages_train_the_parts_they_unfreeze(hf, fusion):
 
 
 def test_stages_end_to_end(hf, tmp_path):
-    """prepare -> pretrain (loads and describes the HF models) -> train (every arm, the round-robin) on 3 records."""
+    """prepare -> pretrain (loads and describes the HF models) -> train (one job per arm, the round-robin's slots
+    after the single experts) -> evaluate on 3 records; each job's rows are, bit for bit, those of the same arm
+    trained among the seed's others in one process (papers.eagle.train.study, the former per-seed job)."""
     import pandas as pd
 
+    from papers.common.seeding import seed_everything
+    from papers.eagle import arms as A
     from papers.eagle import data as D
     from papers.eagle import stages
+    from papers.eagle import train as T
+    from papers.eagle.report import evaluate, round_robin_path
 
     _, cfg = hf
     D.prepare(cfg=cfg, data=tmp_path / "data.npz")
@@ -229,16 +235,28 @@ def test_stages_end_to_end(hf, tmp_path):
     stages.pretrain(cfg=cfg, data=tmp_path / "data.npz", experts=tmp_path / "e.pt")
     found = torch.load(tmp_path / "e.pt")["llava"]
     assert found["lm_width"] == 16 and found["experts"]["hires"]["side"] == 8
-    stages.train(cfg=cfg, seed="0", data=tmp_path / "data.npz", experts=tmp_path / "e.pt",
-                 accuracies=tmp_path / "acc.parquet")
-    df = pd.read_parquet(tmp_path / "acc.parquet")
+    names, groups, files = cfg["experts"]["names"], A.seed_groups(cfg["arm_seeds"], 0), []
+    for job in A.seed_jobs(names, groups):
+        files.append(tmp_path / "train" / f"{job}.parquet")
+        stages.train(cfg=cfg, seed="0", arm=job, data=tmp_path / "data.npz", experts=tmp_path / "e.pt",
+                     selection=[tmp_path / "train" / f"{j}.parquet" for j in A.selection(names, job)],
+                     accuracies=files[-1])
+    evaluate(cfg=cfg, accuracies=files, table=tmp_path / "table.parquet")
+    df = round_robin_path(pd.read_parquet(tmp_path / "table.parquet"), parse(cfg))
     assert {"fusion:concat", "prealign:concat", "control:blind_hires_experts", "single:det"} <= set(df.arm)
     assert set(df.kind) == {"global", "fine", "all"} and set(df.split) == {"val", "test"}
     assert (df.static_memory_gb > 0).all()
     assert (df.rr_step > 0).groupby(df.arm).any().sum() == 3  # the round-robin's three steps
-    from papers.eagle.report import evaluate
+    assert df.arm.str.startswith("rr:").sum() and len(files) == 13
 
-    evaluate(cfg=cfg, accuracies=[tmp_path / "acc.parquet"], table=tmp_path / "table.parquet")
+    seed_everything(0)
+    p = parse(cfg)
+    splits = {s: L.read_records(tmp_path / "data.npz", s) for s in ("train", "val", "test")}
+    whole = pd.DataFrame(T.study(lambda a, rng: L.run_arm(a, splits, p, rng), 0, names, groups)).assign(seed=0)
+    key = ["arm", "split", "kind"]
+    split, whole = (t[sorted(t.columns)].sort_values(key).reset_index(drop=True) for t in (df, whole))
+    np.testing.assert_array_equal(split.final_loss.to_numpy(float), whole.final_loss.to_numpy(float))
+    pd.testing.assert_frame_equal(split, whole, check_dtype=False, check_exact=True)
     from papers.eagle.report import report
 
     out = {k: tmp_path / v for k, v in {"table_md": "t.md", "table_csv": "t.csv", "claims": "c.json",

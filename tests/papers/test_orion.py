@@ -532,7 +532,12 @@ def test_claims_decide_on_the_share_of_gated_seeds_that_meet_the_criterion():
     assert _verdicts(fails)[:2] == ["does not hold"] * 2
     assert fails[0].evidence[0].interval[1] == pytest.approx(stats.beta.ppf(0.975, 1, 6))  # 0.46 < 0.5
     half = build_claims(p, _claim_inputs(HALF6, seeds=6), NO_OVERSIGHT, SHARED)
+    # 3 of 6: [0.118, 0.882] straddles 0.5; the paper's 0.92, which it excludes, does not decide (issue 47's sixth
+    # review: the seeds are analysed right after their accuracy jump)
     assert _verdicts(half)[:2] == ["inconclusive"] * 2 and half[0].evidence[0].effect == 0.5
+    assert len(half[0].evidence) == 1 and half[0].evidence[0].interval[1] == pytest.approx(stats.beta.ppf(0.975, 4, 3))
+    four = build_claims(p, _claim_inputs([0.9, 0.9, 0.9, 0.9, 0.2, 0.2], seeds=6), NO_OVERSIGHT, SHARED)
+    assert _verdicts(four)[:2] == ["inconclusive"] * 2  # 4 of 6: [0.223, 0.957], neither bound decides
     bimodal = build_claims(p, _claim_inputs(BIMODAL6, seeds=6), NO_OVERSIGHT, SHARED)
     assert np.mean(BIMODAL6) > 0.7 and _verdicts(bimodal)[:2] == ["inconclusive"] * 2
     # five seeds that all meet it cannot hold: the interval's lower bound is 0.478
@@ -552,7 +557,8 @@ def test_claims_decide_on_the_share_of_gated_seeds_that_meet_the_criterion():
     assert len(gates) == 2 and gates[0].name.startswith("tested replicates past the accuracy gate")
     assert gates[0].measured == 6 and "without binding" in gates[1].name
     assert "value window" not in " ".join(g.name for g in gates)  # plain attention: the window gate does not apply
-    assert holds[0].threshold_source.kind == "convention" and "45 seeds" in holds[0].criterion
+    assert holds[0].threshold_source.kind == "convention" and "0.92" in holds[0].criterion
+    assert "98 of the 106" in holds[0].threshold_source.detail and "majority" in holds[0].threshold_source.detail
     assert holds[1].threshold_source.kind == "convention"
     assert "same-request patch" in holds[0].control.description
     one = build_claims(_params(seeds=1), _claim_inputs(ABOVE[:1], seeds=1), NO_OVERSIGHT, SHARED)
@@ -666,8 +672,9 @@ def test_the_report_computes_what_each_interior_rule_gives():
     assert "the tested models: 4 of 6 gated pairs with the rule, 4 without the transition" in text
     assert "the positive control: 6 of 6 gated pairs with the rule, 0 without the transition" in text
     assert "draws its values from one shared pool" in text and "window gate does not apply" in text
-    assert "exact (Clopper-Pearson) 95% interval of the share of such seeds lies above 0.5" in text
-    assert "clears it only with 45 seeds that all meet the criterion" in text and "0.5 needs 6 seeds past the gate" in text
+    assert "The paper's own share, 0.92 (98 of 106), is reported beside" in text and "withdrawn" in text
+    assert "lies above 0.5 (a majority, ours)" in text and "Holding needs at least 6 determined seeds" in text
+    assert "The value-first route" in text and "could not fail" in text
 
 
 def test_claim_c_on_pretrained_models_against_the_other_request_control():
@@ -762,3 +769,92 @@ def test_profile_ends_check_reads_every_pair_past_the_gate_or_not():
     assert check.id == "profile_ends" and check.passed and check.measured == 1.0
     below.loc[0, "ends_by_construction"] = False
     assert not build_checks(below, empty, empty, {})[0].passed
+
+
+def _pair_sweep(r1c2_pairs, clean=None, n_layer=4, control=0.05):
+    """A sweep of one model-task pair with per-pair probabilities (patching.request_patching's columns): R1(C2)'s
+    patched probability per pair at every interior layer is `r1c2_pairs` (R2(C2) 0.1, R1(C1) 0.05 there); the ends
+    hold by construction; the control's R1(C2) is `control` everywhere, its R2(C2) 0.9."""
+    from papers.orion import patching
+
+    B = len(r1c2_pairs)
+    clean = np.ones(B) if clean is None else np.asarray(clean, dtype=float)
+    rows = []
+    for source, hyps in (("request", patching.HYPOTHESES), (patching.CONTROL, patching.CONTROL_HYPOTHESES)):
+        for L in range(n_layer + 1):
+            for h in hyps:
+                if source == "request":
+                    v = {"R2(C2)": 1.0 if L == 0 else 0.1, "R1(C2)": np.asarray(r1c2_pairs, dtype=float) if 0 < L < n_layer else 0.0,
+                         "R1(C1)": 1.0 if L == n_layer else 0.05}[h]
+                else:
+                    v = {"R2(C2)": 0.9, "R1(C2)": control, "R2(C3)": 0.05}[h]
+                prob = np.broadcast_to(np.asarray(v, dtype=float), (B,)) * clean
+                rows.append({"source": source, "layer": L, "hypothesis": h, "prob": prob.mean(),
+                             "clean_prob": clean.mean(), "normalized": prob.mean() / clean.mean(),
+                             "pair_prob": list(prob), "pair_clean": list(clean)})
+    return pd.DataFrame(rows)
+
+
+def test_pair_bootstrap_resamples_the_patching_pairs_jointly():
+    """Issue 47's fifth review: each seed's measure with a 95% bootstrap interval over its patching pairs. A resample
+    weights every pair by its count, and each measure is the ratio of the weighted means (as the measure itself, a
+    ratio of means); identical pairs give a zero-width interval at the point value."""
+    from papers.common.claims import BOOTSTRAP_SEED
+    from papers.orion.report import interior_margin, pair_bootstrap
+
+    rng = np.random.default_rng(1)
+    r1c2, clean = rng.uniform(0.3, 1.0, 40), rng.uniform(0.5, 1.0, 40)
+    sweep = _pair_sweep(r1c2, clean)
+    out = pair_bootstrap(sweep, 4, 0.5, floors=(0.3, 0.7), n_boot=200)
+    counts = np.random.default_rng(BOOTSTRAP_SEED).multinomial(40, np.full(40, 1 / 40), size=200)
+    by_hand = (counts[0] @ (r1c2 * clean)) / (counts[0] @ clean)
+    assert out["a_draws"][0] == pytest.approx(by_hand)
+    # the margin at floor 0.5: R1(C2) - max(0.1, 0.05, 0.5) on the interior layers
+    assert out["b_draws"][0] == pytest.approx(by_hand - 0.5)
+    assert out["b_floor_draws"][0.3][0] == pytest.approx(by_hand - 0.3)
+    assert out["b_floor_draws"][0.7][0] == pytest.approx(by_hand - 0.7)
+    point = interior_margin(sweep[sweep.source == "request"], 4, 0.5)
+    assert np.quantile(out["b_draws"], 0.025) < point < np.quantile(out["b_draws"], 0.975)
+    assert out["control_a_draws"] == pytest.approx(np.full(200, 0.05))
+    same = pair_bootstrap(_pair_sweep(np.full(40, 0.8)), 4, 0.5, n_boot=50)
+    assert np.ptp(same["a_draws"]) == pytest.approx(0.0, abs=1e-12) and same["a_draws"][0] == pytest.approx(0.8)
+    assert pair_bootstrap(sweep.drop(columns=["pair_prob", "pair_clean"]), 4, 0.5)["a_draws"] is None
+
+
+def test_a_seed_whose_interval_straddles_its_cut_is_undetermined():
+    """A gated seed counts as meeting (a) only with its whole bootstrap interval >= keep_fraction, as missing it only
+    with the whole interval below; a straddling seed leaves the share and is counted in the method: 6 of 6 seeds
+    meeting it hold, but with one undetermined, 5 of 5 cannot clear 0.5 (lower bound 0.478)."""
+    from papers.orion.report import build_claims, per_replicate, summarise
+
+    acc, sweeps = [], []
+    p = _params(seeds=6)
+    for model in ("T", "R"):
+        for seed in range(6):
+            tag = {"model": model, "seed": seed, "n_layer": 4, "width": 32, "gate_step": 100, "routed": model == "R"}
+            acc.append({**tag, "family": "story", "accuracy": 1.0, "answer_prob": 0.9, "prompts": 200})
+            centre = 0.71 if (model == "T" and seed == 0) else 0.95  # seed 0 of T: near the cut
+            r1c2 = np.random.default_rng(seed).normal(centre, 0.3, 100).clip(0, 2)
+            sweeps.append(_pair_sweep(r1c2).assign(**tag, family="story", pairs=100, key_distance=3,
+                                                   window_request_tokens=0))
+    pairs = summarise(pd.DataFrame(acc), pd.concat(sweeps, ignore_index=True), 0.9, 0.5, (0.3, 0.5, 0.7))
+    reps = per_replicate(p, pairs)
+    t0 = reps[(reps.model == "T") & (reps.seed == 0)].iloc[0]
+    assert t0.value_a_lo < 0.7 < t0.value_a_hi and t0.value_a >= 0.7 - 0.1
+    claims = build_claims(p, pairs, NO_OVERSIGHT, SHARED)
+    a = claims[0]
+    assert a.evidence[0].replicates == 5 and "1 of 6 gated seeds undetermined" in a.evidence[0].method
+    assert a.measured["undetermined_gated_seeds"] == {"T": 1, "R": 0}
+    assert a.verdict == "inconclusive" and a.positive_control.verdict == "holds"
+    by_floor = claims[1].measured["by_floor"]
+    assert set(by_floor) == {"0.3", "0.5", "0.7"} and by_floor["0.3"]["R"]["met"] == 6
+
+
+def test_training_device_setting():
+    from papers.orion.stages import training_device
+
+    assert training_device("cpu") == "cpu" and training_device("cuda") == "cuda"
+    assert training_device("auto") in ("cpu", "cuda")
+    with pytest.raises(ValueError, match="orion.device"):
+        parse({"device": "tpu"})
+    assert parse({}).device == "cpu"

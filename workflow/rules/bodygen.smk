@@ -1,5 +1,6 @@
 # P3 bodygen: embodiment co-design with a topology-aware transformer (MoSAT) and temporal credit assignment.
-# prepare (every task's template and its MJCF; the cost of a physics step) -> train (one job per task, arm and seed)
+# prepare (every task's template and its MJCF; the cost of a physics step) -> train (one job per task, arm and seed;
+# at the full scale a chain of bodygen.train_parts jobs, train_part 1 .. train_parts - 1 then train, each resuming)
 # -> evaluate (every agent's final design, deterministic, and with zero torque; parameter counts) -> report; beside
 # them credit (TCA against GAE on a design-only bandit with a scripted gait; every replicate in one job) -> report.
 # Code: workflow/papers/bodygen/ (stages.py and report.py hold the functions these rules call).
@@ -29,17 +30,51 @@ rule bodygen_prepare:
         CALL
 
 
-rule bodygen_train:
-    """Co-design with PPO: one arm (BodyGen, Transform2Act-style GNN, an ablation, the fixed body, a control) on one task and seed."""
+BODYGEN_PART = f"{BODYGEN}/train/{{task}}/parts/{{arm}}_{{seed}}_part{{part}}.pt"
+BODYGEN_TRAIN_WILDCARDS = {"task": "[a-z0-9-]+", "arm": "|".join(config["bodygen"]["arms"]), "seed": "[0-9]+"}
+
+
+rule bodygen_train_part:
+    """Chained part `part` (1 .. train_parts - 1) of one arm's training on one task and seed: its whole state at a PPO iteration boundary, which the next part resumes."""
     input:
+        unpack(bodygen_resume),
+        template=rules.bodygen_prepare.output.template,
+    output:
+        state=BODYGEN_PART,
+    wildcard_constraints:
+        **BODYGEN_TRAIN_WILDCARDS,
+        part="[0-9]+",
+    params:
+        call="papers.bodygen.stages:train_part",
+        cfg=config["bodygen"],
+        task="{task}",
+        arm="{arm}",
+        seed="{seed}",
+        part="{part}",
+    log:
+        f"{LOGS}/bodygen/train/{{task}}/parts/{{arm}}_{{seed}}_part{{part}}.log",
+    benchmark:
+        f"{BENCHMARKS}/bodygen/train/{{task}}/parts/{{arm}}_{{seed}}_part{{part}}.tsv"
+    threads: res("train", "threads")
+    resources:
+        # one part's wall time (bodygen.train_minutes), growing with each retry up to the cap
+        **job_resources("train", runtime=config["bodygen"]["train_minutes"], rule="bodygen_train_part"),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule bodygen_train:
+    """Co-design with PPO: one arm (BodyGen, Transform2Act-style GNN, an ablation, the fixed body, a control) on one task and seed (its last chained part)."""
+    input:
+        unpack(bodygen_resume),
         template=rules.bodygen_prepare.output.template,
     output:
         checkpoint=f"{BODYGEN}/train/{{task}}/{{arm}}_{{seed}}.pt",
         history=f"{BODYGEN}/train/{{task}}/history_{{arm}}_{{seed}}.parquet",
     wildcard_constraints:
-        task="[a-z0-9-]+",
-        arm="|".join(config["bodygen"]["arms"]),
-        seed="[0-9]+",
+        **BODYGEN_TRAIN_WILDCARDS,
     params:
         call="papers.bodygen.stages:train",
         cfg=config["bodygen"],
@@ -52,7 +87,7 @@ rule bodygen_train:
         f"{BENCHMARKS}/bodygen/train/{{task}}/{{arm}}_{{seed}}.tsv"
     threads: res("train", "threads")
     resources:
-        # the config's estimate of one job's wall time (bodygen.train_minutes), growing with each retry up to the cap
+        # the config's estimate of one job's (one part's) wall time (bodygen.train_minutes), growing with each retry up to the cap
         **job_resources("train", runtime=config["bodygen"]["train_minutes"], rule="bodygen_train"),
     conda:
         "../../envs/base.yaml"

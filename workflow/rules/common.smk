@@ -202,3 +202,25 @@ def paper_benchmarks(slug):
     report_rule = getattr(rules, f"{slug}_report")
     # plain strings: the rule's file objects keep a reference to the rule, which cannot be pickled
     return [str(path) for path in (*report_rule.input.benchmarks, report_rule.benchmark)]
+
+
+# ---- chained training parts (input functions and resources of bodygen's and profilebfn's rules) ----
+
+def bodygen_resume(wildcards):
+    """The state a part resumes from: part - 1's (none for part 1). The part is the `part` wildcard of
+    bodygen_train_part, and bodygen.train_parts (the last) for bodygen_train."""
+    part = int(getattr(wildcards, "part", config["bodygen"]["train_parts"]))
+    if part == 1:
+        return {}
+    return {"resume": BODYGEN_PART.format(task=wildcards.task, arm=wildcards.arm, seed=wildcards.seed, part=part - 1)}
+
+
+def profilebfn_previous_part(part):
+    """The saved state that training part `part` resumes (none for part 0)."""
+    return [] if part == 0 else f"{PROFILEBFN}/train/parts/{{seed}}_{part - 1}.pt"
+
+
+def profilebfn_gpus(asked):
+    """A gpu-kind request with the GPUs of one training job: the kind's GPUs per process x profilebfn.train.gpus
+    processes (torchrun, one per GPU; 0 where the kind asks for none, as at the default scale)."""
+    return {**asked, "gpu": asked["gpu"] * PROFILEBFN_CFG["train"].get("gpus", 1)}

@@ -1,13 +1,22 @@
 # P8 eagle: a mixture of vision encoders for a multimodal LM (channel concatenation, other fusions, Pre-Alignment,
 # round-robin expert selection with three experts). prepare (digit canvases and templated questions: the pretraining
 # draw and every seed's) -> pretrain (one job: the experts on their own objectives, the LM on the QA text, shared by
-# every seed) -> train (one job per seed: the arms of the seed's groups, eagle.arm_seeds) -> evaluate (accuracies
-# gathered) -> report.
+# every seed and arm) -> train (one job per seed and arm: the arms of the seed's groups, eagle.arm_seeds; each arm
+# trains from the pretrained models alone, Pre-Alignment included; a round-robin slot trains after the arms its choice
+# reads, the seed's single experts and earlier slots) -> evaluate (accuracies gathered) -> report (the round-robin's
+# path read from each seed's validation accuracies).
 # Full scale (config eagle.llava set): prepare checks LLaVA-style records, pretrain loads the experts and the LM
 # from their local Hugging Face directories, train runs the same arms on them (papers.eagle.llava).
 # Code: workflow/papers/eagle/ (data.py, stages.py and report.py hold the functions these rules call).
 
+from papers.eagle import arms as _eagle_arms
+from papers.eagle.params import parse as _eagle_parse
+
 EAGLE = f"{RESULTS}/eagle"
+_EAGLE_P = _eagle_parse(config["eagle"])
+# The train jobs of each seed index: its fixed arms and round-robin slots (papers.eagle.arms.seed_jobs), a file each.
+EAGLE_JOBS = {seed: _eagle_arms.seed_jobs(_EAGLE_P.experts["names"], _eagle_arms.seed_groups(_EAGLE_P.arm_seeds, seed))
+              for seed in seeds("eagle")}
 
 
 rule eagle_prepare:
@@ -53,20 +62,25 @@ rule eagle_pretrain:
 
 
 rule eagle_train:
-    """Train the arms of one seed's groups (the fusions, the single experts and their control, Pre-Alignment and its control; round-robin with three experts)."""
+    """Train one arm of one seed's groups (a fusion, a single expert, a trained control, Pre-Alignment or its control; or a round-robin slot, after the arms its choice reads)."""
     input:
         data=rules.eagle_prepare.output.data,
         experts=rules.eagle_pretrain.output.experts,
+        selection=lambda w: [f"{EAGLE}/train/{w.seed}/{job}.parquet"
+                             for job in _eagle_arms.selection(_EAGLE_P.experts["names"], w.arm)],
     output:
-        accuracies=f"{EAGLE}/train/accuracies_{{seed}}.parquet",
+        accuracies=f"{EAGLE}/train/{{seed}}/{{arm}}.parquet",
+    wildcard_constraints:
+        arm="|".join(sorted({job for jobs in EAGLE_JOBS.values() for job in jobs})),
     params:
         call="papers.eagle.stages:train",
         cfg=config["eagle"],
         seed="{seed}",
+        arm="{arm}",
     log:
-        f"{LOGS}/eagle/train/accuracies_{{seed}}.log",
+        f"{LOGS}/eagle/train/{{seed}}/{{arm}}.log",
     benchmark:
-        f"{BENCHMARKS}/eagle/train/accuracies_{{seed}}.tsv"
+        f"{BENCHMARKS}/eagle/train/{{seed}}/{{arm}}.tsv"
     threads: res("gpu", "threads")
     resources:
         **job_resources("gpu", rule="eagle_train"),
@@ -77,9 +91,9 @@ rule eagle_train:
 
 
 rule eagle_evaluate:
-    """Gather the seeds' accuracies into one table."""
+    """Gather every seed's and arm's accuracies into one table."""
     input:
-        accuracies=expand(rules.eagle_train.output.accuracies, seed=seeds("eagle")),
+        accuracies=[f"{EAGLE}/train/{seed}/{job}.parquet" for seed, jobs in EAGLE_JOBS.items() for job in jobs],
     output:
         table=f"{EAGLE}/evaluate/accuracies.parquet",
     params:
@@ -105,7 +119,7 @@ rule eagle_report:
         benchmarks=[
             rules.eagle_prepare.benchmark,
             rules.eagle_pretrain.benchmark,
-            *expand(rules.eagle_train.benchmark, seed=seeds("eagle")),
+            *[f"{BENCHMARKS}/eagle/train/{seed}/{job}.tsv" for seed, jobs in EAGLE_JOBS.items() for job in jobs],
             rules.eagle_evaluate.benchmark,
         ],
     output:

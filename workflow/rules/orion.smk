@@ -55,9 +55,10 @@ rule orion_train:
         f"{BENCHMARKS}/orion/train/{{model}}.tsv"
     wildcard_constraints:
         model="|".join(ORION_MODELS),
-    threads: res("train", "threads")
+    # a gpu job: orion.device (cuda at the full scale, cpu at the default) says where its seeds train
+    threads: res("gpu", "threads")
     resources:
-        **job_resources("train", rule="orion_train"),
+        **job_resources("gpu", rule="orion_train"),
     conda:
         "../../envs/base.yaml"
     script:

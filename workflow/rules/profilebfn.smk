@@ -1,10 +1,13 @@
 # P17 profilebfn: profile Bayesian flow networks for protein family design, trained on single sequences.
-# prepare (families, training set, Potts families, HMMs) -> train (one job per seed) -> evaluate (one job
-# per seed: every arm on every family) -> report.
+# prepare (families, training set, Potts families, HMMs) -> train (one job per seed; at the full scale
+# train_parts chained jobs per seed, train_part resuming part by part, each on train.gpus GPUs under torchrun)
+# -> evaluate (one job per seed: every arm on every family) -> report. profilebfn.device puts train and evaluate
+# on CUDA at the full scale: both are gpu-kind jobs.
 # Code: workflow/papers/profilebfn/ (stages.py holds the functions these rules call, report.py the report).
 
 PROFILEBFN = f"{RESULTS}/profilebfn"
 PROFILEBFN_CFG = config["profilebfn"]
+PROFILEBFN_PARTS = PROFILEBFN_CFG.get("train_parts", 1)  # chained training jobs per seed (full scale: > 1)
 
 
 rule profilebfn_prepare:
@@ -32,10 +35,38 @@ rule profilebfn_prepare:
         CALL
 
 
-rule profilebfn_train:
-    """Train the network on single sequences with the continuous-time Bayesian-flow loss, one seed."""
+rule profilebfn_train_part:
+    """Chained part {part} (< train_parts - 1) of a seed's training: its steps, resumed from the previous part's full state."""
     input:
         training=rules.profilebfn_prepare.output.training,
+        resume=lambda w: expand(profilebfn_previous_part(int(w.part)), seed=w.seed),
+    output:
+        state=temp(f"{PROFILEBFN}/train/parts/{{seed}}_{{part}}.pt"),  # 16 B per parameter: 10 GB at the full scale
+    params:
+        call="papers.profilebfn.stages:train_part",
+        cfg=PROFILEBFN_CFG,
+        seed="{seed}",
+        part="{part}",
+    log:
+        f"{LOGS}/profilebfn/train/parts/{{seed}}_{{part}}.log",
+    benchmark:
+        f"{BENCHMARKS}/profilebfn/train/parts/{{seed}}_{{part}}.tsv"
+    wildcard_constraints:
+        part=r"\d+",
+    threads: res("gpu", "threads")
+    resources:
+        **profilebfn_gpus(job_resources("gpu", rule="profilebfn_train_part")),
+    conda:
+        "../../envs/base.yaml"
+    script:
+        CALL
+
+
+rule profilebfn_train:
+    """Train the network on single sequences with the continuous-time Bayesian-flow loss, one seed (its last chained part)."""
+    input:
+        training=rules.profilebfn_prepare.output.training,
+        resume=expand(profilebfn_previous_part(PROFILEBFN_PARTS - 1), seed="{seed}"),
     output:
         checkpoint=f"{PROFILEBFN}/train/{{seed}}.pt",
         curve=f"{PROFILEBFN}/train/{{seed}}_loss.parquet",
@@ -47,9 +78,9 @@ rule profilebfn_train:
         f"{LOGS}/profilebfn/train/{{seed}}.log",
     benchmark:
         f"{BENCHMARKS}/profilebfn/train/{{seed}}.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        **job_resources("train", rule="profilebfn_train"),
+        **profilebfn_gpus(job_resources("gpu", rule="profilebfn_train")),
     conda:
         "../../envs/base.yaml"
     script:
@@ -77,9 +108,9 @@ rule profilebfn_evaluate:
         f"{LOGS}/profilebfn/evaluate/{{seed}}.log",
     benchmark:
         f"{BENCHMARKS}/profilebfn/evaluate/{{seed}}.tsv"
-    threads: res("train", "threads")
+    threads: res("gpu", "threads")
     resources:
-        **job_resources("train", rule="profilebfn_evaluate"),
+        **job_resources("gpu", rule="profilebfn_evaluate"),
     conda:
         "../../envs/base.yaml"
     script:
@@ -97,6 +128,7 @@ rule profilebfn_report:
         meta=rules.profilebfn_prepare.output.meta,
         benchmarks=[
             rules.profilebfn_prepare.benchmark,
+            *expand(rules.profilebfn_train_part.benchmark, seed=seeds("profilebfn"), part=range(PROFILEBFN_PARTS - 1)),
             *expand(rules.profilebfn_train.benchmark, seed=seeds("profilebfn")),
             *expand(rules.profilebfn_evaluate.benchmark, seed=seeds("profilebfn")),
         ],

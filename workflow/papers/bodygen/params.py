@@ -59,8 +59,12 @@ class Params:
     credit: dict = field(default_factory=lambda: {
         "seeds": 8, "designs": 8, "noise_draws": 4, "iterations": 100, "episodes": 32, "policy_lr": 0.2,
         "value_lr": 0.1, "gait_period": 20.0})
-    # Estimated wall minutes of one train job (one arm, task and seed), what a cluster is asked for.
+    # Estimated wall minutes of one train job (one part of one arm's training on a task and seed), what a cluster is
+    # asked for.
     train_minutes: int = 15
+    # Chained jobs one arm's training (one task, arm and seed) is split into, each resuming from the previous one's
+    # state at a PPO iteration boundary (papers.bodygen.stages.train_part); 1: one job. The result does not depend on it.
+    train_parts: int = 1
     # Thresholds of the claims (config/config.yaml says where each comes from).
     claims: dict = field(default_factory=lambda: {"return_margin": 0.0, "max_parameters": 2_000_000,
                                                   "credit_gain": 0.0, "late_share": 0.5})
@@ -74,6 +78,10 @@ class Params:
             raise ValueError(f"bodygen.tasks: a non-empty list of distinct task names, got {list(self.tasks)}")
         for name in self.tasks:
             get_task(name, where="bodygen.tasks")
+        most = max(1, self.ppo["env_steps"] // self.ppo["samples"])  # a part spans at least one iteration's samples
+        if not 1 <= self.train_parts <= most:
+            raise ValueError(f"bodygen.train_parts: between 1 and ppo.env_steps // ppo.samples ({most}), "
+                             f"got {self.train_parts}")
         if self.credit["designs"] < 2:
             raise ValueError("bodygen.credit.designs must be at least 2 (a choice to learn)")
 
@@ -81,7 +89,8 @@ class Params:
 # The parameters each stage reads (papers.common.params.for_stage enforces it).
 STAGE_PARAMS = {
     "prepare": ("tasks", "env"),
-    "train": ("arms", "tasks", "env", "model", "ppo"),
+    "train": ("arms", "tasks", "env", "model", "ppo", "train_parts"),
+    "train_part": ("arms", "tasks", "env", "model", "ppo", "train_parts"),
     "credit": ("tasks", "env", "ppo", "credit"),
     "evaluate": ("arms", "tasks", "env", "model", "evaluate"),
     "report": ALL,

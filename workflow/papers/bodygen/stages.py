@@ -75,27 +75,69 @@ def read_template(path, task: str) -> dict:
     return data[task]
 
 
-# ---- train -------------------------------------------------------------------------------------
-def train(*, cfg, task: str, arm: str, seed: str, template, checkpoint, history):
-    """Train one arm on one task and seed (from its own seed + the arm's offset); checkpoint and history."""
+# ---- train ----------------------------------------------------------------------------------------
+# A run of `ppo.env_steps` simulated steps is split into `train_parts` chained jobs (config: the full scale's run does
+# not fit one job's time limit): parts 1 .. train_parts - 1 (train_part) each write the whole training state at an
+# iteration boundary (papers.bodygen.train.Run.state), the next resumes from it, and the last (train) writes the
+# checkpoint and history that evaluate and report read. With train_parts 1, train is the whole run. Either way the
+# result is the unsplit run's, bit for bit (tests/papers/test_bodygen.py). torch computes on the threads the rule
+# gives the job (papers.common.runner.limit_threads: the `train` kind's); every part of a run must get as many.
+def _run_to(p, task: str, arm: str, seed: str, part: int, resume):
+    """The run of (task, arm, seed) trained up to the end of part `part` of p.train_parts, from part - 1's state."""
+    import torch
+
+    from papers.bodygen.tasks import get_task
+    from papers.bodygen.train import Run, part_end, train_until
+
+    if arm not in p.arms:
+        raise ValueError(f"bodygen: arm {arm!r} is not in bodygen.arms {list(p.arms)}")
+    if (resume is None) != (part == 1):
+        raise ValueError(f"bodygen: part {part} of {p.train_parts} " + ("resumes from the previous part's state"
+                         if part > 1 else "starts from scratch, it takes no state to resume from"))
+    spec, spec_arm, seed = get_task(task), ARMS[arm], int(seed)
+    log.info("task %s, arm %s, seed %d, part %d of %d (torch threads %d)", task, arm, seed + spec_arm["seed_offset"],
+             part, p.train_parts, torch.get_num_threads())
+    if resume is None:
+        run = Run(spec_arm, p, seed + spec_arm["seed_offset"], spec)
+    else:
+        state = torch.load(resume, weights_only=False)
+        if (state["task"], state["arm"], state["seed"], state["part"]) != (task, arm, seed, part - 1):
+            raise ValueError(f"{resume}: the state of {state['task']}/{state['arm']}_{state['seed']} part "
+                             f"{state['part']}, not of {task}/{arm}_{seed} part {part - 1}")
+        run = Run.from_state(state["run"], spec_arm, p, spec)
+    until = part_end(part, p.train_parts, p.ppo["env_steps"])
+    return train_until(run, spec_arm, p, spec, until, log=log.info)
+
+
+def train_part(*, cfg, task: str, arm: str, seed: str, part: str, template, state, resume=None):
+    """Part `part` (1 .. train_parts - 1) of one arm's training on one task and seed: from part - 1's `resume` state
+    (none for part 1) to the part's end (papers.bodygen.train.part_end); writes the whole training state."""
+    import torch
+
+    p = parse(cfg)
+    read_template(template, task)
+    part = int(part)
+    if not 1 <= part < p.train_parts:
+        raise ValueError(f"bodygen.train_parts is {p.train_parts}: parts 1 .. {p.train_parts - 1} write a state, "
+                         f"the last is the train rule; got part {part}")
+    run = _run_to(p, task, arm, seed, part, resume)
+    torch.save({"task": task, "arm": arm, "seed": int(seed), "part": part, "parts": p.train_parts,
+                "run": run.state()}, ensure_parent(state))
+
+
+def train(*, cfg, task: str, arm: str, seed: str, template, checkpoint, history, resume=None):
+    """Train one arm on one task and seed (from its own seed + the arm's offset), or its last part, from `resume`
+    (part train_parts - 1's state) when bodygen.train_parts > 1; checkpoint and history of the whole run."""
     import torch
 
     from papers.bodygen.model import count_parameters
-    from papers.bodygen.tasks import get_task
-    from papers.bodygen.train import train_arm
 
-    torch.set_num_threads(1)
     p = parse(cfg)
     read_template(template, task)
-    seed = int(seed)
-    spec = get_task(task)
-    if arm not in p.arms:
-        raise ValueError(f"bodygen: arm {arm!r} is not in bodygen.arms {list(p.arms)}")
-    spec_arm = ARMS[arm]
-    log.info("task %s, arm %s, seed %d", task, arm, seed + spec_arm["seed_offset"])
-    agent, hist = train_arm(spec_arm, p, seed + spec_arm["seed_offset"], log=log.info, task=spec)
-    rows = [{**h, "task": task, "arm": arm, "seed": seed, "parameters": count_parameters(agent)} for h in hist]
-    torch.save({"states": {arm: agent.state_dict()}, "task": task, "seed": seed, "model": dict(p.model)},
+    run = _run_to(p, task, arm, seed, p.train_parts, resume)
+    rows = [{**h, "task": task, "arm": arm, "seed": int(seed), "parameters": count_parameters(run.agent)}
+            for h in run.history]
+    torch.save({"states": {arm: run.agent.state_dict()}, "task": task, "seed": int(seed), "model": dict(p.model)},
                ensure_parent(checkpoint))
     write_parquet(pd.DataFrame(rows), history)
 

@@ -42,7 +42,7 @@ def step_cost(cfg: dict, *, task: str | None = None, arm: str = "bodygen", sampl
     from papers.bodygen.train import train_arm
 
     cfg = merged_config(cfg, {"arms": [arm], "env": {"control_steps": control_steps},
-                              "ppo": {"env_steps": samples, "samples": samples}})
+                              "ppo": {"env_steps": samples, "samples": samples}, "train_parts": 1})
     if task is not None:
         cfg["tasks"] = [task]
     p = parse(cfg)

@@ -13,6 +13,7 @@ body (``blind``: design actions are sampled and trained but the body stays the i
 """
 from __future__ import annotations
 
+import random
 import time
 
 import numpy as np
@@ -162,22 +163,85 @@ def values_of(agent: Agent, b: dict, idx: np.ndarray) -> torch.Tensor:
     return agent.value(trimmed({k: b[k][idx] for k in OBS_KEYS}))
 
 
+class Run:
+    """Everything one arm's training carries from one PPO iteration to the next: the agent (its networks and
+    observation normaliser), the two Adam optimisers, the return normalisers, the random streams (torch's global
+    generator: initial weights and sampled actions; numpy's `rng`: the env's start noise and the minibatch order),
+    the counters (simulated steps, iterations) and the history rows so far.
+
+    There are no schedules to carry: learning rates, clip and loss weights are constant (official genesis_agent.py
+    without annealing), and no entropy bonus. Nor an episode in flight: every iteration simulates whole episodes
+    (a fresh :class:`papers.bodygen.env.Execution` per rollout batch), so at an iteration boundary the env's only
+    state is `rng`. :meth:`state` / :meth:`from_state` therefore resume a run bit for bit at any iteration boundary
+    (tests/papers/test_bodygen.py), as long as torch computes on as many threads as before.
+    """
+
+    def __init__(self, arm: dict, p, seed: int, task: Task):
+        # the seeding block: every stream this run draws from
+        torch.manual_seed(seed)
+        self.rng = np.random.default_rng(seed)
+        self.agent = make_agent(arm["arch"], p.model, task)
+        is_value = lambda name: name.startswith(("enc.value", "value_head"))  # noqa: E731
+        self.policy_params = [q for n, q in self.agent.named_parameters() if not is_value(n)]
+        self.value_params = [q for n, q in self.agent.named_parameters() if is_value(n)]
+        # one kernel per op, not per tensor
+        self.opt_pi = torch.optim.Adam(self.policy_params, lr=p.ppo["policy_lr"], foreach=True)
+        self.opt_v = torch.optim.Adam(self.value_params, lr=p.ppo["value_lr"], foreach=True)
+        # Running normalisers of the value targets: one per group under TCA (design / control), one otherwise.
+        self.ret_norm = {"design": RunningNorm(1, clip=1e9), "control": RunningNorm(1, clip=1e9)}
+        self.history, self.env_steps, self.it = [], 0, 0
+
+    def state(self) -> dict:
+        """The run at an iteration boundary, as plain tensors, arrays and numbers (torch.save writes it)."""
+        return {"agent": self.agent.state_dict(), "opt_pi": self.opt_pi.state_dict(), "opt_v": self.opt_v.state_dict(),
+                "ret_norm": {k: v.state_dict() for k, v in self.ret_norm.items()},
+                "rng": {"torch": torch.get_rng_state(), "numpy": self.rng.bit_generator.state,
+                        # not drawn from by the training loop, carried so that nothing else could diverge
+                        "numpy_global": np.random.get_state(), "python": random.getstate()},
+                "env_steps": self.env_steps, "iteration": self.it, "history": list(self.history)}
+
+    @classmethod
+    def from_state(cls, state: dict, arm: dict, p, task: Task) -> "Run":
+        """The run `state` was taken from, ready for its next iteration."""
+        run = cls(arm, p, 0, task)  # the networks' shapes and the optimisers' parameter groups; then overwritten
+        run.agent.load_state_dict(state["agent"])
+        run.opt_pi.load_state_dict(state["opt_pi"])
+        run.opt_v.load_state_dict(state["opt_v"])
+        for k, rn in run.ret_norm.items():
+            rn.load_state_dict(state["ret_norm"][k])
+        rngs = state["rng"]
+        torch.set_rng_state(rngs["torch"])
+        run.rng.bit_generator.state = rngs["numpy"]
+        np.random.set_state(rngs["numpy_global"])
+        random.setstate(rngs["python"])
+        run.env_steps, run.it, run.history = int(state["env_steps"]), int(state["iteration"]), list(state["history"])
+        return run
+
+
+def part_end(part: int, parts: int, env_steps: int) -> int:
+    """The simulated steps at which part `part` (1 .. `parts`) of a run split into `parts` jobs stops: the first
+    iteration boundary at or past ceil(part / parts x env_steps). Iterations are whole (the unsplit loop, too, checks
+    its budget only between iterations), so the parts together run exactly the unsplit run's iterations."""
+    if not 1 <= part <= parts:
+        raise ValueError(f"part {part} of {parts}: parts are numbered 1 .. {parts}")
+    return -(-part * env_steps // parts)
+
+
 def train_arm(arm: dict, p, seed: int, log=print, task: Task | None = None) -> tuple[Agent, list[dict]]:
     """Train one arm from scratch on one seed in `task` (default: the config's first); returns the agent and one
     history row per iteration."""
     task = get_task(p.tasks[0]) if task is None else task
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
+    run = train_until(Run(arm, p, seed, task), arm, p, task, p.ppo["env_steps"], log=log)
+    return run.agent, run.history
+
+
+def train_until(run: Run, arm: dict, p, task: Task, until: int, log=print) -> Run:
+    """PPO iterations of `run` while it has simulated fewer than `until` control steps (``ppo.env_steps`` for a
+    whole run, :func:`part_end` for a part of one); returns `run`, advanced in place."""
     ppo = p.ppo
-    agent = make_agent(arm["arch"], p.model, task)
-    is_value = lambda name: name.startswith(("enc.value", "value_head"))  # noqa: E731
-    policy_params = [q for n, q in agent.named_parameters() if not is_value(n)]
-    value_params = [q for n, q in agent.named_parameters() if is_value(n)]
-    opt_pi = torch.optim.Adam(policy_params, lr=ppo["policy_lr"], foreach=True)  # one kernel per op, not per tensor
-    opt_v = torch.optim.Adam(value_params, lr=ppo["value_lr"], foreach=True)
-    # Running normalisers of the value targets: one per group under TCA (design / control), one otherwise.
-    ret_norm = {"design": RunningNorm(1, clip=1e9), "control": RunningNorm(1, clip=1e9)}
-    history, env_steps, it = [], 0, 0
+    agent, rng, ret_norm = run.agent, run.rng, run.ret_norm
+    opt_pi, opt_v, policy_params, value_params = run.opt_pi, run.opt_v, run.policy_params, run.value_params
+    history, env_steps, it = run.history, run.env_steps, run.it
     n = ppo["episodes"]
     group_of = (lambda g: g) if arm["tca"] else (lambda g: "control")  # noqa: E731
 
@@ -185,7 +249,7 @@ def train_arm(arm: dict, p, seed: int, log=print, task: Task | None = None) -> t
         rn = ret_norm[group_of(group)]
         return v if rn.count < 2 else v * rn.std().item() + rn.mean.item()
 
-    while env_steps < ppo["env_steps"]:
+    while env_steps < until:
         t0, c0 = time.perf_counter(), time.process_time()
         # Collect batches of `n` episodes side by side until the iteration holds `samples` simulated control steps
         # (official min_batch_size), so that every arm gets as many updates per simulated step.
@@ -253,4 +317,5 @@ def train_arm(arm: dict, p, seed: int, log=print, task: Task | None = None) -> t
                         "cpu_seconds": cpu, "rollout_cpu_seconds": c_rollout, "samples": collected})
         log(f"iter {it}: env steps {env_steps} return {episode_return:.3f} limbs {limbs:.2f} ({seconds:.2f} s)")
         it += 1
-    return agent, history
+    run.env_steps, run.it = env_steps, it
+    return run

@@ -40,7 +40,7 @@ from papers.common.hf import model_dir
 from papers.eagle import fusion as Fu
 from papers.eagle.params import full_scale
 from papers.eagle.schedule import lr_factor
-from papers.eagle.train import prealigned
+from papers.eagle.arms import prealigned
 
 log = logging.getLogger(__name__)
 IMAGE_TOKEN = "<image>"

@@ -12,6 +12,7 @@ from papers.common.params import to_dict
 from papers.common.plotting import savefig, subplots
 from papers.common.report import job_times, write_report
 from papers.common.tables import mean_std, write_table
+from papers.eagle.arms import round_robin, rr_order, seed_groups
 from papers.eagle.experts import ARCH, Tower
 from papers.eagle.fusion import bilinear_unread
 from papers.eagle.params import (BLIND, BLIND_CLIP, BLINDED, EXPERTS, FUSIONS, OPTIONAL_GROUPS, PLANTED, SERVES, SHUFFLED, SLUG,
@@ -1064,7 +1065,7 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
            accuracy_figure, time_budget=None):
     """`time_budget`: this scale's budget of summed job seconds for eagle (config time_budget), for the cost line."""
     p = parse(cfg)
-    df = read_parquet(table)
+    df = round_robin_path(read_parquet(table), p)
     kinds = list(p.data["kinds"])
     full = full_scale(p)
     chance_of = None if full else chance(p.data["digit_classes"], kinds)
@@ -1140,7 +1141,7 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
         "pretraining. Towers: the paper unfreezes the whole vision towers in SFT (Sec. 2.2) and in Pre-Alignment "
         "(Sec. 2.5); here only each tower's last layer trains (" + _top_text(p.experts["names"]) + "), its lower "
         "layers stay frozen and are computed once per "
-        "seed. LLaVA-HR's MR-Adapter (its official code's, with the final linear path of both maps) is applied once "
+        "train job (one arm of one seed). LLaVA-HR's MR-Adapter (its official code's, with the final linear path of both maps) is applied once "
         "to the CLIP tower's output map, not after each of the first three quarters of its blocks; Mini-Gemini's "
         "mining uses the concatenated high-res maps as keys and values; deformable attention has one head; "
         + _width_text(p) + " " + _resample_difference(p) + " Each "
@@ -1160,8 +1161,23 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
                  scope=scope, verdicts_figure=verdicts, checks=check_list)
 
 
+def round_robin_path(df: pd.DataFrame, p) -> pd.DataFrame:
+    """The accuracy table with rr_step: each row's arm's place on its seed's round-robin path (Sec. 2.6; 1 .. the
+    number of experts: papers.eagle.arms.rr_order, from the seed's validation accuracies), 0 off it or where the
+    selection does not run (fewer than three experts, or a single expert not trained on that seed)."""
+    experts = list(p.experts["names"])
+    df = df.assign(rr_step=0)
+    for seed, rows in df.groupby("seed"):
+        if round_robin(experts, seed_groups(p.arm_seeds, seed - p.seed_offset)):
+            val = rows[(rows.split == "val") & (rows.kind == "all")].set_index("arm").accuracy
+            steps = {name: i + 1 for i, name in enumerate(rr_order(experts, lambda name: val[name]))}
+            df.loc[rows.index, "rr_step"] = rows.arm.map(steps).fillna(0).astype(int)
+    return df
+
+
 def evaluate(*, cfg, accuracies, table):
-    """All seeds' accuracies in one table (checked: every seed has the concatenation arm)."""
+    """All seeds' and arms' accuracies (one file per train job) in one table (checked: every seed has the
+    concatenation arm)."""
     p = parse(cfg)
     df = read_parquets(accuracies)
     have = df[df.arm == "fusion:concat"].seed.nunique()

@@ -1,5 +1,5 @@
-"""The eagle DAG's stages pretrain (one job: the experts and the LM that every seed shares) and train (one job per
-seed); prepare is papers.eagle.data.prepare and evaluate papers.eagle.report.evaluate (no torch import: those jobs
+"""The eagle DAG's stages pretrain (one job: the experts and the LM that every seed and arm shares) and train (one
+job per seed and arm); prepare is papers.eagle.data.prepare and evaluate papers.eagle.report.evaluate (no torch import: those jobs
 stay light), the report papers.eagle.report.
 
 Each function takes its parameters and its input and output paths explicitly, so it runs under
@@ -12,10 +12,11 @@ import logging
 import pandas as pd
 import torch
 
-from papers.common.io import write_parquet
+from papers.common.io import read_parquets, write_parquet
 from papers.common.seeding import seed_everything
 from papers.eagle import llava
 from papers.eagle import train as T
+from papers.eagle.arms import seed_groups
 from papers.eagle.data import read_split
 from papers.eagle.params import parse
 
@@ -41,23 +42,30 @@ def pretrain(*, cfg, data, experts):
     torch.save(out, experts)
 
 
-def train(*, cfg, seed: str, data, experts, accuracies):
-    """Every arm of this seed's groups (eagle.arm_seeds) on one seed: one row per (arm, split, question kind).
-    `seed` is the job's index i (0 .. seeds - 1: the data file's key and the arm groups' "first n seeds"); the
-    replicate's seed, which seeds its canvases (papers.eagle.data.prepare), arms and batches and which its rows
-    carry, is eagle.seed_offset + i."""
+def train(*, cfg, seed: str, arm: str, data, experts, selection=(), accuracies):
+    """One arm on one seed (a job per seed and arm: at the full scale an arm is a 7B LM's whole schedule): one row
+    per (split, question kind). `arm`: the job's name (papers.eagle.arms.seed_jobs), a fixed arm's of this seed's
+    groups (eagle.arm_seeds) or a round-robin slot's, whose arm is chosen from `selection` (the accuracy files of
+    the seed's single experts and earlier slots, papers.eagle.arms.selection; empty for a fixed arm). `seed` is the
+    job's index i (0 .. seeds - 1: the data file's key and the arm groups' "first n seeds"); the replicate's seed,
+    which seeds its canvases (papers.eagle.data.prepare), arms and batches and which its rows carry, is
+    eagle.seed_offset + i. The arm trains as it would among the seed's other arms in one process
+    (papers.eagle.train.run_seed; tested)."""
     p = parse(cfg)
     index = int(seed)
     seed = p.seed_offset + index
     seed_everything(seed)
-    if llava.enabled(p):  # the full scale: every seed trains its arms anew from the same pretrained models
+    names = list(p.experts["names"])
+    groups = seed_groups(p.arm_seeds, index)
+    selected = read_parquets(selection).to_dict("records") if selection else []
+    if llava.enabled(p):  # the full scale: every arm trains anew from the same pretrained models
         splits = {s: llava.read_records(data, s) for s in ("train", "val", "test")}
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        rows = T.study(lambda a, rng: llava.run_arm(a, splits, p, rng, device), seed, list(p.experts["names"]),
-                       T.seed_groups(p.arm_seeds, index))
-        write_parquet(pd.DataFrame(rows).assign(seed=seed), accuracies)
-        return
-    splits = {s: read_split(data, index, s) for s in SPLITS}
-    pretrained = torch.load(experts, weights_only=False)
-    rows = T.run_seed(pretrained, splits, p, seed, index)
+        train_arm = lambda a, rng: llava.run_arm(a, splits, p, rng, device)  # noqa: E731
+    else:
+        splits = {s: read_split(data, index, s) for s in SPLITS}
+        pretrained = torch.load(experts, weights_only=False)
+        banks = {s: T.trunk_bank(pretrained, splits[s]["scene_canvas"], p.experts["channels"]) for s in splits}
+        train_arm = lambda a, rng: T.run_arm(a, pretrained, splits, banks, p, rng)  # noqa: E731
+    rows = T.seeded(train_arm, T.job_arm(arm, names, groups, selected), seed)
     write_parquet(pd.DataFrame(rows).assign(seed=seed), accuracies)

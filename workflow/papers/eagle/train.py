@@ -1,7 +1,7 @@
 """Training one arm (Sec. 2.1, 2.2 and 2.5 of the paper) and the arms of the study.
 
-An arm is a set of experts (each fed the canvas or noise), a fusion and an optional Pre-Alignment.
-Its training, as the paper's:
+An arm is a set of experts (each fed the canvas, noise or another canvas), a fusion and an optional Pre-Alignment
+(the arms and their jobs: papers.eagle.arms). Its training, as the paper's:
 
 1. **Pre-Alignment** (Sec. 2.5, step 1 of its three), when asked: each non-CLIP expert with its own projector is
    trained on the SFT data against the *frozen* LM (expert and projector train); the projectors are then
@@ -11,7 +11,7 @@ Its training, as the paper's:
    under eagle.train.sft_schedule (LLaVA-1.5's cosine after a linear warm-up: papers.eagle.schedule).
 
 Lighter than the paper: a tower's lower layers stay frozen in every stage (Pre-Alignment and SFT train its
-last layer only), so that their activations are computed once per seed (:func:`trunk_bank`) and the
+last layer only), so that their activations are computed once per job (:func:`trunk_bank`) and the
 budget goes to training steps.
 
 During SFT the validation accuracy is read every ``eval_every`` steps: the convergence gate bounds its rise in the
@@ -29,11 +29,13 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from papers.eagle import arms as A
 from papers.eagle import fusion as Fu
 from papers.eagle.data import KINDS
 from papers.eagle.experts import Tower
 from papers.eagle.model import LM, MLLM
-from papers.eagle.params import BLIND, BLIND_CLIP, BLINDED, PLANTED, SHUFFLED
+from papers.eagle.arms import prealigned
+from papers.eagle.params import BLINDED, PLANTED
 from papers.eagle.schedule import lr_factor
 
 log = logging.getLogger(__name__)
@@ -42,7 +44,7 @@ log = logging.getLogger(__name__)
 @torch.no_grad()
 def trunk_bank(pretrained: dict, canvas: np.ndarray, channels: int) -> dict[str, torch.Tensor]:
     """Every pretrained expert's frozen lower-layer activations (:meth:`Tower.trunk`) on every canvas of a
-    split, computed once per seed: {expert: (N, width, S, S)}. Every arm reads its experts' inputs here."""
+    split, computed once per job (a seed in run_seed): {expert: (N, width, S, S)}. Every arm reads its experts' inputs here."""
     canvas = torch.as_tensor(canvas)
     bank = {}
     for name, state in pretrained["towers"].items():
@@ -174,14 +176,6 @@ def unfreeze(model: MLLM, towers: bool, fusion: bool, lm: bool) -> None:
     set_trainable(model.lm, lm)
 
 
-def prealigned(arm: dict) -> list[int]:
-    """The experts Pre-Alignment trains, by position in the arm (Sec. 2.5): every non-CLIP expert that sees the
-    image, when the arm asks for it; none otherwise."""
-    if not arm.get("prealign"):
-        return []
-    return [i for i, (name, source) in enumerate(zip(arm["experts"], arm["inputs"])) if name != "clip" and source == "image"]
-
-
 def run_arm(arm: dict, pretrained: dict, splits: dict, banks: dict, p, rng: np.random.Generator) -> list[dict]:
     """Train one arm through its stages; one row per (split, kind) with its accuracy, and the convergence gate's
     measure (the validation curve's late gain). `banks[split]`: the experts' cached lower-layer activations
@@ -278,100 +272,64 @@ def planted_deficit(model: MLLM, splits: dict, banks: dict, loss: float, gain: f
              "final_loss": loss, "late_gain": gain} for kind, a in acc.items()]
 
 
-def arm(name, experts, fusion="concat", inputs=None, prealign=None) -> dict:
-    return {"name": name, "experts": list(experts), "fusion": fusion,
-            "inputs": list(inputs or ["image"] * len(experts)), "prealign": prealign}
+def seeded(train_arm, a: dict, seed: int) -> list[dict]:
+    """Train arm `a` with `train_arm(arm, rng)`, its initialisation (torch) and batches (`rng`) seeded from (seed,
+    its name): so an arm trains the same whatever else its job or process trained before it."""
+    key = [seed, zlib.crc32(a["name"].encode())]
+    torch.manual_seed(int(np.random.default_rng(key).integers(2 ** 31)))
+    return train_arm(a, np.random.default_rng(key))
 
 
-# The arms, by the claim they serve: the single experts (claim b) and the mixture with its non-CLIP experts fed noise
-# (group blind: b's trained ablation of the gain over CLIP) or its CLIP expert reading another canvas of the split
-# throughout training and test (group blind_clip: b's trained ablation of the gain over the high-res expert), every fusion over the experts (a), Pre-Alignment (c) and its shuffled control
-# (group shuffled). The channel concatenation, which every claim compares with, trains on every seed; each group on
-# the first arm_seeds[group] seeds; group "single:<expert>" is that single expert alone (arm_seeds.single a mapping).
-def fixed_arms(experts=("clip", "hires"), groups=("fusion", "single", "prealign", "blind", "blind_clip", "shuffled")) -> list[dict]:
-    experts = list(experts)
-    arms = [arm("fusion:concat", experts)]
-    arms += [arm(f"single:{e}", [e]) for e in experts if "single" in groups or f"single:{e}" in groups]
-    if "blind" in groups:
-        arms.append(arm(BLIND, experts, inputs=["image"] + ["noise"] * (len(experts) - 1)))
-    if "blind_clip" in groups:  # CLIP reads another canvas of the split (issue 52's ninth round; was Gaussian noise)
-        arms.append(arm(BLIND_CLIP, experts, inputs=["other" if e == "clip" else "image" for e in experts]))
-    if "fusion" in groups:
-        arms += [arm(f"fusion:{f}", experts, f) for f in Fu.FUSIONS if f != "concat"]
-    if "prealign" in groups:
-        arms.append(arm("prealign:concat", experts, prealign="aligned"))
-    if "shuffled" in groups:
-        arms.append(arm(SHUFFLED, experts, prealign="shuffled"))
-    return arms
+def val_accuracy(rows):
+    """name -> an arm's validation accuracy on all questions, from accuracy rows (the round-robin's choice reads it)."""
+    return lambda name: next(r["accuracy"] for r in rows if r["arm"] == name and r["split"] == "val" and r["kind"] == "all")
 
 
-def seed_groups(arm_seeds: dict, seed: int) -> tuple[str, ...]:
-    """The groups of arms that train on `seed` (those whose arm_seeds exceed it; a group not named trains on none).
-    A mapping arm_seeds.single {expert: n} gives the groups "single:<expert>" of the experts whose n exceeds it."""
-    out = []
-    for g, n in arm_seeds.items():
-        if isinstance(n, dict):
-            out += [f"{g}:{e}" for e, k in n.items() if seed < k]
-        elif seed < n:
-            out.append(g)
-    return tuple(out)
+def job_arm(job: str, experts: list[str], groups, selected: list[dict]) -> dict:
+    """The arm a train job trains: the fixed arm of that job name (papers.eagle.arms.seed_jobs), or a round-robin
+    slot's candidate, chosen from `selected` (the accuracy rows of the slot's selection: the single experts and the
+    earlier steps' slots, papers.eagle.arms.selection)."""
+    slot = A.parse_slot(job)
+    if slot is not None:
+        if not A.round_robin(experts, groups):
+            raise ValueError(f"eagle: job {job} is a round-robin slot, but the selection does not run on this seed "
+                             f"(experts {experts}, groups {groups})")
+        return A.rr_candidates(experts, val_accuracy(selected), slot[0])[slot[1]]
+    fixed = {A.job_name(a["name"]): a for a in A.fixed_arms(experts, groups)}
+    if job not in fixed:
+        raise ValueError(f"eagle: no arm {job!r} on this seed (its groups {groups} train {sorted(fixed)})")
+    return fixed[job]
 
 
-def all_singles(groups, experts) -> bool:
-    """Every expert's single arm trains in `groups` (the round-robin starts from the best of them)."""
-    return "single" in groups or all(f"single:{e}" in groups for e in experts)
+def label_rr(rows: list[dict], experts: list[str], groups) -> list[dict]:
+    """The rows with rr_step: an arm's place (1 .. number of experts) on the round-robin's path
+    (papers.eagle.arms.rr_order), 0 off it or where the selection does not run."""
+    steps = {}
+    if A.round_robin(experts, groups):
+        steps = {name: i + 1 for i, name in enumerate(A.rr_order(experts, val_accuracy(rows)))}
+    return [dict(r, rr_step=steps.get(r["arm"], 0)) for r in rows]
 
 
 def run_seed(pretrained: dict, splits: dict, p, seed: int, index: int | None = None) -> list[dict]:
-    """Every arm of this seed's groups, then, with three experts, the round-robin selection (Sec. 2.6; :func:`study`).
-    `index`: the seed's place in its block (eagle.seed_offset + index = seed), which decides its groups
-    (eagle.arm_seeds: the first n of the block); None: the seed itself."""
+    """Every arm of this seed's groups, then, with three experts, the round-robin selection (Sec. 2.6; :func:`study`),
+    in one process (the workflow trains each in a job of its own, papers.eagle.stages.train; this is what those jobs
+    are tested against). `index`: the seed's place in its block (eagle.seed_offset + index = seed), which decides its
+    groups (eagle.arm_seeds: the first n of the block); None: the seed itself."""
     banks = {split: trunk_bank(pretrained, splits[split]["scene_canvas"], p.experts["channels"]) for split in splits}
     return study(lambda a, rng: run_arm(a, pretrained, splits, banks, p, rng), seed, list(p.experts["names"]),
-                 seed_groups(p.arm_seeds, seed if index is None else index))
+                 A.seed_groups(p.arm_seeds, seed if index is None else index))
 
 
 def study(train_arm, seed: int, experts: list[str], groups=("fusion", "single", "prealign", "blind", "shuffled")) -> list[dict]:
     """The arms of `groups`, then, with three or more experts and the single experts trained, the round-robin
-    selection (Sec. 2.6); `train_arm(arm, rng)` trains one arm and returns its rows (papers.eagle.train.run_arm
-    here, papers.eagle.llava.run_arm at the full scale). Each arm's initialisation and batches are seeded from
-    (seed, its name), so an arm trains the same whatever else this seed trains."""
+    selection (Sec. 2.6: start from the best single expert, add the expert whose addition gives the best validation
+    accuracy, until all are in; the last step is the all-expert concatenation, a fixed arm), one job after another as
+    the workflow's jobs (papers.eagle.arms.seed_jobs) train them; `train_arm(arm, rng)` trains one arm and returns its
+    rows (papers.eagle.train.run_arm here, papers.eagle.llava.run_arm at the full scale)."""
     rows = []
-
-    def train(a):
-        key = [seed, zlib.crc32(a["name"].encode())]
-        torch.manual_seed(int(np.random.default_rng(key).integers(2 ** 31)))
-        return train_arm(a, np.random.default_rng(key))
-
-    for a in fixed_arms(experts, groups):
-        rows += train(a)
-    if len(experts) < 3 or not all_singles(groups, experts):
-        return [dict(r, rr_step=0) for r in rows]
-
-    def val_acc(name):
-        return next(r["accuracy"] for r in rows if r["arm"] == name and r["split"] == "val" and r["kind"] == "all")
-
-    # Round-robin (Sec. 2.6): start from the best single expert, add the expert whose addition gives the
-    # best validation accuracy, until all are in. The last step is the all-expert concat already trained.
-    chosen = [max(experts, key=lambda e: val_acc(f"single:{e}"))]
-    order = [f"single:{chosen[0]}"]
-    while len(chosen) < len(experts) - 1:
-        best = None
-        for e in (e for e in experts if e not in chosen):
-            name = f"rr:{'+'.join(sorted([*chosen, e]))}"
-            rows += train(arm(name, [x for x in experts if x in [*chosen, e]]))
-            if best is None or val_acc(name) > val_acc(best[1]):
-                best = (e, name)
-        chosen.append(best[0])
-        order.append(best[1])
-    order.append("fusion:concat")
-    for step, name in enumerate(order):
-        for r in rows:
-            if r["arm"] == name:
-                r.setdefault("rr_step", step + 1)
-    for r in rows:
-        r.setdefault("rr_step", 0)
-    return rows
+    for job in A.seed_jobs(experts, groups):
+        rows += seeded(train_arm, job_arm(job, experts, groups, rows), seed)
+    return label_rr(rows, experts, groups)
 
 
 def pretrain_all(canvases: dict, p, seed: int = 0) -> dict:

@@ -73,6 +73,9 @@ class ClaimParams:
     # (b) the floor of the interior margin of R1(C2) (report.interior_margin): an output dominates a layer only if it
     # keeps at least this share of its clean probability (ours)
     dominance_min: float = 0.5
+    # (b) the floors at which the report also counts the seeds that meet (b), a sensitivity table beside the verdict
+    # (not deciding; issue 47's fifth review)
+    floor_sensitivity: tuple = (0.3, 0.5, 0.7)
     injection_gain_min: float = 0.5  # (c) accuracy gain under injection (the paper: 0.155 -> 0.975)
     # (a), (b) the task premise: the best rule that answers without binding a value to its attribute in the context
     # (tasks.shortcut_accuracy) reaches at most this test accuracy (ours: chance among a story's 3 values, 1/3, plus
@@ -96,7 +99,7 @@ class Params:
     data_seed: int = 0  # value pools, style split and test sets
     test_prompts: int = 200  # held-out test prompts per family: the accuracy premise of the claims
     val_prompts: int = 100  # validation prompts per family, disjoint from the test prompts: the early-stopping gate
-    patch_pairs: int = 100  # (x1, x2) pairs per family and layer (official: nb_inter=100)
+    patch_pairs: int = 500  # (x1, x2) pairs per family and layer (official: nb_inter=100; ours 500, issue 47's fifth review)
     inject_prompts: int = 200  # injected prompts (the paper: 200 = 100 stories x 2)
     inject_key: str = "city"  # what the user asks under injection (the paper: where the story is located)
     seeds: int = 3  # training seeds per model, trained side by side (the claims' replicates)
@@ -106,6 +109,9 @@ class Params:
     # Pretrained causal LMs analysed as they are (the paper's setting), each {name, path, dtype}: a local
     # Hugging Face directory (config.json, weights, tokenizer); none by default, nothing is downloaded.
     pretrained: tuple = ()
+    # Where the tiny models train: cpu | cuda | auto (cuda when torch sees one). The analysis (evaluate) runs on the
+    # CPU; the checkpoints are written from the CPU either way (ours; issue 54: the full scale trains on a GPU).
+    device: str = "cpu"
     train: TrainParams = field(default_factory=TrainParams)
     claims: ClaimParams = field(default_factory=ClaimParams)
 
@@ -183,6 +189,8 @@ class Params:
                     raise ValueError(f"orion.models ({name}): a routed model needs kv_window 1 (plain attention), "
                                      f"got {m.kv_window}")
                 request_markers(self.families)  # names a family whose requests no token marks
+        if self.device not in ("cpu", "cuda", "auto"):
+            raise ValueError(f"orion.device: cpu | cuda | auto, got {self.device!r}")
         if not self.tested_names:
             raise ValueError("orion.models: every model is routed; at least one must be tested (routed: false)")
         if not self.control_names:
@@ -199,7 +207,7 @@ STAGE_PARAMS = {
         "words", "word_length", "pool_size", "numbers", "families", "test_fraction", "val_share", "data_seed",
         "test_prompts", "val_prompts", "patch_pairs", "inject_prompts", "inject_key",
     ),
-    "train": ("families", "seeds", "models", "train", "claims"),
+    "train": ("families", "seeds", "models", "train", "claims", "device"),
     "evaluate": ("seeds",),
     "evaluate_pretrained": ("pretrained",),
     "report": ALL,

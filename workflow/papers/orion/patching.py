@@ -56,7 +56,8 @@ def request_patching(lm: LM, pairs: pd.DataFrame) -> pd.DataFrame:
     """The layer sweep over the pairs of one family. `pairs` has the token strings x1, x2, x21 (= (C2, R1)) and
     x3 (= (C3, R2)), and the answers r1c1, r2c2, r1c2, r2c3. Returns one row per (source, layer, hypothesis): the
     mean patched probability, the mean clean probability, their ratio (the normalised metric), and the patched
-    top-1 accuracy.
+    top-1 accuracy; and, per pair in `pairs`' order, the patched and the clean probability (`pair_prob`,
+    `pair_clean`: lists), from which the report resamples the pairs (a seed's bootstrap interval).
 
     source "request": x1's state at its last token is written into x2's last token (the paper's patch), hypotheses
     :data:`HYPOTHESES`.
@@ -86,7 +87,8 @@ def request_patching(lm: LM, pairs: pd.DataFrame) -> pd.DataFrame:
                 p, hit = answer_stats(logits, ans[h])
                 rows.append({"source": source, "layer": layer, "hypothesis": h, "prob": float(p.mean()),
                              "clean_prob": float(clean[h].mean()), "normalized": float(p.mean() / clean[h].mean()),
-                             "accuracy": float(hit.mean())})
+                             "accuracy": float(hit.mean()), "pair_prob": [float(v) for v in p],
+                             "pair_clean": [float(v) for v in clean[h]]})
     return pd.DataFrame(rows)
 
 

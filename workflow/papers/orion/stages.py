@@ -145,20 +145,32 @@ def train(*, cfg, model_name, vocab, val, checkpoints, history):
     cfg_gpt = gpt.GPTConfig(vocab_size=len(voc), block_size=BLOCK_SIZE, n_layer=m.n_layer, n_head=m.n_head,
                             n_embd=m.n_embd, kv_window=m.kv_window, value_layers=m.value_layers,
                             request_markers=markers)
-    members = init_members(cfg_gpt, [offset + s for s in seeds])
+    members = init_members(cfg_gpt, [offset + s for s in seeds])  # initialised on the CPU on either device
+    device = training_device(p.device)
     samplers = [sampler(np.random.default_rng(offset + s)) for s in seeds]
-    log.info("model %s: %d seeds of %d parameters%s", model_name, len(seeds), sum(q.numel() for q in members[0].parameters()),
-             ", routed (request read in block 1 only)" if m.routed else "")
+    log.info("model %s: %d seeds of %d parameters%s, on %s", model_name, len(seeds),
+             sum(q.numel() for q in members[0].parameters()),
+             ", routed (request read in block 1 only)" if m.routed else "", device)
     models, steps, hist = trainer.train_until_gate(
         members, samplers, max_steps=t.max_steps, lr=t.lr, warmup=t.warmup, weight_decay=t.weight_decay,
         grad_clip=t.grad_clip, lm_weight=t.lm_weight, eval_every=t.eval_every, evaluate=evaluate,
         gate=p.claims.gate_accuracy, gate_records=t.gate_records, copy_warmup=t.copy_warmup,
-        buckets=t.length_buckets, progress=lambda it: progress(it, desc=f"train {model_name}", total=t.max_steps))
+        buckets=t.length_buckets, progress=lambda it: progress(it, desc=f"train {model_name}", total=t.max_steps),
+        device=device)
     hist = hist.rename(columns={"member": "seed"})
     hist.insert(0, "model", model_name)
     write_parquet(hist, history)
     for s, model, step, path in zip(seeds, models, steps, checkpoints):
         gpt.save(model, path, model_name=model_name, seed=s, step=step, rng=torch.get_rng_state())
+
+
+def training_device(setting: str) -> str:
+    """orion.device as a torch device: cpu, cuda, or for auto cuda when torch sees one (else cpu)."""
+    import torch
+
+    if setting == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return setting
 
 
 # ---- evaluate ------------------------------------------------------------------------------------

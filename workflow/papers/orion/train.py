@@ -140,7 +140,7 @@ def member_losses(ens: EnsembleGPT, parts: list[tuple[torch.Tensor, torch.Tensor
     its means over answers and over other tokens are taken over all its parts together, summed part by part in
     the parts' order (so the same sums whichever other members share a part)."""
     E = ens.members
-    zero = torch.zeros(E)
+    zero = torch.zeros(E, device=ens.params["wte"].device)
     answer_sum = answer_n = other_sum = other_n = zero
     for rows, x, answer_mask in parts:
         logits = ens(x[..., :-1], rows)  # (E_g, B, T-1, V)
@@ -166,7 +166,7 @@ def bucketed_loss(ens: EnsembleGPT, parts: list[tuple[torch.Tensor, torch.Tensor
 def train_until_gate(models: list[GPT], samplers: list, *, max_steps: int, lr: float, warmup: int,
                      weight_decay: float, grad_clip: float, lm_weight: float, eval_every: int, evaluate,
                      gate: float, gate_records: int = 1, copy_warmup: int = 0, buckets: int = 1,
-                     progress=lambda it: it) -> tuple[list[GPT], list[int], pd.DataFrame]:
+                     progress=lambda it: it, device: str = "cpu") -> tuple[list[GPT], list[int], pd.DataFrame]:
     """Train the members `models` (one per seed, same size) side by side (papers.orion.ensemble), member e on
     batches from `samplers[e](copy_only)`, until each has passed the accuracy gate or `max_steps` is reached.
 
@@ -184,8 +184,12 @@ def train_until_gate(models: list[GPT], samplers: list, *, max_steps: int, lr: f
     go on without it (:func:`_keep`: the same weights and optimiser moments, so their training is unchanged; a
     step costs in proportion to the members it trains); a member that never passes is copied out at `max_steps`
     and reported below the gate. Returns the models, the step each was taken at, and the history (one row per
-    member and record)."""
-    ens = EnsembleGPT.from_members(models)
+    member and record).
+
+    `device` (cpu | cuda): where the stacked weights, the optimiser and each step's batches live (issue 54: the
+    full scale trains on a GPU). The batches are drawn on the CPU (the same draws on either device), and each
+    member is evaluated, and returned, as a CPU copy (:meth:`EnsembleGPT.member`)."""
+    ens = EnsembleGPT.from_members(models).to(device)
     opt = torch.optim.AdamW(decay_groups(ens, weight_decay), lr=lr, betas=(0.9, 0.95))
     E = len(models)
     active = list(range(E))  # the members still training, in the ensemble's order
@@ -195,7 +199,8 @@ def train_until_gate(models: list[GPT], samplers: list, *, max_steps: int, lr: f
         for group in opt.param_groups:
             group["lr"] = lr * min(1.0, step / max(warmup, 1))
         copy_only = step <= copy_warmup
-        parts = length_buckets([samplers[e](copy_only) for e in active], buckets)
+        parts = [tuple(t.to(device) for t in part)
+                 for part in length_buckets([samplers[e](copy_only) for e in active], buckets)]
         losses = member_losses(ens, parts, 0.0 if copy_only else lm_weight)
         opt.zero_grad(set_to_none=True)
         losses.sum().backward()
@@ -232,8 +237,9 @@ def _keep(ens: EnsembleGPT, opt: torch.optim.AdamW, rows: list[int], weight_deca
           ) -> tuple[EnsembleGPT, torch.optim.AdamW]:
     """The members `rows` of `ens` as an ensemble of their own, with an AdamW that holds their moments and step
     count: AdamW and the per-member clipping act on each member alone, so their training goes on unchanged."""
-    kept = EnsembleGPT(ens.cfg, len(rows))
-    index = torch.tensor(rows)
+    device = ens.params["wte"].device
+    kept = EnsembleGPT(ens.cfg, len(rows)).to(device)
+    index = torch.tensor(rows, device=device)
     new_opt = torch.optim.AdamW(decay_groups(kept, weight_decay), lr=opt.param_groups[0]["lr"],
                                 betas=opt.param_groups[0]["betas"])
     with torch.no_grad():

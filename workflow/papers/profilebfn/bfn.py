@@ -40,7 +40,8 @@ def flow_logits(p: torch.Tensor, t: torch.Tensor, beta1: float, generator: torch
     t: (B,) one time per sequence, shared by its positions (the official code's t is constant per row).
     """
     b = beta(t, beta1).view(-1, 1, 1)  # (B, 1, 1)
-    eps = torch.randn(p.shape, generator=generator, dtype=p.dtype, device=p.device)
+    # drawn on the (CPU) generator and moved: the same noise on any device
+    eps = torch.randn(p.shape, generator=generator, dtype=p.dtype).to(p.device)
     return b * (K * p - 1.0) + (b * K).sqrt() * eps  # (B, L, K)
 
 
@@ -50,17 +51,18 @@ def flow(p: torch.Tensor, t: torch.Tensor, beta1: float, generator: torch.Genera
 
 
 def continuous_loss(x: torch.Tensor, e_hat: torch.Tensor, t: torch.Tensor, beta1: float,
-                    mask: torch.Tensor | None = None) -> torch.Tensor:
+                    mask: torch.Tensor | None = None, count: torch.Tensor | None = None) -> torch.Tensor:
     """L_inf = (K/2) beta'(t) ||e_x - e_hat||^2 (BFN's continuous-time loss), mean over the unmasked positions.
 
     x: (B, L) residue indices; e_hat: (B, L, K) output distributions; t: (B,); mask: (B, L) True where
-    a residue is (False on padding).
+    a residue is (False on padding); count: the divisor of the masked sum in place of mask.sum() (a data-parallel
+    process's slice is divided by the union batch's residues / processes, papers.profilebfn.train).
     """
     e_x = F.one_hot(x.clamp(min=0).long(), K).to(e_hat.dtype)
     per_position = 0.5 * K * beta_rate(t, beta1).view(-1, 1) * ((e_x - e_hat) ** 2).sum(-1)  # (B, L)
     if mask is None:
         return per_position.mean()
-    return (per_position * mask).sum() / mask.sum().clamp(min=1)
+    return (per_position * mask).sum() / (mask.sum().clamp(min=1) if count is None else count)
 
 
 def continuous_loss_per_sequence(x: torch.Tensor, e_hat: torch.Tensor, t: torch.Tensor, beta1: float,
@@ -96,7 +98,8 @@ def sample(net, prior: torch.Tensor, n: int, *, t0: float, steps: int, beta1: fl
            generator: torch.Generator, batch: int = 256) -> torch.Tensor:
     """ProfileBFN generation from a family profile (official profile_seqgen.py).
 
-    prior: (L, K) the family's profile; returns (n, L) residue indices. For each of the `steps` times
+    prior: (L, K) the family's profile, on the network's device; returns (n, L) residue indices (CPU). For each of
+    the `steps` times
     t on linspace(t0, 1): theta ~ flow(P, t), P <- softmax(net(theta, t)); the result is argmax P.
     The caller removes duplicates.
     """
@@ -105,8 +108,8 @@ def sample(net, prior: torch.Tensor, n: int, *, t0: float, steps: int, beta1: fl
         b = min(batch, n - start)
         p = prior.unsqueeze(0).expand(b, -1, -1).clone()  # (b, L, K)
         for t_value in torch.linspace(t0, 1.0, steps).tolist():
-            t = torch.full((b,), t_value)
+            t = torch.full((b,), t_value, device=prior.device)
             theta = flow(p, t, beta1, generator)
             p = torch.softmax(net(theta, t), dim=-1)
-        out.append(p.argmax(-1))
+        out.append(p.argmax(-1).cpu())
     return torch.cat(out)

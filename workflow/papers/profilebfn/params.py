@@ -50,6 +50,8 @@ class Train:
     warmup: int = 50
     weight_decay: float = 0.01
     grad_clip: float = 1.0
+    gpus: int = 1  # data-parallel processes (torchrun, one per GPU; gloo CPU processes when device is cpu)
+    precision: str = "fp32"  # fp32 | bf16 (autocast of the network; not stated by the paper or the official code)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ class Params:
     """Defaults from the paper and the official code (profile_seqgen.py, bflow.py) where they exist."""
 
     seeds: int = 3  # training seeds (independent replicates)
+    device: str = "cpu"  # cpu | cuda: where the network trains and generates (kernels.attention in Triton on cuda)
+    train_parts: int = 1  # chained training jobs per seed, each resuming the previous one's full state
     families: tuple = ("RRM_1", "fn3")  # held-out Pfam families (names in data.default_family_paths)
     family_paths: dict = field(default_factory=dict)  # name -> Stockholm file; absent = the packaged one
     training_fasta: str | None = None  # single training sequences; None = pyhmmer's 2,100 test proteins
@@ -98,6 +102,15 @@ class Params:
             raise ValueError(f"profilebfn.model: d_model {self.model.d_model} is not a multiple of n_head {self.model.n_head}")
         if not 0 < self.heldout_proteins["fraction"] < 1 or self.heldout_proteins["max"] < 1:
             raise ValueError(f"profilebfn.heldout_proteins: fraction in (0, 1) and max >= 1, got {self.heldout_proteins}")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"profilebfn.device: {self.device!r} is neither cpu nor cuda")
+        if self.train.precision not in ("fp32", "bf16"):
+            raise ValueError(f"profilebfn.train.precision: {self.train.precision!r} is neither fp32 nor bf16")
+        if not 1 <= self.train_parts <= self.train.steps:
+            raise ValueError(f"profilebfn.train_parts: {self.train_parts} must lie in [1, train.steps = {self.train.steps}]")
+        if self.train.gpus < 1 or self.train.batch % self.train.gpus:
+            raise ValueError(f"profilebfn.train.gpus: {self.train.gpus} processes must divide train.batch "
+                             f"({self.train.batch}) evenly")
         if 2 * self.potts.contacts > self.potts.length:
             raise ValueError(f"profilebfn.potts.contacts: {self.potts.contacts} disjoint pairs need "
                              f"{2 * self.potts.contacts} > length {self.potts.length} columns")
@@ -107,8 +120,9 @@ class Params:
 STAGE_PARAMS = {
     "prepare": ("families", "family_paths", "training_fasta", "pseudocount", "holdout_evalue", "heldout_proteins",
                 "noise_sequences", "potts"),
-    "train": ("model", "train", "beta1"),
-    "evaluate": ("model", "train", "beta1", "pseudocount", "t0", "sample_steps", "n_generate", "n_generate_potts",
+    "train": ("device", "train_parts", "model", "train", "beta1"),
+    "train_part": ("device", "train_parts", "model", "train", "beta1"),
+    "evaluate": ("device", "model", "train.crop", "beta1", "pseudocount", "t0", "sample_steps", "n_generate", "n_generate_potts",
                  "mutation_rate", "potts"),
     "report": ALL,
 }

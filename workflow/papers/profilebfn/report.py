@@ -152,6 +152,16 @@ def profilebfn_claims(p, m: pd.DataFrame, comp: pd.DataFrame, pfam: list[str], r
     return claims
 
 
+def training_setup(p) -> str:
+    """How the training ran, in words: device, precision, data-parallel processes, chained jobs."""
+    parts = [f"on {'CUDA' if p.device == 'cuda' else 'the CPU'}", p.train.precision]
+    if p.train.gpus > 1:
+        parts.append(f"{p.train.gpus} data-parallel processes (DDP)")
+    if p.train_parts > 1:
+        parts.append(f"{p.train_parts} chained jobs per seed, each resuming the previous one's full state")
+    return ", ".join(parts)
+
+
 def report(*, cfg, scale, metrics, competence, curves, families, contacts, meta, benchmarks, table_md, table_csv,
            claims, params_json, report_md, figure, verdicts):
     """Table (family x arm, mean +- std over seeds), figure, claims, report.md."""
@@ -244,7 +254,7 @@ def report(*, cfg, scale, metrics, competence, curves, families, contacts, meta,
         f"{p.seeds} training seeds. A bidirectional transformer ({p.model.n_layer} layers, d = {p.model.d_model}, "
         f"{p.model.n_head} heads, {parameters:,} parameters, attention by `kernels.attention`, a Gaussian basis of t as "
         f"the official input layer) trained for {p.train.steps} steps (batch {p.train.batch}, windows of "
-        f"{p.train.crop} residues) with the continuous-time discrete-BFN loss (beta1 = {p.beta1}, beta(t) = beta1 t^2) "
+        f"{p.train.crop} residues; {training_setup(p)}) with the continuous-time discrete-BFN loss (beta1 = {p.beta1}, beta(t) = beta1 t^2) "
         f"on single sequences only: {info_all['training_sequences']} of pyhmmer's bacterial test proteins "
         f"({info_all['removed_as_held_out']} removed because they hit a held-out family's HMM at E < "
         f"{p.holdout_evalue}; {info_all['heldout_proteins']} set aside, never trained on, for the competence gate) "
@@ -264,7 +274,8 @@ def report(*, cfg, scale, metrics, competence, curves, families, contacts, meta,
     differences = (
         "The paper trains ESM-2-sized networks (up to 650M parameters) on UniRef50 single sequences and evaluates on "
         "CAMEO families and enzyme families, with contact maps from CCMpred (a pseudo-likelihood Potts fit, the "
-        f"official evaluation) and functional classifiers; here a network of {parameters:,} parameters trains on CPU on "
+        f"official evaluation) and functional classifiers; here a network of {parameters:,} parameters trains on "
+        f"{p.device.upper() if p.device == 'cuda' else 'the CPU'} on "
         f"{info_all['training_sequences']:,} bacterial proteins plus single draws of synthetic Potts families, and samples in "
         f"{p.sample_steps} instead of 500 steps (a number chosen for the time budget after a prototype run had "
         "shown that more steps drift further from the profile: a choice made after seeing results, so stated here). "
@@ -276,7 +287,10 @@ def report(*, cfg, scale, metrics, competence, curves, families, contacts, meta,
         "and (b) compare with them (non-inferiority and novelty) instead of testing a share that they pass by "
         "construction. A model can only learn covariation from data that has it: the Potts families' draws are in "
         "the training set as single sequences (as Pfam members are in UniRef50 in the paper), the Pfam families are "
-        "not (they are held out).")
+        "not (they are held out)." + (
+            " The network trains under bf16 autocast (the flow and the loss in fp32): neither the paper nor the official "
+            "code (which releases no training code; its sampler runs in fp32) states the training precision, so this is "
+            "the reproduction's choice." if p.train.precision == "bf16" else ""))
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md, figures=[figure],
                  claims=claims_list, checks=check_list, benchmarks=benchmarks, differences=differences, scope=scope,
                  verdicts_figure=verdicts)

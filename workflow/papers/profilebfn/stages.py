@@ -6,6 +6,7 @@ Snakemake (workflow/rules/profilebfn.smk) and in tests alike. The report lives i
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -17,8 +18,9 @@ from papers.common.io import ensure_parent, read_json, read_parquet, write_json,
 from papers.common.seeding import seed_everything
 from papers.profilebfn import bfn, data
 from papers.profilebfn import metrics as M
-from papers.profilebfn.model import ProfileBFNNet
+from papers.profilebfn import train as T
 from papers.profilebfn.params import ARMS, parse
+from papers.profilebfn.train import TrainingPool, build_net  # noqa: F401 (TrainingPool: tests import it from here)
 
 log = logging.getLogger(__name__)
 
@@ -165,88 +167,33 @@ def prepare(*, cfg, families, training, heldout, contacts, hmms, meta):
              stream["kept"], stream["removed"], len(stream["heldout"]))
 
 
-# ---- train -------------------------------------------------------------------------------------
-def build_net(p) -> ProfileBFNNet:
-    m = p.model
-    return ProfileBFNNet(d_model=m.d_model, n_layer=m.n_layer, n_head=m.n_head, time_dim=m.time_dim)
+# ---- train (the loop, its state and the data-parallel launch: train.py) --------------------------------------------
+def _run_part(cfg, p, seed: int, part: int, training, resume, out):
+    """Part `part` of a seed's training in this process, or in train.gpus processes under torchrun."""
+    if not isinstance(resume, (str, os.PathLike)):  # a rule's input: one path in a list, or none for part 0
+        resume = resume[0] if resume else None
+    if p.train.gpus > 1:
+        return T.launch(cfg, seed=seed, part=part, training=training, resume=resume, out=out, world=p.train.gpus)
+    return T.train_part(p, seed=seed, part=part, training=training, resume=resume, out=out)
 
 
-class TrainingPool:
-    """The training sequences, drawn at random. A file of at most `in_memory` rows is read whole; a larger one (the
-    full scale's UniRef50) is read one Parquet row group at a time, a random group (weighted by its rows) every
-    `refresh` batches, so that memory holds one group, never the whole set."""
-
-    def __init__(self, path, rng: np.random.Generator, in_memory: int = 2_000_000, refresh: int = 50):
-        import pyarrow.parquet as pq
-
-        self.file, self.rng, self.refresh = pq.ParquetFile(str(path)), rng, refresh
-        meta = self.file.metadata
-        self.group_rows = np.array([meta.row_group(i).num_rows for i in range(meta.num_row_groups)], dtype=float)
-        self.streaming = meta.num_rows > in_memory
-        self.pool, self.drawn = [], 0
-        if not self.streaming:
-            self.pool = self._encode(self.file.read(columns=["sequence"]).column("sequence").to_pylist())
-
-    @staticmethod
-    def _encode(sequences) -> list[np.ndarray]:
-        pool = [x[x >= 0] for x in map(data.encode_one, sequences)]
-        return [x for x in pool if len(x)]
-
-    def sample(self, n: int) -> list[np.ndarray]:
-        if self.streaming and self.drawn % self.refresh == 0:
-            g = int(self.rng.choice(len(self.group_rows), p=self.group_rows / self.group_rows.sum()))
-            self.pool = self._encode(self.file.read_row_group(g, columns=["sequence"]).column("sequence").to_pylist())
-        self.drawn += 1
-        return [self.pool[i] for i in self.rng.integers(0, len(self.pool), n)]
-
-
-def _batch(pool: TrainingPool, batch: int, crop: int, rng: np.random.Generator) -> torch.Tensor:
-    """(B, crop) residue indices, GAP (-1) on padding: random sequences, each a random window."""
-    x = np.full((batch, crop), data.GAP, dtype=np.int64)
-    for b, s in enumerate(pool.sample(batch)):
-        if len(s) > crop:
-            start = rng.integers(0, len(s) - crop + 1)
-            s = s[start:start + crop]
-        x[b, : len(s)] = s
-    return torch.from_numpy(x)
-
-
-def train(*, cfg, seed, training, checkpoint, curve):
-    """Train the network on single sequences with the continuous-time loss (BFN's continuous-time loss for discrete data)."""
+def train_part(*, cfg, seed, part, training, resume, state):
+    """A chained part before the last (profilebfn.train_parts > 1): train its steps from the previous part's `resume`
+    and write the full state to `state` (papers.profilebfn.train)."""
     p = parse(cfg)
-    seed = int(seed)
-    rng = seed_everything(seed)
-    g = torch.Generator().manual_seed(seed)
-    pool = TrainingPool(training, rng)
-    net = build_net(p)
-    init_state = {k: v.clone() for k, v in net.state_dict().items()}  # the untrained control's weights
-    tr = p.train
-    opt = torch.optim.AdamW(net.parameters(), lr=tr.lr, weight_decay=tr.weight_decay)
-    losses, start = [], time.perf_counter()
-    for step in range(tr.steps):
-        x = _batch(pool, tr.batch, tr.crop, rng)
-        mask = x >= 0  # (B, crop)
-        t = torch.rand(tr.batch, generator=g)  # (B,) t ~ U(0, 1), one per sequence
-        e_x = torch.nn.functional.one_hot(x.clamp(min=0), data.K).float()  # a degenerate profile per sequence
-        theta = bfn.flow(e_x, t, p.beta1, g)
-        theta = torch.where(mask[..., None], theta, torch.full_like(theta, 1.0 / data.K))
-        e_hat = torch.softmax(net(theta, t, ~mask), dim=-1)
-        loss = bfn.continuous_loss(x, e_hat, t, p.beta1, mask)
-        lr = tr.lr * min(1.0, (step + 1) / tr.warmup) * 0.5 * (1 + np.cos(np.pi * step / tr.steps))
-        for group in opt.param_groups:
-            group["lr"] = lr
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), tr.grad_clip)
-        opt.step()
-        losses.append(float(loss.detach()))
-        if step % 100 == 0:
-            log.info("train/step %d loss %.4f (%.1f s)", step, losses[-1], time.perf_counter() - start)
-    torch.save({"model": net.state_dict(), "untrained": init_state, "seed": seed, "step": tr.steps,
-                "optimizer": opt.state_dict()}, ensure_parent(checkpoint))
-    parameters = sum(x.numel() for x in net.parameters())
-    write_parquet(pd.DataFrame({"seed": seed, "step": np.arange(tr.steps), "loss": losses, "parameters": parameters}),
-                  curve)
+    _run_part(cfg, p, int(seed), int(part), training, resume, state)
+
+
+def train(*, cfg, seed, training, checkpoint, curve, resume=None):
+    """Train the network on single sequences with the continuous-time loss (BFN's continuous-time loss for discrete
+    data): the whole run, or the last of profilebfn.train_parts chained parts (from the previous part's `resume`)."""
+    p = parse(cfg)
+    scratch = Path(str(checkpoint) + ".state")  # rank 0's state when torchrun runs the part
+    try:
+        state = _run_part(cfg, p, int(seed), p.train_parts - 1, training, resume, scratch if p.train.gpus > 1 else None)
+    finally:
+        scratch.unlink(missing_ok=True)
+    T.write_outputs(p, state, checkpoint, curve)
 
 
 # ---- evaluate ----------------------------------------------------------------------------------
@@ -270,7 +217,7 @@ def generate(p, net, untrained, arm: str, prior: np.ndarray, reference: np.ndarr
     """(aligned (n, L) rows over the match columns, raw sequences for the HMM) of one arm."""
     if arm in ("profilebfn", "untrained"):
         model = net if arm == "profilebfn" else untrained
-        x = bfn.sample(model, torch.tensor(prior, dtype=torch.float32), n, t0=p.t0, steps=p.sample_steps,
+        x = bfn.sample(model, torch.tensor(prior, dtype=torch.float32, device=p.device), n, t0=p.t0, steps=p.sample_steps,
                        beta1=p.beta1, generator=g).numpy().astype(np.int8)
         return x, data.decode(x)
     if arm == "profile":
@@ -313,6 +260,7 @@ def denoising_losses(net, sequences: list[str], beta1: float, composition: np.nd
     prior times the position's own belief, the best any predictor does without reading other positions), on the
     same draws. A sequence longer than `crop` is cut to its first `crop` residues (a fixed window)."""
     g = torch.Generator().manual_seed(seed)
+    device = next(net.parameters()).device  # the flow's draws stay on the CPU generator, the network on its device
     x_all = [x[x >= 0][:crop] for x in map(data.encode_one, sequences)]
     prior = torch.tensor(composition, dtype=torch.float32)
     net_out, cf_out = [], []
@@ -329,7 +277,8 @@ def denoising_losses(net, sequences: list[str], beta1: float, composition: np.nd
             e_x = torch.nn.functional.one_hot(x.clamp(min=0), data.K).float()
             theta = bfn.flow(e_x, t, beta1, g)
             theta = torch.where(mask[..., None], theta, torch.full_like(theta, 1.0 / data.K))
-            for out, e_hat in ((net_l, torch.softmax(net(theta, t, ~mask), dim=-1)),
+            logits = net(theta.to(device), t.to(device), (~mask).to(device)).cpu()
+            for out, e_hat in ((net_l, torch.softmax(logits, dim=-1)),
                                (cf_l, bfn.context_free_prediction(theta, prior))):
                 out += bfn.continuous_loss_per_sequence(x, e_hat, t, beta1, mask) / repeats
         net_out.append(net_l.numpy())
@@ -350,8 +299,9 @@ def evaluate(*, cfg, seed, checkpoint, families, heldout, contacts, hmms, meta, 
     net, untrained = build_net(p), build_net(p)
     net.load_state_dict(ckpt["model"])
     untrained.load_state_dict(ckpt["untrained"])
-    net.eval()
-    untrained.eval()
+    device = torch.device(p.device)
+    net.to(device).eval()
+    untrained.to(device).eval()
     fams = read_parquet(families)
     pairs = read_parquet(contacts)
     planted = {name: g[["i", "j"]].to_numpy() for name, g in pairs.groupby("family")}
