@@ -1049,14 +1049,305 @@ def _flexpert_train(cfg):
                    f"{ds['finetune_steps']} steps (predictions and designs left out); FLOPs of each loop's step by torch's counter (2 steps - 1); one job = one seed"}
 
 
+# ---- issue 54 item 4, third round: rules measured after their papers' edits ------------------------------------------
+def _steps_every(run, timed: int, evals: int, steps: int):
+    """CPU-s of a run of `steps` steps with `evals` validations, from run(n, every) at `timed` steps with the validation
+    every step and at 2 x `timed` steps with it every 2 (the same `timed` validations): the difference is `timed`
+    steps; the rest of the first run (set-up, outputs, `timed` validations) is counted as validations and scaled by
+    evals / timed (an upper bound: the set-up scaled too). Returns (total, per step, rest of the first run, peak MB)."""
+    c0 = cpu_seconds()
+    run(timed, 1)
+    t1 = cpu_seconds() - c0
+    m1 = peak_mb()
+    c0 = cpu_seconds()
+    run(2 * timed, 2)
+    t2 = cpu_seconds() - c0
+    per = max(t2 - t1, 0.0) / timed
+    rest = max(t1 - per * timed, 0.0)
+    return rest * max(evals, timed) / timed + per * steps, per, rest, m1
+
+
+@unit("symspace_train", "train")
+def _symspace_train(cfg):
+    """papers.symspace.stages.train's inner calls for job 0 at the full scale's shapes, on stand-ins of prepare's real
+    EEG (BCIC-IV-2a: 22 channels, 288 trials per session, 4 classes) as random SPD window covariances: one subject's
+    claim (b) heads (papers.symspace.train.heads_task, head_inits initialisations, the permuted control, the
+    ceilings) and claim (e) networks (attention_task), and one seed's positive control (planted_spd_task), each at 4
+    and 8 steps with the validation every 1 and 2 steps; x the job's subjects and planted seeds. (The whole stage at
+    4 and 8 steps ran over 400 s of wall time here before it was stopped.)"""
+    import copy
+
+    import numpy as np
+    import torch
+
+    from papers.symspace import train as T
+    from papers.symspace.params import parse
+
+    s = cfg["symspace"]
+    p = parse(s)
+    t = p.train
+    subjects, C, N, classes = 9, 22, 288, 4  # BCIC-IV-2a (params.py: 22 channels, 4 classes, 9 subjects)
+    W = p.eeg["windows"]
+    rng = np.random.default_rng(0)
+
+    def session():
+        a = rng.normal(size=(N, W, C, 2 * C))
+        tokens = a @ a.transpose(0, 1, 3, 2) / (2 * C) + 1e-3 * np.eye(C)
+        return (torch.as_tensor(tokens, dtype=torch.float64),
+                torch.as_tensor(np.repeat(np.arange(classes), N // classes), dtype=torch.long))
+
+    (xtr, ytr), (xte, yte) = session(), session()
+
+    def params(steps, every):
+        c = copy.deepcopy(s)
+        c["train"] = {**c["train"], "steps": steps, "attention_steps": steps, "eval_every": every}
+        return parse(c)
+
+    calls = {
+        "heads": lambda n, e: T.heads_task("eeg:x", 0, 0, xtr.mean(1), ytr, xte.mean(1), yte, params(n, e), 0,
+                                           np.random.default_rng([0, 4]), controls=True, inits=t["head_inits"],
+                                           ceiling=True),
+        "attention": lambda n, e: T.attention_task("eeg:x", 0, 0, xtr, ytr, xte, yte, params(n, e), 0,
+                                                   np.random.default_rng([0, 6])),
+        "planted": lambda n, e: T.planted_spd_task(0, params(n, e), C),
+    }
+    evals = t["steps"] // t["eval_every"]
+    timed = 4  # validations timed (params: steps >= 4 x eval_every; the rest counted as validations: an upper bound)
+    cost, parts, m = {}, {}, 0.0
+    for name, call in calls.items():
+        steps = t["attention_steps"] if name == "attention" else t["steps"]
+        cost[name], per, rest, m1 = _steps_every(call, timed, evals, steps)
+        parts[name] = f"{name} {per:.2f} s/step + {rest:.1f} s rest"
+        m = max(m, m1)
+    planted = len(range(0, min(p.spd_planted["seeds"], p.head_seeds), p.seeds))
+    total = subjects * (cost["heads"] + cost["attention"]) + planted * cost["planted"]
+    return {"peak_mb": m, "unit": f"the job (seed 0: {subjects} subjects' heads and attention networks, "
+                                  f"{planted} planted-SPD seeds)", "seconds": total, "units": 1,
+            "how": f"papers.symspace.train.heads_task / attention_task on one stand-in subject (random SPD window "
+                   f"covariances, {N} trials x {W} windows x {C} x {C} per session: BCIC-IV-2a's sizes) and "
+                   f"planted_spd_task on one seed, each at {timed} and {2 * timed} steps with the validation every 1 "
+                   f"and 2 ({'; '.join(parts.values())}; the rest x {evals}/{timed} validations, an upper bound), x "
+                   f"{t['steps']} steps; x {subjects} subjects + {planted} planted seeds (job 0); the digits "
+                   f"(5 x 5 region covariances) left out; one job = one seed"}
+
+
+@unit("symspace_tree", "train")
+def _symspace_tree(cfg):
+    """papers.symspace.stages.tree (the stage itself) on prepare's trees (papers.symspace.data.noisy_tree, the full
+    depth and seeds), at 1 and 2 steps per validation (the full run's validation count kept): the difference the
+    per-step cost, x tree_steps."""
+    import copy
+    import pickle
+    import tempfile
+
+    from papers.symspace import data as D
+    from papers.symspace import stages
+    from papers.symspace.params import parse
+
+    s = cfg["symspace"]
+    p = parse(s)
+    t = p.train
+    evals = t["tree_steps"] // t["eval_every"]
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(f"{tmp}/data.pkl", "wb") as fh:
+            pickle.dump({"tree": {seed: D.noisy_tree(p.tree, seed) for seed in range(p.tree["seeds"])}}, fh)
+
+        def run(steps, every):
+            c = copy.deepcopy(s)
+            c["train"] = {**c["train"], "tree_steps": steps, "eval_every": every}
+            stages.tree(cfg=c, data=f"{tmp}/data.pkl", accuracies=f"{tmp}/a.parquet")
+
+        timed = 40  # validations timed (each run's set-up and outputs counted as validations: an upper bound)
+        total, per, rest, m1 = _steps_every(run, timed, evals, t["tree_steps"])
+    return {"peak_mb": m1, "unit": f"the job ({p.tree['seeds']} tree seeds x {t['restarts']} restarts side by side, "
+                                   f"{t['tree_steps']} steps)", "seconds": total, "units": 1,
+            "how": f"papers.symspace.stages.tree on prepare's noisy trees (depth {p.tree['depth']}, {p.tree['seeds']} "
+                   f"seeds, {p.tree['planted_seeds']} planted), run at {timed} and {2 * timed} steps with the "
+                   f"validation every 1 and 2 steps: {per:.3f} CPU-s per step of every head x tree_steps "
+                   f"{t['tree_steps']}, the first run's rest ({rest:.0f} s: set-up, outputs, {timed} validations) "
+                   f"counted as validations x {evals}/{timed} (an upper bound); one job"}
+
+
+@unit("cbplm_evaluate", "gpu")
+def _cbplm_evaluate(cfg):
+    """papers.cbplm.stages.evaluate's calls (papers.cbplm.evaluate: perplexity, predicted_concepts, attribution,
+    regenerate) on CB-pLM at the full width (papers.cbplm.train.build, random weights: a stand-in of the trained
+    checkpoint) and 2 random max_length sequences, each timed and FLOP-counted, x the number of calls the stage
+    makes per held-out and per intervened sequence, x the full held-out split and intervention count. (The whole
+    stage on even 1-2 sequences runs over 60 CPU-s here: ~70 forward passes per intervened sequence.)"""
+    import numpy as np
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from papers.cbplm import evaluate as E
+    from papers.cbplm.params import parse
+    from papers.cbplm.stages import SWEPT
+    from papers.cbplm.train import build
+
+    p = parse(cfg["cbplm"])
+    names = list(p.concepts)
+    rng = np.random.default_rng(0)
+    aa = np.array(list("ACDEFGHIKLMNPQRSTVWY"))
+    k = 2
+    seqs = np.array(["".join(rng.choice(aa, p.max_length)) for _ in range(k)], dtype=object)
+    z = rng.normal(size=(k, len(names))).astype(np.float32)
+    bins = rng.integers(0, p.tag_bins, (k, len(names)))
+    torch.manual_seed(0)
+    model = build("cb", p).eval()
+    masks = E.residue_masks([len(s) for s in seqs], p.train.mask_prob, rng)
+    attr = E.attribution(model, seqs, 0)
+    edit = E.edit_masks(attr, p.intervention.edit_fraction, +1)
+    gen = torch.Generator().manual_seed(0)
+    calls = {"perplexity": lambda: E.perplexity(model, "cb", seqs, z, bins, masks, p.tag_bins),
+             "predicted_concepts": lambda: E.predicted_concepts(model, seqs),
+             "attribution": lambda: E.attribution(model, seqs, 0),
+             "regenerate": lambda: E.regenerate(model, "cb", seqs, bins, edit, p.tag_bins, gen,
+                                                p.intervention.temperature, concept=0, target=1.0, z=z)}
+    sec, flops = {}, {}
+    for name, call in calls.items():
+        sec[name] = per_step(call, 1) / k
+        with FlopCounterMode(display=False) as counter:
+            call()
+        flops[name] = float(counter.get_total_flops()) / k
+    runs = len(p.train.sweep) + 1  # CB-pLM's sweep runs and its full run
+    # per held-out sequence: perplexity of the 4 models and the tag / conditional LMs' shuffled handles (6), the
+    # sweep's runs' perplexity, and every CB-pLM run's true / shuffled-concept perplexities and concept R^2
+    n_calls = {"perplexity": 6 + len(p.train.sweep) * len(SWEPT) + 2 * runs, "predicted_concepts": runs,
+               "attribution": 0, "regenerate": 0}
+    # per intervened sequence: CB-pLM's attribution per concept; 6 arms x concepts x 2 directions regenerated
+    iv_calls = {"attribution": len(names), "regenerate": 6 * len(names) * 2}
+    n_test = int(round(p.max_sequences * p.test_fraction))
+    n_iv = min(p.intervention.sequences, n_test)
+    count = {c: n_calls.get(c, 0) * n_test + iv_calls.get(c, 0) * n_iv for c in calls}
+    total = sum(sec[c] * count[c] for c in calls)
+    return {"flops": sum(flops[c] * count[c] for c in calls),
+            "unit": f"the job ({n_test} held-out sequences, {n_iv} intervened)", "seconds": total, "units": 1,
+            "how": f"papers.cbplm.evaluate's calls on CB-pLM at the full width (random weights: stand-in checkpoint), "
+                   f"{k} random {p.max_length}-residue sequences, per sequence: "
+                   + ", ".join(f"{c} {sec[c]:.2f} s x {count[c]}" for c in calls)
+                   + f" calls (per held-out sequence of {n_test}: {n_calls['perplexity']} perplexities, "
+                   f"{n_calls['predicted_concepts']} concept predictions; per intervened one of {n_iv}: "
+                   f"{iv_calls['attribution']} attributions, {iv_calls['regenerate']} regenerations); every model's "
+                   f"calls at CB-pLM's cost (same encoder); FLOPs by torch's counter on the same calls; one job = "
+                   "one seed"}
+
+
+@unit("sharpening_sharpen", "train")
+def _sharpening_sharpen(cfg):
+    """papers.sharpening.stages.sharpen (the stage itself, each method) on stand-ins of its inputs: prepare's prompts
+    (stages.prepare at the full config but a small corpus: the prompts are drawn first, so they are the full run's)
+    cut to the first n train and test prompts per variant, and a checkpoint of one base model (papers.common.gpt at
+    the full model config, random weights; the stage loops over the checkpoint's models). Run at two prompt counts:
+    the cost linear in the prompts (both splits scaled together), x the full prompts, x pretrain.seeds models."""
+    import copy
+    import dataclasses
+    import tempfile
+
+    import torch
+
+    from papers.common.gpt import GPT, GPTConfig
+    from papers.common.io import read_parquet, write_parquet
+    from papers.common.params import to_dict
+    from papers.sharpening import stages, task
+    from papers.sharpening.params import METHODS, parse
+
+    s = cfg["sharpening"]
+    p = parse(s)
+    tk = p.task
+    n1, n2 = 8, 16
+    per, fixed, peaks = {}, {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        small = copy.deepcopy(s)
+        small["task"] = {**small["task"], "pretrain_examples": 2000}
+        stages.prepare(cfg=small, corpus=f"{tmp}/corpus.parquet", prompts=f"{tmp}/prompts_all.parquet")
+        prompts = read_parquet(f"{tmp}/prompts_all.parquet")
+        torch.manual_seed(0)
+        cfg_model = GPTConfig(vocab_size=task.vocab_size(tk.alphabet), block_size=2 * tk.max_len, **to_dict(p.model))
+        torch.save({"config": dataclasses.asdict(cfg_model), "models": [GPT(cfg_model).state_dict()],
+                    "params": to_dict(p)}, f"{tmp}/base.pt")
+        for method in METHODS:
+            def run(n, method=method):
+                write_parquet(prompts.groupby(["variant", "split"], sort=False).head(n).reset_index(drop=True),
+                              f"{tmp}/prompts.parquet")
+                stages.sharpen(cfg=s, method=method, checkpoint=f"{tmp}/base.pt", prompts=f"{tmp}/prompts.parquet",
+                               results=f"{tmp}/r.parquet")
+
+            t1, k, m1, _ = _linear(run, n1, n2)
+            per[method], fixed[method], peaks[method] = k, t1 - k * n1, m1
+    n_full = max(tk.train_prompts, tk.test_prompts)
+    seeds = p.pretrain.seeds
+    cost = {m: seeds * (fixed[m] + per[m] * n_full) for m in per}
+    method = max(cost, key=cost.get)
+    return {"peak_mb": max(peaks.values()), "unit": f"the job ({method}: {seeds} base models x {len(p.variants)} "
+                                                    f"variants, {n_full} prompts per split)",
+            "seconds": cost[method], "units": 1,
+            "how": f"papers.sharpening.stages.sharpen on prepare's prompts cut to {n1} and {n2} per variant and split "
+                   f"and one base model of the full config (random weights): "
+                   + "; ".join(f"{m} {fixed[m]:.1f} s + {per[m]:.2f} s per prompt" for m in per)
+                   + f" (linear in the prompts), x {n_full} prompts, x {seeds} base models; the costlier method; one "
+                   "job = one method"}
+
+
+@unit("infoprop_evaluate", "train")
+def _infoprop_evaluate(cfg):
+    """papers.infoprop.stages.evaluate (the stage itself) on stand-ins of its inputs at the full shapes: prepare's
+    npz (125 x 1000 logged HalfCheetah-sized transitions, random; the rollout policy; true continuations of samples x
+    horizon per start, random) with 4 and 8 start states, and a checkpoint of the full ensemble (papers.infoprop.model
+    .GaussianEnsemble at the full model config, random weights); the cost linear in the starts, x rollout.starts."""
+    import copy
+    import tempfile
+
+    import numpy as np
+    import torch
+
+    from papers.infoprop import stages
+    from papers.infoprop.model import GaussianEnsemble
+    from papers.infoprop.params import parse
+
+    c0 = cfg["infoprop"]
+    p = parse(c0)
+    r, m = p.rollout, p.model
+    obs, act = 17, 6  # HalfCheetah-v5
+    n_train = p.data["train_episodes"] * p.data.get("episode_steps", 1000)
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        net = GaussianEnsemble(obs + act, obs + 1, m["ensemble"], m["hidden"], m["layers"], m["learn_logvar_bounds"])
+        torch.save({"state_dict": net.state_dict(), "d_in": obs + act, "d_out": obs + 1, "members": net.ensemble,
+                    "model": dict(m), "seed": 0}, f"{tmp}/model.pt")
+        train = {k: rng.normal(size=(n_train, obs)) for k in ("obs", "next_obs")}
+        train["act"] = rng.uniform(-1, 1, (n_train, act))
+        train["rew"] = rng.normal(size=n_train)
+        w = rng.normal(size=(act, obs)) / np.sqrt(obs)
+
+        def run(k):
+            np.savez(f"{tmp}/data.npz", w=w, w_rollout=w[None], shifts=np.zeros(1), starts=rng.normal(size=(k, obs)),
+                     true_states=rng.normal(size=(1, k, r["samples"], r["horizon"], obs)),
+                     true_alive=np.ones((1, k, r["samples"], r["horizon"]), dtype=bool),
+                     **{f"train_{key}": v for key, v in train.items()})
+            c = copy.deepcopy(c0)
+            c["rollout"] = {**c["rollout"], "starts": k}
+            stages.evaluate(cfg=c, seed="0", data=f"{tmp}/data.npz", model=f"{tmp}/model.pt",
+                            curves=f"{tmp}/c.parquet", cuts=f"{tmp}/x.parquet")
+
+        t1, k, m1, dm = _linear(run, 4, 8)
+    fixed = t1 - 4 * k
+    return {"peak_mb": m1 + dm * (r["starts"] - 4),
+            "unit": f"the job ({r['starts']} starts x {r['samples']} samples x {r['horizon']} steps, 3 schemes)",
+            "seconds": fixed + k * r["starts"], "units": 1,
+            "how": f"papers.infoprop.stages.evaluate on stand-ins (random npz of prepare's full shapes: {n_train} "
+                   f"transitions, true continuations {r['samples']} x {r['horizon']} per start; the full ensemble "
+                   f"{m['ensemble']} x {m['layers']} x {m['hidden']}, random weights) at 4 and 8 starts: {fixed:.0f} s "
+                   f"+ {k:.2f} s per start (linear), x {r['starts']} starts; memory likewise; one job = one seed"}
+
+
 # ---- not measured: the train/gpu rules without an entry, and why (they keep their kind's values, or their paper's
 # own runtime estimate); tests/workflow/test_job_estimates.py checks that every train/gpu rule is measured or here.
 UNMEASURED = {
     # papers other sessions were editing while these were measured (their stage code was changing)
-    "eagle_pretrain": "eagle's stages were being edited in this round; measure after (eagle_train's FLOP count is here)",
+    "eagle_pretrain": "at the full scale the stage trains nothing: it loads each pretrained expert and the 7B LM once "
+                      "(papers.eagle.llava.describe), none of which is here; its cost is reading ~19 GB of weights "
+                      "(the LM in bfloat16 and one fp32 expert resident at a time: over ~17 GB of memory)",
     "orion_evaluate_pretrained": "a user's pretrained LM (orion.pretrained), none here; and orion was being edited",
-    "symspace_train": "symspace's stages were being edited in this round; measure after",
-    "symspace_tree": "symspace's stages were being edited in this round; measure after",
     # the paper's own estimate of its jobs' wall time (job_resources(kind, runtime=...)), from its own work count
     "sbdd_vs_generate": "the paper's own estimate (papers.sbdd_vs.params.job_minutes)",
     "sbdd_vs_dock": "the paper's own estimate (papers.sbdd_vs.params.job_minutes)",
@@ -1070,19 +1361,16 @@ UNMEASURED = {
     "hip_cost": "attention at up to 131,072 tokens (hip.cost): one dense step there is far over 60 CPU-s here",
     "profilebfn_evaluate": "sampling the 650M-parameter network (500 steps x 1000 sequences): no full-width forward fits "
                            "in ~60 CPU-s here; as profilebfn_train, a FLOP count would be needed",
+    "neural_fdm_evaluate": "the stage (papers.neural_fdm.evaluate.evaluate) on prepare's targets and full-size "
+                           "checkpoints, run with direct.shapes 1 and 2 per task (direct optimisation at maxiter "
+                           "5000), ran over 130 CPU-s here before it was stopped: over this round's ~60 CPU-s",
     "deepgate4_train": "its cost follows the user's netlists (node counts of the ITC99/EPFL circuits, not here)",
     "deepgate4_evaluate": "its cost follows the user's netlists (not here)",
     "deepgate4_scaling": "its cost follows the user's netlists (not here)",
-    "cbplm_evaluate": "reads the trained checkpoints and the held-out split (20,000 sequences); the forward passes and "
-                      "interventions not yet timed",
     "sam_late_evaluate": "per network: Lanczos Hessian, PGD-10 robust accuracy and loss lines, over ~50 VGG-16-BN "
-                         "states; not yet timed",
+                         "states; not reached before this round's deadline (the last in its order)",
     "infoprop_dyna": "each round refits the model on all real steps so far (cost quadratic in real_steps): a few "
                      "rounds cannot be extrapolated, and the full run is far over 60 CPU-s",
-    "infoprop_evaluate": "rollouts of the trained ensemble on the prepared HalfCheetah data (earlier stages' outputs); "
-                         "not yet timed",
-    "neural_fdm_evaluate": "direct optimisation (maxiter 5000) per shape on the trained checkpoints; not yet timed",
-    "sharpening_sharpen": "reads the pretrained base models and prompts (earlier stages' outputs); not yet timed",
 }
 
 
