@@ -240,11 +240,11 @@ def _orion_train(cfg):
     return {"peak_mb": base + (peak_mb() - base) * scale, "flops": step_flops(step) * scale,
             "unit": f"AdamW step of one {big.name} member (batch {t.batch_size} x {T} tokens)",
             "seconds": s * scale,
-            "units": t.max_steps * p.seeds,
+            "units": (t.max_steps + t.post_gate_steps) * p.seeds,
             "how": f"papers.orion.train.member_losses + clip_per_member + AdamW (the stage's step) on the largest model "
                    f"({big.name}, one member) timed at batch {B} of the longest sequences, x {t.batch_size}/{B}; x "
-                   f"max_steps {t.max_steps} x {p.seeds} seeds side by side (an upper bound: members leave at the "
-                   f"accuracy gate); on the GPU (orion.device {p.device}) at the FLOP rate; validation (every "
+                   f"(max_steps {t.max_steps} + post_gate_steps {t.post_gate_steps}) x {p.seeds} seeds side by side (an "
+                   f"upper bound: a member leaves post_gate_steps after its accuracy gate); on the GPU (orion.device {p.device}) at the FLOP rate; validation (every "
                    f"{t.eval_every} steps, on CPU copies of the members) left out"}
 
 
@@ -1340,6 +1340,66 @@ def _infoprop_evaluate(cfg):
                    f"+ {k:.2f} s per start (linear), x {r['starts']} starts; memory likewise; one job = one seed"}
 
 
+@unit("sam_late_evaluate", "gpu")
+def _sam_late_evaluate(cfg):
+    """papers.sam_late.evaluate.evaluate_runs' calls per network, each timed and FLOP-counted at batch 8 on VGG-16-BN
+    (papers.sam_late.train.new_model, random weights: a stand-in of a trained state) and scaled to the images it
+    reads: the train / test loss and accuracy (a forward pass of every image), the Lanczos Hessian (lanczos_iters
+    Hessian-vector products on hessian_samples images, papers.common.hessian.hvp), PGD robust accuracy (attack.steps
+    input gradients and a forward of every test image, papers.sam_late.sam.pgd), and the loss lines (interpolation
+    points x interpolation_samples forwards per line); x the networks and lines the stage evaluates."""
+    import torch
+
+    from papers.common.hessian import hvp
+    from papers.sam_late.params import ADV_ARMS, SAM_ARMS, parse
+    from papers.sam_late.sam import pgd
+    from papers.sam_late.train import new_model
+
+    p = parse(cfg["sam_late"])
+    model = new_model(p, 0, "cpu").eval()
+    B = 8
+    x, y = torch.rand(B, 3, 32, 32), torch.randint(0, 10, (B,))
+    params = [w for w in model.parameters() if w.requires_grad]
+    vec = [torch.randn_like(w) for w in params]
+    loss_fn = lambda: torch.nn.functional.cross_entropy(model(x), y)  # noqa: E731
+
+    def forward():
+        with torch.no_grad():
+            model(x)
+
+    calls = {"forward": forward, "hvp": lambda: hvp(loss_fn, params, vec),
+             "pgd_step": lambda: pgd(model, x, y, epsilon=p.attack.epsilon, step_size=p.attack.step_size, steps=1,
+                                     random_start=False)}
+    def input_gradient():  # a PGD step's matmuls (pgd's leaf input trips torch's FLOP counter: a non-leaf here)
+        x_in = x.clone().requires_grad_(True) * 1.0
+        torch.autograd.grad(torch.nn.functional.cross_entropy(model(x_in), y), x_in)
+
+    sec, flops = {}, {}
+    for name, call in calls.items():
+        sec[name] = per_step(call, 2) / B
+        flops[name] = step_flops(input_gradient if name == "pgd_step" else call) / B
+    n_train, n_test = p.data.train_size, p.data.test_size
+    per_net = {"forward": n_train + 2 * n_test, "hvp": p.lanczos_iters * p.hessian_samples,
+               "pgd_step": p.attack.steps * n_test}
+    # networks: SGD; at the main rho SAM's arms, the extra late and early arms; SAM and late SAM at each other rho;
+    # the adversarial arms; each on every seed (clean labels: the full scale's conditions)
+    nets = p.seeds * (1 + len(SAM_ARMS) + len(p.late_ks) + len(p.early_ks) + 2 * (len(p.rhos) - 1) + len(ADV_ARMS))
+    lines = p.seeds * (len(p.rhos) + 1 + 1)  # late SAM at each rho, late AT, the matched-distance control
+    per_line = p.interpolation_points * p.interpolation_samples
+    total = sum(sec[c] * per_net[c] for c in calls) * nets + sec["forward"] * per_line * lines
+    total_flops = sum(flops[c] * per_net[c] for c in calls) * nets + flops["forward"] * per_line * lines
+    data_mb = (n_train + n_test) * 3 * 32 * 32 * 4 / 2**20  # the images as float32 tensors (load_tensors)
+    return {"peak_mb": peak_mb() + data_mb, "flops": total_flops,
+            "unit": f"the job ({nets} networks, {lines} loss lines)", "seconds": total, "units": 1,
+            "how": f"VGG-16-BN (random weights: stand-in of a trained state) at batch {B}, CPU-s per image: forward "
+                   f"{sec['forward']:.4f}, Hessian-vector product {sec['hvp']:.4f}, PGD step {sec['pgd_step']:.4f}; "
+                   f"per network {per_net['forward']} forwards (train, test, robust accuracy's final pass), "
+                   f"{p.lanczos_iters} x {p.hessian_samples} HVPs, {p.attack.steps} x {n_test} PGD steps; x {nets} "
+                   f"networks; + {lines} lines x {p.interpolation_points} points x {p.interpolation_samples} "
+                   f"forwards; FLOPs by torch's counter on the same calls; memory + the {data_mb:.0f} MB of images; "
+                   "the Hessian on the job's device (papers.sam_late.evaluate)"}
+
+
 # ---- not measured: the train/gpu rules without an entry, and why (they keep their kind's values, or their paper's
 # own runtime estimate); tests/workflow/test_job_estimates.py checks that every train/gpu rule is measured or here.
 UNMEASURED = {
@@ -1367,8 +1427,6 @@ UNMEASURED = {
     "deepgate4_train": "its cost follows the user's netlists (node counts of the ITC99/EPFL circuits, not here)",
     "deepgate4_evaluate": "its cost follows the user's netlists (not here)",
     "deepgate4_scaling": "its cost follows the user's netlists (not here)",
-    "sam_late_evaluate": "per network: Lanczos Hessian, PGD-10 robust accuracy and loss lines, over ~50 VGG-16-BN "
-                         "states; not reached before this round's deadline (the last in its order)",
     "infoprop_dyna": "each round refits the model on all real steps so far (cost quadratic in real_steps): a few "
                      "rounds cannot be extrapolated, and the full run is far over 60 CPU-s",
 }

@@ -657,7 +657,10 @@ def test_the_report_counts_gated_pairs_whose_request_does_not_move():
     assert "Of the 4 tested pairs past the gate, 2 keep R2(C2) dominant at every interior layer" in text
     assert "Of the 6 positive-control pairs past the gate, 0 keep" in text
     assert "No tested pair passed the gate" in outcome(_params(), pairs.assign(gated=False))
-    assert text.startswith("The seeds were taken at steps R 100, 100, 100 (cap 1500), T 100, 100, 100 (cap 1500).")
+    assert ") passed the validation gate at steps R 100, 100, 100 (cap 1500), T 100, 100, 100 (cap 1500) and were " \
+           "analysed at steps R 100, 100, 100 (0 past the gate), T 100, 100, 100 (0 past the gate)." in text
+    post = pairs.assign(analysed_step=pairs.gate_step + 600)
+    assert "analysed at steps R 700, 700, 700" in outcome(_params(), post)
 
 
 def test_the_report_computes_what_each_interior_rule_gives():
@@ -858,3 +861,28 @@ def test_training_device_setting():
     with pytest.raises(ValueError, match="orion.device"):
         parse({"device": "tpu"})
     assert parse({}).device == "cpu"
+
+
+def test_listed_pretrained_lms_decide_and_the_tiny_models_are_reported_beside(tmp_path):
+    """Issue 47's sixth review (full scale): where orion.pretrained lists LMs, the paper's setting decides (a) and (b)
+    and the tiny trained models cannot veto it. Six pretrained LMs that all meet the criteria hold even beside a
+    tiny model whose six seeds all miss them (which alone does not hold, and did veto before this change)."""
+    from papers.orion.report import build_claims
+
+    specs = []
+    for i in range(6):
+        (tmp_path / f"p{i}").mkdir()
+        (tmp_path / f"p{i}" / "config.json").write_text("{}")
+        specs.append({"name": f"P{i}", "path": str(tmp_path / f"p{i}")})
+    tiny = _claim_inputs(NONE6, seeds=6)
+    p_alone = _params(seeds=6)
+    assert _verdicts(build_claims(p_alone, tiny, NO_OVERSIGHT, SHARED))[:2] == ["does not hold"] * 2
+    good = _claim_inputs(ALL6, seeds=6)
+    lms = good[good.model == "T"].assign(model=[f"P{i}" for i in good[good.model == "T"].seed], seed=0)
+    p = parse({"seeds": 6, "models": MODELS, "families": ["story", "code"], "pretrained": specs})
+    claims = build_claims(p, pd.concat([tiny, lms], ignore_index=True), NO_OVERSIGHT, SHARED)
+    assert _verdicts(claims)[:2] == ["holds"] * 2
+    for claim in claims[:2]:
+        assert [part.name.split(":")[0] for part in claim.evidence] == ["pretrained LMs"]
+    assert claims[0].measured["deciding_groups"] == ["pretrained LMs"]
+    assert claims[0].measured["per_seed"]["T"] == [round(v, 3) for v in NONE6]  # still reported

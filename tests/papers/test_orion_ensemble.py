@@ -87,7 +87,7 @@ def test_training_stops_each_member_at_the_gate(gate, records, answers, expect):
         return sample
 
     order = iter(answers)
-    out, steps, hist = trainer.train_until_gate(models, [sampler(r) for r in rng], max_steps=10, lr=1e-3, warmup=1,
+    out, steps, hist, _ = trainer.train_until_gate(models, [sampler(r) for r in rng], max_steps=10, lr=1e-3, warmup=1,
                                                 weight_decay=0.0, grad_clip=1.0, lm_weight=0.0, eval_every=3,
                                                 evaluate=lambda m: {"story": next(order)}, gate=gate,
                                                 gate_records=records)
@@ -111,9 +111,9 @@ def test_a_member_left_behind_trains_as_it_would_alone():
 
     kw = dict(max_steps=8, lr=1e-2, warmup=2, weight_decay=0.1, grad_clip=0.05, lm_weight=0.5, eval_every=3, gate=0.5)
     both = iter([1.0, 0.0, 0.0, 0.0])  # member 0 passes at step 3; member 1 never
-    out, steps, _ = trainer.train_until_gate(init_members(CFG, [0, 1]), [sampler(0), sampler(1)],
+    out, steps, _, _ = trainer.train_until_gate(init_members(CFG, [0, 1]), [sampler(0), sampler(1)],
                                              evaluate=lambda m: {"story": next(both)}, **kw)
-    alone, alone_steps, _ = trainer.train_until_gate(init_members(CFG, [1]), [sampler(1)],
+    alone, alone_steps, _, _ = trainer.train_until_gate(init_members(CFG, [1]), [sampler(1)],
                                                      evaluate=lambda m: {"story": 0.0}, **kw)
     assert steps == [3, 8] and alone_steps == [8]
     for (name, a), b in zip(out[1].state_dict().items(), alone[0].state_dict().values()):
@@ -201,9 +201,9 @@ def test_a_seed_trains_the_same_alone_and_in_a_stack():
 def _stack_and_alone(cfg):
     kw = dict(max_steps=6, lr=5e-3, warmup=2, weight_decay=0.1, grad_clip=1.0, lm_weight=0.1, eval_every=1,
               gate=2.0, buckets=2)  # an unreachable gate: every member trains every step, a record each step
-    stack, _, hist3 = trainer.train_until_gate(init_members(cfg, [10, 11, 12]), [_real_sampler(s)[1] for s in (0, 1, 2)],
+    stack, _, hist3, _ = trainer.train_until_gate(init_members(cfg, [10, 11, 12]), [_real_sampler(s)[1] for s in (0, 1, 2)],
                                                evaluate=lambda m: {"story": 0.0}, **kw)
-    alone, _, hist1 = trainer.train_until_gate(init_members(cfg, [11]), [_real_sampler(1)[1]],
+    alone, _, hist1, _ = trainer.train_until_gate(init_members(cfg, [11]), [_real_sampler(1)[1]],
                                                evaluate=lambda m: {"story": 0.0}, **kw)
     curve3 = hist3[hist3.member == 1]["train/loss"].to_numpy()
     curve1 = hist1[hist1.member == 0]["train/loss"].to_numpy()
@@ -212,3 +212,67 @@ def _stack_and_alone(cfg):
     assert not np.allclose(hist3[hist3.member == 0]["train/loss"], curve1)  # the stack's other members differ
     for (name, a), b in zip(stack[1].state_dict().items(), alone[0].state_dict().values()):
         assert torch.equal(a, b), name
+
+
+def _answers_sampler(seed):
+    r = np.random.default_rng(seed)
+
+    def sample(copy_only):
+        x = torch.as_tensor(r.integers(1, CFG.vocab_size, (4, 8)))
+        mask = torch.zeros(4, 7, dtype=torch.bool)
+        mask[:, [3, 6]] = True
+        return x, mask
+    return sample
+
+
+def test_post_gate_steps_train_exactly_n_more_steps_and_the_analysed_model_is_the_post_gate_one():
+    """Issue 47's sixth review: a seed is analysed post_gate_steps after its gate. Member 0 passes at the record of
+    step 3 and is taken at 3 + 4 = 7, past no record of eval_every (7 is not a multiple of 3); member 1 never passes
+    and is taken at the cap 8 (no post-gate steps: it has no gate). The analysed model of member 0 has the weights of
+    member 0 trained alone for exactly 7 steps (not 6, not 8: each step moves the weights), its at-gate model those
+    after 3; the history marks the records after the gate, including the one at 7 (the stability premise)."""
+    kw = dict(lr=1e-2, warmup=2, weight_decay=0.1, grad_clip=0.05, lm_weight=0.5, eval_every=3, gate=0.5)
+    # records: step 3 (members 0, 1), 6 (both: 0 is past its gate), 7 (member 0's post-gate end), 8 (member 1's cap)
+    answers = iter([1.0, 0.0, 0.2, 0.0, 0.95, 0.0])
+    out, steps, hist, at_gate = trainer.train_until_gate(
+        init_members(CFG, [0, 1]), [_answers_sampler(0), _answers_sampler(1)], max_steps=8, post_gate_steps=4,
+        evaluate=lambda m: {"story": next(answers)}, **kw)
+    assert next(answers, None) is None  # no record skipped, none extra
+    assert steps == [7, 8]
+    assert [(s, passed) for _, s, passed in at_gate] == [(3, True), (8, False)]
+    assert at_gate[1][0] is out[1]  # below the gate: the cap model is both
+    rows = hist[hist.member == 0]
+    assert rows.step.tolist() == [3, 6, 7] and rows.phase.tolist() == ["gate", "post_gate", "post_gate"]
+    assert rows["eval/story"].iloc[-1] == 0.95  # the record at the analysed checkpoint
+    assert hist[hist.member == 1].phase.eq("gate").all()
+
+    def alone(n):  # member 0 trained alone for n steps (an unreachable gate: taken at the cap n)
+        models, _, _, _ = trainer.train_until_gate(init_members(CFG, [0]), [_answers_sampler(0)], max_steps=n,
+                                                   evaluate=lambda m: {"story": 0.0}, **kw)
+        return models[0].state_dict()
+
+    def same(a, b):
+        return all(torch.allclose(x, y, atol=1e-6, rtol=1e-5) for x, y in zip(a.values(), b.values()))
+
+    post, gate = out[0].state_dict(), at_gate[0][0].state_dict()
+    assert same(post, alone(7)) and not same(post, alone(6)) and not same(post, alone(8))
+    assert same(gate, alone(3)) and not same(gate, post)
+
+
+def test_post_gate_steps_may_run_past_the_cap_and_zero_is_the_gate():
+    """The cap bounds the search for the gate, not the post-gate steps: a member that passes at the cap's record
+    trains post_gate_steps past it; with post_gate_steps 0 the analysed model is the at-gate one."""
+    kw = dict(lr=1e-2, warmup=2, weight_decay=0.1, grad_clip=0.05, lm_weight=0.5, eval_every=3, gate=0.5, max_steps=6)
+    answers = iter([0.0, 1.0, 1.0, 1.0])  # passes at step 6, the cap; records at 9 (eval_every) and 6 + 5 = 11
+    out, steps, hist, at_gate = trainer.train_until_gate(init_members(CFG, [0]), [_answers_sampler(0)],
+                                                         post_gate_steps=5, evaluate=lambda m: {"story": next(answers)},
+                                                         **kw)
+    assert steps == [11] and at_gate[0][1:] == (6, True) and hist.step.tolist() == [3, 6, 9, 11]
+    assert next(answers, None) is None
+    answers = iter([1.0])
+    out, steps, _, at_gate = trainer.train_until_gate(init_members(CFG, [0]), [_answers_sampler(0)], post_gate_steps=0,
+                                                      evaluate=lambda m: {"story": next(answers)}, **kw)
+    assert steps == [3] and at_gate[0][0] is out[0]
+    with pytest.raises(ValueError, match="post_gate_steps"):
+        trainer.train_until_gate(init_members(CFG, [0]), [_answers_sampler(0)], post_gate_steps=-1,
+                                 evaluate=lambda m: {"story": 0.0}, **kw)

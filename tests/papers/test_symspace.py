@@ -343,6 +343,36 @@ def test_planted_spd_labels_lie_in_the_busemann_heads_function_class():
     assert torch.equal(x, x2) and torch.equal(y, y2)  # its own stream: reruns draw the same set
 
 
+def test_quadratic_plant_lies_in_the_busemann_class_and_outside_the_logeig_heads():
+    """Claim (b)'s positive control (normals a_k = -e_m): the generating Busemann SPDNet labels
+    every matrix right, while the best LogEig + linear head on the generating network's OWN backbone (the most
+    favourable backbone a LogEig student could learn: logistic regression on vec(log Z), nearly unregularised,
+    fitted to every matrix) cannot reproduce the labels. The same regression fits labels drawn by a random linear
+    form of log Z exactly (it is able to fit what is linear), and the bound fails for a plant that is linear."""
+    from sklearn.linear_model import LogisticRegression
+
+    from papers.symspace.train import planted_spd
+
+    cfg = {"classes": 3, "per_class": 160, "log_spread": 2.0, "train_fraction": 0.5}
+    for seed in (0, 1):
+        x, y, teacher = planted_spd(seed, 6, 4, cfg)
+        with torch.no_grad():
+            assert float((teacher(x).argmax(-1) == y).double().mean()) == 1.0  # in the Busemann head's class
+            assert torch.equal(teacher.head.dist.a, -torch.eye(4, dtype=torch.float64)[-1].expand(3, 4))
+            z = teacher.reeig(teacher.bimap(x))
+            feats = L.LogEig()(z).numpy()
+            # The quadratic plant's logit is -log(v_k^T Z v_k), v_k = P_k^-1/2 R_k e_m (the UDU^T corner entry).
+            d = teacher.head.dist
+            v = (torch.linalg.matrix_exp(-L.sym(d.s) / 2) @ L.orthogonal_param(d.r))[..., -1]  # (K, m)
+            direct = -torch.log(torch.einsum("ki,nij,kj->nk", v, z, v))
+            torch.testing.assert_close(teacher(x), direct)
+        fit = LogisticRegression(C=1e6, max_iter=20000).fit(feats, y.numpy()).score(feats, y.numpy())
+        assert fit < 0.92, fit  # the LogEig + linear head cannot represent the planted labels (measured 0.84-0.86)
+        w = np.random.default_rng(seed).normal(size=(feats.shape[1], 3))
+        linear = (feats @ w).argmax(1)
+        assert LogisticRegression(C=1e6, max_iter=20000).fit(feats, linear).score(feats, linear) >= 0.99
+
+
 def test_claim_b_finds_a_planted_gain_and_an_unconverged_arm_is_inconclusive():
     from papers.symspace.report import claim_b
 

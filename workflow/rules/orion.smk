@@ -38,12 +38,13 @@ rule orion_prepare:
 
 
 rule orion_train:
-    """Train every seed of one model side by side on the task mixture, each until the validation accuracy gate."""
+    """Train every seed of one model side by side on the task mixture, each to the validation accuracy gate and a fixed number of steps past it."""
     input:
         vocab=rules.orion_prepare.output.vocab,
         val=rules.orion_prepare.output.val,
     output:
         checkpoints=[f"{ORION}/train/{{model}}_seed{seed}.pt" for seed in ORION_SEEDS],
+        gate_checkpoints=[f"{ORION}/train/{{model}}_seed{seed}_gate.pt" for seed in ORION_SEEDS],
         history=f"{ORION}/train/{{model}}_history.parquet",
     params:
         call="papers.orion.stages:train",
@@ -66,15 +67,18 @@ rule orion_train:
 
 
 rule orion_evaluate:
-    """For every seed of one model: test accuracy, request-patching sweep and its control."""
+    """For every seed of one model, at its analysed (post-gate) and at its gate checkpoint: test accuracy, request-patching sweep and its control."""
     input:
         checkpoints=rules.orion_train.output.checkpoints,
+        gate_checkpoints=rules.orion_train.output.gate_checkpoints,
         vocab=rules.orion_prepare.output.vocab,
         test=rules.orion_prepare.output.test,
         pairs=rules.orion_prepare.output.pairs,
     output:
         metrics=f"{ORION}/evaluate/{{model}}_accuracy.parquet",
         sweep=f"{ORION}/evaluate/{{model}}_patching.parquet",
+        gate_metrics=f"{ORION}/evaluate/{{model}}_gate_accuracy.parquet",
+        gate_sweep=f"{ORION}/evaluate/{{model}}_gate_patching.parquet",
     params:
         call="papers.orion.stages:evaluate",
         cfg=ORION_CFG,
@@ -130,6 +134,8 @@ rule orion_report:
         + expand(rules.orion_evaluate_pretrained.output.metrics, name=ORION_PRETRAINED),
         sweeps=expand(rules.orion_evaluate.output.sweep, model=ORION_MODELS)
         + expand(rules.orion_evaluate_pretrained.output.sweep, name=ORION_PRETRAINED),
+        gate_metrics=expand(rules.orion_evaluate.output.gate_metrics, model=ORION_MODELS),
+        gate_sweeps=expand(rules.orion_evaluate.output.gate_sweep, model=ORION_MODELS),
         oversights=expand(rules.orion_evaluate_pretrained.output.oversight, name=ORION_PRETRAINED),
         histories=expand(rules.orion_train.output.history, model=ORION_MODELS),
         vocab=rules.orion_prepare.output.vocab,

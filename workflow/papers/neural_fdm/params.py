@@ -130,8 +130,8 @@ class Params:
     min_learned: float = 0.5  # premise: a learned model's median error at most this fraction of the blind predictor's
     blind_shapes: int = 1000  # training targets averaged into the blind predictor's shape
     equilibrium_shapes: int = 20  # test shapes per split and seed whose best-fit residual claim (b) computes
-    # premise of (a) and (c): the held-out validation error fell by less than this over the last quarter of training
-    # (the whole t interval over seeds of the per-seed fall)
+    # premise of (a) and (c): the full run's held-out validation error lies less than this fraction below that of a
+    # complete run of 3/4 of the steps (train.SHORT_RUN; the whole t interval over seeds of the per-seed fall)
     converged_gain: float = 0.1
     # which models of a claim (a) comparison pass that premise: "trailing" (in a split decided in distribution, only
     # the one behind: a further fall of the leader widens its lead; report.convergence_gates) or "all" (both, always)

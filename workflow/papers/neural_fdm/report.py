@@ -11,7 +11,8 @@ speak; (c) covers every task:
   back onto a training shape (a premise gate checks that both models feel the shift). Premises: each model
   beats the blind predictor (the mean training shape) by a margin, and the held-out validation error of the
   models a verdict rests on had flattened (it fell by at most converged_gain over the last quarter of training, a
-  t interval over seeds): with converged_arms "trailing", in a split decided in distribution only the model that
+  t interval over seeds; read as the full run's error against the same seed's complete run of 3/4 of the steps, so
+  that a decaying learning rate cannot flatten it by construction): with converged_arms "trailing", in a split decided in distribution only the model that
   is behind, elsewhere both (:func:`convergence_arms`, :func:`convergence_gates`);
 - (b) the fully neural model's shapes are further from equilibrium than their targets even with the
   force densities that best balance them (so it measures whether the shape could stand at all); the reference is
@@ -167,32 +168,43 @@ def learned_gate(per_seed, p, task: str, model: str) -> Premise:
 
 
 def validation_falls(hist: pd.DataFrame, task: str, model: str) -> pd.DataFrame:
-    """Per seed: the median held-out validation error after 50%, 75% and 100% of training (columns 0.5, 0.75,
-    1.0; :func:`papers.neural_fdm.train.stack_validation`) and `fall`, 1 - error(100%) / error(75%): how much it
-    still fell over the last quarter (NaN where a checkpoint is missing or not finite)."""
+    """Per seed: the trained run's median held-out validation error after 50%, 75% and 100% of its steps
+    (columns 0.5, 0.75, 1.0; :func:`papers.neural_fdm.train.stack_validation`), `short`, the final error of the
+    same seed's complete shorter run (:data:`papers.neural_fdm.train.SHORT_RUN` of the steps, its own schedule:
+    column `run_steps` of the history), and `fall`, 1 - error(full run) / error(shorter run): how much the last
+    quarter of the steps still gained, whatever the schedule (under a decaying rate the 75% iterate of the full run
+    is not a trained model: its rate has not decayed yet; NaN where a run is missing or not finite)."""
     h = hist[(hist.task == task) & (hist.model == model)]
-    if h.empty or "validation_error" not in h:
-        return pd.DataFrame(columns=[0.5, 0.75, 1.0, "fall"])
-    v = (h.dropna(subset=["validation_error"]).pivot_table(index="seed", columns="fraction", values="validation_error",
-                                                           aggfunc="first").reindex(columns=[0.5, 0.75, 1.0]))
+    cols = [0.5, 0.75, 1.0, "short", "fall"]
+    if h.empty or "validation_error" not in h or "run_steps" not in h:
+        return pd.DataFrame(columns=cols)
+    h = h.dropna(subset=["validation_error"])
+    full = h.run_steps == h.run_steps.max()
+    v = (h[full].pivot_table(index="seed", columns="fraction", values="validation_error", aggfunc="first")
+         .reindex(columns=[0.5, 0.75, 1.0]))
+    short = h[~full & (h.fraction == 1.0)].groupby("seed").validation_error.first()
+    v["short"] = short.reindex(v.index)
     with np.errstate(divide="ignore", invalid="ignore"):
-        fall = 1 - v[1.0] / v[0.75]
-    return v.assign(fall=fall.where(np.isfinite(v[1.0]) & np.isfinite(v[0.75])))
+        fall = 1 - v[1.0] / v["short"]
+    return v.assign(fall=fall.where(np.isfinite(v[1.0]) & np.isfinite(v["short"])))
 
 
 def converged_gate(hist: pd.DataFrame, p, task: str, model: str) -> Premise:
     """The model's training had flattened: its held-out validation error (fixed validation targets, never the test
     set) fell over the last quarter of training by at most converged_gain, the whole 95% t interval over seeds of
-    the per-seed fall 1 - error(100%) / error(75%) below it (paired: each seed against itself). A model still
-    improving there is not at its plateau, and a ranking at this budget need not be the converged one. A seed
-    without a finite fall (a failed validation solve) leaves the gate unmet."""
+    the per-seed fall 1 - error(full run) / error(complete run of 3/4 of the steps) below it (paired: each seed
+    against itself, same initial weights and target stream). Two complete runs make the premise independent of the
+    learning-rate schedule: a decaying rate flattens the late iterates of one run by construction (and its final
+    anneal lowers them), so the fall within a run measures the schedule; a longer run's gain measures training.
+    A model still improving there is not at its plateau, and a ranking at this budget need not be the converged
+    one. A seed without a finite fall (a failed validation solve) leaves the gate unmet."""
     name = f"{task} {model} converged: fall of the held-out validation error over the last quarter of training"
     falls = validation_falls(hist, task, model)
     if falls.empty or falls.fall.isna().any():
         return Premise.at_most(name, float("nan"), p.converged_gain, what="config converged_gain; a seed's fall "
                                "was not measured")
     return Premise.from_evidence(name, mean_test(falls.fall.to_numpy(float), threshold=p.converged_gain,
-                                                 direction="<", name=f"{task} {model}: 1 - val(100%) / val(75%)",
+                                                 direction="<", name=f"{task} {model}: 1 - val(full run) / val(3/4 run)",
                                                  what="seeds"))
 
 
@@ -252,12 +264,25 @@ def equilibrium_floor(df: pd.DataFrame, task: str) -> tuple[float, float, int]:
             float(direct.shape_error_per_coord.median()), int(direct["shape"].nunique()))
 
 
+def main_runs(hist: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the trained runs (all the steps) of every task and model, without the convergence premise's
+    shorter runs (:func:`validation_falls`)."""
+    if hist.empty or "run_steps" not in hist:
+        return hist
+    longest = hist.groupby(["task", "model"]).run_steps.transform("max")
+    return hist[hist.run_steps == longest]
+
+
 def undone_share(hist: pd.DataFrame, p, task: str) -> float:
-    """The largest share, over seeds, of the hybrid's training steps on `task` that the stiffness guard undid."""
+    """The largest share, over seeds and runs (the trained run and the convergence premise's shorter one), of the
+    hybrid's training steps on `task` that the stiffness guard undid."""
     h = hist[(hist.task == task) & (hist.model == "hybrid")]
     if h.empty or "rejected" not in h:
         return float("nan")
-    return float(h.groupby("seed").rejected.first().max()) / p.task(task).train.steps
+    if "run_steps" not in h:
+        return float(h.groupby("seed").rejected.first().max()) / p.task(task).train.steps
+    runs = h.groupby(["seed", "run_steps"]).rejected.first().reset_index()
+    return float((runs.rejected / runs.run_steps).max())
 
 
 def undone_gate(hist: pd.DataFrame, p, task: str) -> Premise:
@@ -356,15 +381,17 @@ def neural_fdm_claims(p, df: pd.DataFrame, summary: pd.DataFrame, per_seed: pd.D
             if p.task(t).guard:
                 premise.append(undone_gate(hist, p, t))
             curves = {m: validation_falls(hist, t, m) for m in ("hybrid", "neural")}
-            measured["validation_error"] = {m: {f"{int(100 * f)}%": [float(x) for x in c[f]] for f in (0.5, 0.75, 1.0)}
+            measured["validation_error"] = {m: {**{f"{int(100 * f)}%": [float(x) for x in c[f]] for f in (0.5, 0.75, 1.0)},
+                                                "3/4 run": [float(x) for x in c["short"]]}
                                             for m, c in curves.items()}
             note += ("; " if note else "") + (
                 f"both models train {p.task(t).train.steps} steps (the paper: 10,000); median held-out validation "
-                "error per seed after 50% / 75% / 100% of training: " + "; ".join(
-                    f"{m} " + ", ".join(f"{c.loc[s_, 0.5]:.3g} / {c.loc[s_, 0.75]:.3g} / {c.loc[s_, 1.0]:.3g}"
-                                        for s_ in c.index) for m, c in curves.items())
-                + f" (converged: the fall over the last quarter below {100 * p.converged_gain:g}%, t interval over "
-                "seeds)")
+                "error per seed after 50% / 75% / 100% of training, and of the same seed's complete 3/4-length run: "
+                + "; ".join(f"{m} " + ", ".join(f"{c.loc[s_, 0.5]:.3g} / {c.loc[s_, 0.75]:.3g} / {c.loc[s_, 1.0]:.3g}"
+                                                 f" (3/4 run {c.loc[s_, 'short']:.3g})" for s_ in c.index)
+                            for m, c in curves.items())
+                + f" (converged: the full run's error lies less than {100 * p.converged_gain:g}% below the 3/4 run's, "
+                "t interval over seeds: the fall over the last quarter of training, whatever the schedule)")
         edges = [e for e in lr_edges if e.startswith(f"{t} ")]
         if edges:
             note += ("; " if note else "") + ("the learning rate chosen lies at an edge of the searched grid for "
@@ -613,6 +640,7 @@ def _what_was_run(p, df, hist, times, spans, searches) -> str:
                    "the batch's first shapes has another number of negative eigenvalues (q jumped across a singular K) "
                    f"or a condition number above {p.condition_limit:g}: a guard against near-singular stiffness, "
                    "ours") if guarded else "No guard against near-singular stiffness")
+    hist = main_runs(hist)
     if guarded and "rejected" in hist:
         undone = (hist[(hist.model == "hybrid") & hist.task.map(lambda t: p.task(t).guard)]
                   .groupby(["task", "seed"]).rejected.first())
@@ -651,7 +679,9 @@ def _what_was_run(p, df, hist, times, spans, searches) -> str:
         f"distance from it (same seed and split); the table's displaced hybrid moves the hybrid's shapes by span / "
         f"{p.deviation_ratio:g} = " + ", ".join(f"{spans[t] / p.deviation_ratio:.3g} m ({t})" for t in p.tasks)
         + f". Every seed's median error on {p.validation_shapes} validation targets (seed {p.validation_seed}, not "
-        "the test set) is measured after 50%, 75% and 100% of its training steps (the convergence premise)"
+        "the test set) is measured after 50%, 75% and 100% of its training steps, and at the end of a complete run of "
+        "3/4 of the steps from the same initial weights and target stream (the convergence premise: the full run "
+        "against the 3/4 run, two complete schedules, so that a decaying rate cannot flatten the curve by construction)"
         + f". Time per shape (median, one shape at a time, 1 CPU thread; wall clock, so it is not in table.csv or "
         f"claims.json): {timing_text}.")
 
@@ -693,7 +723,8 @@ def _differences(p, benchmarks) -> str:
         "compression rings are wider and more rotated than any training ring: taller towers, used before, were an "
         "exact vertical stretch for the solver with a height-normalised encoder, so in distribution for the hybrid by "
         f"construction); the blind predictor as the reference of the learned premise, and the convergence premise "
-        f"(the held-out validation error fell by less than {100 * p.converged_gain:g}% over the last quarter of training, "
+        f"(the held-out validation error fell by less than {100 * p.converged_gain:g}% over the last quarter of training: "
+        "the full run's error against the same seed's complete run of 3/4 of the steps, independent of the schedule; "
         f"the whole t interval over seeds; in claim (a) " + (
             "of the model behind in a split decided in distribution, of both elsewhere: a further fall of the leader "
             "widens its lead" if p.converged_arms == "trailing" else "of both models")
@@ -736,6 +767,10 @@ def _figure_errors(summary, path):
 
 
 def _figure_training(hist, path):
+    full = main_runs(hist)
+    shorter = hist.drop(full.index) if "validation_error" in hist else hist.iloc[:0]  # the premise's 3/4 runs
+    shorter = shorter[shorter.fraction == 1.0] if len(shorter) else shorter
+    hist = full
     tasks_ = list(dict.fromkeys(hist.task))
     fig, axes = subplots(1, len(tasks_), width=4.6, height=3.4)
     colors = {"hybrid": "tab:blue", "neural": "tab:orange"}
@@ -748,6 +783,10 @@ def _figure_training(hist, path):
                 v = g.dropna(subset=["validation_error"])
                 val_ax.plot(v.step, v.validation_error, color=colors.get(model, "k"), marker="o", ms=3, lw=1.2,
                             ls="--", label=f"{model}: held-out validation (median)" if seed == 0 else None)
+                e = shorter[(shorter.task == task) & (shorter.model == model) & (shorter.seed == seed)]
+                if len(e):  # the end of the same seed's complete 3/4-length run (the convergence premise)
+                    val_ax.plot(e.step, e.validation_error, color=colors.get(model, "k"), marker="x", ms=5, ls="none",
+                                label=f"{model}: end of the 3/4-length run" if seed == 0 else None)
         ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.set_ylabel("training shape loss (batch mean)")

@@ -48,13 +48,14 @@ def train(*, cfg, task, model, checkpoint, history, search):
     over `lr_grid`, on validation targets drawn from `validation_seed`, never the test set); with an
     empty grid, the configured lr_hybrid / lr_neural. `search` gets the search's table. The same validation
     targets score every seed after 50%, 75% and 100% of its steps (columns `fraction` and
-    `validation_error` of `history`), which the convergence premise reads.
+    `validation_error` of `history`), and each seed's complete run of SHORT_RUN of the steps at its end, which the
+    convergence premise compares with the full run's.
     """
     import torch
 
     from papers.neural_fdm import tasks
     from papers.neural_fdm.params import TASKS
-    from papers.neural_fdm.train import search_lr
+    from papers.neural_fdm.train import SHORT_RUN, search_lr
     from papers.neural_fdm.train import train as train_models
 
     p = parse(cfg)
@@ -77,13 +78,17 @@ def train(*, cfg, task, model, checkpoint, history, search):
                                "excluded": False, "chosen": True}])
     write_parquet(table.assign(task=task, model=model), search)
     seeds = list(range(p.seeds))
+    # every seed twice: the trained model (all the steps) and the convergence premise's complete shorter run
+    # (SHORT_RUN of the steps, on its own schedule; same initial weights and target stream), side by side
+    short = max(round(SHORT_RUN * tp.steps), 1)
     start = time.perf_counter()
-    nets, hist = train_models(t, model, seeds=seeds, lrs=[lr] * len(seeds), steps=tp.steps,
-                              condition_limit=p.condition_limit,
+    nets, hist = train_models(t, model, seeds=seeds + seeds, lrs=[lr] * (2 * len(seeds)),
+                              steps=[tp.steps] * len(seeds) + [short] * len(seeds), condition_limit=p.condition_limit,
                               progress=lambda it: progress(it, desc=f"{task} {model} {len(seeds)} seeds", total=tp.steps),
                               x_val=x_val, **kw)
-    log.info("%s %s: %d seeds x %d steps at lr %g (%s) in %.1f s", task, model, len(seeds), tp.steps, lr, tp.schedule,
-             time.perf_counter() - start)
+    nets = nets[:len(seeds)]  # the shorter runs serve the convergence premise only (their rows of `hist`)
+    log.info("%s %s: %d seeds x %d steps (and %d) at lr %g (%s) in %.1f s", task, model, len(seeds), tp.steps, short,
+             lr, tp.schedule, time.perf_counter() - start)
     torch.save({"task": task, "model": model, "states": {s: n.state_dict() for s, n in zip(seeds, nets)},
                 "config": to_dict(p), "steps": tp.steps, "lr": lr}, ensure_parent(checkpoint))
     write_parquet(hist.assign(task=task, model=model), history)

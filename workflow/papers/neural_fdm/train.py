@@ -22,9 +22,11 @@ keeps it) or a condition number above the limit is undone, member by member. The
 from :func:`search_lr`, the same search for every model.
 
 Given validation targets (never the test set), every member's median held-out shape error is measured after
-50%, 75% and 100% of its steps (:data:`VALIDATION_FRACTIONS`, :func:`stack_validation`): the report's
-convergence premise reads how much it still fell over the last quarter of training, on fixed held-out shapes
-rather than on noisy training batches.
+50%, 75% and 100% of its steps (:data:`VALIDATION_FRACTIONS`, :func:`stack_validation`; the trajectory). The
+report's convergence premise compares two complete runs of each seed, of all and of :data:`SHORT_RUN` of the steps
+(each its own schedule, the same initial weights and targets; a member leaves the stack when its run ends): how
+much a third more training still lowers the held-out error, on fixed held-out shapes rather than on noisy
+training batches, whatever the schedule.
 """
 from __future__ import annotations
 
@@ -49,6 +51,11 @@ SCHEDULES = ("constant", "cosine")
 # Fractions of the training steps after which every member's held-out validation error is measured (the
 # convergence premise compares the last two; the first shows the trajectory).
 VALIDATION_FRACTIONS = (0.5, 0.75, 1.0)
+# The convergence premise's shorter run, as a fraction of the training steps: every seed also trains a complete
+# run (its own schedule) of this fraction of the steps, and the premise reads how much the full run's held-out
+# error lies below it ("the fall over the last quarter of training", independent of the schedule: under a
+# constant rate the shorter run is the longer one's iterate at this fraction).
+SHORT_RUN = 0.75
 # torch.optim.Adam's defaults, which the stacked Adam reproduces.
 BETAS, EPS = (0.9, 0.999), 1e-8
 
@@ -181,7 +188,7 @@ def stack_validation(stack: Stack, x_val: torch.Tensor, condition_limit: float) 
     """Every member's median shape error per coordinate on validation targets x_val (n, N, 3): (M,), as
     :func:`validation_error` gives for each member alone (a failed solve counts as infinite)."""
     task = stack.task
-    M = len(stack.nets)
+    M = stack.params[0].shape[0]  # the members now in the stack
     with torch.no_grad():
         loads = task.loads(x_val)
         x = x_val.expand(M, *x_val.shape)  # (M, n, N, 3): every member on the same targets
@@ -195,15 +202,21 @@ def stack_validation(stack: Stack, x_val: torch.Tensor, condition_limit: float) 
     return out
 
 
-def train(task: Task, model_name: str, *, seeds, lrs, steps: int, batch_size: int, clip_norm: float,
+def train(task: Task, model_name: str, *, seeds, lrs, steps, batch_size: int, clip_norm: float,
           residual_weight: float, log_every: int, schedule: str = "constant", guard: bool = False,
           condition_limit: float = 1e4, progress=None, x_val: torch.Tensor | None = None
           ) -> tuple[list[nn.Module], pd.DataFrame]:
     """Train one model per member (seed, lr) of zip(`seeds`, `lrs`), side by side; returns the trained
-    models (in member order) and the history (member, seed, lr, step, loss and its terms every `log_every`
-    steps, steps skipped and undone). With validation targets `x_val`, the rows after each fraction of
-    :data:`VALIDATION_FRACTIONS` of the steps also hold `fraction` and `validation_error`
+    models (in member order) and the history (member, seed, lr, run_steps, step, loss and its terms every
+    `log_every` steps, steps skipped and undone). With validation targets `x_val`, the rows after each fraction
+    of :data:`VALIDATION_FRACTIONS` of a member's steps also hold `fraction` and `validation_error`
     (:func:`stack_validation`; NaN on the other rows).
+
+    `steps`: one run length for every member, or one per member. A member of a shorter run trains on its own
+    complete schedule (its cosine reaches 0 at its own last step) and then leaves the stack (its final weights
+    kept) while the others go on. Two members of the same seed and rate see the same initial weights and the same
+    target stream, so under a constant rate the shorter run is exactly the first steps of the longer one (tested):
+    the report's convergence premise compares complete runs of 3/4 and all of the steps (:data:`SHORT_RUN`).
 
     Member (seed, lr) starts from the weights ``task.build`` draws after ``torch.manual_seed(seed)`` and
     trains on its own stream of random targets (numpy seed [seed, task]), as a run of its own would. A
@@ -215,6 +228,10 @@ def train(task: Task, model_name: str, *, seeds, lrs, steps: int, batch_size: in
     seeds, lrs = [int(s) for s in seeds], [float(r) for r in lrs]
     if len(seeds) != len(lrs) or not seeds:
         raise ValueError(f"train: {len(seeds)} seeds for {len(lrs)} learning rates")
+    run_steps = [int(steps)] * len(seeds) if np.ndim(steps) == 0 else [int(s) for s in steps]
+    if len(run_steps) != len(seeds) or min(run_steps) < 1:
+        raise ValueError(f"train: {len(run_steps)} run lengths (each >= 1) for {len(seeds)} members")
+    steps = max(run_steps)
     nets = []
     for seed in seeds:
         torch.manual_seed(seed)
@@ -227,50 +244,67 @@ def train(task: Task, model_name: str, *, seeds, lrs, steps: int, batch_size: in
     guard = guard and model_name == "hybrid"  # the fully neural model never solves with K
     dtype = task.fdm.signs.dtype
     rows, skipped, rejected, inertia = [], np.zeros(M, int), np.zeros(M, int), None
-    # step index -> fraction: the validation checkpoints, after round(f * steps) steps
-    checkpoints = {} if x_val is None else {max(round(f * steps), 1) - 1: f for f in VALIDATION_FRACTIONS}
+    # step index -> {member: fraction}: the validation checkpoints, after round(f * run_steps[m]) steps
+    checkpoints: dict = {}
+    for m, n in enumerate(run_steps):
+        for f in VALIDATION_FRACTIONS if x_val is not None else ():
+            checkpoints.setdefault(max(round(f * n), 1) - 1, {})[m] = f
+    alive = list(range(M))  # the members still in the stack (row k of every stacked tensor is member alive[k])
+    final: dict = {}  # member -> its final weights, for the members that finished before the longest run
     it = range(steps) if progress is None else progress(range(steps))
     for step in it:
-        x = torch.as_tensor(np.stack([task.sample(r, batch_size, "id") for r in rngs]), dtype=dtype)  # (M, B, N, 3)
+        K = len(alive)
+        x = torch.as_tensor(np.stack([task.sample(rngs[m], batch_size, "id") for m in alive]), dtype=dtype)  # (K, B, N, 3)
         loads = task.loads(x.flatten(0, 1)).view_as(x)
         x_hat, q = stack.forward(x, loads)
-        losses, terms = zip(*(task.loss(x[m], x_hat[m], q[m], loads[m], kappa, regularize=model_name == "hybrid")
-                              for m in range(M)))
+        losses, terms = zip(*(task.loss(x[k], x_hat[k], q[k], loads[k], kappa, regularize=model_name == "hybrid")
+                              for k in range(K)))
         finite = torch.tensor([bool(torch.isfinite(v)) for v in losses])
-        skipped += (~finite).numpy()
-        if not finite.any():
-            continue
-        for p in stack.params:
-            p.grad = None
-        sum(v for v, ok in zip(losses, finite) if ok).backward()
-        if clip_norm:
-            clip_per_member(stack.params, clip_norm)
-        if guard:
-            if inertia is None:  # each member's untrained branch: its most common inertia on the first batch
+        skipped[alive] += (~finite).numpy()
+        if finite.any():
+            for p in stack.params:
+                p.grad = None
+            sum(v for v, ok in zip(losses, finite) if ok).backward()
+            if clip_norm:
+                clip_per_member(stack.params, clip_norm)
+            if guard:
+                if inertia is None:  # each member's untrained branch: its most common inertia on the first batch
+                    with torch.no_grad():
+                        inertia = torch.stack([torch.mode(spectrum_check(task.fdm, q[k, :GUARD_SHAPES].detach(),
+                                                                         condition_limit)[0]).values for k in range(K)])
+                before = [p.detach().clone() for p in stack.params]
+            opt.step(finite, torch.tensor([lr_scale(step, run_steps[m], schedule) for m in alive], dtype=torch.float64))
+            if guard:
                 with torch.no_grad():
-                    inertia = torch.stack([torch.mode(spectrum_check(task.fdm, q[m, :GUARD_SHAPES].detach(),
-                                                                     condition_limit)[0]).values for m in range(M)])
-            before = [p.detach().clone() for p in stack.params]
-        opt.step(finite, torch.full((M,), lr_scale(step, steps, schedule), dtype=torch.float64))
-        if guard:
-            with torch.no_grad():
-                q_new = stack.encode(x[:, :GUARD_SHAPES])
-                bad = torch.zeros(M, dtype=torch.bool)
-                for m in range(M):
-                    neg, ok = spectrum_check(task.fdm, q_new[m], condition_limit)
-                    bad[m] = bool((neg != inertia[m]).any() or not ok.all()) and bool(finite[m])
-                if bad.any():
-                    for p, old in zip(stack.params, before):
-                        p[bad] = old[bad]
-                    rejected += bad.numpy()
-        val = stack_validation(stack, x_val, condition_limit) if step in checkpoints else None
-        if step % log_every == 0 or step == steps - 1 or val is not None:
-            for m in range(M):
-                if finite[m] or val is not None:
-                    rows.append({"member": m, "seed": seeds[m], "lr": lrs[m], "step": step,
-                                 "loss": losses[m].item(), **{k: v.item() for k, v in terms[m].items()},
-                                 **({} if val is None else {"fraction": checkpoints[step],
-                                                            "validation_error": float(val[m])})})
+                    q_new = stack.encode(x[:, :GUARD_SHAPES])
+                    bad = torch.zeros(K, dtype=torch.bool)
+                    for k in range(K):
+                        neg, ok = spectrum_check(task.fdm, q_new[k], condition_limit)
+                        bad[k] = bool((neg != inertia[k]).any() or not ok.all()) and bool(finite[k])
+                    if bad.any():
+                        for p, old in zip(stack.params, before):
+                            p[bad] = old[bad]
+                        rejected[alive] += bad.numpy()
+        marks = checkpoints.get(step, {})  # the members whose validation checkpoint this step is
+        val = stack_validation(stack, x_val, condition_limit) if marks else None
+        for k, m in enumerate(alive):
+            if (finite[k] and (step % log_every == 0 or step == run_steps[m] - 1)) or m in marks:
+                rows.append({"member": m, "seed": seeds[m], "lr": lrs[m], "run_steps": run_steps[m], "step": step,
+                             "loss": losses[k].item(), **{k_: v.item() for k_, v in terms[k].items()},
+                             **({"fraction": marks[m], "validation_error": float(val[k])} if m in marks else {})})
+        keep = [k for k, m in enumerate(alive) if run_steps[m] > step + 1]
+        if keep and len(keep) < K:  # members whose run ended leave the stack (their weights are kept)
+            for k, m in enumerate(alive):
+                if k not in keep:
+                    final[m] = [p[k].detach().clone() for p in stack.params]
+            rows_ = torch.tensor(keep)
+            stack.params = [p.detach()[rows_].clone().requires_grad_() for p in stack.params]
+            opt.params = stack.params
+            opt.m, opt.v = [t[rows_].clone() for t in opt.m], [t[rows_].clone() for t in opt.v]
+            opt.t, opt.lr = opt.t[rows_], opt.lr[rows_]
+            if inertia is not None:
+                inertia = inertia[rows_]
+            alive = [alive[k] for k in keep]
     if skipped.any() or rejected.any():
         log.warning("%s %s: skipped steps with a non-finite loss per member %s, undid steps the guard rejected %s",
                     task.name, model_name, skipped.tolist(), rejected.tolist())
@@ -278,7 +312,16 @@ def train(task: Task, model_name: str, *, seeds, lrs, steps: int, batch_size: in
     if len(history):
         history["skipped"] = history.member.map(dict(enumerate(skipped.tolist())))
         history["rejected"] = history.member.map(dict(enumerate(rejected.tolist())))
-    return stack.members(), history
+    for k, m in enumerate(alive):
+        final[m] = [p[k].detach() for p in stack.params]
+    out = []
+    for m, net in enumerate(nets):  # every member's final weights into its own model
+        with torch.no_grad():
+            for i, layer in enumerate(linears(net)):
+                layer.weight.copy_(final[m][2 * i])
+                layer.bias.copy_(final[m][2 * i + 1])
+        out.append(net)
+    return out, history
 
 
 def validation_error(task: Task, model: torch.nn.Module, x: torch.Tensor, condition_limit: float) -> float:

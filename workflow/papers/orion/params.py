@@ -56,6 +56,8 @@ class TrainParams:
     eval_every: int = 250  # steps between two validation accuracy measurements (the gate checks) in the history
     gate_records: int = 1  # consecutive records at the gate before a seed is taken (ours; train.train_until_gate)
     length_buckets: int = 1  # parts of a step's batch by sequence length (train.length_buckets; same loss)
+    # steps each seed trains past its gate before it is analysed (train.train_until_gate; issue 47's sixth review)
+    post_gate_steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,8 @@ class Params:
     inject_prompts: int = 200  # injected prompts (the paper: 200 = 100 stories x 2)
     inject_key: str = "city"  # what the user asks under injection (the paper: where the story is located)
     seeds: int = 3  # training seeds per model, trained side by side (the claims' replicates)
+    # the first seed index: the seeds are seed_offset .. seed_offset + seeds - 1 (a fresh block for a new design)
+    seed_offset: int = 0
     # The tested models and the routed positive control (ours; one routed model at least).
     models: tuple = ({"name": "L4w64", "n_layer": 4, "n_embd": 64, "n_head": 2},
                      {"name": "L4w64routed", "n_layer": 4, "n_embd": 64, "n_head": 2, "routed": True})
@@ -160,6 +164,12 @@ class Params:
         if not 1 <= lo <= hi or 4 * hi + len(COPY_PREFIX.split()) > BLOCK_SIZE:  # 4: a separated copy
             raise ValueError(f"orion.train.copy_length: need 1 <= min <= max and 4 max + 2 <= {BLOCK_SIZE}, got "
                              f"{list(self.train.copy_length)}")
+        if not isinstance(self.seed_offset, int) or self.seed_offset < 0:
+            raise ValueError(f"orion.seed_offset: an integer >= 0, got {self.seed_offset!r}")
+        for name in self.model_names:
+            post = self.train_for(name).post_gate_steps
+            if not isinstance(post, int) or post < 0:
+                raise ValueError(f"orion.train.post_gate_steps ({name}): an integer >= 0, got {post!r}")
         if self.train.length_buckets > self.train.batch_size:
             raise ValueError(f"orion.train.length_buckets: {self.train.length_buckets} parts of a batch of "
                              f"{self.train.batch_size} sequences leave some empty")
@@ -207,7 +217,7 @@ STAGE_PARAMS = {
         "words", "word_length", "pool_size", "numbers", "families", "test_fraction", "val_share", "data_seed",
         "test_prompts", "val_prompts", "patch_pairs", "inject_prompts", "inject_key",
     ),
-    "train": ("families", "seeds", "models", "train", "claims", "device"),
+    "train": ("families", "seeds", "seed_offset", "models", "train", "claims", "device"),
     "evaluate": ("seeds",),
     "evaluate_pretrained": ("pretrained",),
     "report": ALL,

@@ -19,6 +19,7 @@ SCOPE = Scope("analogue", "the paper analyses 18 pretrained LMs (125M-70B) on it
                           "LMs join only where orion.pretrained lists local ones, at the full scale); the request-"
                           "patching analysis and its metric are the paper's")
 TESTED, CONTROL, PRETRAINED = "tested", "positive control", "pretrained"
+PRETRAINED_GROUP = "pretrained LMs"  # the replicate group of the pretrained LMs (replicates: the models)
 
 
 # ---- one row per model-task pair ---------------------------------------------------------------------
@@ -34,7 +35,11 @@ def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, gate: float, floor: float 
     least normalised probability with which a hypothesis dominates a layer (patching.layer_profile;
     claims.dominance_min); `floors`: the floors of (b)'s sensitivity table (claims.floor_sensitivity). Each row also
     carries :func:`pair_bootstrap`'s draws (the per-seed intervals) and `b_margin_at`, the margin at each of
-    `floors`."""
+    `floors`. `gated`: the pair passes the gate on the test prompts at the analysed checkpoint (with the post-gate
+    rule, orion.train.post_gate_steps past the validation gate: the stability premise) and its seed passed the
+    validation gate in training (`passed_gate`; a seed taken at the step cap without passing it has no post-gate
+    checkpoint and is below the gate whatever its test accuracy); `analysed_step`, the step of the analysed
+    checkpoint (`gate_step`, the step at which the seed passed the validation gate, or the cap)."""
     rows = []
     for (model, seed, family), g in sweep.groupby(["model", "seed", "family"], sort=False):
         a = acc[(acc.model == model) & (acc.seed == seed) & (acc.family == family)].iloc[0]
@@ -48,7 +53,9 @@ def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, gate: float, floor: float 
         ctl_r2c2 = ctl[ctl.hypothesis == "R2(C2)"].set_index("layer").normalized
         rows.append({"model": model, "seed": seed, "family": family, "routed": bool(a.get("routed", False)),
                      "n_layer": n_layer, "width": int(g.width.iloc[0]), "gate_step": int(a.gate_step),
-                     "accuracy": a.accuracy, "gated": bool(a.accuracy >= gate),
+                     "analysed_step": int(a.get("analysed_step", a.gate_step)),
+                     "passed_gate": bool(a.get("passed_gate", True)),
+                     "accuracy": a.accuracy, "gated": bool(a.accuracy >= gate and a.get("passed_gate", True)),
                      "window_tokens": int(g.window_request_tokens.max()), "key_distance": int(g.key_distance.min()),
                      "r1c2_max": float(req[req.hypothesis == "R1(C2)"].normalized.max()), "r1c2_layer": best,
                      "b_margin": interior_margin(req, n_layer, floor),
@@ -183,7 +190,7 @@ def per_replicate(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
                 if "b_margin_at" in g and all(isinstance(m, dict) and float(f) in m for m in g.b_margin_at) else float("nan")
             bounds[f"value_b@{f:g}_lo"], bounds[f"value_b@{f:g}_hi"] = _bounds(
                 g, "b_floor_draws", bounds[f"value_b@{f:g}"], key=float(f))
-        rows.append({"group": "pretrained LMs" if role[model] == PRETRAINED else model, "role": role[model],
+        rows.append({"group": PRETRAINED_GROUP if role[model] == PRETRAINED else model, "role": role[model],
                      "model": model, "seed": seed, "pairs_trained": len(g), "pairs_gated": int(g.gated.sum()),
                      "gated": bool(g.gated.all()), "gate_step": int(g.gate_step.iloc[0]),
                      "value_a": float(g.r1c2_max.mean()), "value_b": float(g.b_margin.mean()),
@@ -282,7 +289,27 @@ def column_text(column: str) -> str:
             "value_b": "the interior margin of R1(C2)", "control_b": "the interior margin under the control"}[column]
 
 
-def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: dict | None = None) -> list[Claim]:
+def gate_comparison(p: Params, pairs: pd.DataFrame, gate_pairs: pd.DataFrame) -> pd.DataFrame:
+    """One row per trained (model, seed): the claims' per-seed measures at the analysed checkpoint (orion.train
+    .post_gate_steps past the validation gate; deciding) beside the same at the gate checkpoint (reported, not
+    deciding; issue 47's sixth review), from :func:`per_replicate` on each: the steps, test accuracy and whether the
+    seed is past the gate at each, (a)'s max_L p(R1(C2)) / p_clean and (b)'s interior margin."""
+    post, gate = per_replicate(p, pairs), per_replicate(p, gate_pairs)
+    acc_post = pairs.groupby(["model", "seed"]).accuracy.min().rename("accuracy")
+    acc_gate = gate_pairs.groupby(["model", "seed"]).accuracy.min().rename("accuracy_gate")
+    post = post.join(acc_post, on=["model", "seed"])
+    gate = gate.join(acc_gate, on=["model", "seed"])
+    analysed = pairs.groupby(["model", "seed"]).analysed_step.first().rename("analysed_step")
+    post = post.join(analysed, on=["model", "seed"])
+    both = post[["model", "role", "seed", "gate_step", "analysed_step", "accuracy", "gated", "value_a", "value_b"]].merge(
+        gate[["model", "seed", "accuracy_gate", "gated", "value_a", "value_b"]], on=["model", "seed"],
+        suffixes=("", "_gate"), how="left")
+    return both[["model", "role", "seed", "gate_step", "analysed_step", "accuracy_gate", "accuracy", "gated_gate",
+                 "gated", "value_a_gate", "value_a", "value_b_gate", "value_b"]]
+
+
+def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: dict | None = None,
+                 gate_pairs: pd.DataFrame | None = None) -> list[Claim]:
     """The three claims. (a) and (b) are decided per replicate group of tested models (every tested trained model,
     and the pretrained LMs together; every group must hold) on a binary outcome per replicate past the accuracy gate
     (per_replicate: `value_a` >= keep_fraction, the paper's criterion of a model-task pair; `value_b` > 0), by the
@@ -294,13 +321,32 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
     only, no value window reads around the last-token patch. Their negative control (null) is the same measure and
     criterion on the same-request patch (patching.CONTROL); their positive control is the same measure and criterion
     on the routed models' seeds past the gate, where the decomposition is planted. (c) needs a model not trained to
-    obey the injected note: a pretrained LM."""
+    obey the injected note: a pretrained LM. `pairs` are the analysed checkpoints (orion.train.post_gate_steps past
+    the gate); `gate_pairs`, the same seeds at their gate, are reported in each claim's measured figures (`at_gate`),
+    not deciding."""
     c = p.claims
     reps = per_replicate(p, pairs)
+    cmp = gate_comparison(p, pairs, gate_pairs) if gate_pairs is not None and len(gate_pairs) else None
+
+    def at_gate(column):
+        """The seeds' figures at the gate (reported, not deciding) beside the analysed ones, per trained model."""
+        if cmp is None:
+            return {}
+        out = {}
+        for model, g in cmp.groupby("model", sort=False):
+            out[model] = {"gate_step": [int(x) for x in g.gate_step], "analysed_step": [int(x) for x in g.analysed_step],
+                          "past_gate_at_gate": [bool(x) for x in g.gated_gate], "past_gate_analysed": [bool(x) for x in g.gated],
+                          "at_gate": [round(float(x), 3) for x in g[f"{column}_gate"]],
+                          "analysed": [round(float(x), 3) for x in g[column]]}
+        return {"at_gate_reported_not_deciding": out}
     role = roles(p, pairs.model.unique())
     tested = pairs[pairs.model.map(role) != CONTROL]
     control_pairs = pairs[pairs.model.map(role) == CONTROL]
     tested_groups = list(dict.fromkeys(reps[reps.role != CONTROL].group))
+    # Where pretrained LMs are listed (the paper's setting, config/full.yaml), they decide (a) and (b) together; the
+    # tiny trained models are then reported beside, not deciding, so that they cannot veto the paper's setting
+    # (issue 47's sixth review). Without pretrained LMs every tested trained model decides, as before.
+    deciding = [PRETRAINED_GROUP] if PRETRAINED_GROUP in tested_groups else tested_groups
     control_groups = list(dict.fromkeys(reps[reps.role == CONTROL].group))
 
     def evidence(groups, column, cut, label, strict=False):
@@ -329,7 +375,7 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
     shortcut = shortcut or {}
     best_family = max(shortcut, key=lambda f: shortcut[f]["best"]) if shortcut else None
     tested_reps = reps[reps.role != CONTROL]
-    gated_per_group = {grp: int(tested_reps[tested_reps.group == grp].gated.sum()) for grp in tested_groups}
+    gated_per_group = {grp: int(tested_reps[tested_reps.group == grp].gated.sum()) for grp in deciding}
     gated_text = ", ".join(f"{g}: {n} of {int((tested_reps.group == g).sum())}" for g, n in gated_per_group.items())
     premise = [
         Premise.at_least(f"tested replicates past the accuracy gate (test accuracy >= {c.gate_accuracy} on every "
@@ -371,7 +417,12 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
                   for grp, g in ((grp, tested_reps[tested_reps.group == grp]) for grp in tested_groups)}
     gated_interior = {grp: int((g.gated & (g.value_b > 0)).sum())
                       for grp, g in ((grp, tested_reps[tested_reps.group == grp]) for grp in tested_groups)}
-    share_text = (f"a replicate counts as meeting it when its whole 95% percentile bootstrap interval over its "
+    who = ("for the pretrained LMs together (replicates: the models; where orion.pretrained lists any, the paper's "
+           "setting decides and the tiny trained models are reported beside, not deciding)"
+           if deciding == [PRETRAINED_GROUP] else
+           "for every tested model (replicates: its seeds) and the pretrained LMs together (replicates: the models)")
+    post_text = (_post_gate_text(p) + "; ") if any(p.train_for(n).post_gate_steps for n in p.model_names) else ""
+    share_text = (f"{post_text}a replicate counts as meeting it when its whole 95% percentile bootstrap interval over its "
                   f"{p.patch_pairs} patching pairs lies on the criterion's side of the cut, as missing it when the whole "
                   f"interval lies on the other side, and as undetermined (left out, counted in the method) otherwise; "
                   f"the claim holds where the exact Clopper-Pearson 95% interval of the share of the determined "
@@ -393,23 +444,22 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
          "pairs_kept": int((tested.gated & (tested.r1c2_max >= c.keep_fraction)).sum()), "pairs_tested": len(tested),
          "seeds_at_or_above_keep_fraction": seeds_kept,
          "gated_seeds_at_or_above_keep_fraction": gated_kept,
-         "gated_seeds": gated_per_group,
+         "gated_seeds": gated_per_group, "deciding_groups": deciding,
          "paper_share_of_pairs": c.pairs_fraction_min,
          "per_seed_interval": per_seed_interval("value_a", tested_groups + control_groups),
          "undetermined_gated_seeds": undetermined("value_a", c.keep_fraction, False, tested_groups + control_groups),
          # where the last token attends (stages.attention_shares): block 1 on the context's values, per pair
          "block1_attention_on_values": {f"{r.model}/{r.family} seed {r.seed}": round(float(r.values_b1), 3)
                                         for r in pairs.itertuples() if r.values_b1 == r.values_b1},
-         **below_text},
-        f"for every tested model (replicates: its seeds) and the pretrained LMs together (replicates: the models), a "
-        f"replicate meets the paper's criterion of a model-task pair when max over layers L of p(R1(C2)) / p_clean "
+         **below_text, **at_gate("value_a")},
+        f"{who}, a replicate meets the paper's criterion of a model-task pair when max over layers L of p(R1(C2)) / p_clean "
         f"(the ratio of the mean patched to the mean clean probability over its {p.patch_pairs} patching pairs, the "
         f"paper's normalised metric; with several families, their mean) is >= keep_fraction = {c.keep_fraction}; "
         f"{share_text}. Seeds that put most of block 1's attention on the context's values (the value-first route) "
         f"count as seeds, not as an unmet premise (decided before the run: the route is the mechanism the claim is "
         f"about, so gating on it would select on the outcome; values_b1 is reported beside, per seed)",
-        evidence(tested_groups, "value_a", c.keep_fraction, "seeds with max_L p(R1(C2)) / p_clean >= keep_fraction"),
-        Control(control_text, evidence(tested_groups, "control_a", c.keep_fraction,
+        evidence(deciding, "value_a", c.keep_fraction, "seeds with max_L p(R1(C2)) / p_clean >= keep_fraction"),
+        Control(control_text, evidence(deciding, "control_a", c.keep_fraction,
                                        "control: seeds with max_L p(R1(C2)) / p_clean >= keep_fraction"), kind="null"),
         threshold_source=convention(f"seed_share {c.seed_share}, a majority of the seeds (ours, a convention: the "
                                     f"weakest reading of the paper's universal decomposition that {p.seeds} seeds can "
@@ -441,18 +491,17 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
          "per_seed_interval": per_seed_interval("value_b", tested_groups + control_groups),
          "undetermined_gated_seeds": undetermined("value_b", 0.0, True, tested_groups + control_groups),
          # (b) at other floors (claims.floor_sensitivity): a sensitivity table beside the verdict, not deciding
-         "by_floor": floor_table(p, reps, tested_groups + control_groups), **below_text},
-        f"for every tested model (replicates: its seeds) and the pretrained LMs together (replicates: the models), a "
-        f"replicate meets the criterion when its interior margin, max over L in 1 .. n_layer - 1 of n_R1(C2)(L) - "
+         "by_floor": floor_table(p, reps, tested_groups + control_groups), **below_text, **at_gate("value_b")},
+        f"{who}, a replicate meets the criterion when its interior margin, max over L in 1 .. n_layer - 1 of n_R1(C2)(L) - "
         f"max(n_R2(C2)(L), n_R1(C1)(L), dominance_min = {c.dominance_min}) (n_h: hypothesis h's normalised "
         f"probability, as in (a); with several families, their mean), is above 0; {share_text}. The paper gives no "
         f"share for the layer profile. The count at the floors {', '.join(f'{f:g}' for f in c.floor_sensitivity)} is reported "
         f"beside it, not deciding. Layers 0 and n_layer are left out: R2(C2) there and "
         f"R1(C1) at the last layer hold by construction (a check below). The share of pairs whose dominant outputs "
         f"follow the order R2(C2) -> R1(C2) -> R1(C1) on the interior layers is reported beside it, not deciding",
-        evidence(tested_groups, "value_b", 0.0, "seeds with an interior margin of R1(C2) > 0", strict=True),
+        evidence(deciding, "value_b", 0.0, "seeds with an interior margin of R1(C2) > 0", strict=True),
         Control(control_text + "; under it the margin's other outputs are R2(C2) and R2(C3), x3's own answer",
-                evidence(tested_groups, "control_b", 0.0, "control: seeds with an interior margin > 0", strict=True),
+                evidence(deciding, "control_b", 0.0, "control: seeds with an interior margin > 0", strict=True),
                 kind="null"),
         threshold_source=convention(f"seed_share {c.seed_share}, a majority of the seeds (ours, as (a)); the paper's "
                                     f"98 of the 106 studied model-task pairs (abstract) = {c.pairs_fraction_min} is "
@@ -465,6 +514,16 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
                                                                  "positive control: seeds with an interior margin > 0",
                                                                  strict=True)))
     return [a, b, _claim_c(p, over)]
+
+
+def _post_gate_text(p: Params) -> str:
+    """The post-gate rule in words (orion.train.post_gate_steps, per trained model)."""
+    steps = ", ".join(f"{n} {p.train_for(n).post_gate_steps}" for n in p.model_names)
+    return (f"each trained seed is analysed a fixed number of training steps after the step at which it passed the "
+            f"validation gate ({steps}; orion.train.post_gate_steps, issue 47's sixth review, fixed before the run, on "
+            f"the fresh seeds {p.seed_offset} .. {p.seed_offset + p.seeds - 1}) and must still pass the accuracy gate on "
+            f"the test prompts there (the stability premise); a seed that never passed the validation gate by the step "
+            f"cap counts as below the gate; the same seeds' figures at the gate are reported beside, not deciding")
 
 
 def _claim_c(p: Params, over: pd.DataFrame) -> Claim:
@@ -573,7 +632,8 @@ def size_table(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
 
 # ---- the stage -------------------------------------------------------------------------------------
 def report(*, cfg, scale, metrics, sweeps, oversights, histories, vocab, val, test, benchmarks, table_md, table_csv, claims,
-           params_json, report_md, verdicts, fig_layers, fig_training, fig_oversight=None):
+           params_json, report_md, verdicts, fig_layers, fig_training, fig_oversight=None, gate_metrics=(),
+           gate_sweeps=()):
     """The results table (per model, then per model-task pair; oversight per pretrained model), the figures, the
     claims with computed verdicts, the checks and the report section."""
     from papers.common.claims import write_claims
@@ -587,6 +647,8 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, vocab, val, te
     acc, sweep, hist = (read_parquets(x) for x in (metrics, sweeps, histories))
     over = read_parquets(oversights) if oversights else pd.DataFrame()
     pairs = summarise(acc, sweep, p.claims.gate_accuracy, p.claims.dominance_min, p.claims.floor_sensitivity)
+    gate_pairs = summarise(read_parquets(gate_metrics), read_parquets(gate_sweeps), p.claims.gate_accuracy,
+                           p.claims.dominance_min, p.claims.floor_sensitivity) if gate_metrics else None
     oversight = summarise_oversight(over) if len(over) else summarise_oversight(
         pd.DataFrame(columns=["model", "chosen_layer", "n_layer", "condition", "trusted", "layer"]))
 
@@ -594,9 +656,9 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, vocab, val, te
     yes_no = {True: "yes", False: "no"}
     md = pairs.assign(role=pairs.model.map(role), gated=pairs.gated.map({True: "yes", False: "below"}),
                       interior=pairs.interior.map(yes_no), control_interior=pairs.control_interior.map(yes_no))
-    md = md[["model", "role", "seed", "family", "gate_step", "accuracy", "gated", "values_b1", "request_later",
+    md = md[["model", "role", "seed", "family", "gate_step", "analysed_step", "accuracy", "gated", "values_b1", "request_later",
              "r1c2_max", "r1c2_layer", "profile", "interior", "control_r1c2_max", "control_profile", "control_interior"]]
-    md = md.rename(columns={"gate_step": "steps", "accuracy": "test accuracy", "gated": f"gate (>= {p.claims.gate_accuracy})",
+    md = md.rename(columns={"gate_step": "gate step", "analysed_step": "analysed at step", "accuracy": "test accuracy", "gated": f"gate (>= {p.claims.gate_accuracy})",
                             "values_b1": "block 1: attention on the context's values",
                             "request_later": "blocks 2..: attention on the request",
                             "r1c2_max": "max_L p(R1(C2)) / p_clean", "r1c2_layer": "at layer L",
@@ -605,7 +667,7 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, vocab, val, te
                             "control_profile": "control: dominant output, L = 0 ..",
                             "control_interior": "control: interior profile"})
     long = pairs.melt(id_vars=["model", "seed", "family"],
-                      value_vars=["gate_step", "accuracy", "window_tokens", "values_b1", "request_later", "r1c2_max",
+                      value_vars=["gate_step", "analysed_step", "accuracy", "window_tokens", "values_b1", "request_later", "r1c2_max",
                                   "r1c2_layer", "control_r1c2_max", "control_r2c2_l1"],
                       var_name="quantity")
     if len(oversight):
@@ -613,8 +675,9 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, vocab, val, te
             id_vars=["model", "seed", "family"], value_vars=["layer", "before", "after", "after_other"],
             var_name="quantity")], ignore_index=True)
     caption = (f"Request-patching on held-out prompts ({p.patch_pairs} pairs per family and layer), every model-task "
-               f"pair: steps trained (a seed stops at the first validation record where every family passes the gate, "
-               f"at most the model's step cap), test accuracy, where the last token attends on the test prompts (block 1's "
+               f"pair: the step at which the seed passed the validation gate (every family at the gate at "
+               f"{p.train.gate_records} consecutive records; or the model's step cap) and the step of the analysed "
+               f"checkpoint (orion.train.post_gate_steps past the gate), test accuracy there, where the last token attends on the test prompts (block 1's "
                f"attention on the context's values and the most any later block puts on the request's tokens, each for "
                f"the head that puts the most there), the largest normalised probability of R1(C2) over the patched "
                f"layers L (the paper's Fig. 3; paper: >= 0.7 for 98 of 106 pairs) and its layer, the dominant "
@@ -635,6 +698,17 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, vocab, val, te
                 f"past the gate or not, of the per-seed measures under the request patch and the same-request "
                 f"control, and the shares of pairs, in which a pair below the gate counts as a failure:\n\n")
         f.write(to_markdown(size_table(p, pairs)))
+        if gate_pairs is not None and len(gate_pairs):
+            f.write(f"\n\nPer trained seed, at its gate and at the analysed checkpoint (the claims decide on the "
+                    f"analysed one; the at-gate figures are reported, not deciding; issue 47's sixth review): the step "
+                    f"at which it passed the validation gate and the analysed step, the lowest test accuracy over the "
+                    f"families and whether it is past the accuracy gate ({p.claims.gate_accuracy}) at each, (a)'s "
+                    f"max_L p(R1(C2)) / p_clean and (b)'s interior margin at each:\n\n")
+            f.write(to_markdown(gate_comparison(p, pairs, gate_pairs).rename(columns={
+                "gate_step": "gate step", "analysed_step": "analysed step", "accuracy_gate": "test accuracy at gate",
+                "accuracy": "test accuracy analysed", "gated_gate": "past gate at gate", "gated": "past gate analysed",
+                "value_a_gate": "(a) at gate", "value_a": "(a) analysed", "value_b_gate": "(b) at gate",
+                "value_b": "(b) analysed"})))
         if len(oversight):
             f.write(f"\n\nOversight: {p.inject_prompts} held-out stories asking for the {p.inject_key}, with an "
                     "injected note asking for another attribute; the last-token state of one trusted story is patched "
@@ -653,12 +727,12 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, vocab, val, te
     from papers.orion.stages import read_vocab
     test_df, voc = read_parquet(test), read_vocab(vocab)[0]
     shortcut = {f: tasks.shortcut_accuracy(tasks.FAMILIES[f], voc, g) for f, g in test_df.groupby("family", sort=False)}
-    claim_list = build_claims(p, pairs, oversight, shortcut)
+    claim_list = build_claims(p, pairs, oversight, shortcut, gate_pairs)
     check_list = build_checks(pairs, read_parquet(val), read_parquet(test), read_vocab(vocab)[1])
     write_claims(claim_list, claims, paper=SLUG, scale=scale, scope=SCOPE, checks=check_list)
     write_json(to_dict(p), params_json)
     write_report(report_md, title=TITLE, scale=scale,
-                 what_was_run=what_was_run(p) + " " + outcome(p, pairs) + " " + mechanism(p, pairs, shortcut),
+                 what_was_run=what_was_run(p) + " " + outcome(p, pairs, gate_pairs) + " " + mechanism(p, pairs, shortcut),
                  table_md=table_md, figures=figs, claims=claim_list, checks=check_list, benchmarks=benchmarks,
                  differences=differences(p, pairs), scope=SCOPE, verdicts_figure=verdicts)
 
@@ -699,7 +773,12 @@ def what_was_run(p: Params) -> str:
             f"trained side by side in one process, from scratch, until every task family passes the accuracy gate "
             f"({p.claims.gate_accuracy} on {p.val_prompts} validation prompts per family, checked every "
             f"{t.eval_every} steps; the validation prompts come from {p.val_share:.0%} of the held-out styles, the test "
-            f"prompts from the rest, so the gate reads neither a training nor a test style) or up to the step cap, on "
+            f"prompts from the rest, so the gate reads neither a training nor a test style)"
+            + (f", then {', '.join(sorted({str(p.train_for(n).post_gate_steps) for n in p.model_names}))} steps past it, where "
+               f"each seed is analysed (the at-gate checkpoint is analysed too and reported beside, not deciding; seeds "
+               f"{p.seed_offset} .. {p.seed_offset + p.seeds - 1}),"
+               if any(p.train_for(n).post_gate_steps for n in p.model_names) else "")
+            + f" or up to the step cap, on "
             f"{len(p.families)} ORION-style task famil{'y' if len(p.families) == 1 else 'ies'} "
             f"({', '.join(p.families)}) whose entity names come from Debian's wamerican word list ({p.pool_size} words "
             f"per pool). Recipes: {'; '.join(_recipe(p, n) for n in p.model_names)}. {_pretrained_sentence(p)}"
@@ -709,14 +788,33 @@ def what_was_run(p: Params) -> str:
             f"and by the same patch from x3 = (C3, R2), x2's own request on another context (the negative control).")
 
 
-def outcome(p: Params, pairs: pd.DataFrame) -> str:
-    """What the tested pairs past the gate show on the interior layers, and what the positive control shows."""
+def outcome(p: Params, pairs: pd.DataFrame, gate_pairs: pd.DataFrame | None = None) -> str:
+    """What the tested pairs past the gate show on the interior layers, and what the positive control shows; with
+    `gate_pairs`, the same seeds at their gate (reported, not deciding)."""
     role = pairs.model.map(roles(p, pairs.model.unique()))
     trained = pairs[pairs.model.isin(p.model_names)]
     taken = trained.groupby(["model", "seed"]).gate_step.first()
-    text = ["The seeds were taken at steps " + ", ".join(
+    analysed = trained.groupby(["model", "seed"])["analysed_step" if "analysed_step" in trained else "gate_step"].first()
+    text = ["The seeds (" + ", ".join(f"{m} {', '.join(str(int(s)) for s in g.index.get_level_values(1))}"
+                                      for m, g in taken.groupby(level=0))
+            + ") passed the validation gate at steps " + ", ".join(
         f"{m} {', '.join(str(int(x)) for x in g)} (cap {p.train_for(m).max_steps})" for m, g in taken.groupby(level=0))
-        + "."] if len(taken) else []
+        + " and were analysed at steps " + ", ".join(
+        f"{m} {', '.join(str(int(x)) for x in g)} ({p.train_for(m).post_gate_steps} past the gate)"
+        for m, g in analysed.groupby(level=0)) + "."] if len(taken) else []
+    if gate_pairs is not None and len(gate_pairs):
+        cmp = gate_comparison(p, pairs, gate_pairs)
+        c = p.claims
+        for m, g in cmp.groupby("model", sort=False):
+            text.append(f"{m} at the gate (reported, not deciding): {int(g.gated_gate.sum())} of {len(g)} seeds past "
+                        f"the accuracy gate on the test prompts, of which {int((g.gated_gate & (g.value_a_gate >= c.keep_fraction)).sum())} "
+                        f"with (a)'s ratio >= {c.keep_fraction} and {int((g.gated_gate & (g.value_b_gate > 0)).sum())} with (b)'s "
+                        f"margin > 0 (point values, per seed: (a) "
+                        f"{', '.join(f'{x:.2f}' for x in g.value_a_gate)}; (b) {', '.join(f'{x:.2f}' for x in g.value_b_gate)}); "
+                        f"at the analysed checkpoint {int(g.gated.sum())} of {len(g)} past the gate, "
+                        f"{int((g.gated & (g.value_a >= c.keep_fraction)).sum())} and {int((g.gated & (g.value_b > 0)).sum())} "
+                        f"(per seed: (a) {', '.join(f'{x:.2f}' for x in g.value_a)}; (b) "
+                        f"{', '.join(f'{x:.2f}' for x in g.value_b)}).")
     for label, part in (("tested", pairs[role != CONTROL]), ("positive-control", pairs[role == CONTROL])):
         gated = part[part.gated]
         if gated.empty:
@@ -789,9 +887,11 @@ def _rule_change(p: Params, pairs: pd.DataFrame) -> str:
 
 def _cap_sentence(p: Params, pairs: pd.DataFrame) -> str:
     """What the step caps meant in this run: set beyond the steps the seeds needed, or reached by seeds below the gate."""
-    taken = pairs[pairs.model.isin(p.model_names)].groupby(["model", "seed"]).gate_step.first()
+    trained = pairs[pairs.model.isin(p.model_names)]
+    taken = trained.groupby(["model", "seed"]).gate_step.first()
     caps = {m: p.train_for(m).max_steps for m in p.model_names}
-    capped = int(sum(step >= caps[m] for (m, _), step in taken.items()))
+    capped = int((~trained.groupby(["model", "seed"]).passed_gate.first()).sum()) if "passed_gate" in trained \
+        else int(sum(step >= caps[m] for (m, _), step in taken.items()))
     cap_text = ", ".join(f"{m} {c}" for m, c in caps.items())
     if capped:
         return (f"The step caps ({cap_text}, set by the default budget) were reached by {capped} of {len(taken)} "

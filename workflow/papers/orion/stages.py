@@ -105,10 +105,13 @@ def read_vocab(path) -> tuple[tasks.Vocab, dict]:
 
 
 # ---- train ---------------------------------------------------------------------------------------
-def train(*, cfg, model_name, vocab, val, checkpoints, history):
+def train(*, cfg, model_name, vocab, val, checkpoints, gate_checkpoints, history):
     """Train every seed of one model side by side (papers.orion.ensemble) on the task mixture until each passes
-    the accuracy gate on the validation prompts (or the step cap); one checkpoint per seed, taken at the gate,
-    and the history of validation accuracy per seed. The test prompts are never read here."""
+    the accuracy gate on the validation prompts, then orion.train.post_gate_steps more (issue 47's sixth review), or
+    up to the step cap; per seed two checkpoints: `checkpoints`, the one analysed for the claims (post_gate_steps
+    past the gate, or at the cap), and `gate_checkpoints`, the one at the gate (reported beside, not deciding); and
+    the history of validation accuracy per seed. The test prompts are never read here. The seeds are orion.seed_offset
+    .. seed_offset + seeds - 1 (the checkpoint files are numbered 0 .. seeds - 1, the checkpoint records the seed)."""
     import torch
 
     from papers.orion import model as gpt
@@ -119,9 +122,10 @@ def train(*, cfg, model_name, vocab, val, checkpoints, history):
 
     p = parse(cfg)
     m, t = p.model(model_name), p.train_for(model_name)  # orion.train with the model's own overrides
-    seeds = list(range(p.seeds))
-    if len(checkpoints) != len(seeds):
-        raise ValueError(f"orion.seeds = {p.seeds} but {len(checkpoints)} checkpoint paths were given")
+    seeds = list(range(p.seed_offset, p.seed_offset + p.seeds))
+    if not len(checkpoints) == len(gate_checkpoints) == len(seeds):
+        raise ValueError(f"orion.seeds = {p.seeds} but {len(checkpoints)} and {len(gate_checkpoints)} checkpoint paths "
+                         "were given")
     voc, styles = read_vocab(vocab)
     families = [tasks.FAMILIES[f] for f in p.families]
     train_styles = {f: s["train"] for f, s in styles.items()}
@@ -151,17 +155,21 @@ def train(*, cfg, model_name, vocab, val, checkpoints, history):
     log.info("model %s: %d seeds of %d parameters%s, on %s", model_name, len(seeds),
              sum(q.numel() for q in members[0].parameters()),
              ", routed (request read in block 1 only)" if m.routed else "", device)
-    models, steps, hist = trainer.train_until_gate(
+    models, steps, hist, at_gate = trainer.train_until_gate(
         members, samplers, max_steps=t.max_steps, lr=t.lr, warmup=t.warmup, weight_decay=t.weight_decay,
         grad_clip=t.grad_clip, lm_weight=t.lm_weight, eval_every=t.eval_every, evaluate=evaluate,
         gate=p.claims.gate_accuracy, gate_records=t.gate_records, copy_warmup=t.copy_warmup,
-        buckets=t.length_buckets, progress=lambda it: progress(it, desc=f"train {model_name}", total=t.max_steps),
+        buckets=t.length_buckets, post_gate_steps=t.post_gate_steps,
+        progress=lambda it: progress(it, desc=f"train {model_name}", total=t.max_steps + t.post_gate_steps),
         device=device)
     hist = hist.rename(columns={"member": "seed"})
     hist.insert(0, "model", model_name)
     write_parquet(hist, history)
-    for s, model, step, path in zip(seeds, models, steps, checkpoints):
-        gpt.save(model, path, model_name=model_name, seed=s, step=step, rng=torch.get_rng_state())
+    for s, model, step, (gate_model, gate_step, passed), path, gate_path in zip(
+            seeds, models, steps, at_gate, checkpoints, gate_checkpoints):
+        info = dict(model_name=model_name, seed=s, gate_step=gate_step, passed_gate=passed, rng=torch.get_rng_state())
+        gpt.save(model, path, step=step, checkpoint="analysed", **info)
+        gpt.save(gate_model, gate_path, step=gate_step, checkpoint="gate", **info)
 
 
 def training_device(setting: str) -> str:
@@ -174,21 +182,32 @@ def training_device(setting: str) -> str:
 
 
 # ---- evaluate ------------------------------------------------------------------------------------
-def evaluate(*, cfg, model_name, checkpoints, vocab, test, pairs, metrics, sweep):
-    """For every seed of one trained model: test accuracy per family (the claims' accuracy premise) and the
+def evaluate(*, cfg, model_name, checkpoints, vocab, test, pairs, metrics, sweep, gate_checkpoints=(),
+             gate_metrics=None, gate_sweep=None):
+    """For every seed of one trained model (`checkpoints`, the analysed ones; the same for `gate_checkpoints`, the
+    seeds at their gate, into `gate_metrics` and `gate_sweep`, reported beside): test accuracy per family (the
+    claims' accuracy premise, at the analysed checkpoint the stability premise of the post-gate rule) and the
     request-patching sweep per family and layer, with the same-request control and, per layer, how many of the
     request's tokens a value window after that layer still reads (the window premise of windowed models), and where
     the last token attends in each block (the share on the context's values and on its own request's tokens)."""
+    parse(cfg)  # checks the configuration before any work
+    voc, _ = read_vocab(vocab)
+    _evaluate_checkpoints(model_name, checkpoints, voc, test, pairs, metrics, sweep)
+    if gate_metrics is not None:
+        _evaluate_checkpoints(model_name, gate_checkpoints, voc, test, pairs, gate_metrics, gate_sweep)
+
+
+def _evaluate_checkpoints(model_name, checkpoints, voc, test, pairs, metrics, sweep):
     from papers.orion import model as gpt
     from papers.orion.lm import WordLM
 
-    parse(cfg)  # checks the configuration before any work
-    voc, _ = read_vocab(vocab)
     accs, sweeps = [], []
     for path in checkpoints:
         model, ckpt = gpt.load(path)
         tag = {"model": model_name, "seed": int(ckpt["seed"]), "n_layer": model.cfg.n_layer,
-               "width": model.cfg.n_embd, "gate_step": int(ckpt["step"]), "routed": bool(model.cfg.request_markers)}
+               "width": model.cfg.n_embd, "gate_step": int(ckpt.get("gate_step", ckpt["step"])),
+               "analysed_step": int(ckpt["step"]), "passed_gate": bool(ckpt.get("passed_gate", True)),
+               "routed": bool(model.cfg.request_markers)}
         acc, sw = _analyse(WordLM(model, voc.index), tag, test, pairs, reach=model.cfg.value_reach_after)
         acc = acc.merge(attention_shares(model, voc, test), on="family", how="left")
         accs.append(acc)
@@ -238,7 +257,8 @@ def evaluate_pretrained(*, cfg, model_name, test, pairs, injection, metrics, swe
     spec = p.pretrained_model(model_name)
     lm = PretrainedLM(spec["path"], dtype=spec.get("dtype", "float32"))
     log.info("%s: %d layers from %s on %s", model_name, lm.n_layer, spec["path"], lm.device)
-    tag = {"model": model_name, "seed": 0, "n_layer": lm.n_layer, "width": 0, "gate_step": 0, "routed": False}
+    tag = {"model": model_name, "seed": 0, "n_layer": lm.n_layer, "width": 0, "gate_step": 0, "analysed_step": 0,
+           "passed_gate": True, "routed": False}
     acc, sw = _analyse(lm, tag, test, pairs)  # no value window: nothing reads around the patch
 
     inj = read_parquet(injection)

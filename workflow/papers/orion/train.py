@@ -9,9 +9,9 @@ kind a pretrained LM has seen, which makes the induction circuits form early; wi
 bind a key to a value in context stayed at chance for 4,000 steps in the issue's prototype. AdamW with weight
 decay on matrices only, linear warmup then a constant rate, gradient clipping per model.
 
-:func:`train_until_gate` trains the seeds of one model side by side (papers.orion.ensemble) and takes each one
-out when all its families pass the accuracy gate on the validation prompts (issue 20: the gate is reached by
-training, not by dropping pairs), or at the step cap.
+:func:`train_until_gate` trains the seeds of one model side by side (papers.orion.ensemble); each one passes
+the accuracy gate on the validation prompts (issue 20: the gate is reached by training, not by dropping pairs),
+trains a fixed number of steps past it (issue 47's sixth review) and is taken out there, or at the step cap.
 """
 from __future__ import annotations
 
@@ -165,10 +165,12 @@ def bucketed_loss(ens: EnsembleGPT, parts: list[tuple[torch.Tensor, torch.Tensor
 
 def train_until_gate(models: list[GPT], samplers: list, *, max_steps: int, lr: float, warmup: int,
                      weight_decay: float, grad_clip: float, lm_weight: float, eval_every: int, evaluate,
-                     gate: float, gate_records: int = 1, copy_warmup: int = 0, buckets: int = 1,
-                     progress=lambda it: it, device: str = "cpu") -> tuple[list[GPT], list[int], pd.DataFrame]:
+                     gate: float, gate_records: int = 1, copy_warmup: int = 0, buckets: int = 1, post_gate_steps: int = 0,
+                     progress=lambda it: it, device: str = "cpu"
+                     ) -> tuple[list[GPT], list[int], pd.DataFrame, list[tuple[GPT, int, bool]]]:
     """Train the members `models` (one per seed, same size) side by side (papers.orion.ensemble), member e on
-    batches from `samplers[e](copy_only)`, until each has passed the accuracy gate or `max_steps` is reached.
+    batches from `samplers[e](copy_only)`, until each has passed the accuracy gate and then trained
+    `post_gate_steps` more steps, or `max_steps` is reached without passing the gate.
 
     The curriculum: for the first `copy_warmup` steps the batches are copy sequences only (``copy_only`` True)
     and the loss is on their predictable copies only (lm_weight 0), so that the induction circuits form before
@@ -178,24 +180,34 @@ def train_until_gate(models: list[GPT], samplers: list, *, max_steps: int, lr: f
     padding, and a member's computation independent of the others').
 
     Every `eval_every` steps, `evaluate(model)` gives each member's validation accuracy per family; once every
-    family of member e has been >= `gate` at `gate_records` consecutive records, member e is copied out: that
-    copy is the model the analysis sees ("stop at the gate"; more than one record asks that the model keeps the
-    task after the step at which it learned it, the least reproducible point of a run). The members still below
-    go on without it (:func:`_keep`: the same weights and optimiser moments, so their training is unchanged; a
-    step costs in proportion to the members it trains); a member that never passes is copied out at `max_steps`
-    and reported below the gate. Returns the models, the step each was taken at, and the history (one row per
-    member and record).
+    family of member e has been >= `gate` at `gate_records` consecutive records (at step g), a copy of member e is
+    kept as its at-gate model, and member e trains on for exactly `post_gate_steps` more steps (issue 47's sixth
+    review: at g a seed has just made its accuracy jump and its circuit is not yet settled; in the review's
+    continuation of the committed run, 600 more steps carried two seeds' (a) ratios from 0.36 and 0.61 to ~1.0),
+    is evaluated once more at g + post_gate_steps (the history's record there is the stability premise: is it still
+    past the gate?) and copied out: that copy is the model the analysis decides on. With post_gate_steps 0 it is
+    the at-gate copy ("stop at the gate"). The post-gate steps may run past `max_steps`, which caps the search for
+    the gate only. The members still training go on without the ones taken (:func:`_keep`: the same weights and
+    optimiser moments, so their training is unchanged; a step costs in proportion to the members it trains); a
+    member that never passes is copied out at `max_steps` and reported below the gate (no post-gate steps: it has
+    no gate to train past). Returns the analysed models, the step each was taken at, the history (one row per member
+    and record; `phase` "gate" up to the gate, "post_gate" after it) and per member (at-gate model, gate step,
+    passed): the at-gate copy and its step (reported beside, not deciding), or the cap model, max_steps and False.
 
     `device` (cpu | cuda): where the stacked weights, the optimiser and each step's batches live (issue 54: the
     full scale trains on a GPU). The batches are drawn on the CPU (the same draws on either device), and each
     member is evaluated, and returned, as a CPU copy (:meth:`EnsembleGPT.member`)."""
+    if post_gate_steps < 0:
+        raise ValueError(f"post_gate_steps must be >= 0, got {post_gate_steps}")
     ens = EnsembleGPT.from_members(models).to(device)
     opt = torch.optim.AdamW(decay_groups(ens, weight_decay), lr=lr, betas=(0.9, 0.95))
     E = len(models)
     active = list(range(E))  # the members still training, in the ensemble's order
     final, at_step, history, passed = [None] * E, [max_steps] * E, [], [0] * E  # passed: consecutive records
-    loss_sum, n = [0.0] * E, 0  # per member: its mean training loss since the last record (the history)
-    for step in progress(range(1, max_steps + 1)):
+    at_gate = [None] * E  # (model, gate step, passed) per member
+    until = [None] * E  # the step at which a member past the gate is taken (its gate step + post_gate_steps)
+    loss_sum, n = [0.0] * E, [0] * E  # per member: its mean training loss since its last record (the history)
+    for step in progress(range(1, max_steps + post_gate_steps + 1)):
         for group in opt.param_groups:
             group["lr"] = lr * min(1.0, step / max(warmup, 1))
         copy_only = step <= copy_warmup
@@ -208,29 +220,48 @@ def train_until_gate(models: list[GPT], samplers: list, *, max_steps: int, lr: f
         opt.step()
         for i, e in enumerate(active):
             loss_sum[e] += losses[i].item()
-        n += 1
-        if step % eval_every and step != max_steps:
+            n[e] += 1
+        due = [e for e in active if until[e] == step]  # members whose post-gate steps end here
+        if step % eval_every and step != max_steps and not due:
             continue
+        recorded = []
         for i, e in enumerate(active):
+            post = until[e] is not None
+            if not (step % eval_every == 0 or e in due or (step == max_steps and not post)):
+                continue
             member = ens.member(i)
             with torch.no_grad():
                 held_out = evaluate(member)
-            history.append({"member": e, "step": step, "train/loss": loss_sum[e] / n,
+            history.append({"member": e, "step": step, "train/loss": loss_sum[e] / n[e],
+                            "phase": "post_gate" if post else "gate",
                             **{f"eval/{k}": v for k, v in held_out.items()}})
+            recorded.append(history[-1])
+            loss_sum[e], n[e] = 0.0, 0
+            if post:
+                if e in due:
+                    final[e], at_step[e] = member, step
+                continue
             passed[e] = passed[e] + 1 if min(held_out.values()) >= gate else 0
-            if passed[e] >= gate_records or step == max_steps:
+            if passed[e] >= gate_records:
+                at_gate[e] = (member, step, True)
+                until[e] = step + post_gate_steps
+                if post_gate_steps == 0:
+                    final[e], at_step[e] = member, step
+            elif step == max_steps:
+                at_gate[e] = (member, step, False)
                 final[e], at_step[e] = member, step
-        worst = [min((v, k) for k, v in h.items() if k.startswith("eval/")) for h in history[-len(active):]]
-        log.info("step %d: loss %.3f, members taken at the gate: %d of %d; worst family of the last records: %s", step,
-                 sum(loss_sum[e] for e in active) / n / len(active), sum(f is not None for f in final), E, ", ".join(f"{k.removeprefix('eval/')} {v:.2f}" for v, k in worst))
-        loss_sum, n = [0.0] * E, 0
+        worst = [min((v, k) for k, v in h.items() if k.startswith("eval/")) for h in recorded]
+        log.info("step %d: loss %.3f, members past the gate: %d of %d, taken: %d; worst family of the last records: %s",
+                 step, float(np.mean([h["train/loss"] for h in recorded])) if recorded else float("nan"),
+                 sum(u is not None for u in until), E,
+                 sum(f is not None for f in final), ", ".join(f"{k.removeprefix('eval/')} {v:.2f}" for v, k in worst))
         still = [e for e in active if final[e] is None]
         if not still:
             break
         if len(still) < len(active):
             ens, opt = _keep(ens, opt, [active.index(e) for e in still], weight_decay)
             active = still
-    return final, at_step, pd.DataFrame(history)
+    return final, at_step, pd.DataFrame(history), at_gate
 
 
 def _keep(ens: EnsembleGPT, opt: torch.optim.AdamW, rows: list[int], weight_decay: float

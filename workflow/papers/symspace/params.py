@@ -32,7 +32,9 @@ class Params:
     # Claim (b)'s positive control: random SPD(channels) matrices (log-eigenvalues ~ N(0, log_spread^2), random
     # eigenvectors) labelled by a random SPDNet with the Busemann MLR head, equal classes; on the first `seeds` seeds
     # (at most head_seeds: a scale with fewer head seeds runs fewer).
-    spd_planted: dict = field(default_factory=lambda: {"seeds": 30, "classes": 3, "per_class": 80, "log_spread": 2.0,
+    # The generating head's normals are a_k = -e_m: the log of a quadratic form of the BiMap output, outside the
+    # LogEig head's function class (train.planted_spd).
+    spd_planted: dict = field(default_factory=lambda: {"seeds": 6, "classes": 3, "per_class": 240, "log_spread": 2.0,
                                                         "train_fraction": 0.5})
     # The noisy tree in the Poincare disk (Data (3)), moved by a random isometry per seed (root_shift: the
     # hyperbolic distance of its root from the origin), so that no angle rule about the origin gives the labels.
@@ -50,7 +52,7 @@ class Params:
     # val_fraction of the training data held out (the convergence gate); eval_every: steps between validation
     # accuracies (the gate reads that curve).
     train: dict = field(default_factory=lambda: {"steps": 300, "digits_step_factor": 2, "head_inits": 3,
-                                                 "attention_steps": 300, "attention_subjects": 1,
+                                                 "attention_steps": 200, "attention_subjects": 1,
                                                  "planted_attention_seeds": 7, "spread_attention_seeds": 7,
                                                  "lr": 0.05, "tree_steps": 3000,
                                                  "tree_lr": 0.02, "restarts": 2,

@@ -245,13 +245,20 @@ def claim_b(p, acc: pd.DataFrame) -> Claim:
         note=why,
         **({"positive_control": PositiveControl(
             f"the same analysis (both heads on the same backbone, {inits} initialisations averaged per seed, the same "
-            f"steps and checkpoint rule, paired t interval > 0) on {p.spd_planted['classes']} classes of random "
+            f"steps and checkpoint rule, paired t interval) on {p.spd_planted['classes']} classes of random "
             f"SPD matrices (log-eigenvalue spread {p.spd_planted['log_spread']:g}) labelled by a random SPDNet with "
-            "the Busemann MLR head (the labels lie in the Busemann head's function class: check "
+            f"the Busemann MLR head{plant_text(p)} (the labels lie in the Busemann head's function class: check "
             f"'spd_planted_representable'): the Busemann head must come out ahead by delta (paired t interval > "
             f"{delta:g}, the claim's own threshold: a design that cannot resolve a planted gain of delta cannot say "
             "the paper's head is not better by delta)", positive)}
            if planted else {"no_positive_control": "symspace.spd_planted.seeds is 0"}))
+
+
+def plant_text(p) -> str:
+    """How claim (b)'s positive control draws its generating head's normals (papers.symspace.train.planted_spd)."""
+    return (" whose normals are a_k = -e_m, so that each logit is -log(v_k^T Z v_k), the log of a quadratic form of "
+            "the BiMap output Z: a linear form of log Z (what the LogEig head computes) only where Z commutes with "
+            "v_k v_k^T, so the labels lie outside the LogEig head's function class")
 
 
 def ceiling_room(acc: pd.DataFrame, tasks: list) -> dict:
@@ -627,7 +634,7 @@ def _what_was_run(p, acc) -> str:
         + f", {t['seeds']} tree seeds for claim (d) (its positive control on the first {t['planted_seeds']}). " + eeg
         + (f"(1b) claim (b)'s positive control, on the first {min(p.spd_planted['seeds'], p.head_seeds)} seeds: "
            f"random SPD matrices (the EEG's size; log-eigenvalues with std {p.spd_planted['log_spread']:g}, random "
-           f"eigenvectors), labelled by a random SPDNet of claim (b)'s shape with the Busemann MLR head "
+           f"eigenvectors), labelled by a random SPDNet of claim (b)'s shape with the Busemann MLR head{plant_text(p)} "
            f"({p.spd_planted['classes']} classes, base points at random data points), {p.spd_planted['per_class']} "
            f"per class kept, {p.spd_planted['train_fraction']:.0%} of each class trains; both heads trained there as "
            "on the EEG. " if p.spd_planted["seeds"] else "")
