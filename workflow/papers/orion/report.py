@@ -893,10 +893,19 @@ def _cap_sentence(p: Params, pairs: pd.DataFrame) -> str:
     capped = int((~trained.groupby(["model", "seed"]).passed_gate.first()).sum()) if "passed_gate" in trained \
         else int(sum(step >= caps[m] for (m, _), step in taken.items()))
     cap_text = ", ".join(f"{m} {c}" for m, c in caps.items())
+    # a seed that passed at its cap's own record would have been below the gate one record later (review orion_r7)
+    passed = trained.groupby(["model", "seed"]).passed_gate.first() if "passed_gate" in trained \
+        else pd.Series(True, index=taken.index)
+    at_cap = sorted((m, s) for (m, s), step in taken.items() if passed[(m, s)] and step >= caps[m])
+    edge = (f" {len(at_cap)} of {len(taken)} seeds passed the gate only at the last record their cap allows (" +
+            ", ".join(f"{m} seed {s}" for m, s in at_cap) + "): one record later they would have counted as below "
+            "the gate, so the caps do not lie clearly beyond the steps every seed needed.") if at_cap else ""
     if capped:
         return (f"The step caps ({cap_text}, set by the default budget) were reached by {capped} of {len(taken)} "
                 f"seeds, which had not passed the gate by then; whether more steps teach them the task is not measured "
-                f"here.")
+                f"here.{edge}")
+    if at_cap:
+        return f"No seed ended below the gate at its step cap ({cap_text}).{edge}"
     return (f"The step caps ({cap_text}) lie beyond the steps the seeds needed (above), so that whether a seed learns "
             f"does not depend on the CPU's floating-point path (issue 55).")
 
