@@ -59,7 +59,7 @@ def test_every_full_scale_job_reaches_slurm_as_the_profile_and_config_say(tmp_pa
     (state / "outputs.json").write_text(json.dumps(jobs))
 
     run = snakemake(*profile, "--slurm-init-seconds-before-status-checks", "1", "--seconds-between-status-checks", "1",
-                    workdir=work, timeout=900, env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SLURM_DIR": str(state)})
+                    workdir=work, timeout=1800, env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SLURM_DIR": str(state)})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
     submissions = [json.loads(line) for line in (state / "submissions.jsonl").read_text().splitlines()]
