@@ -569,6 +569,23 @@ def test_claims_decide_on_the_share_of_gated_seeds_that_meet_the_criterion():
     assert two[0].evidence[0].values == pytest.approx(tuple(ALL6))
 
 
+def test_b_is_named_a_corollary_of_a_exactly_where_its_margin_is_a_minus_the_floor():
+    """Issue 47's seventh review: where every deciding seed's interior margin equals its (a) ratio minus
+    dominance_min (R2(C2) and R1(C1) below the floor at R1(C2)'s peak), (b) says it is a corollary of (a) and counts
+    the seeds whose late stage shows inside the model; where the margins differ from that, it says nothing of it."""
+    from papers.orion.report import build_claims
+
+    p = _params(seeds=6)
+    same = build_claims(p, _claim_inputs(ALL6, seeds=6), NO_OVERSIGHT, SHARED)[1]
+    assert "a corollary of (a)" in same.note and "0 of 6" in same.note
+    assert same.measured["largest_gap_b_margin_vs_a_ratio_minus_floor"] == pytest.approx(0.0)
+    late = _claim_inputs(ALL6, seeds=6).assign(late_interior=lambda d: d.seed < 2)
+    assert "in 2 of 6" in build_claims(p, late, NO_OVERSIGHT, SHARED)[1].note
+    apart = build_claims(p, _claim_inputs(ALL6, seeds=6, margins=[v - 0.6 for v in ALL6]), NO_OVERSIGHT, SHARED)[1]
+    assert "corollary" not in apart.note
+    assert apart.measured["largest_gap_b_margin_vs_a_ratio_minus_floor"] == pytest.approx(0.1)
+
+
 def test_the_controls_are_read_by_the_same_criterion():
     """The same-request null must not hold (if it does, the claim cannot hold), and the routed positive control must
     hold on its seeds past the gate: a routed seed below the gate is left out, and with too few left to clear the

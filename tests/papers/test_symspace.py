@@ -591,6 +591,9 @@ def test_claim_e_is_decided_on_the_spread_window_with_the_planted_window_as_its_
     # select (the claim's premise): a loss to the ablation there is not evidence about the paper.
     flat = claim_e(p, _attention_table(-0.05, pool=0.0, lse=0.0))
     assert flat.verdict == "inconclusive" and "window-localised" in flat.note
+    # ... and the note says the analogue cannot test it (review symspace_r7), only where that premise is unmet
+    assert "not testable in this analogue" in flat.note
+    assert "not testable" not in helps.note and "not testable" not in worse.note
     # The positive control fails (on the window built for it the attention does not beat the selective baseline):
     # the analysis cannot be trusted to find the attention's gain, so neither verdict can be read.
     blind = claim_e(p, _attention_table(-0.05, window_lse=0.45))

@@ -62,6 +62,9 @@ def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, gate: float, floor: float 
                      "b_margin_at": {float(f): interior_margin(req, n_layer, f) for f in floors},
                      "control_b_margin": interior_margin(ctl, n_layer, floor, patching.CONTROL_HYPOTHESES),
                      "depth": best / n_layer, "profile": " > ".join(profile),
+                     # the paper's late stage inside the model: R1(C1) dominant at an interior layer after the
+                     # R1(C2) peak (at L = n_layer it holds by construction), reported beside (b), not deciding
+                     "late_interior": any(h == patching.HYPOTHESES[-1] for h in profile[best + 1:n_layer]),
                      "interior": patching.is_interior_decomposition(profile),
                      "interior_strict": patching.is_strict_interior_decomposition(profile),
                      "ends_by_construction": profile[0] == patching.HYPOTHESES[0] and profile[-1] == patching.HYPOTHESES[-1],
@@ -198,6 +201,7 @@ def per_replicate(p: Params, pairs: pd.DataFrame) -> pd.DataFrame:
                      **bounds,
                      "share_kept": float((g.gated & (g.r1c2_max >= c.keep_fraction)).mean()),
                      "share_interior": float((g.gated & g.interior).mean()),
+                     "late_interior": bool((g.gated & g.late_interior).all()) if "late_interior" in g else False,
                      "depth": float(g[g.gated].depth.mean()) if g.gated.any() else float("nan")})
     return pd.DataFrame(rows)
 
@@ -472,6 +476,7 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
                                                                  "positive control: seeds with max_L p(R1(C2)) / "
                                                                  "p_clean >= keep_fraction")))
 
+    corollary = b_as_corollary(c, tested_reps[tested_reps.gated & tested_reps.group.isin(deciding)])
     b = Claim(
         "b", f"At some interior layer (1 .. n_layer - 1) request-patching's output is R1(C2), x1's request applied "
              f"to x2's context: its normalised probability exceeds both R2(C2)'s and R1(C1)'s and keeps >= "
@@ -491,7 +496,8 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
          "per_seed_interval": per_seed_interval("value_b", tested_groups + control_groups),
          "undetermined_gated_seeds": undetermined("value_b", 0.0, True, tested_groups + control_groups),
          # (b) at other floors (claims.floor_sensitivity): a sensitivity table beside the verdict, not deciding
-         "by_floor": floor_table(p, reps, tested_groups + control_groups), **below_text, **at_gate("value_b")},
+         "by_floor": floor_table(p, reps, tested_groups + control_groups), **below_text, **at_gate("value_b"),
+         **corollary["measured"]},
         f"{who}, a replicate meets the criterion when its interior margin, max over L in 1 .. n_layer - 1 of n_R1(C2)(L) - "
         f"max(n_R2(C2)(L), n_R1(C1)(L), dominance_min = {c.dominance_min}) (n_h: hypothesis h's normalised "
         f"probability, as in (a); with several families, their mean), is above 0; {share_text}. The paper gives no "
@@ -509,11 +515,37 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
                                     f"sign: R1(C2) is the dominant output at an interior layer; the floor "
                                     f"dominance_min {c.dominance_min} ('most of its clean probability') is ours; the "
                                     f"paper shows the layer profile in plots and gives no number for it"),
-        premise=premise,
+        premise=premise, note=corollary["note"],
         positive_control=PositiveControl(positive_text, evidence(control_groups, "value_b", 0.0,
                                                                  "positive control: seeds with an interior margin > 0",
                                                                  strict=True)))
     return [a, b, _claim_c(p, over)]
+
+
+def b_as_corollary(c, gated: pd.DataFrame, tolerance: float = 0.01) -> dict:
+    """How much claim (b) adds to claim (a) on the deciding replicates past the gate (issue 47's seventh review):
+    where R2(C2) and R1(C1) both stay below dominance_min at R1(C2)'s peak and the peak is interior, (b)'s margin is
+    (a)'s ratio minus dominance_min, so (b)'s per-seed criterion is (a)'s with the looser cut dominance_min, not a
+    second piece of evidence. Returns the largest |value_b - (value_a - dominance_min)| and the seeds whose profile
+    shows the paper's late stage inside the model (R1(C1) dominant at an interior layer after the R1(C2) peak;
+    summarise's `late_interior`), as figures reported beside (b) and a sentence saying what they mean, when the gap is
+    within `tolerance` in every seed."""
+    if gated.empty:
+        return {"measured": {}, "note": ""}
+    gap = float((gated.value_b - (gated.value_a - c.dominance_min)).abs().max())
+    late = int(gated.late_interior.sum()) if "late_interior" in gated else 0
+    measured = {"largest_gap_b_margin_vs_a_ratio_minus_floor": round(gap, 4),
+                "gated_seeds_with_interior_late_retrieval": late}
+    if gap > tolerance:
+        return {"measured": measured, "note": ""}
+    note = (f"a corollary of (a) in this run, not a second piece of evidence: in each of the {len(gated)} "
+            f"deciding seeds past the gate, (b)'s margin equals (a)'s ratio minus dominance_min = {c.dominance_min} "
+            f"(largest difference {gap:.4f}), because R2(C2) and R1(C1) both stay below that floor at R1(C2)'s "
+            f"interior peak; so a seed meets (b) exactly when its (a) ratio exceeds {c.dominance_min}, a looser cut "
+            f"than (a)'s {c.keep_fraction}. The paper's late stage inside the model, R1(C1) dominant at an interior "
+            f"layer after the R1(C2) peak, shows in {late} of {len(gated)} of those seeds (reported, not deciding; at "
+            f"the last layer it holds by construction)")
+    return {"measured": measured, "note": note}
 
 
 def _post_gate_text(p: Params) -> str:

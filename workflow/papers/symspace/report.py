@@ -209,6 +209,13 @@ def claim_b(p, acc: pd.DataFrame) -> Claim:
                "the Busemann MLR reduces for diagonal X: check 'logeig'), while the same analysis finds the Busemann "
                f"head ahead where a Busemann SPDNet drew the labels ({positive.describe()}): the analogue's class "
                "structure, not a blind analysis, is the likely reason (as far as known)")
+    if positive is not None and not real_eeg(p):
+        why = "; ".join(x for x in (why, (
+            "what the positive control shows, and what it does not: its plant (normals a_k = -e_m, a gain the LogEig "
+            "head cannot represent) was chosen after a generic plant (Gaussian normals) had given a gain below delta "
+            "at this data size (review symspace_r7; the history and the pilots' figures are in config/config.yaml, "
+            "symspace.spd_planted); so it shows that this analysis sees a gain of delta where the labels lie in the "
+            "Busemann head's function class alone, not that the EEG analogue could produce one")) if x)
     return Claim(
         "b", "On the EEG task the Busemann MLR head beats SPDNet's LogEig + linear head on the same BiMap -> ReEig "
              f"backbone by at least {delta:g} accuracy (the smallest EEG gain the paper reports, for its whole network over "
@@ -451,8 +458,15 @@ def claim_e(p, acc: pd.DataFrame) -> Claim:
                               what="replicates")
                   for t in tasks if has_pool(t, "tangent_pool_lse") and has_pool(t, "tangent_pool")]
     why = ""
+    if "eeg_spread" in tasks and selectable and all_of([e.verdict for e in selectable]) != "holds":
+        # review symspace_r7: the deciding setting is built without the premise, so no run of it can decide
+        why = ("not testable in this analogue: eeg_spread spreads the class's excess power over every window by "
+               "construction, so the premise (window-localised class information) is unmet by design and the verdict "
+               "reads inconclusive whatever the attention does; the paper's setting, real EEG (symspace.eeg_datasets, "
+               "config/full.yaml), decides it; the figures below are reported, not deciding")
     if "eeg_spread" in tasks and all_of([e.verdict for e in evidence]) == "does not hold":
-        why = ("where the class's excess power is spread over every window, each window carries the same class "
+        why += "; " if why else ""
+        why += ("where the class's excess power is spread over every window, each window carries the same class "
                "information, so the ablation's uniform Frechet mean is already the right pooling and the attention's "
                "learned weights have nothing to select (the likely reason; the attention weights are not recorded)")
     return Claim(
