@@ -19,8 +19,10 @@ FAILED = 1e12  # the loss reported for q without an equilibrium (a singular K); 
 
 
 def optimize(task: Task, x: torch.Tensor, *, method: str, init, bounds: tuple, maxiter: int, tol: float,
-             rng: np.random.Generator) -> dict:
-    """Fit q to one target x (1, N, 3). Returns q (1, E), x_hat (1, N, 3), nit, nfev, success, seconds."""
+             rng: np.random.Generator, regularize: bool = True) -> dict:
+    """Fit q to one target x (1, N, 3). Returns q (1, E), x_hat (1, N, 3), nit, nfev, success, seconds.
+    `regularize`: the task's whole loss (the towers' q-variance term included, as the hybrid trains), or, False, the
+    shape loss alone (the closest equilibrium shape the solver finds, whatever its force densities)."""
     fdm = task.fdm
     active = fdm.active
     signs = fdm.signs[active]  # (A,)
@@ -36,7 +38,7 @@ def optimize(task: Task, x: torch.Tensor, *, method: str, init, bounds: tuple, m
     def fun(a_np):
         a = torch.tensor(a_np, dtype=fdm.signs.dtype, requires_grad=True)
         q = to_q(a)
-        loss, _ = task.loss(x, fdm.equilibrium(q, x, loads), q, loads, 0.0)
+        loss, _ = task.loss(x, fdm.equilibrium(q, x, loads), q, loads, 0.0, regularize=regularize)
         if not torch.isfinite(loss):  # a free node whose bars are all at q = 0: no equilibrium exists
             return FAILED, np.zeros_like(a_np)
         (grad,) = torch.autograd.grad(loss, a)
