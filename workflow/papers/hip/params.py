@@ -62,11 +62,12 @@ class EvalParams:
     lengths: tuple = (1024,)  # prompt lengths T of the retrieval test
     depths: tuple = (0.1, 0.3, 0.5, 0.7, 0.9)  # needle depth: where the queried record sits, 0 = start
     n_keys: tuple = (1, 4)  # records per prompt: 1 = passkey, more = multi-key retrieval (distractors)
-    widths: tuple = (2, 8, 16, 32)  # positions each record spans in the haystack (data.retrieval_prompt)
-    wide_min: int = 16  # widths >= this decide claim (a): a needle of many positions, as the paper's passkey
+    widths: tuple = (2, 4, 8, 16, 32)  # positions each record spans in the haystack (data.retrieval_prompt)
+    decide_width: int = 4  # the width that decides claim (a): the answer twice, as in the paper's passkey sentence
+    wide_min: int = 16  # widths >= this (8+ answer copies, locality given by the data): (a)'s positive control
     prompts: int = 4  # prompts per (T, n_keys, depth, width) and seed
     text_windows: int = 8  # held-out windows of seq_len bytes for text NLL (no records)
-    recall_prompts: int = 16  # prompts (at max T) whose q, k feed the top-k recall per layer
+    recall_prompts: int = 16  # record-free held-out windows (at max T) whose q, k feed the top-k recall per layer
     planted_prompts: int = 4  # planted-needle and planted-locality draws per (T, depth, width) and seed
     planted_strength: float = 12.0  # the planted needle's attention logit (q . k / sqrt(D)) for its query
 
@@ -112,6 +113,7 @@ class ClaimParams:
     exponent_tol: float = 0.15  # check: |HiP's counted-work exponent - T log T's| below this
     quadratic_min: float = 1.5  # (c) HiP's time exponent below this, dense's (positive control) above
     prune_share_max: float = 0.25  # premise of (c): HiP's counted products at the largest T / dense's, at most
+    hit_drop_tol: float = 0.1  # (d) the fitted change of HiP's hit rate over the decided offload T, above -this
     resident_exponent_tol: float = 0.15  # check: working set ~ T^p with p below that of log2(T / mask_k) + this
 
 
@@ -205,7 +207,10 @@ class Params:
             raise ValueError(f"hip.eval.widths must be positive multiples of {data.RECORD_LEN}, got {list(ev.widths)}")
         if not any(w >= ev.wide_min for w in ev.widths):
             raise ValueError(f"hip.eval.wide_min ({ev.wide_min}) exceeds every width of hip.eval.widths "
-                             f"({list(ev.widths)}): nothing would decide claim (a)")
+                             f"({list(ev.widths)}): claim (a) would have no wide-record positive control")
+        if ev.decide_width not in ev.widths or ev.decide_width >= ev.wide_min:
+            raise ValueError(f"hip.eval.decide_width ({ev.decide_width}) must be one of hip.eval.widths "
+                             f"({list(ev.widths)}) and below wide_min ({ev.wide_min}): it decides claim (a)")
         for T in ev.lengths:
             if max(ev.n_keys) * max(ev.widths) + data.RECORD_LEN > T:
                 raise ValueError(f"hip.eval: {max(ev.n_keys)} records of width {max(ev.widths)} and the query do not fit "

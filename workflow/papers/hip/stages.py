@@ -63,13 +63,14 @@ def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offl
       ``source = "planted"`` are the positive control: the same accuracy on one attention head with a planted
       needle (:func:`papers.hip.evaluate.planted_needle`), drawn with this seed;
     * ``text``: per held-out window (no records) and method, the mean NLL of the second half;
-    * ``recall``: per prompt and pruned layer, the recall of the oracle top-n key blocks by HiP and by random
-      blocks, on the model's q, k and on the same keys shuffled (keys ``shuffled``, and ``shuffled2``, a second
-      independent shuffle: the ablation control); keys ``planted`` / ``planted_shuffled``: the same on keys with
-      planted locality (the positive control);
-    * ``offload``: the decoding simulation per (window, layer, T, arm) at ``offload.mask_k`` (papers.hip.offload): HiP
-      on the model's keys and on the same keys shuffled (twice), random reads, and the planted-locality positive
-      control (layer -1).
+    * ``recall``: per record-free held-out window of the largest T (random starts drawn with this seed) and pruned
+      layer, the recall of the oracle top-n key blocks by HiP and by random blocks, on the model's q, k and on the
+      same keys shuffled (keys ``shuffled``, and ``shuffled2``, a second independent shuffle: the null (A/A)
+      control); keys ``planted`` / ``planted_shuffled``: the same on keys with planted locality (the positive
+      control);
+    * ``offload``: the decoding simulation per (window, layer, T, arm) at ``offload.mask_k`` (papers.hip.offload) on
+      held-out windows drawn with this seed: HiP on the model's keys and on the same keys shuffled (twice), random
+      reads, and planted-locality keys (layer -1).
     """
     p, seed = parse(cfg), int(seed)
     seed_everything(seed)
@@ -123,17 +124,20 @@ def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offl
         rows += [{"seed": seed, "method": method, "text_window": w, "nll_late": float(v)} for w, v in enumerate(late)]
     write_parquet(pd.DataFrame(rows), text)
 
-    # top-k recall per pruned layer, on the dense pass's q, k of prompts at the largest T (spread over the cells)
+    # top-k recall per pruned layer, on the dense pass's q, k of record-free held-out windows at the largest T (the
+    # model's own locality: review hip_r8 found that retrieval prompts, half of them with records of width 16-32,
+    # carried locality planted by the data); random starts drawn with this seed
     T = max(e.lengths)
-    at_T = [q for q in prompts if q["T"] == T]
-    group = [at_T[j] for j in np.linspace(0, len(at_T) - 1, min(e.recall_prompts, len(at_T))).astype(int)]
+    rrng = np.random.default_rng(40_000 + seed)
+    group = [{"prompt": j, "x": val[s: s + T]}
+             for j, s in enumerate(rrng.integers(0, len(val) - T, e.recall_prompts))]
     rows = []
     for q in progress(group, desc="recall"):
         qk = ev.record_qk(model, torch.from_numpy(q["x"][None].astype(np.int64)).to(p.device))
         for layer, (qq, kk) in qk.items():
             if layer < p.hip.dense_layers:
                 continue
-            # two independent block shuffles: the first is (b)'s reference, the pair is its ablation control
+            # two independent block shuffles: the first is (b)'s reference, the pair is its null (A/A) control
             for keys_, k_used in (("model", kk), ("shuffled", ev.shuffle_keys(kk, p.hip, gen)),
                                   ("shuffled2", ev.shuffle_keys(kk, p.hip, gen))):
                 for m, r in ev.topk_recall(qq, k_used, p.hip, gen).items():
@@ -152,12 +156,13 @@ def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offl
     # q and k of each pruned layer of the model running HiP at that budget. Arms (papers.hip.offload): ``hip``, HiP's
     # traced search on the model's q, k; ``shuffled``, the same search on the same keys in shuffled block order (one
     # permutation per window and layer, fixed while decoding: attention locality removed, the tree's structure and the
-    # queries kept), (d)'s reference; ``shuffled2``, a second independent shuffle, (d)'s ablation control; ``random``,
-    # random blocks read at HiP's volume (reported); layer -1, ``planted`` / ``planted_shuffled``: keys with planted
-    # locality and queries that stay near one direction, and the same keys shuffled (the positive control).
+    # queries kept), (d)'s ablation control and the reference of the locality difference; ``shuffled2``, a second
+    # independent shuffle, that difference's A/A null; ``random``, random blocks read at HiP's volume (reported); layer
+    # -1, ``planted`` / ``planted_shuffled``: keys with planted locality and queries that stay near one direction, and
+    # the same keys shuffled (reported). The windows' starts are drawn per seed (text variation sampled, review hip_r8).
     o = p.offload
     cfg_off = dataclasses.replace(p.hip, mask_k=o.mask_k)
-    starts = np.linspace(0, len(val) - max(o.lengths) - 1, o.windows).astype(int)
+    starts = np.sort(np.random.default_rng(50_000 + seed).integers(0, len(val) - max(o.lengths) - 1, o.windows))
     sgen = torch.Generator().manual_seed(30_000 + seed)  # the offload arms' block shuffles and planted draws
     rows = []
 

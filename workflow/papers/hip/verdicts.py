@@ -79,18 +79,37 @@ def tlogt_exponent(lengths, mask_k: int) -> float:
 
 
 def wide(ret: pd.DataFrame, p) -> pd.DataFrame:
-    """The retrieval rows whose records span at least ``eval.wide_min`` positions (the regime that decides (a))."""
+    """The retrieval rows whose records span at least ``eval.wide_min`` positions (8+ copies of the answer: locality
+    given by the data), (a)'s positive control beside the planted needle."""
     return ret[ret.width >= p.eval.wide_min]
 
 
+def deciding(ret: pd.DataFrame, p) -> pd.DataFrame:
+    """The retrieval rows that decide (a): records of width ``eval.decide_width`` (4: the key-value pair written twice,
+    the answer twice as in the paper's passkey sentence "The pass key is {key}. Remember it. {key} is the pass key.",
+    Sec. 4's passkey test; review hip_r8)."""
+    return ret[ret.width == p.eval.decide_width]
+
+
+def gap_by_width(ret: pd.DataFrame, arm: str = "hip") -> dict:
+    """Per record width: dense - `arm` retrieval accuracy, paired over prompts, with its two-level bootstrap 95%
+    interval over seeds and prompts (reported for every width, decided at one)."""
+    out = {}
+    for w in sorted(int(x) for x in ret.width.unique()):
+        e = two_level_test(paired(ret[ret.width == w], PROMPT_KEY, "correct", ("dense", arm)), _mean_diff,
+                           threshold=0.0, direction=">", name=f"dense - {LABEL[arm]}, width {w}")
+        out[str(w)] = {"copies of the answer": w // 2, "dense - HiP": e.effect, "interval": list(e.interval)}
+    return out
+
+
 # ---- (a) retrieval at an equal budget ---------------------------------------------------------------
-def quality_parts(ret: pd.DataFrame, arm: str, c, what: str = "prompts") -> list[Evidence]:
+def quality_parts(ret: pd.DataFrame, arm: str, c, what: str = "prompts", tag: str = "") -> list[Evidence]:
     """Dense - `arm` below acc_tol; `arm` - each other baseline above acc_margin; paired over prompts, pooled over
-    the lengths and widths of `ret` (two-level bootstrap over seeds and prompts)."""
+    the lengths and widths of `ret` (two-level bootstrap over seeds and prompts); `tag` ends each name."""
     out = [two_level_test(paired(ret, PROMPT_KEY, "correct", ("dense", arm)), _mean_diff, threshold=c.acc_tol,
-                          direction="<", name=f"accuracy dense - {LABEL[arm]}", what=what)]
+                          direction="<", name=f"accuracy dense - {LABEL[arm]}{tag}", what=what)]
     out += [two_level_test(paired(ret, PROMPT_KEY, "correct", (arm, b)), _mean_diff, threshold=c.acc_margin,
-                           direction=">", name=f"accuracy {LABEL[arm]} - {LABEL[b]}", what=what)
+                           direction=">", name=f"accuracy {LABEL[arm]} - {LABEL[b]}{tag}", what=what)
             for b in ("random", "window") if b != arm]
     return out
 
@@ -130,14 +149,19 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
     uses_far = Premise.from_evidence("the trained models use far context (share of the repeated keys' answer loss "
                                      "that attention beyond sink + window removes)", far)
 
-    # (a) retrieval at the same budget, in the regime the paper tests: needles spanning many positions
-    wide_model, wide_planted = wide(model, p), wide(planted, p)
+    # (a) retrieval at the same budget, at the paper's needle structure: the answer twice (width decide_width); the
+    # wide records (8+ copies, locality given by the data) and the planted needle are its positive control
+    wide_model, wide_planted, dec_model = wide(model, p), wide(planted, p), deciding(model, p)
     acc = model.groupby(["width", "method"]).correct.mean().unstack("method")
     acc_planted = planted.groupby(["width", "method"]).correct.mean().unstack("method")
-    dense_wide = float(wide_model[wide_model.method == "dense"].correct.mean())
+    dense_dec = float(dec_model[dec_model.method == "dense"].correct.mean())
     widths_wide = sorted(int(w) for w in wide_model.width.unique())
     narrow = min(e.widths)
-    measured_a = {"decided widths": widths_wide,
+    measured_a = {"deciding width": e.decide_width,
+                  "accuracy, deciding width": {LABEL[m]: float(dec_model[dec_model.method == m].correct.mean())
+                                               for m in METHODS},
+                  "accuracy dense - HiP by width (two-level bootstrap 95%)": gap_by_width(model),
+                  "positive-control widths": widths_wide,
                   "accuracy, wide records": {LABEL[m]: float(wide_model[wide_model.method == m].correct.mean())
                                              for m in METHODS},
                   f"accuracy, width {narrow} (no locality)": {LABEL[m]: float(acc.loc[narrow, m]) for m in METHODS},
@@ -155,21 +179,30 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
         where_a = (f"the pretrained LMs {sorted(pre.model.unique())}: passkey and RULER multi-key prompts, every length "
                    f"and depth pooled, paired percentile bootstrap over prompts")
     else:
-        ev_a, ctl_a = quality_parts(wide_model, "hip", c), quality_parts(wide_model, "random", c)
-        premise_a.append(Premise.at_least(f"dense attention retrieves records of width >= {e.wide_min}", dense_wide,
-                                          c.dense_acc_min, what="dense_acc_min"))
-        where_a = (f"records of width {widths_wide} at T in {list(e.lengths)}, passkey and multi-key pooled, paired "
-                   f"over the same prompts; two-level bootstrap over seeds and prompts")
+        ev_a, ctl_a = quality_parts(dec_model, "hip", c), quality_parts(dec_model, "random", c)
+        premise_a.append(Premise.at_least(f"dense attention retrieves records of width {e.decide_width} (the deciding "
+                                          "width)", dense_dec, c.dense_acc_min, what="dense_acc_min"))
+        where_a = (f"records of width {e.decide_width} (the key-value pair written {e.decide_width // 2} times: the "
+                   f"answer as often as in the paper's passkey sentence) at T in {list(e.lengths)}, passkey and "
+                   "multi-key pooled, paired over the same prompts; two-level bootstrap over seeds and prompts")
+    # the positive control: the planted needle, and (where the tiny models decide) their own wide records
+    pos_a = quality_parts(wide_planted, "hip", c, what="planted draws", tag=", planted needle")
+    if pre is None or not len(pre):
+        pos_a += quality_parts(wide_model, "hip", c, what="wide-record prompts", tag=f", records of width >= {e.wide_min}")
     claim_a = Claim(
-        "a", f"At the same key budget, HiP retrieves needles spanning at least {e.wide_min} positions within "
+        "a", f"At the same key budget, HiP retrieves a needle that holds its answer "
+             f"{'twice' if e.decide_width == 4 else f'{e.decide_width // 2} times'} (a "
+             f"record of width {e.decide_width}, as the paper's passkey sentence holds its key twice) within "
              f"{c.acc_tol:g} of dense attention's accuracy, and more often than random blocks and than sink + window "
              "(StreamingLLM).",
         "LLaMA-3 passkey / RULER: HiP near dense, ahead of StreamingLLM and other training-free baselines at equal "
         "budgets; HiP beats random pruning (Sec. 3)",
         measured_a,
         f"{where_a}: accuracy dense - HiP < acc_tol = {c.acc_tol}, and HiP - b > acc_margin = {c.acc_margin} for b in "
-        f"(random blocks, sink + window); 95% intervals. Narrower records (widths {[w for w in e.widths if w < e.wide_min]}) "
-        "are reported, not decided: a needle of one pair has no attention locality for the tree search to follow",
+        f"(random blocks, sink + window); 95% intervals. The other widths {[w for w in e.widths if w != e.decide_width]} "
+        "are reported with their dense - HiP gap and interval, not decided: a needle of one pair has no attention "
+        f"locality for the tree search to follow, and records of width >= {e.wide_min} ({e.wide_min // 2}+ copies of "
+        "the answer) plant locality through the data, so they are a positive control",
         ev_a,
         Control("random blocks in HiP's place (the same budget, no tree search): the same tolerance to dense and the "
                 "same margin over sink + window", ctl_a, kind="null"),
@@ -177,14 +210,17 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
                                     "(the paper's guarantee is that HiP beats random pruning, an inequality)"),
         premise=premise_a,
         positive_control=PositiveControl(
-            f"the same comparisons on one attention head with a planted needle of width >= {e.wide_min} (every key "
-            f"of the needle points along the last query, logit about {e.planted_strength:g}; "
-            f"{e.planted_prompts} draws per (T, width, depth) and seed): dense retrieves it by construction, and a "
-            "search that uses locality must find it", quality_parts(wide_planted, "hip", c, what="planted draws")))
+            f"the same comparisons where locality is given: on one attention head with a planted needle of width >= "
+            f"{e.wide_min} (every key of the needle points along the last query, logit about {e.planted_strength:g}; "
+            f"{e.planted_prompts} draws per (T, width, depth) and seed; dense retrieves it by construction), and on the "
+            f"models' own records of width >= {e.wide_min} ({e.wide_min // 2}+ copies of the answer in a row; not "
+            "where pretrained LMs decide): a search that uses locality must find both",
+            pos_a))
 
     # (b) locality as the tree search uses it: HiP's recall of the oracle top-n blocks on the model's keys
     # against the same keys in shuffled block order, per layer, on a seed-level t interval (each seed's mean
-    # over its prompts); the ablation control: two independent shuffles (locality removed from both arms)
+    # over its prompts, record-free held-out windows); the null (A/A) control: two independent shuffles (locality
+    # removed from both arms)
     model_rec = rec[rec["keys"].isin(("model", "shuffled", "shuffled2"))]
     planted_rec = rec[rec["keys"].isin(("planted", "planted_shuffled"))]
     layers = sorted(int(x) for x in model_rec.layer.unique())
@@ -216,8 +252,8 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
          "recall_hip_planted_shuffled": float(rec_means.get(("planted_shuffled", "hip"), float("nan"))),
          "prompts_per_seed": n_recall},
         f"for each pruned layer {layers}: recall of the oracle top-n blocks by HiP on the model's keys minus on the "
-        f"same keys in shuffled block order (the same set of scores, locality destroyed; {n_recall} prompts per seed "
-        f"at T = {max(e.lengths)}) > recall_margin = {c.recall_margin}; Student t 95% interval over the seeds, each "
+        f"same keys in shuffled block order (the same set of scores, locality destroyed; {n_recall} record-free "
+        f"held-out windows per seed at T = {max(e.lengths)}, the model's own locality) > recall_margin = {c.recall_margin}; Student t 95% interval over the seeds, each "
         "seed's difference the mean over its prompts (the seeds are the independent replicates). Shuffled keys, not "
         "random blocks, are the reference: the search scores about 2n log(L/n) blocks exactly and keeps the best, "
         "which beats n random blocks even without locality",
@@ -282,77 +318,103 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
         note=("the paper times its Triton kernels on a GPU; here the CPU references of the same algorithm are timed"
               if p.cost.device == "cpu" else ""))
 
-    # (d) offloading: the LRU hit rate of HiP's reads on the model's keys against the same keys in shuffled block
-    # order (locality removed, the tree's structure kept), paired by seed, at the T where the log T cache is a small
-    # share of the context; the working set's growth is a check (random reads of the same volume pass it too)
+    # (d) offloading (review hip_r8: the paper's headline decides): an LRU cache of log T size keeps HiP's hit rate as
+    # T grows. Per seed, the least-squares slope of HiP's hit rate on log2 T over the T where the cache holds at most
+    # max_cache_share of the context, times log2(T_max / T_min) of those T (the fitted change across them), above
+    # -hit_drop_tol; the ablation control removes attention locality (the same keys in shuffled block order). The
+    # locality difference (model's keys minus shuffled, per T) is the mechanism, reported with its A/A and planted
+    # controls; the working set's growth is a check (random reads of the same volume pass it too).
     o = p.offload
     cfg_off = dataclasses.replace(h, mask_k=o.mask_k)
     shares = {int(T): lru_capacity(int(T), cfg_off, o.lru_scale) * h.block_k / int(T) for T in dec["T"].unique()}
     small = sorted(T for T, s in shares.items() if s <= o.max_cache_share)
     per_seed = dec.groupby(["arm", "seed", "T"]).mean(numeric_only=True).reset_index()
+    span = math.log2(small[-1] / small[0]) if len(small) >= 2 else float("nan")
 
     def hits(arm: str, T: int) -> np.ndarray:
         return per_seed[(per_seed.arm == arm) & (per_seed["T"] == T)].sort_values("seed").hit_rate.to_numpy()
 
-    def offload_parts(arm: str, reference: str) -> list[Evidence] | None:
-        if len(small) < 2:
-            return None
-        return [mean_test(hits(arm, T) - hits(reference, T), threshold=0.0, direction=">", what="seeds (paired)",
-                          name=f"LRU hit rate at T={T}, {arm} - {reference} keys") for T in small]
+    def slopes(arm: str) -> list[float]:
+        """Per seed, the least-squares slope of `arm`'s hit rate on log2 T over the decided T (per doubling)."""
+        d = per_seed[(per_seed.arm == arm) & per_seed["T"].isin(small)]
+        return [float(np.polyfit(np.log2(g["T"].to_numpy(float)), g.hit_rate.to_numpy(), 1)[0])
+                for _, g in d.groupby("seed")]
 
     def slope(arm: str) -> dict:
-        """Per seed, the least-squares slope of the hit rate on log2 T over the decided T; mean and t interval."""
-        d = per_seed[(per_seed.arm == arm) & per_seed["T"].isin(small)]
-        s = [float(np.polyfit(np.log2(g["T"].to_numpy(float)), g.hit_rate.to_numpy(), 1)[0]) for _, g in d.groupby("seed")]
-        m, lo, hi = t_interval(s) if len(s) > 1 else (float("nan"),) * 3
+        s_ = slopes(arm)
+        m, lo, hi = t_interval(s_) if len(s_) > 1 else (float("nan"),) * 3
         return {"per_doubling": m, "interval": [lo, hi]}
 
-    ev_d, ctl_d = offload_parts("hip", "shuffled"), offload_parts("shuffled", "shuffled2")
-    pos_d = offload_parts("planted", "planted_shuffled")
+    def keeps(arm: str, what: str) -> Evidence | None:
+        if len(small) < 2:
+            return None
+        return mean_test([x * span for x in slopes(arm)], threshold=-c.hit_drop_tol, direction=">",
+                         what="seeds (each its own fitted slope)",
+                         name=f"fitted change of the LRU hit rate from T={small[0]} to T={small[-1]}, {what}")
+
+    def locality(arm: str, reference: str) -> dict:
+        out = {}
+        for T in small:
+            x = hits(arm, T) - hits(reference, T)
+            m, lo, hi = t_interval(x) if len(x) > 1 else (float("nan"),) * 3
+            out[str(T)] = {"difference": m, "interval": [lo, hi]}
+        return out
+
+    ev_d = keeps("hip", "HiP on the model's keys")
+    ctl_d = keeps("shuffled", "HiP on the same keys in shuffled block order")
     traced = dec[dec.arm.isin(("hip", "shuffled", "shuffled2", "planted", "planted_shuffled"))]
     agree = float(traced.mask_agreement.mean())
-    trend = {arm: slope(arm) for arm in ("hip", "shuffled", "random")} if len(small) >= 2 else {}
+    trend = {arm: slope(arm) for arm in ("hip", "shuffled", "random", "planted")} if len(small) >= 2 else {}
     ws = []
     if len(small) >= 2:
         a_log = fit_exponent(small, [math.log2(T / o.mask_k) for T in small])
         d = per_seed[(per_seed.arm == "hip") & per_seed["T"].isin(small)]
         ws = [fit_exponent(g["T"], g.working_set_blocks) - a_log for _, g in d.groupby("seed")]
     claim_d = Claim(
-        "d", "With KV-cache offloading, an LRU cache of log T size serves more of HiP's reads on the model's keys than "
-             "on the same keys in shuffled block order (attention locality removed), at every context where the cache "
-             f"holds at most {o.max_cache_share:g} of it.",
-        "O(log T) tokens on the GPU with a high cache hit ratio, which attention locality makes possible (no hit-ratio "
-        "number sourced from the paper)",
+        "d", "With KV-cache offloading, an LRU cache of log T size keeps HiP's hit rate as the context grows: over the "
+             f"contexts where the cache holds at most {o.max_cache_share:g} of it, the fitted hit rate falls by less "
+             f"than {c.hit_drop_tol:g}.",
+        "O(log T) tokens on the GPU while maintaining similar decoding throughput, with a high cache hit ratio, which "
+        "attention locality makes possible (abstract, Sec. 3; no hit-ratio number sourced from the paper)",
         {"cache_share": {str(T): s for T, s in sorted(shares.items())}, "T_decided": small, "mask_k": o.mask_k,
          "hit_rate": {arm: {str(T): float(hits(arm, T).mean()) for T in small}
                       for arm in ("hip", "shuffled", "shuffled2", "random", "planted", "planted_shuffled")},
-         "hit_rate_slope_per_doubling_of_T": trend},
-        f"decoding held-out text (the model running HiP at mask_k = {o.mask_k}, {o.windows} windows per seed, every "
-        f"pruned layer), at the T in the trained context where the cache holds at most max_cache_share = "
-        f"{o.max_cache_share} of it: at each such T, HiP's LRU hit rate on the model's keys minus its hit rate on the "
-        "same keys in shuffled block order (one permutation per window and layer, fixed while decoding) > 0, paired by "
-        "seed; Student t 95% over seeds. No absolute hit-rate threshold (the paper gives no number; the earlier "
-        "hit_rate_min was tuned to the result and is removed). Random reads of HiP's volume, which remove the tree's "
-        "structure as well as locality, are reported, not decided on",
+         "hit_rate_slope_per_doubling_of_T": trend,
+         "locality (mechanism, reported): hit rate, model's - shuffled keys, Student t 95% over seeds":
+             locality("hip", "shuffled"),
+         "A/A null of the locality difference: shuffled - shuffled2": locality("shuffled", "shuffled2"),
+         "planted locality: planted - planted_shuffled": locality("planted", "planted_shuffled")},
+        f"decoding held-out text (the model running HiP at mask_k = {o.mask_k}, {o.windows} windows per seed drawn "
+        f"with the seed, every pruned layer), at the T in the trained context where the log T cache holds at most "
+        f"max_cache_share = {o.max_cache_share} of it ({small}): per seed, the least-squares slope of HiP's LRU hit "
+        f"rate (mean over windows, layers and heads) on log2 T, times log2(T_max / T_min) = {span:.3f} (the fitted "
+        f"change over those T) > -hit_drop_tol = -{c.hit_drop_tol}; Student t 95% over seeds. The paper's claim is "
+        "that a log T cache keeps serving HiP's reads as T grows; its locality part (the hit rate on the model's keys "
+        "minus on the same keys shuffled, per T) is reported with its A/A and planted controls, not decided",
         ev_d,
-        Control("the same paired difference with locality removed from both arms: HiP on one block shuffle of the "
-                "model's keys minus on a second, independent shuffle (an A/A noise floor: the mechanism itself is "
-                "removed in the claim's own reference arm)", ctl_d, kind="null"),
+        Control("the same criterion on the same keys in shuffled block order (one permutation per window and layer, "
+                "fixed while decoding): attention locality, the mechanism the paper credits, removed; the tree's "
+                "structure and the queries kept", ctl_d, kind="ablation"),
         note="" if ev_d is not None else (
             f"not measured: fewer than two offload lengths where the log T cache holds at most max_cache_share = "
             f"{o.max_cache_share} of the context (shares " + ", ".join(f"{T}: {s:.0%}" for T, s in sorted(shares.items()))
             + ")"),
-        threshold_source=derived("HiP's hit rate on the same keys in shuffled block order, measured in the same run and "
-                                 "paired by seed (the threshold is its sign). The paper states no hit-rate number (the "
-                                 "official runner's 0.8 and 0.99 are hit ratios it simulates, inputs, not measurements); "
-                                 "hit_rate_min was 0.8 before commit 3a97542 and 0.5 from it (lowered in the commit in "
-                                 "which (d) turned to 'holds'), and there is none now"),
+        threshold_source=convention(f"hit_drop_tol {c.hit_drop_tol}: a tenth of the reads over the tested contexts (as "
+                                    "acc_tol and recall_margin); the paper states no hit-ratio number (the official "
+                                    "runner's 0.8 and 0.99 are hit ratios its latency simulation takes as inputs); the "
+                                    "earlier hit_rate_min (0.8, then 0.5) was tuned to a result and is removed"),
         premise=[Premise.at_least("the traced decoding search is HiP's own (share of refreshes, every traced arm, whose "
                                   "mask equals kernels.hip_select's)", agree, 1.0, what="every refresh")],
-        positive_control=None if pos_d is None else PositiveControl(
-            "the same paired difference where locality helps by construction: keys with planted locality (a slow "
-            "sinusoid per channel) and queries that stay near one direction per head, against the same keys shuffled "
-            "(one draw per window, the model's head shape)", pos_d))
+        # Can the analysis see a kept hit rate at all? The same criterion where the paper's mechanism is planted
+        # (the lead's review of the hip_r8 fix): if the hit rate falls by more than the tolerance even there, the
+        # fall belongs to the simulation (the cache's growth law against the reads of short decodes) and the
+        # model's "does not hold" says nothing about the paper.
+        positive_control=PositiveControl(
+            "the same criterion on the planted-locality decode (one attention head per layer's shape with keys that "
+            "vary slowly along the sequence and queries that stay alike while decoding, offload.planted_decode_qk): "
+            "attention locality given by construction, the setting where the paper's log T cache should keep HiP's "
+            "hit rate; it must hold, or the analysis cannot show a kept hit rate in this simulation",
+            keeps("planted", "HiP on the planted-locality decode")) if ev_d is not None else None)
 
     checks = [
         Check.at_most("tlogt", "HiP's counted key products (the reference search's own counter plus the attended "
