@@ -578,10 +578,16 @@ def test_claims_hold_on_a_clear_effect_and_their_controls_do_not(tmp_path):
     claims, checks = _claims(p, *_claim_frames(p))
     assert set(claims) == {"a", "b", "c", "d"} and set(checks) == {"tlogt", "text_far", "offload_working_set"}
     for cid, c in claims.items():
-        assert c.verdict == "holds", (cid, c.note)
         assert c.control.verdict == "does not hold", cid
-        assert c.premise and c.premise_met, cid
         assert c.positive_control is None or c.positive_control.verdict == "holds", cid
+        parts = c.evidence if isinstance(c.evidence, list) else [c.evidence]
+        assert all(e.verdict == "holds" for e in parts), cid
+        if cid == "a":  # on the tiny models the needle-width premise is not measured: at most inconclusive (hip_r9)
+            assert c.verdict == "inconclusive" and [pr.met for pr in c.premise].count(False) == 1
+            assert "effective width" in c.note
+            continue
+        assert c.verdict == "holds", (cid, c.note)
+        assert c.premise and c.premise_met, cid
     # (a): random blocks in HiP's place; (b): locality removed from both arms (two independent shuffles);
     # (c): HiP's fixed key budget removed; (d): locality removed (shuffled keys)
     assert all(claims[cid].control.kind == "null" for cid in ("a", "b"))
@@ -595,7 +601,7 @@ def test_claims_hold_on_a_clear_effect_and_their_controls_do_not(tmp_path):
 def test_retrieval_claim_fails_when_hip_is_no_better_than_random_blocks_at_the_deciding_width():
     p = _default_params()
     a = _claims(p, *_claim_frames(p, hip_acc=1.0, decide_acc=0.0, random_acc=0.0))[0]["a"]
-    assert a.verdict == "does not hold"
+    assert a.verdict == "inconclusive"  # the needle-width premise (not measured on the tiny models) withholds it
     assert any("HiP - random blocks" in e.name and e.verdict == "does not hold" for e in a.evidence)
 
 
@@ -668,7 +674,7 @@ def test_retrieval_claim_reads_the_deciding_width_only():
     assert p.eval.decide_width == 4 and p.eval.decide_width in p.eval.widths and p.eval.decide_width < p.eval.wide_min
     # HiP perfect on wide records, missing half of the width-4 needles: a gap beyond acc_tol does not hold
     gap = _claims(p, *_claim_frames(p, hip_acc=1.0, decide_acc=0.5, random_acc=0.0))[0]["a"]
-    assert gap.verdict == "does not hold" and gap.positive_control.verdict == "holds"
+    assert gap.verdict == "inconclusive" and gap.positive_control.verdict == "holds"  # the needle-width premise
     first = gap.evidence[0]
     assert "dense - HiP" in first.name and first.effect == pytest.approx(0.5, abs=0.15) and first.verdict == "does not hold"
     assert gap.measured["deciding width"] == 4
@@ -676,7 +682,9 @@ def test_retrieval_claim_reads_the_deciding_width_only():
     assert set(by_width) == {str(w) for w in p.eval.widths} and by_width["32"]["dense - HiP"] == 0.0
     # within acc_tol at width 4 (HiP misses none), whatever HiP does at the other narrow width (2): holds
     ok = _claims(p, *_claim_frames(p, hip_acc=1.0, decide_acc=1.0, random_acc=0.0))[0]["a"]
-    assert ok.verdict == "holds" and by_width["2"]["dense - HiP"] > 0.9
+    assert all(e.verdict == "holds" for e in ok.evidence) and by_width["2"]["dense - HiP"] > 0.9
+    # the analogue cannot decide (a) either way: its needle's effective width is not the passkey's (review hip_r9)
+    assert ok.verdict == "inconclusive" and "dense - HiP moves with the width" in ok.note
     # the wide records are a positive control: HiP failing there makes (a) inconclusive even if width 4 passes
     blind = _claims(p, *_claim_frames(p, hip_acc=0.0, decide_acc=1.0, random_acc=0.0))[0]["a"]
     assert blind.verdict == "inconclusive" and blind.positive_control.verdict == "does not hold"
@@ -728,6 +736,7 @@ def test_pretrained_lms_decide_retrieval_at_the_full_scale():
     assert a.verdict == "holds", a.note
     assert all("pretrained" in e.name for e in a.evidence) and a.evidence[0].replicates == 60
     assert "pretrained LMs" in a.premise[0].name
+    assert not any("effective width" in pr.name for pr in a.premise)  # the paper's own needles: no width premise
 
 
 def test_planted_needle_is_retrieved_by_dense_attention_and_found_by_hip_when_wide():

@@ -131,6 +131,22 @@ def pretrained_quality_parts(pre: pd.DataFrame, arm: str, c) -> list[Evidence]:
                                                    if b != arm]
 
 
+def needle_width_premise(gaps: dict) -> Premise:
+    """What (a) presupposes on the tiny byte-level models and no run measures (review hip_r9): that the analogue's
+    needle presents HiP's tree search with the passkey's effective width in a pretrained LM, the width of the
+    high-scoring region around it against the search's first-level chunks. A record's copies of its answer stand in
+    for the passkey's tokens, and HiP's gap to dense moves from "holds" to "does not hold" with that width (`gaps`:
+    width -> dense - HiP, gap_by_width), so the deciding width sets the verdict and the analogue cannot speak for or
+    against the paper: (a) is at most inconclusive there; the pretrained LMs' passkey and RULER prompts (the full
+    scale) decide it, with no such gate."""
+    by_width = ", ".join(f"{w}: {float(g['dense - HiP']):+.2f}" for w, g in sorted(gaps.items(), key=lambda x: int(x[0])))
+    return Premise("the analogue's needle has the effective width of the paper's passkey for HiP's search (the "
+                   "high-scoring region around it against the first-level chunks): not measured; a record's copies of "
+                   f"its answer stand in for the passkey's tokens, and dense - HiP moves with the width ({by_width})",
+                   "not measured", "measured and met: the needle's effective width in the model's attention matched "
+                   "to a pretrained LM's passkey (or the pretrained LMs decide, full scale)", False)
+
+
 # ---- the claims ------------------------------------------------------------------------------------
 def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: pd.DataFrame, dec: pd.DataFrame,
                pre: pd.DataFrame | None = None) -> tuple[list[Claim], list[Check]]:
@@ -182,6 +198,7 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
         ev_a, ctl_a = quality_parts(dec_model, "hip", c), quality_parts(dec_model, "random", c)
         premise_a.append(Premise.at_least(f"dense attention retrieves records of width {e.decide_width} (the deciding "
                                           "width)", dense_dec, c.dense_acc_min, what="dense_acc_min"))
+        premise_a.append(needle_width_premise(measured_a["accuracy dense - HiP by width (two-level bootstrap 95%)"]))
         where_a = (f"records of width {e.decide_width} (the key-value pair written {e.decide_width // 2} times: the "
                    f"answer as often as in the paper's passkey sentence) at T in {list(e.lengths)}, passkey and "
                    "multi-key pooled, paired over the same prompts; two-level bootstrap over seeds and prompts")

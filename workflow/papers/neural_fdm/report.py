@@ -13,9 +13,11 @@ speak; (c) covers every task:
   models a verdict rests on had flattened (it fell by at most converged_gain over the last quarter of training, a
   t interval over seeds; read as the full run's error against the same seed's complete run of 3/4 of the steps, so
   that a decaying learning rate cannot flatten it by construction): with converged_arms "trailing", in a split decided in distribution only the model that
-  is behind, elsewhere both (:func:`convergence_arms`, :func:`convergence_gates`); and, in a split the fully neural
-  model leads, that the hybrid's own objective can reach its accuracy at all (direct optimisation of the hybrid's
-  loss below the fully neural model's error on the same shapes, :func:`reachability_gate`);
+  is behind, elsewhere both (:func:`convergence_arms`, :func:`convergence_gates`). In a split the fully neural model
+  leads, the note says whether the hybrid's own objective could reach its accuracy at all (direct optimisation of
+  the hybrid's loss on the same shapes, :func:`floor_errors`): where it cannot, no training of the hybrid closes the
+  gap, so the "does not hold" is structural, not a matter of training (review neural_fdm_r9; r8 had made it a premise,
+  which could only ever block a "does not hold");
 - (b) the fully neural model's shapes are further from equilibrium than their targets even with the
   force densities that best balance them (so it measures whether the shape could stand at all); the reference is
   the targets' own best-fit residual, measured in the run; its positive control is the targets displaced at random
@@ -235,25 +237,20 @@ def convergence_arms(split: str, verdict: str, rule: str = "trailing") -> tuple[
     return ("hybrid", "neural")
 
 
-def convergence_gates(evidence: dict, conv: dict, rule: str = "trailing",
-                      split_gates: dict | None = None) -> tuple[list[Premise], dict]:
+def convergence_gates(evidence: dict, conv: dict, rule: str = "trailing") -> tuple[list[Premise], dict]:
     """The convergence premises of claim (a) and what they rest on: `evidence` split -> its test, `conv` model ->
     its :func:`converged_gate`. The claim is a conjunction over splits, so it does not hold as soon as one split
     fails with its own gates met: such a split decides alone and its gates (:func:`convergence_arms`) are the
     claim's. Otherwise (no split fails, or none that fails has its gates met) the claim rests on every split that
-    could decide it (the failing ones, or all), and their gates are united. `split_gates`: split -> premises that
-    split needs besides convergence (claim (a)'s reachability, :func:`reachability_gate`, on the splits the fully
-    neural model leads): a failing split decides alone only with them met too. Returns the premises and a record
+    could decide it (the failing ones, or all), and their gates are united. Returns the premises and a record
     (rule, the models gated per split, the splits the claim rests on) for `measured`."""
-    split_gates = split_gates or {}
     arms = {sp: convergence_arms(sp, e.verdict, rule) for sp, e in evidence.items()}
     failing = [sp for sp, e in evidence.items() if e.verdict == FAILS]
-    decisive = [sp for sp in failing if all(conv[m].met for m in arms[sp])
-                and all(g.met for g in split_gates.get(sp, []))]
+    decisive = [sp for sp in failing if all(conv[m].met for m in arms[sp])]
     basis = decisive[:1] or failing or list(evidence)
     models = [m for m in ("hybrid", "neural") if any(m in arms[sp] for sp in basis)]
-    return [conv[m] for m in models] + [g for sp in basis for g in split_gates.get(sp, [])], {
-        "rule": rule, "gated": {sp: list(a) for sp, a in arms.items()}, "rests_on": basis}
+    return [conv[m] for m in models], {"rule": rule, "gated": {sp: list(a) for sp, a in arms.items()},
+                                       "rests_on": basis}
 
 
 def floor_errors(df: pd.DataFrame, task: str, split: str, arm: str = "direct") -> tuple[float, float, int]:
@@ -273,24 +270,6 @@ def floor_shapes(df: pd.DataFrame, split: str, arm: str) -> int:
     """How many shapes of `split` direct optimisation (`arm`) solved per task (the most over the tasks)."""
     sel = df[(df.model == arm) & (df.split == split)]
     return int(sel.groupby("task")["shape"].nunique().max()) if len(sel) else 0
-
-
-def reachability_gate(df: pd.DataFrame, task: str, split: str, regularised: bool) -> Premise:
-    """Claim (a)'s premise in a split the fully neural model leads (review neural_fdm_r8): the hybrid's own
-    objective can come as close to the targets as the fully neural model does. Direct optimisation of the hybrid's
-    training loss (the towers' q-variance regulariser included, `regularised`) finds, per target, about the best
-    the hybrid's method can produce; where its median error already lies above the fully neural model's on the same
-    shapes, no training of the hybrid could close the gap, and the split's "does not hold" would follow from the
-    targets and the loss (they are not shapes the method reaches), not from what the paper compares: inconclusive."""
-    floor, nn, n = floor_errors(df, task, split)
-    what = " (its q-variance regulariser included)" if regularised else ""
-    return Premise.at_most(
-        f"{task} {split}: the hybrid's objective can reach the fully neural model's accuracy: direct optimisation of "
-        f"the hybrid's training loss{what}, median error per coordinate over the first {n} test shapes "
-        f"({floor:.3g} m^2), over the fully neural model's on the same shapes ({nn:.3g} m^2)",
-        floor / nn if n else float("nan"), 1.0,
-        what="where it is above 1 even direct optimisation of the hybrid's loss stays further from the targets than "
-             "the fully neural model, so the split's ranking is set by the task, not by training")
 
 
 def main_runs(hist: pd.DataFrame) -> pd.DataFrame:
@@ -398,21 +377,20 @@ def neural_fdm_claims(p, df: pd.DataFrame, summary: pd.DataFrame, per_seed: pd.D
         note = "" if not behind else "seed medians: the fully neural model is more accurate in " + "; ".join(
             f"{k} (median {measured[k]['hybrid']['median']:.3g} vs {measured[k]['neural']['median']:.3g})" for k in behind)
         regularised = t == "tower" and bool(p.task(t).regularization)
-        failing = [sp for (_, sp), e in zip(points, ev) if e.verdict == FAILS]
-        reach = {sp: [reachability_gate(df, t, sp, regularised)] for sp in failing}
         for _, sp in points:  # why the fully neural model leads, as far as the run shows (review neural_fdm_r8)
             floor, nn, n_floor = floor_errors(df, t, sp)
             if f"{t}_{sp}" not in behind or not n_floor:
                 continue
             note += (f"; why, {t}_{sp}: on its first {n_floor} test shapes direct optimisation of the hybrid's "
                      f"training loss{' (q-variance regulariser included)' if regularised else ''} comes to "
-                     f"{floor:.3g} m^2 per coordinate, the fully neural model to {nn:.3g} m^2")
+                     f"{floor:.3g} m^2 per coordinate, {floor / nn:.3g} times the fully neural model's {nn:.3g} m^2")
             bare, nn_bare, n_bare = floor_errors(df, t, sp, "direct_shape_only")
             if n_bare:
                 note += (f"; the shape loss alone (the closest equilibrium shape the solver finds, whatever its force "
                          f"densities) comes to {bare:.3g} m^2 (fully neural on those shapes {nn_bare:.3g} m^2)")
             if floor > nn:
-                note += (", so the hybrid's objective cannot reach the fully neural model's accuracy on these targets"
+                note += ("; so no training of the hybrid can close the gap: the split's ranking is structural, not a "
+                         "matter of training"
                          + (": the regulariser, not the equilibrium constraint, sets that floor" if n_bare and bare < nn_bare
                             else f": the targets are not equilibrium shapes (their best-fit relative residual "
                                  f"{val(t, sp, 'target', 'relative_residual'):.3g}), and a model without the "
@@ -421,12 +399,9 @@ def neural_fdm_claims(p, df: pd.DataFrame, summary: pd.DataFrame, per_seed: pd.D
             ("direct_median_error", "neural_median_error", "shapes", "shape_only_median_error", "shape_only_neural",
              "shape_only_shapes"), (*floor_errors(df, t, sp), *floor_errors(df, t, sp, "direct_shape_only"))))
             for _, sp in points}
-        if not (hist is not None and len(hist)):
-            premise += [g for sp in failing for g in reach[sp]]
         if hist is not None and len(hist):
             conv = {m: converged_gate(hist, p, t, m) for m in ("hybrid", "neural")}
-            gates, record = convergence_gates({sp: e for (_, sp), e in zip(points, ev)}, conv, p.converged_arms,
-                                              reach)
+            gates, record = convergence_gates({sp: e for (_, sp), e in zip(points, ev)}, conv, p.converged_arms)
             premise += gates
             measured["convergence_gated"] = record
             note += ("; " if note else "") + f"convergence premise ({p.converged_arms} models): " + "; ".join(
