@@ -15,7 +15,7 @@ import yaml
 from papers.sharpening import lm, task
 from papers.sharpening import tabular as tb
 from papers.common.gpt import GPT, GPTConfig, generate, token_logprobs
-from papers.sharpening.params import parse
+from papers.sharpening.params import parse, rl_step_method
 from papers.sharpening import stages, verdicts
 
 
@@ -423,11 +423,16 @@ def test_default_config_parses_and_bad_values_fail():
         parse({**cfg, "tabular": {**cfg["tabular"], "budgets": [6]}})
     with pytest.raises(ValueError, match="levels"):  # no level below 1/2: greedy would find the mode
         parse({**cfg, "task": {**cfg["task"], "levels": [0.6, 0.7]}})
+    assert p.tabular.lr_sensitivity == (0.03, 0.3) and p.claims.budget_fit_min_pairs == 3
+    with pytest.raises(ValueError, match="budget_fit_min_pairs"):  # (c) needs two K to fit a slope over
+        parse({**cfg, "claims": {**cfg["claims"], "budget_fit_min_pairs": 5}})
+    with pytest.raises(ValueError, match="lr_sensitivity"):
+        parse({**cfg, "tabular": {**cfg["tabular"], "lr_sensitivity": [0.1, 0.3]}})
 
 
 def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3, rl_lead_low=0.2, rl_lead_high=0.0,
                  offline_req=None, offline_lead_low=0.0, greedy=0.3, rl_collapses=False,
-                 compositional_rl_req=None):
+                 compositional_rl_req=None, steps=None):
     """A results table as evaluate() writes it. Tabular: budgets 4 .. 256, K = 1 .. 4 (C_cov 2 .. 128); each
     method's curve jumps to accuracy 1 at its required budget (absorbing, the deciding sweep: SFT at `sft_req`, RL
     at `rl_req`, offline RL at `offline_req`, by default SFT's; compositional the same unless
@@ -435,11 +440,16 @@ def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3, rl_lead_
     RL on the absorbing sweep falls to 0 at the largest budget. LM: best-of-N rising by `bon_gain` per doubling, its
     shuffled control flat at sampling, greedy decoding at `greedy`, SFT recovering 90% of the gain, RL
     `rl_lead_low` / `rl_lead_high` above SFT at low / high coverage, offline RL `offline_lead_low` above SFT at low
-    coverage (it runs there only)."""
+    coverage (it runs there only). `steps`: {RL step size of tabular.lr_sensitivity: (online RL's, offline RL's
+    required budgets)} on the absorbing sweep; by default (0.03 and 0.3) the same as at the configured step size."""
     budgets, rows = [4, 8, 16, 32, 64, 128, 256], []
     offline_req = sft_req if offline_req is None else offline_req
     comp_rl = rl_req if compositional_rl_req is None else compositional_rl_req
-    for structure, reqs in [("absorbing", {"sft": sft_req, "rl": rl_req, "rl_offline": offline_req}),
+    steps = {0.03: (rl_req, offline_req), 0.3: (rl_req, offline_req)} if steps is None else steps
+    absorbing = {"sft": sft_req, "rl": rl_req, "rl_offline": offline_req}
+    for lr, (online, offline) in steps.items():
+        absorbing |= {rl_step_method(lr): online, tb.offline_step_method(lr): offline}
+    for structure, reqs in [("absorbing", absorbing),
                             ("compositional", {"sft": sft_req, "rl": comp_rl}),
                             ("atomic", {"sft": sft_req, "rl": atomic_rl_req})]:
         for j, K in enumerate((1, 2, 3, 4)):
@@ -491,8 +501,9 @@ def _formulas(beta, fit_to=1.0, seeds=3):
 
 def _sharpening_params():
     return parse({"bon_sizes": [1, 2, 4, 8], "sharpen": {"budgets": [4, 8]},
-                  "tabular": {"pairs": [1, 2, 3, 4], "budgets": [4, 8, 16, 32, 64, 128, 256], "seeds": 3},
-                  "pretrain": {"seeds": 3}})
+                  "tabular": {"pairs": [1, 2, 3, 4], "budgets": [4, 8, 16, 32, 64, 128, 256], "seeds": 3,
+                              "lr_sensitivity": [0.03, 0.3]},
+                  "pretrain": {"seeds": 3}, "claims": {"budget_fit_min_pairs": 2}})
 
 
 FITTED = {0: 0.01, 1: 0.012, 2: 0.008}  # KL(law || model) per letter of three base models, under the 0.02 gate
@@ -534,12 +545,9 @@ def test_claims_decide_on_replicates_and_the_controls_can_fail(tmp_path):
     assert checks["d_optimum"].passed
     write_claims(list(claims.values()), tmp_path / "claims.json", paper="sharpening", scale="smoke", scope=SCOPE,
                  checks=list(checks.values()))
-    # RL's budget grows with coverage like SFT's: (c) fails on its RL part
+    # RL's budget grows with coverage like SFT's (at every step size): (c) fails on its RL part
     both_grow = _claims(*_claim_frame(grows, grows, atomic_rl_req=grows))
-    assert both_grow["c"].verdict == "does not hold" and "RL" in both_grow["c"].note
-    # offline RL (no exploration) flat too: the criterion cannot tell the mechanism from its absence
-    vetoed = _claims(*_claim_frame(grows, flat, atomic_rl_req=grows, offline_req=flat))
-    assert vetoed["c"].control.verdict == "holds" and vetoed["c"].verdict == "inconclusive"
+    assert both_grow["c"].verdict == "does not hold" and "SFT - online RL" in both_grow["c"].note
     # (c) is decided on the absorbing sweep: RL growing on the compositional one alone changes nothing
     assert _claims(*_claim_frame(grows, flat, atomic_rl_req=grows, compositional_rl_req=grows))["c"].verdict == "holds"
     # RL reaches the target early but falls below it at the largest budget: it never stays there, so its budget is
@@ -566,27 +574,74 @@ def test_claims_decide_on_replicates_and_the_controls_can_fail(tmp_path):
     assert not collapsed.premise_met and collapsed.verdict == "inconclusive" and "learns" in collapsed.note
 
 
-def test_rl_step_size_sensitivity_of_c_is_reported_not_deciding():
-    """(c)'s RL slope at the other step sizes of tabular.lr_sensitivity goes into the note; the verdict stays the
-    configured step size's, also when RL's budget grows with C_cov at another step size."""
-    from papers.sharpening.params import rl_step_method
+GROWS, FLAT = [4, 16, 64, 128], [16, 16, 16, 16]  # required budgets at K = 1 .. 4 (C_cov 2, 8, 32, 128)
 
-    grows, flat = [4, 16, 64, 128], [16, 16, 16, 16]
-    frame, conv = _claim_frame(grows, flat, atomic_rl_req=grows)
-    p = _sharpening_params()
-    assert p.tabular.lr == 0.1  # the configured step size, at which (c) is decided
-    extra = []
-    for lr, req in [(0.03, flat), (0.3, grows)]:  # at 0.3 RL's budget grows like SFT's
-        rl = frame[(frame.variant == "absorbing") & (frame.method == "rl")].copy()
-        rl["accuracy"] = [float(m >= req[int(K) - 1] * (1 + s % 2)) + 0.001 * s
-                          for m, K, s in zip(rl.budget, rl.pairs, rl.seed)]
-        extra.append(rl.assign(method=rl_step_method(lr)))
-    c = _claims(pd.concat([frame, *extra], ignore_index=True), conv)["c"]
-    assert c.verdict == "holds"  # decided at the configured step size only
-    assert c.measured["absorbing.rl_lr0.3.slope"] > 0.5 > c.measured["absorbing.rl_lr0.03.slope"]
-    assert "0.1 (configured)" in c.note and "at step size(s) 0.03, 0.1 only" in c.note
-    # without those rows (a run that did not compute them) the note says nothing about step sizes
-    assert "step size(s)" not in _claims(frame, conv)["c"].note
+
+def test_c_holds_at_every_step_size_and_reports_each_slope():
+    """(c) holds where at every RL step size SFT's slope exceeds online RL's by more than budget_slope and offline
+    RL's exceeds online RL's; every step size's online and offline slopes are in `measured`, each verdict named."""
+    c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS))["c"]
+    assert c.verdict == "holds" and c.premise_met, c.note
+    # slopes over K >= 2 (C_cov 8, 32, 128): SFT's budgets 16, 64, 128 -> slope 0.75; RL flat -> 0
+    assert c.measured["absorbing.sft.slope"] == pytest.approx(0.75)
+    for online, offline in [("rl", "rl_offline"), ("rl_lr0.03", "rl_offline_lr0.03"), ("rl_lr0.3", "rl_offline_lr0.3")]:
+        assert c.measured[f"absorbing.{online}.slope"] == pytest.approx(0.0)
+        assert c.measured[f"absorbing.{offline}.slope"] == pytest.approx(0.75)
+    assert [c.measured[f"verdict.lr{lr}"] for lr in ("0.03", "0.1", "0.3")] == ["holds"] * 3
+    assert len(c.evidence) == 6 and len(c.control.evidence) == 3  # (i), (ii) and the control at each step size
+    assert "0.1 (configured)" in c.note
+
+
+def test_c_does_not_hold_where_removing_exploration_does_not_steepen_the_growth():
+    """The ablation can fail the claim: offline RL as flat as online RL at every step size fails part (ii)."""
+    c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, offline_req=FLAT))["c"]
+    assert c.verdict == "does not hold" and "offline RL (ablation) - online RL" in c.note
+    assert c.control.verdict == "holds"  # offline RL, too, grows markedly more slowly than SFT
+    assert c.measured["absorbing.rl_offline_lr0.3.slope"] == pytest.approx(0.0)
+
+
+def test_c_is_inconclusive_where_one_step_size_disagrees():
+    """At 0.3 online RL's budget grows like SFT's (the review's lr 0.3), elsewhere flat: the verdict depends on the
+    step size, so (c) is inconclusive (a premise), and the note names 0.3."""
+    c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, steps={0.03: (FLAT, GROWS), 0.3: (GROWS, GROWS)}))["c"]
+    assert c.verdict == "inconclusive" and not c.premise_met
+    assert c.measured["verdict.lr0.3"] == "does not hold" and c.measured["verdict.lr0.1"] == "holds"
+    assert "0.3 against the configured 0.1" in c.note and "depend on RL's step size" in c.note
+    # the ablation passing at one step size only (the review's lr 0.03: offline RL as flat as online there)
+    c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, steps={0.03: (FLAT, FLAT), 0.3: (FLAT, GROWS)}))["c"]
+    assert c.verdict == "inconclusive" and c.measured["verdict.lr0.03"] == "does not hold"
+    assert "0.03 against the configured 0.1" in c.note
+    # a step size the run did not compute: not measured there, so the step sizes do not agree
+    frame, conv = _claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, steps={0.03: (FLAT, GROWS)})
+    c = _claims(frame, conv)["c"]
+    assert c.verdict == "inconclusive" and c.measured["verdict.lr0.3"] == "not measured" and "0.3: not run" in c.note
+
+
+def test_c_is_inconclusive_where_the_ablation_also_grows_markedly_more_slowly_than_sft():
+    """Offline RL steeper than online RL (part (ii) holds) but still more than budget_slope below SFT: the control
+    holds, so the lead over SFT is not owed to exploration and (c) is inconclusive."""
+    sft, offline = [4, 8, 64, 256], [16, 16, 16, 32]  # slopes over K >= 2: 1.25 and 0.25
+    c = _claims(*_claim_frame(sft, FLAT, atomic_rl_req=sft, offline_req=offline))["c"]
+    assert c.measured["absorbing.sft.slope"] == pytest.approx(1.25)
+    assert c.measured["absorbing.rl_offline.slope"] == pytest.approx(0.25)
+    assert c.control.verdict == "holds" and c.verdict == "inconclusive"
+    assert c.measured["verdict.lr0.1"] == "inconclusive"
+
+
+def test_c_fits_its_slopes_past_rls_optimisation_floor():
+    """The slopes are fitted over K >= claims.budget_fit_min_pairs: a floor at K = 1 (RL needing 128 where SFT needs
+    4) that flattens the slope over every K is left out; the slope over every K is reported beside it."""
+    floor = [128, 128, 128, 128]  # no growth past the floor: slope 0 over K >= 2, and over every K
+    rising = [128, 16, 64, 128]  # from K = 2 on it grows as SFT's; the floor at K = 1 flattens the all-K slope
+    c = _claims(*_claim_frame(GROWS, floor, atomic_rl_req=GROWS, offline_req=rising,
+                              steps={0.03: (floor, rising), 0.3: (floor, rising)}))["c"]
+    assert c.measured["absorbing.rl_offline.slope"] == pytest.approx(0.75)
+    assert c.measured["absorbing.rl_offline.slope_all_K"] < 0.2
+    m_req = np.array([[128.0, 16, 64, 128]])
+    cov = [2.0, 8.0, 32.0, 128.0]
+    assert verdicts.fit_slopes(m_req, cov, [1, 2, 3, 4], [2, 3, 4], [256])[0] == pytest.approx(0.75)
+    assert verdicts.fit_slopes(m_req, cov, [1, 2, 3, 4], [1, 2, 3, 4], [256])[0] < 0.2
+    assert c.verdict == "holds", c.note
 
 
 def test_leave_one_out_counts_the_subsets_that_keep_the_decision():

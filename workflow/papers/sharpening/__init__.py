@@ -19,9 +19,10 @@ attention by ``kernels.attention``), several independently pretrained base model
 fit to the task's law, with a few pairs (high coverage) and more pairs (low coverage; task.answer_pairs). Claims: (a) best-of-N improves with N and beats
 greedy decoding, decided by a pretrained LM at the full scale (not measured at the default scale: the synthetic task
 makes the mode correct, so on the tiny transformers it is the check a_law, the law's prediction beside the measured
-curve); (b) SFT-sharpening amortises best-of-N (ablation: SFT on unselected samples); (c) SFT's required budget grows
-with C_cov while RL's does not, on the absorbing sweep (ablation: offline RL, the same RL restricted to a fixed pool
-of base samples; the paper's Sections 3 and 4); (e) under low coverage RL beats SFT and the same RL
+curve); (b) SFT-sharpening amortises best-of-N (ablation: SFT on unselected samples); (c) RL's required budget grows
+markedly more slowly with C_cov than SFT's and the lead is owed to online exploration, on the absorbing sweep, slopes
+over K >= claims.budget_fit_min_pairs, at every RL step size (ablation: offline RL, the same RL restricted to a fixed
+pool of base samples; the paper's Sections 3 and 4); (e) under low coverage RL beats SFT and the same RL
 restricted to SFT's own base samples (no exploration), at matched budgets (null control: greedy decoding in RL's
 place; the paper's Section 4). Checks: a_law, and
 d_optimum (tabular RL converges to the closed-form optimum, nearer to it than to the exponents one above and below

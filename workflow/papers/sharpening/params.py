@@ -45,8 +45,8 @@ class TabularParams:
     convergence_samples_per_step: int = 16
     record_every: int = 25  # steps between two KL(pi || pi*) measurements of that run
     convergence_decay: bool = True  # check (d): the long runs' step size falls linearly to 0 (settles, not hovers)
-    # claim (c), reported, not deciding: online RL's step sizes besides lr at which (c)'s slopes are recomputed on
-    # the deciding structure (the sensitivity of RL's slope to its step size)
+    # claim (c): RL's Adam step sizes besides lr at which online RL and its offline ablation also run on the deciding
+    # structure; (c) is decided at every one of them and at lr, and holds / does not hold only where all agree
     lr_sensitivity: tuple = (0.03, 0.3)
 
 
@@ -130,7 +130,10 @@ class ClaimParams:
 
     bon_slope_min: float = 0.0  # (a) best-of-N accuracy per doubling of N (least-squares slope), above
     amortisation_fraction: float = 0.75  # (b) share of best-of-m's gain over sampling that SFT recovers
-    budget_slope: float = 0.5  # (c) d log m_req / d log C_cov: SFT above, RL below (midway between 1 and 0)
+    # (c) d log m_req / d log C_cov: SFT's slope minus online RL's above this (half the theory's gap, 1 - 0), and the
+    # same margin for the ablation (SFT minus offline RL), which must not clear it
+    budget_slope: float = 0.5
+    budget_fit_min_pairs: int = 3  # (c) the slopes are fitted over the sweep's K >= this (past RL's optimisation floor)
     settled_drop_max: float = 0.5  # check (d): relative fall of KL(pi_RL || pi*) over a run's last quarter
 
 
@@ -177,6 +180,12 @@ class Params:
                              f"{list(STRUCTURES)}")
         if len(tp.pairs) < 2:
             raise ValueError("sharpening.tabular.pairs needs at least two settings (claim (c) fits a slope)")
+        if sum(K >= self.claims.budget_fit_min_pairs for K in tp.pairs) < 2:
+            raise ValueError(f"sharpening.claims.budget_fit_min_pairs = {self.claims.budget_fit_min_pairs}: claim (c) "
+                             f"fits its slopes over K >= it, and tabular.pairs {list(tp.pairs)} has fewer than two")
+        if tp.lr in tp.lr_sensitivity or len(set(tp.lr_sensitivity)) != len(tp.lr_sensitivity):
+            raise ValueError(f"sharpening.tabular.lr_sensitivity {list(tp.lr_sensitivity)}: step sizes besides lr = "
+                             f"{tp.lr}, each once")
         if max(s.budgets) > max(self.bon_sizes) or not set(s.budgets) <= set(self.bon_sizes):
             raise ValueError(f"sharpening.sharpen.budgets {list(s.budgets)} must all be in bon_sizes "
                              f"{list(self.bon_sizes)} (claim (b) compares SFT with best-of-m at each budget)")

@@ -124,7 +124,8 @@ def prepare(*, cfg, corpus, prompts):
 def tabular(*, cfg, curves, convergence, formulas):
     """For each structure, number of pairs K (so C_cov) and seed (an independent base model): exact best-of-N,
     SFT-sharpening on best-of-m winners, RL-sharpening (online) and, on tabular.deciding_structure, its offline
-    ablation (restricted to a fixed pool of base samples) over the budget grid, the closed-form optimum; then one long RL run per seed whose distance to the
+    ablation (restricted to a fixed pool of base samples) over the budget grid, both there also at every step size of
+    tabular.lr_sensitivity (claim (c) is decided at each), the closed-form optimum; then one long RL run per seed whose distance to the
     optimum is traced, and whose final policy is set against the closed form and its wrong neighbours
     (`formulas`, tabular.formula_distances; check (d)). The paper's Sections 3 and 4."""
     p = parse(cfg)
@@ -169,11 +170,15 @@ def tabular(*, cfg, curves, convergence, formulas):
                                             lr=tp.lr, rng=np.random.default_rng([p.seed, seed, K, 7, si]),
                                             explore=False)
                     rows += [row("rl_offline", m, kept[m]) for m in budgets]
-                    for j, lr in enumerate(tp.lr_sensitivity):  # reported, not deciding: online RL at other step
-                        # sizes (claim (c)'s sensitivity to RL's step size)
+                    for j, lr in enumerate(tp.lr_sensitivity):  # claim (c) is decided at every step size: online
+                        # RL and its offline ablation again at each of tabular.lr_sensitivity (review sharpening_r8)
                         kept, _ = tb.rl_sharpen(base, budgets, beta=p.beta, samples_per_step=tp.samples_per_step,
                                                 lr=lr, rng=np.random.default_rng([p.seed, seed, K, 9, si, j]))
                         rows += [row(rl_step_method(lr), m, kept[m]) for m in budgets]
+                        kept, _ = tb.rl_sharpen(base, budgets, beta=p.beta, samples_per_step=tp.samples_per_step,
+                                                lr=lr, rng=np.random.default_rng([p.seed, seed, K, 11, si, j]),
+                                                explore=False)
+                        rows += [row(tb.offline_step_method(lr), m, kept[m]) for m in budgets]
     write_parquet(_rows(rows), curves)
 
     traces, fits = [], []

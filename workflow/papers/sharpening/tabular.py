@@ -30,6 +30,12 @@ from scipy.special import logsumexp
 START = 0  # the previous-token index used at t = 0
 
 
+def offline_step_method(lr: float) -> str:
+    """The method name of offline RL (the ablation of claim (c)) run at step size `lr`, one of
+    tabular.lr_sensitivity (at tabular.lr itself it is "rl_offline"; online RL at `lr` is params.rl_step_method)."""
+    return f"rl_offline_lr{lr:g}"
+
+
 # ---- the base model ------------------------------------------------------------------------------
 def make_pair_chain(rng: np.random.Generator, prompts: int, pairs: int, vocab: int, levels,
                     atomic: bool = False, absorbing: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

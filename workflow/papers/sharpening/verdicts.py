@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from papers.common.claims import (HOLDS, Check, Claim, Control, Premise, Scope, all_of, convention, mean_test,
-                                  paired_test)
+from papers.common.claims import (HOLDS, INCONCLUSIVE, NOT_MEASURED, Check, Claim, Control, Premise, Scope, all_of,
+                                  convention, mean_test, paired_test)
 from papers.sharpening import tabular as tb
 from papers.sharpening.params import STRUCTURES, Params, rl_step_method
 
@@ -59,6 +59,83 @@ def budget_slopes(m_req: np.ndarray, cov: np.ndarray, cap: float) -> np.ndarray:
     y = np.log(np.where(np.isfinite(m_req), m_req, cap))
     x = np.log(cov)
     return np.array([np.polyfit(x, row, 1)[0] for row in y])
+
+
+def step_methods(p: Params, lr: float) -> tuple[str, str]:
+    """(online RL, offline RL) method names of the tabular runs at RL step size `lr` (tabular.lr or one of
+    tabular.lr_sensitivity): at tabular.lr "rl" and "rl_offline"."""
+    tp = p.tabular
+    return ("rl", "rl_offline") if lr == tp.lr else (rl_step_method(lr), tb.offline_step_method(lr))
+
+
+def fit_slopes(m_req: np.ndarray, cov, pairs, fit_pairs, budgets) -> np.ndarray:
+    """budget_slopes over the settings K in `fit_pairs` only (claim (c) fits K >= claims.budget_fit_min_pairs)."""
+    keep = [j for j, K in enumerate(pairs) if K in set(fit_pairs)]
+    return budget_slopes(m_req[:, keep], np.asarray(cov)[keep], 2 * max(budgets))
+
+
+def c_decision(df: pd.DataFrame, p: Params):
+    """Claim (c) at every RL step size (tabular.lr and tabular.lr_sensitivity), on tabular.deciding_structure's sweep,
+    slopes of log m_req on log C_cov over K >= claims.budget_fit_min_pairs, paired by base model:
+    (i) SFT's slope - online RL's > claims.budget_slope; (ii) offline RL's slope - online RL's > 0 (the ablation:
+    removing exploration steepens the growth); control: SFT's slope - offline RL's > claims.budget_slope, which must
+    not hold. A step size's verdict is all_of((i), (ii)), made inconclusive where it holds and its control holds too;
+    a step size whose rows the run lacks is not measured.
+
+    Returns (claim parts, control parts, {lr: {"verdict", "why", "online", "offline", "sft" (mean tests of the
+    slopes), "online_all", "offline_all", "sft_all" (mean slopes over every K)}}, measured, censored)."""
+    tp, c = p.tabular, p.claims
+    S = tp.deciding_structure
+    fit_K = [K for K in tp.pairs if K >= c.budget_fit_min_pairs]
+    ran = set(df[(df.level == "tabular") & (df.variant == S)].method.unique())
+    cache = {}
+
+    def slopes(method):
+        if method not in cache:
+            m_req, cov = required_budgets(df, p, S, method)
+            cache[method] = (m_req, fit_slopes(m_req, cov, tp.pairs, fit_K, tp.budgets),
+                             fit_slopes(m_req, cov, tp.pairs, tp.pairs, tp.budgets))
+        return cache[method]
+
+    def summary(values, name):
+        return mean_test(values, threshold=c.budget_slope, direction=">", what="base models", name=name)
+
+    parts, controls, per_step, meas, censored = [], [], {}, {}, []
+    sft_req, sft, sft_all = slopes("sft")
+    meas.update({f"{S}.sft.slope": float(sft.mean()), f"{S}.sft.slope_all_K": float(sft_all.mean())})
+    for lr in sorted({tp.lr, *tp.lr_sensitivity}):
+        online_m, offline_m = step_methods(p, lr)
+        if not {online_m, offline_m} <= ran:
+            per_step[lr] = {"verdict": NOT_MEASURED, "why": "not run"}
+            continue
+        (on_req, on, on_all), (off_req, off, off_all) = slopes(online_m), slopes(offline_m)
+        lead = paired_test(sft, on, threshold=c.budget_slope, direction=">", what="base models",
+                           name=f"step {lr:g}: SFT - online RL slope")
+        explore = paired_test(off, on, threshold=0.0, direction=">", what="base models",
+                              name=f"step {lr:g}: offline RL (ablation) - online RL slope")
+        ctl = paired_test(sft, off, threshold=c.budget_slope, direction=">", what="base models",
+                          name=f"step {lr:g}: SFT - offline RL slope")
+        parts += [lead, explore]
+        controls.append(ctl)
+        verdict = all_of([lead.verdict, explore.verdict])
+        why = "; ".join(f"{e.name} {e.verdict}" for e in (lead, explore) if e.verdict != HOLDS)
+        if verdict == HOLDS and ctl.verdict == HOLDS:
+            verdict, why = INCONCLUSIVE, "the ablation control holds too: offline RL also grows markedly more slowly " \
+                                         "than SFT"
+        per_step[lr] = {"verdict": verdict, "why": why, "online": summary(on, online_m), "offline": summary(off, offline_m),
+                        "sft": summary(sft, "sft"), "online_all": float(on_all.mean()),
+                        "offline_all": float(off_all.mean()), "sft_all": float(sft_all.mean())}
+        meas.update({f"{S}.{online_m}.slope": float(on.mean()), f"{S}.{offline_m}.slope": float(off.mean()),
+                     f"{S}.{online_m}.slope_all_K": float(on_all.mean()),
+                     f"{S}.{offline_m}.slope_all_K": float(off_all.mean())})
+        for method, req in [(online_m, on_req), (offline_m, off_req)] + ([("sft", sft_req)] if lr == tp.lr else []):
+            if lr == tp.lr:  # the budgets themselves at the configured step size (geometric mean over base models)
+                cap = 2 * max(tp.budgets)
+                meas.update({f"{S}.{method}.m_req.K{K}": geo for K, geo in
+                             zip(tp.pairs, np.exp(np.log(np.minimum(req, cap)).mean(0)).tolist())})
+            if not np.isfinite(req).all():
+                censored.append(f"{method} (K = {sorted({tp.pairs[j] for j in np.argwhere(~np.isfinite(req))[:, 1]})})")
+    return parts, controls, per_step, meas, sorted(set(censored))
 
 
 def bon_slopes(df: pd.DataFrame, level: str, variant: str, method: str, sizes) -> np.ndarray:
@@ -231,88 +308,96 @@ def sharpening_claims(p: Params, df: pd.DataFrame, conv: pd.DataFrame, formulas:
         no_positive_control="accuracies are exact (pi(y* | x) by teacher forcing) and best-of-m's gain is measured "
                             "in the same run; the unselected-sample ablation shows the criterion can fail")
 
-    # (c) the coverage theory (the paper's Sections 3 and 4): SFT's required budget grows with C_cov, RL's does not
-    # (decided on tabular.deciding_structure's sweep, the absorbing one by default: there a learner without online
-    # exploration meets a later pair of y* only through base samples whose earlier pairs are right)
-    cap = 2 * max(tp.budgets)
-
-    def slope_parts(structure, rl="rl"):
-        """SFT's slope above budget_slope and `rl`'s ("rl": online; "rl_offline": the ablation) below it."""
-        parts, meas, censored = [], {}, []
-        for method, direction in [("sft", ">"), (rl, "<")]:
-            m_req, cov = required_budgets(df, p, structure, method)
-            if not np.isfinite(m_req).all():
-                censored.append(f"{method} {structure} (K = "
-                                f"{sorted({tp.pairs[j] for j in np.argwhere(~np.isfinite(m_req))[:, 1]})})")
-            slopes = budget_slopes(m_req, cov, cap)
-            parts.append(mean_test(slopes, threshold=c.budget_slope, direction=direction, what="base models",
-                                   name=f"{structure}: {method.upper()} d log m_req / d log C_cov"))
-            meas.update({f"{structure}.{method}.slope": float(slopes.mean()),
-                         **{f"{structure}.{method}.m_req.K{K}": geo for K, geo in  # geometric mean over base models
-                            zip(tp.pairs, np.exp(np.log(np.minimum(m_req, cap)).mean(0)).tolist())}})
-        return parts, meas, censored
-
+    # (c) the coverage theory (the paper's Sections 3 and 4): SFT's required budget grows with C_cov (its sample
+    # complexity ~ C_cov), RL-sharpening with online exploration bypasses coverage. Decided on
+    # tabular.deciding_structure's sweep (absorbing by default: there a learner without online exploration meets a
+    # later pair of y* only through base samples whose earlier pairs are right), on slopes fitted over
+    # K >= claims.budget_fit_min_pairs (past RL's optimisation floor), at every RL step size (review sharpening_r8).
     S = tp.deciding_structure
-    ev_c, meas_c, cens_c = slope_parts(S)
-    ctl_c, meas_ctl, cens_ctl = slope_parts(S, "rl_offline")
-    # reported, not deciding: the other structures' slopes of SFT and online RL (offline RL runs on S only)
+    ev_c, ctl_parts, per_step, meas_c, cens = c_decision(df, p)
+    steps = list(per_step)
+    verdicts_c = {lr: d["verdict"] for lr, d in per_step.items()}
+    disagree = len(set(verdicts_c.values())) > 1
+    # reported, not deciding: the other structures' slopes of SFT and online RL at tabular.lr (offline RL and the
+    # other step sizes run on S only), fitted the same way and over every K
     others = [x for x in STRUCTURES if x != S]
-    reported = {k: v for x in others for k, v in slope_parts(x)[1].items() if k.endswith(".slope")}
-    # reported, not deciding: online RL's slope on S at other step sizes (tabular.lr_sensitivity), beside the
-    # configured tabular.lr; only step sizes whose rows the run holds
-    steps = sorted({tp.lr, *(lr for lr in tp.lr_sensitivity if (df.method == rl_step_method(lr)).any())})
-    step_slopes = {lr: mean_test(budget_slopes(required_budgets(df, p, S, "rl" if lr == tp.lr else rl_step_method(lr))[0],
-                                               required_budgets(df, p, S, "sft")[1], cap),
-                                 threshold=c.budget_slope, direction="<", what="base models")
-                   for lr in steps}
-    reported |= {f"{S}.{rl_step_method(lr)}.slope": float(e.effect) for lr, e in step_slopes.items() if lr != tp.lr}
-    below = [lr for lr, e in step_slopes.items() if e.interval[1] < c.budget_slope]
-    step_note = "" if len(step_slopes) < 2 else (
-        "reported, not deciding (the step size was fixed before the run; the rule is not changed after it): online "
-        f"RL's slope on the {S} sweep at Adam step size " + ", ".join(
-            f"{lr:g}{' (configured)' if lr == tp.lr else ''}: {e.effect:.3g} [{e.interval[0]:.3g}, {e.interval[1]:.3g}]"
-            for lr, e in step_slopes.items()) + "; " + (
-            f"its interval lies below budget_slope = {c.budget_slope} at every one of these step sizes"
-            if len(below) == len(step_slopes) else
-            f"its interval lies below budget_slope = {c.budget_slope} at step size(s) "
-            f"{', '.join(f'{lr:g}' for lr in below) or 'none'} only: RL's flat budget depends on its step size"))
+    fit_K = [K for K in tp.pairs if K >= c.budget_fit_min_pairs]
+    reported = {}
+    for x in others:
+        for method in ("sft", "rl"):
+            m_req, cov = required_budgets(df, p, x, method)
+            reported[f"{x}.{method}.slope"] = float(fit_slopes(m_req, cov, tp.pairs, fit_K, tp.budgets).mean())
+            reported[f"{x}.{method}.slope_all_K"] = float(fit_slopes(m_req, cov, tp.pairs, tp.pairs, tp.budgets).mean())
     cov_range = required_budgets(df, p, S, "sft")[1]
+    fit_cov = [cv for K, cv in zip(tp.pairs, cov_range) if K in fit_K]
     optimum = min(mean(df, "tabular", S, "optimum", 0, pairs=K) for K in tp.pairs)
+
+    def at(lr):
+        return f"{lr:g}{' (configured)' if lr == tp.lr else ''}"
+
+    def iv(e):
+        return f"{e.effect:.3g} [{e.interval[0]:.3g}, {e.interval[1]:.3g}]"
+
+    step_note = (f"per RL step size, the slopes over K >= {c.budget_fit_min_pairs} (mean [95% t] over the base "
+                 "models) and over every K (mean): " + "; ".join(
+                     f"{at(lr)}: not run" if "online" not in d else
+                     f"{at(lr)}: online RL {iv(d['online'])}, offline RL (ablation) {iv(d['offline'])}, SFT "
+                     f"{iv(d['sft'])}; over every K online {d['online_all']:.3g}, offline {d['offline_all']:.3g}, SFT "
+                     f"{d['sft_all']:.3g}; verdict at this step size: {d['verdict']}"
+                     + (f" ({d['why']})" if d["why"] else "") for lr, d in per_step.items()))
+    if disagree:
+        odd = [lr for lr, v in verdicts_c.items() if v != verdicts_c.get(tp.lr)]
+        step_note += ("; the step sizes disagree (" + ", ".join(f"{lr:g}: {v}" for lr, v in verdicts_c.items())
+                      + f"; {', '.join(f'{lr:g}' for lr in odd)} against the configured {tp.lr:g}), so (c) is "
+                        "inconclusive")
     claim_c = Claim(
-        "c", "SFT-sharpening's required sample budget grows with the coverage coefficient C_cov, while "
-             "RL-sharpening's does not.",
+        "c", "RL-sharpening's required sample budget grows markedly more slowly with the coverage coefficient C_cov "
+             "than SFT-sharpening's, and the lead is owed to online exploration (RL without it grows faster), at "
+             "every RL step size tried.",
         "SFT-sharpening is minimax optimal but needs coverage (budget ~ C_cov); RLHF-sharpening with online "
         "exploration bypasses the coverage requirement",
-        meas_c | {k: v for k, v in meas_ctl.items() if ".rl_offline." in k} | reported,
+        meas_c | reported | {f"verdict.lr{lr:g}": v for lr, v in verdicts_c.items()},
         f"tabular {S} sweep (tabular.deciding_structure), K = {list(tp.pairs)} (C_cov {cov_range.min():.3g} .. "
-        f"{cov_range.max():.3g}): for each base model, the budget each method needs is read off its whole budget "
-        f"curve ({list(tp.budgets)}) at every setting as the budget from which its accuracy stays at or above "
-        f"{tp.target_accuracy} (a later fall below it counts against it), and log m_req is fitted against log C_cov; "
-        f"the 95% t interval over the {tp.seeds} base models of SFT's slope lies above budget_slope = "
-        f"{c.budget_slope} and of RL's below it",
+        f"{cov_range.max():.3g}): for each base model the budget each method needs is read off its whole budget "
+        f"curve ({list(tp.budgets)}) as the budget from which its accuracy stays at or above {tp.target_accuracy}, "
+        f"and log m_req is fitted against log C_cov over K >= budget_fit_min_pairs = {c.budget_fit_min_pairs} "
+        f"(K = {fit_K}, C_cov {min(fit_cov):.3g} .. {max(fit_cov):.3g}: past RL's optimisation floor). At each RL "
+        f"step size {[float(x) for x in steps]} (tabular.lr and tabular.lr_sensitivity), paired by base model (95% t "
+        f"intervals over the {tp.seeds} base models): (i) SFT's slope minus online RL's > budget_slope = "
+        f"{c.budget_slope} and (ii) offline RL's slope minus online RL's > 0 (removing exploration steepens the "
+        "growth); a step size whose ablation control holds reads inconclusive. (c) holds / does not hold only where "
+        "every step size gives that verdict",
         ev_c,
-        Control("the same criterion with offline RL in RL's place: the same update, reward, KL term, step size, "
-                "steps and budgets, but restricted to a fixed pool of base samples (at budget m it draws from the "
-                "policy renormalised on the pool's first m samples: as many samples of pi_base as SFT sees, and no "
-                "answer outside them; exactly the online exploration removed). If it also holds, RL's flat budget "
-                "here is not owed to exploration", ctl_c, kind="ablation"),
+        Control("the ablation, offline RL (the same update, reward, KL term, step size, steps and budgets, restricted "
+                "to a fixed pool of base samples: at budget m it draws from the policy renormalised on the pool's "
+                "first m samples, so it sees as many samples of pi_base as SFT and no answer outside them; exactly the "
+                "online exploration removed) in online RL's place in (i): SFT's slope minus offline RL's > "
+                f"budget_slope = {c.budget_slope}, at each step size. If it holds, the lead over SFT is not owed to "
+                "exploration (that step size reads inconclusive); part (ii) of the criterion compares the two RL arms "
+                "directly and fails the claim where removing exploration does not steepen the growth",
+                ctl_parts, kind="ablation"),
         note="; ".join(x for x in [
-            f"a budget the grid never reached (or after which accuracy fell below the target again at the largest "
-            f"budget) counts as {cap} (it then understates growth): " + ", ".join(
-                cens_c + [f"{x_} [control]" for x_ in cens_ctl]) if cens_c or cens_ctl else "",
-            "reported, not deciding: " + "; ".join(
-                f"on the {x} sweep (the same C_cov) the slopes are SFT {reported[f'{x}.sft.slope']:.3g}, online RL "
-                f"{reported[f'{x}.rl.slope']:.3g}" for x in others),
             step_note,
+            f"a budget the grid never reached (or after which accuracy fell below the target again at the largest "
+            f"budget) counts as {2 * max(tp.budgets)} (it then understates growth): " + ", ".join(cens) if cens else "",
+            "reported, not deciding, at step size " + f"{tp.lr:g}: " + "; ".join(
+                f"on the {x} sweep (the same C_cov) the slopes over K >= {c.budget_fit_min_pairs} are SFT "
+                f"{reported[f'{x}.sft.slope']:.3g}, online RL {reported[f'{x}.rl.slope']:.3g} (over every K "
+                f"{reported[f'{x}.sft.slope_all_K']:.3g}, {reported[f'{x}.rl.slope_all_K']:.3g})" for x in others),
             "the per-budget comparison of RL and SFT is claim (e)"] if x),
-        threshold_source=convention(f"{c.budget_slope}, midway between the theory's slopes, 1 for SFT (its sample "
-                                    "complexity grows as C_cov) and 0 for RL with exploration; the paper gives those "
-                                    "limits, not this number"),
+        threshold_source=convention(f"{c.budget_slope}: half the theory's gap between SFT's slope 1 (its sample "
+                                    "complexity grows as C_cov) and RL-with-exploration's 0 (\"markedly\"); 0 for the "
+                                    "ablation's difference (a sign); the paper gives those limits, not this number"),
         premise=[Premise.at_least("the target accuracy is reachable: the KL-regularised optimum's accuracy at every K "
-                                  "(closed form)", optimum, tp.target_accuracy, what="target_accuracy")],
+                                  "(closed form)", optimum, tp.target_accuracy, what="target_accuracy"),
+                 Premise.at_most("the verdict does not depend on RL's step size: the number of different verdicts "
+                                 "over the step sizes (" + ", ".join(f"{lr:g}: {v}" for lr, v in verdicts_c.items())
+                                 + ")", float(len(set(verdicts_c.values()))), 1,
+                                 what="an outcome that flips with the step size says nothing about RL")],
         no_positive_control="the accuracies are exact (closed forms of the tabular model), read off whole budget "
-                            "curves: no detector to be blind; SFT's slope is the same analysis where growth with "
-                            "C_cov is present")
+                            "curves: no detector to be blind; part (i) needs SFT's slope to exceed RL's, the same "
+                            "analysis finding growth with C_cov where it is present, and the ablation's part (ii) shows "
+                            "the criterion can fail")
 
     # (d) a check, not a claim: the project's optimiser against the closed form (a math identity, which
     # tests/papers/test_sharpening.py verifies exactly). It passes only if every run lies nearer to pi*_beta than to
