@@ -39,7 +39,7 @@ from papers.common.progress import progress
 from papers.neural_fdm.params import parse
 
 SPLITS = ("id", "ood")
-# Shapes per split of claim (a)'s reachability premise (review neural_fdm_r8): direct optimisation of the task's
+# Shapes per split of claim (a)'s reachability note (reviews neural_fdm_r8, r9): direct optimisation of the task's
 # whole loss on the first FLOOR_SHAPES out-of-distribution shapes (in distribution, claim (c)'s direct.shapes runs
 # serve), and, where the loss has a regulariser (towers), of the shape loss alone on the first FLOOR_SHAPES of each
 # split. 20: ~1.2 CPU s a shell run, ~0.1-0.4 s a tower run (the review's timing), ~45 CPU s in all.
@@ -300,7 +300,7 @@ def evaluate(*, cfg, task, targets, checkpoints, metrics, timing, examples):
             add_example("id", "direct", out["x_hat"])
     times["direct"] = float(np.median(direct_seconds)) if direct_seconds else float("nan")
 
-    # Claim (a)'s reachability premise: how close the hybrid's own objective (its training loss, regulariser
+    # Claim (a)'s reachability note: how close the hybrid's own objective (its training loss, regulariser
     # included) lets an equilibrium shape come to each target, out of distribution too ("direct"); and, where the
     # loss has a regulariser, how close any equilibrium shape comes ("direct_shape_only": the shape loss alone).
     # Own random streams, so claim (c)'s runs above are unchanged.

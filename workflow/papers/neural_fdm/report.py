@@ -324,14 +324,14 @@ def _b_scope_note(p, t: str, splits: list, val) -> str:
     residual is about that of its targets displaced at random by its own RMS error (the positive control), its excess
     over the targets is what any shape error of that size brings; where it lies within the engineering tolerance
     eq_tolerance, the shapes are not equilibrium shapes yet within what a structural program accepts."""
-    parts = []
+    parts, within = [], []
     for sp in splits:
         nn, moved = val(t, sp, "neural", "relative_residual"), val(t, sp, "displaced_target", "relative_residual")
         text = f"{sp}: fully neural {nn:.3g} against the randomly displaced targets' {moved:.3g} (ratio {nn / moved:.2f})"
         if nn < p.eq_tolerance:
             text += f", within the {p.eq_tolerance:.0%} engineering tolerance"
+            within.append(sp)
         parts.append(text)
-    within = [sp for sp in splits if val(t, sp, "neural", "relative_residual") < p.eq_tolerance]
     return ("; what the verdict shows: that the fully neural shapes are not equilibrium shapes (the paper's point: "
             "nothing guarantees it), about as far from equilibrium as random displacements of their own size ("
             + "; ".join(parts) + ")"
@@ -717,7 +717,7 @@ def _what_was_run(p, df, hist, times, spans, searches) -> str:
         + ("heights as fractions of the target's height (ours)" if tw.normalise_height else "raw coordinates (as the official code)")
         + f". {guard_text}. Direct optimisation of q per shape ({s.direct.method} for shells, {tw.direct.method} for "
         f"towers, at most {s.direct.maxiter} / {tw.direct.maxiter} iterations) on the first {s.direct.shapes} / "
-        f"{tw.direct.shapes} in-distribution test shapes ({conv}); for claim (a)'s reachability premise the same on "
+        f"{tw.direct.shapes} in-distribution test shapes ({conv}); for claim (a)'s reachability note the same on "
         f"the first {floor_shapes(df, 'ood', 'direct')} out-of-distribution shapes"
         + (f", and of the towers' shape loss alone (without the q-variance regulariser) on the first "
            f"{floor_shapes(df, 'id', 'direct_shape_only')} shapes of each split" if tw.regularization else "")
