@@ -57,6 +57,7 @@ rule hip_evaluate:
     """One seed's model: retrieval and text loss of every method, top-k recall per layer, offloaded decoding."""
     input:
         checkpoint=rules.hip_train_lm.output.checkpoint,
+        train_tokens=rules.hip_prepare.output.train_tokens,
         val_tokens=rules.hip_prepare.output.val_tokens,
     output:
         retrieval=f"{HIP}/evaluate/retrieval_{{seed}}.parquet",

@@ -18,9 +18,10 @@ attention head as the positive control; HiP's top-k recall per layer on the mode
 same keys shuffled (locality as the tree search uses it), with planted-locality keys as the positive
 control; HiP's time against T (2k-16k; CPU time, the fastest of interleaved repeats), with dense attention as
 the positive control and a budget growing with T as the ablation, its counted T log T work a check; and
-a simulated KV-cache offloading during decoding within the trained context: the LRU hit rate of HiP's reads
-on the model's keys against the same keys in shuffled block order (attention locality removed), with a
-planted-locality positive control, the working set's log T growth a check. At the full scale, HiP patched into a local
+a simulated KV-cache offloading during decoding within the trained context: the hit rate of HiP's tree-search
+(mask-estimation) reads in a log T LRU on the model's keys against the same keys in shuffled block order
+(attention locality removed), with a planted-locality positive control, the sparse attention's reads counted in
+their own cache and reported beside it, the working set's log T growth a check. At the full scale, HiP patched into a local
 pretrained LM decides retrieval on passkey and RULER multi-key prompts.
 
 Deviations: no pretrained LLM ships offline, so the default scale's models are tiny and evaluated at

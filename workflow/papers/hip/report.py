@@ -65,9 +65,11 @@ def report(*, cfg, scale, retrieval, text, recall, offload, history, cost, bench
     by_layer = rec.groupby(["keys", "layer", "method"]).recall.mean().unstack("method").reset_index()
     cost_md = (cst.groupby(["arm", "T"])[["mask_k", "hip_select_scores", "hip_scores", "dense_scores", "hip_seconds",
                                           "dense_seconds"]].mean().reset_index())
-    off_md = dec.groupby(["arm", "T"])[["hit_rate", "working_set_blocks", "capacity_blocks", "mask_agreement"]].mean()
+    off_md = dec.groupby(["arm", "T"])[["mask_hit_rate", "sa_hit_rate", "hit_rate", "working_set_blocks",
+                                          "capacity_blocks", "sa_capacity_blocks", "mask_agreement"]].mean()
     off_md = off_md.reset_index()
     off_md["cache share of context"] = off_md.capacity_blocks * p.hip.block_k / off_md["T"]
+    text_nll_md = text_nll_table(txt)
 
     caption = (f"{p.seeds} byte-level models (seeds) trained with dense attention on KJV windows with repeated key "
                f"records ({p.lm.n_layer} layers, context {p.train.seq_len}); every pruned method keeps sink "
@@ -90,7 +92,9 @@ def report(*, cfg, scale, retrieval, text, recall, offload, history, cost, bench
                   for k in ("hip_select_scores", "hip_scores", "dense_scores", "hip_seconds", "dense_seconds")]
     long_rows += [{"section": f"offload, {r['arm']}", "method": "", "metric": f"{k} at T={int(r['T'])}",
                    "value": r[k]} for r in off_md.to_dict("records")
-                  for k in ("hit_rate", "working_set_blocks", "capacity_blocks")]
+                  for k in ("mask_hit_rate", "sa_hit_rate", "hit_rate", "working_set_blocks", "capacity_blocks")]
+    long_rows += [{"section": "held-out text NLL (nats/byte)", "method": r["model"], "metric": "mean",
+                   "value": r["NLL (nats/byte)"]} for r in text_nll_md.to_dict("records")]
     write_table(quality, table_md, table_csv, caption=caption, csv_df=pd.DataFrame(long_rows))
     with open(table_md, "a") as f:
         f.write(f"\nRetrieval accuracy by needle depth, records of width {e.decide_width} (the deciding width; all T "
@@ -98,7 +102,10 @@ def report(*, cfg, scale, retrieval, text, recall, offload, history, cost, bench
         f.write("\nPlanted needle (one attention head, the positive control of (a)): accuracy by needle width.\n\n"
                 + to_markdown(by_width))
         f.write("\nRecall of the oracle top-n key blocks per pruned layer, on the model's keys and on the same keys "
-                "in shuffled block order (the reference; shuffled2: a second shuffle, the null control), on "
+                "in shuffled block order (the reference; shuffled2: a second shuffle, the null control); untrained / "
+                "untrained_shuffled: the same windows through the untrained model (the same architecture with each "
+                "seed's initial weights) and its keys shuffled, the reference that tells learned locality from "
+                "locality planted by RoPE or the smeared keys (reported, not decided); on "
                 f"{e.recall_prompts} record-free held-out windows per seed; layer -1: keys with planted locality (the "
                 "positive control)."
                 "\n\n" + to_markdown(by_layer))
@@ -108,13 +115,23 @@ def report(*, cfg, scale, retrieval, text, recall, offload, history, cost, bench
                 + ("wall time" if p.cost.device == "cuda" else "CPU time of the calling thread") + "). "
                 f"Control arm: mask_k = T / {p.cost.control_fraction}.\n\n" + to_markdown(cost_md))
         f.write(f"\nDecoding with an offloaded KV cache at mask_k = {p.offload.mask_k} (mean over seeds, windows, "
-                "pruned layers and heads). Arms: hip, HiP's search on the model's q, k (decides (d)); shuffled, the "
+                "pruned layers and heads). Hit rates: mask_hit_rate, the tree search's representative reads in the log T "
+                "LRU (capacity_blocks; decides (d)); sa_hit_rate, the sparse-attention reads of the mask in their own "
+                "cache of the mask's blocks (sa_capacity_blocks; reported); hit_rate, both pooled. Arms: hip, HiP's "
+                "search on the model's q, k (decides (d)); shuffled, the "
                 "same search on the same keys in shuffled block order (attention locality removed, (d)'s ablation "
                 "control and the reference of the locality difference); shuffled2, a second independent shuffle (that "
                 "difference's A/A null); random, as many blocks read at each refresh as HiP's search reads (tree levels "
                 "and mask) drawn at random (reported); planted / planted_shuffled, keys with planted locality and "
-                "queries near one direction per head, and the same keys shuffled (reported).\n\n"
+                "queries near one direction per head, and the same keys shuffled (reported); hip_frozen, "
+                "shuffled_frozen, planted_frozen: the hip, shuffled and planted decodes with the search's chunk bounds "
+                "frozen at the first decoded length (a diagnostic beside (d), not deciding; review hip_r10).\n\n"
                 + to_markdown(off_md))
+        if len(text_nll_md):
+            f.write("\nHeld-out text NLL per byte (nats; the second halves of the held-out text windows without records): "
+                    "the models with dense attention (per seed, mean over windows), and on the same bytes count models "
+                    "of bytes fitted on the training text with add-one smoothing (the reference of (b)'s premise that "
+                    "the models learned text).\n\n" + to_markdown(text_nll_md))
 
     # ---- figures
     _quality_figure(fig_quality, model, planted, hist)
@@ -170,7 +187,8 @@ def report(*, cfg, scale, retrieval, text, recall, offload, history, cost, bench
         f"decoding keys with planted locality (reported with (d)), and on those keys the fitted change of the hit rate over T ((d)'s positive control). Top-k recall per pruned layer on the dense pass's q, "
         f"k of {e.recall_prompts} record-free held-out windows per seed at T = {max(e.lengths)} (random starts), and on "
         f"the keys in shuffled block order (two independent shuffles: the first is the reference, the pair the null "
-        f"(A/A) control).\n\nCost: the reference tree search's own score counter and the time of one head for T in "
+        f"(A/A) control). {untrained_sentence(claim_list)}\n\nCost: the reference tree search's own score counter and "
+        f"the time of one head for T in "
         f"{list(p.cost.lengths)} (random q, k; {p.cost.repeats} inputs; per input the fastest of "
         f"{p.cost.timing_repeats} timings, HiP, the control and dense timed in turn in one process; on a CPU the "
         f"calling thread's CPU time, which load from other work does not inflate), against the same "
@@ -178,10 +196,14 @@ def report(*, cfg, scale, retrieval, text, recall, offload, history, cost, bench
         f"{p.offload.mask_k} decodes the last {p.offload.decode_steps} positions before each T in "
         f"{list(p.offload.lengths)} of {p.offload.windows} held-out windows per seed (random starts drawn per seed), "
         f"the mask refreshed every "
-        f"{p.offload.refresh_interval} steps, per head an LRU of s b log2(T_blocks / b + 1) blocks (b = 2 mask_k / "
-        f"block_k, s = {p.offload.lru_scale}, the official simulation's budget), against the same search on the same "
+        f"{p.offload.refresh_interval} steps, per head two caches as the official offload runner keeps them: the tree "
+        f"search's representative reads in an LRU of s b log2(T_blocks / b + 1) blocks (b = 2 mask_k / "
+        f"block_k, s = {p.offload.lru_scale}, the official simulation's budget), the sparse attention's reads of the "
+        f"mask in an LRU of the mask's {p.offload.mask_k // p.hip.block_k} blocks, each with its own hit rate; against "
+        f"the same search on the same "
         f"keys in shuffled block order (one permutation per window and layer, fixed while decoding), with random "
-        f"blocks read at HiP's volume reported beside them. {offload_trend(claim_list)}\n\n{text_loss(txt)}")
+        f"blocks read at HiP's volume reported beside them. {offload_trend(claim_list)} {frozen_sentence(claim_list)}"
+        f"\n\n{text_loss(txt)} {learned_text_sentence(claim_list)}")
     differences = (
         "The paper prunes LLaMA-2/3 and Gemma models (7-9B parameters) at 32k-1M tokens and measures PG19, passkey, "
         "RULER and LongBench; we train tiny byte-level models on the KJV with synthetic key records (no pretrained "
@@ -234,6 +256,23 @@ def random_chance(p) -> str:
             + ", ".join(f"{c:.2f} at T = {T}, width {w}" for T, w, c in chances))
 
 
+def untrained_sentence(claims) -> str:
+    """Computed: (b)'s untrained reference per layer (claim (b)'s measured), beside the trained models' difference."""
+    b = next(c for c in claims if c.id == "b")
+    key = next((k for k in b.measured if k.startswith("untrained reference")), None)
+    ref = b.measured.get(key) if key else None
+    if not ref:
+        return "No untrained reference in this run."
+    parts = b.evidence if isinstance(b.evidence, list) else [b.evidence]
+    trained = {e.name.rsplit("layer ", 1)[-1]: e for e in parts}
+    return ("The untrained reference (the same architecture with each seed's initial weights, the same windows; "
+            "reported beside (b), not decided: locality there would come from RoPE or the smeared keys, not from "
+            "training): HiP's recall on its keys minus on the same keys shuffled, " + "; ".join(
+                f"layer {L}: {v['difference']:+.3f} [{v['interval'][0]:+.3f}, {v['interval'][1]:+.3f}]"
+                + (f" against the trained models' {trained[L].effect:+.3f}" if L in trained else "")
+                for L, v in ref.items()) + " (Student t 95% over seeds).")
+
+
 def offload_trend(claims) -> str:
     """Computed: the hit rates of (d)'s arms at the decided T and their slopes per doubling of T (claim (d)'s measured)."""
     d = next(c for c in claims if c.id == "d")
@@ -241,21 +280,95 @@ def offload_trend(claims) -> str:
     if not m.get("T_decided") or len(m["T_decided"]) < 2:
         return "Too few offload lengths with a small cache to report a trend of the hit rate."
     T0, T1 = str(m["T_decided"][0]), str(m["T_decided"][-1])
-    hr, tr = m["hit_rate"], m["hit_rate_slope_per_doubling_of_T"]
+    hr, tr = m["mask_hit_rate"], m["mask_hit_rate_slope_per_doubling_of_T"]
     name = {"hip": "HiP's hit rate on the model's keys", "shuffled": "on the shuffled keys",
             "random": "random reads'", "planted": "on planted-locality keys"}
     parts = [f"{name[a]} {hr[a][T0]:.2f} -> {hr[a][T1]:.2f} ({tr[a]['per_doubling']:+.3f} per doubling of T, 95% "
              f"[{tr[a]['interval'][0]:+.3f}, {tr[a]['interval'][1]:+.3f}] over seeds)"
              for a in ("hip", "shuffled", "random", "planted")]
-    loc = m["locality (mechanism, reported): hit rate, model's - shuffled keys, Student t 95% over seeds"]
+    loc = m["locality (mechanism, reported): mask-estimation hit rate, model's - shuffled keys, Student t 95% over seeds"]
     mech = "; ".join(f"T = {T}: {v['difference']:+.3f} [{v['interval'][0]:+.3f}, {v['interval'][1]:+.3f}]"
                      for T, v in loc.items())
     ev = d.evidence[0] if isinstance(d.evidence, list) else d.evidence
-    return (f"Hit rate from T = {T0} to T = {T1} (least-squares slope on log2 T per seed): " + "; ".join(parts) + ". "
-            f"Claim (d) decides the fitted change of HiP's hit rate over these T: {ev.effect:+.3f} "
+    both = m["hit rate per T by kind of read, Student t 95% over seeds"]
+    per_kind = "; ".join(
+        f"{kind}: " + ", ".join(f"T = {T} {v['mean']:.3f} [{v['interval'][0]:.3f}, {v['interval'][1]:.3f}]"
+                                for T, v in by_arm["hip"].items())
+        for kind, by_arm in both.items())
+    sa = m["sa_hit_rate_slope_per_doubling_of_T"]["hip"]
+    return (f"Mask-estimation hit rate (the tree search's reads, in the log T cache) from T = {T0} to T = {T1} "
+            "(least-squares slope on log2 T per seed): " + "; ".join(parts) + ". HiP's two hit rates on the model's "
+            f"keys per T (Student t 95% over seeds): {per_kind}; the sparse-attention rate changes "
+            f"{sa['per_doubling']:+.3f} per doubling of T [{sa['interval'][0]:+.3f}, {sa['interval'][1]:+.3f}] "
+            "(reported). "
+            f"Claim (d) decides the fitted change of the mask-estimation hit rate over these T: {ev.effect:+.3f} "
             f"[{ev.interval[0]:+.3f}, {ev.interval[1]:+.3f}] against -{abs(ev.threshold):g} ({d.verdict}). The locality "
-            f"mechanism, reported: HiP's hit rate on the model's keys minus on the same keys shuffled, {mech} (Student "
+            f"mechanism, reported: that hit rate on the model's keys minus on the same keys shuffled, {mech} (Student "
             "t 95% over seeds).")
+
+
+def text_nll_table(txt: pd.DataFrame) -> pd.DataFrame:
+    """The held-out text NLL per byte of the models with dense attention (per seed and pooled) and of the add-one count
+    unigram and bigram of bytes fitted on the training text, on the same bytes (empty for tables without them)."""
+    if "bigram_nll_late" not in txt.columns:
+        return pd.DataFrame()
+    d = txt[txt.method == "dense"]
+    rows = [{"model": f"GPT seed {int(s)}, dense attention", "NLL (nats/byte)": float(g.nll_late.mean())}
+            for s, g in d.groupby("seed")]
+    rows += [{"model": "GPT, dense attention (mean over seeds)", "NLL (nats/byte)": float(d.nll_late.mean())},
+             {"model": "count bigram of bytes (add-one, training text)", "NLL (nats/byte)": float(d.bigram_nll_late.mean())},
+             {"model": "count unigram of bytes (add-one, training text)", "NLL (nats/byte)": float(d.unigram_nll_late.mean())}]
+    return pd.DataFrame(rows)
+
+
+def learned_text_sentence(claims) -> str:
+    """Computed: (b)'s premise that the models learned the text (claim (b)'s measured and premise)."""
+    b = next(c for c in claims if c.id == "b")
+    key = next((k for k in b.measured if k.startswith("held-out text NLL per byte")), None)
+    m = b.measured.get(key) if key else None
+    if not m:
+        return "No count-model reference of the text loss in this run."
+    met = next(pr.met for pr in b.premise if pr.name.startswith("the models learned the held-out text"))
+    x, d = m["model, dense attention"], m["model - bigram"]
+    return (f"On the same bytes the models with dense attention reach {x['mean']:.3f} nats/byte [{x['interval'][0]:.3f}, "
+            f"{x['interval'][1]:.3f}] (Student t 95% over seeds), an add-one count bigram of bytes fitted on the training "
+            f"text {m['count bigram (add-one, training text)']:.3f} and the add-one unigram "
+            f"{m['count unigram (add-one, training text)']:.3f}: model - bigram {d['mean']:+.3f} [{d['interval'][0]:+.3f}, "
+            f"{d['interval'][1]:+.3f}]. (b)'s premise that the models learned the text (their loss below the bigram's) "
+            + ("is met." if met else "is not met: the locality (b) measures is that of models that predict text worse "
+               "than a bigram, not the trained language models the paper presupposes, so (b) is at most inconclusive."))
+
+
+def frozen_sentence(claims) -> str:
+    """Computed: review hip_r10's diagnostic of (d) (claim (d)'s measured): how much of the fall of the mask-estimation
+    hit rate the moving chunk bounds account for, and which bounds the official runner uses (read there)."""
+    d = next(c for c in claims if c.id == "d")
+    key = next((k for k in d.measured if k.startswith("frozen chunk bounds")), None)
+    diag = d.measured.get(key) if key else None
+    if not diag:
+        return "No frozen-bounds diagnostic in this run."
+    name = {"hip": "HiP on the model's keys", "shuffled": "on the shuffled keys", "planted": "on the planted decode"}
+
+    def ci(x: dict) -> str:
+        return f"{x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}]"
+
+    parts = []
+    for arm, v in diag.items():
+        mv, fr = v["hit rate per T, moving bounds"], v["hit rate per T, frozen bounds"]
+        T0, T1 = next(iter(mv)), list(mv)[-1]
+        share = v["share of the moving fall"]
+        parts.append(f"{name[arm]}: moving {mv[T0]['mean']:.2f} -> {mv[T1]['mean']:.2f} (fitted change "
+                     f"{ci(v['fitted change, moving bounds'])}), frozen {fr[T0]['mean']:.2f} -> {fr[T1]['mean']:.2f} "
+                     f"({ci(v['fitted change, frozen bounds'])}); the moving bounds account for "
+                     f"{ci(v['fall the moving bounds account for (frozen - moving change)'])}"
+                     + (f", {share:.0%} of the fall" if np.isfinite(share) else ""))
+    return ("Diagnostic (review hip_r10; reported, not deciding): the same decodes with the search's first-level chunk "
+            "bounds frozen at the first decoded length, against the moving bounds that decide (d), mask-estimation hit "
+            "rate from T = " + f"{T0} to T = {T1} (Student t 95% over seeds): " + "; ".join(parts) + ". The official "
+            "offload runner's search (hip_attn v1_1 attention2_draft_prefetch.py, masking_iteration_draft_cuda_initialize, "
+            "read only) lays its first-level chunks over the current key range at every refresh, their starts snapped to "
+            "a power-of-two grid, and seeds nothing from the previous refresh: moving bounds, steadied by the grid, so "
+            "between the two variants here; (d) stays decided on the moving bounds.")
 
 
 def gap_table(claims, e) -> str:
@@ -407,8 +520,12 @@ def _cost_figure(path, cst):
 def _offload_figure(path, off_md, block_k):
     fig, axes = subplots(1, 2, width=4.4, height=3.4)
     for arm, g in off_md.groupby("arm"):
+        if arm.endswith("_frozen"):  # the diagnostic beside (d): its mask-estimation hit rate only
+            axes[0, 1].plot(g["T"], g.mask_hit_rate, "^--", label=f"{arm}, mask estimation (frozen bounds)")
+            continue
         axes[0, 0].plot(g["T"], g.working_set_blocks * block_k, "o-", label=f"working set, {arm}")
-        axes[0, 1].plot(g["T"], g.hit_rate, "o-", label=arm)
+        line = axes[0, 1].plot(g["T"], g.mask_hit_rate, "o-", label=f"{arm}, mask estimation")[0]
+        axes[0, 1].plot(g["T"], g.sa_hit_rate, "s:", color=line.get_color(), label=f"{arm}, sparse attention")
     g = off_md[off_md.arm == "hip"]
     axes[0, 0].plot(g["T"], g.capacity_blocks * block_k, "s--", label="LRU capacity")
     axes[0, 0].set_xlabel("context T")
@@ -417,5 +534,5 @@ def _offload_figure(path, off_md, block_k):
     axes[0, 1].set_ylim(0, 1.02)
     axes[0, 1].set_xlabel("context T")
     axes[0, 1].set_ylabel("LRU hit rate")
-    axes[0, 1].legend(fontsize=7)
+    axes[0, 1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # outside: 15 lines would hide the data
     savefig(fig, path)

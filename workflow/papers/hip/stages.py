@@ -55,22 +55,53 @@ def train_lm(*, cfg, seed, train_tokens, checkpoint, history):
 
 
 # ---- evaluate ------------------------------------------------------------------------------------
-def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offload):
+# The vocabulary of the byte models (papers.hip.data: UTF-8 bytes). The count models below live here, not in
+# papers.hip.evaluate, so that the cost stage (which imports that module whole) does not rerun for them.
+VOCAB = 256
+
+
+def byte_ngram_logp(train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Count models of bytes fitted on the training text, the reference of (b)'s language-model premise (review
+    hip_r10): ``(unigram, bigram)`` log-probabilities, (256,) and (256, 256) with ``bigram[a, b] = log p(b | a)``.
+    Smoothing: add-one (Laplace) on every count, ``p(b) = (c(b) + 1) / (N + 256)`` and ``p(b | a) = (c(a b) + 1) /
+    (c(a .) + 256)``, where ``c(a .)`` counts the pairs that start with a (the last byte of the text starts none)."""
+    t = np.asarray(train, dtype=np.int64)
+    uni = np.bincount(t, minlength=VOCAB).astype(float) + 1.0
+    pairs = np.bincount(t[:-1] * VOCAB + t[1:], minlength=VOCAB * VOCAB).reshape(VOCAB, VOCAB).astype(float) + 1.0
+    return np.log(uni / uni.sum()), np.log(pairs / pairs.sum(1, keepdims=True))
+
+
+def ngram_window_nll(windows: np.ndarray, start: int, unigram: np.ndarray, bigram: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per window (N, T + 1), the mean NLL (nats/byte) of the unigram and of the bigram over the same targets as
+    ``window_nll(...)[:, start:]``: bytes ``start + 1 .. T``, each given the byte before it (the bigram)."""
+    w = np.asarray(windows, dtype=np.int64)
+    prev, target = w[:, start:-1], w[:, start + 1:]
+    return -unigram[target].mean(1), -bigram[prev, target].mean(1)
+
+
+def evaluate(*, cfg, seed, checkpoint, train_tokens, val_tokens, retrieval, text, recall, offload):
     """Everything measured on one trained model (seed `seed`), on held-out text:
 
     * ``retrieval``: per prompt (T, n_keys, needle depth, record width) and method, the answer's NLL and
       whether the greedy decode is right; prompts are the same for every method (paired). Rows with
       ``source = "planted"`` are the positive control: the same accuracy on one attention head with a planted
       needle (:func:`papers.hip.evaluate.planted_needle`), drawn with this seed;
-    * ``text``: per held-out window (no records) and method, the mean NLL of the second half;
+    * ``text``: per held-out window (no records) and method, the mean NLL of the second half; beside it
+      (``unigram_nll_late``, ``bigram_nll_late``) the same bytes' NLL under add-one count models of bytes fitted on
+      the training text (:func:`byte_ngram_logp`): (b)'s premise that the model learned text;
     * ``recall``: per record-free held-out window of the largest T (random starts drawn with this seed) and pruned
       layer, the recall of the oracle top-n key blocks by HiP and by random blocks, on the model's q, k and on the
       same keys shuffled (keys ``shuffled``, and ``shuffled2``, a second independent shuffle: the null (A/A)
-      control); keys ``planted`` / ``planted_shuffled``: the same on keys with planted locality (the positive
+      control); keys ``untrained`` / ``untrained_shuffled``: the same on the same windows through the untrained
+      model (this seed's initial weights; the reference that tells learned locality from RoPE's or the smeared
+      keys'); keys ``planted`` / ``planted_shuffled``: the same on keys with planted locality (the positive
       control);
     * ``offload``: the decoding simulation per (window, layer, T, arm) at ``offload.mask_k`` (papers.hip.offload) on
-      held-out windows drawn with this seed: HiP on the model's keys and on the same keys shuffled (twice), random
-      reads, and planted-locality keys (layer -1).
+      held-out windows drawn with this seed, the mask-estimation and sparse-attention hit rates apart: HiP on the
+      model's keys and on the same keys shuffled (twice), random
+      reads, and planted-locality keys (layer -1); arms ``hip_frozen``, ``shuffled_frozen`` (the same permutation as
+      ``shuffled``) and ``planted_frozen``: the same decodes with the search's chunk bounds frozen at the first decoded
+      length (``offload.simulate_decode(freeze_bounds=True)``; a diagnostic reported beside (d), review hip_r10).
     """
     p, seed = parse(cfg), int(seed)
     seed_everything(seed)
@@ -118,22 +149,35 @@ def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offl
     Tt = p.train.seq_len
     starts = np.linspace(0, len(val) - Tt - 2, e.text_windows).astype(int)
     windows = torch.from_numpy(np.stack([val[s: s + Tt + 1] for s in starts]).astype(np.int64))
+    # (b)'s premise (review hip_r10): the same bytes under count models of bytes fitted on the training text
+    unigram, bigram = byte_ngram_logp(data.load_tokens(train_tokens))
+    uni_late, bi_late = ngram_window_nll(windows.numpy(), Tt // 2, unigram, bigram)
     rows = []
     for method in progress(methods.METHODS, desc="text"):
         late = ev.window_nll(model, windows, method, p.hip, gen)[:, Tt // 2:].mean(1)
-        rows += [{"seed": seed, "method": method, "text_window": w, "nll_late": float(v)} for w, v in enumerate(late)]
+        rows += [{"seed": seed, "method": method, "text_window": w, "nll_late": float(v),
+                  "unigram_nll_late": float(uni_late[w]), "bigram_nll_late": float(bi_late[w])}
+                 for w, v in enumerate(late)]
     write_parquet(pd.DataFrame(rows), text)
 
     # top-k recall per pruned layer, on the dense pass's q, k of record-free held-out windows at the largest T (the
     # model's own locality: review hip_r8 found that retrieval prompts, half of them with records of width 16-32,
-    # carried locality planted by the data); random starts drawn with this seed
+    # carried locality planted by the data); random starts drawn with this seed. The untrained reference (review
+    # hip_r9): the same architecture with this seed's initial weights (train_lm's initialisation: torch seeded with
+    # the seed, then GPT built), on the same windows, its keys and the same keys shuffled; locality there would be
+    # planted by RoPE or the smeared keys, not learned.
     T = max(e.lengths)
     rrng = np.random.default_rng(40_000 + seed)
     group = [{"prompt": j, "x": val[s: s + T]}
              for j, s in enumerate(rrng.integers(0, len(val) - T, e.recall_prompts))]
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        untrained = GPT(model.cfg).to(p.device).eval()
+    ugen = torch.Generator().manual_seed(60_000 + seed)  # the untrained arm's shuffles and random blocks
     rows = []
     for q in progress(group, desc="recall"):
-        qk = ev.record_qk(model, torch.from_numpy(q["x"][None].astype(np.int64)).to(p.device))
+        x = torch.from_numpy(q["x"][None].astype(np.int64)).to(p.device)
+        qk, qk_untrained = ev.record_qk(model, x), ev.record_qk(untrained, x)
         for layer, (qq, kk) in qk.items():
             if layer < p.hip.dense_layers:
                 continue
@@ -141,6 +185,11 @@ def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offl
             for keys_, k_used in (("model", kk), ("shuffled", ev.shuffle_keys(kk, p.hip, gen)),
                                   ("shuffled2", ev.shuffle_keys(kk, p.hip, gen))):
                 for m, r in ev.topk_recall(qq, k_used, p.hip, gen).items():
+                    rows.append({"seed": seed, "prompt": q["prompt"], "layer": layer, "keys": keys_, "method": m,
+                                 "recall": r})
+            uq, uk = qk_untrained[layer]
+            for keys_, k_used in (("untrained", uk), ("untrained_shuffled", ev.shuffle_keys(uk, p.hip, ugen))):
+                for m, r in ev.topk_recall(uq, k_used, p.hip, ugen).items():
                     rows.append({"seed": seed, "prompt": q["prompt"], "layer": layer, "keys": keys_, "method": m,
                                  "recall": r})
     # the positive control: keys with planted locality, as many draws as prompts, the model's head shape
@@ -166,10 +215,11 @@ def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offl
     sgen = torch.Generator().manual_seed(30_000 + seed)  # the offload arms' block shuffles and planted draws
     rows = []
 
-    def decode(w, layer, arms, g=None):
+    def decode(w, layer, arms, g=None, freeze=False):
         for To in o.lengths:
             for arm, (qq, kk) in arms.items():
-                r = off.simulate_decode(qq, kk, To, o.decode_steps, o.refresh_interval, cfg_off, o.lru_scale, g)
+                r = off.simulate_decode(qq, kk, To, o.decode_steps, o.refresh_interval, cfg_off, o.lru_scale, g,
+                                        freeze_bounds=freeze)
                 rows.append({"seed": seed, "window": w, "layer": layer, "T": To, "arm": arm, **r})
 
     for w, s in enumerate(starts):
@@ -179,11 +229,14 @@ def evaluate(*, cfg, seed, checkpoint, val_tokens, retrieval, text, recall, offl
             model(x, methods.make_attend("hip", cfg_off, record=record))
         for layer, qq, kk, _ in record:
             qq, kk = qq.cpu(), kk.cpu()
-            decode(w, layer, {"hip": (qq[0], kk[0]), "shuffled": (qq[0], ev.shuffle_keys(kk, cfg_off, sgen)[0]),
-                              "shuffled2": (qq[0], ev.shuffle_keys(kk, cfg_off, sgen)[0])})
+            ks, ks2 = ev.shuffle_keys(kk, cfg_off, sgen)[0], ev.shuffle_keys(kk, cfg_off, sgen)[0]
+            decode(w, layer, {"hip": (qq[0], kk[0]), "shuffled": (qq[0], ks), "shuffled2": (qq[0], ks2)})
             decode(w, layer, {"random": (qq[0], kk[0])}, gen)
+            # the diagnostic of (d), reported (review hip_r10): chunk bounds frozen at the first decoded length
+            decode(w, layer, {"hip_frozen": (qq[0], kk[0]), "shuffled_frozen": (qq[0], ks)}, freeze=True)
         qp, kp = off.planted_decode_qk(max(o.lengths), model.cfg.n_head, model.cfg.n_embd // model.cfg.n_head, sgen)
         decode(w, -1, {"planted": (qp[0], kp[0]), "planted_shuffled": (qp[0], ev.shuffle_keys(kp, cfg_off, sgen)[0])})
+        decode(w, -1, {"planted_frozen": (qp[0], kp[0])}, freeze=True)
     write_parquet(pd.DataFrame(rows), offload)
 
 

@@ -67,8 +67,8 @@ def oversight(over: pd.DataFrame, summary: pd.DataFrame, path) -> None:
 
 
 def training(hist: pd.DataFrame, gate: float, path) -> None:
-    """Held-out accuracy of the worst family during training, one line per seed (dotted: the accuracy gate);
-    a seed's line stops where it passed the gate."""
+    """Validation accuracy of the worst family during training, one line per seed (dotted: the accuracy gate);
+    a seed's line stops where it was taken: orion.train.post_gate_steps past its gate, or at the step cap."""
     models = list(dict.fromkeys(hist.model))
     fig, axes = subplots(1, len(models), width=3.2, height=2.8, sharey=True)
     for ax, model in zip(axes[0], models):
@@ -79,6 +79,6 @@ def training(hist: pd.DataFrame, gate: float, path) -> None:
         ax.axhline(gate, color="grey", lw=0.6, ls=":")
         ax.set_title(model, fontsize=8)
         ax.set_xlabel("step")
-    axes[0, 0].set_ylabel("held-out accuracy, worst family")
+    axes[0, 0].set_ylabel("validation accuracy, worst family")
     axes[0, 0].legend(fontsize=6)
     savefig(fig, path)

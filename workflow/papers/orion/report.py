@@ -677,6 +677,9 @@ def report(*, cfg, scale, metrics, sweeps, oversights, histories, vocab, val, te
 
     p = parse(cfg)
     acc, sweep, hist = (read_parquets(x) for x in (metrics, sweeps, histories))
+    # stages.train writes a seed's position in its model's stack (0 .. seeds - 1) as the history's `seed`; the seed
+    # itself, the one the checkpoints and the tables name, is orion.seed_offset + that position (review orion_r7).
+    hist = hist.assign(seed=hist.seed + p.seed_offset)
     over = read_parquets(oversights) if oversights else pd.DataFrame()
     pairs = summarise(acc, sweep, p.claims.gate_accuracy, p.claims.dominance_min, p.claims.floor_sensitivity)
     gate_pairs = summarise(read_parquets(gate_metrics), read_parquets(gate_sweeps), p.claims.gate_accuracy,
