@@ -15,7 +15,7 @@ import yaml
 from papers.sharpening import lm, task
 from papers.sharpening import tabular as tb
 from papers.common.gpt import GPT, GPTConfig, generate, token_logprobs
-from papers.sharpening.params import parse, rl_step_method
+from papers.sharpening.params import parse, premise_method, rl_step_method
 from papers.sharpening import stages, verdicts
 
 
@@ -432,7 +432,7 @@ def test_default_config_parses_and_bad_values_fail():
 
 def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3, rl_lead_low=0.2, rl_lead_high=0.0,
                  offline_req=None, offline_lead_low=0.0, greedy=0.3, rl_collapses=False,
-                 compositional_rl_req=None, steps=None):
+                 compositional_rl_req=None, steps=None, plateau=None, premise=None):
     """A results table as evaluate() writes it. Tabular: budgets 4 .. 256, K = 1 .. 4 (C_cov 2 .. 128); each
     method's curve jumps to accuracy 1 at its required budget (absorbing, the deciding sweep: SFT at `sft_req`, RL
     at `rl_req`, offline RL at `offline_req`, by default SFT's; compositional the same unless
@@ -441,7 +441,11 @@ def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3, rl_lead_
     shuffled control flat at sampling, greedy decoding at `greedy`, SFT recovering 90% of the gain, RL
     `rl_lead_low` / `rl_lead_high` above SFT at low / high coverage, offline RL `offline_lead_low` above SFT at low
     coverage (it runs there only). `steps`: {RL step size of tabular.lr_sensitivity: (online RL's, offline RL's
-    required budgets)} on the absorbing sweep; by default (0.03 and 0.3) the same as at the configured step size."""
+    required budgets)} on the absorbing sweep; by default (0.03 and 0.3) the same as at the configured step size. A
+    required budget list may instead be a list of per-seed lists. `plateau`: {absorbing method: its accuracy at the
+    largest budget} (a learner that never reaches the optimum; above the target, so its required budget stays).
+    `premise`: {absorbing RL method: factor}: the method rerun at 16 samples per step (claim (c)'s sample-limited
+    premise) needs `factor` x its budget (default 1 for every RL method: sample-limited)."""
     budgets, rows = [4, 8, 16, 32, 64, 128, 256], []
     offline_req = sft_req if offline_req is None else offline_req
     comp_rl = rl_req if compositional_rl_req is None else compositional_rl_req
@@ -449,6 +453,16 @@ def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3, rl_lead_
     absorbing = {"sft": sft_req, "rl": rl_req, "rl_offline": offline_req}
     for lr, (online, offline) in steps.items():
         absorbing |= {rl_step_method(lr): online, tb.offline_step_method(lr): offline}
+
+    def rerun(req, factor):  # a method's budgets at 16 samples per step: `factor` x, one factor or one per seed
+        per_seed = isinstance(req[0], (list, tuple)) or isinstance(factor, (list, tuple))
+        if not per_seed:
+            return [x * factor for x in req]
+        return [[x * (factor[s] if isinstance(factor, (list, tuple)) else factor)
+                 for x in (req[s] if isinstance(req[0], (list, tuple)) else req)] for s in range(seeds)]
+
+    absorbing |= {premise_method(method, 16): rerun(req, (premise or {}).get(method, 1))
+                  for method, req in absorbing.items() if method != "sft"}
     for structure, reqs in [("absorbing", absorbing),
                             ("compositional", {"sft": sft_req, "rl": comp_rl}),
                             ("atomic", {"sft": sft_req, "rl": atomic_rl_req})]:
@@ -460,9 +474,12 @@ def _claim_frame(sft_req, rl_req, atomic_rl_req, bon_gain=0.1, seeds=3, rl_lead_
                          {**common, "method": "optimum", "budget": 0, "accuracy": 0.95}]
                 for method, req in reqs.items():
                     fall = rl_collapses and structure == "absorbing" and method == "rl"
+                    need = (req[seed] if isinstance(req[0], (list, tuple)) else req)[j]
+                    top = (plateau or {}).get(method) if structure == "absorbing" else None
                     rows += [{**common, "method": method, "budget": m,
-                              "accuracy": float(m >= req[j] * (1 + seed % 2) and not (fall and m == budgets[-1]))
-                              + 0.001 * seed} for m in budgets]
+                              "accuracy": top if top is not None and m == budgets[-1] else
+                              float(m >= need * (1 + seed % 2) and not (fall and m == budgets[-1])) + 0.001 * seed}
+                             for m in budgets]
     for variant in ("high_coverage", "low_coverage"):
         for seed in range(seeds):
             common = {"level": "lm", "variant": variant, "seed": seed, "coverage": 10.0}
@@ -589,14 +606,18 @@ def test_c_holds_at_every_step_size_and_reports_each_slope():
         assert c.measured[f"absorbing.{offline}.slope"] == pytest.approx(0.75)
     assert [c.measured[f"verdict.lr{lr}"] for lr in ("0.03", "0.1", "0.3")] == ["holds"] * 3
     assert len(c.evidence) == 6 and len(c.control.evidence) == 3  # (i), (ii) and the control at each step size
+    # offline RL grows as SFT does: removing exploration gives back the whole lead (share 1); the control (the share
+    # the ablation keeps, 0) clearly fails
+    assert c.measured["exploration_share.lr0.1"] == pytest.approx(1.0) and c.control.verdict == "does not hold"
     assert "0.1 (configured)" in c.note
 
 
 def test_c_does_not_hold_where_removing_exploration_does_not_steepen_the_growth():
     """The ablation can fail the claim: offline RL as flat as online RL at every step size fails part (ii)."""
     c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, offline_req=FLAT))["c"]
-    assert c.verdict == "does not hold" and "offline RL (ablation) - online RL" in c.note
-    assert c.control.verdict == "holds"  # offline RL, too, grows markedly more slowly than SFT
+    assert c.verdict == "does not hold" and "share of the lead owed to exploration" in c.note
+    assert c.measured["exploration_share.lr0.1"] == pytest.approx(0.0)
+    assert c.control.verdict == "holds"  # the ablation keeps the whole lead
     assert c.measured["absorbing.rl_offline_lr0.3.slope"] == pytest.approx(0.0)
 
 
@@ -606,26 +627,90 @@ def test_c_is_inconclusive_where_one_step_size_disagrees():
     c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, steps={0.03: (FLAT, GROWS), 0.3: (GROWS, GROWS)}))["c"]
     assert c.verdict == "inconclusive" and not c.premise_met
     assert c.measured["verdict.lr0.3"] == "does not hold" and c.measured["verdict.lr0.1"] == "holds"
-    assert "0.3 against the configured 0.1" in c.note and "depend on RL's step size" in c.note
+    assert "0.3: does not hold" in c.note and "depend on RL's step size" in c.note
     # the ablation passing at one step size only (the review's lr 0.03: offline RL as flat as online there)
     c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, steps={0.03: (FLAT, FLAT), 0.3: (FLAT, GROWS)}))["c"]
     assert c.verdict == "inconclusive" and c.measured["verdict.lr0.03"] == "does not hold"
-    assert "0.03 against the configured 0.1" in c.note
+    assert "0.03: does not hold" in c.note
     # a step size the run did not compute: not measured there, so the step sizes do not agree
     frame, conv = _claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, steps={0.03: (FLAT, GROWS)})
     c = _claims(frame, conv)["c"]
     assert c.verdict == "inconclusive" and c.measured["verdict.lr0.3"] == "not measured" and "0.3: not run" in c.note
 
 
-def test_c_is_inconclusive_where_the_ablation_also_grows_markedly_more_slowly_than_sft():
-    """Offline RL steeper than online RL (part (ii) holds) but still more than budget_slope below SFT: the control
-    holds, so the lead over SFT is not owed to exploration and (c) is inconclusive."""
+def test_c_does_not_hold_where_exploration_explains_a_minority_of_the_lead():
+    """Offline RL steeper than online RL (the former sign test passed) but only a fifth of the way to SFT: the share
+    of the lead owed to exploration is 0.25 / 1.25 = 0.2 on every base model, wholly below 0.5, so every step size
+    does not hold, and so does (c); the control (the ablation keeps 0.8 of the lead) holds."""
     sft, offline = [4, 8, 64, 256], [16, 16, 16, 32]  # slopes over K >= 2: 1.25 and 0.25
     c = _claims(*_claim_frame(sft, FLAT, atomic_rl_req=sft, offline_req=offline))["c"]
     assert c.measured["absorbing.sft.slope"] == pytest.approx(1.25)
     assert c.measured["absorbing.rl_offline.slope"] == pytest.approx(0.25)
-    assert c.control.verdict == "holds" and c.verdict == "inconclusive"
-    assert c.measured["verdict.lr0.1"] == "inconclusive"
+    assert c.measured["exploration_share.lr0.1"] == pytest.approx(0.2)
+    assert c.control.verdict == "holds" and c.verdict == "does not hold"
+    assert [c.measured[f"verdict.lr{lr}"] for lr in ("0.03", "0.1", "0.3")] == ["does not hold"] * 3
+
+
+def test_c_is_inconclusive_where_the_share_straddles_one_half():
+    """Shares 1/3, 2/3, 1/3 over the three base models (offline RL's slope 0.25, 0.5, 0.25 against SFT's 0.75, online
+    RL flat): mean 0.44 with a 95% t interval across 0.5, so each step size reads inconclusive, and so does (c)."""
+    offline = [[16, 16, 16, 32], [16, 16, 32, 64], [16, 16, 16, 32]]
+    c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, offline_req=offline,
+                              steps={0.03: (FLAT, offline), 0.3: (FLAT, offline)}))["c"]
+    share = next(e for e in c.evidence if e.name == "step 0.1: share of the lead owed to exploration")
+    assert share.values == pytest.approx((1 / 3, 2 / 3, 1 / 3))
+    assert share.interval[0] < 0.5 < share.interval[1] and share.verdict == "inconclusive"
+    assert [c.measured[f"verdict.lr{lr}"] for lr in ("0.03", "0.1", "0.3")] == ["inconclusive"] * 3
+    assert c.verdict == "inconclusive" and c.premise_met
+    # the former sign test (offline - online > 0) held here on every base model: the share is stricter
+    assert min(c.measured[f"absorbing.{m}.slope"] for m in ("rl_offline", "rl_offline_lr0.03")) > 0
+
+
+def test_a_control_that_does_not_clearly_fail_blocks_a_step_sizes_holds():
+    """step_verdict: the lead and the share hold; the control decides between holds (it clearly fails) and
+    inconclusive (its interval straddles its threshold, or it holds); online RL short of the optimum by more than
+    the tolerance: premise not met, whatever the tests say."""
+    from papers.common.claims import mean_test
+
+    lead = mean_test([0.9, 1.0, 1.1], threshold=0.5, direction=">")
+    share = mean_test([0.8, 0.9, 1.0], threshold=0.5, direction=">")
+    failing = mean_test([0.1, 0.2, 0.3], threshold=0.5, direction=">")
+    straddling = mean_test([0.2, 0.5, 0.8], threshold=0.5, direction=">")
+    holding = mean_test([0.8, 0.9, 1.0], threshold=0.5, direction=">")
+    assert (failing.verdict, straddling.verdict, holding.verdict) == ("does not hold", "inconclusive", "holds")
+    assert verdicts.step_verdict(lead, share, failing, gap=0.0, tolerance=0.05)[0] == "holds"
+    verdict, why = verdicts.step_verdict(lead, share, straddling, gap=0.0, tolerance=0.05)
+    assert verdict == "inconclusive" and "not clearly failing" in why
+    assert verdicts.step_verdict(lead, share, holding, gap=0.0, tolerance=0.05)[0] == "inconclusive"
+    assert verdicts.step_verdict(lead, share, failing, gap=0.06, tolerance=0.05)[0] == verdicts.PREMISE_UNMET
+    assert verdicts.step_verdict(lead, share, failing, gap=float("nan"), tolerance=0.05)[0] == verdicts.PREMISE_UNMET
+    # the share per base model: (offline - online) / (SFT - online); no lead, no share
+    assert verdicts.exploration_share([1.0, 1.0, 0.5], [0.0, 0.2, 0.5], [0.5, 0.4, 0.9]) == pytest.approx(
+        [0.5, 0.25, np.nan], nan_ok=True)
+
+
+def test_c_an_unconverged_step_size_casts_no_vote():
+    """Online RL at step 0.3 plateaus at 0.85 at the largest budget against the optimum's 0.95 (more than 0.05
+    short): that step size reads 'premise not met' instead of voting. Where the others hold, (c) is inconclusive (a
+    collapsed step size cannot confirm it); where the others do not hold, (c) does not hold (it is not needed to
+    refute it), even though 0.3's own slopes would have held."""
+    plateau = {rl_step_method(0.3): 0.85}
+    c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, steps={0.03: (FLAT, GROWS), 0.3: (GROWS, GROWS)},
+                              plateau=plateau))["c"]
+    assert c.measured["verdict.lr0.3"] == verdicts.PREMISE_UNMET
+    assert c.measured["convergence_gap.lr0.3"] == pytest.approx(0.1)
+    assert c.measured["verdict.lr0.03"] == c.measured["verdict.lr0.1"] == "holds"
+    assert c.verdict == "inconclusive" and "online RL converged at every step size" in c.note
+    assert "plain REINFORCE collapsed" in c.note and len(c.evidence) == 4  # 0.3's parts do not vote
+    # the two converged step sizes both fail (exploration gives back none of the lead): (c) does not hold
+    c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, offline_req=FLAT,
+                              steps={0.03: (FLAT, FLAT), 0.3: (FLAT, GROWS)}, plateau=plateau))["c"]
+    assert c.measured["verdict.lr0.3"] == verdicts.PREMISE_UNMET
+    assert c.verdict == "does not hold" and c.premise_met, c.note
+    # every step size collapsed: nothing votes, (c) is inconclusive
+    c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, plateau={"rl": 0.85, rl_step_method(0.03): 0.85,
+                                                                         rl_step_method(0.3): 0.85}))["c"]
+    assert c.verdict == "inconclusive" and not c.premise_met
 
 
 def test_c_fits_its_slopes_past_rls_optimisation_floor():
@@ -674,6 +759,15 @@ def test_convergence_check_fails_on_a_policy_at_a_wrong_formula():
     frame = _claim_frame([4, 16, 64, 128], [16] * 4, [4, 16, 64, 128])
     right = _decide(*frame, formulas=_formulas(beta, fit_to=1.0))[1]["d_optimum"]
     assert right.passed and right.measured["wrong_formula_2beta_fits"] is False
+    # the resolution's margin is stated: runs at KL 0.0172 from pi*_beta and 0.0177 from pi_base^(alpha + 1) (the
+    # committed run's seed 0) are nearer the optimum by (0.0177 - 0.0172) / 0.0172 = 2.9%
+    near = _formulas(beta, fit_to=1.0)
+    on = near.hypothesis == 1.0
+    near.loc[on, ["kl_rl", "kl_rl_alpha_above", "kl_rl_alpha_below"]] = [0.0172, 0.0177, 0.0229]
+    margin = _decide(*frame, formulas=near)[1]["d_optimum"]
+    assert margin.measured["nearest_neighbour"] == f"pi_base^{tb.kl_optimum(beta) + 1:g}"
+    assert margin.measured["smallest_relative_margin"] == pytest.approx(0.0005 / 0.0172)
+    assert "2.9%" in margin.statement
     alpha = tb.kl_optimum(beta)
     # converged to pi*_2beta, to pi*_beta/2, or to pi_base^(alpha -+ 1) (fit_to: pi_base^e = pi*_{fit_to beta})
     for fit_to in (2.0, 0.5, *(1 / ((e - 1) * beta) for e in (alpha - 1, alpha + 1))):
@@ -789,3 +883,91 @@ def test_length_curriculum_draws_short_prompts_first(tmp_path, monkeypatch):
     stages.pretrain(cfg=cfg, corpus=tmp_path / "c.parquet", prompts=tmp_path / "p.parquet",
                     checkpoint=tmp_path / "base.pt", history=tmp_path / "h.parquet", fit=tmp_path / "fit.parquet")
     assert longest[:6] == [2, 2, 4, 4, 6, 6] and max(longest[6:]) == cfg["task"]["max_len"] == 8
+
+
+def test_c_a_step_limited_step_size_casts_no_vote():
+    """Claim (c)'s sample-limited premise (review sharpening_r10) on hand-built budgets: RL rerun at 16 instead of 4
+    samples per step needing the same budget (ratio 1) meets it; needing 4x (ratio 4: its budget counts Adam steps)
+    misses it, as does a ratio whose interval over the base models straddles 2; a step size that misses it reads
+    'premise not met' and casts no vote, exactly as an unconverged one."""
+    c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS))["c"]  # ratio 1 everywhere: met, (c) holds
+    assert c.verdict == "holds" and c.premise_met, c.note
+    assert c.measured["budget_ratio.online.lr0.1"] == pytest.approx(1.0)
+    assert c.measured["budget_ratio.offline.lr0.3"] == pytest.approx(1.0)
+    assert c.measured["absorbing.online.lr0.1.m_req.K3.k16"] == pytest.approx(16.0 * 2 ** (1 / 3))  # 16, 32, 16
+    # online RL at step 0.3 needs 4x the budget at 4x the samples per step: step-limited, no vote, (c) inconclusive
+    step_bound = {rl_step_method(0.3): 4}
+    c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, premise=step_bound))["c"]
+    assert c.measured["budget_ratio.online.lr0.3"] == pytest.approx(4.0)
+    assert c.measured["verdict.lr0.3"] == verdicts.PREMISE_UNMET
+    assert c.measured["verdict.lr0.03"] == c.measured["verdict.lr0.1"] == "holds"
+    assert c.verdict == "inconclusive" and not c.premise_met and "sample-limited" in c.note
+    assert len(c.evidence) == 4  # 0.3's parts do not vote
+    # straddling: base models 0 and 2 sample-limited, 1 step-limited: per-model ratios 1, 4, 1, mean 1.59 < 2 but
+    # its interval reaches above 2: not met
+    c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, premise={rl_step_method(0.3): [1, 4, 1]}))["c"]
+    low, high = c.measured["budget_ratio.online.lr0.3.interval"]
+    assert low < 2 < high and c.measured["budget_ratio.online.lr0.3"] == pytest.approx(4 ** (1 / 3))
+    assert c.measured["verdict.lr0.3"] == verdicts.PREMISE_UNMET and c.verdict == "inconclusive"
+    # the offline arm alone step-limited blocks the step size too
+    c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, premise={"rl_offline": 4}))["c"]
+    assert c.measured["verdict.lr0.1"] == verdicts.PREMISE_UNMET and c.verdict == "inconclusive"
+    # the voting step sizes all fail: (c) does not hold, the step-limited one not needed to refute it
+    c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, offline_req=FLAT,
+                              steps={0.03: (FLAT, FLAT), 0.3: (FLAT, GROWS)}, premise=step_bound))["c"]
+    assert c.measured["verdict.lr0.3"] == verdicts.PREMISE_UNMET
+    assert c.verdict == "does not hold" and c.premise_met, c.note
+    # every step size step-limited: nothing votes, (c) inconclusive for that reason
+    every = {m: 4 for m in ("rl", rl_step_method(0.03), rl_step_method(0.3))}
+    c = _claims(*_claim_frame(GROWS, FLAT, atomic_rl_req=GROWS, premise=every))["c"]
+    assert {c.measured[f"verdict.lr{lr}"] for lr in ("0.03", "0.1", "0.3")} == {verdicts.PREMISE_UNMET}
+    assert c.verdict == "inconclusive" and not c.premise_met
+    assert any("sample-limited" in x.name and not x.met for x in c.premise)
+
+
+def test_the_tabular_stage_reruns_rl_at_the_premise_samples_per_step(tmp_path):
+    """A tiny tabular stage: online and offline RL rerun at tabular.premise_samples_per_step (16) on the deciding
+    structure's fitted K and every step size, on the budgets divisible by 16; verdicts.sample_limit's ratio equals
+    the ratio of the required budgets recomputed here from the stage's curves by an independent reading (the
+    smallest budget from which every accuracy stays at the target). At K = 1, step 0.1, the budget is 12 Adam steps
+    at either step size (48 and 192: step-limited, the review's finding), so the premise is not met."""
+    cfg = {"tabular": {"prompts": 16, "pairs": [1, 2], "seeds": 3, "budgets": [4, 8, 16, 32, 48, 64, 96, 128, 192, 256],
+                       "lr_sensitivity": [0.3], "convergence_pairs": 1, "convergence_samples": 32,
+                       "convergence_samples_per_step": 16, "record_every": 1},
+           "claims": {"budget_fit_min_pairs": 1}}
+    p = parse(cfg)
+    stages.tabular(cfg=cfg, curves=tmp_path / "c.parquet", convergence=tmp_path / "v.parquet",
+                   formulas=tmp_path / "f.parquet")
+    df = pd.read_parquet(tmp_path / "c.parquet")
+
+    def needs(method, seed, K):
+        d = df[(df.variant == "absorbing") & (df.method == method) & (df.seed == seed) & (df.pairs == K)]
+        d = d.sort_values("budget")
+        ok = (d.accuracy >= p.tabular.target_accuracy).to_numpy()
+        stays = [i for i in range(len(ok)) if ok[i:].all()]
+        return float(d.budget.iloc[stays[0]]) if stays else float("inf")
+
+    for method in ("rl", "rl_offline", rl_step_method(0.3), tb.offline_step_method(0.3)):
+        grid = sorted(df[(df.variant == "absorbing") & (df.method == premise_method(method, 16))].budget.unique())
+        assert grid == [16, 32, 48, 64, 96, 128, 192, 256]
+        r = verdicts.sample_limit(df, p, "absorbing", method, [1, 2])
+        logs = [np.mean([np.log(min(needs(premise_method(method, 16), s, K), 512) / min(needs(method, s, K), 512))
+                         for K in (1, 2)]) for s in range(3)]
+        assert r["ratio"] == pytest.approx(np.exp(np.mean(logs)))
+    assert not set(df[df.variant != "absorbing"].method) & {premise_method("rl", 16)}
+    r = verdicts.sample_limit(df, p, "absorbing", "rl", [1, 2])
+    assert [needs("rl", s, 1) for s in range(3)] == [48] * 3 and [needs("rl_k16", s, 1) for s in range(3)] == [192] * 3
+    assert r["configured"][1] == pytest.approx(48) and r["premise"][1] == pytest.approx(192) and not r["met"]
+
+
+def test_the_sample_limited_premise_is_configured_between_its_limits():
+    """tabular.premise_samples_per_step must be a multiple of samples_per_step above it (so the two readings differ
+    by a known factor), and claims.sample_limited_ratio must lie strictly between 1 and that factor."""
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "config.yaml").read_text())["sharpening"]
+    p = parse(cfg)
+    assert p.tabular.premise_samples_per_step == 4 * p.tabular.samples_per_step and p.claims.sample_limited_ratio == 2
+    assert (p.claims.owed_share, p.claims.convergence_tolerance) == (0.5, 0.05)
+    with pytest.raises(ValueError, match="premise_samples_per_step"):
+        parse({**cfg, "tabular": {**cfg["tabular"], "premise_samples_per_step": 6}})
+    with pytest.raises(ValueError, match="sample_limited_ratio"):
+        parse({**cfg, "claims": {**cfg["claims"], "sample_limited_ratio": 4.0}})

@@ -22,6 +22,12 @@ def rl_step_method(lr: float) -> str:
     return f"rl_lr{lr:g}"
 
 
+def premise_method(method: str, samples_per_step: int) -> str:
+    """The method name of a tabular RL run (`method`: rl, rl_offline or a step size's) repeated at
+    tabular.premise_samples_per_step samples per prompt per step (claim (c)'s sample-limited premise)."""
+    return f"{method}_k{samples_per_step}"
+
+
 @dataclass(frozen=True)
 class TabularParams:
     """The exact tabular level (numpy): the task's generator as one Markov-chain table per prompt, swept over
@@ -48,6 +54,10 @@ class TabularParams:
     # claim (c): RL's Adam step sizes besides lr at which online RL and its offline ablation also run on the deciding
     # structure; (c) is decided at every one of them and at lr, and holds / does not hold only where all agree
     lr_sensitivity: tuple = (0.03, 0.3)
+    # claim (c)'s premise "RL's required budget is sample-limited": online and offline RL again at this many samples
+    # per prompt per step (4x samples_per_step), on the deciding structure at K >= claims.budget_fit_min_pairs, at
+    # every step size; the budget grid is tabular.budgets' multiples of it
+    premise_samples_per_step: int = 16
 
 
 @dataclass(frozen=True)
@@ -134,6 +144,14 @@ class ClaimParams:
     # same margin for the ablation (SFT minus offline RL), which must not clear it
     budget_slope: float = 0.5
     budget_fit_min_pairs: int = 3  # (c) the slopes are fitted over the sweep's K >= this (past RL's optimisation floor)
+    # (c) "owed to online exploration": the share (offline - online) / (SFT - online) of the slopes above this
+    owed_share: float = 0.5
+    # (c) premise per step size: online RL's accuracy at the largest budget within this of the KL optimum's
+    convergence_tolerance: float = 0.05
+    # (c) premise per step size, "RL's required budget is sample-limited": the 95% interval over base models of the
+    # mean over the fitted K of log(m_req at tabular.premise_samples_per_step / m_req at tabular.samples_per_step)
+    # wholly below log(this), for online and offline RL (1 sample-limited, the step factor step-limited)
+    sample_limited_ratio: float = 2.0
     settled_drop_max: float = 0.5  # check (d): relative fall of KL(pi_RL || pi*) over a run's last quarter
 
 
@@ -203,6 +221,16 @@ class Params:
             raise ValueError(f"sharpening.pretrained.models: names repeat in {pt.names}")
         if 1 not in pt.bon_sizes or "{question}" not in pt.template:
             raise ValueError("sharpening.pretrained: bon_sizes must contain 1 and template must contain {question}")
+        kp = tp.premise_samples_per_step
+        if kp <= tp.samples_per_step or kp % tp.samples_per_step or sum(b % kp == 0 for b in tp.budgets) < 2 \
+                or max(tp.budgets) % kp:
+            raise ValueError(f"sharpening.tabular.premise_samples_per_step = {kp} must be a multiple of samples_per_step "
+                             f"({tp.samples_per_step}) above it, dividing max(budgets) and at least two budgets")
+        if not 1 < self.claims.sample_limited_ratio < kp / tp.samples_per_step:
+            raise ValueError(f"sharpening.claims.sample_limited_ratio = {self.claims.sample_limited_ratio} must lie "
+                             f"between 1 (sample-limited) and {kp / tp.samples_per_step:g} (step-limited)")
+        if not 0 < self.claims.owed_share < 1 or not self.claims.convergence_tolerance > 0:
+            raise ValueError("sharpening.claims: owed_share must lie in (0, 1) and convergence_tolerance be > 0")
         if tp.convergence_samples_per_step < 2:
             raise ValueError("sharpening.tabular.convergence_samples_per_step must be at least 2")
 
@@ -212,7 +240,7 @@ class Params:
 # A report writes every parameter to params.json, so it reads them all.
 STAGE_PARAMS = {
     "prepare": ("seed", "task"),
-    "tabular": ("seed", "beta", "bon_sizes", "tabular"),
+    "tabular": ("seed", "beta", "bon_sizes", "tabular", "claims.budget_fit_min_pairs"),
     "pretrain": ("seed", "task", "model", "pretrain"),
     "sharpen": ("seed", "beta", "task", "sharpen"),
     "evaluate": ("seed", "bon_sizes", "task", "sharpen"),

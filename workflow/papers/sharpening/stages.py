@@ -19,7 +19,7 @@ from papers.common.params import to_dict
 from papers.common.progress import progress
 from papers.sharpening import tabular as tb
 from papers.sharpening import task
-from papers.sharpening.params import METHODS, SLUG, STRUCTURES, Params, parse, rl_step_method
+from papers.sharpening.params import METHODS, SLUG, STRUCTURES, Params, parse, premise_method, rl_step_method
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +179,20 @@ def tabular(*, cfg, curves, convergence, formulas):
                                                 lr=lr, rng=np.random.default_rng([p.seed, seed, K, 11, si, j]),
                                                 explore=False)
                         rows += [row(tb.offline_step_method(lr), m, kept[m]) for m in budgets]
+                    if K >= p.claims.budget_fit_min_pairs:  # claim (c)'s premise "RL's budget is sample-limited"
+                        # (review sharpening_r10): online and offline RL at every step size again, at
+                        # tabular.premise_samples_per_step samples per prompt per step, on the budgets divisible by it
+                        # (run last, so every stream above is unchanged)
+                        kp = tp.premise_samples_per_step
+                        grid = [m for m in budgets if m % kp == 0]
+                        for j, lr in enumerate((tp.lr, *tp.lr_sensitivity)):
+                            names = ("rl", "rl_offline") if lr == tp.lr else (rl_step_method(lr),
+                                                                               tb.offline_step_method(lr))
+                            for name, explore, tag in zip(names, (True, False), (13, 15)):
+                                kept, _ = tb.rl_sharpen(base, grid, beta=p.beta, samples_per_step=kp, lr=lr,
+                                                        rng=np.random.default_rng([p.seed, seed, K, tag, si, j]),
+                                                        explore=explore)
+                                rows += [row(premise_method(name, kp), m, kept[m]) for m in grid]
     write_parquet(_rows(rows), curves)
 
     traces, fits = [], []
