@@ -241,6 +241,20 @@ def report(*, cfg, scale, results, summary, convergence, formulas, history, fit,
         "ratio (geometric mean over the fitted K and base models [95% t]): "
         + "; ".join(f"step {lr:g}: {ratios(d)}" + (" (not shown sample-limited: no vote)" if lr in bound else "")
                     for lr, d in per_c.items() if "limited" in d) + ". ")
+    # what the undecided step sizes lean to (review sharpening_r12: the report should say it plainly), point
+    # estimates only: none of these step sizes met the premises that let it vote
+    leaning = [lr for lr, d in per_c.items() if "share" in d and lr not in down]
+    lean_text = ("Read plainly, at the step sizes where online RL converged (" + ", ".join(f"{lr:g}" for lr in leaning)
+                 + "), RL's lead over SFT in the slope (part (i)) is " + ", ".join(
+                     f"{per_c[lr]['parts'][0].effect:.2f}" for lr in leaning) + f" against {c.budget_slope:g}, and the "
+                 "share of it owed to exploration (part (ii)) is " + ", ".join(
+                     f"{per_c[lr]['share'].effect:.2f}" for lr in leaning) + f" against {c.owed_share:g}: in its point estimate the lead "
+                 + ("clears its threshold " if all(per_c[lr]['parts'][0].effect > c.budget_slope for lr in leaning)
+                    else "does not clear its threshold ") + "at each of them and the attribution to exploration "
+                 + ("falls short of its threshold at each of them" if all(
+                     per_c[lr]['share'].effect < c.owed_share for lr in leaning) else "does not fall short everywhere")
+                 + ", but no step size meets the premises that let it decide, so these lean and do not decide. "
+                 ) if leaning else ""
     sft_rows = df[(df.level == "tabular") & (df.method == "sft")]
     sft_vs_winner = float((sft_rows.accuracy - sft_rows.winner_accuracy).abs().max()) if len(sft_rows) else float("nan")
     full_a = (f"decides (a) for the listed LMs {p.pretrained.names}" if p.pretrained.names else
@@ -259,7 +273,7 @@ def report(*, cfg, scale, results, summary, convergence, formulas, history, fit,
         "(the same update restricted to a fixed pool of base samples, on the LM SFT's own pool) "
         f"for (c) and (e); (c) requires more than {c.owed_share:g} of RL's lead over SFT in the slope to be given back "
         "when exploration is removed, (offline RL's slope - online RL's) / (SFT's - online RL's) per base model "
-        f"(review sharpening_r9: it was a sign); in this run that share is {share_text}. {collapse_text}{limit_text}"
+        f"(review sharpening_r9: it was a sign); in this run that share is {share_text}. {collapse_text}{limit_text}{lean_text}"
         f"Tabular SFT is the maximum-likelihood fit to one best-of-m winner per prompt, i.e. the point mass on it "
         f"(tabular.sft_sharpen), so its accuracy is best-of-m's winner accuracy exactly (largest difference over the "
         f"{len(sft_rows)} tabular SFT rows of this run: {sft_vs_winner:.3g}) and its slope is the coverage law of "
