@@ -472,11 +472,13 @@ def _claim_inputs(values, seeds=3, families=("story",), gated=True, control=0.1,
                   margins=None, planted_margins=None):
     """A pairs table as report.summarise writes it, for the tested model T and the routed model R: per seed s, every
     family of T has max_L p(R1(C2)) / p_clean = values[s] and the interior margin of R1(C2) margins[s] (default
-    values[s] - 0.5), R likewise planted[s] (default 1.0) and planted_margins[s]; under the same-request control T
-    has `control` and control - 0.5; `window`: request tokens a value window of T reads around the patch."""
-    margins = [v - 0.5 for v in values] if margins is None else margins
+    values[s] - 0.45: of the same sign as values[s] - dominance_min for every value used here, and 0.05 away from
+    it, so that (b) is not a corollary of (a) and its premise that the two can be told apart is met; the corollary
+    tests pass values - 0.5), R likewise planted[s] (default 1.0) and planted_margins[s]; under the same-request
+    control T has `control` and control - 0.5; `window`: request tokens a value window of T reads around the patch."""
+    margins = [v - 0.45 for v in values] if margins is None else margins
     planted = [1.0] * seeds if planted is None else planted
-    planted_margins = [v - 0.5 for v in planted] if planted_margins is None else planted_margins
+    planted_margins = [v - 0.45 for v in planted] if planted_margins is None else planted_margins
     pairs = []
     for model, ratio, margin in (("T", values, margins), ("R", planted, planted_margins)):
         for seed in range(seeds):
@@ -576,14 +578,21 @@ def test_b_is_named_a_corollary_of_a_exactly_where_its_margin_is_a_minus_the_flo
     from papers.orion.report import build_claims
 
     p = _params(seeds=6)
-    same = build_claims(p, _claim_inputs(ALL6, seeds=6), NO_OVERSIGHT, SHARED)[1]
+    corollary = [v - 0.5 for v in ALL6]  # (b)'s margin = (a)'s ratio - dominance_min in every seed
+    a, same = build_claims(p, _claim_inputs(ALL6, seeds=6, margins=corollary), NO_OVERSIGHT, SHARED)[:2]
     assert "a corollary of (a)" in same.note and "0 of 6" in same.note
     assert same.measured["largest_gap_b_margin_vs_a_ratio_minus_floor"] == pytest.approx(0.0)
-    late = _claim_inputs(ALL6, seeds=6).assign(late_interior=lambda d: d.seed < 2)
+    # issue 47's eighth review: a corollary is no second piece of evidence, so (b) reads inconclusive where (a) holds
+    assert a.verdict == "holds" and same.verdict == "inconclusive"
+    assert not same.premise[-1].met and same.premise[-1].name.startswith("the analogue can tell (b) from (a)")
+    late = _claim_inputs(ALL6, seeds=6, margins=corollary).assign(late_interior=lambda d: d.seed < 2)
     assert "in 2 of 6" in build_claims(p, late, NO_OVERSIGHT, SHARED)[1].note
     apart = build_claims(p, _claim_inputs(ALL6, seeds=6, margins=[v - 0.6 for v in ALL6]), NO_OVERSIGHT, SHARED)[1]
-    assert "corollary" not in apart.note
+    assert "corollary" not in apart.note and apart.verdict == "holds" and apart.premise[-1].met
     assert apart.measured["largest_gap_b_margin_vs_a_ratio_minus_floor"] == pytest.approx(0.1)
+    # one seed apart is enough: the analogue can then tell the two claims apart
+    one_apart = corollary[:5] + [ALL6[5] - 0.6]
+    assert build_claims(p, _claim_inputs(ALL6, seeds=6, margins=one_apart), NO_OVERSIGHT, SHARED)[1].premise[-1].met
 
 
 def test_the_controls_are_read_by_the_same_criterion():

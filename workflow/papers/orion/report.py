@@ -515,7 +515,7 @@ def build_claims(p: Params, pairs: pd.DataFrame, over: pd.DataFrame, shortcut: d
                                     f"sign: R1(C2) is the dominant output at an interior layer; the floor "
                                     f"dominance_min {c.dominance_min} ('most of its clean probability') is ours; the "
                                     f"paper shows the layer profile in plots and gives no number for it"),
-        premise=premise, note=corollary["note"],
+        premise=premise + ([corollary["premise"]] if corollary.get("premise") else []), note=corollary["note"],
         positive_control=PositiveControl(positive_text, evidence(control_groups, "value_b", 0.0,
                                                                  "positive control: seeds with an interior margin > 0",
                                                                  strict=True)))
@@ -529,15 +529,24 @@ def b_as_corollary(c, gated: pd.DataFrame, tolerance: float = 0.01) -> dict:
     second piece of evidence. Returns the largest |value_b - (value_a - dominance_min)| and the seeds whose profile
     shows the paper's late stage inside the model (R1(C1) dominant at an interior layer after the R1(C2) peak;
     summarise's `late_interior`), as figures reported beside (b) and a sentence saying what they mean, when the gap is
-    within `tolerance` in every seed."""
+    within `tolerance` in every seed; and (b)'s premise that the analogue can tell it from (a) (issue 47's eighth
+    review: a corollary counted as a second "holds"): the largest gap above `tolerance` (a convention: a hundredth
+    of the normalised probability). Where it is not, the setting lacks what (b) presupposes, room for the paper's
+    late stage inside the model after the layer where the request is processed, so (b) reads inconclusive: it
+    restates (a) with a looser cut and is no evidence of its own."""
     if gated.empty:
-        return {"measured": {}, "note": ""}
+        return {"measured": {}, "note": "", "premise": None}
     gap = float((gated.value_b - (gated.value_a - c.dominance_min)).abs().max())
     late = int(gated.late_interior.sum()) if "late_interior" in gated else 0
     measured = {"largest_gap_b_margin_vs_a_ratio_minus_floor": round(gap, 4),
                 "gated_seeds_with_interior_late_retrieval": late}
+    premise = Premise(
+        "the analogue can tell (b) from (a): some deciding seed past the gate has an interior margin that is not its "
+        f"(a) ratio minus dominance_min = {c.dominance_min} (largest difference over those seeds), so that (b) tests "
+        "the layer profile and not (a) with a looser cut", round(gap, 4),
+        f"> {tolerance:g} (a convention: a hundredth of the normalised probability)", gap > tolerance)
     if gap > tolerance:
-        return {"measured": measured, "note": ""}
+        return {"measured": measured, "note": "", "premise": premise}
     note = (f"a corollary of (a) in this run, not a second piece of evidence: in each of the {len(gated)} "
             f"deciding seeds past the gate, (b)'s margin equals (a)'s ratio minus dominance_min = {c.dominance_min} "
             f"(largest difference {gap:.4f}), because R2(C2) and R1(C1) both stay below that floor at R1(C2)'s "
@@ -545,7 +554,7 @@ def b_as_corollary(c, gated: pd.DataFrame, tolerance: float = 0.01) -> dict:
             f"than (a)'s {c.keep_fraction}. The paper's late stage inside the model, R1(C1) dominant at an interior "
             f"layer after the R1(C2) peak, shows in {late} of {len(gated)} of those seeds (reported, not deciding; at "
             f"the last layer it holds by construction)")
-    return {"measured": measured, "note": note}
+    return {"measured": measured, "note": note, "premise": premise}
 
 
 def _post_gate_text(p: Params) -> str:
