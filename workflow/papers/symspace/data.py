@@ -75,7 +75,8 @@ def eeg_like(e, seed: int, event: str = "window") -> dict:
     per trial (a jittered event onset) the class's source gains `class_gain` in power (class k drives
     source k). Session 2 sees the forward matrix perturbed by `session_shift` (electrodes moved) and
     its own noise. x = A s + noise. Returns per subject each session's window covariances (N, W, C, C)
-    and labels: session 1 trains ("train"), session 2 evaluates ("test").
+    and labels: session 1 trains ("train"), session 2 evaluates ("test"), and the subject's forward matrix A
+    ("forward", session 1's; claim (b)'s oracle arm reads the sources through A^-1: train.source_power_oracle).
 
     ``event="spread"``: the class's source power is multiplied by 1 + (class_gain - 1) / windows in every window
     instead (the same excess power over the trial, so the trial covariance carries the same class information, but
@@ -89,9 +90,11 @@ def eeg_like(e, seed: int, event: str = "window") -> dict:
         raise ValueError(f"symspace.eeg.classes = {n_cls} exceeds eeg.channels = {c} (class k drives source k)")
     per = e["trials_per_class"]
     tokens = np.empty((e["subjects"], 2, n_cls * per, w, c, c))
+    forwards = np.empty((e["subjects"], c, c))
     labels = np.tile(np.repeat(np.arange(n_cls), per), (e["subjects"], 2, 1))
     for s in range(e["subjects"]):
         forward = rng.normal(size=(c, c)) / np.sqrt(c) + np.eye(c)
+        forwards[s] = forward
         for session in range(2):
             mix = forward @ (np.eye(c) + e["session_shift"] * rng.normal(size=(c, c)) / np.sqrt(c)) if session else forward
             n = n_cls * per
@@ -105,8 +108,8 @@ def eeg_like(e, seed: int, event: str = "window") -> dict:
             src = rng.normal(size=(n, w, c, e["samples"])) * np.sqrt(power)[..., None]
             x = mix @ src + e["noise"] * rng.normal(size=(n, w, c, e["samples"]))
             tokens[s, session] = covariance(x, e["shrink"])
-    return [{name: {"tokens": tokens[s, k], "labels": labels[s, k]} for k, name in enumerate(("train", "test"))}
-            for s in range(e["subjects"])]
+    return [{**{name: {"tokens": tokens[s, k], "labels": labels[s, k]} for k, name in enumerate(("train", "test"))},
+             "forward": forwards[s]} for s in range(e["subjects"])]
 
 
 def region_covariances(images: np.ndarray, eps: float) -> np.ndarray:

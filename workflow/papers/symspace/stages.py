@@ -52,9 +52,11 @@ def train(*, cfg, seed: str, data, accuracies):
                 # The trial covariance: the mean of its window covariances (the whole trial's covariance up to the
                 # window means).
                 x_train, y_train, x_test, y_test = _trials(subject)
+                # The oracle arms (claim b's function-class premise) where the generator is known (mixing model).
+                unmixing = np.linalg.inv(subject["forward"]) if "forward" in subject else None
                 rows += T.heads_task(task, unit, unit if real else s, x_train.mean(1), y_train, x_test.mean(1),
                                      y_test, p, s, rng, controls=controls, inits=p.train["head_inits"],
-                                     ceiling=True)
+                                     ceiling=True, unmixing=unmixing)
         if s < p.digits.get("seeds", 0):  # the digits are context for claim (b), deciding nothing
             dg = d["digits"]
             n_img = min(p.digits["max_images"], len(dg["labels"]))

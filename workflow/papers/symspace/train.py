@@ -131,7 +131,7 @@ def _row(task, unit, replicate, arm, variant, classes, model, curve, test_acc, s
 
 def heads_task(task: str, unit: int, replicate: int, x_train, y_train, x_test, y_test, p, seed: int,
                rng: np.random.Generator, controls: bool = True, inits: int = 1, steps: int | None = None,
-               ceiling: bool = False) -> list[dict]:
+               ceiling: bool = False, unmixing: np.ndarray | None = None) -> list[dict]:
     """Claim (b)'s arms on one task unit (an EEG subject, or the digits): rows of accuracies.
 
     x_*: (N, n, n) float64 tensors; y_*: (N,) long. The training part is split into fit and validation (the
@@ -145,7 +145,10 @@ def heads_task(task: str, unit: int, replicate: int, x_train, y_train, x_test, y
     `steps`: the training steps (default train.steps). `ceiling`: also the tangent-space logistic regression on the
     same fitting trials (arm ``tangent_lr``, :func:`tangent_space_lr`), the reference of what the heads' shared
     input allows, and on each head's trained backbone output, the m x m matrices that head is fed (first
-    initialisation; arms ``tangent_lr_bimap_spdnet_<head>``).
+    initialisation; arms ``tangent_lr_bimap_spdnet_<head>``). `unmixing` (the mixing model's A^-1, known to the
+    generator only): also claim (b)'s oracle arms on the same fitting trials (:func:`source_power_oracle`: arm
+    ``oracle_busemann``, a member of the Busemann head's function class, and ``oracle_source_power``, the review's
+    form, context), the function-class premise's measure.
     """
     n, classes = x_train.shape[-1], int(y_train.max()) + 1
     fit_idx, val_idx = split(y_train.numpy(), 1 - p.train["val_fraction"], rng)
@@ -174,7 +177,46 @@ def heads_task(task: str, unit: int, replicate: int, x_train, y_train, x_test, y
     if ceiling:
         rows.append({**_row(task, unit, replicate, "tangent_lr", "main", classes, None, [],
                             tangent_space_lr(xf, yf, x_test, y_test), seed), "init": 0})
+    if unmixing is not None:
+        for form, arm in (("busemann", "oracle_busemann"), ("power", "oracle_source_power")):
+            rows.append({**_row(task, unit, replicate, arm, "main", classes, None, [],
+                                source_power_oracle(xf.numpy(), yf.numpy(), x_test.numpy(), y_test.numpy(), unmixing,
+                                                    classes, form), seed), "init": 0})
     return rows
+
+
+def oracle_features(x: np.ndarray, unmixing: np.ndarray, classes: int, form: str = "busemann") -> np.ndarray:
+    """Claim (b)'s oracle features (N, classes) of trial covariances x (N, C, C), from the generator's unmixing
+    W = A^-1 (data.eeg_like: class k raises source k's power), its rows W_K of the class sources k < classes.
+
+    ``busemann``: f_k = -log((W_K X W_K^T)^-1)_kk, the log of source k's power given the other class sources (its
+    partial variance). It is a logit of the Busemann MLR (Sec. 4.1) on a BiMap output Z = U^T X U whose columns U
+    span W_K's rows (W_K = T U^T): with normal a_k = e_1 the logit is log D_1 of the reversed UDU^T factor of
+    Y_k = R_k^T P_k^-1/2 Z P_k^-1/2 R_k (Sec. 3.3's closed form), and D_1 = 1 / (Y_k^-1)_11 = 1 / (u^T Z^-1 u),
+    u = P_k^1/2 R_k e_1, any vector: u = T^-1 e_k gives f_k, and scaling u adds the class's offset. So a rule
+    argmax_k f_k - c_k lies in the Busemann head's function class (up to ReEig's eigenvalue floor, far below these
+    powers). ``power``: f_k = log(w_k^T X w_k), the log of the quadratic form of source k (the form of review
+    symspace_r8's oracle; it equals ``busemann`` where X = A diag(p) A^T exactly, and differs by the sample
+    correlations between sources)."""
+    w = np.asarray(unmixing, dtype=float)[:classes]
+    z = np.einsum("ki,nij,lj->nkl", w, x, w)
+    if form == "busemann":
+        return -np.log(np.diagonal(np.linalg.inv(z), axis1=-2, axis2=-1))
+    if form == "power":
+        return np.log(np.diagonal(z, axis1=-2, axis2=-1))
+    raise ValueError(f"symspace: unknown oracle form {form!r} (busemann, power)")
+
+
+def source_power_oracle(x_fit: np.ndarray, y_fit: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
+                        unmixing: np.ndarray, classes: int, form: str = "busemann") -> float:
+    """Test accuracy of claim (b)'s oracle: the rule that knows the generator's unmixing (review symspace_r8,
+    improvement 1): predict argmax_k f_k - c_k, f the :func:`oracle_features` (class k raises source k's log
+    power), c_k their mean over the fitting trials (each source's typical level; nothing else is fitted). It
+    measures what a member of the Busemann head's function class reads from the analogue (the premise that the task
+    tells the two heads' classes apart), against the tangent-space logistic regression on the same fitting trials."""
+    offset = oracle_features(x_fit, unmixing, classes, form).mean(0)
+    pred = (oracle_features(x_test, unmixing, classes, form) - offset).argmax(1)
+    return float((pred == np.asarray(y_test)).mean())
 
 
 def planted_spd(seed: int, n: int, m: int, cfg: dict, tries: int = 1000):
