@@ -256,11 +256,16 @@ def random_chance(p) -> str:
             + ", ".join(f"{c:.2f} at T = {T}, width {w}" for T, w, c in chances))
 
 
+def _measured_b(claims, prefix: str):
+    """Claim (b) and the entry of its `measured` whose key starts with `prefix` (None where the run has none)."""
+    b = next(c for c in claims if c.id == "b")
+    key = next((k for k in b.measured if k.startswith(prefix)), None)
+    return b, (b.measured.get(key) if key else None)
+
+
 def untrained_sentence(claims) -> str:
     """Computed: (b)'s untrained reference per layer (claim (b)'s measured), beside the trained models' difference."""
-    b = next(c for c in claims if c.id == "b")
-    key = next((k for k in b.measured if k.startswith("untrained reference")), None)
-    ref = b.measured.get(key) if key else None
+    b, ref = _measured_b(claims, "untrained reference")
     if not ref:
         return "No untrained reference in this run."
     parts = b.evidence if isinstance(b.evidence, list) else [b.evidence]
@@ -323,9 +328,7 @@ def text_nll_table(txt: pd.DataFrame) -> pd.DataFrame:
 
 def learned_text_sentence(claims) -> str:
     """Computed: (b)'s premise that the models learned the text (claim (b)'s measured and premise)."""
-    b = next(c for c in claims if c.id == "b")
-    key = next((k for k in b.measured if k.startswith("held-out text NLL per byte")), None)
-    m = b.measured.get(key) if key else None
+    b, m = _measured_b(claims, "held-out text NLL per byte")
     if not m:
         return "No count-model reference of the text loss in this run."
     met = next(pr.met for pr in b.premise if pr.name.startswith("the models learned the held-out text"))
