@@ -170,7 +170,7 @@ def evaluate(*, cfg, seed, checkpoint, train_tokens, val_tokens, retrieval, text
     rrng = np.random.default_rng(40_000 + seed)
     group = [{"prompt": j, "x": val[s: s + T]}
              for j, s in enumerate(rrng.integers(0, len(val) - T, e.recall_prompts))]
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(devices=[]):  # the CPU generator only: the weights are drawn on the CPU, then moved
         torch.manual_seed(seed)
         untrained = GPT(model.cfg).to(p.device).eval()
     ugen = torch.Generator().manual_seed(60_000 + seed)  # the untrained arm's shuffles and random blocks
