@@ -907,3 +907,108 @@ def test_lr_edges_names_the_models_whose_rate_sits_at_the_grid_edge():
             for m, best in (("hybrid", 1e-2), ("neural", 1e-3)) for lr in (1e-4, 1e-3, 1e-2)]
     edges = lr_edges(pd.DataFrame(rows))
     assert len(edges) == 1 and edges[0].startswith("shell hybrid (0.01;") and "1 to 1.01" in edges[0]
+
+
+# ---- fast paths against the straightforward ones (the speed-up pass: same computation, batched) -------------------
+@pytest.mark.parametrize("task,regularize", [("shell", True), ("tower", True), ("tower", False)])
+def test_direct_objective_equals_autograd_through_the_solver(task, regularize):
+    """direct.Objective (numpy, adjoint written out) against the task loss and autograd through fdm.equilibrium."""
+    from papers.neural_fdm.direct import Objective
+
+    t = tasks.build(task, parse({"shell": {"grid": 5}, "tower": {"levels": 7, "sides": 5, "regularization": 10.0}}))
+    x = torch.as_tensor(t.sample(np.random.default_rng(3), 1))
+    loads = t.loads(x)
+    act = t.fdm.active
+    obj = Objective(t, x, loads, regularize)
+    for k in range(3):
+        a = np.random.default_rng(k).uniform(0.5, 4.0, int(act.sum()))
+        at = torch.tensor(a, requires_grad=True)
+        q = torch.zeros(1, len(t.fdm.signs), dtype=torch.float64)
+        q[0, act] = at * t.fdm.signs[act]
+        loss, _ = t.loss(x, t.fdm.equilibrium(q, x, loads), q, loads, 0.0, regularize=regularize)
+        (grad,) = torch.autograd.grad(loss, at)
+        value, g = obj(a)
+        assert value == pytest.approx(float(loss.detach()), rel=1e-10)
+        np.testing.assert_allclose(g, grad.numpy(), rtol=1e-8, atol=1e-10)
+
+
+def test_direct_objective_reports_no_equilibrium_as_not_finite():
+    """A shell whose free node has every bar at q = 0: K singular, Cholesky fails, LU gives no finite loss."""
+    from papers.neural_fdm.direct import Objective
+
+    t = tasks.build("shell", parse({"shell": {"grid": 4}}))
+    x = torch.as_tensor(t.sample(np.random.default_rng(0), 1))
+    value, _ = Objective(t, x, t.loads(x))(np.zeros(int(t.fdm.active.sum())))
+    assert not np.isfinite(value)
+
+
+@pytest.mark.parametrize("task", ["shell", "tower"])
+def test_stacked_loss_and_sampling_equal_the_per_member_ones(task):
+    """Task.stacked_loss (one batch over members) equals Task.loss member by member, and sample_stacked the
+    per-member sampler's draws of every stream."""
+    from papers.neural_fdm.train import Stack
+
+    t = tasks.build(task, parse({"shell": {"grid": 4, "width": 16, "depth": 2},
+                                 "tower": {"levels": 7, "sides": 4, "width": 16, "depth": 2}}), dtype=torch.float32)
+    seeds = (3, 4, 5)
+    stacked = t.sample_stacked([np.random.default_rng(s) for s in seeds], 6)
+    alone = np.stack([t.sample(np.random.default_rng(s), 6) for s in seeds])
+    np.testing.assert_allclose(stacked, alone, rtol=0, atol=1e-12)
+    nets = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        nets.append(t.build("hybrid"))
+    x = torch.as_tensor(stacked, dtype=torch.float32)
+    loads = t.loads(x.flatten(0, 1)).view_as(x)
+    x_hat, q = Stack(t, "hybrid", nets).forward(x, loads)
+    for kappa in (0.0, 0.7):
+        losses, terms = t.stacked_loss(x, x_hat, q, loads, kappa, regularize=True)
+        for m in range(len(seeds)):
+            loss, own = t.loss(x[m], x_hat[m], q[m], loads[m], kappa, regularize=True)
+            assert float(losses[m]) == pytest.approx(float(loss), rel=1e-6)
+            assert own.keys() == terms.keys()
+            for key in own:
+                assert float(terms[key][m]) == pytest.approx(float(own[key]), rel=1e-6)
+
+
+def test_q_variance_stacked_equals_q_variance_per_batch():
+    from papers.neural_fdm.models import q_variance_stacked
+
+    q = torch.as_tensor(np.random.default_rng(0).normal(size=(4, 3, 7)))
+    q[1] = q[1].abs()  # no compression at all
+    q[2, :, 1:] = q[2, :, 1:].abs()  # a single negative entry per shape
+    q[3] = 0.0
+    q[3, 0, 0] = -1.0  # one negative entry in the whole batch: no variance
+    expect = torch.stack([q_variance(q[m]) for m in range(4)])
+    torch.testing.assert_close(q_variance_stacked(q), expect, rtol=1e-12, atol=1e-14)
+
+
+def test_area_loads_equal_the_triangle_construction():
+    """FDM.area_loads against a literal loop over faces, sides and their centroid triangles."""
+    t = tasks.build("shell", parse({"shell": {"grid": 5}}))
+    x = torch.as_tensor(t.sample(np.random.default_rng(2), 2))
+    got = t.fdm.area_loads(x, -0.5).numpy()
+    want = np.zeros_like(got)
+    for b in range(2):
+        for face in t.fdm.faces.numpy():
+            pts = x[b, face].numpy()
+            c = pts.mean(0)
+            for k in range(4):
+                i, j = face[k], face[(k + 1) % 4]
+                area = 0.5 * np.linalg.norm(np.cross(pts[k] - c, pts[(k + 1) % 4] - c))
+                want[b, i, 2] += 0.5 * -0.5 * area
+                want[b, j, 2] += 0.5 * -0.5 * area
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_stiffness_equals_the_dense_incidence_product():
+    t = tasks.build("tower", parse({"tower": {"levels": 7, "sides": 5}}))
+    s = t.fdm.structure
+    q = torch.as_tensor(np.random.default_rng(0).uniform(1, 3, (3, len(s.edges))) * s.signs * s.active)
+    c = np.zeros((len(s.edges), s.num_nodes))
+    c[np.arange(len(s.edges)), s.edges[:, 0]], c[np.arange(len(s.edges)), s.edges[:, 1]] = 1.0, -1.0
+    cf = c[:, s.free]
+    k = t.fdm.stiffness(q)
+    assert k.is_contiguous()
+    for b in range(3):
+        np.testing.assert_allclose(k[b].numpy(), cf.T @ np.diag(q[b].numpy()) @ cf, rtol=1e-12, atol=1e-12)

@@ -15,8 +15,8 @@ free and fixed columns, C = [C_f  C_s], turns equilibrium into one linear system
 which we solve with a batched Cholesky factorisation of s K when every bar has the same sign s
 (masonry shells: s = -1, so -K is positive definite), and with a batched LU solve otherwise (the
 towers mix tension and compression, so K is indefinite). K and the right-hand side are assembled
-bar by bar with :func:`kernels.segment_sum` (message passing from bars to nodes), as is the
-residual r. Autograd differentiates through the factorisation.
+bar by bar as segment sums (message passing from bars to nodes: :func:`kernels.segment_sum`, and
+``index_add`` along each shape's row for K), as is the residual r. Autograd differentiates through the factorisation.
 """
 from __future__ import annotations
 
@@ -101,10 +101,14 @@ class FDM:
 
     # ---- assembly -----------------------------------------------------------------------------
     def stiffness(self, q: torch.Tensor) -> torch.Tensor:
-        """K = C_f^T diag(q) C_f for a batch of force densities q (B, E) -> (B, Nf, Nf)."""
-        src = (q[:, self.k_bar] * self.k_coef).T  # (M, B)
-        k = segment_sum(src, self.k_index, self.num_free * self.num_free)  # (Nf * Nf, B)
-        return k.T.reshape(-1, self.num_free, self.num_free)
+        """K = C_f^T diag(q) C_f for a batch of force densities q (B, E) -> (B, Nf, Nf), contiguous.
+
+        The entries' sum runs along each shape's row (``index_add`` over dim 1, the segment sum of
+        :func:`kernels.segment_sum` with the batch leading): a batch-major K, which the factorisation reads
+        ~2x faster than the transposed view of a node-major sum (the layout a segment sum over dim 0 gives)."""
+        src = q[:, self.k_bar] * self.k_coef  # (B, M)
+        k = q.new_zeros(q.shape[0], self.num_free * self.num_free).index_add(1, self.k_index, src)
+        return k.view(-1, self.num_free, self.num_free)
 
     def rhs(self, q: torch.Tensor, x: torch.Tensor, loads: torch.Tensor) -> torch.Tensor:
         """P_f - C_f^T Q C_s X_s (B, Nf, 3) from q (B, E), supports taken from x (B, N, 3), loads (B, N, 3)."""
@@ -174,17 +178,20 @@ class FDM:
         """Vertical nodal loads (B, N, 3) from an area load `load` (per unit area, along z) on the quads.
 
         As jax_fdm's ``nodes_load_from_faces``: each quad side takes the load on the triangle it makes
-        with the face centroid, and gives half of it to each of its two nodes.
+        with the face centroid, and gives half of it to each of its two nodes. Corner k of a face thus
+        receives half of sides (k-1, k) and (k, k+1); the corners' shares are summed into their nodes.
         """
         out = torch.zeros_like(x)
         if self.faces is None or load == 0.0:
             return out
         a = self.faces  # (F, 4)
-        b = torch.roll(a, -1, dims=1)  # the next corner: sides (a_k, b_k)
-        centroid = x[:, a].mean(2, keepdim=True)  # (B, F, 1, 3)
-        tri = 0.5 * torch.linalg.cross(x[:, a] - centroid, x[:, b] - centroid).norm(dim=-1)  # (B, F, 4)
-        half = (0.5 * load * tri).reshape(x.shape[0], -1)  # (B, 4F)
-        msg = torch.cat([half, half], 1).T  # (8F, B)
-        index = torch.cat([a.reshape(-1), b.reshape(-1)])
-        out[..., 2] = segment_sum(msg, index, self.num_nodes).T
+        corners = x[:, a.reshape(-1)].view(x.shape[0], -1, 4, 3)  # (B, F, 4, 3)
+        rel = corners - corners.mean(2, keepdim=True)  # corners relative to the face centroid
+        nxt = torch.roll(rel, -1, dims=2)  # the next corner: sides (a_k, a_k+1)
+        u0, u1, u2 = rel.unbind(-1)
+        v0, v1, v2 = nxt.unbind(-1)
+        cross = torch.stack([u1 * v2 - u2 * v1, u2 * v0 - u0 * v2, u0 * v1 - u1 * v0], -1)
+        half = (0.25 * load) * cross.norm(dim=-1)  # (B, F, 4): half of side k's triangle load (0.5 * area)
+        share = half + torch.roll(half, 1, dims=2)  # corner k: sides k and k - 1
+        out[..., 2] = out.new_zeros(x.shape[0], self.num_nodes).index_add(1, a.reshape(-1), share.flatten(1))
         return out

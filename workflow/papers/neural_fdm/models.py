@@ -141,3 +141,18 @@ def q_variance(q: torch.Tensor) -> torch.Tensor:
         if part.numel() > 1:
             out = out + part.var(unbiased=False)
     return out
+
+
+def q_variance_stacked(q: torch.Tensor) -> torch.Tensor:
+    """:func:`q_variance` of each of M batches at once: q (M, B, E) -> (M,). The tension (q > 0) and compression
+    (q < 0) entries of a batch are masks instead of boolean selections (whose sizes may differ by member); each
+    population variance is sum (q - mean)^2 / count over its mask, 0 where the mask holds fewer than 2 entries."""
+    flat = q.flatten(1)  # (M, B E)
+    out = flat.new_zeros(flat.shape[0])
+    for mask in (flat > 0, flat < 0):
+        w = mask.to(flat.dtype)
+        count = w.sum(1)
+        mean = (flat * w).sum(1) / count.clamp(min=1)
+        var = (((flat - mean[:, None]) * w) ** 2).sum(1) / count.clamp(min=1)
+        out = out + torch.where(count > 1, var, torch.zeros_like(var))
+    return out

@@ -119,21 +119,34 @@ def wiggle(rng: np.random.Generator, n: int, family: str, size: float, symmetry:
     return t * np.stack([sx, sy, np.ones_like(sx)], -1)
 
 
-def shell_targets(rng: np.random.Generator, n: int, *, grid: int, size: float, family: str, symmetry: str,
-                  lerp: float = 0.5) -> np.ndarray:
-    """n target shells (n, grid * grid, 3): Bezier patches evaluated on a grid x grid (u, v) lattice."""
+def shell_controls(rng: np.random.Generator, n: int, *, size: float, family: str, symmetry: str,
+                   lerp: float = 0.5) -> np.ndarray:
+    """The control points (n, 4, 4, 3) of n random Bezier patches (the random draws of :func:`shell_targets`)."""
     if symmetry not in SYMMETRIES:
         raise ValueError(f"symmetry must be one of {SYMMETRIES}, got {symmetry!r}")
     base, _ = control_grid(size)
     if symmetry == "lerp":
         a = wiggle(rng, n, family, size, "double")
         b = wiggle(rng, n, family, size, "asymmetric")
-        control = base + (1 - lerp) * a + lerp * b
-    else:
-        control = base + wiggle(rng, n, family, size, symmetry)
+        return base + (1 - lerp) * a + lerp * b
+    return base + wiggle(rng, n, family, size, symmetry)
+
+
+def bezier_points(control: np.ndarray, grid: int) -> np.ndarray:
+    """Bicubic Bezier patches with control points (..., 4, 4, 3) on a grid x grid (u, v) lattice: (..., grid * grid, 3),
+    sum_ij B_i(u_a) B_j(v_b) P_ij."""
     basis = bernstein(3, np.linspace(0.0, 1.0, grid))  # (grid, 4)
-    points = np.einsum("ai,bj,nijk->nabk", basis, basis, control)  # (n, grid, grid, 3)
-    return points.reshape(n, grid * grid, 3)
+    lead = control.shape[:-3]
+    c = control.reshape(-1, 4, 4, 3)
+    points = np.einsum("ai,nijk->najk", basis, c)  # (n, grid, 4, 3): along u, then along v
+    points = np.einsum("bj,najk->nabk", basis, points)  # (n, grid, grid, 3)
+    return points.reshape(*lead, grid * grid, 3)
+
+
+def shell_targets(rng: np.random.Generator, n: int, *, grid: int, size: float, family: str, symmetry: str,
+                  lerp: float = 0.5) -> np.ndarray:
+    """n target shells (n, grid * grid, 3): Bezier patches evaluated on a grid x grid (u, v) lattice."""
+    return bezier_points(shell_controls(rng, n, size=size, family=family, symmetry=symmetry, lerp=lerp), grid)
 
 
 # ---- towers ------------------------------------------------------------------------------------
@@ -189,6 +202,18 @@ def tower_targets(rng: np.random.Generator, n: int, *, height: float, radius: fl
     z = np.broadcast_to(np.linspace(0.0, height, levels)[None, :, None], x.shape)
     points = np.stack([c * x - s * y, s * x + c * y, z], -1)  # (n, levels, sides, 3)
     return points.reshape(n, levels * sides, 3)
+
+
+def sample_stacked(task: str, p, rngs, n: int, split: str = "id") -> np.ndarray:
+    """n random targets from each generator of `rngs` (M, n, N, 3): row m is exactly
+    ``sample_targets(task, p, rngs[m], n, split)`` (the same draws of each stream), the shells' Bezier patches of
+    every stream evaluated in one pass (the training loop's batch of every stacked member)."""
+    if task != "shell":
+        return np.stack([sample_targets(task, p, rng, n, split) for rng in rngs])
+    family, symmetry = (p.family, p.symmetry) if split == "id" else (p.ood_family, p.ood_symmetry)
+    control = np.stack([shell_controls(rng, n, size=p.size, family=family, symmetry=symmetry, lerp=p.lerp)
+                        for rng in rngs])
+    return bezier_points(control, p.grid)
 
 
 def sample_targets(task: str, p, rng: np.random.Generator, n: int, split: str = "id") -> np.ndarray:

@@ -43,6 +43,10 @@ class Task:
         """n random targets (n, N, 3) in distribution ("id") or out of it ("ood")."""
         return shapes.sample_targets(self.name, self.p, rng, n, split)
 
+    def sample_stacked(self, rngs, n: int, split: str = "id") -> np.ndarray:
+        """n random targets from each generator of `rngs` (M, n, N, 3); row m equals ``sample(rngs[m], n, split)``."""
+        return shapes.sample_stacked(self.name, self.p, rngs, n, split)
+
     def loads(self, x: torch.Tensor) -> torch.Tensor:
         return self.fdm.area_loads(x, self.load)
 
@@ -60,6 +64,25 @@ class Task:
             terms["residual"] = res
         if regularize and self.name == "tower" and self.p.regularization:
             reg = models.q_variance(q)
+            total = total + self.p.regularization * reg
+            terms["regularization"] = reg
+        return total, terms
+
+    def stacked_loss(self, x, x_hat, q, loads, residual_weight: float, regularize: bool = True
+                     ) -> tuple[torch.Tensor, dict]:
+        """:meth:`loss` of M independent members at once: x, x_hat, loads (M, B, N, 3), q (M, B, E) -> the losses
+        (M,) and their terms (each (M,)); member m's entries equal ``loss(x[m], x_hat[m], q[m], loads[m], ...)``
+        (tested), as one batch of tensor operations instead of M."""
+        M, B = x.shape[:2]
+        shape = self.shape_error(x.flatten(0, 1), x_hat.flatten(0, 1)).view(M, B).mean(1)
+        total, terms = shape, {"shape": shape}
+        if residual_weight:
+            res = models.residual_norm(self.fdm, q.flatten(0, 1), x_hat.flatten(0, 1), loads.flatten(0, 1))
+            res = res.view(M, B).mean(1)
+            total = total + residual_weight * res
+            terms["residual"] = res
+        if regularize and self.name == "tower" and self.p.regularization:
+            reg = models.q_variance_stacked(q)
             total = total + self.p.regularization * reg
             terms["regularization"] = reg
         return total, terms

@@ -67,9 +67,11 @@ def linears(net: nn.Module) -> list[nn.Linear]:
 
 def stacked_mlp(layers, h: torch.Tensor) -> torch.Tensor:
     """An MLP of :func:`papers.neural_fdm.models.mlp` for every member at once: `layers` is a list of
-    (weight (M, out, in), bias (M, out)); h (M, B, in) -> (M, B, out), ELU between layers."""
+    (weight (M, in, out), the transposed nn.Linear weights, bias (M, out)); h (M, B, in) -> (M, B, out), ELU between
+    layers. The weights are stored transposed so that their gradients (h^T g) come out in the weights' own layout
+    (no copy when autograd accumulates them)."""
     for i, (w, b) in enumerate(layers):
-        h = torch.baddbmm(b[:, None, :], h, w.transpose(1, 2))
+        h = torch.baddbmm(b[:, None, :], h, w)
         if i < len(layers) - 1:
             h = F.elu(h)
     return h
@@ -77,14 +79,15 @@ def stacked_mlp(layers, h: torch.Tensor) -> torch.Tensor:
 
 class Stack:
     """M independent models of one kind (hybrid or neural) as stacked weights; `nets` are the members'
-    freshly built models, whose weights become slice m of each stacked tensor (leaves with gradients)."""
+    freshly built models, whose weights (transposed: (M, in, out)) and biases become slice m of each stacked tensor
+    (leaves with gradients)."""
 
     def __init__(self, task: Task, model_name: str, nets: list[nn.Module]):
         self.task, self.model_name, self.nets = task, model_name, nets
         per_member = [linears(n) for n in nets]
         self.params = []
         for group in zip(*per_member):
-            self.params += [torch.stack([m.weight.detach() for m in group]).requires_grad_(),
+            self.params += [torch.stack([m.weight.detach().T for m in group]).contiguous().requires_grad_(),
                             torch.stack([m.bias.detach() for m in group]).requires_grad_()]
         self.n_encoder = len(linears(nets[0].encoder))
 
@@ -124,7 +127,7 @@ class Stack:
         for m, net in enumerate(self.nets):
             with torch.no_grad():
                 for i, layer in enumerate(linears(net)):
-                    layer.weight.copy_(self.params[2 * i][m])
+                    layer.weight.copy_(self.params[2 * i][m].T)
                     layer.bias.copy_(self.params[2 * i + 1][m])
             out.append(net)
         return out
@@ -191,15 +194,13 @@ def stack_validation(stack: Stack, x_val: torch.Tensor, condition_limit: float) 
     M = stack.params[0].shape[0]  # the members now in the stack
     with torch.no_grad():
         loads = task.loads(x_val)
+        n = len(x_val)
         x = x_val.expand(M, *x_val.shape)  # (M, n, N, 3): every member on the same targets
         x_hat, q = stack.forward(x, loads.expand(M, *loads.shape))
-        out = np.empty(M)
-        for m in range(M):
-            err = task.shape_error(x_val, x_hat[m]) / task.num_compared
-            if stack.model_name == "hybrid":
-                err = torch.where(task.admissible(q[m], condition_limit), err, torch.inf)
-            out[m] = float(torch.where(torch.isnan(err), torch.inf, err).median())
-    return out
+        err = task.shape_error(x.flatten(0, 1), x_hat.flatten(0, 1)).view(M, n) / task.num_compared
+        if stack.model_name == "hybrid":
+            err = torch.where(task.admissible(q.flatten(0, 1), condition_limit).view(M, n), err, torch.inf)
+        return torch.where(torch.isnan(err), torch.inf, err).median(1).values.double().numpy()
 
 
 def train(task: Task, model_name: str, *, seeds, lrs, steps, batch_size: int, clip_norm: float,
@@ -238,7 +239,10 @@ def train(task: Task, model_name: str, *, seeds, lrs, steps, batch_size: int, cl
         nets.append(task.build(model_name))
     stack = Stack(task, model_name, nets)
     M = len(seeds)
-    rngs = [np.random.default_rng([seed, 1 + ("shell", "tower").index(task.name)]) for seed in seeds]
+    # One target stream per distinct seed: members of the same seed (a full and a shorter run, or one seed at several
+    # rates) draw identical batches, so each batch is drawn (and its loads computed) once and shared.
+    distinct = sorted(set(seeds))
+    rngs = {seed: np.random.default_rng([seed, 1 + ("shell", "tower").index(task.name)]) for seed in distinct}
     opt = StackedAdam(stack.params, torch.tensor(lrs, dtype=torch.float64))
     kappa = residual_weight if model_name == "neural" else 0.0
     guard = guard and model_name == "hybrid"  # the fully neural model never solves with K
@@ -254,43 +258,49 @@ def train(task: Task, model_name: str, *, seeds, lrs, steps, batch_size: int, cl
     it = range(steps) if progress is None else progress(range(steps))
     for step in it:
         K = len(alive)
-        x = torch.as_tensor(np.stack([task.sample(rngs[m], batch_size, "id") for m in alive]), dtype=dtype)  # (K, B, N, 3)
+        # every member's batch from its seed's stream (the draws a run of its own makes), each distinct seed once
+        live = sorted({seeds[m] for m in alive})
+        x = torch.as_tensor(task.sample_stacked([rngs[s] for s in live], batch_size, "id"), dtype=dtype)  # (S, B, N, 3)
         loads = task.loads(x.flatten(0, 1)).view_as(x)
+        if len(live) < K:  # row k: member alive[k]'s seed
+            pick = torch.tensor([live.index(seeds[m]) for m in alive])
+            x, loads = x[pick], loads[pick]
         x_hat, q = stack.forward(x, loads)
-        losses, terms = zip(*(task.loss(x[k], x_hat[k], q[k], loads[k], kappa, regularize=model_name == "hybrid")
-                              for k in range(K)))
-        finite = torch.tensor([bool(torch.isfinite(v)) for v in losses])
+        losses, terms = task.stacked_loss(x, x_hat, q, loads, kappa, regularize=model_name == "hybrid")  # (K,) each
+        finite = torch.isfinite(losses.detach())
         skipped[alive] += (~finite).numpy()
         if finite.any():
             for p in stack.params:
                 p.grad = None
-            sum(v for v, ok in zip(losses, finite) if ok).backward()
+            losses[finite].sum().backward()  # members are independent: each gets its own loss's gradient
             if clip_norm:
                 clip_per_member(stack.params, clip_norm)
             if guard:
                 if inertia is None:  # each member's untrained branch: its most common inertia on the first batch
                     with torch.no_grad():
-                        inertia = torch.stack([torch.mode(spectrum_check(task.fdm, q[k, :GUARD_SHAPES].detach(),
-                                                                         condition_limit)[0]).values for k in range(K)])
+                        neg, _ = spectrum_check(task.fdm, q[:, :GUARD_SHAPES].detach().flatten(0, 1), condition_limit)
+                        inertia = torch.mode(neg.view(K, -1), dim=1).values  # (K,)
                 before = [p.detach().clone() for p in stack.params]
             opt.step(finite, torch.tensor([lr_scale(step, run_steps[m], schedule) for m in alive], dtype=torch.float64))
             if guard:
-                with torch.no_grad():
-                    q_new = stack.encode(x[:, :GUARD_SHAPES])
-                    bad = torch.zeros(K, dtype=torch.bool)
-                    for k in range(K):
-                        neg, ok = spectrum_check(task.fdm, q_new[k], condition_limit)
-                        bad[k] = bool((neg != inertia[k]).any() or not ok.all()) and bool(finite[k])
+                with torch.no_grad():  # one batch of eigendecompositions: every member's first shapes
+                    q_new = stack.encode(x[:, :GUARD_SHAPES])  # (K, G, E)
+                    neg, ok = spectrum_check(task.fdm, q_new.flatten(0, 1), condition_limit)
+                    neg, ok = neg.view(K, -1), ok.view(K, -1)
+                    bad = ((neg != inertia[:, None]).any(1) | ~ok.all(1)) & finite
                     if bad.any():
                         for p, old in zip(stack.params, before):
                             p[bad] = old[bad]
                         rejected[alive] += bad.numpy()
         marks = checkpoints.get(step, {})  # the members whose validation checkpoint this step is
         val = stack_validation(stack, x_val, condition_limit) if marks else None
+        logged = None  # the losses and terms as numbers, converted once for the step's rows
         for k, m in enumerate(alive):
             if (finite[k] and (step % log_every == 0 or step == run_steps[m] - 1)) or m in marks:
+                if logged is None:
+                    logged = {k_: v.detach().tolist() for k_, v in {"loss": losses, **terms}.items()}
                 rows.append({"member": m, "seed": seeds[m], "lr": lrs[m], "run_steps": run_steps[m], "step": step,
-                             "loss": losses[k].item(), **{k_: v.item() for k_, v in terms[k].items()},
+                             **{k_: v[k] for k_, v in logged.items()},
                              **({"fraction": marks[m], "validation_error": float(val[k])} if m in marks else {})})
         keep = [k for k, m in enumerate(alive) if run_steps[m] > step + 1]
         if keep and len(keep) < K:  # members whose run ended leave the stack (their weights are kept)
@@ -318,7 +328,7 @@ def train(task: Task, model_name: str, *, seeds, lrs, steps, batch_size: int, cl
     for m, net in enumerate(nets):  # every member's final weights into its own model
         with torch.no_grad():
             for i, layer in enumerate(linears(net)):
-                layer.weight.copy_(final[m][2 * i])
+                layer.weight.copy_(final[m][2 * i].T)
                 layer.bias.copy_(final[m][2 * i + 1])
         out.append(net)
     return out, history
