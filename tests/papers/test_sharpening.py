@@ -234,11 +234,16 @@ def test_offline_rl_draws_only_from_a_fixed_pool_of_base_samples(monkeypatch):
     to 0 over the run."""
     base = _random_chain(3, X=2, L=3, V=3)
     seen, lrs, used = [], [], []
-    real_sample, real_step, real_pg = tb.sample, tb.Adam.step, tb.policy_gradient
+    real_sample, real_step, real_pg = tb.sample, tb.Adam.step, tb.Reachable.policy_gradient
+    real_policy_sample = tb.Reachable.sample
     monkeypatch.setattr(tb, "sample", lambda logp, n, rng: seen.append((logp is base, n)) or real_sample(logp, n, rng))
+    # the policy samples through Reachable.sample (its table on the states pi_base reaches)
+    monkeypatch.setattr(tb.Reachable, "sample", lambda self, logp, n, rng: seen.append((False, n)) or
+                        real_policy_sample(self, logp, n, rng))
     monkeypatch.setattr(tb.Adam, "step", lambda self, theta, grad, lr=None: lrs.append(lr) or
                         real_step(self, theta, grad, lr))
-    monkeypatch.setattr(tb, "policy_gradient", lambda logits, b, y, beta: used.append(y) or real_pg(logits, b, y, beta))
+    monkeypatch.setattr(tb.Reachable, "policy_gradient", lambda self, logp, b, y, beta: used.append(y) or
+                        real_pg(self, logp, b, y, beta))
     kept, _ = tb.rl_sharpen(base, [8, 16], beta=0.5, samples_per_step=4, lr=0.1, rng=np.random.default_rng(0),
                             explore=False, decay=True)
     assert seen == [(True, 16)] and set(kept) == {8, 16}  # one pool of 16 base samples per prompt, nothing else
@@ -865,20 +870,18 @@ def test_pretraining_draws_fresh_initialisations_until_a_base_model_fits_the_law
 def test_length_curriculum_draws_short_prompts_first(tmp_path, monkeypatch):
     """pretrain.length_curriculum: over its first steps the batches' longest prompt grows 2, 4, .. max_len in equal
     shares; afterwards (and with 0) any prompt length is drawn."""
-    from papers.common import gpt
-
     cfg = _small_cfg()
     cfg = {**cfg, "model": {"n_layer": 1, "n_head": 1, "n_embd": 8},
            "pretrain": {**cfg["pretrain"], "seeds": 1, "steps": 12, "length_curriculum": 8, "fit_draws": 1,
                         "fit_gap_max": 10.0, "max_inits": 1}}
-    longest, real = [], gpt.token_logprobs
+    longest, real = [], lm.tail_logprobs
 
-    def spy(model, seq):
+    def spy(model, seq, start):
         if model.training:  # the pretraining batches (the gate evaluates in eval mode)
             longest.append(int((seq[:, :cfg["task"]["max_len"]] != task.PAD).sum(1).max()))
-        return real(model, seq)
+        return real(model, seq, start)
 
-    monkeypatch.setattr(gpt, "token_logprobs", spy)
+    monkeypatch.setattr(lm, "tail_logprobs", spy)
     stages.prepare(cfg=cfg, corpus=tmp_path / "c.parquet", prompts=tmp_path / "p.parquet")
     stages.pretrain(cfg=cfg, corpus=tmp_path / "c.parquet", prompts=tmp_path / "p.parquet",
                     checkpoint=tmp_path / "base.pt", history=tmp_path / "h.parquet", fit=tmp_path / "fit.parquet")
@@ -971,3 +974,131 @@ def test_the_sample_limited_premise_is_configured_between_its_limits():
         parse({**cfg, "tabular": {**cfg["tabular"], "premise_samples_per_step": 6}})
     with pytest.raises(ValueError, match="sample_limited_ratio"):
         parse({**cfg, "claims": {**cfg["claims"], "sample_limited_ratio": 4.0}})
+
+
+# ---- the fast paths against the straightforward computations (the speed-ups change no draw and no number) -----
+def _rl_sharpen_direct(logp_base, budgets, *, beta, samples_per_step, lr, rng, explore=True, decay=False):
+    """tabular.rl_sharpen written plainly (the version before the speed-ups): the policy normalised again for the
+    gradient, the pool scored entry by entry, scipy's logsumexp, the comparison count and a plain Adam."""
+    from scipy.special import logsumexp
+
+    logits, kept = logp_base.copy(), {}
+    m, v = np.zeros(logits.shape), np.zeros(logits.shape)
+    steps = max(budgets) // samples_per_step
+    if not explore:
+        pool = tb.sample(logp_base, steps * samples_per_step, rng)
+        pool_logb = tb.seq_logprob(logp_base, pool)
+    for step in range(steps + 1):
+        spent = step * samples_per_step
+        if spent in budgets:
+            kept[spent] = tb.normalise(logits)
+        if step == steps:
+            break
+        logp = tb.normalise(logits)
+        if explore:
+            y = tb.sample(logp, samples_per_step, rng)
+        else:
+            support = pool[:, :spent + samples_per_step]
+            log_w = tb.seq_logprob(logp, support) - pool_logb[:, :support.shape[1]]
+            cdf = np.cumsum(np.exp(log_w - logsumexp(log_w, axis=1, keepdims=True)), axis=1)
+            j = np.minimum((rng.random((len(pool), samples_per_step, 1)) > cdf[:, None, :]).sum(-1),
+                           support.shape[1] - 1)
+            y = support[np.arange(len(pool))[:, None], j]
+        grad = tb.policy_gradient(logits, logp_base, y, beta)
+        m = 0.9 * m + (1 - 0.9) * grad
+        v = 0.999 * v + (1 - 0.999) * grad ** 2
+        m_hat, v_hat = m / (1 - 0.9 ** (step + 1)), v / (1 - 0.999 ** (step + 1))
+        logits = logits + (lr * (1 - step / steps) if decay else lr) * m_hat / (np.sqrt(v_hat) + 1e-8)
+    return kept
+
+
+@pytest.mark.parametrize("explore, structure, decay", [(True, "absorbing", False), (False, "absorbing", False),
+                                                       (False, "compositional", True), (True, "atomic", True)])
+def test_tabular_rl_equals_its_plain_version_bit_for_bit(explore, structure, decay):
+    """The offline pool scored once per distinct sequence, scipy's logsumexp by its own arithmetic, the binary
+    search, the policy normalised once per step and the in-place Adam: the same kept policies, exactly."""
+    base, _, _ = tb.make_pair_chain(np.random.default_rng(3), 6, 3, 8, [0.3, 0.7], atomic=structure == "atomic",
+                                    absorbing=structure == "absorbing")
+    budgets = [4, 8, 96, 160]  # the support passes 64 columns: both branches of count_below
+    kw = dict(beta=0.1, samples_per_step=4, lr=0.1, explore=explore, decay=decay)
+    fast, _ = tb.rl_sharpen(base, budgets, rng=np.random.default_rng(1), **kw)
+    plain = _rl_sharpen_direct(base, budgets, rng=np.random.default_rng(1), **kw)
+    assert set(fast) == set(plain) == set(budgets)
+    for b in budgets:
+        np.testing.assert_array_equal(fast[b], plain[b])
+
+
+def test_tabular_fast_helpers_equal_their_direct_expressions():
+    from scipy.special import logsumexp
+
+    rng = np.random.default_rng(0)
+    base = _random_chain(1, X=5, L=4, V=3, concentration=0.3)
+    pool = tb.sample(base, 300, rng)
+    scorer = tb.PoolScorer(pool, 3)
+    assert scorer.flat.shape[0] < 5 * 300  # the pool repeats sequences: fewer distinct ones are scored
+    policy = _random_chain(2, X=5, L=4, V=3)
+    for S in [1, 7, 64, 300]:
+        np.testing.assert_array_equal(scorer.seq_logprob(policy, S), tb.seq_logprob(policy, pool[:, :S]))
+    chain = tb.make_pair_chain(np.random.default_rng(2), 4, 2, 6, [0.3, 0.7], absorbing=True)[0]
+    states = tb.Reachable(chain)
+    assert 0 < len(states.rows) < chain[..., 0].size  # absorbing decoys: some states are never reached
+    logits = chain + rng.normal(size=chain.shape)  # finite where the chain is, -inf where it is
+    y = tb.sample(chain, 5, rng)
+    full = tb.policy_gradient(logits, chain, y, 0.1)
+    np.testing.assert_array_equal(states.policy_gradient(states.rows_of(tb.normalise(logits)), chain, y, 0.1),
+                                  states.rows_of(full))
+    assert not np.delete(full.reshape(-1, 6), states.rows, axis=0).any()  # no gradient off the reachable rows
+    np.testing.assert_array_equal(states.table(states.rows_of(tb.normalise(chain))), tb.normalise(chain))
+    a = rng.normal(size=(6, 200)) * 5
+    a[0, :3] = a[0].max() + 1  # ties at the maximum
+    np.testing.assert_array_equal(tb.logsumexp_rows(a), logsumexp(a, axis=1, keepdims=True))
+    cdf = np.cumsum(rng.random((6, 200)), axis=1)
+    cdf /= cdf[:, -1:]
+    u = np.concatenate([rng.random((6, 5)), cdf[:, [10, 50]]], axis=1)  # values on the cdf itself: ties
+    np.testing.assert_array_equal(tb.count_below(cdf, u), (u[:, :, None] > cdf[:, None, :]).sum(-1))
+
+
+def test_lm_sampling_with_shared_prompts_draws_what_generate_draws():
+    """One prompt run per batch, its cache shared by its copies: the same tokens as gpt.generate on the repeated
+    prompts, batch by batch (also where a batch ends inside a prompt's copies)."""
+    model = _tiny_gpt(3)
+    prompts = torch.randint(0, 7, (5, 4))
+    for k, batch, greedy in [(4, 6, False), (3, 1024, False), (1, 2, True)]:
+        x = prompts.repeat_interleave(k, 0)
+        gen = torch.Generator().manual_seed(7)
+        direct = torch.cat([generate(model, x[i:i + batch], 3, greedy=greedy, generator=gen)[:, -3:]
+                            for i in range(0, len(x), batch)]).view(5, k, 3)
+        fast = lm.sample_answers(model, prompts, 3, k, torch.Generator().manual_seed(7), batch=batch, greedy=greedy)
+        assert torch.equal(fast, direct)
+
+
+def test_lm_shared_prompt_and_tail_logprobs_equal_teacher_forcing():
+    """answer_logprobs_shared (prompt run once per prompt) and tail_logprobs (the last block on the kept
+    positions only) against token_logprobs on the whole sequences: values and gradients."""
+    model = _tiny_gpt(4).train()
+    prompts, answers = torch.randint(0, 7, (3, 5)), torch.randint(0, 7, (3, 4, 3))
+    x, y = prompts.repeat_interleave(4, 0), answers.reshape(12, 3)
+    direct = token_logprobs(model, torch.cat([x, y], 1))[:, 4:]  # (12, 3)
+    torch.testing.assert_close(lm.answer_logprobs_shared(model, prompts, answers).view(12, 3), direct,
+                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(lm.self_reward_shared(model, prompts, answers, batch=5).view(12),
+                               direct.sum(-1).detach(), atol=1e-5, rtol=0)
+    seq = torch.randint(0, 7, (6, 12))
+    for start in [0, 4, 10]:
+        grads = []
+        for f in (lambda: token_logprobs(model, seq)[:, start:], lambda: lm.tail_logprobs(model, seq, start)):
+            model.zero_grad()
+            out = f()
+            (out * torch.linspace(0.1, 1, out.shape[1])).sum().backward()
+            grads.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
+        torch.testing.assert_close(grads[0][0], grads[1][0], atol=1e-5, rtol=0)
+        for g0, g1 in zip(grads[0][1], grads[1][1]):
+            torch.testing.assert_close(g0, g1, atol=1e-5, rtol=1e-4)
+    policy, base = _tiny_gpt(5).train(), _tiny_gpt(6)
+    loss = lm.rl_loss(policy, base, prompts, answers, 0.1)
+    logp = token_logprobs(policy, torch.cat([x, y], 1))[:, 4:]  # the loss written out on the repeated prompts
+    with torch.no_grad():
+        r = 1.1 * token_logprobs(base, torch.cat([x, y], 1))[:, 4:] - 0.1 * logp
+        g = r.flip(-1).cumsum(-1).flip(-1).view(3, 4, 3)
+        adv = (g - (g.sum(1, keepdim=True) - g) / 3).view(12, 3)
+    torch.testing.assert_close(loss, -(adv * logp).sum(-1).mean(), atol=1e-5, rtol=0)

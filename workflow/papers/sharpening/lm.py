@@ -13,14 +13,72 @@ import math
 import numpy as np
 import torch
 
-from papers.common.gpt import GPT, generate, token_logprobs
+import kernels
+from papers.common.gpt import GPT, token_logprobs
 
 
 # ---- the self-reward ---------------------------------------------------------------------------------
 def answer_logprobs(model: GPT, prompts: torch.Tensor, answers: torch.Tensor) -> torch.Tensor:
-    """log pi(y_t | x, y_<t) of each answer token, (B, n), for prompts (B, P) and answers (B, n)."""
-    P = prompts.shape[1]
-    return token_logprobs(model, torch.cat([prompts, answers], dim=1))[:, P - 1:]
+    """log pi(y_t | x, y_<t) of each answer token, (B, n), for prompts (B, P) and answers (B, n):
+    token_logprobs(model, [prompts, answers])[:, P - 1:], by :func:`tail_logprobs`."""
+    return tail_logprobs(model, torch.cat([prompts, answers], dim=1), prompts.shape[1] - 1)
+
+
+_CAUSAL_BIASES: dict = {}
+
+
+def _causal_bias(Tq: int, Tk: int) -> torch.Tensor:
+    """kernels.attention's bottom-right aligned causal mask (query i sees keys j <= i + Tk - Tq) as an additive bias
+    (0 or -inf), (Tq, Tk): the same attention, which kernels.attention runs by PyTorch's fused CPU attention
+    where Tq < Tk (its `causal` flag then takes the materialising reference)."""
+    if (Tq, Tk) not in _CAUSAL_BIASES:
+        seen = torch.ones(Tq, Tk, dtype=torch.bool).tril(diagonal=Tk - Tq)
+        _CAUSAL_BIASES[Tq, Tk] = torch.zeros(Tq, Tk).masked_fill(~seen, float("-inf"))
+    return _CAUSAL_BIASES[Tq, Tk]
+
+
+def _block(block, x: torch.Tensor, past=None, keep: int = 0):
+    """papers.common.gpt.Block.forward on x (B, T, C) (the block's own modules, in its order), continuing the
+    keys and values `past` of earlier positions when given, with outputs only for positions keep .. T - 1 (keys
+    and values from all): returns (x (B, T - keep, C), (k, v)). Attention is kernels.attention, causal, bottom-right
+    aligned; where queries and keys differ in number its mask is passed as a bias (:func:`_causal_bias`)."""
+    attn = block.attn
+    B, T, C = x.shape
+    H = attn.n_head
+    q, k, v = attn.c_attn(block.ln_1(x)).split(C, dim=2)
+    q, k, v = (z.view(B, T, H, C // H).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
+    if past is not None:
+        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+    if keep:
+        q, x = q[:, :, keep:], x[:, keep:]
+    Tq, Tk = q.shape[2], k.shape[2]
+    y = kernels.attention(q, k, v, causal=True) if Tq == Tk else kernels.attention(q, k, v, bias=_causal_bias(Tq, Tk))
+    x = x + attn.c_proj(y.transpose(1, 2).reshape(B, Tq, C))
+    return x + block.mlp(block.ln_2(x)), (k, v)
+
+
+def _forward(model: GPT, idx: torch.Tensor, start: int = 0, past=None, keep: int = 0):
+    """GPT.forward on tokens idx (B, T) at positions start .. start + T - 1 after the keys and values `past` (one
+    (k, v) per block) of positions 0 .. start - 1; the last block's outputs only for idx's positions keep ..
+    (a causal model: the outputs kept read no discarded one). Returns (logits (B, T - keep, V), [(k, v)] per block,
+    every position's)."""
+    B, T = idx.shape
+    assert start + T <= model.cfg.block_size, f"position {start + T} exceeds block_size {model.cfg.block_size}"
+    x = model.wte(idx) + model.wpe(torch.arange(start, start + T, device=idx.device))  # (B, T, C)
+    kvs, last = [], len(model.blocks) - 1
+    for i, block in enumerate(model.blocks):
+        x, kv = _block(block, x, None if past is None else past[i], keep if i == last else 0)
+        kvs.append(kv)
+    return model.lm_head(model.ln_f(x)), kvs
+
+
+def tail_logprobs(model: GPT, seq: torch.Tensor, start: int) -> torch.Tensor:
+    """``papers.common.gpt.token_logprobs(model, seq)[:, start:]`` (the log-probabilities of tokens start + 1 ..
+    T - 1, teacher-forced), without the last block's work on the positions before `start`, whose outputs that
+    slice discards (:func:`_forward` with keep = start). Equal to the direct slice up to float rounding
+    (tests/papers/test_sharpening.py checks values and gradients); pretraining's loss reads only the answer letters."""
+    logits, _ = _forward(model, seq[:, :-1], keep=start)  # (B, T - 1 - start, V)
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, seq[:, start + 1:, None]).squeeze(-1)
 
 
 @torch.no_grad()
@@ -30,14 +88,65 @@ def self_reward(model: GPT, prompts: torch.Tensor, answers: torch.Tensor, batch:
                       for i in range(0, len(prompts), batch)])
 
 
+# ---- several answers per prompt: the prompt is run once (its keys and values shared by its answers) ----------
+def _prompt_state(model: GPT, prompts: torch.Tensor, counts: torch.Tensor | int):
+    """Run the prompts (B, P) once: the next-token logits after each prompt and the blocks' key-value caches,
+    each repeated `counts` times (an int, or one count per prompt), for the answers that continue them."""
+    logits, kvs = _forward(model, prompts, keep=prompts.shape[1] - 1)  # (B, 1, V)
+    kvs = [(k.repeat_interleave(counts, 0), v.repeat_interleave(counts, 0)) for k, v in kvs]
+    return logits[:, -1].repeat_interleave(counts, 0), kvs
+
+
+def answer_logprobs_shared(model: GPT, prompts: torch.Tensor, answers: torch.Tensor) -> torch.Tensor:
+    """:func:`answer_logprobs` of k answers per prompt, prompts (B, P), answers (B, k, n) -> (B, k, n): the same
+    quantity (the same causal model, teacher-forced), with each prompt's positions computed once instead of k
+    times (equal up to float rounding; tests/papers/test_sharpening.py checks it against the direct one)."""
+    B, k, n = answers.shape
+    y = answers.reshape(B * k, n)
+    last, kvs = _prompt_state(model, prompts, k)
+    P = prompts.shape[1]
+    logits = last[:, None] if n == 1 else torch.cat([last[:, None], _forward(model, y[:, :-1], P, kvs)[0]], dim=1)
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, y[:, :, None]).squeeze(-1).view(B, k, n)
+
+
+@torch.no_grad()
+def self_reward_shared(model: GPT, prompts: torch.Tensor, answers: torch.Tensor, batch: int = 4096) -> torch.Tensor:
+    """r(y | x) of k answers per prompt, prompts (B, P), answers (B, k, n) -> (B, k), in batches of about `batch`
+    sequences (the prompt run once per prompt: :func:`answer_logprobs_shared`)."""
+    step = max(1, batch // answers.shape[1])
+    return torch.cat([answer_logprobs_shared(model, prompts[i:i + step], answers[i:i + step]).sum(-1)
+                      for i in range(0, len(prompts), step)])
+
+
 @torch.no_grad()
 def sample_answers(model: GPT, prompts: torch.Tensor, n: int, k: int, generator: torch.Generator,
                    batch: int = 1024, greedy: bool = False) -> torch.Tensor:
-    """k answers of n tokens per prompt, (B, k, n), drawn in batches of `batch` sequences."""
-    x = prompts.repeat_interleave(k, dim=0)  # (B k, P)
-    out = [generate(model, x[i:i + batch], n, greedy=greedy, generator=generator)[:, -n:]
-           for i in range(0, len(x), batch)]
-    return torch.cat(out).view(len(prompts), k, n)
+    """k answers of n tokens per prompt, (B, k, n), drawn in batches of `batch` sequences.
+
+    papers.common.gpt.generate on the prompts repeated k times, batch by batch, with each prompt of a batch run
+    once (its key-value cache shared by its copies): the same draws from the generator in the same order, on
+    the same distributions up to float rounding (tests/papers/test_sharpening.py checks it against generate)."""
+    B = len(prompts)
+    out = []
+    for r0 in range(0, B * k, batch):
+        r1 = min(B * k, r0 + batch)  # rows r0 .. r1 - 1 of the repeated prompts
+        first, last = r0 // k, (r1 - 1) // k
+        rows = torch.arange(r0, r1) // k
+        counts = torch.bincount(rows - first, minlength=last - first + 1)
+        logits, kvs = _prompt_state(model, prompts[first:last + 1], counts)
+        new = []
+        for t in range(n):
+            if t:  # the token drawn last, at position P + t - 1, continues the cache
+                logits, kvs = _forward(model, new[-1], prompts.shape[1] + t - 1, kvs)
+                logits = logits[:, -1]
+            logits = logits.float()
+            if greedy:
+                nxt = logits.argmax(-1, keepdim=True)
+            else:
+                nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)  # (rows, 1)
+            new.append(nxt)
+        out.append(torch.cat(new, dim=1))
+    return torch.cat(out).view(B, k, n)
 
 
 # ---- best-of-N ------------------------------------------------------------------------------------------
@@ -96,11 +205,9 @@ def rl_loss(policy: GPT, base: GPT, prompts: torch.Tensor, answers: torch.Tensor
     mean over the prompt's other samples. Minimising the returned loss ascends J.
     """
     B, k, n = answers.shape
-    x = prompts.repeat_interleave(k, dim=0)  # (B k, P)
-    y = answers.reshape(B * k, n)
-    logp = answer_logprobs(policy, x, y)  # (B k, n), with gradient
+    logp = answer_logprobs_shared(policy, prompts, answers).view(B * k, n)  # (B k, n), with gradient
     with torch.no_grad():
-        r = (1 + beta) * answer_logprobs(base, x, y) - beta * logp  # (B k, n)
+        r = (1 + beta) * answer_logprobs_shared(base, prompts, answers).view(B * k, n) - beta * logp  # (B k, n)
         g = r.flip(-1).cumsum(-1).flip(-1).view(B, k, n)  # reward-to-go
         adv = (g - (g.sum(1, keepdim=True) - g) / (k - 1)).view(B * k, n)
     return -(adv * logp).sum(-1).mean()
@@ -132,7 +239,7 @@ def rl_sharpen(base: GPT, prompts: torch.Tensor, n: int, budgets, *, beta: float
             raise ValueError(f"the pool holds {tuple(pool.shape[:2])} samples, need {len(prompts)} prompts x at "
                              f"least {max(budgets)} samples")
         M = pool.shape[1]
-        pool_logb = self_reward(base, prompts.repeat_interleave(M, 0), pool.reshape(-1, n)).view(-1, M)
+        pool_logb = self_reward_shared(base, prompts, pool)  # (B, M)
     for spent in range(k, max(budgets) + 1, k):
         perm = torch.randperm(len(prompts), generator=generator)
         for i in range(0, len(perm), prompts_per_step):
@@ -160,7 +267,7 @@ def pool_draw(policy: GPT, prompts: torch.Tensor, support: torch.Tensor, support
     drawn with probability proportional to pi(y_j | x) / pi_base(y_j | x). An answer that appears c times in the pool is drawn with probability proportional
     to c pi / pi_base, about S pi(y): the policy renormalised on the answers the pool holds (none other can be drawn)."""
     B, S, n = support.shape
-    log_w = self_reward(policy, prompts.repeat_interleave(S, 0), support.reshape(B * S, n)).view(B, S) - support_logb
+    log_w = self_reward_shared(policy, prompts, support) - support_logb  # (B, S)
     j = torch.multinomial(torch.softmax(log_w, 1), k, replacement=True, generator=generator)  # (B, k)
     return support[torch.arange(B)[:, None], j]
 
@@ -192,7 +299,7 @@ def best_of_n_curve(base: GPT, prompts: torch.Tensor, correct: torch.Tensor, siz
     B, n = correct.shape
     M = max(sizes)
     pool = sample_answers(base, prompts, n, M, generator)  # (B, M, n)
-    r = self_reward(base, prompts.repeat_interleave(M, 0), pool.view(-1, n)).view(B, M).numpy()
+    r = self_reward_shared(base, prompts, pool).numpy()  # (B, M)
     ok = (pool == correct[:, None, :]).all(-1).numpy()
     perm = np.random.default_rng(shuffle_seed).permuted(np.tile(np.arange(M), (B, 1)), axis=1)
     r_shuffled = np.take_along_axis(r, perm, axis=1)
@@ -212,7 +319,7 @@ def evaluate(model: GPT, base: GPT, prompts: torch.Tensor, correct: torch.Tensor
     p_correct = self_reward(model, prompts, correct).exp()
     greedy = sample_answers(model, prompts, n, 1, generator, greedy=True)[:, 0]
     y = sample_answers(model, prompts, n, samples, generator)  # (B, s, n)
-    r_base = self_reward(base, prompts.repeat_interleave(samples, 0), y.view(-1, n))
+    r_base = self_reward_shared(base, prompts, y)  # (B, s)
     return {"sample_accuracy": float(p_correct.mean()),
             "greedy_accuracy": float((greedy == correct).all(1).float().mean()),
             "log_pi_base": float(r_base.mean())}

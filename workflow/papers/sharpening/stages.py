@@ -252,7 +252,7 @@ def pretrain(*, cfg, corpus, prompts, checkpoint, history, fit):
     the validation prompts and of the kept one on the test prompts (the premise the report gates the claims on)."""
     import torch
 
-    from papers.common.gpt import GPT, GPTConfig, token_logprobs
+    from papers.common.gpt import GPT, GPTConfig
     from papers.sharpening import lm
 
     p = parse(cfg)
@@ -281,7 +281,8 @@ def pretrain(*, cfg, corpus, prompts, checkpoint, history, fit):
             # the first initialisation is the base model's own seed (as before the gate); later ones are fresh draws
             torch.manual_seed(_seed(p.seed, seed) if init == 0 else _seed(p.seed, seed, 100 + init))
             model = GPT(cfg_model)
-            opt = torch.optim.AdamW(model.parameters(), lr=pp.lr, weight_decay=0.0)
+            # foreach: the same update, one call per step for all parameters (bit for bit equal on the CPU)
+            opt = torch.optim.AdamW(model.parameters(), lr=pp.lr, weight_decay=0.0, foreach=True)
             gen = torch.Generator().manual_seed(_seed(p.seed, seed, 1) if init == 0 else _seed(p.seed, seed, 200 + init))
             run = []
             for step in progress(range(pp.steps), desc=f"pretrain seed {seed}, initialisation {init}"):
@@ -293,7 +294,9 @@ def pretrain(*, cfg, corpus, prompts, checkpoint, history, fit):
                     idx = pool[torch.randint(len(pool), (pp.batch_size,), generator=gen)]
                 else:
                     idx = torch.randint(len(seq), (pp.batch_size,), generator=gen)
-                logp = token_logprobs(model, seq[idx])[:, tk.max_len:]  # (B, max_len) answer letters
+                # (B, max_len) answer letters: token_logprobs(model, seq[idx])[:, max_len:], without the last
+                # block's work on the prompt positions, which that slice discards (lm.tail_logprobs)
+                logp = lm.tail_logprobs(model, seq[idx], tk.max_len)
                 loss = -(logp * mask[idx]).sum() / mask[idx].sum()
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -348,7 +351,7 @@ def sharpen(*, cfg, method, checkpoint, prompts, results):
             if method == "sft":
                 M = max(sp.budgets)  # one pool per prompt; budget m uses its first m samples
                 pool = lm.sample_answers(base, x_train, n, M, gen)  # (B, M, n)
-                reward = lm.self_reward(base, x_train.repeat_interleave(M, 0), pool.view(-1, n)).view(-1, M)
+                reward = lm.self_reward_shared(base, x_train, pool)  # (B, M)
                 fits = [(budget, lm.winners(reward[:, :budget], pool[:, :budget]), "sft") for budget in sp.budgets]
                 if variant == "high_coverage":  # the pool's first sample is one unselected draw of pi_base
                     fits.append((1, pool[:, 0], "sft_unselected"))

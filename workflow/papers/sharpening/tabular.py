@@ -92,8 +92,8 @@ def make_pair_chain(rng: np.random.Generator, prompts: int, pairs: int, vocab: i
 
 def normalise(logits: np.ndarray) -> np.ndarray:
     """Log-softmax over the last axis: any real table becomes a model."""
-    m = logits.max(-1, keepdims=True)
-    return logits - m - np.log(np.exp(logits - m).sum(-1, keepdims=True))
+    z = logits - logits.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
 
 
 # ---- sampling and scoring ------------------------------------------------------------------------
@@ -304,11 +304,22 @@ class Adam:
         self.m, self.v, self.k = np.zeros(shape), np.zeros(shape), 0
 
     def step(self, theta: np.ndarray, grad: np.ndarray, lr: float | None = None) -> np.ndarray:
+        # m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2, theta + lr m_hat / (sqrt(v_hat) + eps), in place (the same
+        # operations in the same order as the plain expressions, so the same numbers, with fewer temporaries)
         self.k += 1
-        self.m = self.b1 * self.m + (1 - self.b1) * grad
-        self.v = self.b2 * self.v + (1 - self.b2) * grad ** 2
-        m_hat, v_hat = self.m / (1 - self.b1 ** self.k), self.v / (1 - self.b2 ** self.k)
-        return theta + (self.lr if lr is None else lr) * m_hat / (np.sqrt(v_hat) + self.eps)
+        self.m *= self.b1
+        self.m += (1 - self.b1) * grad
+        g2 = np.square(grad)
+        g2 *= 1 - self.b2
+        self.v *= self.b2
+        self.v += g2
+        denom = np.divide(self.v, 1 - self.b2 ** self.k, out=g2)
+        np.sqrt(denom, out=denom)
+        denom += self.eps
+        step = self.m / (1 - self.b1 ** self.k)
+        step *= self.lr if lr is None else lr
+        step /= denom
+        return theta + step
 
 
 def policy_gradient(logits: np.ndarray, logp_base: np.ndarray, y: np.ndarray, beta: float) -> np.ndarray:
@@ -319,6 +330,7 @@ def policy_gradient(logits: np.ndarray, logp_base: np.ndarray, y: np.ndarray, be
     (the self-reward and the KL term are both sums over tokens; the score-function term of log pi has mean
     zero). Each token's score is weighted by its reward-to-go G_t = sum_{s >= t} r_s minus the leave-one-out
     mean of G_t over the prompt's other samples (a baseline that keeps the estimate unbiased).
+    (rl_sharpen runs the same arithmetic on the reachable states only: :meth:`Reachable.policy_gradient`.)
     """
     logp = normalise(logits)
     X, k, L = y.shape
@@ -357,7 +369,12 @@ def rl_sharpen(logp_base: np.ndarray, budgets, *, beta: float, samples_per_step:
     ({budget: logp}, trace), the trace holding (samples per prompt, mean KL(pi || pi*_beta)) every
     `record_every` steps when logp_star is given.
     """
-    logits = logp_base.copy()
+    # The policy is kept only on the states pi_base can reach (Reachable): elsewhere no sample ever goes, the
+    # gradient is exactly 0 and Adam leaves the logits as they are, so those rows stay pi_base's; each step's
+    # arithmetic is the plain one on the reachable rows, the same numbers (the tests compare bit for bit).
+    states = Reachable(logp_base)
+    V = logp_base.shape[-1]
+    logits = states.rows_of(logp_base)  # (R, V)
     opt = Adam(logits.shape, lr)
     kept, trace = {}, []
     steps = max(budgets) // samples_per_step
@@ -365,30 +382,147 @@ def rl_sharpen(logp_base: np.ndarray, budgets, *, beta: float, samples_per_step:
         pool = sample(logp_base, steps * samples_per_step, rng)  # (X, M, L)
         pool_logb = seq_logprob(logp_base, pool)  # (X, M)
         xs = np.arange(len(pool))[:, None]
-        X, M, L = pool.shape
-        prev = np.concatenate([np.full((X, M, 1), START), pool[:, :, :-1]], axis=2)
-        # flat index of each pool token's entry in a (X, L, V, V) table: one gather scores the pool under a policy
-        flat = ((np.arange(X)[:, None, None] * L + np.arange(L)) * logp_base.shape[-1] + prev) * logp_base.shape[-1] \
-            + pool
+        scorer = PoolScorer(pool, V, states.rowmap)
     for step in range(steps + 1):
         spent = step * samples_per_step
+        logp = normalise(logits)  # once per step: the kept policy, the sampler and the gradient share it
         if spent in budgets:
-            kept[spent] = normalise(logits)
+            kept[spent] = states.table(logp)
         if logp_star is not None and record_every and (step % record_every == 0 or step == steps):
-            trace.append((spent, float(kl(normalise(logits), logp_star).mean())))
+            trace.append((spent, float(kl(states.table(logp), logp_star).mean())))
         if step == steps:
             break
-        logp = normalise(logits)
         if explore:
-            y = sample(logp, samples_per_step, rng)
+            y = states.sample(logp, samples_per_step, rng)
         else:  # the policy renormalised on the pool's first spent + k samples (importance resampling)
-            support = pool[:, :spent + samples_per_step]
-            S = support.shape[1]
-            log_w = logp.ravel()[flat[:, :S]].sum(-1) - pool_logb[:, :S]  # (X, S): log pi / pi_base of the pool
-            cdf = np.cumsum(np.exp(log_w - logsumexp(log_w, axis=1, keepdims=True)), axis=1)
-            j = np.minimum((rng.random((len(pool), samples_per_step, 1)) > cdf[:, None, :]).sum(-1),
-                           support.shape[1] - 1)  # (X, k)
+            S = spent + samples_per_step
+            support = pool[:, :S]
+            log_w = scorer.seq_logprob(logp, S) - pool_logb[:, :S]  # (X, S): log pi / pi_base of the pool
+            cdf = np.cumsum(np.exp(log_w - logsumexp_rows(log_w)), axis=1)
+            j = np.minimum(count_below(cdf, rng.random((len(pool), samples_per_step))), S - 1)  # (X, k)
             y = support[xs, j]
-        logits = opt.step(logits, policy_gradient(logits, logp_base, y, beta),
+        logits = opt.step(logits, states.policy_gradient(logp, logp_base, y, beta),
                           lr=lr * (1 - step / steps) if decay else None)
     return kept, trace
+
+
+class Reachable:
+    """The states (x, t, previous token) a chain reaches with positive probability, as rows of its table: the
+    policy of :func:`rl_sharpen` lives on these rows, (R, V), and the other rows keep the base model's conditionals.
+
+    ``rowmap`` maps each state's flat index (x L + t) V + a to its row, -1 where unreachable. :meth:`sample` and
+    :meth:`policy_gradient` are :func:`sample` and :func:`policy_gradient` on the reachable rows (the same
+    arithmetic, row by row and slot by slot), :meth:`table` the whole table of a policy given on them.
+    """
+
+    def __init__(self, logp_base: np.ndarray):
+        X, L, V, _ = logp_base.shape
+        self.shape = logp_base.shape
+        reach = (state_marginals(logp_base) > 0).ravel()  # (X L V,)
+        self.rows = np.flatnonzero(reach)
+        self.rowmap = np.full(reach.size, -1)
+        self.rowmap[self.rows] = np.arange(len(self.rows))
+        self.base = normalise(logp_base).reshape(-1, V)  # the rows no sample reaches keep these
+
+    def rows_of(self, table: np.ndarray) -> np.ndarray:
+        return table.reshape(-1, self.shape[-1])[self.rows].copy()
+
+    def table(self, rows: np.ndarray) -> np.ndarray:
+        out = self.base.copy()
+        out[self.rows] = rows
+        return out.reshape(self.shape)
+
+    def _row(self, xs, t, prev) -> np.ndarray:
+        X, L, V, _ = self.shape
+        return self.rowmap[(xs * L + t) * V + prev]
+
+    def sample(self, logp: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+        """:func:`sample` from the policy whose reachable rows are logp (R, V): (X, n, L)."""
+        X, L, V, _ = self.shape
+        cdf = np.cumsum(np.exp(logp), axis=-1)  # (R, V)
+        y = np.empty((X, n, L), dtype=np.int64)
+        prev = np.full((X, n), START)
+        u = rng.random((X, n, L))
+        xs = np.arange(X)[:, None]
+        for t in range(L):
+            c = cdf[self._row(xs, t, prev)]  # (X, n, V)
+            y[:, :, t] = np.minimum((u[:, :, t, None] > c).sum(-1), V - 1)
+            prev = y[:, :, t]
+        return y
+
+    def policy_gradient(self, logp: np.ndarray, logp_base: np.ndarray, y: np.ndarray, beta: float) -> np.ndarray:
+        """:func:`policy_gradient` on the reachable rows, logp (R, V) the policy's: (R, V)."""
+        X, k, L = y.shape
+        V = self.shape[-1]
+        prev = np.concatenate([np.full((X, k, 1), START), y[:, :, :-1]], axis=2)
+        xs, ts = np.arange(X)[:, None, None], np.arange(L)[None, None, :]
+        row = self._row(xs, ts, prev)  # (X, k, L) the visited states' rows
+        r = (1 + beta) * token_logprobs(logp_base, y) - beta * logp.ravel()[row * V + y]  # (X, k, L)
+        g = np.cumsum(r[:, :, ::-1], axis=2)[:, :, ::-1]  # reward-to-go (X, k, L)
+        adv = g - (g.sum(1, keepdims=True) - g) / (k - 1)  # leave-one-out baseline
+        pi = np.exp(logp[row])  # (X, k, L, V) policy at each visited state
+        score = -pi * adv[..., None]  # d log pi(y_t | s_t) / d logits = onehot(y_t) - pi(. | s_t)
+        score[xs, np.arange(k)[None, :, None], ts, y] += adv
+        flat = (row[..., None] * V + np.arange(V)).ravel()  # one slot per (state, token)
+        return np.bincount(flat, weights=(score / k).ravel(), minlength=logp.size).reshape(logp.shape)
+
+
+# ---- the offline arm's per-step arithmetic, made cheap (the same numbers as the direct expressions) ------------
+class PoolScorer:
+    """log pi(y | x) of a fixed pool's first S entries per prompt under any chain, scoring each distinct
+    (prompt, sequence) of the pool once.
+
+    The direct expression gathers the (X, S, L) token log-probabilities and sums over L; the pool repeats
+    sequences (a peaked base model), so here the distinct ones are ordered by their first column in the pool, the
+    first n_S of them are those among the first S columns, and each entry reads its sequence's sum. The sums run
+    over the same L values in the same order: the result equals ``seq_logprob(logp, pool[:, :S])`` exactly
+    (tests/papers/test_sharpening.py checks it bit for bit).
+    """
+
+    def __init__(self, pool: np.ndarray, vocab: int, rowmap: np.ndarray | None = None):
+        X, M, L = pool.shape
+        self.shape = pool.shape
+        if X * vocab ** L >= 2 ** 62:
+            raise ValueError(f"PoolScorer: {X} prompts of {L} tokens over {vocab} overflow an int64 key")
+        # one integer per (prompt, sequence): the prompt, then the tokens as digits base vocab
+        key = np.repeat(np.arange(X, dtype=np.int64), M) * vocab ** L + pool.reshape(X * M, L) @ (
+            vocab ** np.arange(L, dtype=np.int64))
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        col, xr = first % M, first // M  # where each distinct (prompt, sequence) first occurs
+        order = np.lexsort((xr, col))  # by first column: those of the first S columns come first
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        self.entry = rank[inverse.ravel()].reshape(X, M)  # (X, M): each pool entry's distinct sequence
+        self.first_col = col[order]  # nondecreasing
+        seqs = pool.reshape(X * M, L)[first[order]]  # (U, L)
+        prev = np.concatenate([np.full((len(seqs), 1), START), seqs[:, :-1]], axis=1)
+        state = (xr[order][:, None] * L + np.arange(L)) * vocab + prev  # (U, L) the visited states
+        if rowmap is not None:  # the policy is given on reachable rows (Reachable), one row per state
+            state = rowmap[state]
+        self.flat = state * vocab + seqs  # (U, L) the entries of the policy's table each token reads
+
+    def seq_logprob(self, logp: np.ndarray, S: int) -> np.ndarray:
+        """log pi(y | x) of pool[:, :S] under the chain logp, (X, S)."""
+        n = int(np.searchsorted(self.first_col, S, side="left"))  # the distinct sequences among the first S columns
+        score = logp.ravel()[self.flat[:n]].sum(-1)  # (n,)
+        return score[self.entry[:, :S]]
+
+
+def logsumexp_rows(a: np.ndarray) -> np.ndarray:
+    """scipy.special.logsumexp(a, axis=1, keepdims=True) for a real 2-d array with a finite maximum per row, by
+    scipy's own arithmetic (the maxima are counted out of the sum, log1p of the rest): the same numbers without
+    its per-call overhead (tests/papers/test_sharpening.py checks it bit for bit)."""
+    a_max = a.max(axis=1, keepdims=True)
+    at_max = a == a_max
+    m = at_max.sum(axis=1, keepdims=True, dtype=a.dtype)
+    s = np.exp(np.where(at_max, -np.inf, a) - a_max).sum(axis=1, keepdims=True, dtype=a.dtype)
+    s = np.where(s == 0, s, s / m)
+    return np.log1p(s) + np.log(m) + a_max
+
+
+def count_below(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """For each row x and each u[x, i], the number of entries of cdf[x] below u[x, i]: ``(u[..., None] >
+    cdf[:, None, :]).sum(-1)``, which for a nondecreasing cdf (a cumulative sum) is a left binary search."""
+    if cdf.shape[1] <= 64:
+        return (u[:, :, None] > cdf[:, None, :]).sum(-1)
+    return np.stack([np.searchsorted(c, r, side="left") for c, r in zip(cdf, u)])
