@@ -519,7 +519,7 @@ def _default_params(**over):
 def _claim_frames(p, hip_acc=1.0, random_acc=0.0, seeds=3, locality=0.3, planted_hip=1.0, hip_time=1.0,
                   prompts=20, planted_locality=0.3, cache_locality=0.2, planted_cache=0.2, decide_acc=None,
                   hit_slope=0.0, planted_slope=0.0, sa_slope=0.0, untrained_locality=0.0, bigram_gap=0.3,
-                  frozen_slope=0.0):
+                  frozen_slope=0.0, cold_slope=0.0):
     """Synthetic evaluate and cost outputs in the shape the report reads. Retrieval: `prompts` per seed and width,
     accuracies per method (HiP's `hip_acc` on the wide records, `decide_acc` (default `hip_acc`) at the deciding
     width; on the other narrow ones HiP is at random's); planted needle: HiP at `planted_hip`. Recall: HiP `locality` (`planted_locality`) above its shuffled-key recall on the model's (planted)
@@ -527,7 +527,9 @@ def _claim_frames(p, hip_acc=1.0, random_acc=0.0, seeds=3, locality=0.3, planted
     time ~ T^hip_time, dense and the control quadratic. Offload: HiP's hit rate on the model's (planted) keys
     `cache_locality` (`planted_cache`) above its hit rate on the shuffled keys, 0.5; random reads 0.3; HiP's own
     changes by `hit_slope` per doubling of T (0 at the smallest T), the planted decode's by `planted_slope`; the
-    shuffled keys' falls by 0.1 per doubling. These are the mask-estimation hit rates (the deciding column); the
+    shuffled keys' falls by 0.1 per doubling. These are the shares of the mask-estimation re-reads the log T cache
+    serves (the deciding column); the plain mask-estimation hit rate and the unlimited cache's (0.9 at the smallest T)
+    fall by `cold_slope` more per doubling (cold misses); the
     sparse-attention hit rate is 0.95 on every arm and changes by `sa_slope` per doubling. Recall rows of the untrained
     model (keys untrained / untrained_shuffled, layers 0 and 1) differ by `untrained_locality`. Text: the count bigram's
     NLL on the same windows is `bigram_gap` above the models' (dense) 2.0 (positive: the models learned the text), the
@@ -582,7 +584,9 @@ def _claim_frames(p, hip_acc=1.0, random_acc=0.0, seeds=3, locality=0.3, planted
                 trend = {"hip": hit_slope, "shuffled": -0.1, "shuffled2": -0.1,
                          "planted": planted_slope}.get(arm, frozen_slope if arm.endswith("_frozen") else 0.0) * doublings
                 dec.append({"seed": s, "window": 0, "layer": -1 if arm.startswith("planted") else 1, "T": T,
-                            "arm": arm, "mask_hit_rate": rate + trend + 0.01 * rng.random(),
+                            "arm": arm, "mask_capacity_share": rate + trend + 0.01 * rng.random(),
+                            "mask_hit_rate": rate + trend + cold_slope * doublings + 0.01 * rng.random(),
+                            "mask_unlimited_hit_rate": 0.9 + cold_slope * doublings,
                             "sa_hit_rate": 0.95 + sa_slope * doublings + 0.01 * rng.random(),
                             "hit_rate": rate + trend, "working_set_blocks": 10.0 * math.log2(T / p.offload.mask_k),
                             "capacity_blocks": 50, "sa_capacity_blocks": p.offload.mask_k // p.hip.block_k,
@@ -725,7 +729,8 @@ def test_offload_claim_is_decided_on_the_mask_estimation_hit_rate_not_the_sparse
     sa_falls = _claims(p, *_claim_frames(p, sa_slope=-2 * tol / span))[0]["d"]
     assert sa_falls.verdict == "holds"
     both = sa_falls.measured["hit rate per T by kind of read, Student t 95% over seeds"]
-    sa, mask = both["sparse attention (reported)"]["hip"], both["mask estimation (decides)"]["hip"]
+    sa = both["sparse attention (reported)"]["hip"]
+    mask = both["mask estimation, share of the re-reads served (decides)"]["hip"]
     T0, T1 = str(min(p.offload.lengths)), str(max(p.offload.lengths))
     assert sa[T0]["mean"] - sa[T1]["mean"] == pytest.approx(2 * tol, abs=0.02)
     assert sa[T1]["interval"][0] < sa[T1]["mean"] < sa[T1]["interval"][1]
@@ -733,6 +738,42 @@ def test_offload_claim_is_decided_on_the_mask_estimation_hit_rate_not_the_sparse
     # the reverse: the mask-estimation hit rate falls, the sparse attention's stays: does not hold
     mask_falls = _claims(p, *_claim_frames(p, hit_slope=-2 * tol / span))[0]["d"]
     assert mask_falls.verdict == "does not hold" and "mask-estimation" in mask_falls.evidence.name
+
+
+def test_lru_counts_the_hits_an_unlimited_cache_would_have():
+    c = off.LRU(2)
+    c.read([1, 2, 3, 1])  # 3 evicts 1, so 1 misses in the LRU; an unlimited cache has seen it: 1 hit there
+    assert (c.hits, c.misses, c.unlimited_hits) == (0, 4, 1)
+    c.read([3, 1])  # both in the LRU: 2 hits in each
+    assert (c.hits, c.unlimited_hits) == (2, 3)
+    split = off.SplitCache(mask_capacity=2, sa_capacity=1)
+    split.read("mask", [5, 6])  # the warm-up reads: the blocks stay seen after the counts are reset
+    split.reset_counts()
+    split.read("mask", [5, 7])
+    assert split.counts("mask") == (1, 1) and split.unlimited_hits("mask") == 1
+
+
+def test_decoding_reports_the_share_of_the_re_reads_the_log_cache_serves():
+    q, k = _randn(2, 400, 16), _randn(2, 400, 16, seed=1)
+    r = off.simulate_decode(q, k, 400, 32, 8, CFG, 2.0)
+    # an LRU hit is a hit of the unlimited cache, so the share lies in [0, 1] and the hit rate below the unlimited's
+    assert 0 <= r["mask_capacity_share"] <= 1 and r["mask_hit_rate"] <= r["mask_unlimited_hit_rate"] + 1e-12
+    assert r["mask_capacity_share"] == pytest.approx(r["mask_hit_rate"] / r["mask_unlimited_hit_rate"])
+    # a cache that holds every block of the context serves every re-read
+    big = off.simulate_decode(q, k, 400, 32, 8, CFG, 1e6)
+    assert big["mask_capacity_share"] == 1.0 and big["mask_hit_rate"] == pytest.approx(big["mask_unlimited_hit_rate"])
+
+
+def test_offload_claim_reads_cold_misses_as_no_fall_of_the_cache():
+    # the plain hit rate falls by twice the tolerance through cold misses (the unlimited cache's falls alike) while the
+    # log T cache serves the same share of the re-reads: holds (review hip_r12); the plain fall is reported
+    p = _default_params()
+    span = math.log2(max(p.offload.lengths) / min(p.offload.lengths))
+    tol = p.claims.hit_drop_tol
+    d = _claims(p, *_claim_frames(p, cold_slope=-2 * tol / span))[0]["d"]
+    assert d.verdict == "holds" and d.evidence.effect == pytest.approx(0.0, abs=0.02)
+    assert d.measured["mask_hit_rate_slope_per_doubling_of_T"]["hip"]["per_doubling"] == pytest.approx(-2 * tol / span,
+                                                                                                       abs=0.02)
 
 
 def test_locality_claim_reports_the_untrained_model_beside_it_and_does_not_decide_on_it():

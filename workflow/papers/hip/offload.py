@@ -102,14 +102,24 @@ def lru_capacity(T: int, cfg: HiPConfig, scale: float) -> int:
 
 
 class LRU:
-    """A least-recently-used set of key blocks with a capacity; counts hits and misses."""
+    """A least-recently-used set of key blocks with a capacity; counts hits and misses, and the hits an unlimited
+    cache fed the same reads would have (``unlimited_hits``: reads of a block read before, since the cache started).
+
+    Every hit of the LRU is a hit of the unlimited cache (a block in the LRU was read before), so ``hits /
+    unlimited_hits`` is the share of the re-reads the capacity serves: the misses it leaves are capacity misses,
+    where ``1 - unlimited_hits / reads`` are the cold misses no cache of any size avoids (review hip_r12: in a
+    64-step decode those are most of the fall of the hit rate with T)."""
 
     def __init__(self, capacity: int):
-        self.capacity, self.blocks = capacity, OrderedDict()
-        self.hits = self.misses = 0
+        self.capacity, self.blocks, self.seen = capacity, OrderedDict(), set()
+        self.hits = self.misses = self.unlimited_hits = 0
 
     def read(self, blocks) -> None:
         for b in blocks:
+            if b in self.seen:
+                self.unlimited_hits += 1
+            else:
+                self.seen.add(b)
             if b in self.blocks:
                 self.blocks.move_to_end(b)
                 self.hits += 1
@@ -137,13 +147,18 @@ class SplitCache:
         self.caches[kind].read(blocks)
 
     def reset_counts(self) -> None:
+        """Zero the counts (after the warm-up interval); the caches' contents, and the blocks seen, stay."""
         for c in self.caches.values():
-            c.hits = c.misses = 0
+            c.hits = c.misses = c.unlimited_hits = 0
 
     def counts(self, kind: str) -> tuple[int, int]:
         """(hits, misses) of the reads of `kind`."""
         c = self.caches[kind]
         return c.hits, c.misses
+
+    def unlimited_hits(self, kind: str) -> int:
+        """Hits an unlimited cache would have had on the reads of `kind` (:class:`LRU`)."""
+        return self.caches[kind].unlimited_hits
 
 
 def sa_capacity(cfg: HiPConfig) -> int:
@@ -208,7 +223,9 @@ def simulate_decode(q: torch.Tensor, k: torch.Tensor, T: int, steps: int, refres
     refresh) go to an LRU of :func:`lru_capacity` (T) blocks, the sparse-attention reads (the mask, every
     step) to an LRU of :func:`sa_capacity` blocks; sink and window blocks are resident and not counted. The
     first refresh interval warms the caches up and is not counted. Returns ``mask_hit_rate`` and
-    ``sa_hit_rate`` (each cache's hits over its reads), ``hit_rate`` (both pooled), the working set
+    ``sa_hit_rate`` (each cache's hits over its reads), ``hit_rate`` (both pooled), ``mask_unlimited_hit_rate`` (the
+    mask-estimation reads' hit rate in an unlimited cache) and ``mask_capacity_share`` (the log T LRU's mask-estimation
+    hits over the unlimited cache's: the share of the re-reads its capacity serves), the working set
     (distinct blocks read per refresh interval, mean over heads and intervals), the capacities, and the
     share of refreshes whose traced mask equals ``kernels.hip_select``'s (1.0: the trace is HiP's own
     search). With a ``generator``, each refresh draws random blocks instead (:func:`random_trace`, the control).
@@ -247,6 +264,12 @@ def simulate_decode(q: torch.Tensor, k: torch.Tensor, T: int, steps: int, refres
         hits, misses = (sum(c.counts(kind)[i] for c in caches) for i in (0, 1))
         out[f"{kind}_hit_rate"] = hits / (hits + misses) if hits + misses else float("nan")
         out[f"{kind}_reads"] = hits + misses
+    # the mask-estimation reads against an unlimited cache fed the same reads (review hip_r12): its hit rate (what no
+    # capacity can beat) and the share of its hits the log T LRU keeps (what decides (d): the capacity's part)
+    unlimited = sum(c.unlimited_hits("mask") for c in caches)
+    out["mask_unlimited_hit_rate"] = unlimited / out["mask_reads"] if out["mask_reads"] else float("nan")
+    out["mask_capacity_share"] = (sum(c.counts("mask")[0] for c in caches) / unlimited if unlimited
+                                  else float("nan"))
     hits = sum(c.counts(kd)[0] for c in caches for kd in READ_KINDS)
     total = out["mask_reads"] + out["sa_reads"]
     return {"hit_rate": hits / max(total, 1), **out, "working_set_blocks": sum(working) / max(len(working), 1),
