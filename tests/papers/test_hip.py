@@ -527,9 +527,9 @@ def _claim_frames(p, hip_acc=1.0, random_acc=0.0, seeds=3, locality=0.3, planted
     time ~ T^hip_time, dense and the control quadratic. Offload: HiP's hit rate on the model's (planted) keys
     `cache_locality` (`planted_cache`) above its hit rate on the shuffled keys, 0.5; random reads 0.3; HiP's own
     changes by `hit_slope` per doubling of T (0 at the smallest T), the planted decode's by `planted_slope`; the
-    shuffled keys' falls by 0.1 per doubling. These are the shares of the mask-estimation re-reads the log T cache
-    serves (the deciding column); the plain mask-estimation hit rate and the unlimited cache's (0.9 at the smallest T)
-    fall by `cold_slope` more per doubling (cold misses); the
+    shuffled keys' falls by 0.1 per doubling. These are the mask-estimation hit rates (the deciding column) and the
+    shares of the re-reads the log T cache serves (reported); the hit rate and the unlimited cache's (0.9 at the
+    smallest T) fall by `cold_slope` more per doubling (cold misses, which leave the share as it is); the
     sparse-attention hit rate is 0.95 on every arm and changes by `sa_slope` per doubling. Recall rows of the untrained
     model (keys untrained / untrained_shuffled, layers 0 and 1) differ by `untrained_locality`. Text: the count bigram's
     NLL on the same windows is `bigram_gap` above the models' (dense) 2.0 (positive: the models learned the text), the
@@ -584,8 +584,8 @@ def _claim_frames(p, hip_acc=1.0, random_acc=0.0, seeds=3, locality=0.3, planted
                 trend = {"hip": hit_slope, "shuffled": -0.1, "shuffled2": -0.1,
                          "planted": planted_slope}.get(arm, frozen_slope if arm.endswith("_frozen") else 0.0) * doublings
                 dec.append({"seed": s, "window": 0, "layer": -1 if arm.startswith("planted") else 1, "T": T,
-                            "arm": arm, "mask_capacity_share": rate + trend + 0.01 * rng.random(),
-                            "mask_hit_rate": rate + trend + cold_slope * doublings + 0.01 * rng.random(),
+                            "arm": arm, "mask_hit_rate": rate + trend + cold_slope * doublings + 0.01 * rng.random(),
+                            "mask_capacity_share": rate + trend + 0.01 * rng.random(),
                             "mask_unlimited_hit_rate": 0.9 + cold_slope * doublings,
                             "sa_hit_rate": 0.95 + sa_slope * doublings + 0.01 * rng.random(),
                             "hit_rate": rate + trend, "working_set_blocks": 10.0 * math.log2(T / p.offload.mask_k),
@@ -730,7 +730,7 @@ def test_offload_claim_is_decided_on_the_mask_estimation_hit_rate_not_the_sparse
     assert sa_falls.verdict == "holds"
     both = sa_falls.measured["hit rate per T by kind of read, Student t 95% over seeds"]
     sa = both["sparse attention (reported)"]["hip"]
-    mask = both["mask estimation, share of the re-reads served (decides)"]["hip"]
+    mask = both["mask estimation (decides)"]["hip"]
     T0, T1 = str(min(p.offload.lengths)), str(max(p.offload.lengths))
     assert sa[T0]["mean"] - sa[T1]["mean"] == pytest.approx(2 * tol, abs=0.02)
     assert sa[T1]["interval"][0] < sa[T1]["mean"] < sa[T1]["interval"][1]
@@ -764,16 +764,19 @@ def test_decoding_reports_the_share_of_the_re_reads_the_log_cache_serves():
     assert big["mask_capacity_share"] == 1.0 and big["mask_hit_rate"] == pytest.approx(big["mask_unlimited_hit_rate"])
 
 
-def test_offload_claim_reads_cold_misses_as_no_fall_of_the_cache():
-    # the plain hit rate falls by twice the tolerance through cold misses (the unlimited cache's falls alike) while the
-    # log T cache serves the same share of the re-reads: holds (review hip_r12); the plain fall is reported
+def test_offload_claim_decides_the_hit_rate_and_reports_the_share_of_re_reads_served():
+    # the hit rate falls by twice the tolerance through cold misses (the unlimited cache's falls alike) while the log T
+    # cache serves the same share of the re-reads: (d) decides the hit rate, which falls on every arm, the planted
+    # positive control's too (inconclusive, not "holds"); the share is reported, flat (review hip_r13 withdrew it as
+    # the deciding statistic: its shuffled-keys ablation met the criterion)
     p = _default_params()
     span = math.log2(max(p.offload.lengths) / min(p.offload.lengths))
     tol = p.claims.hit_drop_tol
     d = _claims(p, *_claim_frames(p, cold_slope=-2 * tol / span))[0]["d"]
-    assert d.verdict == "holds" and d.evidence.effect == pytest.approx(0.0, abs=0.02)
-    assert d.measured["mask_hit_rate_slope_per_doubling_of_T"]["hip"]["per_doubling"] == pytest.approx(-2 * tol / span,
-                                                                                                       abs=0.02)
+    assert d.verdict == "inconclusive" and d.positive_control.verdict == "does not hold"
+    assert d.evidence.verdict == "does not hold" and d.evidence.effect == pytest.approx(-2 * tol, abs=0.02)
+    share = d.measured["mask_capacity_share_slope_per_doubling_of_T"]["hip"]["per_doubling"]
+    assert share == pytest.approx(0.0, abs=0.02)
 
 
 def test_locality_claim_reports_the_untrained_model_beside_it_and_does_not_decide_on_it():
