@@ -836,3 +836,89 @@ def test_a_job_measures_its_own_cpu_time():
     for i in range(200000):
         x += i ** 0.5
     assert job_cpu_seconds() > before > 0
+
+
+@pytest.mark.parametrize("head", ["logeig_linear", "busemann_mlr"])
+def test_side_by_side_networks_equal_each_network_alone(head):
+    # SPDNetReplicas (issue 52's seventh-round speed pass) stacks R SPDNets: every replica's logits, and the gradient
+    # of the summed per-replica loss with respect to its parameters, must equal its network's alone.
+    import torch.nn.functional as F
+
+    rng = np.random.default_rng(3)
+    x = torch.as_tensor(np.stack([_spd(5, rng) for _ in range(12)]))
+    y = torch.as_tensor(np.arange(12) % 3)
+    nets = [L.SPDNet(5, 3, 3, torch.Generator().manual_seed(r), head=head,
+                     head_generator=torch.Generator().manual_seed(10 + r)) for r in range(3)]
+    side = L.SPDNetReplicas(nets)
+    logits = side(x)
+    assert logits.shape == (3, 12, 3)
+    F.cross_entropy(logits.transpose(1, 2), y.expand(3, -1), reduction="none").mean(-1).sum().backward()
+    names = ["weight"] + (["s", "r", "a"] if head == "busemann_mlr" else ["lin_w", "lin_b"])
+    for r, net in enumerate(nets):
+        alone = net(x)
+        torch.testing.assert_close(logits[r], alone, rtol=1e-10, atol=1e-12)
+        F.cross_entropy(alone, y).backward()
+        own = [net.bimap.weight] + ([net.head.dist.s, net.head.dist.r, net.head.dist.a] if head == "busemann_mlr"
+                                    else [net.head.weight, net.head.bias])
+        for name, q in zip(names, own):
+            torch.testing.assert_close(getattr(side, name).grad[r], q.grad, rtol=1e-8, atol=1e-12)
+
+
+def test_heads_side_by_side_give_the_rows_of_the_heads_one_by_one():
+    # The fast path of claim (b)'s heads (each head's initialisations and permuted-label control in one run) against
+    # the straightforward one (each run alone), on a small mixing-model subject: the same rows, values to rounding.
+    import pandas as pd
+
+    from papers.symspace import train as T
+
+    cfg = to_dict(Params())
+    cfg.update(train={**cfg["train"], "steps": 40, "eval_every": 10})
+    p = parse(cfg)
+    subject = D.eeg_like(parse({**cfg, "eeg": {**cfg["eeg"], "trials_per_class": 12}}).eeg, 7)[0]
+    x_tr = torch.as_tensor(subject["train"]["tokens"]).mean(1)
+    x_te = torch.as_tensor(subject["test"]["tokens"]).mean(1)
+    y_tr, y_te = (torch.as_tensor(subject[k]["labels"], dtype=torch.long) for k in ("train", "test"))
+    unmix = np.linalg.inv(subject["forward"])
+    rows = {b: pd.DataFrame(T.heads_task("eeg", 0, 7, x_tr, y_tr, x_te, y_te, p, 7, np.random.default_rng([7, 4]),
+                                         controls=True, inits=2, ceiling=True, unmixing=unmix, batched=b))
+            for b in (False, True)}
+    one, side = rows[False], rows[True]
+    assert len(one) == len(side) == 2 * (2 + 1 + 1) + 3
+    assert (one[["arm", "variant", "init"]].to_numpy() == side[["arm", "variant", "init"]].to_numpy()).all()
+    for col in ("val_acc", "test_acc", "half_test_acc", "late_gain"):
+        np.testing.assert_allclose(side[col].to_numpy(float), one[col].to_numpy(float), atol=1e-12, equal_nan=True)
+
+
+def test_head_replicates_run_on_the_offset_block(tmp_path):
+    # head_seed_offset: replicate i of claim (b)'s heads runs on the mixing model's seed offset + i (a fresh block),
+    # claim (e)'s positive control stays on seeds 0 .. planted_attention_seeds - 1.
+    cfg = to_dict(Params())
+    cfg.update(seeds=1, head_seeds=2, head_seed_offset=50,
+               eeg={**cfg["eeg"], "channels": 4, "classes": 2, "trials_per_class": 4, "windows": 2, "samples": 16},
+               tree={**cfg["tree"], "seeds": 1, "depth": 3, "label_depth": 1, "planted_seeds": 1},
+               spd_planted={**cfg["spd_planted"], "seeds": 0},
+               train={**cfg["train"], "steps": 8, "eval_every": 2, "head_inits": 1, "planted_attention_seeds": 1,
+                      "spread_attention_seeds": 0})
+    from papers.common.params import StageConfig, stage_section
+    from papers.symspace import params as P
+
+    cfg["train"]["attention_steps"] = 8
+
+    def as_rule(stage):  # the config as the stage's rule receives it (reading an undeclared parameter raises)
+        return StageConfig(cfg, stage_section(P, stage, cfg, "symspace"), f"symspace_{stage}")
+
+    data = tmp_path / "data.pkl"
+    D.prepare(cfg=as_rule("prepare"), data=str(data))
+    prepared = D.read_prepared(str(data))
+    assert sorted(prepared["eeg"]["eeg"]) == [0, 50, 51] and sorted(prepared["attention"]["eeg"]) == [0]
+    np.testing.assert_array_equal(prepared["eeg"]["eeg"][51][0]["train"]["tokens"],
+                                  D.eeg_like(parse(cfg).eeg, 51)[0]["train"]["tokens"])
+    from papers.common.io import read_parquet
+    from papers.symspace.stages import train
+
+    train(cfg=as_rule("train"), seed="0", data=str(data), accuracies=str(tmp_path / "acc.parquet"))
+    acc = read_parquet(str(tmp_path / "acc.parquet"))
+    heads = acc[acc.arm.str.startswith("spdnet_")]
+    assert sorted(heads.replicate.unique()) == [50, 51] and sorted(heads.seed.unique()) == [50, 51]
+    assert set(heads[heads.variant == "permuted_labels"].replicate) == {50}  # the controls: the first `seeds`
+    assert set(acc[acc.arm == "attention"].replicate) == {0}

@@ -35,8 +35,10 @@ def prepare(*, cfg, data):
         # Claim (e) on the same real EEG: the class information is the data's own.
         attention = dict(eeg)
     else:
-        n_eeg = max(p.seeds, p.head_seeds, p.train["planted_attention_seeds"])
-        eeg = {"eeg": {seed: eeg_like(p.eeg, seed) for seed in range(n_eeg)}}
+        # Claim (b)'s head replicates on seeds head_seed_offset .. + head_seeds - 1 (a block of its own: issue 52's
+        # seventh round drew a fresh one), claim (e)'s positive control on seeds 0 .. planted_attention_seeds - 1.
+        wanted = sorted({*head_seed_list(p), *range(p.train["planted_attention_seeds"])})
+        eeg = {"eeg": {seed: eeg_like(p.eeg, seed) for seed in wanted}}
         # Claim (e) is decided on the mixing model with the class's excess power spread over every window (a setting
         # not built for the attention), on the first spread_attention_seeds seeds (at most head_seeds); its positive
         # control on claim (b)'s EEG (the class event planted in one window: the attention finds it), on the first
@@ -50,6 +52,12 @@ def prepare(*, cfg, data):
     with open(data, "wb") as fh:
         pickle.dump(prepared, fh, protocol=pickle.HIGHEST_PROTOCOL)
     log.info("prepared the EEG (%s), attention (%s), %d trees", ", ".join(eeg), ", ".join(attention), p.tree["seeds"])
+
+
+def head_seed_list(p) -> list[int]:
+    """The mixing model's seeds of claim (b)'s head replicates, in replicate order: head_seed_offset + i for
+    i < head_seeds (replicate i is dealt to train job i mod seeds)."""
+    return [p.head_seed_offset + i for i in range(p.head_seeds)]
 
 
 def read_prepared(path: str) -> dict:

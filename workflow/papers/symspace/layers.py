@@ -154,6 +154,57 @@ class SPDNet(nn.Module):
         return self.head(self.log_eig(self.reeig(self.bimap(x))))
 
 
+class SPDNetReplicas(nn.Module):
+    """R independent :class:`SPDNet` of one head type side by side (speed only, no change of method): every
+    parameter gains a leading replica dimension, stacked from the given networks (so each replica starts from its
+    own network's initial weights), and the forward maps (N, n, n) inputs (shared by the replicas) or (R, N, n, n)
+    to (R, N, classes), replica r computing what ``nets[r]`` computes (one BiMap -> ReEig block, Huang & Van Gool
+    2017; LogEig + linear, or the Busemann MLR of Sec. 4.1). With the per-replica loss of papers.symspace.train.fit
+    each replica gets the gradient and Adam step it would get alone: claim (b)'s head initialisations and its
+    permuted-label control train in one full-batch run instead of one run each, and the LogEig head takes
+    log(ReEig(Z)) from one eigendecomposition of Z (ReEig keeps the eigenvectors: the Daleckii-Krein backward of the
+    composite equals the chained one). The floats round differently (batched products); tests/papers/test_symspace.py
+    checks the equality."""
+
+    def __init__(self, nets: list):
+        super().__init__()
+        kinds = {type(net.head).__name__ for net in nets}
+        if len(kinds) != 1:
+            raise ValueError(f"symspace: SPDNetReplicas needs one head type, got {sorted(kinds)}")
+        self.busemann = isinstance(nets[0].head, BusemannMLR)
+        self.reeig = ReEig(nets[0].reeig.eps)
+
+        def stack(get):
+            return nn.Parameter(torch.stack([get(net).detach().clone() for net in nets]))
+
+        self.weight = stack(lambda net: net.bimap.weight)  # (R, n, m)
+        if self.busemann:
+            dist = nets[0].head.dist
+            self.alpha, self.beta = dist.alpha, dist.beta
+            self.s, self.r = stack(lambda net: net.head.dist.s), stack(lambda net: net.head.dist.r)  # (R, K, m, m)
+            self.a = stack(lambda net: net.head.dist.a)  # (R, K, m)
+        else:
+            self.lin_w, self.lin_b = stack(lambda net: net.head.weight), stack(lambda net: net.head.bias)
+
+    def backbone(self, x):  # (N, n, n) or (R, N, n, n) -> (R, N, m, m): BiMap, ReEig
+        w, _ = torch.linalg.qr(self.weight)  # (R, n, m)
+        return self.reeig(w.transpose(-1, -2).unsqueeze(1) @ x @ w.unsqueeze(1))
+
+    def forward(self, x):  # -> (R, N, classes)
+        if not self.busemann:  # LogEig + linear; LogEig(ReEig(Z)) = V log(max(L, eps)) V^T from one eigh of Z
+            eps = self.reeig.eps
+            log_reeig = (lambda ev: ev.clamp_min(eps).log(), lambda ev: (ev > eps).to(ev.dtype) / ev.clamp_min(eps))
+            w, _ = torch.linalg.qr(self.weight)
+            z = geo.sym_funcm(w.transpose(-1, -2).unsqueeze(1) @ x @ w.unsqueeze(1), log_reeig)
+            return triu_vec(z) @ self.lin_w.transpose(-1, -2) + self.lin_b.unsqueeze(1)
+        z = self.backbone(x)
+        p_inv_sqrt = torch.linalg.matrix_exp(-sym(self.s) / 2).unsqueeze(1)  # (R, 1, K, m, m)
+        rot = orthogonal_param(self.r).unsqueeze(1)
+        y = geo.spd_to_base(z.unsqueeze(2), p_inv_sqrt, rot)  # (R, N, K, m, m)
+        h = torch.sort(self.a, dim=-1, descending=True).values.unsqueeze(1)  # (R, 1, K, m)
+        return geo.ab_inner(h, geo.log_diag_udu(sym(y)), self.alpha, self.beta)
+
+
 class BusemannMLR(nn.Module):
     """MLR on SPD(n) whose logits are the Busemann signed distances to one hyperplane per class (Sec. 4.1)."""
 

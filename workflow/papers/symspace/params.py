@@ -19,6 +19,8 @@ class Params:
 
     seeds: int = 6  # train jobs; replicates of claim (b)'s permuted-label controls
     head_seeds: int = 30  # replicates of claim (b)'s two heads (>= seeds), dealt to the train jobs in turn
+    # the mixing model's seed of claim (b)'s first head replicate (replicate i: seed head_seed_offset + i)
+    head_seed_offset: int = 0
     # EEG-like mixing model (issue 27, Data (1)); the paper uses BCIC-IV-2a (22 channels, 4 classes, 9 subjects).
     eeg: dict = field(default_factory=lambda: {
         "subjects": 1, "channels": 6, "classes": 4, "trials_per_class": 30, "windows": 4, "samples": 64,
@@ -117,10 +119,10 @@ def real_eeg(p) -> bool:
 
 # The parameters each stage reads (papers.common.params.for_stage enforces it).
 STAGE_PARAMS = {
-    "prepare": ("seeds", "head_seeds", "eeg", "eeg_datasets", "digits", "tree.seeds", "tree.branching", "tree.depth",
+    "prepare": ("seeds", "head_seeds", "head_seed_offset", "eeg", "eeg_datasets", "digits", "tree.seeds", "tree.branching", "tree.depth",
                 "tree.label_depth", "tree.edge_length", "tree.noise", "tree.root_shift", "tree.planted_classes",
                 "tree.planted_share", "train.planted_attention_seeds", "train.spread_attention_seeds"),
-    "train": ("seeds", "head_seeds", "digits", "spd_planted", "model", "train.planted_attention_seeds",
+    "train": ("seeds", "head_seeds", "head_seed_offset", "digits", "spd_planted", "model", "train.planted_attention_seeds",
               "train.spread_attention_seeds", "train.steps", "train.digits_step_factor", "train.head_inits",
               "train.attention_steps",
               "train.attention_subjects", "train.lr", "train.val_fraction", "train.eval_every"),

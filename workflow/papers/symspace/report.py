@@ -717,14 +717,17 @@ def _what_was_run(p, acc) -> str:
                "Busemann head's class; nothing fitted but the centring), on the same fitting trials and test session "
                "as the heads. ")
     return (
-        f"{p.head_seeds} seeds for claim (b)'s heads on EEG (each draws its own data and split; on each, both heads "
+        f"{p.head_seeds} seeds for claim (b)'s heads on EEG"
+        + ("" if real_eeg(p) else
+           f" (the mixing model's seeds {p.head_seed_offset} .. {p.head_seed_offset + p.head_seeds - 1})")
+        + " (each draws its own data and split; on each, both heads "
         f"from {tr['head_inits']} initialisations, averaged per seed; the permuted-label controls, one "
         f"initialisation, on the first {p.seeds}; the tangent-space logistic regression, its ceiling reference, on "
         f"every one), "
         + ("the seeds of each subject for claim (e)" if real_eeg(p) else
            f"the first {min(tr['spread_attention_seeds'], p.head_seeds)} seeds of the spread-window mixing model for "
-           f"claim (e) (its positive control, the window-event EEG, on the first {tr['planted_attention_seeds']} of "
-           "claim (b)'s seeds)")
+           f"claim (e) (its positive control, the window-event EEG, on the mixing model's seeds 0 .. "
+           f"{tr['planted_attention_seeds'] - 1})")
         + f", {t['seeds']} tree seeds for claim (d) (its positive control on the first {t['planted_seeds']}). " + eeg
         + (f"(1b) claim (b)'s positive control, on the first {min(p.spd_planted['seeds'], p.head_seeds)} seeds: "
            f"random SPD matrices (the EEG's size; log-eigenvalues with std {p.spd_planted['log_spread']:g}, random "

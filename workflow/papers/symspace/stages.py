@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 # ---- train ----------------------------------------------------------------------------------------
 def train(*, cfg, seed: str, data, accuracies):
-    """One train job: claim (b)'s heads on the EEG of the head seeds dealt to this job (seed, seed + seeds, ...),
+    """One train job: claim (b)'s heads on the EEG of the head replicates dealt to this job (seed, seed + seeds, ...;
+    replicate i on the mixing model's seed head_seed_offset + i),
     each from train.head_inits initialisations, with the tangent-space logistic regression on the same trial
     covariances (the ceiling reference of the heads' shared input), the permuted-label controls on the first
     `seeds` of them and the digits (context, deciding nothing: digits_step_factor x steps, one initialisation) on
@@ -41,9 +42,11 @@ def train(*, cfg, seed: str, data, accuracies):
     seed_everything(job)
     d = D.read_prepared(data)
     rows = []
-    for s in range(job, max(p.seeds, p.head_seeds), p.seeds):
+    for i in range(job, p.head_seeds, p.seeds):
+        # head replicate i: the mixing model's seed head_seed_offset + i; real EEG: seed i (the same subjects)
+        s = D.head_seed_list(p)[i] if "eeg" in d["eeg"] else i
         rng = np.random.default_rng([s, 4])
-        controls = s < p.seeds
+        controls = i < p.seeds
         for task, by_seed in d["eeg"].items():
             real = task != "eeg"
             if s not in by_seed or (real and s >= p.seeds):
@@ -57,7 +60,7 @@ def train(*, cfg, seed: str, data, accuracies):
                 rows += T.heads_task(task, unit, unit if real else s, x_train.mean(1), y_train, x_test.mean(1),
                                      y_test, p, s, rng, controls=controls, inits=p.train["head_inits"],
                                      ceiling=True, unmixing=unmixing)
-        if s < p.digits.get("seeds", 0):  # the digits are context for claim (b), deciding nothing
+        if i < p.digits.get("seeds", 0):  # the digits are context for claim (b), deciding nothing
             dg = d["digits"]
             n_img = min(p.digits["max_images"], len(dg["labels"]))
             chosen = np.sort(rng.choice(len(dg["labels"]), size=n_img, replace=False))
@@ -67,8 +70,8 @@ def train(*, cfg, seed: str, data, accuracies):
             y = torch.as_tensor(labels, dtype=torch.long)
             rows += T.heads_task("digits", 0, s, x[train_idx], y[train_idx], x[test_idx], y[test_idx], p, s, rng,
                                  controls=False, steps=p.train["digits_step_factor"] * p.train["steps"])
-        log.info("job %d: claim (b)'s heads on seed %d done", job, s)
-    n_planted = d["eeg"][next(iter(d["eeg"]))][0][0]["train"]["tokens"].shape[-1]
+        log.info("job %d: claim (b)'s heads on replicate %d done", job, i)
+    n_planted = next(iter(d["eeg"][next(iter(d["eeg"]))].values()))[0]["train"]["tokens"].shape[-1]
     for s in range(job, min(p.spd_planted["seeds"], p.head_seeds), p.seeds):  # claim (b)'s positive control
         rows += T.planted_spd_task(s, p, n_planted)
         log.info("job %d: claim (b)'s positive control on seed %d done", job, s)
