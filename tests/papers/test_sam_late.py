@@ -542,3 +542,89 @@ def test_escape_is_decided_at_the_smallest_rho_whose_premises_are_met():
     big = claim_c({0.3: (steep, steep, rise_sam_10, large), 1.0: (steep, steep, rise_sam_10, large)})
     assert big.verdict == "inconclusive" and "small-perturbation phase" in big.note
     assert big.measured["first_step_ratio"] == pytest.approx(30.0, rel=0.05)
+
+
+# ---- seeds side by side (papers.sam_late.batched) equal the one-seed loop ---------------------------
+def _seed_tensors(s):
+    g = torch.Generator().manual_seed(100 + s)
+    return {"x_train": torch.rand(40, 64, generator=g), "y_train": torch.randint(0, 10, (40,), generator=g),
+            "x_test": torch.rand(20, 64, generator=g), "y_test": torch.randint(0, 10, (20,), generator=g)}
+
+
+def test_member_loss_is_the_smoothed_cross_entropy_of_each_seed():
+    from papers.sam_late import batched
+
+    g = torch.Generator().manual_seed(0)
+    logits, y = torch.randn(3, 7, 10, generator=g), torch.randint(0, 10, (3, 7), generator=g)
+    for s in (0.0, 0.1):
+        want = torch.stack([sam.smooth_cross_entropy(logits[j], y[j], s) for j in range(3)])
+        torch.testing.assert_close(batched.member_loss(logits, y, s), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("rule", ["sgd", "sam", "adv"])
+def test_side_by_side_steps_equal_each_seed_s_own_steps(rule):
+    """Three steps of every rule on three seeds at once land where each seed's own optimiser and step take it
+    (momentum included), PGD's random start drawn from each seed's generator as from torch's global one."""
+    from papers.sam_late import batched
+
+    p, _ = _tiny()
+    nets = [_net(s) for s in range(3)]
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.rand(3, 10, 64, generator=g), torch.randint(0, 10, (3, 10), generator=g)
+    mem = batched.Members([model.mlp(64, (8,), 10) for _ in nets], [{"model": n.state_dict(), "epoch": 0,
+                          "optimizers": {"sgd": {"state": {}}, "sam": {"state": {}}}} for n in nets])
+    gens = [torch.Generator().manual_seed(7 + j) for j in range(3)]
+    losses = [batched.step(mem, rule, x, y, p, rho=p.rho, gens=gens, lr=0.05) for _ in range(3)]
+    for j, net in enumerate(nets):
+        opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=p.momentum, weight_decay=p.weight_decay)
+        torch.manual_seed(7 + j)
+        for k in range(3):
+            if rule == "sgd":
+                loss = sam.sgd_step(net, opt, x[j], y[j], p.label_smoothing)
+            elif rule == "sam":
+                loss = sam.sam_step(net, opt, x[j], y[j], p.label_smoothing, p.rho)
+            else:
+                loss = sam.adv_step(net, opt, x[j], y[j], p.attack)
+            assert float(losses[k][j]) == pytest.approx(float(loss), abs=1e-5)
+        for q, w in zip(net.parameters(), mem.ws):
+            torch.testing.assert_close(q.detach(), w[j], rtol=1e-5, atol=1e-6)
+
+
+def test_side_by_side_training_equals_the_seed_loop():
+    """train_members over three seeds returns each seed's history, escape and checkpoints of train() (late arms
+    branched from SGD's checkpoints), to float rounding."""
+    from papers.sam_late import batched
+
+    p, _ = _tiny(epochs=6, late_epochs=3, adv_late_epochs=None, history_every=2)
+    seeds = [0, 1, 2]
+    tensors = [_seed_tensors(s) for s in seeds]
+    loop = {s: train(_net(s), tensors[s], p, arm="sgd", rho=p.rho, seed=s, track=True) for s in seeds}
+    fast = batched.train_members([_net(s) for s in seeds], tensors, p, arm="sgd", rho=p.rho, seeds=seeds, track=True)
+    for arm in ("sam", "early_sam", "adv", "late_sam"):
+        late = arm.startswith("late")
+        starts = [loop[s][2]["switch"] for s in seeds] if late else None
+        want = [train(_net(s), tensors[s], p, arm=arm, rho=p.rho, seed=s, start=starts[s] if late else None,
+                      track=late) for s in seeds]
+        got = batched.train_members([_net(9) if late else _net(s) for s in seeds], tensors, p, arm=arm, rho=p.rho, seeds=seeds,
+                                    starts=starts, track=late)
+        for (h0, e0, c0), (h1, e1, c1) in zip(want, got):
+            pd_cols = ["epoch", "lr", "train_loss", "test_loss", "test_acc"]
+            assert list(h0.rule) == list(h1.rule) and list(h0.columns) == list(h1.columns)
+            np.testing.assert_allclose(h1[pd_cols].to_numpy(float), h0[pd_cols].to_numpy(float), rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(e1.to_numpy(float), e0.to_numpy(float), rtol=1e-4, atol=1e-5)
+            assert len(e0) == (p.escape_steps if late else 0)
+            assert c0.keys() == c1.keys()
+            for k in c0:
+                assert c0[k]["epoch"] == c1[k]["epoch"]
+                for name, t0 in c0[k]["model"].items():
+                    torch.testing.assert_close(c1[k]["model"][name], t0, rtol=1e-4, atol=1e-5)
+                for o in ("sgd", "sam"):
+                    s0, s1 = c0[k]["optimizers"][o], c1[k]["optimizers"][o]
+                    assert s0["param_groups"] == s1["param_groups"] and s0["state"].keys() == s1["state"].keys()
+                    for i in s0["state"]:
+                        torch.testing.assert_close(s1["state"][i]["momentum_buffer"], s0["state"][i]["momentum_buffer"],
+                                                   rtol=1e-4, atol=1e-5)
+    for (h0, e0, c0), (h1, e1, c1) in zip(loop.values(), fast):  # SGD itself, with its escape and branch points
+        np.testing.assert_allclose(h1.train_loss, h0.train_loss, rtol=1e-5)
+        np.testing.assert_allclose(e1.to_numpy(float), e0.to_numpy(float), rtol=1e-5, atol=1e-6)
+        assert c0.keys() == c1.keys()

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from papers.sam_late import sam
+from papers.sam_late import batched, sam
 from papers.sam_late.data import random_crop_flip
 
 
@@ -162,6 +162,8 @@ def train_arms(p, df: pd.DataFrame, condition: str, arms, rho: float, sgd_runs: 
     from papers.sam_late.data import load_tensors
     from papers.sam_late.params import is_sam_arm
 
+    if batched.supported(p):
+        return _train_arms_side_by_side(p, df, condition, arms, rho, sgd_runs, device, progress)
     histories, escapes, runs = [], [], {}
     for seed in range(p.seeds):
         tensors = load_tensors(df, p.data.source, seed, condition, device)
@@ -185,3 +187,44 @@ def train_arms(p, df: pd.DataFrame, condition: str, arms, rho: float, sgd_runs: 
             histories.append(h)
             escapes.append(e)
     return pd.concat(histories, ignore_index=True), pd.concat(escapes, ignore_index=True), runs
+
+
+def _train_arms_side_by_side(p, df, condition, arms, rho, sgd_runs, device, progress=None):
+    """:func:`train_arms` with the seeds of each arm trained at once (:mod:`.batched`): the same initialisations,
+    data, random streams and outputs, in the same order (seed, then arm)."""
+    from papers.common.seeding import seed_everything
+    from papers.sam_late.data import load_tensors
+    from papers.sam_late.params import is_sam_arm
+
+    seeds = list(range(p.seeds))
+    tensors = [load_tensors(df, p.data.source, seed, condition, device) for seed in seeds]
+    out, runs = {}, {}
+    for job in arms:
+        name, arm, switch = (job, job, None) if isinstance(job, str) else job
+        if switch is None:
+            switch = p.late_epochs if arm.startswith("early") else p.switch_epoch
+        late = arm.startswith("late")
+        key = "switch" if switch == p.switch_epoch else switch
+        results = []
+        for g in range(0, len(seeds), batched.GROUP):
+            group = seeds[g:g + batched.GROUP]
+            models = []
+            for seed in group:
+                seed_everything(seed)
+                models.append(new_model(p, seed, device))
+            starts = [sgd_runs[seed][key] for seed in group] if late else None
+            bar = ((lambda it: progress(it, desc=f"{condition} {name} rho={rho} seeds {group[0]}-{group[-1]}"))
+                   if progress else None)
+            results += batched.train_members(models, [tensors[s] for s in group], p, arm=arm, rho=rho, seeds=group,
+                                             starts=starts, switch=switch, track=late or arm == "sgd", progress=bar)
+        for seed, (h, e, ckpts) in zip(seeds, results):
+            runs.setdefault(name, {})[seed] = ckpts if arm == "sgd" else {"final": ckpts["final"]}
+            for df_ in (h, e):
+                df_.insert(0, "labels", condition)
+                df_.insert(1, "arm", name)
+                df_.insert(2, "rho", rho if is_sam_arm(name) else 0.0)
+                df_.insert(3, "seed", seed)
+            out[seed, name] = (h, e)
+    order = [(seed, (job if isinstance(job, str) else job[0])) for seed in seeds for job in arms]
+    return (pd.concat([out[k][0] for k in order], ignore_index=True),
+            pd.concat([out[k][1] for k in order], ignore_index=True), runs)
