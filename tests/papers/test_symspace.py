@@ -922,3 +922,22 @@ def test_head_replicates_run_on_the_offset_block(tmp_path):
     assert sorted(heads.replicate.unique()) == [50, 51] and sorted(heads.seed.unique()) == [50, 51]
     assert set(heads[heads.variant == "permuted_labels"].replicate) == {50}  # the controls: the first `seeds`
     assert set(acc[acc.arm == "attention"].replicate) == {0}
+
+
+def test_the_premise_reference_draws_the_training_session_of_the_given_generator():
+    # claim (b)'s premise reference (review symspace_r9): trials of the subject's own mixing model. Closed form of the
+    # mean trial covariance without shrinkage: (T - 1) / T (A diag(E p) A^T + noise^2 I), E p_k = exp(spread^2 / 2)
+    # (1 + (gain - 1) / (W classes)) for a class source (its class's trials raise it in one of W windows), exp(spread^2
+    # / 2) for the others
+    e = {**to_dict(Params())["eeg"], "shrink": 0.0}
+    c, k, w, t = e["channels"], e["classes"], e["windows"], e["samples"]
+    forward = np.random.default_rng(0).normal(size=(c, c)) / np.sqrt(c) + np.eye(c)
+    x, y = D.eeg_reference(e, forward, 2000, seed=1)
+    assert x.shape == (2000 * k, w, c, c) and np.array_equal(np.bincount(y), [2000] * k)
+    power = np.full(c, np.exp(e["power_spread"] ** 2 / 2))
+    power[:k] *= 1 + (e["class_gain"] - 1) / (w * k)
+    expected = (t - 1) / t * (forward @ np.diag(power) @ forward.T + e["noise"] ** 2 * np.eye(c))
+    np.testing.assert_allclose(x.mean((0, 1)), expected, rtol=0.05, atol=0.02 * np.abs(expected).max())
+    # another generator: another covariance
+    other = np.random.default_rng(1).normal(size=(c, c)) / np.sqrt(c) + np.eye(c)
+    assert np.abs(D.eeg_reference(e, other, 2000, seed=1)[0].mean((0, 1)) - expected).max() > 0.1 * np.abs(expected).max()

@@ -105,19 +105,35 @@ def eeg_like(e, seed: int, event: str = "window") -> dict:
         forwards[s] = forward
         for session in range(2):
             mix = forward @ (np.eye(c) + e["session_shift"] * rng.normal(size=(c, c)) / np.sqrt(c)) if session else forward
-            n = n_cls * per
-            power = np.exp(e["power_spread"] * rng.normal(size=(n, 1, c)))  # (N, 1, sources)
-            power = np.repeat(power, w, axis=1)  # (N, W, sources)
-            onset = rng.integers(0, w, size=n)
-            if event == "window":
-                power[np.arange(n), onset, labels[s, session]] *= e["class_gain"]
-            else:
-                power[np.arange(n), :, labels[s, session]] *= 1 + (e["class_gain"] - 1) / w
-            src = rng.normal(size=(n, w, c, e["samples"])) * np.sqrt(power)[..., None]
-            x = mix @ src + e["noise"] * rng.normal(size=(n, w, c, e["samples"]))
-            tokens[s, session] = covariance(x, e["shrink"])
+            tokens[s, session] = _session(e, mix, labels[s, session], rng, event)
     return [{**{name: {"tokens": tokens[s, k], "labels": labels[s, k]} for k, name in enumerate(("train", "test"))},
              "forward": forwards[s]} for s in range(e["subjects"])]
+
+
+def _session(e, mix: np.ndarray, labels: np.ndarray, rng: np.random.Generator, event: str = "window") -> np.ndarray:
+    """One session's window covariances (N, W, C, C) of :func:`eeg_like`'s mixing model through `mix`, trial i of
+    class labels[i]."""
+    c, w, n = mix.shape[0], e["windows"], len(labels)
+    power = np.exp(e["power_spread"] * rng.normal(size=(n, 1, c)))  # (N, 1, sources)
+    power = np.repeat(power, w, axis=1)  # (N, W, sources)
+    onset = rng.integers(0, w, size=n)
+    if event == "window":
+        power[np.arange(n), onset, labels] *= e["class_gain"]
+    else:
+        power[np.arange(n), :, labels] *= 1 + (e["class_gain"] - 1) / w
+    src = rng.normal(size=(n, w, c, e["samples"])) * np.sqrt(power)[..., None]
+    x = mix @ src + e["noise"] * rng.normal(size=(n, w, c, e["samples"]))
+    return covariance(x, e["shrink"])
+
+
+def eeg_reference(e, forward: np.ndarray, trials_per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A large draw of training-session trials from one subject's mixing model (its forward matrix `forward`, the
+    training session's mix): window covariances (N, W, C, C) and labels, `trials_per_class` per class, from a stream
+    of its own (seed, 3). Claim (b)'s premise fits the LogEig class's reference on it (review symspace_r9: fitted on
+    the run's few fitting trials, the reference fell short of its class's population accuracy by its estimation
+    error, which the oracle, fitting only one offset per class, does not pay)."""
+    labels = np.repeat(np.arange(e["classes"]), trials_per_class)
+    return _session(e, forward, labels, np.random.default_rng([seed, 3])), labels
 
 
 def region_covariances(images: np.ndarray, eps: float) -> np.ndarray:

@@ -122,7 +122,9 @@ STAGE_PARAMS = {
     "prepare": ("seeds", "head_seeds", "head_seed_offset", "eeg", "eeg_datasets", "digits", "tree.seeds", "tree.branching", "tree.depth",
                 "tree.label_depth", "tree.edge_length", "tree.noise", "tree.root_shift", "tree.planted_classes",
                 "tree.planted_share", "train.planted_attention_seeds", "train.spread_attention_seeds"),
-    "train": ("seeds", "head_seeds", "head_seed_offset", "digits", "spd_planted", "model", "train.planted_attention_seeds",
+    # train reads eeg too: claim (b)'s premise reference draws from the same generator (stages.REFERENCE_TRIALS_PER_CLASS)
+    "train": ("seeds", "head_seeds", "head_seed_offset", "eeg", "digits", "spd_planted", "model",
+              "train.planted_attention_seeds",
               "train.spread_attention_seeds", "train.steps", "train.digits_step_factor", "train.head_inits",
               "train.attention_steps",
               "train.attention_subjects", "train.lr", "train.val_fraction", "train.eval_every"),

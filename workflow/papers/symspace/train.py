@@ -131,7 +131,8 @@ def _row(task, unit, replicate, arm, variant, classes, model, curve, test_acc, s
 
 def heads_task(task: str, unit: int, replicate: int, x_train, y_train, x_test, y_test, p, seed: int,
                rng: np.random.Generator, controls: bool = True, inits: int = 1, steps: int | None = None,
-               ceiling: bool = False, unmixing: np.ndarray | None = None, batched: bool = True) -> list[dict]:
+               ceiling: bool = False, unmixing: np.ndarray | None = None, batched: bool = True,
+               reference: tuple | None = None) -> list[dict]:
     """Claim (b)'s arms on one task unit (an EEG subject, or the digits): rows of accuracies.
 
     x_*: (N, n, n) float64 tensors; y_*: (N,) long. The training part is split into fit and validation (the
@@ -151,6 +152,9 @@ def heads_task(task: str, unit: int, replicate: int, x_train, y_train, x_test, y
     form, context), the function-class premise's measure. `batched`: a head's runs (its initialisations and its
     permuted-label control) train side by side in one full-batch run (:func:`_heads_batched`, the default: the same
     computation, ~3x cheaper); False trains them one by one (the straightforward path the tests compare it with).
+    `reference` (x (N, n, n), y (N,)): a large draw of training trials from the same generator, on which the
+    tangent-space logistic regression is fitted too (arm ``tangent_lr_reference``, tested on the same test trials):
+    the LogEig class's reference of claim (b)'s premise without the estimation error of the few fitting trials.
     """
     n, classes = x_train.shape[-1], int(y_train.max()) + 1
     fit_idx, val_idx = split(y_train.numpy(), 1 - p.train["val_fraction"], rng)
@@ -183,6 +187,9 @@ def heads_task(task: str, unit: int, replicate: int, x_train, y_train, x_test, y
     if ceiling:
         rows.append({**_row(task, unit, replicate, "tangent_lr", "main", classes, None, [],
                             tangent_space_lr(xf, yf, x_test, y_test), seed), "init": 0})
+    if reference is not None:
+        rows.append({**_row(task, unit, replicate, "tangent_lr_reference", "main", classes, None, [],
+                            tangent_space_lr(reference[0], reference[1], x_test, y_test), seed), "init": 0})
     if unmixing is not None:
         for form, arm in (("busemann", "oracle_busemann"), ("power", "oracle_source_power")):
             rows.append({**_row(task, unit, replicate, arm, "main", classes, None, [],
