@@ -85,14 +85,17 @@ def test_oracle_recovers_the_planted_class_rule_at_its_bayes_level():
     assert T.source_power_oracle(xf, yf, xt, yt, np.eye(6), 4) < bayes - 0.1
 
 
-def _with_oracle(acc: pd.DataFrame, lead: float, sd: float = 0.01) -> pd.DataFrame:
-    """A hand-built table: per EEG replicate a tangent-space LR row and the oracle `lead` above it (noise `sd`)."""
+def _with_oracle(acc: pd.DataFrame, lead: float, sd: float = 0.01, shortfall: float = 0.0) -> pd.DataFrame:
+    """A hand-built table: per EEG replicate the LogEig-class reference row (the tangent-space LR fitted on a large
+    draw, tangent_lr_reference), the oracle `lead` above it (noise `sd`), and the tangent-space LR on the few fitting
+    trials (tangent_lr) `shortfall` below the reference (its estimation error)."""
     rng = np.random.default_rng(3)
     reps = sorted(acc[acc.task == "eeg"].replicate.unique())
     rows = []
     for r in reps:
         ref = 0.55 + 0.04 * rng.normal()
-        for arm, v in (("tangent_lr", ref), ("oracle_busemann", ref + lead + sd * rng.normal()),
+        for arm, v in (("tangent_lr_reference", ref), ("tangent_lr", ref - shortfall),
+                       ("oracle_busemann", ref + lead + sd * rng.normal()),
                        ("oracle_source_power", ref + lead + sd * rng.normal())):
             rows.append({"task": "eeg", "replicate": r, "arm": arm, "variant": "main", "test_acc": v,
                          "half_test_acc": float("nan"), "late_gain": float("nan")})
@@ -125,6 +128,10 @@ def test_function_class_premise_met_and_unmet_on_hand_built_tables():
     # The interval straddles delta: unmet (the premise needs the whole interval above delta).
     near = claim_b(p, _with_oracle(_planted(0.1, replicates=30), 0.025, sd=0.03))
     assert not gate(near).met and near.verdict == "inconclusive"
+    # Review symspace_r9: the oracle leads the LR on the few fitting trials by 0.1 only through that LR's estimation
+    # error (its shortfall below the large-draw reference): the premise reads the reference, so it is unmet.
+    short = claim_b(p, _with_oracle(_planted(0.0, replicates=30), 0.0, sd=0.01, shortfall=0.1))
+    assert not gate(short).met and short.verdict == "inconclusive" and "tangent_lr_reference" in str(gate(short).measured)
     # No oracle arm in a mixing-model table: not measured, unmet.
     bare = claim_b(p, _planted(0.1))
     assert not gate(bare).met and "not measured" in str(gate(bare).measured)
