@@ -732,7 +732,10 @@ def _what_was_run(p, acc) -> str:
         + ("" if real_eeg(p) else
            f" (the mixing model's seeds {p.head_seed_offset} .. {p.head_seed_offset + p.head_seeds - 1})")
         + " (each draws its own data and split; on each, both heads "
-        f"from {tr['head_inits']} initialisations, averaged per seed; the permuted-label controls, one "
+        f"from {tr['head_inits']} initialisations, averaged per seed, trained side by side with the head's "
+        "permuted-label control (papers.symspace.layers.SPDNetReplicas: the same computation as one by one up to "
+        "float rounding, which can grow over a run whose accuracy still rises: review symspace_r9 saw one "
+        "positive-control run move); the permuted-label controls, one "
         f"initialisation, on the first {p.seeds}; the tangent-space logistic regression, its ceiling reference, on "
         f"every one), "
         + ("the seeds of each subject for claim (e)" if real_eeg(p) else
