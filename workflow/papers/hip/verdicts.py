@@ -424,10 +424,10 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
                          name=f"fitted change of the mask-estimation hit rate from T={small[0]} to T={small[-1]}, "
                               f"{what}")
 
-    def locality(arm: str, reference: str, col: str = DECIDING_HIT_RATE) -> dict:
+    def locality(arm: str, reference: str) -> dict:
         out = {}
         for T in small:
-            x = hits(arm, T, col) - hits(reference, T, col)
+            x = hits(arm, T) - hits(reference, T)
             m, lo, hi = t_interval(x) if len(x) > 1 else (float("nan"),) * 3
             out[str(T)] = {"difference": m, "interval": [lo, hi]}
         return out
@@ -451,8 +451,8 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
             return {}
         out = {}
         for arm in ("hip", "shuffled", "planted"):
-            moving = np.array(slopes(arm, DECIDING_HIT_RATE)) * span
-            frozen = np.array(slopes(f"{arm}_frozen", DECIDING_HIT_RATE)) * span
+            moving = np.array(slopes(arm)) * span
+            frozen = np.array(slopes(f"{arm}_frozen")) * span
             part = frozen - moving
             pm, plo, phi = t_interval(part)
             out[arm] = {"hit rate per T, moving bounds": per_t(arm, DECIDING_HIT_RATE),
@@ -468,8 +468,7 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
     ctl_d = keeps("shuffled", "HiP on the same keys in shuffled block order")
     traced = dec[dec.arm.isin(("hip", "shuffled", "shuffled2", "planted", "planted_shuffled"))]
     agree = float(traced.mask_agreement.mean())
-    trend = {arm: slope(arm, DECIDING_HIT_RATE) for arm in ("hip", "shuffled", "random", "planted")} \
-        if len(small) >= 2 else {}
+    trend = {arm: slope(arm) for arm in ("hip", "shuffled", "random", "planted")} if len(small) >= 2 else {}
     trend_share = {arm: slope(arm, CAPACITY_SHARE) for arm in ("hip", "shuffled", "random", "planted")} \
         if len(small) >= 2 else {}
     trend_sa = {arm: slope(arm, "sa_hit_rate") for arm in ("hip", "shuffled", "random", "planted")} \
@@ -494,7 +493,7 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
         {"cache_share": {str(T): s for T, s in sorted(shares.items())}, "T_decided": small, "mask_k": o.mask_k,
          "mask_capacity_share": {arm: {str(T): float(hits(arm, T, CAPACITY_SHARE).mean()) for T in small}
                                  for arm in ("hip", "shuffled", "shuffled2", "random", "planted", "planted_shuffled")},
-         "mask_hit_rate": {arm: {str(T): float(hits(arm, T, DECIDING_HIT_RATE).mean()) for T in small}
+         "mask_hit_rate": {arm: {str(T): float(hits(arm, T).mean()) for T in small}
                            for arm in ("hip", "shuffled", "shuffled2", "random", "planted", "planted_shuffled")},
          "mask_unlimited_hit_rate": {arm: {str(T): float(hits(arm, T, "mask_unlimited_hit_rate").mean())
                                            for T in small}
@@ -508,9 +507,9 @@ def hip_claims(p, ret: pd.DataFrame, txt: pd.DataFrame, rec: pd.DataFrame, cst: 
          "mask_capacity_share_slope_per_doubling_of_T": trend_share,
          "sa_hit_rate_slope_per_doubling_of_T": trend_sa,
          "locality (mechanism, reported): mask-estimation hit rate, model's - shuffled keys, Student t 95% over seeds":
-             locality("hip", "shuffled", DECIDING_HIT_RATE),
-         "A/A null of the locality difference: shuffled - shuffled2": locality("shuffled", "shuffled2", DECIDING_HIT_RATE),
-         "planted locality: planted - planted_shuffled": locality("planted", "planted_shuffled", DECIDING_HIT_RATE),
+             locality("hip", "shuffled"),
+         "A/A null of the locality difference: shuffled - shuffled2": locality("shuffled", "shuffled2"),
+         "planted locality: planted - planted_shuffled": locality("planted", "planted_shuffled"),
          "frozen chunk bounds (diagnostic, reported, not deciding; review hip_r10): mask-estimation hit rate with the "
          "search's chunk bounds frozen at the first decoded length against moving, Student t 95% over seeds":
              frozen_diagnostic()},

@@ -160,7 +160,6 @@ def train_arms(p, df: pd.DataFrame, condition: str, arms, rho: float, sgd_runs: 
     """
     from papers.common.seeding import seed_everything
     from papers.sam_late.data import load_tensors
-    from papers.sam_late.params import is_sam_arm
 
     if batched.supported(p):
         return _train_arms_side_by_side(p, df, condition, arms, rho, sgd_runs, device, progress)
@@ -179,14 +178,21 @@ def train_arms(p, df: pd.DataFrame, condition: str, arms, rho: float, sgd_runs: 
             h, e, ckpts = train(model, tensors, p, arm=arm, rho=rho, seed=seed, start=start, switch=switch,
                                 track=late or arm == "sgd", progress=bar)
             runs.setdefault(name, {})[seed] = ckpts if arm == "sgd" else {"final": ckpts["final"]}
-            for df_ in (h, e):
-                df_.insert(0, "labels", condition)
-                df_.insert(1, "arm", name)
-                df_.insert(2, "rho", rho if is_sam_arm(name) else 0.0)
-                df_.insert(3, "seed", seed)
+            _label(h, e, condition, name, rho, seed)
             histories.append(h)
             escapes.append(e)
     return pd.concat(histories, ignore_index=True), pd.concat(escapes, ignore_index=True), runs
+
+
+def _label(history: pd.DataFrame, escape: pd.DataFrame, condition: str, name: str, rho: float, seed: int) -> None:
+    """Prefix a run's history and escape frames with the columns that name it (labels, arm, rho, seed)."""
+    from papers.sam_late.params import is_sam_arm
+
+    for df_ in (history, escape):
+        df_.insert(0, "labels", condition)
+        df_.insert(1, "arm", name)
+        df_.insert(2, "rho", rho if is_sam_arm(name) else 0.0)
+        df_.insert(3, "seed", seed)
 
 
 def _train_arms_side_by_side(p, df, condition, arms, rho, sgd_runs, device, progress=None):
@@ -194,7 +200,6 @@ def _train_arms_side_by_side(p, df, condition, arms, rho, sgd_runs, device, prog
     data, random streams and outputs, in the same order (seed, then arm)."""
     from papers.common.seeding import seed_everything
     from papers.sam_late.data import load_tensors
-    from papers.sam_late.params import is_sam_arm
 
     seeds = list(range(p.seeds))
     tensors = [load_tensors(df, p.data.source, seed, condition, device) for seed in seeds]
@@ -219,11 +224,7 @@ def _train_arms_side_by_side(p, df, condition, arms, rho, sgd_runs, device, prog
                                              starts=starts, switch=switch, track=late or arm == "sgd", progress=bar)
         for seed, (h, e, ckpts) in zip(seeds, results):
             runs.setdefault(name, {})[seed] = ckpts if arm == "sgd" else {"final": ckpts["final"]}
-            for df_ in (h, e):
-                df_.insert(0, "labels", condition)
-                df_.insert(1, "arm", name)
-                df_.insert(2, "rho", rho if is_sam_arm(name) else 0.0)
-                df_.insert(3, "seed", seed)
+            _label(h, e, condition, name, rho, seed)
             out[seed, name] = (h, e)
     order = [(seed, (job if isinstance(job, str) else job[0])) for seed in seeds for job in arms]
     return (pd.concat([out[k][0] for k in order], ignore_index=True),
