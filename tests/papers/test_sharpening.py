@@ -372,7 +372,8 @@ def test_offline_lm_rl_trains_on_the_given_pool_only(monkeypatch):
     drawn_by, used = [], []
     real, real_loss = lm.sample_answers, lm.rl_loss
     monkeypatch.setattr(lm, "sample_answers", lambda m, *a, **k: drawn_by.append(m is model) or real(m, *a, **k))
-    monkeypatch.setattr(lm, "rl_loss", lambda pol, b, x, y, beta: used.append((x, y)) or real_loss(pol, b, x, y, beta))
+    monkeypatch.setattr(lm, "rl_loss", lambda pol, b, x, y, beta, **kw: used.append((x, y)) or real_loss(pol, b, x, y,
+                                                                                                         beta, **kw))
     seen = []
     lm.rl_sharpen(model, prompts, 2, [4, 8], beta=0.1, samples_per_prompt=4, prompts_per_step=4, lr=1e-2,
                   generator=torch.Generator().manual_seed(0), on_budget=lambda b, policy: seen.append(b), pool=pool)
@@ -1102,3 +1103,102 @@ def test_lm_shared_prompt_and_tail_logprobs_equal_teacher_forcing():
         g = r.flip(-1).cumsum(-1).flip(-1).view(3, 4, 3)
         adv = (g - (g.sum(1, keepdim=True) - g) / 3).view(12, 3)
     torch.testing.assert_close(loss, -(adv * logp).sum(-1).mean(), atol=1e-5, rtol=0)
+
+
+# ---- the speed pass of 2026-12-05 (second): each fast path against the plain expression it replaces -------------
+@pytest.mark.parametrize("L", [1, 2, 5, 7, 8, 9, 10, 15, 16, 17, 24, 33])
+def test_row_sums_equal_numpys_row_sums_bit_for_bit(L):
+    """tabular.row_sums (position-major vector adds in numpy's pairwise order) against .sum(-1): the same bits,
+    signed zeros and infinities included, across the 8-value blocks of numpy's pairwise sum."""
+    rng = np.random.default_rng(L)
+    g = rng.standard_normal((3000, L)) * rng.choice([1e-8, 1.0, 1e8], size=(3000, L))
+    g[:5] = -0.0
+    g[5:10, ::2] = -0.0
+    g[10:15, 0] = -np.inf
+    out, ref = tb.row_sums(np.ascontiguousarray(g.T)), g.sum(-1)
+    np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(ref))
+
+
+def test_pool_scorer_equals_the_direct_pool_score_on_long_chains():
+    """PoolScorer (row_sums over the distinct sequences) on a chain of L = 10 and 18 tokens (numpy's pairwise sum
+    takes blocks of 8 there) against seq_logprob of the pool, bit for bit."""
+    rng = np.random.default_rng(1)
+    for K in (5, 9):
+        base = tb.make_pair_chain(np.random.default_rng(K), 6, K, 8, [0.3, 0.7], absorbing=True)[0]
+        pool = tb.sample(base, 200, rng)
+        states = tb.Reachable(base)
+        scorer = tb.PoolScorer(pool, 8, states.rowmap)
+        policy = states.rows_of(tb.normalise(base + rng.normal(size=base.shape)))
+        for S in (1, 13, 200):
+            np.testing.assert_array_equal(scorer.seq_logprob(policy, S), tb.seq_logprob(states.table(policy),
+                                                                                       pool[:, :S]))
+
+
+def test_indexed_cells_equal_the_direct_selection():
+    """verdicts.cell (an index of the table built once, each cell computed once) against the boolean selection over
+    the whole table it replaces, on every (level, variant, method, budget) of a results table, with and without K;
+    a changed table is indexed again."""
+    df = _claim_frame([4, 16, 64, 128], [16, 16, 16, 16], [4, 16, 64, 128])[0]
+    keys = df[["level", "variant", "method", "budget"]].drop_duplicates().itertuples(index=False)
+    n = 0
+    for level, variant, method, budget in keys:
+        for pairs in [None, *sorted(df.pairs.dropna().unique())]:
+            for column in ("accuracy", "coverage"):
+                np.testing.assert_array_equal(verdicts.cell(df, level, variant, method, budget, column, pairs),
+                                              verdicts.cell_direct(df, level, variant, method, budget, column, pairs))
+                n += 1
+    assert n > 100
+    assert len(verdicts.cell(df, "lm", "high_coverage", "no such method", 4)) == 0
+    other = df.assign(accuracy=df.accuracy + 1.0)
+    np.testing.assert_array_equal(verdicts.cell(other, "lm", "high_coverage", "sft", 4),
+                                  verdicts.cell(df, "lm", "high_coverage", "sft", 4) + 1.0)
+
+
+def test_sampling_pass_logprobs_are_the_teacher_forced_ones():
+    """sample_answers with logprobs: the same draws as without, and each drawn token's log-probability equal to
+    teacher forcing (answer_logprobs_shared) up to float rounding; answer_logprobs_pool's sums are
+    self_reward_shared's bit for bit; rl_loss with those per-token values equals rl_loss computing them."""
+    model = _tiny_gpt(7)
+    prompts = torch.randint(0, 7, (5, 4))
+    for k, batch in [(6, 7), (3, 1024)]:
+        plain = lm.sample_answers(model, prompts, 3, k, torch.Generator().manual_seed(2), batch=batch)
+        y, lp = lm.sample_answers(model, prompts, 3, k, torch.Generator().manual_seed(2), batch=batch, logprobs=True)
+        assert torch.equal(y, plain)
+        with torch.no_grad():
+            torch.testing.assert_close(lp, lm.answer_logprobs_shared(model, prompts, y), atol=1e-5, rtol=0)
+        tok = lm.answer_logprobs_pool(model, prompts, y, batch=8)
+        assert torch.equal(tok.sum(-1), lm.self_reward_shared(model, prompts, y, batch=8))
+    policy = _tiny_gpt(8).train()
+    loss = lm.rl_loss(policy, model, prompts, y, 0.1)
+    torch.testing.assert_close(lm.rl_loss(policy, model, prompts, y, 0.1, base_logp=lp), loss, atol=1e-5, rtol=0)
+
+
+def test_foreach_adam_and_the_offline_arm_with_given_logprobs_change_nothing():
+    """Adam's foreach update (sft_sharpen, rl_sharpen) equals the single-tensor one bit for bit on the CPU; offline
+    RL given the pool's per-token log pi_base equals offline RL computing them (the same draws, the same
+    policies up to float rounding)."""
+    model = _tiny_gpt(9)
+    params = []
+    for foreach in (False, True):
+        m = _tiny_gpt(9).train()
+        opt = torch.optim.Adam(m.parameters(), lr=1e-2, foreach=foreach)
+        for step in range(5):
+            loss = -token_logprobs(m, torch.randint(0, 7, (6, 8), generator=torch.Generator().manual_seed(step)))
+            opt.zero_grad(set_to_none=True)
+            loss.mean().backward()
+            opt.step()
+        params.append([p.detach().clone() for p in m.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*params))
+    prompts = torch.randint(0, 7, (8, 3))
+    pool, lp = lm.sample_answers(model, prompts, 2, 8, torch.Generator().manual_seed(3), logprobs=True)
+    kept = []
+    for given in (None, lp):
+        got = {}
+        lm.rl_sharpen(model, prompts, 2, [4, 8], beta=0.1, samples_per_prompt=4, prompts_per_step=4, lr=1e-2,
+                      generator=torch.Generator().manual_seed(0), pool=pool, pool_logp=given,
+                      on_budget=lambda b, policy: got.setdefault(b, [p.detach().clone() for p in policy.parameters()]))
+        kept.append(got)
+    for b in (4, 8):
+        for a, c in zip(kept[0][b], kept[1][b]):
+            torch.testing.assert_close(a, c, atol=1e-5, rtol=1e-4)

@@ -119,22 +119,36 @@ def self_reward_shared(model: GPT, prompts: torch.Tensor, answers: torch.Tensor,
 
 
 @torch.no_grad()
+def answer_logprobs_pool(model: GPT, prompts: torch.Tensor, answers: torch.Tensor, batch: int = 4096) -> torch.Tensor:
+    """:func:`answer_logprobs_shared` of k answers per prompt, (B, k, n), without gradient, in the batches of
+    :func:`self_reward_shared` (whose values are these summed over n): a fixed pool's per-token log-probabilities,
+    computed once (rl_sharpen's offline arm reads pi_base's per token from it instead of running pi_base again)."""
+    step = max(1, batch // answers.shape[1])
+    return torch.cat([answer_logprobs_shared(model, prompts[i:i + step], answers[i:i + step])
+                      for i in range(0, len(prompts), step)])
+
+
+@torch.no_grad()
 def sample_answers(model: GPT, prompts: torch.Tensor, n: int, k: int, generator: torch.Generator,
-                   batch: int = 1024, greedy: bool = False) -> torch.Tensor:
+                   batch: int = 1024, greedy: bool = False, logprobs: bool = False):
     """k answers of n tokens per prompt, (B, k, n), drawn in batches of `batch` sequences.
 
     papers.common.gpt.generate on the prompts repeated k times, batch by batch, with each prompt of a batch run
     once (its key-value cache shared by its copies): the same draws from the generator in the same order, on
-    the same distributions up to float rounding (tests/papers/test_sharpening.py checks it against generate)."""
+    the same distributions up to float rounding (tests/papers/test_sharpening.py checks it against generate).
+    With `logprobs`, also each drawn token's log-probability under the distribution it was drawn from, (B, k, n):
+    :func:`answer_logprobs_shared` of the answers read off the sampling pass (the same causal model on the same
+    tokens, one position at a time instead of teacher-forced; equal up to float rounding, ~1e-6 here; tests), so
+    that the self-reward of a pool of pi_base's own samples costs no second pass."""
     B = len(prompts)
-    out = []
+    out, lps = [], []
     for r0 in range(0, B * k, batch):
         r1 = min(B * k, r0 + batch)  # rows r0 .. r1 - 1 of the repeated prompts
         first, last = r0 // k, (r1 - 1) // k
         rows = torch.arange(r0, r1) // k
         counts = torch.bincount(rows - first, minlength=last - first + 1)
         logits, kvs = _prompt_state(model, prompts[first:last + 1], counts)
-        new = []
+        new, lp = [], []
         for t in range(n):
             if t:  # the token drawn last, at position P + t - 1, continues the cache
                 logits, kvs = _forward(model, new[-1], prompts.shape[1] + t - 1, kvs)
@@ -145,7 +159,13 @@ def sample_answers(model: GPT, prompts: torch.Tensor, n: int, k: int, generator:
             else:
                 nxt = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)  # (rows, 1)
             new.append(nxt)
+            if logprobs:
+                lp.append(torch.log_softmax(logits, -1).gather(-1, nxt))
         out.append(torch.cat(new, dim=1))
+        if logprobs:
+            lps.append(torch.cat(lp, dim=1))
+    if logprobs:
+        return torch.cat(out).view(B, k, n), torch.cat(lps).view(B, k, n)
     return torch.cat(out).view(B, k, n)
 
 
@@ -183,7 +203,8 @@ def sft_sharpen(base: GPT, prompts: torch.Tensor, targets: torch.Tensor, *, epoc
     """SFT-sharpening: maximise sum_i log pi(y_BoN_i | x_i) over the best-of-N winners, from pi_base
     (Adam, `epochs` passes in shuffled minibatches)."""
     model = copy.deepcopy(base).train()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    # foreach: the same update, one call per step for all parameters (bit for bit equal on the CPU; tests)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
     for _ in range(epochs):
         perm = torch.randperm(len(prompts), generator=generator)
         for i in range(0, len(perm), batch):
@@ -196,18 +217,22 @@ def sft_sharpen(base: GPT, prompts: torch.Tensor, targets: torch.Tensor, *, epoc
 
 
 # ---- RL-sharpening --------------------------------------------------------------------------------------
-def rl_loss(policy: GPT, base: GPT, prompts: torch.Tensor, answers: torch.Tensor, beta: float) -> torch.Tensor:
+def rl_loss(policy: GPT, base: GPT, prompts: torch.Tensor, answers: torch.Tensor, beta: float,
+            base_logp: torch.Tensor | None = None) -> torch.Tensor:
     """REINFORCE surrogate for J(pi) = E_pi[log pi_base(y | x)] - beta KL(pi || pi_base), from k >= 2 samples
     per prompt: prompts (B, P), answers (B, k, n) drawn from pi.
 
     Per-token reward r_t = (1 + beta) log pi_base(y_t | .) - beta log pi(y_t | .) (J is a sum of these over
     tokens, in expectation); each token's log pi is weighted by its reward-to-go minus the leave-one-out
-    mean over the prompt's other samples. Minimising the returned loss ascends J.
+    mean over the prompt's other samples. Minimising the returned loss ascends J. `base_logp` (B, k, n): the
+    answers' log pi_base per token where the caller has them already (a fixed pool's), else computed here.
     """
     B, k, n = answers.shape
     logp = answer_logprobs_shared(policy, prompts, answers).view(B * k, n)  # (B k, n), with gradient
     with torch.no_grad():
-        r = (1 + beta) * answer_logprobs_shared(base, prompts, answers).view(B * k, n) - beta * logp  # (B k, n)
+        if base_logp is None:
+            base_logp = answer_logprobs_shared(base, prompts, answers)
+        r = (1 + beta) * base_logp.reshape(B * k, n) - beta * logp  # (B k, n)
         g = r.flip(-1).cumsum(-1).flip(-1).view(B, k, n)  # reward-to-go
         adv = (g - (g.sum(1, keepdim=True) - g) / (k - 1)).view(B * k, n)
     return -(adv * logp).sum(-1).mean()
@@ -215,7 +240,7 @@ def rl_loss(policy: GPT, base: GPT, prompts: torch.Tensor, answers: torch.Tensor
 
 def rl_sharpen(base: GPT, prompts: torch.Tensor, n: int, budgets, *, beta: float, samples_per_prompt: int,
                prompts_per_step: int, lr: float, generator: torch.Generator, on_budget,
-               pool: torch.Tensor | None = None) -> GPT:
+               pool: torch.Tensor | None = None, pool_logp: torch.Tensor | None = None) -> GPT:
     """RL-sharpening (the paper's Section 4, RLHF-Sharpening): policy gradient (Adam) on the KL-regularised
     self-reward, from pi_base.
 
@@ -228,18 +253,21 @@ def rl_sharpen(base: GPT, prompts: torch.Tensor, n: int, budgets, *, beta: float
     (new answers) and keeps the objective, the loss, the reward, the KL term, the number of steps and the step
     size. After the pass that brings the samples per prompt to a budget in `budgets`,
     ``on_budget(budget, policy)`` is called; the step size is constant, so this equals separate runs stopped at
-    each budget. Returns the final policy.
+    each budget. Returns the final policy. `pool_logp` (B, M, n): the pool's log pi_base per token where the caller
+    has it (:func:`sample_answers` with logprobs, when it drew the pool), else computed here.
     """
     policy = copy.deepcopy(base).train()
     base = base.eval()
-    opt = torch.optim.Adam(policy.parameters(), lr=lr)
+    opt = torch.optim.Adam(policy.parameters(), lr=lr, foreach=True)  # foreach: as in sft_sharpen
     k = samples_per_prompt
     if pool is not None:
         if pool.shape[0] != len(prompts) or pool.shape[1] < max(budgets):
             raise ValueError(f"the pool holds {tuple(pool.shape[:2])} samples, need {len(prompts)} prompts x at "
                              f"least {max(budgets)} samples")
-        M = pool.shape[1]
-        pool_logb = self_reward_shared(base, prompts, pool)  # (B, M)
+        # pi_base's per-token log-probabilities of the pool, once (the loss reads them for the drawn entries) and
+        # their sums, the self-reward (equal to self_reward_shared(base, prompts, pool); tests)
+        pool_tok = answer_logprobs_pool(base, prompts, pool) if pool_logp is None else pool_logp  # (B, M, n)
+        pool_logb = pool_tok.sum(-1)  # (B, M)
     for spent in range(k, max(budgets) + 1, k):
         perm = torch.randperm(len(prompts), generator=generator)
         for i in range(0, len(perm), prompts_per_step):
@@ -247,9 +275,10 @@ def rl_sharpen(base: GPT, prompts: torch.Tensor, n: int, budgets, *, beta: float
             x = prompts[idx]
             if pool is None:  # online: the current policy samples
                 y = sample_answers(policy, x, n, k, generator)  # (b, k, n)
+                loss = rl_loss(policy, base, x, y, beta)
             else:  # restricted to the pool: k draws from the policy renormalised on the pool samples seen so far
-                y = pool_draw(policy, x, pool[idx, :spent], pool_logb[idx, :spent], k, generator)
-            loss = rl_loss(policy, base, x, y, beta)
+                y, j = pool_draw(policy, x, pool[idx, :spent], pool_logb[idx, :spent], k, generator, index=True)
+                loss = rl_loss(policy, base, x, y, beta, base_logp=pool_tok[idx[:, None], j])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -261,15 +290,17 @@ def rl_sharpen(base: GPT, prompts: torch.Tensor, n: int, budgets, *, beta: float
 
 @torch.no_grad()
 def pool_draw(policy: GPT, prompts: torch.Tensor, support: torch.Tensor, support_logb: torch.Tensor, k: int,
-              generator: torch.Generator) -> torch.Tensor:
+              generator: torch.Generator, index: bool = False):
     """k draws per prompt from the policy restricted to a fixed pool of samples of pi_base, by importance
     resampling: support (B, S, n), with support_logb (B, S) = log pi_base of its entries, -> (B, k, n), pool entry j
     drawn with probability proportional to pi(y_j | x) / pi_base(y_j | x). An answer that appears c times in the pool is drawn with probability proportional
-    to c pi / pi_base, about S pi(y): the policy renormalised on the answers the pool holds (none other can be drawn)."""
+    to c pi / pi_base, about S pi(y): the policy renormalised on the answers the pool holds (none other can be drawn).
+    With `index`, also the drawn entries' columns j (B, k)."""
     B, S, n = support.shape
     log_w = self_reward_shared(policy, prompts, support) - support_logb  # (B, S)
     j = torch.multinomial(torch.softmax(log_w, 1), k, replacement=True, generator=generator)  # (B, k)
-    return support[torch.arange(B)[:, None], j]
+    y = support[torch.arange(B)[:, None], j]
+    return (y, j) if index else y
 
 
 # ---- evaluation -------------------------------------------------------------------------------------------
@@ -298,8 +329,8 @@ def best_of_n_curve(base: GPT, prompts: torch.Tensor, correct: torch.Tensor, siz
     """
     B, n = correct.shape
     M = max(sizes)
-    pool = sample_answers(base, prompts, n, M, generator)  # (B, M, n)
-    r = self_reward_shared(base, prompts, pool).numpy()  # (B, M)
+    pool, tok = sample_answers(base, prompts, n, M, generator, logprobs=True)  # (B, M, n) twice
+    r = tok.sum(-1).numpy()  # (B, M) the self-reward, read off the sampling pass
     ok = (pool == correct[:, None, :]).all(-1).numpy()
     perm = np.random.default_rng(shuffle_seed).permuted(np.tile(np.arange(M), (B, 1)), axis=1)
     r_shuffled = np.take_along_axis(r, perm, axis=1)

@@ -350,8 +350,10 @@ def sharpen(*, cfg, method, checkpoint, prompts, results):
 
             if method == "sft":
                 M = max(sp.budgets)  # one pool per prompt; budget m uses its first m samples
-                pool = lm.sample_answers(base, x_train, n, M, gen)  # (B, M, n)
-                reward = lm.self_reward_shared(base, x_train, pool)  # (B, M)
+                # (B, M, n) answers and their log pi_base per token, read off the sampling pass; their sums are the
+                # self-reward (lm.sample_answers: as teacher-forced lm.self_reward_shared up to float rounding)
+                pool, tok = lm.sample_answers(base, x_train, n, M, gen, logprobs=True)
+                reward = tok.sum(-1)  # (B, M)
                 fits = [(budget, lm.winners(reward[:, :budget], pool[:, :budget]), "sft") for budget in sp.budgets]
                 if variant == "high_coverage":  # the pool's first sample is one unselected draw of pi_base
                     fits.append((1, pool[:, 0], "sft_unselected"))
@@ -361,14 +363,14 @@ def sharpen(*, cfg, method, checkpoint, prompts, results):
                     record(budget, model, name, winner_accuracy=float((targets == y_train).all(1).float().mean()))
             else:  # online RL, then on the low-coverage variant its ablation (claim (e)): the same RL restricted
                 # to SFT's own samples of pi_base, SFT's pool drawn again from SFT's generator (the same draws)
-                arms = [(None, "rl")]
-                if variant == "low_coverage":
+                arms = [((None, None), "rl")]
+                if variant == "low_coverage":  # the pool with its log pi_base per token, as SFT reads them
                     arms.append((lm.sample_answers(base, x_train, n, max(sp.budgets), torch.Generator().manual_seed(
-                        _seed(p.seed, seed, vi, METHODS.index("sft")))), "rl_offline"))
-                for pool_, name in arms:
+                        _seed(p.seed, seed, vi, METHODS.index("sft"))), logprobs=True), "rl_offline"))
+                for (pool_, pool_logp), name in arms:
                     lm.rl_sharpen(base, x_train, n, sp.budgets, beta=p.beta,
                                   samples_per_prompt=sp.rl_samples_per_prompt, prompts_per_step=sp.rl_prompts_per_step,
-                                  lr=sp.rl_lr, generator=gen, pool=pool_,
+                                  lr=sp.rl_lr, generator=gen, pool=pool_, pool_logp=pool_logp,
                                   on_budget=lambda budget, model, name=name: record(budget, model, name))
     write_parquet(_rows(rows), results)
 

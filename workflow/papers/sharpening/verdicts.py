@@ -25,11 +25,52 @@ SCOPE = Scope("analogue", "the paper's experiments sharpen pretrained LLMs on ma
 
 # ---- reading the results table ---------------------------------------------------------------------------------
 def cell(df: pd.DataFrame, level, variant, method, budget, column="accuracy", pairs=None) -> np.ndarray:
-    """The per-seed values of one cell, ordered by seed (so two cells of the same base models pair up)."""
+    """The per-seed values of one cell, ordered by seed (so two cells of the same base models pair up).
+
+    The rows of (level, variant, method, budget) are looked up in an index of `df` built once (:func:`_cells`), in
+    df's order, then selected by `pairs` and sorted by seed as before: the same rows in the same order as the direct
+    boolean selection ``df[(df.level == level) & ... ]`` (:func:`cell_direct`; tests/papers/test_sharpening.py
+    compares them), without its ~1 ms of pandas per call (the report makes ~23,000 calls)."""
+    index = _cells(df)
+    key = (level, variant, method, budget, column, pairs)
+    if key not in index["cells"]:
+        sub = index["blocks"].get((level, variant, method, budget))
+        if sub is None:
+            sub = df.iloc[:0]
+        if pairs is not None:
+            sub = sub[sub.pairs == pairs]
+        index["cells"][key] = sub.sort_values("seed")[column].to_numpy(dtype=float)
+    return index["cells"][key].copy()
+
+
+def cell_direct(df: pd.DataFrame, level, variant, method, budget, column="accuracy", pairs=None) -> np.ndarray:
+    """:func:`cell` by a boolean selection over the whole table (the plain expression, kept for the tests)."""
     sel = (df.level == level) & (df.variant == variant) & (df.method == method) & (df.budget == budget)
     if pairs is not None:
         sel &= df.pairs == pairs
     return df[sel].sort_values("seed")[column].to_numpy(dtype=float)
+
+
+_CELLS: dict = {}  # id(df) -> (weak reference to df, its row count, {"blocks": {(level, variant, method, budget):
+# rows}, "cells": {cell's arguments: its values}})
+
+
+def _cells(df: pd.DataFrame) -> dict:
+    """The rows of each (level, variant, method, budget) of `df`, each block in df's row order, built once per table,
+    and the cells read from them (a table is not changed after it is read; a table of another length under the same
+    id is indexed again)."""
+    import weakref
+
+    hit = _CELLS.get(id(df))
+    if hit is not None and hit[0]() is df and hit[1] == len(df):
+        return hit[2]
+    keys = ["level", "variant", "method", "budget"]
+    index = {"blocks": {key: df.take(rows) for key, rows in df.groupby(keys, sort=False, dropna=False).indices.items()},
+             "cells": {}}  # and each cell once computed
+    for key in [k for k, v in _CELLS.items() if v[0]() is None]:
+        del _CELLS[key]
+    _CELLS[id(df)] = (weakref.ref(df), len(df), index)
+    return index
 
 
 def mean(df, *key, column="accuracy", pairs=None) -> float:
