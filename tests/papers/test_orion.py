@@ -762,6 +762,9 @@ def test_params_parse_and_checks():
         parse({"models": [{"name": "bad", "n_layer": 2, "n_embd": 30, "n_head": 4}]})
     with pytest.raises(ValueError, match="kv_window"):
         parse({"models": [{"name": "bad", "n_layer": 2, "n_embd": 32, "n_head": 4, "kv_window": 0}]})
+    with pytest.raises(ValueError, match="n_layer must be >= 3"):
+        parse({"models": [{"name": "shallow", "n_layer": 2, "n_embd": 32, "n_head": 4},
+                          {"name": "R", "n_layer": 3, "n_embd": 32, "n_head": 4, "routed": True}]})
     with pytest.raises(ValueError, match="copy_length"):
         parse({"train": {"copy_length": [9, 3]}})
     with pytest.raises(ValueError, match="length_buckets"):

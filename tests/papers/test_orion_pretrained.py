@@ -166,7 +166,7 @@ def test_pretrained_params_name_the_bad_key(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"orion.pretrained\[0\].path"):
         parse({"pretrained": [{"name": "x", "path": str(tmp_path / "missing")}]})
     with pytest.raises(ValueError, match="clash"):
-        parse({"pretrained": [{"name": "L4w64", "path": str(tmp_path)}]})
+        parse({"pretrained": [{"name": parse({}).model_names[0], "path": str(tmp_path)}]})
 
 
 def test_smoke_dag_with_a_pretrained_model(tmp_path):

@@ -104,12 +104,12 @@ class Params:
     patch_pairs: int = 500  # (x1, x2) pairs per family and layer (official: nb_inter=100; ours 500, issue 47's fifth review)
     inject_prompts: int = 200  # injected prompts (the paper: 200 = 100 stories x 2)
     inject_key: str = "city"  # what the user asks under injection (the paper: where the story is located)
-    seeds: int = 3  # training seeds per model, trained side by side (the claims' replicates)
+    seeds: int = 6  # training seeds per model, trained side by side (the claims' replicates)
     # the first seed index: the seeds are seed_offset .. seed_offset + seeds - 1 (a fresh block for a new design)
     seed_offset: int = 0
     # The tested models and the routed positive control (ours; one routed model at least).
-    models: tuple = ({"name": "L4w64", "n_layer": 4, "n_embd": 64, "n_head": 2},
-                     {"name": "L4w64routed", "n_layer": 4, "n_embd": 64, "n_head": 2, "routed": True})
+    models: tuple = ({"name": "L3w48", "n_layer": 3, "n_embd": 48, "n_head": 4},
+                     {"name": "L3w48routed", "n_layer": 3, "n_embd": 48, "n_head": 4, "routed": True})
     # Pretrained causal LMs analysed as they are (the paper's setting), each {name, path, dtype}: a local
     # Hugging Face directory (config.json, weights, tokenizer); none by default, nothing is downloaded.
     pretrained: tuple = ()
@@ -199,6 +199,9 @@ class Params:
                     raise ValueError(f"orion.models ({name}): a routed model needs kv_window 1 (plain attention), "
                                      f"got {m.kv_window}")
                 request_markers(self.families)  # names a family whose requests no token marks
+            if m.n_layer < 3:  # (b) reads interior layers 1 .. n_layer - 1: two at least, so that its profile can fail
+                raise ValueError(f"orion.models ({name}): n_layer must be >= 3 (claim (b) reads the interior layers "
+                                 f"1 .. n_layer - 1), got {m.n_layer}")
         if self.device not in ("cpu", "cuda", "auto"):
             raise ValueError(f"orion.device: cpu | cuda | auto, got {self.device!r}")
         if not self.tested_names:
