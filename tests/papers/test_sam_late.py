@@ -392,7 +392,7 @@ def _ratios(seeds, ratio, rng):
 
 P_CLAIMS = {"seeds": 10, "rho": 0.3, "rhos": [0.3], "epochs": 160, "late_epochs": 10, "late_sweep": [40]}
 ROBUST = {"sgd": 0.2, "sam": 0.3, "late_sam": 0.25, "late_sam_k40": 0.25, "early_sam": 0.2, "adv": 0.6,
-          "late_adv": 0.55, "early_adv": 0.3}
+          "late_adv": 0.55, "early_adv": 0.3, "late_rand": 0.2, "late_clean": 0.19}
 
 
 @pytest.mark.parametrize("sam_loss_gain", [0.05, 0.0])
@@ -403,9 +403,9 @@ def test_claims_decide_on_seed_intervals_with_their_controls(sam_loss_gain):
     p = parse(P_CLAIMS)
     loss = {"sgd": 0.30, "sam": 0.30 - sam_loss_gain, "late_sam": 0.30 - 0.9 * sam_loss_gain,
             "late_sam_k40": 0.30 - 0.95 * sam_loss_gain, "early_sam": 0.30 - 0.05 * sam_loss_gain, "adv": 0.3,
-            "late_adv": 0.3, "early_adv": 0.3}
+            "late_adv": 0.3, "early_adv": 0.3, "late_rand": 0.30, "late_clean": 0.3}
     eig = {"sgd": 10.0, "sam": 3.0, "late_sam": 3.5, "late_sam_k40": 3.2, "early_sam": 9.5, "adv": 8.0,
-           "late_adv": 8.0, "early_adv": 9.0}
+           "late_adv": 8.0, "early_adv": 9.0, "late_rand": 10.0, "late_clean": 9.0}
     m = _arms(10, 0.3, loss, eig, ROBUST, noise=0.002, rng=rng)
     sam_fits, sgd_fits = _fits(10, 0.97, 0.8, 0.05, rng), _fits(10, 0.6, 0.7, 0.01, rng)
     planted = _fits(10, 0.99, 0.85, 0.05, rng)
@@ -419,9 +419,13 @@ def test_claims_decide_on_seed_intervals_with_their_controls(sam_loss_gain):
     assert claims["c"].positive_control.verdict == "holds"
     assert claims["d"].verdict == "holds" and claims["d"].control.verdict == "does not hold"
     assert claims["e"].verdict == "holds" and claims["e"].control.verdict == "does not hold"
-    # the timing ablations: early SAM and early AT of the same length as the late arms
+    # the mechanism ablations (review sam_late_r20261205): SAM's late phase with a random direction, late AT on clean
+    # inputs; early SAM / early AT of the same length are context in the notes
     assert claims["e"].control.kind == "ablation" and claims["a"].control.kind == "ablation"
-    assert "early AT" in claims["e"].control.description and "10 epochs" not in claims["e"].statement
+    assert "random direction" in claims["a"].control.description and "early SAM" in claims["a"].note
+    assert "clean inputs" in claims["e"].control.description and "early AT" in claims["e"].note
+    assert "10 epochs" not in claims["e"].statement
+    assert "weaker than the paper's" in claims["a"].note and "paired difference" in claims["a"].note
     assert "last 10 of 160 epochs" in claims["a"].statement and "last 10 of 160 epochs" in claims["e"].statement
     assert len(claims["a"].evidence) == 2  # test loss and sharpness at the deciding late phase only
     assert "K = 40" in claims["a"].note  # the other late phases are reported
@@ -453,17 +457,18 @@ def test_claims_decide_on_seed_intervals_with_their_controls(sam_loss_gain):
         assert unfit[cid].verdict == "inconclusive" and "fitted its training set" in unfit[cid].note
 
 
-def test_low_shares_at_the_late_phase_fail_a_and_e_and_early_arms_that_match_fail_their_ablations():
-    """No convergence gate any more: shares below 0.5 at the deciding late phase fail (a) and (e); an early arm of
-    equal length that closes as much makes the ablation hold, so the claim is inconclusive."""
+def test_low_shares_at_the_late_phase_fail_a_and_e_and_controls_that_match_fail_their_ablations():
+    """No convergence gate any more: shares below 0.5 at the deciding late phase fail (a) and (e); a control that
+    closes as much (late SAM with a random direction, late AT on clean inputs) makes the ablation hold, so the claim
+    is inconclusive; an early arm of equal length that matches is (b)'s matter and leaves (a) and (e) decided."""
     from papers.sam_late.report import sam_late_claims
 
     rng = np.random.default_rng(2)
     p = parse(P_CLAIMS)
     loss = {"sgd": 0.30, "sam": 0.25, "late_sam": 0.29, "late_sam_k40": 0.28, "early_sam": 0.2975, "adv": 0.3,
-            "late_adv": 0.3, "early_adv": 0.3}
+            "late_adv": 0.3, "early_adv": 0.3, "late_rand": 0.30, "late_clean": 0.3}
     eig = {"sgd": 10.0, "sam": 3.0, "late_sam": 8.6, "late_sam_k40": 7.2, "early_sam": 9.5, "adv": 8.0,
-           "late_adv": 8.0, "early_adv": 8.0}
+           "late_adv": 8.0, "early_adv": 8.0, "late_rand": 10.0, "late_clean": 8.0}
     robust = {**ROBUST, "late_adv": 0.32}
     m = _arms(10, 0.3, loss, eig, robust, noise=0.002, rng=rng)
     fits = _fits(10, 0.97, 0.8, 0.05, rng)
@@ -471,12 +476,19 @@ def test_low_shares_at_the_late_phase_fail_a_and_e_and_early_arms_that_match_fai
     claims = {c.id: c for c in sam_late_claims(p, m, *args, loss_rises=_rises(10, 0.05, 0.0, rng),
                                                first_steps=_ratios(10, 1.2, rng))}
     assert claims["a"].verdict == "does not hold" and claims["e"].verdict == "does not hold"
-    m2 = _arms(10, 0.3, {**loss, "late_sam": 0.255}, {**eig, "late_sam": 3.3},
+    # early arms that match the late ones: (a) and (e) still hold (timing is (b)'s question)
+    m2 = _arms(10, 0.3, {**loss, "late_sam": 0.255, "early_sam": 0.255}, {**eig, "late_sam": 3.3, "early_sam": 3.3},
                {**ROBUST, "early_adv": 0.58}, noise=0.002, rng=rng)
-    matched = {c.id: c for c in sam_late_claims(p, m2, *args, loss_rises=_rises(10, 0.05, 0.0, rng),
+    early = {c.id: c for c in sam_late_claims(p, m2, *args, loss_rises=_rises(10, 0.05, 0.0, rng),
+                                              first_steps=_ratios(10, 1.2, rng))}
+    assert early["a"].verdict == "holds" and early["e"].verdict == "holds"
+    # controls that match: the mechanism is not what closes the gap, inconclusive
+    m3 = _arms(10, 0.3, {**loss, "late_sam": 0.255, "late_rand": 0.255}, {**eig, "late_sam": 3.3, "late_rand": 3.3},
+               {**ROBUST, "late_clean": 0.58}, noise=0.002, rng=rng)
+    matched = {c.id: c for c in sam_late_claims(p, m3, *args, loss_rises=_rises(10, 0.05, 0.0, rng),
                                                 first_steps=_ratios(10, 1.2, rng))}
-    assert matched["a"].verdict == "holds"
-    assert matched["e"].control.verdict == "holds" and matched["e"].verdict == "inconclusive"
+    for cid in ("a", "e"):
+        assert matched[cid].control.verdict == "holds" and matched[cid].verdict == "inconclusive"
 
 
 def test_escape_loss_rise_and_first_step_ratio_closed_forms():
@@ -519,9 +531,9 @@ def test_escape_is_decided_at_the_smallest_rho_whose_premises_are_met():
     rng = np.random.default_rng(4)
     p = parse({**P_CLAIMS, "rhos": [0.3, 1.0]})
     loss = {"sgd": 0.30, "sam": 0.25, "late_sam": 0.26, "late_sam_k40": 0.255, "early_sam": 0.2975, "adv": 0.3,
-            "late_adv": 0.3, "early_adv": 0.3}
+            "late_adv": 0.3, "early_adv": 0.3, "late_rand": 0.3, "late_clean": 0.3}
     eig = {"sgd": 10.0, "sam": 3.0, "late_sam": 3.5, "late_sam_k40": 3.2, "early_sam": 9.5, "adv": 8.0,
-           "late_adv": 8.0, "early_adv": 8.0}
+           "late_adv": 8.0, "early_adv": 8.0, "late_rand": 10.0, "late_clean": 8.0}
     m = _arms(10, 0.3, loss, eig, ROBUST, noise=0.002, rng=rng)
     sgd_fits = _fits(10, 0.6, 0.7, 0.01, rng)
     flat, steep = _fits(10, 0.5, 0.99, 0.02, rng), _fits(10, 0.97, 0.8, 0.05, rng)
@@ -561,7 +573,7 @@ def test_member_loss_is_the_smoothed_cross_entropy_of_each_seed():
         torch.testing.assert_close(batched.member_loss(logits, y, s), want, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("rule", ["sgd", "sam", "adv"])
+@pytest.mark.parametrize("rule", ["sgd", "sam", "adv", "rand", "clean"])
 def test_side_by_side_steps_equal_each_seed_s_own_steps(rule):
     """Three steps of every rule on three seeds at once land where each seed's own optimiser and step take it
     (momentum included), PGD's random start drawn from each seed's generator as from torch's global one."""
@@ -583,11 +595,88 @@ def test_side_by_side_steps_equal_each_seed_s_own_steps(rule):
                 loss = sam.sgd_step(net, opt, x[j], y[j], p.label_smoothing)
             elif rule == "sam":
                 loss = sam.sam_step(net, opt, x[j], y[j], p.label_smoothing, p.rho)
+            elif rule == "rand":
+                loss = sam.random_sam_step(net, opt, x[j], y[j], p.label_smoothing, p.rho)
+            elif rule == "clean":
+                loss = sam.clean_step(net, opt, x[j], y[j])
             else:
                 loss = sam.adv_step(net, opt, x[j], y[j], p.attack)
             assert float(losses[k][j]) == pytest.approx(float(loss), abs=1e-5)
         for q, w in zip(net.parameters(), mem.ws):
             torch.testing.assert_close(q.detach(), w[j], rtol=1e-5, atol=1e-6)
+
+
+def test_random_direction_step_perturbs_by_rho_along_no_gradient_and_steps_with_the_gradient_there():
+    """late_rand's step (the control of (a)): eps has norm rho, is not the gradient's direction, is fresh each step and
+    follows the seed; the update is SGD's with grad L(w + eps), computed here independently of sam.py's step."""
+    p, _ = _tiny()
+    net = _net(0)
+    x, y = torch.rand(10, 64), torch.randint(0, 10, (10,))
+    params = list(net.parameters())
+    torch.manual_seed(3)
+    eps = sam.random_direction(params, 0.3)
+    again = sam.random_direction(params, 0.3)
+    flat = torch.cat([e.flatten() for e in eps])
+    assert float(flat.norm()) == pytest.approx(0.3, rel=1e-5)
+    assert not torch.allclose(flat, torch.cat([e.flatten() for e in again]))  # a fresh direction each step
+    net.zero_grad()
+    sam.smooth_cross_entropy(net(x), y, 0.1).backward()
+    g = torch.cat([q.grad.flatten() for q in params])
+    assert abs(float(flat @ g / (flat.norm() * g.norm()))) < 0.2  # ~ N(0, 1/sqrt(P)) for P = 610 parameters
+    # the step: the gradient at w + eps (same seed, same draw), then torch's SGD step from w
+    w0 = [q.detach().clone() for q in params]
+    ref = _net(0)
+    with torch.no_grad():
+        for q, e in zip(ref.parameters(), eps):
+            q.add_(e)
+    ref.zero_grad()
+    sam.smooth_cross_entropy(ref(x), y, 0.1).backward()
+    want = [w - 0.05 * (q.grad + p.weight_decay * w) for w, q in zip(w0, ref.parameters())]
+    opt = torch.optim.SGD(params, lr=0.05, momentum=p.momentum, weight_decay=p.weight_decay)
+    torch.manual_seed(3)
+    loss = sam.random_sam_step(net, opt, x, y, 0.1, 0.3)
+    with torch.no_grad():
+        at_w = float(sam.smooth_cross_entropy(_net(0)(x), y, 0.1))
+    assert float(loss) == pytest.approx(at_w, rel=1e-6)
+    for q, w in zip(net.parameters(), want):
+        torch.testing.assert_close(q.detach(), w, rtol=1e-5, atol=1e-6)
+    # and it is not SAM's step
+    sam_net = _net(0)
+    sam.sam_step(sam_net, torch.optim.SGD(sam_net.parameters(), lr=0.05, momentum=p.momentum,
+                                          weight_decay=p.weight_decay), x, y, 0.1, 0.3)
+    assert not torch.allclose(next(sam_net.parameters()), next(net.parameters()), atol=1e-6)
+
+
+def test_clean_input_control_makes_no_adversarial_example(monkeypatch):
+    """late_clean (the control of (e)): every input the network sees in its late phase is a batch of the clean
+    training set, PGD is never called (loop and side-by-side paths), and it takes late AT's loss and optimiser."""
+    from papers.sam_late import batched
+
+    p, t = _tiny()
+    _, _, sgd_ckpts = train(_net(), t, p, arm="sgd", rho=p.rho, seed=0)
+
+    def no_pgd(*a, **k):
+        raise AssertionError("the clean-input control called PGD")
+
+    monkeypatch.setattr(sam, "pgd", no_pgd)
+    monkeypatch.setattr(batched, "pgd", no_pgd)
+    seen = []
+    net = _net(1)
+    net.register_forward_hook(lambda mod, inp, out: seen.append(inp[0].detach().clone()) if mod.training else None)
+    h, _, _ = train(net, t, p, arm="late_clean", rho=p.rho, seed=0, start=sgd_ckpts["switch"])
+    assert list(h.rule) == ["clean"] * p.late_epochs and len(seen) == p.late_epochs * 4
+    rows = {tuple(r.tolist()) for r in t["x_train"]}
+    assert all(tuple(r.tolist()) in rows for b in seen for r in b)  # clean training images, unperturbed
+    batched.train_members([_net(1)], [t], p, arm="late_clean", rho=p.rho, seeds=[0], starts=[sgd_ckpts["switch"]])
+    # late AT's loss and optimiser: clean_step is adv_step's update at the clean inputs
+    a, b = _net(2), _net(2)
+    x, y = t["x_train"][:10], t["y_train"][:10]
+    sam.clean_step(a, torch.optim.SGD(a.parameters(), lr=0.05), x, y)
+    opt = torch.optim.SGD(b.parameters(), lr=0.05)
+    F.cross_entropy(b(x), y).backward()
+    opt.step()
+    for q, r in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(q, r)
 
 
 def test_side_by_side_training_equals_the_seed_loop():
@@ -600,7 +689,7 @@ def test_side_by_side_training_equals_the_seed_loop():
     tensors = [_seed_tensors(s) for s in seeds]
     loop = {s: train(_net(s), tensors[s], p, arm="sgd", rho=p.rho, seed=s, track=True) for s in seeds}
     fast = batched.train_members([_net(s) for s in seeds], tensors, p, arm="sgd", rho=p.rho, seeds=seeds, track=True)
-    for arm in ("sam", "early_sam", "adv", "late_sam"):
+    for arm in ("sam", "early_sam", "adv", "late_sam", "late_adv", "early_adv", "late_rand", "late_clean"):
         late = arm.startswith("late")
         starts = [loop[s][2]["switch"] for s in seeds] if late else None
         want = [train(_net(s), tensors[s], p, arm=arm, rho=p.rho, seed=s, start=starts[s] if late else None,
@@ -628,3 +717,81 @@ def test_side_by_side_training_equals_the_seed_loop():
         np.testing.assert_allclose(h1.train_loss, h0.train_loss, rtol=1e-5)
         np.testing.assert_allclose(e1.to_numpy(float), e0.to_numpy(float), rtol=1e-5, atol=1e-6)
         assert c0.keys() == c1.keys()
+
+
+# ---- late_rand's radius, matched to SAM's strength (review sam_late_r20261205b) ----------------------------------
+def _fitted_net_and_batches(seed=0):
+    """A small MLP trained to near a minimum of the smoothed loss on 40 random points (as w_switch is), and 4 batches."""
+    p, t = _tiny(epochs=30, late_epochs=2)
+    net = _net(seed)
+    train(net, t, p, arm="sgd", rho=p.rho, seed=seed)
+    x, y = t["x_train"], t["y_train"]
+    return net, [(x[i:i + 10], y[i:i + 10]) for i in range(0, 40, 10)]
+
+
+def test_matched_radius_meets_sams_loss_rise_and_is_not_rho():
+    """sam.matched_radius: recomputed here independently (SAM's rise with torch.func on the flat weights; the random
+    rise with the same generator's draws), the random perturbation of norm r raises the mean batch loss by SAM's rise
+    to 1e-3, r is far from rho, a same-norm random perturbation is much weaker than SAM's, and the weights come back."""
+    from torch.func import functional_call
+
+    net, batches = _fitted_net_and_batches()
+    w0 = {k: v.detach().clone() for k, v in net.named_parameters()}
+    rho, dirs = 0.3, 5
+    out = sam.matched_radius(net, batches, smoothing=0.1, rho=rho, directions=dirs,
+                             generator=torch.Generator().manual_seed(11))
+    for k, v in net.named_parameters():
+        torch.testing.assert_close(v.detach(), w0[k], rtol=0, atol=0)
+    names = list(w0)
+
+    def loss_at(flat_delta, x, y):
+        ws, i = {}, 0
+        for k in names:
+            n = w0[k].numel()
+            ws[k] = w0[k] + flat_delta[i:i + n].view_as(w0[k])
+            i += n
+        return sam.smooth_cross_entropy(functional_call(net, ws, (x,)), y, 0.1)
+
+    zero = torch.zeros(sum(v.numel() for v in w0.values()))
+    sam_rises = []
+    for x, y in batches:
+        g = torch.func.grad(loss_at)(zero, x, y)
+        sam_rises.append(float(loss_at(rho * g / g.norm(), x, y) - loss_at(zero, x, y)))
+    target = float(np.mean(sam_rises))
+    assert out["rise_sam"] == pytest.approx(target, rel=1e-4)
+    gen = torch.Generator().manual_seed(11)
+    units = []
+    for _ in range(len(batches) * dirs):
+        d = torch.cat([torch.randn(w0[k].shape, generator=gen).flatten() for k in names])
+        units.append(d / d.norm())
+
+    def rand_rise(r):
+        return float(np.mean([float(loss_at(r * units[b * dirs + k], *batches[b]) - loss_at(zero, *batches[b]))
+                              for b in range(len(batches)) for k in range(dirs)]))
+
+    assert rand_rise(out["radius"]) == pytest.approx(target, rel=1e-3)
+    assert out["rise_rand"] == pytest.approx(target, rel=1e-3)
+    assert rand_rise(rho) == pytest.approx(out["rise_rand_at_rho"], rel=1e-3, abs=1e-7)
+    assert out["radius"] > 3 * rho  # a random direction of SAM's norm is far weaker than SAM's ascent
+    assert out["rise_rand_at_rho"] < 0.2 * target
+
+
+def test_late_rand_trains_each_seed_at_its_own_radius_on_both_paths():
+    """The side-by-side path with per-seed radii (late_rand's calibrated r, a (M,) tensor) equals the seed loop run
+    at each seed's radius; and a radius other than rho gives another run (the norm is not rho)."""
+    from papers.sam_late import batched
+
+    p, _ = _tiny(epochs=4, late_epochs=2)
+    seeds = [0, 1]
+    tensors = [_seed_tensors(s) for s in seeds]
+    starts = [train(_net(s), tensors[s], p, arm="sgd", rho=p.rho, seed=s)[2]["switch"] for s in seeds]
+    radii = [2.5, 4.0]
+    want = [train(_net(s), tensors[s], p, arm="late_rand", rho=radii[s], seed=s, start=starts[s]) for s in seeds]
+    got = batched.train_members([_net(9) for _ in seeds], tensors, p, arm="late_rand",
+                                rho=torch.tensor(radii, dtype=torch.float32), seeds=seeds, starts=starts)
+    for (h0, _, c0), (h1, _, c1) in zip(want, got):
+        np.testing.assert_allclose(h0.train_loss, h1.train_loss, rtol=1e-5)
+        for k in c0["final"]["model"]:
+            torch.testing.assert_close(c0["final"]["model"][k], c1["final"]["model"][k], rtol=1e-5, atol=1e-6)
+    at_rho = train(_net(0), tensors[0], p, arm="late_rand", rho=p.rho, seed=0, start=starts[0])
+    assert not torch.allclose(at_rho[2]["final"]["model"]["1.weight"], want[0][2]["final"]["model"]["1.weight"])

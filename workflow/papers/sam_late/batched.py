@@ -143,8 +143,9 @@ def _grads(ws, loss_fn) -> tuple[torch.Tensor, list[torch.Tensor]]:
     return losses.detach(), list(grads)
 
 
-def step(mem: Members, rule: str, xb, yb, p, rho: float, gens, lr: float) -> torch.Tensor:
-    """One step of every seed by `rule`; returns each seed's batch loss (M,) (at w, as the one-seed loop)."""
+def step(mem: Members, rule: str, xb, yb, p, rho, gens, lr: float) -> torch.Tensor:
+    """One step of every seed by `rule`; returns each seed's batch loss (M,) (at w, as the one-seed loop). `rho`: a
+    float, or for the random-direction rule each seed's radius (M,) (late_rand's calibrated r)."""
     if rule == "sgd":
         loss, grads = _grads(mem.ws, lambda ws: member_loss(forward(ws, xb), yb, p.label_smoothing))
         mem.sgd_update("sgd", grads, lr, p.momentum, p.weight_decay)
@@ -161,6 +162,23 @@ def step(mem: Members, rule: str, xb, yb, p, rho: float, gens, lr: float) -> tor
             for w, e in zip(mem.ws, g):
                 w.sub_(e)  # back to w, as sam.sam_step
         mem.sgd_update("sam", grads, lr, p.momentum, p.weight_decay)
+    elif rule == "rand":  # sam.random_sam_step: SAM's step at w + rho d / ||d||, d Gaussian from each seed's generator
+        with torch.no_grad():
+            loss = member_loss(forward(mem.ws, xb), yb, p.label_smoothing)
+            d = [torch.stack([torch.randn(w.shape[1:], dtype=w.dtype, generator=gen) for gen in gens]).to(w.device)
+                 for w in mem.ws]  # per seed, the parameters in order, as sam.random_direction draws them
+            norm = torch.stack([torch.linalg.vector_norm(t, dim=tuple(range(1, t.dim()))) for t in d]).norm(dim=0)
+            scale = (rho.to(norm.device) if torch.is_tensor(rho) else rho) / (norm + 1e-12)
+            for w, t in zip(mem.ws, d):
+                w.add_(t.mul_(_bcast(scale, t)))  # w + eps (d now holds eps)
+        _, grads = _grads(mem.ws, lambda ws: member_loss(forward(ws, xb), yb, p.label_smoothing))  # grad L(w + eps)
+        with torch.no_grad():
+            for w, e in zip(mem.ws, d):
+                w.sub_(e)
+        mem.sgd_update("sam", grads, lr, p.momentum, p.weight_decay)
+    elif rule == "clean":  # sam.clean_step: AT's loss (plain cross-entropy) and SGD optimiser at the clean inputs
+        loss, grads = _grads(mem.ws, lambda ws: member_loss(forward(ws, xb), yb))
+        mem.sgd_update("sgd", grads, lr, p.momentum, p.weight_decay)
     else:
         a = p.attack
         x_adv = pgd(mem.ws, xb, yb, gens, epsilon=a.epsilon, step_size=a.step_size, steps=a.steps, random_start=True)
@@ -169,7 +187,7 @@ def step(mem: Members, rule: str, xb, yb, p, rho: float, gens, lr: float) -> tor
     return loss
 
 
-def train_members(models: list[nn.Module], tensors: list[dict], p, *, arm: str, rho: float, seeds: list[int],
+def train_members(models: list[nn.Module], tensors: list[dict], p, *, arm: str, rho, seeds: list[int],
                   starts: list[dict] | None = None, switch: int | None = None, track: bool = False, progress=None):
     """:func:`papers.sam_late.train.train` for every seed of `seeds` at once (models[j] initialised for seeds[j],
     tensors[j] its data, starts[j] its checkpoint); returns that function's (history, escape, checkpoints) per seed."""

@@ -10,7 +10,8 @@ from papers.sam_late.evaluate import NO_SAM
 from papers.sam_late.params import ADV_ARMS, SAM_ARMS, early_arm, sweep_arm
 
 COLORS = {"sgd": "tab:blue", "sam": "tab:green", "late_sam": "tab:orange", "early_sam": "tab:purple",
-          "adv": "tab:red", "late_adv": "tab:brown", "early_adv": "tab:pink"}
+          "adv": "tab:red", "late_adv": "tab:brown", "early_adv": "tab:pink", "late_rand": "tab:olive",
+          "late_clean": "tab:gray"}
 
 
 def _std(values) -> float:
@@ -104,7 +105,7 @@ def robust(p, m, path) -> None:
         g = sel.groupby("arm")[col]
         axes[0, 0].bar(np.arange(len(arms)) + 0.4 * i, g.mean().reindex(arms), width=0.4,
                        yerr=g.agg(_std).reindex(arms), capsize=2, label=label)
-    axes[0, 0].set_xticks(np.arange(len(arms)) + 0.2, arms, fontsize=8)
+    axes[0, 0].set_xticks(np.arange(len(arms)) + 0.2, arms, fontsize=7, rotation=30)
     axes[0, 0].set_ylabel("test accuracy")
     axes[0, 0].legend(fontsize=7)
     savefig(fig, path)

@@ -23,9 +23,18 @@ ARMS = {
     "adv": ("adv", "adv"),
     "late_adv": ("sgd", "adv"),
     "early_adv": ("adv", "sgd"),
+    # The mechanism-removing controls of (a) and (e) (review sam_late_r20261205): late_rand takes SAM's late phase
+    # with a random perturbation direction (sam.random_sam_step; SAM's optimiser, momentum restart) whose norm r is
+    # calibrated per seed at w_switch to SAM's loss rise (sam.matched_radius; review sam_late_r20261205b: at SAM's
+    # norm rho a random direction is ~1,500x weaker); late_clean takes late AT's loss and optimiser on the clean
+    # inputs (sam.clean_step, no PGD).
+    "late_rand": ("sgd", "rand"),
+    "late_clean": ("sgd", "clean"),
 }
-SAM_ARMS = ("sam", "late_sam", "early_sam")  # trained at the main rho; the other rhos train sam and late_sam
-ADV_ARMS = ("adv", "late_adv", "early_adv")
+# late_rand's calibration per seed (sam.matched_radius), kept as constant columns of its training history
+MATCH_COLUMNS = ("match_radius", "match_rise_sam", "match_rise_rand", "match_rise_rand_at_rho")
+SAM_ARMS = ("sam", "late_sam", "early_sam", "late_rand")  # trained at the main rho; the other rhos train sam and late_sam
+ADV_ARMS = ("adv", "late_adv", "early_adv", "late_clean")
 NOISY_ARMS = ("sgd", "sam", "late_sam")  # the noisy-label extension: the switch at the main rho, nothing else
 
 
@@ -104,6 +113,10 @@ class Params:
     interpolation_points: int = 29  # includes alpha = 0 and 1 exactly on this grid
     interpolation_samples: int = 1000  # LMC.py --sample_num 1000
     escape_steps: int = 100  # steps after the switch over which ||w_t - w_switch|| is recorded and fitted
+    # late_rand's radius (sam.matched_radius): per seed at w_switch, match_batches training batches (a fixed draw of
+    # the seed's (seed, switch, 1) stream) x match_directions seeded Gaussian directions each
+    match_batches: int = 6
+    match_directions: int = 8
     # Claim thresholds and premise gates (fixed before any run; see config/config.yaml for their sources).
     gap_fraction_min: float = 0.5
     close_share_max: float = 0.5
@@ -211,7 +224,7 @@ STAGE_PARAMS = {
     "train_sam": (
         "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "paper_share", "rho", "batch_size",
         "lr", "momentum", "weight_decay", "lr_milestones", "lr_gamma", "label_smoothing", "augment", "escape_steps",
-        "history_every",
+        "history_every", "match_batches", "match_directions",
     ),
     "train_adv": (
         "seeds", "data", "model", "hidden", "epochs", "late_epochs", "late_sweep", "paper_share", "adv_late_epochs",

@@ -18,7 +18,7 @@ from papers.common.io import read_parquet, read_parquets, write_json
 from papers.common.params import to_dict
 from papers.sam_late.analysis import barrier, escape_fits, gap_fraction
 from papers.sam_late.evaluate import NO_SAM, alpha_grid
-from papers.sam_late.params import ADV_ARMS, NOISY_ARMS, SAM_ARMS, SLUG, early_arm, parse, sweep_arm
+from papers.sam_late.params import ADV_ARMS, MATCH_COLUMNS, NOISY_ARMS, SAM_ARMS, SLUG, early_arm, parse, sweep_arm
 
 TITLE = "P6 sam_late: Sharpness-Aware Minimization efficiently selects flatter minima late in training"
 # The official script's late phase in optimiser steps: SAM from epoch 150 of 160 (ERM_to_SAM.py --epochs 160
@@ -34,6 +34,9 @@ PAPER = {  # the paper's direction for each arm
     "adv": "robust baseline (AT throughout)",
     "late_adv": "nearly the robust accuracy of AT throughout",
     "early_adv": "timing ablation of late AT (not the paper's arm): the late phase decides",
+    "late_rand": "control of (a), not the paper's arm: late SAM with a random perturbation direction, its norm matched "
+                 "per seed to SAM's loss rise at w_switch",
+    "late_clean": "control of (e), not the paper's arm: late AT's loss and optimiser on clean inputs",
 }
 # +1: higher is better; -1: lower is better (a gap share is signed by the full arm's gap, so it needs none)
 WHAT = {"test_acc": "test accuracy", "test_loss": "test loss", "robust_acc": "robust accuracy", "eig_1": "sharpness"}
@@ -144,19 +147,30 @@ def late_epochs_of(p, arm: str) -> int:
     return p.late_epochs if arm.startswith(("late", "early")) else 0
 
 
+def mean_ratio(m: pd.DataFrame, arm: str, full: str, col: str, rho: float, full_rho: float,
+               labels: str = "clean") -> float:
+    """The share of the SGD -> `full` gap that `arm` closes as a ratio of means over seeds, (mean arm - mean SGD) /
+    (mean full - mean SGD): for test accuracy, whose per-seed gaps are a few test images and cross zero, so that
+    per-seed ratios are unstable (the review sam_late_r20261205)."""
+    sgd = per_seed(m, "sgd", col, NO_SAM, labels).mean()
+    den = per_seed(m, full, col, full_rho, labels).mean() - sgd
+    return float((per_seed(m, arm, col, rho, labels).mean() - sgd) / den) if den != 0 else float("nan")
+
+
 def _share_cell(m, p, labels, arm, rho) -> tuple[str, dict]:
-    """The table's 'gap closed' cell (test loss / sharpness; robust accuracy for late and early AT) and its numbers."""
-    if arm in ("late_adv", "early_adv"):
+    """The table's 'gap closed' cell (test loss / accuracy / sharpness; robust accuracy for late and early AT and the
+    clean-input control) and its numbers: per-seed shares, test accuracy's as a ratio of means (:func:`mean_ratio`)."""
+    if arm in ("late_adv", "early_adv", "late_clean"):
         frac = {"robust": float(np.nanmean(seed_shares(m, arm, "adv", "robust_acc", NO_SAM, NO_SAM)))}
         return f"robust {frac['robust']:.2f}", frac
-    if not arm.startswith(("late_sam", "early_sam")):
+    if not arm.startswith(("late_sam", "early_sam", "late_rand")):
         return "-", {}
     sam_train = m[(m.labels == labels) & (m.arm == "sam") & np.isclose(m.rho, rho)].train_acc.mean()
     sgd_train = m[(m.labels == labels) & (m.arm == "sgd")].train_acc.mean()
     if sam_train < 0.5 * sgd_train:  # SAM throughout did not train at this rho: no gap to share (see the text)
         return "n/a (SAM throughout does not train at this rho)", {}
-    frac = {col: float(np.nanmean(seed_shares(m, arm, "sam", col, rho, rho, labels)))
-            for col in ("test_loss", "test_acc", "eig_1")}
+    frac = {col: float(np.nanmean(seed_shares(m, arm, "sam", col, rho, rho, labels))) for col in ("test_loss", "eig_1")}
+    frac["test_acc"] = mean_ratio(m, arm, "sam", "test_acc", rho, rho, labels)
     return " / ".join("n/a" if np.isnan(frac[c]) else f"{frac[c]:.2f}" for c in ("test_loss", "test_acc", "eig_1")), frac
 
 
@@ -200,8 +214,10 @@ def write_results_table(p, m: pd.DataFrame, fits: pd.DataFrame, table_md, table_
                f"run's own training labels (SGD: also at the main switch epoch, the premise of the late-phase claims). "
                f"Top eigenvalue: the Hessian's largest, on the first {p.hessian_samples} training examples. Robust "
                f"accuracy: L-inf PGD, epsilon {p.attack.epsilon}, {p.attack.steps} steps, on the test set. Gap closed: "
-               f"mean over seeds of (arm - SGD) / (SAM at the same rho - SGD) in test loss, test accuracy and top "
-               f"eigenvalue; for late and early AT, of the SGD -> AT gap in robust accuracy.")
+               f"mean over seeds of (arm - SGD) / (SAM at the same rho - SGD) in test loss and top eigenvalue; in test "
+               f"accuracy, whose per-seed gaps cross zero, the ratio of the means over seeds; for late and early AT "
+               f"and late_clean, of the SGD -> AT gap in robust accuracy. late_rand and late_clean are the negative "
+               f"controls of claims (a) and (e), not the paper's arms.")
     write_table(table[["labels", "arm", "rho", "SAM / AT epochs", "test accuracy", "test loss", "train accuracy",
                        "top eigenvalue", "robust accuracy", "gap closed (test loss / acc / sharpness)", "paper"]],
                 table_md, table_csv, caption=caption,
@@ -215,12 +231,17 @@ def write_results_table(p, m: pd.DataFrame, fits: pd.DataFrame, table_md, table_
 def sam_late_claims(p, m: pd.DataFrame, fits: pd.DataFrame, sam_fits: pd.DataFrame, sgd_fits: pd.DataFrame,
                     planted_fits: pd.DataFrame, late_barriers, control_barriers, valley_distances=(),
                     loss_rises: tuple[pd.Series, pd.Series] | None = None,
-                    escapes_by_rho: dict | None = None, first_steps: pd.Series | None = None) -> list[Claim]:
+                    escapes_by_rho: dict | None = None, first_steps: pd.Series | None = None,
+                    match: pd.DataFrame | None = None) -> list[Claim]:
     """The five claims on the clean-label runs, each decided on Student-t intervals over seeds against a threshold of
     the config, behind premise gates (the gap to close exists; SGD has fitted its training set at the switch).
 
     One late phase decides (a), (b) and (e): the last late_epochs epochs (late SAM, late AT), with the first
-    late_epochs epochs (early SAM, early AT, then SGD) as the timing ablation of equal length.
+    late_epochs epochs (early SAM, early AT, then SGD) as the timing ablation of equal length ((b)'s evidence; context
+    for (a) and (e)). The negative controls of (a) and (e) remove the mechanism each credits from the same late phase
+    (review sam_late_r20261205): late_rand (SAM's step with a random perturbation direction, its norm r matched per
+    seed to SAM's loss rise at w_switch: review sam_late_r20261205b) and late_clean (late AT's loss and optimiser on
+    clean inputs). `match`: per seed (index), late_rand's calibration (params.MATCH_COLUMNS; None: not recorded).
 
     `m`: evaluate's metrics (one row per labels, arm, rho, seed); `fits`: SGD's fit at the switch per seed;
     `sam_fits`/`sgd_fits`: escape fits per seed, `planted_fits` those of the planted exponential escapes;
@@ -274,7 +295,56 @@ def sam_late_claims(p, m: pd.DataFrame, fits: pd.DataFrame, sam_fits: pd.DataFra
     share_arm = "late_sam" if k_share == K else late_arms[k_share]
     early_share_arm = "early_sam" if k_share == K else early_arm(k_share)
 
-    # (a) late SAM for the deciding late phase closes > thr of both gaps; control: early SAM of equal length
+    # (a) late SAM for the deciding late phase closes > thr of both gaps; control: late SAM with a random direction
+    # Test accuracy (reported): the paired difference (late - SGD) - thr (SAM - SGD) per seed, and the ratio of means
+    acc_half = (per_seed(m, "late_sam", "test_acc", rho) - per_seed(m, "sgd", "test_acc")
+                - thr * (per_seed(m, "sam", "test_acc", rho) - per_seed(m, "sgd", "test_acc")))
+    acc_mid, acc_lo, acc_hi = t_interval(acc_half)
+    k_word = (f"at the paper's share of training (K = {k_share}, {k_share * spe} steps) the shares are "
+              f"{ci(share(share_arm, 'sam', 'test_loss'))} / {ci(share(share_arm, 'sam', 'eig_1'))}"
+              if k_share != K else f"the late phase is the paper's share of training (K = {K})")
+    weaker = (f"'more than half of the gap in test loss and sharpness' is weaker than the paper's 'nearly the same "
+              f"generalization and sharpness as full SAM' after 'a few epochs': here the deciding late phase is {K} of "
+              f"{E} epochs ({K / E:.0%} of training); {k_word}; in test accuracy late SAM closes "
+              f"{mean_ratio(m, 'late_sam', 'sam', 'test_acc', rho, rho):.2f} of the gap (ratio of means), and the paired "
+              f"difference (late SAM - SGD) - {thr:g} (SAM - SGD) is {acc_mid:.4f} [{acc_lo:.4f}, {acc_hi:.4f}] "
+              f"({'above' if acc_lo > 0 else 'below' if acc_hi < 0 else 'not separated from'} 0). A 'holds' here is "
+              "not the paper's claim reproduced in full")
+    def paired(arm, col, arm_rho=NO_SAM, digits=4):  # per seed arm - SGD, mean [95% t interval]
+        mid, lo, hi = t_interval(per_seed(m, arm, col, arm_rho) - per_seed(m, "sgd", col))
+        side = "above" if lo > 0 else "below" if hi < 0 else "straddling"
+        return f"{mid:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}] ({side} 0)"
+
+    # The review sam_late_r20261205b (item 2), reported only: test cross-entropy measures confidence as well as error
+    confidence = (f"test loss (cross-entropy) here tracks confidence as well as error, so its half of the criterion is "
+                  f"not the paper's test error: against SGD, late_clean (late AT's step on clean inputs, plain "
+                  f"cross-entropy without label smoothing) changes test loss by {paired('late_clean', 'test_loss')} and "
+                  f"test accuracy by {paired('late_clean', 'test_acc')}; the matched random control late_rand changes "
+                  f"them by {paired('late_rand', 'test_loss', rho)} and {paired('late_rand', 'test_acc', rho)}; late "
+                  f"SAM by {paired('late_sam', 'test_loss', rho)} and {paired('late_sam', 'test_acc', rho)}; the paired "
+                  f"accuracy test of 'more than half' is {acc_mid:.4f} [{acc_lo:.4f}, {acc_hi:.4f}] "
+                  f"({'above' if acc_lo > 0 else 'below' if acc_hi < 0 else 'straddling'} 0). Only the sharpness half "
+                  "is a measure free of this")
+    if match is not None and len(match):
+        r = match.match_radius.to_numpy(float)
+        matched_note = (
+            f"late_rand's radius r, calibrated per seed at w_switch (mean loss rise of a random perturbation over "
+            f"{p.match_batches} training batches x {p.match_directions} directions = SAM's at rho = {rho} on the same "
+            f"batches): r = {', '.join(f'{v:.2f}' for v in r)} (seeds {', '.join(str(i) for i in match.index)}; "
+            f"{r.mean() / rho:.0f}x rho); loss rise (nats, mean over seeds): SAM's {match.match_rise_sam.mean():.4f}, "
+            f"the random perturbation's at r {match.match_rise_rand.mean():.4f} (largest relative miss "
+            f"{np.max(np.abs(match.match_rise_rand / match.match_rise_sam - 1)):.1e}), at rho "
+            f"{match.match_rise_rand_at_rho.mean():.6f}")
+        match_measured = {"late_rand_radius_mean": float(r.mean()), "late_rand_radius_min": float(r.min()),
+                          "late_rand_radius_max": float(r.max()),
+                          "loss_rise_sam": float(match.match_rise_sam.mean()),
+                          "loss_rise_late_rand": float(match.match_rise_rand.mean()),
+                          "loss_rise_random_at_rho": float(match.match_rise_rand_at_rho.mean())}
+    else:
+        matched_note, match_measured = "late_rand's calibration was not recorded", {}
+    context_a = (f"context, not the control: early SAM of equal length (SAM for the first {K} epochs, then SGD: claim "
+                 f"(b)'s evidence) closes {ci(share('early_sam', 'sam', 'test_loss'))} / "
+                 f"{ci(share('early_sam', 'sam', 'eig_1'))} of the gap in test loss / sharpness")
     by_k = "; ".join(
         f"K = {k} ({k * spe} steps, {k / E:.1%} of training): {ci(share(arm, 'sam', 'test_loss'))} / "
         f"{ci(share(arm, 'sam', 'eig_1'))}" for k, arm in sorted({**late_arms, K: "late_sam"}.items()))
@@ -284,7 +354,13 @@ def sam_late_claims(p, m: pd.DataFrame, fits: pd.DataFrame, sam_fits: pd.DataFra
         "a few epochs of SAM at the end give nearly the same generalization and sharpness as full SAM",
         {"loss_gap_closed": float(np.nanmean(share("late_sam", "sam", "test_loss"))),
          "sharpness_gap_closed": float(np.nanmean(share("late_sam", "sam", "eig_1"))),
-         "acc_gap_closed": float(np.nanmean(share("late_sam", "sam", "test_acc"))),
+         "acc_gap_closed": mean_ratio(m, "late_sam", "sam", "test_acc", rho, rho),
+         "acc_late_minus_half_gap": acc_mid, "acc_late_minus_half_gap_lo": acc_lo, "acc_late_minus_half_gap_hi": acc_hi,
+         "loss_gap_closed_late_rand": float(np.nanmean(share("late_rand", "sam", "test_loss"))),
+         "sharpness_gap_closed_late_rand": float(np.nanmean(share("late_rand", "sam", "eig_1"))),
+         "loss_gap_closed_early_sam": float(np.nanmean(share("early_sam", "sam", "test_loss"))),
+         "sharpness_gap_closed_early_sam": float(np.nanmean(share("early_sam", "sam", "eig_1"))),
+         **match_measured,
          "late_sam_steps": steps, "paper_late_steps": PAPER_LATE_STEPS,
          **{f"loss_gap_closed_k{k}": float(np.nanmean(share(arm, "sam", "test_loss"))) for k, arm in late_arms.items()},
          **{f"sharpness_gap_closed_k{k}": float(np.nanmean(share(arm, "sam", "eig_1"))) for k, arm in late_arms.items()},
@@ -293,13 +369,20 @@ def sam_late_claims(p, m: pd.DataFrame, fits: pd.DataFrame, sam_fits: pd.DataFra
         f"at rho = {rho}, clean labels, over {p.seeds} seeds: the 95% t intervals of the per-seed share (late SAM - SGD) "
         f"/ (SAM - SGD) lie above gap_fraction_min = {thr}, in test loss and in top Hessian eigenvalue, for the late "
         f"phase of {K} epochs ({matched}); SGD, SAM and late SAM run the same {E} epochs on the same lr schedule. The "
-        "accuracy shares are reported (near its ceiling accuracy moves by a few test images)",
+        "accuracy shares are reported (near its ceiling accuracy moves by a few test images; test loss tracks "
+        "confidence as well as error, see the note)",
         [closes("late_sam", "sam", col) for col in measures],
-        Control(f"ablation of the timing: early SAM at rho = {rho}, the same {K} SAM epochs ({steps} steps) at the start "
-                f"of training instead of the end, then {E - K} epochs of SGD; the same share test",
-                [closes("early_sam", "sam", col) for col in measures], kind="ablation"),
+        Control(f"ablation of SAM's ascent direction at SAM's strength: the same late phase of {K} epochs ({steps} "
+                f"steps) from SGD's switch checkpoint, with SAM's optimiser (momentum restart) and its gradient at a "
+                f"perturbed point w + eps, but eps in a random direction (a fresh Gaussian direction each step, "
+                "normalised; seeded by (seed, epoch)) instead of along the gradient, of a norm r calibrated per seed at "
+                f"w_switch so that its mean loss rise equals that of SAM's ascent of norm rho = {rho} (the review "
+                "sam_late_r20261205b: at norm rho a random direction barely raises the loss); the same share test. If "
+                "it meets the criterion too, the effect is not attributable to the ascent direction",
+                [closes("late_rand", "sam", col) for col in measures], kind="ablation"),
         note="; ".join(x for x in (
             undefined([closes("late_sam", "sam", col) for col in measures]),
+            weaker, matched_note, confidence, context_a,
             f"the late phase is matched to the paper's in SAM steps as far as the CPU budget allows ({matched}), "
             f"not in share of training ({K / E:.0%} of it here, 6% in the paper)",
             "shares of the gap in test loss / sharpness by late phase (mean [95% t interval]; only K = "
@@ -499,12 +582,14 @@ def sam_late_claims(p, m: pd.DataFrame, fits: pd.DataFrame, sam_fits: pd.DataFra
                             "report a barrier that is not there; whether the test could see one at this length is what "
                             "the matched-distance control asks")
 
-    # (e) late AT (the same late phase as (a)) closes > thr of the robustness gap; control: early AT of equal length
+    # (e) late AT (the same late phase as (a)) closes > thr of the robustness gap; control: late AT on clean inputs
     e = Claim(
         "e", f"Late adversarial training (AT for the last {K} of {E} epochs, the late phase of (a)) closes more than "
              "half of the gap in robust accuracy between SGD and adversarial training throughout.",
         "the late-phase finding extends from SAM to adversarial training: late AT reaches nearly the robustness of AT",
         {"robust_gap_closed": float(np.nanmean(share("late_adv", "adv", "robust_acc", NO_SAM, NO_SAM))),
+         "robust_gap_closed_late_clean": float(np.nanmean(share("late_clean", "adv", "robust_acc", NO_SAM, NO_SAM))),
+         "robust_late_clean": per_seed(m, "late_clean", "robust_acc").mean(),
          "robust_gap_closed_early_adv": float(np.nanmean(share("early_adv", "adv", "robust_acc", NO_SAM, NO_SAM))),
          "robust_sgd": per_seed(m, "sgd", "robust_acc").mean(), "robust_adv": per_seed(m, "adv", "robust_acc").mean(),
          "robust_late_adv": per_seed(m, "late_adv", "robust_acc").mean(),
@@ -514,12 +599,16 @@ def sam_late_claims(p, m: pd.DataFrame, fits: pd.DataFrame, sam_fits: pd.DataFra
         f"(AT - SGD) in PGD robust accuracy lies above gap_fraction_min = {thr}; late AT runs the late phase of (a) "
         f"({matched}); SGD, AT and late AT run the same {E} epochs on the same lr schedule",
         closes("late_adv", "adv", "robust_acc", NO_SAM, NO_SAM),
-        control=Control(f"ablation of the timing: early AT, the same {K} epochs of adversarial training at the start "
-                        f"instead of the end, then {E - K} epochs of SGD (SGD's optimiser and loss, as late AT's SGD "
-                        "phase); the same share test",
-                        closes("early_adv", "adv", "robust_acc", NO_SAM, NO_SAM), kind="ablation"),
+        control=Control(f"ablation of the adversarial inputs: the same late phase of {K} epochs ({steps} steps) from "
+                        "SGD's switch checkpoint with late AT's loss (plain cross-entropy, no label smoothing) and "
+                        "optimiser (SGD's, momentum kept), on the clean inputs (no PGD); the same share test (the "
+                        "review sam_late_r20261205; the former control, early AT of equal length, moves AT rather than "
+                        "removing it)",
+                        closes("late_clean", "adv", "robust_acc", NO_SAM, NO_SAM), kind="ablation"),
         note="; ".join(x for x in (
             undefined(closes("late_adv", "adv", "robust_acc", NO_SAM, NO_SAM)),
+            f"context, not the control: early AT of equal length (AT for the first {K} epochs, then SGD) closes "
+            f"{ci(share('early_adv', 'adv', 'robust_acc', NO_SAM, NO_SAM))} of the robust gap",
             f"late SAM of the same length (no adversarial examples) closes "
             f"{ci(share('late_sam', 'adv', 'robust_acc', rho, NO_SAM))} of the robust gap (reported)",
             f"late AT's {K} epochs are {steps} optimiser steps ({spe} an epoch), against {PAPER_LATE_STEPS} in the "
@@ -574,8 +663,10 @@ def report(*, cfg, scale, metrics, interpolation, switch, histories, escapes, be
     valley = (lines[lines.kind == "matched_distance"].groupby("seed").valley_distance.first().to_numpy()
               if "valley_distance" in lines else np.array([]))
     rises = (escape_loss_rise(esc, "late_sam", p.rho), escape_loss_rise(esc, "sgd", NO_SAM))
+    match = (hist[(hist.labels == "clean") & (hist.arm == "late_rand")].groupby("seed")[list(MATCH_COLUMNS)].first()
+             if "match_radius" in hist else None)
     claim_list = sam_late_claims(p, m, fits, sam_fits, sgd_fits, planted, late_barriers, control_barriers, valley,
-                                 loss_rises=rises, escapes_by_rho=escapes_by_rho)
+                                 loss_rises=rises, escapes_by_rho=escapes_by_rho, match=match)
     rho_c = next(c for c in claim_list if c.id == "c").measured["rho"]
     figures.mechanism(p, esc, escapes_by_rho[rho_c][0], lines, fig_mechanism, escape_rho=rho_c)
     sc = scope(p)
@@ -598,13 +689,16 @@ def report(*, cfg, scale, metrics, interpolation, switch, histories, escapes, be
             f"epochs for every arm, {p.seeds} seeds. One late phase decides claims (a), (b) and (e): the last {K} "
             f"epochs ({K * spe} steps). Arms (clean labels): SGD; SAM throughout; late SAM (SGD, then SAM for the last "
             f"{K} epochs, branched from the SGD run's checkpoint at epoch {p.switch_epoch}); early SAM (SAM for the "
-            f"first {K} epochs, then SGD: the timing ablation of equal length)"
+            f"first {K} epochs, then SGD: the timing ablation of equal length, claim (b)'s evidence); late_rand (late SAM "
+            f"with a random perturbation direction whose norm is calibrated per seed at the switch to SAM's loss rise: "
+            f"claim (a)'s control)"
             + (f"; reported beside them: {extra}, the paper's share of training ({p.paper_share:.4g} x {E} = "
                f"{p.share_epochs} epochs)" if extra else "")
             + f"; SAM and late SAM at rho in {list(p.rhos)} (main rho {p.rho}); adversarial training (L-inf PGD, "
             f"epsilon {p.attack.epsilon}, step {p.attack.step_size}, {p.attack.steps} steps, random start) throughout, "
             f"for the last {K} epochs (late AT, branched from SGD's checkpoint at epoch {p.switch_epoch}) and for the "
-            f"first {K} epochs then SGD (early AT)"
+            f"first {K} epochs then SGD (early AT); late_clean (late AT's loss and optimiser on the clean inputs: claim "
+            "(e)'s control)"
             + (f"; noisy labels: {', '.join(NOISY_ARMS)}" if "noisy" in p.conditions else "")
             + f". At the switch (epoch {p.switch_epoch}) SGD fits {clean_fit.switch_train_acc.mean():.1%} of its "
             f"clean training labels (worst seed {clean_fit.switch_train_acc.min():.1%}). Sharpness: the top "
@@ -657,8 +751,11 @@ def report(*, cfg, scale, metrics, interpolation, switch, histories, escapes, be
         f"{E} epochs on the same schedule ({decayed} of them at the decayed lr). The paper's share of training "
         + (f"({p.share_epochs} epochs, {p.share_epochs * spe} steps) is reported beside it (claims (a) and (b))"
            if p.share_epochs != K else "is the deciding late phase itself")
-        + ". Late AT (claim (e)) runs the same late phase as late SAM, with early AT of equal length as its timing "
-        "ablation. Claim (b) is decided on early against late SAM of equal length; the paper's 'early SAM ends close "
+        + ". Late AT (claim (e)) runs the same late phase as late SAM. The negative controls of (a) and (e) remove the "
+        "mechanism each claim credits from that late phase and keep the rest: SAM's ascent direction (late_rand: a "
+        "random direction whose norm raises the loss at w_switch as much as SAM's ascent of norm rho) and the "
+        "adversarial inputs (late_clean: clean inputs, late AT's loss "
+        "and optimiser); early SAM and early AT of equal length are reported as context. Claim (b) is decided on early against late SAM of equal length; the paper's 'early SAM ends close "
         "to SGD' (a short early phase followed by SGD) is reported, since it would hold whether or not the late phase "
         "is special. Claim (c) is decided at the smallest SAM radius of "
         f"{sorted(p.rhos)} whose premises are met (else at the main rho, inconclusive), here rho = {rho_c}; its "

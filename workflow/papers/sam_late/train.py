@@ -6,9 +6,12 @@ starts from another run's checkpoint at epoch e continues exactly as that run wo
 arm branches from the SGD run at the switch epoch (a test checks the two agree).
 
 As in the official code, SGD steps and SAM steps use two optimiser objects (so momentum starts
-afresh when the rule switches between them), while adversarial training uses the SGD optimiser.
+afresh when the rule switches between them), while adversarial training uses the SGD optimiser. The controls
+follow the rule they stand in for: the random-direction step (rand) SAM's optimiser, the clean step (clean) SGD's.
 """
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pandas as pd
@@ -18,6 +21,7 @@ from torch import nn
 
 from papers.sam_late import batched, sam
 from papers.sam_late.data import random_crop_flip
+from papers.sam_late.params import MATCH_COLUMNS
 
 
 def flat_params(model: nn.Module) -> torch.Tensor:
@@ -79,7 +83,9 @@ def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, s
     if start is not None:
         model.load_state_dict(start["model"])
         for k, o in optimizers.items():
-            o.load_state_dict(start["optimizers"][k])
+            # A copy: load_state_dict keeps same-device tensors by reference, so stepping would change the caller's
+            # checkpoint (its momentum buffers) in place (review sam_late_r20261205).
+            o.load_state_dict(copy.deepcopy(start["optimizers"][k]))
         first = start["epoch"]
     x, y = data["x_train"], data["y_train"]
     n = len(x)
@@ -100,7 +106,7 @@ def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, s
             # (escape.py tracks the training loss; plain cross-entropy on the run's labels, in eval mode).
             ref_loss = evaluate(model, x, y)[0]
         rule = p.rule(arm, epoch, switch)
-        opt = optimizers["sam" if rule == "sam" else "sgd"]
+        opt = optimizers["sam" if rule in ("sam", "rand") else "sgd"]
         for o in optimizers.values():
             for group in o.param_groups:
                 group["lr"] = p.lr_at(epoch)
@@ -120,6 +126,10 @@ def train(model: nn.Module, data: dict, p, *, arm: str, rho: float, seed: int, s
                 loss = sam.sgd_step(model, opt, xb, yb, p.label_smoothing)
             elif rule == "sam":
                 loss = sam.sam_step(model, opt, xb, yb, p.label_smoothing, rho)
+            elif rule == "rand":
+                loss = sam.random_sam_step(model, opt, xb, yb, p.label_smoothing, rho)
+            elif rule == "clean":
+                loss = sam.clean_step(model, opt, xb, yb)
             else:
                 loss = sam.adv_step(model, opt, xb, yb, p.attack)
             losses.append(float(loss))
@@ -148,6 +158,30 @@ def new_model(p, seed: int, device: str) -> nn.Module:
     return build(p.model, shape, p.hidden, N_CLASSES).to(device)
 
 
+def calibrate_rand(p, tensors: dict, start: dict, seed: int, rho: float, switch: int, device: str) -> dict:
+    """late_rand's radius for one seed (:func:`papers.sam_late.sam.matched_radius`) at its late phase's start
+    (`start`: SGD's checkpoint at `switch`): the first p.match_batches batches of a fixed permutation of the seed's
+    training set and p.match_directions directions per batch, both from the (seed, switch, 1) stream (apart from the
+    training's (seed, epoch) streams, so the calibration leaves the run's randomness as it was)."""
+    model = new_model(p, seed, device)
+    model.load_state_dict(start["model"])
+    x, y = tensors["x_train"], tensors["y_train"]
+    rng = np.random.default_rng([seed, switch, 1])
+    gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
+    order = torch.from_numpy(rng.permutation(len(x)))
+    batches = [(x[idx], y[idx]) for idx in order.split(p.batch_size)[:p.match_batches]]
+    return sam.matched_radius(model, batches, smoothing=p.label_smoothing, rho=rho, directions=p.match_directions,
+                              generator=gen)
+
+
+def _with_match(history: pd.DataFrame, match: dict | None) -> pd.DataFrame:
+    """late_rand's calibration (radius, SAM's and the random perturbation's loss rises) as constant columns."""
+    if match is not None:
+        for col in MATCH_COLUMNS:
+            history[col] = match[col.removeprefix("match_")]
+    return history
+
+
 def train_arms(p, df: pd.DataFrame, condition: str, arms, rho: float, sgd_runs: dict | None, device: str,
                progress=None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """Train `arms` for every seed on that seed's split and `condition`'s labels; late arms start from SGD's
@@ -170,15 +204,17 @@ def train_arms(p, df: pd.DataFrame, condition: str, arms, rho: float, sgd_runs: 
             name, arm, switch = (job, job, None) if isinstance(job, str) else job
             if switch is None:
                 switch = p.late_epochs if arm.startswith("early") else p.switch_epoch
-            seed_everything(seed)
-            model = new_model(p, seed, device)
             late = arm.startswith("late")
             start = sgd_runs[seed]["switch" if switch == p.switch_epoch else switch] if late else None
+            match = calibrate_rand(p, tensors, start, seed, rho, switch, device) if arm == "late_rand" else None
+            seed_everything(seed)
+            model = new_model(p, seed, device)
             bar = (lambda it: progress(it, desc=f"{condition} {name} rho={rho} seed={seed}")) if progress else None
-            h, e, ckpts = train(model, tensors, p, arm=arm, rho=rho, seed=seed, start=start, switch=switch,
-                                track=late or arm == "sgd", progress=bar)
+            h, e, ckpts = train(model, tensors, p, arm=arm, rho=match["radius"] if match else rho, seed=seed,
+                                start=start, switch=switch, track=late or arm == "sgd", progress=bar)
             runs.setdefault(name, {})[seed] = ckpts if arm == "sgd" else {"final": ckpts["final"]}
             _label(h, e, condition, name, rho, seed)
+            _with_match(h, match)
             histories.append(h)
             escapes.append(e)
     return pd.concat(histories, ignore_index=True), pd.concat(escapes, ignore_index=True), runs
@@ -210,7 +246,7 @@ def _train_arms_side_by_side(p, df, condition, arms, rho, sgd_runs, device, prog
             switch = p.late_epochs if arm.startswith("early") else p.switch_epoch
         late = arm.startswith("late")
         key = "switch" if switch == p.switch_epoch else switch
-        results = []
+        results, matches = [], {}
         for g in range(0, len(seeds), batched.GROUP):
             group = seeds[g:g + batched.GROUP]
             models = []
@@ -218,13 +254,19 @@ def _train_arms_side_by_side(p, df, condition, arms, rho, sgd_runs, device, prog
                 seed_everything(seed)
                 models.append(new_model(p, seed, device))
             starts = [sgd_runs[seed][key] for seed in group] if late else None
+            arm_rho = rho
+            if arm == "late_rand":  # each seed's calibrated radius (float32, as the one-seed loop's scale rounds it)
+                for seed, start in zip(group, starts):
+                    matches[seed] = calibrate_rand(p, tensors[seed], start, seed, rho, switch, device)
+                arm_rho = torch.tensor([matches[seed]["radius"] for seed in group], dtype=torch.float32)
             bar = ((lambda it: progress(it, desc=f"{condition} {name} rho={rho} seeds {group[0]}-{group[-1]}"))
                    if progress else None)
-            results += batched.train_members(models, [tensors[s] for s in group], p, arm=arm, rho=rho, seeds=group,
+            results += batched.train_members(models, [tensors[s] for s in group], p, arm=arm, rho=arm_rho, seeds=group,
                                              starts=starts, switch=switch, track=late or arm == "sgd", progress=bar)
         for seed, (h, e, ckpts) in zip(seeds, results):
             runs.setdefault(name, {})[seed] = ckpts if arm == "sgd" else {"final": ckpts["final"]}
             _label(h, e, condition, name, rho, seed)
+            _with_match(h, matches.get(seed) if arm == "late_rand" else None)
             out[seed, name] = (h, e)
     order = [(seed, (job if isinstance(job, str) else job[0])) for seed in seeds for job in arms]
     return (pd.concat([out[k][0] for k in order], ignore_index=True),
