@@ -50,14 +50,15 @@ class Params:
     # Full-batch Adam: steps (of the SPD arms but the attention pair), the attention pair's steps and the EEG subjects
     # per seed it trains on (the first n; null: all, as real EEG needs, its subjects being the replicates), learning
     # rate; the
-    # ball heads' steps and learning rate (claim d);
+    # ball heads' steps and learning-rate grid (claim d: each head and tree seed keeps the rate chosen on
+    # validation);
     # val_fraction of the training data held out (the convergence gate); eval_every: steps between validation
     # accuracies (the gate reads that curve).
     train: dict = field(default_factory=lambda: {"steps": 300, "digits_step_factor": 2, "head_inits": 3,
                                                  "attention_steps": 200, "attention_subjects": 1,
                                                  "planted_attention_seeds": 7, "spread_attention_seeds": 7,
                                                  "lr": 0.05, "tree_steps": 3000,
-                                                 "tree_lr": 0.02, "restarts": 2,
+                                                 "tree_lrs": [0.02, 0.2, 1.0], "restarts": 2,
                                                  "val_fraction": 0.25, "eval_every": 25})
     # The (alpha, beta) metrics of the family (Sec. 3.3) at which claim (a) checks the closed form; (1, 0) is the
     # affine-invariant metric and must be in it.
@@ -92,6 +93,8 @@ class Params:
             raise ValueError("symspace.digits.seeds must lie in [0, symspace.seeds]")
         if not 0 <= self.tree["planted_seeds"] <= self.tree["seeds"]:
             raise ValueError("symspace.tree.planted_seeds must lie in [0, tree.seeds]")
+        if not self.train["tree_lrs"] or min(self.train["tree_lrs"]) <= 0:
+            raise ValueError("symspace.train.tree_lrs must name at least one learning rate, all > 0")
         if self.train["restarts"] < 1:
             raise ValueError("symspace.train.restarts must be >= 1")
         if self.train["head_inits"] < 1:
@@ -129,7 +132,7 @@ STAGE_PARAMS = {
               "train.attention_steps",
               "train.attention_subjects", "train.lr", "train.val_fraction", "train.eval_every"),
     "tree": ("tree.seeds", "tree.planted_seeds", "tree.train_fraction", "tree.angle_bins", "train.tree_steps",
-             "train.tree_lr", "train.restarts", "train.val_fraction", "train.eval_every"),
+             "train.tree_lrs", "train.restarts", "train.val_fraction", "train.eval_every"),
     "evaluate": ("check", "metrics"),
     "report": ALL,
 }

@@ -20,7 +20,7 @@ def generator(*key) -> torch.Generator:
     return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
 
 
-def fit(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float, *, val=None,
+def fit(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr, *, val=None,
         every: int = 0, test=None, betas: tuple = (0.9, 0.999), eps: float = 1e-8) -> tuple[torch.nn.Module, list]:
     """Full-batch Adam (Kingma & Ba 2015, Alg. 1, torch's defaults) on the cross-entropy for `steps` steps.
 
@@ -32,8 +32,20 @@ def fit(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr
     ``half_test`` (the checkpoint chosen on the first half of training; the stability gate compares it with the
     whole run's). Written out rather than torch.optim.Adam, whose first step imports torch._dynamo (2-3 s of every
     job's start-up, most of the smoke DAG's budget).
+
+    `lr`: one learning rate, or one per replica (a sequence as long as the parameters' leading dimension: the
+    replicas of a learning-rate grid train side by side, papers.symspace.train.ball_tasks). Per-replica rates may
+    be large enough to diverge: a replica whose loss becomes non-finite is marked in the model attribute
+    ``diverged`` (one flag per replica), is left out of the loss from then on (so the others train as they would
+    alone) and its validation accuracy no longer counts (its checkpoint stays the best before it diverged); the
+    caller must not select it. With one rate a non-finite loss raises.
     """
+    rates = None if np.ndim(lr) == 0 else torch.as_tensor(np.asarray(lr, dtype=float), dtype=torch.float64)
     params = [q for q in model.parameters() if q.requires_grad]
+    if rates is not None and any(q.shape[0] != len(rates) for q in params):
+        raise ValueError(f"symspace: {len(rates)} learning rates for parameters with leading dimensions "
+                         f"{sorted({q.shape[0] for q in params})}")
+    alive = None if rates is None else torch.ones(len(rates), dtype=torch.bool)
     m = [torch.zeros_like(q) for q in params]
     v = [torch.zeros_like(q) for q in params]
     curve = []
@@ -43,7 +55,12 @@ def fit(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr
     for step in range(1, steps + 1):
         for q in params:
             q.grad = None
-        loss = _loss(model(x), y)
+        if rates is None:
+            loss = _loss(model(x), y)
+        else:  # per replica: a diverged replica leaves the loss (its gradient is zero from then on)
+            each = _replica_losses(model(x), y)
+            alive &= torch.isfinite(each.detach())
+            loss = each[alive].sum()
         loss.backward()
         with torch.no_grad():
             for q, m_q, v_q in zip(params, m, v):
@@ -51,9 +68,15 @@ def fit(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr
                 v_q.mul_(betas[1]).addcmul_(q.grad, q.grad, value=1 - betas[1])
                 m_hat = m_q / (1 - betas[0] ** step)
                 v_hat = v_q / (1 - betas[1] ** step)
-                q.sub_(lr * m_hat / (v_hat.sqrt() + eps))
+                if rates is None:
+                    q.sub_(lr * m_hat / (v_hat.sqrt() + eps))
+                else:
+                    q.sub_(rates.reshape(-1, *([1] * (q.dim() - 1))) * m_hat / (v_hat.sqrt() + eps))
         if val is not None and every and step % every == 0:
             now = np.asarray(accuracy(model, *val), dtype=float)
+            if alive is not None:  # a diverged replica's accuracy no longer counts
+                alive &= _finite_replicas(params)
+                now = np.where(alive.numpy(), now, -np.inf)
             curve.append(now if now.ndim else float(now))
             better = now > best_val if best_val is not None else np.ones_like(now, dtype=bool)
             if better.any():
@@ -64,8 +87,9 @@ def fit(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr
                 best_val = now if best_val is None else np.where(better, now, best_val)
         if test is not None and step == steps // 2 and best_test is not None:
             model.half_test = best_test.copy() if best_test.ndim else float(best_test)
-    if not torch.isfinite(loss):
+    if not torch.isfinite(loss) or (alive is not None and not alive.any()):
         raise FloatingPointError(f"symspace: training {type(model).__name__} diverged (loss {loss.item()})")
+    model.diverged = None if alive is None else (~(alive & _finite_replicas(params))).numpy()
     if best_val is not None:
         with torch.no_grad():
             for q, b in zip(params, best):
@@ -91,6 +115,16 @@ def _loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     if logits.dim() == 3:
         return F.cross_entropy(logits.transpose(1, 2), y, reduction="none").mean(-1).sum()
     return F.cross_entropy(logits, y)
+
+
+def _finite_replicas(params: list) -> torch.Tensor:
+    """Per replica (the parameters' leading dimension), whether every one of its parameters is finite."""
+    return torch.stack([q.detach().reshape(q.shape[0], -1).isfinite().all(1) for q in params]).all(0)
+
+
+def _replica_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy per replica: logits (R, N, K), y (R, N) -> (R,) (their sum is :func:`_loss`)."""
+    return F.cross_entropy(logits.transpose(1, 2), y, reduction="none").mean(-1)
 
 
 def late_gain(curve):
@@ -422,16 +456,25 @@ def _ball_head(head: str, d: int, classes: int, g, replicas=None):
 
 
 def ball_tasks(trees: list[dict], p, planted_seeds: int = 0) -> list[dict]:
-    """The three heads on every tree seed (claim d), each from `restarts` initialisations chosen on validation; the
-    Busemann head before training (its null arm); the angle rule (claim d's premise: no angle rule about the origin
-    gives the labels); and, on the first `planted_seeds` seeds, the Busemann and Ganea heads on a share of the same
-    points labelled by a random horocycle head (task ``tree_horocycle``, claim d's positive control: labels in the
-    Busemann head's function class), with the generating head's own accuracy there (arm ``generating_head``).
+    """The three heads on every tree seed (claim d), each at every learning rate of ``train.tree_lrs`` from
+    `restarts` initialisations, the run kept chosen on validation alone (:func:`choose_on_validation`); the Busemann
+    head before training (its null arm); the angle rule (claim d's premise: no angle rule about the origin gives the
+    labels); a converged linear classifier on the same fitting points (arm ``euclidean_converged``, the Euclidean
+    head's fit reference, :func:`converged_linear`); and, on the first `planted_seeds` seeds, the Busemann and Ganea
+    heads on a share of the same points labelled by a random horocycle head (task ``tree_horocycle``, claim d's
+    positive control: labels in the Busemann head's function class), with the generating head's own accuracy there
+    (arm ``generating_head``).
 
-    Every seed's tree has the same nodes and class sizes, so its stratified split has the same sizes: the seeds and
-    restarts train side by side, each head holding one copy of its parameters per (restart, seed), initialised from
-    its own key (seed, restart), so that a seed's initialisations do not depend on how many seeds run."""
+    Every seed's tree has the same nodes and class sizes, so its stratified split has the same sizes: the learning
+    rates, seeds and restarts train side by side, each head holding one copy of its parameters per (learning rate,
+    restart, seed), initialised from its own key (seed, restart), the same at every learning rate (review
+    symspace_r10: one shared rate, chosen for the hyperbolic heads' base points, left the Euclidean head under-fitted,
+    0.898 of its training points against 0.947 at lr 1.0), so that a seed's initialisations do not depend on how many
+    seeds or rates run. Rows: variant ``main`` the run chosen on validation (column ``lr`` its rate); variant
+    ``lr=<rate>`` each rate's best restart on validation (context: what a fixed rate gives)."""
     t, restarts = p.train, p.train["restarts"]
+    lrs = [float(v) for v in t["tree_lrs"]]
+    G = len(lrs)
     rows = []
     settings = [("tree", "points", "labels", len(trees), ("euclidean_mlr", "ganea_mlr", "busemann_mlr"))]
     if planted_seeds:
@@ -448,44 +491,68 @@ def ball_tasks(trees: list[dict], p, planted_seeds: int = 0) -> list[dict]:
             raise ValueError("symspace: the tree seeds' splits differ in size (the trees must share nodes and classes)")
         x = torch.as_tensor(np.stack([tr[points] for tr in trees[:n_seeds]]), dtype=torch.float64)  # (S, N, 2)
         y = torch.as_tensor(np.stack([tr[key] for tr in trees[:n_seeds]]), dtype=torch.long)  # (S, N)
+        classes, d, S = int(y.max()) + 1, x.shape[-1], n_seeds
+        R = G * restarts * S  # replica (g * restarts + k) * S + s: learning rate g, restart k, seed s
 
-        def take(z, idx):  # (restarts x S, ...): replica k * S + s is restart k of seed s
+        def take(z, idx):  # (G x restarts x S, ...): every (rate, restart) block holds the S seeds in order
             return torch.stack([z[r, torch.as_tensor(i)] for r, i in enumerate(idx)]).repeat(
-                restarts, *([1] * (z.dim() - 1)))
+                G * restarts, *([1] * (z.dim() - 1)))
 
         x_fit, y_fit, x_val, y_val, x_test, y_test = (take(x, fits), take(y, fits), take(x, vals), take(y, vals),
                                                        take(x, tests), take(y, tests))
-        classes, d, S = int(y.max()) + 1, x.shape[-1], n_seeds
+        rates = np.repeat(lrs, restarts * S)
+        seed_of, restart_of = np.arange(R) % S, (np.arange(R) // S) % restarts
         for head in heads:
-            model = _ball_head(head, d, classes, generator(task, head), replicas=restarts * S)
-            with torch.no_grad():  # each replica from its own key
-                for r in range(restarts * S):
-                    one = _ball_head(head, d, classes, generator(task, head, r % S, r // S))
+            model = _ball_head(head, d, classes, generator(task, head), replicas=R)
+            with torch.no_grad():  # each replica from its own key (seed, restart), whatever its learning rate
+                for r in range(R):
+                    one = _ball_head(head, d, classes, generator(task, head, int(seed_of[r]), int(restart_of[r])))
                     for q, q1 in zip(model.parameters(), one.parameters()):
                         q[r] = q1
                 if head != "euclidean_mlr":  # base points at training points, the same for both hyperbolic heads
-                    model.p.copy_(base_points(x_fit, y_fit, classes, lambda r: generator(task, "base", r % S, r // S)))
+                    model.p.copy_(base_points(x_fit, y_fit, classes, lambda r: generator(
+                        task, "base", int(seed_of[r]), int(restart_of[r]))))
             if head == "busemann_mlr" and task == "tree":
-                untrained = accuracy(model, x_test, y_test)
+                untrained = accuracy(model, x_test, y_test)  # replica s: rate 0, restart 0, seed s
                 rows += [{"task": task, "unit": 0, "replicate": s, "seed": s, "arm": head, "variant": "untrained",
                           "chance": 1.0 / classes, "val_acc": float("nan"), "test_acc": float(untrained[s]),
                           "half_test_acc": float("nan"), "late_gain": float("nan"), "restart": 0} for s in range(S)]
-            model, curve = fit(model, x_fit, y_fit, t["tree_steps"], t["tree_lr"], val=(x_val, y_val),
+            model, curve = fit(model, x_fit, y_fit, t["tree_steps"], rates, val=(x_val, y_val),
                                every=t["eval_every"], test=(x_test, y_test))
-            curve = np.asarray(curve)  # (evaluations, restarts x S)
-            best_val = curve.max(0).reshape(restarts, S)
-            pick = best_val.argmax(0)  # per seed the restart of the best validation accuracy (the first on ties)
-            test = accuracy(model, x_test, y_test).reshape(restarts, S)
-            fitted = accuracy(model, x_fit, y_fit).reshape(restarts, S)  # on its own training points
-            half = np.asarray(model.half_test).reshape(restarts, S)
-            gains = late_gain(curve).reshape(restarts, S)
-            rows += [{"task": task, "unit": 0, "replicate": s, "seed": s, "arm": head, "variant": "main",
-                      "chance": 1.0 / classes, "val_acc": float(best_val[pick[s], s]),
-                      "test_acc": float(test[pick[s], s]), "half_test_acc": float(half[pick[s], s]),
-                      "late_gain": float(gains[pick[s], s]), "restart": int(pick[s]),
-                      "fit_acc": float(fitted[pick[s], s]),
-                      # the restart sensitivity: the first initialisation alone, at its best-validation checkpoint
-                      "first_restart_test_acc": float(test[0, s])} for s in range(S)]
+            shape = (G, restarts, S)
+            curve = np.asarray(curve)  # (evaluations, R)
+            best_val = curve.max(0).reshape(shape)
+            diverged = model.diverged.reshape(shape)
+            with torch.no_grad():  # at each replica's best-validation checkpoint
+                val_loss = _replica_losses(model(x_val), y_val).numpy().reshape(shape)
+                fit_loss = _replica_losses(model(x_fit), y_fit).numpy().reshape(shape)
+            test = accuracy(model, x_test, y_test).reshape(shape)
+            fitted = accuracy(model, x_fit, y_fit).reshape(shape)  # on its own training points
+            half = np.asarray(model.half_test).reshape(shape)
+            gains = late_gain(curve).reshape(shape)
+            g_pick, k_pick, k_at = choose_on_validation(best_val, val_loss, diverged)
+
+            def row(s, g, k, variant):
+                return {"task": task, "unit": 0, "replicate": s, "seed": s, "arm": head, "variant": variant,
+                        "chance": 1.0 / classes, "val_acc": float(best_val[g, k, s]),
+                        "test_acc": float(test[g, k, s]), "half_test_acc": float(half[g, k, s]),
+                        "late_gain": float(gains[g, k, s]), "restart": int(k), "lr": lrs[g],
+                        "fit_acc": float(fitted[g, k, s]), "fit_loss": float(fit_loss[g, k, s]),
+                        "val_loss": float(val_loss[g, k, s]), "diverged_runs": int(diverged[:, :, s].sum()),
+                        # the restart sensitivity: the first initialisation alone at the chosen rate, at its
+                        # best-validation checkpoint
+                        "first_restart_test_acc": float(test[g, 0, s])}
+
+            rows += [row(s, g_pick[s], k_pick[s], "main") for s in range(S)]
+            rows += [row(s, g, k_at[g, s], f"lr={lrs[g]:g}") for g in range(G) for s in range(S)
+                     if not diverged[g, k_at[g, s], s]]
+        if task == "tree":  # the Euclidean head's fit reference (review symspace_r10): reported, deciding nothing
+            for s in range(S):
+                rows.append({"task": task, "unit": 0, "replicate": s, "seed": s, "arm": "euclidean_converged",
+                             "variant": "main", "chance": 1.0 / classes, "val_acc": float("nan"),
+                             "late_gain": float("nan"), "half_test_acc": float("nan"), "restart": 0,
+                             **converged_linear(x_fit[s].numpy(), y_fit[s].numpy(), x_test[s].numpy(),
+                                                y_test[s].numpy())})
         if task == "tree_horocycle":  # the generating head, as the Busemann head computes it, on the test points
             for s, tree in enumerate(trees[:n_seeds]):
                 rows.append({"task": task, "unit": 0, "replicate": s, "seed": s, "arm": "generating_head",
@@ -503,6 +570,48 @@ def ball_tasks(trees: list[dict], p, planted_seeds: int = 0) -> list[dict]:
                                                     tree["points"][tests[r]], tree["labels"][tests[r]],
                                                     p.tree["angle_bins"])})
     return rows
+
+
+def choose_on_validation(best_val: np.ndarray, val_loss: np.ndarray, diverged: np.ndarray):
+    """The run kept per seed, from validation alone (review symspace_r10; the rule fixed in config/config.yaml
+    symspace.train.tree_lrs before the run): arrays (rates G, restarts, seeds S) of each run's best validation
+    accuracy, its validation cross-entropy at that checkpoint, and whether it diverged (never chosen).
+
+    Within each rate the restart of the best validation accuracy (the first on ties: the rule of one rate before);
+    across rates the rate whose kept restart has the best validation accuracy, ties broken by the lower validation
+    cross-entropy, then by the earlier rate of the grid. Test accuracy is not an argument. An empty validation set
+    (NaN accuracy: a tiny smoke-scale tree) ties every run. Returns (rate index per seed, restart index per seed,
+    restart index per rate and seed (G, S))."""
+    if diverged.all(axis=(0, 1)).any():
+        raise FloatingPointError("symspace: every run of a tree seed diverged")
+    acc = np.where(diverged, -np.inf, np.where(np.isnan(best_val), -1.0, best_val))
+    k_at = acc.argmax(1)  # (G, S): first maximum
+    G, S = k_at.shape
+    acc_at = np.take_along_axis(acc, k_at[:, None, :], 1)[:, 0, :]
+    loss_at = np.take_along_axis(val_loss, k_at[:, None, :], 1)[:, 0, :]
+    loss_at = np.where(np.isfinite(loss_at), loss_at, np.inf)
+    g_pick = np.empty(S, dtype=int)
+    for s in range(S):
+        # lexsort: last key primary; the grid order last, so ties on both go to the earlier rate
+        g_pick[s] = np.lexsort((np.arange(G), loss_at[:, s], -acc_at[:, s]))[0]
+    return g_pick, k_at[g_pick, np.arange(S)], k_at
+
+
+def converged_linear(x_fit, y_fit, x_test, y_test) -> dict:
+    """The Euclidean head's function class fitted to convergence on the same fitting points (review symspace_r10's
+    fit reference): multinomial logistic regression, logits W x + b as :class:`layers.EuclideanMLR`, by Newton's
+    method (sklearn's newton-cholesky: ~12 iterations where L-BFGS took ~2,000 on these nearly separable points, the
+    same optimum to 5 digits of the loss) with a negligible L2 penalty (C = 1e4), no validation and no choice. Its
+    training accuracy and mean cross-entropy show how far the gradient-trained head's checkpoint is from the class's
+    fit; reported, deciding nothing."""
+    from sklearn.linear_model import LogisticRegression
+
+    clf = LogisticRegression(C=1e4, solver="newton-cholesky", max_iter=1000, tol=1e-8).fit(x_fit, y_fit)
+    proba = np.clip(clf.predict_proba(x_fit), 1e-300, None)
+    cols = {c: i for i, c in enumerate(clf.classes_)}
+    fit_loss = float(-np.mean(np.log(proba[np.arange(len(y_fit)), [cols[c] for c in y_fit]])))
+    return {"fit_acc": float(clf.score(x_fit, y_fit)), "test_acc": float(clf.score(x_test, y_test)),
+            "fit_loss": fit_loss}
 
 
 def base_points(x_fit: torch.Tensor, y_fit: torch.Tensor, classes: int, key) -> torch.Tensor:
