@@ -61,7 +61,7 @@ rule sam_late_train_sgd:
 
 
 rule sam_late_train_sam:
-    """At one condition and rho, every seed: SAM throughout and late SAM; clean labels at the main rho: early SAM (equal length) and the extra late and early arms too."""
+    """At one condition and rho, every seed: SAM throughout and late SAM; clean labels at the main rho: early SAM (equal length), late SAM with random directions at SAM's strength (claim a's control) and the extra late and early arms too."""
     input:
         data=rules.sam_late_prepare.output.data,
         sgd=f"{SL}/train/{{labels}}/sgd/checkpoints.pt",
@@ -91,7 +91,7 @@ rule sam_late_train_sam:
 
 
 rule sam_late_train_adv:
-    """Every seed, clean labels: adversarial (PGD) training throughout, late AT branched from SGD's switch checkpoint, early AT of equal length."""
+    """Every seed, clean labels: adversarial (PGD) training throughout, late AT branched from SGD's switch checkpoint, early AT of equal length, and late training on clean inputs (claim e's control)."""
     input:
         data=rules.sam_late_prepare.output.data,
         sgd=f"{SL}/train/clean/sgd/checkpoints.pt",
