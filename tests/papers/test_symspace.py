@@ -1146,3 +1146,27 @@ def test_full_scale_data_sets_match_full_yaml_and_the_subjects_needed_are_the_fi
     assert n > w["subjects"] and not w["resolves"]  # the 9 subjects cannot, more would
     text = full_scale_power_text(w)
     assert f"about {n} subjects" in text and "vary more" in text
+
+
+def test_claim_d_names_the_rates_behind_an_unmet_stability_gate():
+    """Review symspace_r11: where the gate is unmet on the runs chosen on validation, the note gives the shift with every
+    head at each single rate (the same half-vs-whole measure), and names the rates within the gate; met, it says
+    nothing."""
+    import pandas as pd
+    from papers.symspace.report import stability, stability_by_rate_text
+
+    p = parse(to_dict(Params()))
+    tol = p.claims["stability_tol"]
+    rows = []
+    for r in range(10):
+        for variant, shift in (("main", 2 * tol), ("lr=0.02", 0.0), ("lr=0.2", 2 * tol), ("lr=1", 2 * tol)):
+            rows += [{"task": "tree", "replicate": r, "arm": "ganea_mlr", "variant": variant, "test_acc": 0.8,
+                      "half_test_acc": 0.8, "lr": 0.2},
+                     {"task": "tree", "replicate": r, "arm": "busemann_mlr", "variant": variant, "test_acc": 0.82,
+                      "half_test_acc": 0.82 + shift, "lr": 0.2}]
+    acc = pd.DataFrame(rows)
+    assert stability(acc, "tree", "busemann_mlr", "ganea_mlr", "lr=0.2") == pytest.approx(2 * tol)
+    text = stability_by_rate_text(acc, p)
+    assert "0.000 at 0.02" in text and f"{2 * tol:.3f} at 0.2" in text and "within the gate at 0.02 only" in text
+    stable = acc.assign(half_test_acc=acc.test_acc)
+    assert stability_by_rate_text(stable, p) == ""

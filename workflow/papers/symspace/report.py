@@ -86,11 +86,11 @@ def attention_tasks(acc: pd.DataFrame) -> list[str]:
     return [t for t in tasks if t.startswith("eeg:")] or [t for t in tasks if t == "eeg_spread"]
 
 
-def stability(acc: pd.DataFrame, task: str, first: str, second: str) -> float:
+def stability(acc: pd.DataFrame, task: str, first: str, second: str, variant: str = "main") -> float:
     """How far a claim's mean effect (first - second arm, test accuracy) moves between the best-validation
     checkpoint of the first half of training and that of the whole run."""
-    full = np.subtract(*paired(acc, task, (first, "main"), (second, "main")))
-    half = np.subtract(*paired(acc, task, (first, "main"), (second, "main"), column="half_test_acc"))
+    full = np.subtract(*paired(acc, task, (first, variant), (second, variant)))
+    half = np.subtract(*paired(acc, task, (first, variant), (second, variant), column="half_test_acc"))
     return float(abs(np.nanmean(full) - np.nanmean(half)))
 
 
@@ -510,6 +510,27 @@ def claim_d_reading(control: Evidence, superior: Evidence, margin: float, hyperb
     return f"{pre}{ctl}; superiority, reported and not deciding: {superior.describe()} ({sup})"
 
 
+def stability_by_rate_text(acc: pd.DataFrame, p) -> str:
+    """Where (d)'s stability gate is unmet on the runs chosen on validation: its shift with every head at each single
+    rate of the grid (review symspace_r11), so the report shows whether a longer run or the runs the choice keeps
+    account for it. Empty where the gate is met or the run has no grid."""
+    tol = p.claims["stability_tol"]
+    tree = acc[acc.task == "tree"]
+    if stability(acc, "tree", "busemann_mlr", "ganea_mlr") <= tol or "lr" not in acc:
+        return ""
+    shifts = {float(lr): stability(acc, "tree", "busemann_mlr", "ganea_mlr", f"lr={float(lr):g}")
+              for lr in p.train["tree_lrs"]
+              if ((tree.variant == f"lr={float(lr):g}") & (tree.arm == "ganea_mlr")).any()}
+    if not shifts:
+        return ""
+    within = [f"{lr:g}" for lr, v in shifts.items() if v <= tol]
+    return ("; the stability gate (at most " f"{tol:g}) is unmet on the runs chosen on validation; with every head at "
+            "one rate its shift is " + ", ".join(f"{v:.3f} at {lr:g}" for lr, v in shifts.items())
+            + (f" (within the gate at {', '.join(within)} only): the runs the choice keeps at the other rates "
+               "move between the half and the whole run: the unmet gate reflects the runs kept at the faster "
+               "rates, not training too short at every rate" if within and len(within) < len(shifts) else ""))
+
+
 def tree_rate_context(acc: pd.DataFrame, p) -> dict:
     """(d)'s learning-rate grid (review symspace_r10), reported and deciding nothing: per head the rates kept on
     validation (tree seeds per rate); the Euclidean head's fit (accuracy and mean cross-entropy on its own training
@@ -548,7 +569,8 @@ def tree_rate_context(acc: pd.DataFrame, p) -> dict:
                               threshold=-p.claims["noninferiority_margin"], name="Busemann head - Ganea's head",
                               what="tree seeds")
         out[f"context, every head at the one rate {float(lr):g} (not chosen on validation)"] = (
-            f"{pre.describe()}; {main_at.describe()}")
+            f"{pre.describe()}; {main_at.describe()}; the stability gate's shift (Busemann - Ganea, half run against "
+            f"whole run) at this rate: {stability(acc, 'tree', 'busemann_mlr', 'ganea_mlr', at):.3f}")
     sup = paired_test(*paired(acc, "tree", ("busemann_mlr", "main"), ("euclidean_mlr", "main")), threshold=0.0,
                       name="tree: Busemann head - Euclidean head (superiority)", what="tree seeds")
     out["superiority (reported, not deciding): Busemann head - Euclidean head > 0"] = sup.describe()
@@ -622,7 +644,8 @@ def claim_d(p, acc: pd.DataFrame) -> Claim:
                 "learning-rate grid, choice on validation and best-validation checkpoint (review symspace_r10); the "
                 "hyperbolic geometry removed, a mechanism ablation measured in the same run: reviews symspace_r8 and "
                 "r9) against Ganea's head, same criterion", control, kind="ablation"),
-        claim_d_reading(control, superior, margin, hyperbolic) + "; " + tree_scope_text(p),
+        claim_d_reading(control, superior, margin, hyperbolic) + stability_by_rate_text(acc, p) + "; "
+        + tree_scope_text(p),
         threshold_source=convention(f"a non-inferiority margin of {margin:g} accuracy, a judgement of this "
                                     "reproduction set before any run (the paper states none), against Ganea et al.'s "
                                     "hyperbolic MLR, the paper's comparator ('hyperbolic MLR baselines')"),
