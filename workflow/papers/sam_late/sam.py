@@ -65,14 +65,20 @@ def sam_step(model: nn.Module, opt: torch.optim.Optimizer, x, y, smoothing: floa
         eps = [p.grad * scale if p.grad is not None else torch.zeros_like(p) for p in params]
         for p, e in zip(params, eps):
             p.add_(e)  # w + eps
+    _step_with_gradient_at(model, opt, x, y, smoothing, params, eps)
+    return loss.detach()
+
+
+def _step_with_gradient_at(model: nn.Module, opt: torch.optim.Optimizer, x, y, smoothing: float, params, eps) -> None:
+    """The second half of SAM's step, shared by its random-direction control: the weights stand at w + eps; take the
+    gradient there (batch-norm statistics frozen: the second pass must not move them), go back to w, step from w."""
     opt.zero_grad()
-    with frozen_bn(model):  # the second pass must not move batch-norm statistics
+    with frozen_bn(model):
         smooth_cross_entropy(model(x), y, smoothing).backward()  # grad L(w + eps)
     with torch.no_grad():
         for p, e in zip(params, eps):
             p.sub_(e)  # back to w
     opt.step()
-    return loss.detach()
 
 
 def random_direction(params, rho: float) -> list[torch.Tensor]:
@@ -87,18 +93,12 @@ def random_sam_step(model: nn.Module, opt: torch.optim.Optimizer, x, y, smoothin
     """SAM's step with the ascent direction removed: perturb to w + rho d / ||d|| (d Gaussian, fresh each step), take
     the gradient there, step from w with it; the batch loss at w is computed (and returned) as SAM's is."""
     params = [p for p in model.parameters() if p.requires_grad]
-    opt.zero_grad()
     with torch.no_grad():
         loss = smooth_cross_entropy(model(x), y, smoothing)  # at w (train mode, as SAM's first pass)
         eps = random_direction(params, rho)
         for p, e in zip(params, eps):
             p.add_(e)  # w + eps
-    with frozen_bn(model):
-        smooth_cross_entropy(model(x), y, smoothing).backward()  # grad L(w + eps)
-    with torch.no_grad():
-        for p, e in zip(params, eps):
-            p.sub_(e)  # back to w
-    opt.step()
+    _step_with_gradient_at(model, opt, x, y, smoothing, params, eps)
     return loss.detach()
 
 
