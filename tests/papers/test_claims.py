@@ -201,10 +201,12 @@ def test_premise_gates_compute_met_from_the_measurement():
 def test_a_failed_positive_control_makes_any_decision_inconclusive(interval, raw):
     planted_found = PositiveControl("effect planted", ev(0.3, 0.9))
     assert Claim("a", "s", "p", 1, "c", ev(*interval), NO_CONTROL, positive_control=planted_found).verdict == raw
-    for blind in (PositiveControl("effect planted", ev(-0.3, 0.9)), PositiveControl("effect planted", ev(-0.9, -0.3)),
-                  PositiveControl("effect planted, not run")):
+    for blind, reads in ((PositiveControl("effect planted", ev(-0.3, 0.9)), "is inconclusive"),
+                         (PositiveControl("effect planted", ev(-0.9, -0.3)), "does not hold"),
+                         (PositiveControl("effect planted, not run"), "is not measured")):
         c = Claim("a", "s", "p", 1, "c", ev(*interval), NO_CONTROL, positive_control=blind)
         assert c.verdict == INCONCLUSIVE and "does not find the effect where it is planted" in c.note
+        assert f"the positive control {reads}:" in c.note  # a sentence, not "is does not hold"
 
 
 def test_checks_are_kept_apart_from_claims(tmp_path):

@@ -696,6 +696,71 @@ def test_a_shorter_member_is_a_complete_run_and_under_a_constant_rate_the_longer
         assert changed  # the full run went on after the shorter one stopped
 
 
+def test_averaged_weights_are_the_mean_of_the_last_iterates_and_the_three_quarter_reading_is_a_complete_short_run():
+    """The fixed-length trailing average (train.train's `average`): at a constant rate, the returned weights are the
+    mean of the last W iterates of torch.optim.Adam alone (runs of n - W + 1 .. n steps, the independent spec), the
+    50% checkpoint scores the mean of the W iterates before it, and the full run's 75% reading equals a separately
+    trained complete run of 3/4 of the steps with the same window (weights and validation error), so the convergence
+    premise needs no shorter run. Under a cosine the 75% reading is not that run (its rate has not decayed)."""
+    from papers.neural_fdm.train import train, validation_error
+
+    p = parse({"shell": {"grid": 4, "width": 16, "depth": 2}})
+    t = tasks.build("shell", p, dtype=torch.float32)
+    x_val = torch.as_tensor(t.sample(np.random.default_rng(5), 6), dtype=torch.float32)
+    kw = dict(batch_size=4, clip_norm=0.0, residual_weight=0.0)
+    W, lr = 3, 1e-2
+    full, hist = train(t, "hybrid", seeds=[3], lrs=[lr], steps=8, average=W, log_every=1, x_val=x_val, **kw)
+    iterates = {n: _reference_train(t, "hybrid", seed=3, lr=lr, steps=n, schedule="constant", **kw) for n in range(2, 9)}
+
+    def mean_net(ns):
+        net = _reference_train(t, "hybrid", seed=3, lr=lr, steps=0, schedule="constant", **kw)
+        with torch.no_grad():
+            for name, w in net.named_parameters():
+                w.copy_(torch.stack([dict(iterates[n].named_parameters())[name] for n in ns]).mean(0))
+        return net
+
+    for a, b in zip(full[0].parameters(), mean_net([6, 7, 8]).parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5)  # the mean of the iterates after 6, 7, 8 steps
+    assert not all(torch.allclose(a, b, rtol=1e-4, atol=2e-5)
+                   for a, b in zip(full[0].parameters(), iterates[8].parameters()))  # not the last iterate
+    val = hist.dropna(subset=["validation_error"]).set_index("fraction").validation_error
+    assert val[0.5] == pytest.approx(validation_error(t, mean_net([2, 3, 4]), x_val, 1e4), rel=1e-4)
+    short, short_hist = train(t, "hybrid", seeds=[3], lrs=[lr], steps=6, average=W, log_every=1, x_val=x_val, **kw)
+    for a, b in zip(short[0].parameters(), mean_net([4, 5, 6]).parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5)
+    short_val = short_hist.dropna(subset=["validation_error"]).set_index("fraction").validation_error
+    assert val[0.75] == pytest.approx(short_val[1.0], rel=1e-5)  # the full run's 75% reading: the complete 3/4 run
+    # beside it in one stack, the same (the shorter member leaves the stack with its averaged weights)
+    both, both_hist = train(t, "hybrid", seeds=[3, 3], lrs=[lr, lr], steps=[8, 6], average=W, log_every=1,
+                            x_val=x_val, **kw)
+    for a, b in zip(both[1].parameters(), short[0].parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(both[0].parameters(), full[0].parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    # under a cosine the full run's 75% reading is not the complete 3/4 run's model
+    _, cos_hist = train(t, "hybrid", seeds=[3, 3], lrs=[lr, lr], steps=[8, 6], average=W, log_every=1, x_val=x_val,
+                        schedule="cosine", **kw)
+    cv = cos_hist.dropna(subset=["validation_error"]).set_index(["member", "fraction"]).validation_error
+    assert cv[(0, 0.75)] != pytest.approx(cv[(1, 1.0)], rel=1e-6)
+
+
+def test_without_separate_short_runs_the_premise_reads_the_full_runs_three_quarter_checkpoint():
+    """A history of one run per seed (constant rate, averaged weights): the convergence premise's 3/4 run is the full
+    run's 75% reading, and the gap premise's power law runs through steps 75 and 100 of a 100-step run."""
+    from papers.neural_fdm.report import gap_gate, separate_short_runs, validation_falls
+
+    hist = _history(late_fall=0.02)
+    one = hist[hist.run_steps == 100]
+    assert separate_short_runs(hist) and not separate_short_runs(one)
+    falls = validation_falls(one, "shell", "hybrid")
+    np.testing.assert_allclose(falls["short"], falls[0.75])
+    np.testing.assert_allclose(falls.fall, 1 - falls[1.0] / 2.0)  # 2.0: the 75% readings of _history's full runs
+    p = parse({"seeds": 3, "shell": {"train": {"steps": 100, "batch_size": 32}}})
+    _, rec = gap_gate(one, p, "shell", "hybrid", "neural")
+    assert rec["steps"] == [75, 100]
+    np.testing.assert_allclose(rec["alpha"], np.log(2.0 / falls[1.0]) / np.log(100 / 75))
+
+
 def _history_of(falls: dict, seeds=3, levels=None):
     """A training history whose models fall by falls[model] over the last quarter (see :func:`_history`)."""
     import pandas as pd

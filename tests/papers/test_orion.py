@@ -727,11 +727,11 @@ def test_request_patching_on_a_model_that_ignores_the_context():
     class Echo(torch.nn.Module):  # logits = the residual itself (V = C); hook sees the one-hot embedding
         cfg = GPTConfig(vocab_size=6, block_size=8, n_layer=1, n_head=1, n_embd=6)
 
-        def forward(self, idx, hook=None):
+        def forward(self, idx, hook=None, at=None):  # `at`: the logits at those positions only, as GPT.forward
             x = torch.nn.functional.one_hot(idx, 6).float() * 5.0
             for layer in (0, 1):
                 x = hook(layer, x) if hook is not None else x
-            return x
+            return x if at is None else x[torch.arange(len(at)), at]
 
     pairs = pd.DataFrame({"x1": ["a b c"], "x2": ["b c d"], "x21": ["b c c"], "x3": ["a q d"], "r1c1": ["c"],
                           "r2c2": ["d"], "r1c2": ["a"], "r2c3": ["q"]})
@@ -915,3 +915,26 @@ def test_listed_pretrained_lms_decide_and_the_tiny_models_are_reported_beside(tm
         assert [part.name.split(":")[0] for part in claim.evidence] == ["pretrained LMs"]
     assert claims[0].measured["deciding_groups"] == ["pretrained LMs"]
     assert claims[0].measured["per_seed"]["T"] == [round(v, 3) for v in NONE6]  # still reported
+
+
+@pytest.mark.parametrize("routed", [False, True])
+def test_the_head_at_the_last_token_and_a_resumed_patch_are_the_full_passes(routed):
+    """GPT.forward(at=pos) against the full logits read at pos, and patched_logits resumed from the clean streams
+    (model.streams) against the patched pass from the embeddings, at every layer: bit for bit."""
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=23, block_size=32, n_layer=3, n_head=2, n_embd=16,
+                    request_markers=(5,) if routed else ())
+    model = GPT(cfg).eval()
+    idx = torch.randint(1, 23, (4, 10))
+    idx[:, 6] = 5
+    idx[1, 8:] = 0
+    pos = torch.tensor([9, 7, 9, 8])
+    with torch.no_grad():
+        full = model(idx)
+    assert torch.equal(last_logits(model, idx, pos), full[torch.arange(4), pos])
+    clean = model_lib.streams(model, idx)
+    vectors = torch.randn(4, 16)
+    for layer in range(cfg.n_layer + 1):
+        assert torch.equal(patched_logits(model, idx, pos, layer, vectors, clean=clean),
+                           patched_logits(model, idx, pos, layer, vectors))
+    assert not torch.equal(patched_logits(model, idx, pos, 1, vectors), last_logits(model, idx, pos))  # it patches

@@ -276,3 +276,62 @@ def test_post_gate_steps_may_run_past_the_cap_and_zero_is_the_gate():
     with pytest.raises(ValueError, match="post_gate_steps"):
         trainer.train_until_gate(init_members(CFG, [0]), [_answers_sampler(0)], post_gate_steps=-1,
                                  evaluate=lambda m: {"story": 0.0}, **kw)
+
+
+@pytest.mark.parametrize("cfg", [CFG, WINDOWED, KEYS_ONLY, ROUTED], ids=["plain", "kv_window", "values_in_block_1", "routed"])
+def test_the_fast_forward_is_the_reference_forward_bit_for_bit(cfg):
+    """EnsembleGPT.forward (bmm linears on (E, B T, C), q and k rotated together in the rotate-half form, additive
+    routing masks made once) against forward_reference (GPT.forward op for op with a member axis): the same logits
+    and the same gradients, bit for bit on one thread, with and without a member index; so the speed-up leaves
+    every seed's training as it was."""
+    models = _members(cfg, [0, 1, 2])
+    ens = EnsembleGPT.from_members(models)
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(1, cfg.vocab_size, (2, 4, 12), generator=g)
+    idx[:, :, 2] = 5  # a request marker of ROUTED (a plain token elsewhere)
+    idx[0, 1, 9:] = 0  # right padding
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for members in (None, torch.tensor([2, 0])):
+            rows = idx if members is not None else torch.cat([idx, idx[:1]])
+            out = []
+            for forward in (EnsembleGPT.forward, EnsembleGPT.forward_reference):
+                ens.zero_grad(set_to_none=True)
+                logits = forward(ens, rows, members)
+                (logits.square() * torch.linspace(0, 1, logits.shape[-1])).sum().backward()
+                out.append((logits.detach(), [q.grad.clone() for q in ens.parameters()]))
+            assert torch.equal(out[0][0], out[1][0])
+            for a, b in zip(out[0][1], out[1][1]):
+                assert torch.equal(a, b)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_sample_batch_encodes_as_encode_words():
+    """The batch's ids and answer mask, built in numpy, against lm.encode_words and a torch mask from the same draws
+    (the same rng stream drawn again through tasks' own functions, in sample_batch's order)."""
+    from papers.orion import tasks
+    from papers.orion.lm import encode_words
+
+    voc, sample = _real_sampler(3)
+    x, mask = sample(False)
+    r = np.random.default_rng(3)
+    fam = tasks.FAMILIES["story"]
+    train_styles, _ = tasks.split_styles(fam, 0.25, 0)
+    seqs, marks = [], []
+    for _ in range(8):
+        if r.random() < 0.25:
+            tokens, targets = tasks.copy_sequence(voc, r, length=(2, 6), separated=bool(r.random() < 1.0))
+        else:
+            r.integers(1)  # the family draw (one family)
+            n_req = int(r.integers(1, min(3, len(fam.keys)) + 1))
+            tokens, targets = tasks.training_sequence(fam, train_styles[r.integers(len(train_styles))], voc, r,
+                                                      requests=n_req)
+        seqs.append(tokens)
+        marks.append(targets)
+    ids = encode_words(seqs, voc.index).ids
+    ref = torch.zeros(ids.shape[0], ids.shape[1] - 1, dtype=torch.bool)
+    for i, targets in enumerate(marks):
+        ref[i, targets] = True
+    assert x.dtype == ids.dtype and torch.equal(x, ids) and torch.equal(mask, ref) and mask.any()

@@ -111,10 +111,10 @@ def test_sweep_through_hooks_equals_a_hand_written_forward(tmp_path):
     lm = PretrainedLM(tmp_path, device="cpu")
     index = {w: i for i, w in enumerate(WORDS)}
 
-    class HFAsWordModel(torch.nn.Module):  # the GPT.forward(idx, hook) protocol over the HF blocks
+    class HFAsWordModel(torch.nn.Module):  # the GPT.forward(idx, hook, at) protocol over the HF blocks
         cfg = GPTConfig(vocab_size=len(WORDS), block_size=32, n_layer=2)
 
-        def forward(self, idx, hook=None):
+        def forward(self, idx, hook=None, at=None):
             t = model.transformer
             x = t.wte(idx) + t.wpe(torch.arange(idx.shape[1]))
             x = hook(0, x) if hook else x
@@ -122,6 +122,8 @@ def test_sweep_through_hooks_equals_a_hand_written_forward(tmp_path):
                 out = block(x)
                 x = out[0] if isinstance(out, tuple) else out
                 x = hook(layer, x) if hook else x
+            if at is not None:
+                x = x[torch.arange(len(at)), at]
             return model.lm_head(t.ln_f(x))
 
     pairs = pd.DataFrame({"x1": ["a b c q :", "d e f q :"], "x2": ["e f g q :", "b c a q :"],

@@ -393,20 +393,74 @@ def test_offline_lm_rl_trains_on_the_given_pool_only(monkeypatch):
     assert drawn_by == [False, False]  # online: the policy (a copy of the base model) samples
 
 
-def test_pool_draw_is_the_policy_renormalised_on_the_pool():
-    """Importance resampling from a pool of base samples: only pool entries are drawn, each with probability
-    proportional to pi / pi_base (uniform over the entries when pi = pi_base)."""
+def test_pool_draw_is_the_policy_renormalised_on_the_pool_without_replacement():
+    """Importance resampling from a pool of base samples, without replacement (review sharpening_r13): only pool
+    entries are drawn, never one twice for a prompt, and the ordered pair of the first two draws follows successive
+    sampling's closed form, P(i then j) = w_i w_j / (1 - w_i) with w = softmax(log pi - log pi_base) over the pool
+    (uniform over the entries when pi = pi_base)."""
     base, policy = _tiny_gpt(4), _tiny_gpt(5)
-    prompts = torch.randint(0, 7, (2, 3))
+    prompts = torch.randint(0, 7, (2, 3), generator=torch.Generator().manual_seed(0))
     support = lm.sample_answers(base, prompts, 1, 3, torch.Generator().manual_seed(0))  # (2, 3, 1)
     support[:, :, 0] = torch.tensor([[1, 2, 3], [4, 5, 6]])  # distinct one-token answers
     logb = lm.self_reward(base, prompts.repeat_interleave(3, 0), support.view(6, 1)).view(2, 3)
     logp = lm.self_reward(policy, prompts.repeat_interleave(3, 0), support.view(6, 1)).view(2, 3)
-    for model, expect in [(base, torch.full((2, 3), 1 / 3)), (policy, torch.softmax(logp - logb, 1))]:
-        y = lm.pool_draw(model, prompts, support, logb, 20000, torch.Generator().manual_seed(1))[:, :, 0]  # (2, k)
-        freq = torch.stack([(y == support[:, j, 0][:, None]).float().mean(1) for j in range(3)], 1)
-        assert freq.sum(1).allclose(torch.ones(2))  # nothing outside the pool
-        torch.testing.assert_close(freq, expect, atol=0.015, rtol=0)
+    reps = 20000  # each prompt repeated: one draw of 2 per copy
+    for model, w in [(base, torch.full((2, 3), 1 / 3)), (policy, torch.softmax(logp - logb, 1))]:
+        y, j = lm.pool_draw(model, prompts.repeat(reps, 1), support.repeat(reps, 1, 1), logb.repeat(reps, 1), 2,
+                            torch.Generator().manual_seed(1), index=True)
+        assert (j[:, 0] != j[:, 1]).all()  # never the same pool entry twice
+        assert torch.equal(y[:, :, 0], support.repeat(reps, 1, 1)[torch.arange(2 * reps)[:, None], j, 0])
+        j = j.view(reps, 2, 2)  # (copy, prompt, draw)
+        for b in range(2):
+            freq = torch.zeros(3, 3)
+            freq.index_put_((j[:, b, 0], j[:, b, 1]), torch.ones(reps), accumulate=True)
+            expect = w[b][:, None] * w[b][None, :] / (1 - w[b][:, None])
+            expect.fill_diagonal_(0.0)
+            torch.testing.assert_close(freq / reps, expect, atol=0.012, rtol=0)
+    with pytest.raises(ValueError, match="distinct"):
+        lm.pool_draw(base, prompts, support, logb, 4, torch.Generator().manual_seed(1))
+
+
+def test_offline_rl_reads_the_plain_path_values_and_never_repeats_a_sample_in_a_pass(monkeypatch):
+    """The offline arm's fast path (review sharpening_r13, improvement 2): at every step, the per-token log pi_base
+    that rl_sharpen hands rl_loss equals answer_logprobs_shared(base, x, y) of the answers it hands it, and the
+    pool's log pi_base that weights pool_draw equals self_reward_shared(base, x, pool) (both recomputed here the
+    plain way, by teacher forcing, within 1e-4), whether the pool's per-token values are given (read off the
+    sampling pass) or computed. And the draw never repeats a pool sample of a prompt within a pass, takes only the
+    pool's first (j + 1) k samples in pass j, and takes exactly the first k in the first pass."""
+    base = _tiny_gpt(6)
+    prompts = torch.randint(0, 7, (8, 3), generator=torch.Generator().manual_seed(2))
+    pool, tok = lm.sample_answers(base, prompts, 3, 12, torch.Generator().manual_seed(3), logprobs=True)
+    real_loss, real_draw = lm.rl_loss, lm.pool_draw
+    for given in (tok, None):
+        losses, draws = [], []
+
+        def loss_spy(policy, b, x, y, beta, base_logp=None, **kw):
+            assert b is base and base_logp is not None
+            with torch.no_grad():
+                torch.testing.assert_close(base_logp, lm.answer_logprobs_shared(base, x, y), atol=1e-4, rtol=0)
+            losses.append(len(x))
+            return real_loss(policy, b, x, y, beta, base_logp=base_logp, **kw)
+
+        def draw_spy(policy, x, support, support_logb, k, generator, index=False):
+            torch.testing.assert_close(support_logb, lm.self_reward_shared(base, x, support), atol=1e-4, rtol=0)
+            y, j = real_draw(policy, x, support, support_logb, k, generator, index=True)
+            draws.append((support.shape[1], j))
+            return (y, j) if index else y
+
+        monkeypatch.setattr(lm, "rl_loss", loss_spy)
+        monkeypatch.setattr(lm, "pool_draw", draw_spy)
+        lm.rl_sharpen(base, prompts, 3, [4, 12], beta=0.1, samples_per_prompt=4, prompts_per_step=3, lr=1e-2,
+                      generator=torch.Generator().manual_seed(0), pool=pool, pool_logp=given,
+                      on_budget=lambda b, policy: None)
+        monkeypatch.undo()
+        assert len(losses) == len(draws) == 9 and sum(losses) == 3 * 8  # 3 passes of 3 minibatches (3, 3, 2)
+        for step, (S, j) in enumerate(draws):
+            assert S == 4 * (step // 3 + 1)  # pass p draws from the pool's first (p + 1) k samples
+            assert ((0 <= j) & (j < S)).all()
+            assert all(len(set(row.tolist())) == 4 for row in j)  # k distinct pool samples per prompt
+            if step < 3:  # first pass: the pool's first k samples, each once
+                assert all(sorted(row.tolist()) == [0, 1, 2, 3] for row in j)
 
 
 # ---- task and parameters -----------------------------------------------------------------------------------

@@ -470,6 +470,132 @@ def test_ball_heads_inner_product_forward_equals_the_mobius_formulas():
         torch.testing.assert_close(head(x), ref, rtol=1e-10, atol=1e-10)
 
 
+
+def _ball_points(g, shape, radius=0.995):
+    """Points of the open ball spread out to `radius` (|x| up to 0.995: the tree's nodes reach past 0.99)."""
+    x = torch.randn(*shape, generator=g, dtype=torch.float64)
+    return x / x.norm(dim=-1, keepdim=True) * radius * torch.rand(*shape[:-1], 1, generator=g, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("kind", ["busemann", "ganea"])
+@pytest.mark.parametrize("x_shape,replicas", [((4, 30, 2), 4), ((30, 2), None), ((30, 2), 4), ((4, 30, 3), 4)])
+def test_fused_ball_logits_equal_the_autograd_path(kind, x_shape, replicas):
+    """layers._BallLogits (the hand-written backward the tree job trains with) gives the logits and the parameter
+    gradients of the straightforward autograd path (BallMLR.forward_reference, _moved's Mobius inner products), with
+    base points far from the origin, on replica and single shapes, d = 2 and d = 3 (bmm-free inner products)."""
+    g = torch.Generator().manual_seed(11)
+    x = _ball_points(g, x_shape)
+    head = L.BallMLR(x_shape[-1], 5, kind, g, replicas=replicas)
+    with torch.no_grad():
+        head.p.mul_(120)  # |p| = tanh|q| up to ~0.9: the trained heads' base points sit at training points
+    weights = torch.randn(x_shape[:-1] + (5,) if replicas is None or len(x_shape) == 3 else (replicas, 30, 5),
+                          generator=g, dtype=torch.float64)
+    out = {}
+    for fused in (True, False):
+        head.fused = fused
+        head.zero_grad(set_to_none=True)
+        logits = head(x)
+        (logits * weights).sum().backward()
+        out[fused] = (logits.detach(), [q.grad.clone() for q in head.parameters()])
+    torch.testing.assert_close(out[True][0], out[False][0], rtol=1e-10, atol=1e-10)
+    for a, b in zip(out[True][1], out[False][1]):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10 * float(b.abs().max()))
+
+
+@pytest.mark.parametrize("kind", ["busemann", "ganea"])
+def test_fused_ball_logits_pass_gradcheck(kind):
+    """The hand-written backward against finite differences (torch.autograd.gradcheck, float64), through the
+    parametrisation (tanh-squashed base points, a's norm) as the heads train, replicas side by side."""
+    g = torch.Generator().manual_seed(12)
+    x = _ball_points(g, (2, 7, 2), radius=0.95)
+    head = L.BallMLR(2, 3, kind, g, replicas=2)
+
+    def logits(p, a):
+        model = L.BallMLR(2, 3, kind, torch.Generator().manual_seed(0), replicas=2)
+        del model.p, model.a
+        model.p, model.a = p, a
+        assert model.fused
+        return model(x)
+
+    params = tuple((3 * q).detach().clone().requires_grad_() for q in (head.p, head.a))
+    assert torch.autograd.gradcheck(logits, params, eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+def test_fused_busemann_head_keeps_the_reference_clamp_at_its_base_point():
+    """A point at a base point (y = 0: |y| clamped at 1e-12, where 2 artanh|y| / |y| has no gradient in the
+    reference path) gets the reference's logit and gradient."""
+    g = torch.Generator().manual_seed(13)
+    x = torch.cat([torch.zeros(1, 1, 2, dtype=torch.float64), _ball_points(g, (1, 9, 2), 0.9)], 1)
+    head = L.BallMLR(2, 3, "busemann", g, replicas=1)
+    with torch.no_grad():
+        head.p[0, 0] = 0.0  # class 0's base point at the origin, the first point
+    out = {}
+    for fused in (True, False):
+        head.fused = fused
+        head.zero_grad(set_to_none=True)
+        logits = head(x)
+        logits.sum().backward()
+        out[fused] = (logits.detach(), [q.grad.clone() for q in head.parameters()])
+    assert out[True][0][0, 0, 0] == 0.0  # log(1 - 0) - log|0 - omega|^2 = 0
+    torch.testing.assert_close(out[True][0], out[False][0], rtol=1e-12, atol=1e-12)
+    for a, b in zip(out[True][1], out[False][1]):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_fused_busemann_clamp_holds_beside_a_diverged_replica():
+    """Review symspace_r12: a replica whose parameters went NaN (a diverged rate of the grid) must not switch off the
+    clamp's zero gradient for the live replicas beside it. The live replica's base point sits at |q| = 16 (|p| =
+    tanh 16, 1 - 2.5e-14) with points across the ball from it, so |y| reaches the upper clamp 1 - 1e-12; its logits
+    and gradients beside a NaN replica must equal those it gets alone (a guard on the max over all replicas, NaN
+    there, used to skip the mask)."""
+    g = torch.Generator().manual_seed(15)
+    q = torch.tensor([16.0, 0.0], dtype=torch.float64)
+    x = torch.cat([torch.tensor([[[-0.995, 0.0], [-0.9, 0.3]]], dtype=torch.float64),
+                   _ball_points(g, (1, 8, 2), 0.9)], 1)
+    alone = L.BallMLR(2, 3, "busemann", g, replicas=1)
+    with torch.no_grad():
+        alone.p[0, 0] = q
+
+    def run(head, xs, r):
+        head.zero_grad(set_to_none=True)
+        logits = head(xs)
+        logits[r].sum().backward()  # the live replica's loss (a diverged replica leaves the loss, train.fit)
+        return logits[r].detach(), [p.grad[r].clone() for p in head.parameters()]
+
+    pair = L.BallMLR(2, 3, "busemann", g, replicas=2)
+    with torch.no_grad():
+        for a, b in zip(pair.parameters(), alone.parameters()):
+            a[1] = b[0]
+            a[0] = float("nan")  # replica 0 diverged
+    ref, got = run(alone, x, 0), run(pair, x.expand(2, -1, -1), 1)
+    with torch.no_grad():
+        r = L._moved(x, alone._p(), alone.a / alone.a.norm(dim=-1, keepdim=True))[0].sqrt()
+    assert float(r.max()) >= 1 - 1e-12  # the clamp is active on the live replica
+    assert torch.isfinite(ref[0]).all() and all(torch.isfinite(p).all() for p in ref[1])
+    torch.testing.assert_close(got[0], ref[0], rtol=0, atol=0)
+    for a, b in zip(got[1], ref[1]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kind", ["busemann", "ganea"])
+def test_fused_ball_heads_train_as_the_autograd_path(kind):
+    """fit() on replicas side by side (three rates, a validation checkpoint) from the same initialisation: the
+    fused path and the autograd path end at the same parameters and the same validation curve."""
+    from papers.symspace.train import fit
+
+    g = torch.Generator().manual_seed(14)
+    x, xv = _ball_points(g, (3, 40, 2), 0.9), _ball_points(g, (3, 15, 2), 0.9)
+    y, yv = (torch.randint(0, 3, z.shape[:-1], generator=g) for z in (x, xv))
+    runs = {}
+    for fused in (True, False):
+        head = L.BallMLR(2, 3, kind, torch.Generator().manual_seed(1), replicas=3)
+        head.fused = fused
+        model, curve = fit(head, x, y, steps=30, lr=[0.02, 0.2, 1.0], val=(xv, yv), every=5)
+        runs[fused] = ([q.detach() for q in model.parameters()], np.asarray(curve))
+    np.testing.assert_array_equal(runs[True][1], runs[False][1])
+    for a, b in zip(runs[True][0], runs[False][0]):
+        torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-9)
+
 def test_spread_event_keeps_the_excess_power_but_no_window_stands_out():
     from scipy.linalg import eigh
 

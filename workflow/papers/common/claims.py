@@ -161,6 +161,8 @@ class Evidence:
 
 
 _PART_STATE = {FAILS: "misses the threshold", INCONCLUSIVE: "straddles the threshold", NOT_MEASURED: "not measured"}
+# How a note reads a positive control that did not hold ("the positive control does not hold").
+_CONTROL_STATE = {FAILS: "does not hold", INCONCLUSIVE: "is inconclusive", NOT_MEASURED: "is not measured"}
 
 
 def _parts(evidence: Evidence | Sequence[Evidence] | None) -> list[Evidence]:
@@ -475,8 +477,8 @@ class Claim:
                          + " (without it the data cannot speak for or against the claim)")
         if self.positive_control is not None and self.positive_control.verdict != HOLDS and raw != NOT_MEASURED:
             raw = INCONCLUSIVE
-            notes.append(f"the positive control is {self.positive_control.verdict}: the analysis does not find the "
-                         "effect where it is planted")
+            notes.append(f"the positive control {_CONTROL_STATE[self.positive_control.verdict]}: the analysis does "
+                         "not find the effect where it is planted")
         # Why a claim does not hold or is inconclusive: the parts that miss their threshold or straddle it
         # (those resting on too few replicates are said above).
         weak = [e for e in parts if e.verdict in (FAILS, NOT_MEASURED) or

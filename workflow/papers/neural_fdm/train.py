@@ -12,8 +12,11 @@ all members form one batch. Members never interact: each has its own target stre
 its own Adam state and learning rate (Adam is elementwise) and its own gradient clipping, so a member
 trains exactly as it would alone (tested), at a fraction of the Python overhead of separate runs.
 
-The learning rate decays along a cosine from its initial value to 0 over the run (ours; the official
-configs keep it constant): the last weights are a decayed-rate iterate, not a point of a noisy walk.
+The learning rate is constant (the official configs; ``schedule: cosine``, a decay to 0 over the run, remains
+selectable). The evaluated weights are a fixed-length trailing average (Polyak-Ruppert / SWA-style averaging of the
+iterates; ours, as issue 49 proposed against the final iterate's seed-to-seed variance): at step n, the mean of the
+weights after each of the last min(`average`, n) steps (`average` = 0 or 1: the last iterate), accumulated in float64
+only over the windows that end at a checkpoint (no copy of W iterates is kept).
 
 The hybrid may train with a guard against near-singular stiffness (ours): a step after which the
 stiffness K of the batch's first shapes has another inertia than the untrained model's (q crossed a
@@ -22,11 +25,13 @@ keeps it) or a condition number above the limit is undone, member by member. The
 from :func:`search_lr`, the same search for every model.
 
 Given validation targets (never the test set), every member's median held-out shape error is measured after
-50%, 75% and 100% of its steps (:data:`VALIDATION_FRACTIONS`, :func:`stack_validation`; the trajectory). The
-report's convergence premise compares two complete runs of each seed, of all and of :data:`SHORT_RUN` of the steps
-(each its own schedule, the same initial weights and targets; a member leaves the stack when its run ends): how
-much a third more training still lowers the held-out error, on fixed held-out shapes rather than on noisy
-training batches, whatever the schedule.
+50%, 75% and 100% of its steps (:data:`VALIDATION_FRACTIONS`, :func:`stack_validation`; the trajectory), each time
+on the averaged weights of that point. The report's convergence premise compares a seed's model after 3/4 of the
+steps (:data:`SHORT_RUN`) with its model after all of them. At a constant rate with a fixed-length window, the full
+run's averaged weights at 3/4 of its steps ARE the evaluated model of a complete run of 3/4 of the steps (same
+initial weights, same target stream, same rate at every step, the same window: tested), so one run per seed gives
+both; a decaying schedule would need a separate shorter run (its 75% iterate has not annealed), which
+``train(steps=[...])`` still trains beside the full one.
 """
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from papers.neural_fdm.models import Hybrid, spectrum_check
+from papers.neural_fdm.params import SHORT_RUN  # noqa: F401  (the convergence premise's 3/4 run; re-exported)
 from papers.neural_fdm.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -51,11 +57,6 @@ SCHEDULES = ("constant", "cosine")
 # Fractions of the training steps after which every member's held-out validation error is measured (the
 # convergence premise compares the last two; the first shows the trajectory).
 VALIDATION_FRACTIONS = (0.5, 0.75, 1.0)
-# The convergence premise's shorter run, as a fraction of the training steps: every seed also trains a complete
-# run (its own schedule) of this fraction of the steps, and the premise reads how much the full run's held-out
-# error lies below it ("the fall over the last quarter of training", independent of the schedule: under a
-# constant rate the shorter run is the longer one's iterate at this fraction).
-SHORT_RUN = 0.75
 # torch.optim.Adam's defaults, which the stacked Adam reproduces.
 BETAS, EPS = (0.9, 0.999), 1e-8
 
@@ -187,16 +188,23 @@ def clip_per_member(params, clip_norm: float) -> None:
         p.grad.mul_(coef.view((-1,) + (1,) * (p.dim() - 1)))
 
 
-def stack_validation(stack: Stack, x_val: torch.Tensor, condition_limit: float) -> np.ndarray:
+def stack_validation(stack: Stack, x_val: torch.Tensor, condition_limit: float, params=None) -> np.ndarray:
     """Every member's median shape error per coordinate on validation targets x_val (n, N, 3): (M,), as
-    :func:`validation_error` gives for each member alone (a failed solve counts as infinite)."""
+    :func:`validation_error` gives for each member alone (a failed solve counts as infinite); with `params` (the
+    stack's layout), of those weights instead of the stack's own (the averaged weights)."""
     task = stack.task
     M = stack.params[0].shape[0]  # the members now in the stack
+    own = stack.params
     with torch.no_grad():
+        if params is not None:
+            stack.params = params
         loads = task.loads(x_val)
         n = len(x_val)
         x = x_val.expand(M, *x_val.shape)  # (M, n, N, 3): every member on the same targets
-        x_hat, q = stack.forward(x, loads.expand(M, *loads.shape))
+        try:
+            x_hat, q = stack.forward(x, loads.expand(M, *loads.shape))
+        finally:
+            stack.params = own
         err = task.shape_error(x.flatten(0, 1), x_hat.flatten(0, 1)).view(M, n) / task.num_compared
         if stack.model_name == "hybrid":
             err = torch.where(task.admissible(q.flatten(0, 1), condition_limit).view(M, n), err, torch.inf)
@@ -205,7 +213,7 @@ def stack_validation(stack: Stack, x_val: torch.Tensor, condition_limit: float) 
 
 def train(task: Task, model_name: str, *, seeds, lrs, steps, batch_size: int, clip_norm: float,
           residual_weight: float, log_every: int, schedule: str = "constant", guard: bool = False,
-          condition_limit: float = 1e4, progress=None, x_val: torch.Tensor | None = None
+          condition_limit: float = 1e4, progress=None, x_val: torch.Tensor | None = None, average: int = 0
           ) -> tuple[list[nn.Module], pd.DataFrame]:
     """Train one model per member (seed, lr) of zip(`seeds`, `lrs`), side by side; returns the trained
     models (in member order) and the history (member, seed, lr, run_steps, step, loss and its terms every
@@ -213,11 +221,16 @@ def train(task: Task, model_name: str, *, seeds, lrs, steps, batch_size: int, cl
     of :data:`VALIDATION_FRACTIONS` of a member's steps also hold `fraction` and `validation_error`
     (:func:`stack_validation`; NaN on the other rows).
 
+    `average`: the returned weights, and those each validation checkpoint scores, are the mean of the weights after
+    each of the last min(`average`, n) steps at that point n (a fixed-length trailing average; 0 or 1: the last
+    iterate). Each window is summed in float64 over its own steps only.
+
     `steps`: one run length for every member, or one per member. A member of a shorter run trains on its own
     complete schedule (its cosine reaches 0 at its own last step) and then leaves the stack (its final weights
     kept) while the others go on. Two members of the same seed and rate see the same initial weights and the same
-    target stream, so under a constant rate the shorter run is exactly the first steps of the longer one (tested):
-    the report's convergence premise compares complete runs of 3/4 and all of the steps (:data:`SHORT_RUN`).
+    target stream, so under a constant rate the shorter run is exactly the first steps of the longer one, and its
+    averaged weights are the longer run's averaged weights at that step (tested): the report's convergence premise
+    compares the models of 3/4 and all of the steps (:data:`SHORT_RUN`), at a constant rate read from one run.
 
     Member (seed, lr) starts from the weights ``task.build`` draws after ``torch.manual_seed(seed)`` and
     trains on its own stream of random targets (numpy seed [seed, task]), as a run of its own would. A
@@ -253,6 +266,15 @@ def train(task: Task, model_name: str, *, seeds, lrs, steps, batch_size: int, cl
     for m, n in enumerate(run_steps):
         for f in VALIDATION_FRACTIONS if x_val is not None else ():
             checkpoints.setdefault(max(round(f * n), 1) - 1, {})[m] = f
+    # The averaging windows: end step -> the members whose weights are averaged there (their checkpoints and their
+    # last step); the window of end step e covers steps max(0, e - W + 1) .. e, one float64 sum per weight tensor.
+    window = max(int(average), 1)
+    ends: dict = {}
+    for e, marks in checkpoints.items():
+        ends.setdefault(e, set()).update(marks)
+    for m, n in enumerate(run_steps):
+        ends.setdefault(n - 1, set()).add(m)
+    sums: dict = {}  # end step -> [float64 (M, ...) per weight tensor], while its window is open
     alive = list(range(M))  # the members still in the stack (row k of every stacked tensor is member alive[k])
     final: dict = {}  # member -> its final weights, for the members that finished before the longest run
     it = range(steps) if progress is None else progress(range(steps))
@@ -292,8 +314,27 @@ def train(task: Task, model_name: str, *, seeds, lrs, steps, batch_size: int, cl
                         for p, old in zip(stack.params, before):
                             p[bad] = old[bad]
                         rejected[alive] += bad.numpy()
+        with torch.no_grad():  # the open windows take this step's weights
+            for e in [e for e in ends if e - window < step <= e]:
+                rows_k = [k for k, m in enumerate(alive) if m in ends[e]]
+                members_e = [alive[k] for k in rows_k]
+                acc = sums.setdefault(e, [torch.zeros((M,) + p.shape[1:], dtype=torch.float64) for p in stack.params])
+                for a, p in zip(acc, stack.params):
+                    if len(rows_k) == M:
+                        a.add_(p.detach())
+                    else:
+                        a[members_e] += p.detach()[rows_k].double()
+        mean_w = None  # the averaged weights of the members whose window ends here, in the stack's layout
+        if step in ends:
+            count = min(window, step + 1)
+            mean_w = [p.detach().clone() for p in stack.params]
+            for k, m in enumerate(alive):
+                if m in ends[step]:
+                    for w, a in zip(mean_w, sums[step]):
+                        w[k] = (a[m] / count).to(w.dtype)
+            del sums[step]
         marks = checkpoints.get(step, {})  # the members whose validation checkpoint this step is
-        val = stack_validation(stack, x_val, condition_limit) if marks else None
+        val = stack_validation(stack, x_val, condition_limit, params=mean_w) if marks else None
         logged = None  # the losses and terms as numbers, converted once for the step's rows
         for k, m in enumerate(alive):
             if (finite[k] and (step % log_every == 0 or step == run_steps[m] - 1)) or m in marks:
@@ -302,11 +343,11 @@ def train(task: Task, model_name: str, *, seeds, lrs, steps, batch_size: int, cl
                 rows.append({"member": m, "seed": seeds[m], "lr": lrs[m], "run_steps": run_steps[m], "step": step,
                              **{k_: v[k] for k_, v in logged.items()},
                              **({"fraction": marks[m], "validation_error": float(val[k])} if m in marks else {})})
+        for k, m in enumerate(alive):  # a member's last step: its averaged weights are its trained model
+            if run_steps[m] == step + 1:
+                final[m] = [w[k].clone() for w in mean_w]
         keep = [k for k, m in enumerate(alive) if run_steps[m] > step + 1]
         if keep and len(keep) < K:  # members whose run ended leave the stack (their weights are kept)
-            for k, m in enumerate(alive):
-                if k not in keep:
-                    final[m] = [p[k].detach().clone() for p in stack.params]
             rows_ = torch.tensor(keep)
             stack.params = [p.detach()[rows_].clone().requires_grad_() for p in stack.params]
             opt.params = stack.params
@@ -322,8 +363,6 @@ def train(task: Task, model_name: str, *, seeds, lrs, steps, batch_size: int, cl
     if len(history):
         history["skipped"] = history.member.map(dict(enumerate(skipped.tolist())))
         history["rejected"] = history.member.map(dict(enumerate(rejected.tolist())))
-    for k, m in enumerate(alive):
-        final[m] = [p[k].detach() for p in stack.params]
     out = []
     for m, net in enumerate(nets):  # every member's final weights into its own model
         with torch.no_grad():

@@ -14,6 +14,8 @@ transposed; attention folds (E, B) into one batch axis for ``kernels.attention``
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -31,9 +33,20 @@ def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.einsum("ebtc,ecd->ebtd", x, w) + b[:, None, None]
 
 
+def _bmm_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """x (E, N, C_in) @ w (E, C_in, C_out) + b (E, C_out): :func:`_linear` on rows flattened (the einsum's bmm)."""
+    return torch.bmm(x, w) + b[:, None]
+
+
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean attention mask (True = attend) as the additive one kernels.attention makes of it (0 / -inf)."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+
+
 def _layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """LayerNorm over channels with per-member gain and bias (E, C); eps as nn.LayerNorm's (1e-5)."""
-    return F.layer_norm(x, x.shape[-1:]) * w[:, None, None] + b[:, None, None]
+    """LayerNorm over channels with per-member gain and bias (E, C), x (E, ..., C); eps as nn.LayerNorm's (1e-5)."""
+    shape = (w.shape[0],) + (1,) * (x.dim() - 2) + w.shape[1:]  # x (E, ..., C)
+    return F.layer_norm(x, x.shape[-1:]) * w.view(shape) + b.view(shape)
 
 
 class EnsembleGPT(nn.Module):
@@ -71,8 +84,9 @@ class EnsembleGPT(nn.Module):
         return ens
 
     def member(self, e: int) -> GPT:
-        """Member e as a plain GPT (a copy of its current weights)."""
-        model = GPT(self.cfg)
+        """Member e as a plain GPT (a copy of its current weights). The GPT is a copy of one built once per config
+        (:func:`_template`): building one draws its initial weights, which are overwritten here anyway."""
+        model = copy.deepcopy(_template(self.cfg))
         state = model.state_dict()
         with torch.no_grad():
             for key, value in self.params.items():
@@ -85,7 +99,63 @@ class EnsembleGPT(nn.Module):
         """Logits (E, B, T, V) for token ids idx (E, B, T): member e reads idx[e]; with `members` (E indices), the
         e-th row of idx is read by member members[e] (a subset of the members, as papers.orion.train's parts). With
         `members`, the weights are always taken by index, even when it names every member: each call then adds one
-        term to each member's gradient, so the sum over a step's calls is the same whichever members share them."""
+        term to each member's gradient, so the sum over a step's calls is the same whichever members share them.
+
+        The same operations as :meth:`forward_reference` (GPT.forward per member), bit for bit (a test checks), in
+        fewer and larger ones: activations kept as (E, B T, C) so that a linear layer is one ``torch.bmm`` (the
+        einsum's own kernel), and the rotary rotation of q and k done together on the qkv output, in the
+        rotate-half form x * (cos, cos) + (x2, x1) * (-sin, sin), which is the same products and sums as
+        model.rotary's (x1 cos - x2 sin, x2 cos + x1 sin). The routed model's boolean masks are turned into
+        additive ones once per call, not once per block."""
+        E, B, T = idx.shape
+        C, H = self.cfg.n_embd, self.cfg.n_head
+        D, N = C // H, B * T
+        p = self.params
+        if members is not None:
+            p = {k: v[members] for k, v in p.items()}
+        wte = p["wte"]  # (E, V, C)
+        x = torch.gather(wte, 1, idx.reshape(E, N, 1).expand(-1, -1, C))  # (E, B T, C)
+        cos, sin = self.cos[:T], self.sin[:T]  # (T, D/2)
+        # over the view (E, B, T, 2 [q, k], H, 2 [halves], D/2) of q and k: the rotate-half tables
+        cos2 = torch.stack([cos, cos], 1)[:, None, None]  # (T, 1, 1, 2, D/2)
+        sin2 = torch.stack([-sin, sin], 1)[:, None, None]
+        masks = None
+        if self.cfg.request_markers:  # 2 x (E B, 1, T, T), additive: the routed model's block 1, blocks after it
+            masks = [_additive(m[:, None], x.dtype) for m in routing_masks(
+                idx.reshape(E * B, T), torch.tensor(self.cfg.request_markers, device=idx.device))]
+        for i in range(self.cfg.n_layer):
+            h = _layer_norm(x, p[f"b{i}_ln_1_w"], p[f"b{i}_ln_1_b"])
+            qkv = _bmm_linear(h, p[f"b{i}_attn_c_attn_w"], p[f"b{i}_attn_c_attn_b"])  # (E, B T, 3C)
+            if self.cfg.kv_window > 1:  # per member: w (E, 1, 1, C, K) against k (E, B, T, C)
+                q, k, v = qkv.view(E, B, T, 3 * C).split(C, dim=-1)
+                w = p[f"b{i}_attn_kv_mix"][:, :, None, None]
+                k = causal_window(k, w[:, 0])
+                if self.cfg.windows_values(i):
+                    v = causal_window(v, w[:, 1])
+                q, k, v = (z.reshape(E * B, T, H, D).transpose(1, 2) for z in (q, k, v))  # (E B, H, T, D)
+                q, k = rotary(q, cos, sin), rotary(k, cos, sin)
+            else:
+                qkv = qkv.view(E, B, T, 3, H, 2, D // 2)
+                qk = qkv[:, :, :, :2]
+                qk = qk * cos2 + torch.cat([qk[..., 1:, :], qk[..., :1, :]], -2) * sin2  # rotary on q and k
+                qk = qk.view(E * B, T, 2, H, D)
+                q, k = qk[:, :, 0].transpose(1, 2), qk[:, :, 1].transpose(1, 2)  # (E B, H, T, D)
+                v = qkv[:, :, :, 2].reshape(E * B, T, H, D).transpose(1, 2)
+            if masks is not None:
+                y = kernels.attention(q, k, v, bias=masks[0 if i == 0 else 1])
+            else:
+                y = kernels.attention(q, k, v, causal=True)
+            y = y.transpose(1, 2).reshape(E, N, C)
+            x = x + _bmm_linear(y, p[f"b{i}_attn_c_proj_w"], p[f"b{i}_attn_c_proj_b"])
+            h = _layer_norm(x, p[f"b{i}_ln_2_w"], p[f"b{i}_ln_2_b"])
+            h = F.gelu(_bmm_linear(h, p[f"b{i}_mlp_0_w"], p[f"b{i}_mlp_0_b"]))
+            x = x + _bmm_linear(h, p[f"b{i}_mlp_2_w"], p[f"b{i}_mlp_2_b"])
+        x = _layer_norm(x, p["ln_f_w"], p["ln_f_b"])
+        return torch.bmm(x, wte.transpose(1, 2)).view(E, B, T, -1)
+
+    def forward_reference(self, idx: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`forward` written op for op as GPT.forward with a member axis (einsum linears, model.rotary on q
+        and k apart, boolean masks): the straightforward path that the tests hold :meth:`forward` to, bit for bit."""
         E, B, T = idx.shape
         C, H = self.cfg.n_embd, self.cfg.n_head
         p = self.params
@@ -117,6 +187,16 @@ class EnsembleGPT(nn.Module):
             x = x + _linear(h, p[f"b{i}_mlp_2_w"], p[f"b{i}_mlp_2_b"])
         x = _layer_norm(x, p["ln_f_w"], p["ln_f_b"])
         return torch.einsum("ebtc,evc->ebtv", x, wte)
+
+
+_TEMPLATES: dict = {}
+
+
+def _template(cfg: GPTConfig) -> GPT:
+    """A GPT of `cfg`, built once (its weights are never read: :meth:`EnsembleGPT.member` overwrites them all)."""
+    if cfg not in _TEMPLATES:
+        _TEMPLATES[cfg] = GPT(cfg)
+    return _TEMPLATES[cfg]
 
 
 def _gpt_key(key: str) -> tuple[str, bool]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from papers.common.hf import load_causal_lm
-from papers.orion.model import GPT, last_logits, patched_logits, residuals
+from papers.orion.model import GPT, last_logits, patched_logits, residuals, streams
 
 
 @dataclasses.dataclass
@@ -47,6 +47,7 @@ class WordLM:
     def __init__(self, model: GPT, index: dict):
         self.model, self.index = model, index
         self.n_layer = model.cfg.n_layer
+        self._clean = None  # (batch, its clean streams): the batch that patched_logits last patched
 
     def encode(self, token_lists) -> Batch:
         return encode_words(token_lists, self.index)
@@ -61,7 +62,13 @@ class WordLM:
         return residuals(self.model, batch.ids, batch.pos)
 
     def patched_logits(self, batch: Batch, layer: int, vectors: torch.Tensor) -> torch.Tensor:
-        return patched_logits(self.model, batch.ids, batch.pos, layer, vectors)
+        """model.patched_logits, resumed from the clean streams of `batch` (computed once per batch: the sweep
+        patches one batch at every layer) when the model is our GPT (GPT.forward's `start`)."""
+        if not isinstance(self.model, GPT):
+            return patched_logits(self.model, batch.ids, batch.pos, layer, vectors)
+        if self._clean is None or self._clean[0] is not batch:
+            self._clean = (batch, streams(self.model, batch.ids))
+        return patched_logits(self.model, batch.ids, batch.pos, layer, vectors, clean=self._clean[1])
 
 
 def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:

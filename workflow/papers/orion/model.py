@@ -142,7 +142,8 @@ class CausalSelfAttention(gpt.CausalSelfAttention):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 masks: tuple | None = None) -> torch.Tensor:
-        """x (B, T, C) -> (B, T, C); `masks`, :func:`routing_masks` ((B, T, T) each), replace the causal mask in a
+        """x (B, T, C) -> (B, T, C); `masks`, :func:`routing_masks` ((B, T, T) each, boolean, or additive (B, 1, T,
+        T), 0 where a query may attend and -inf elsewhere, as GPT.forward passes them), replace the causal mask in a
         routed model."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
@@ -153,7 +154,8 @@ class CausalSelfAttention(gpt.CausalSelfAttention):
         q, k, v = (z.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
         q, k = rotary(q, cos, sin), rotary(k, cos, sin)  # positions enter through q.k only
         if self.routing is not None:  # the masks hold causality too (and keep the diagonal, so no row is empty)
-            y = kernels.attention(q, k, v, bias=masks[self.routing][:, None])  # (B, H, T, D)
+            bias = masks[self.routing]
+            y = kernels.attention(q, k, v, bias=bias[:, None] if bias.dtype == torch.bool else bias)  # (B, H, T, D)
         else:
             y = kernels.attention(q, k, v, causal=True)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
@@ -193,22 +195,33 @@ class GPT(nn.Module):
 
     _init_weights = staticmethod(gpt.GPT._init_weights)  # GPT-2's: N(0, 0.02) weights, zero biases
 
-    def forward(self, idx: torch.Tensor, hook: Hook | None = None) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, hook: Hook | None = None, at: torch.Tensor | None = None,
+                start: tuple[int, torch.Tensor] | None = None) -> torch.Tensor:
         """Next-token logits (B, T, V) for token ids idx (B, T); `hook(layer, x)` sees and may replace
-        the residual stream x (B, T, C) at layers 0 (embeddings) .. n_layer (last block's output)."""
+        the residual stream x (B, T, C) at layers 0 (embeddings) .. n_layer (last block's output). With `at` (B,
+        positions), the logits (B, V) at token at[b] of each sequence only (the head, position by position, is
+        not run where nothing reads it: the analysis reads the last token). With `start` (layer, x): x (B, T, C) is
+        the residual stream at that layer of an earlier pass on idx (:func:`streams`), and the pass goes on from
+        there, the hook called from that layer on (the blocks before it would compute x again, op for op)."""
         B, T = idx.shape
         assert T <= self.cfg.block_size, f"length {T} exceeds block_size {self.cfg.block_size}"
-        x = self.wte(idx)  # (B, T, C)
+        first, x = start if start is not None else (0, self.wte(idx))  # x (B, T, C)
         if hook is not None:
-            x = hook(0, x)
+            x = hook(first, x)
         cos, sin = self.cos[:T], self.sin[:T]
-        masks = routing_masks(idx, torch.tensor(self.cfg.request_markers, device=idx.device)) \
-            if self.cfg.request_markers else None  # 2 x (B, T, T)
+        masks = None
+        if self.cfg.request_markers:  # 2 x (B, 1, T, T), additive (0 / -inf), as kernels.attention makes them
+            masks = tuple(torch.zeros(m.shape, dtype=x.dtype, device=m.device).masked_fill(~m, float("-inf"))[:, None]
+                          for m in routing_masks(idx, torch.tensor(self.cfg.request_markers, device=idx.device)))
         for layer, block in enumerate(self.blocks, start=1):
+            if layer <= first:
+                continue
             x = block(x, cos, sin, masks)
             if hook is not None:
                 x = hook(layer, x)
-        return self.lm_head(self.ln_f(x))  # (B, T, V)
+        if at is not None:
+            x = x[torch.arange(B, device=x.device), at]  # (B, C)
+        return self.lm_head(self.ln_f(x))  # (B, T, V), or (B, V) with `at`
 
 
 # ---- reading and overwriting the residual stream ------------------------------------------------
@@ -221,14 +234,31 @@ def residuals(model: GPT, idx: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         out.append(x[rows, pos].clone())  # (B, C)
         return x
 
-    model(idx, hook=read)
+    model(idx, hook=read, at=pos)  # the head at pos only: nothing reads its logits
     return torch.stack(out)
 
 
 @torch.no_grad()
-def patched_logits(model: GPT, idx: torch.Tensor, pos: torch.Tensor, layer: int, vectors: torch.Tensor) -> torch.Tensor:
+def streams(model: GPT, idx: torch.Tensor) -> list[torch.Tensor]:
+    """The residual stream (B, T, C) at every layer 0 .. n_layer of an unpatched pass: what :func:`patched_logits`
+    resumes from (`clean`)."""
+    out = []
+
+    def read(layer, x):
+        out.append(x)
+        return x
+
+    model(idx, hook=read, at=torch.zeros(idx.shape[0], dtype=torch.long))
+    return out
+
+
+@torch.no_grad()
+def patched_logits(model: GPT, idx: torch.Tensor, pos: torch.Tensor, layer: int, vectors: torch.Tensor,
+                   clean: list[torch.Tensor] | None = None) -> torch.Tensor:
     """Logits (B, V) at token pos[b] when the residual stream at that token, at `layer`, is overwritten by
-    vectors[b] (B, C) and the forward pass continues from there (the paper's request-patching)."""
+    vectors[b] (B, C) and the forward pass continues from there (the paper's request-patching). With `clean`
+    (:func:`streams` of idx), the pass starts at `layer` from the clean stream there (up to the patch a patched
+    pass is the clean one: the same numbers, without running the blocks before the patch again)."""
     rows = torch.arange(idx.shape[0])
 
     def write(at, x):
@@ -237,13 +267,15 @@ def patched_logits(model: GPT, idx: torch.Tensor, pos: torch.Tensor, layer: int,
             x[rows, pos] = vectors
         return x
 
-    return model(idx, hook=write)[rows, pos]
+    if clean is None:
+        return model(idx, hook=write, at=pos)
+    return model(idx, hook=write, at=pos, start=(layer, clean[layer]))
 
 
 @torch.no_grad()
 def last_logits(model: GPT, idx: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """Logits (B, V) at token pos[b] of each (right-padded) sequence."""
-    return model(idx)[torch.arange(idx.shape[0]), pos]
+    return model(idx, at=pos)
 
 
 @torch.no_grad()
@@ -258,7 +290,7 @@ def last_token_attention(model: GPT, idx: torch.Tensor, pos: torch.Tensor) -> to
         streams.append(x)
         return x
 
-    model(idx, hook=read)
+    model(idx, hook=read, at=pos)
     B, T = idx.shape
     rows = torch.arange(B)
     masks = routing_masks(idx, torch.tensor(model.cfg.request_markers, device=idx.device)) \

@@ -25,7 +25,6 @@ from torch.nn import functional as F
 from papers.orion import tasks
 from papers.orion.ensemble import EnsembleGPT, clip_per_member, decay_groups
 from papers.orion.model import GPT
-from papers.orion.lm import encode_words
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +49,15 @@ def sample_batch(families: list, train_styles: dict, vocab: tasks.Vocab, rng: np
                                                   requests=n_req)
         seqs.append(tokens)
         answer_at.append(targets)
-    x = encode_words(seqs, vocab.index).ids  # (B, T), right-padded with id 0
-    mask = torch.zeros(x.shape[0], x.shape[1] - 1, dtype=torch.bool)
-    for i, targets in enumerate(answer_at):
+    # (B, T) ids right-padded with id 0, as lm.encode_words; built in numpy and converted once (per-row torch
+    # indexing cost more than the draws)
+    index = vocab.index
+    x = np.zeros((len(seqs), max(len(t) for t in seqs)), dtype=np.int64)
+    mask = np.zeros((x.shape[0], x.shape[1] - 1), dtype=bool)
+    for i, (tokens, targets) in enumerate(zip(seqs, answer_at)):
+        x[i, :len(tokens)] = [index[t] for t in tokens]
         mask[i, targets] = True
-    return x, mask
+    return torch.from_numpy(x), torch.from_numpy(mask)
 
 
 def loss_fn(model: GPT, x: torch.Tensor, answer_mask: torch.Tensor, lm_weight: float) -> tuple[torch.Tensor, float]:

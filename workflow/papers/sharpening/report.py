@@ -204,7 +204,9 @@ def report(*, cfg, scale, results, summary, convergence, formulas, history, fit,
         f"ablation: SFT on one unselected sample) and on-policy REINFORCE with the KL term "
         f"({p.sharpen.rl_samples_per_prompt} samples per prompt per step, lr {p.sharpen.rl_lr}; ablation: the same "
         f"REINFORCE restricted to SFT's own pool of base samples on the low-coverage variant, offline RL: at budget m "
-        f"it draws from the policy renormalised on SFT's first m samples). One sample's "
+        f"it draws from SFT's first m samples, {p.sharpen.rl_samples_per_prompt} distinct ones per prompt and pass, "
+        f"without replacement, each in proportion to pi / pi_base among those not drawn yet: a flatter draw than the "
+        f"policy renormalised on the pool once the policy has moved, review sharpening_r14). One sample's "
         f"accuracy is exact (pi(y* | x) by teacher forcing); best-of-N is estimated without bias from one pool of "
         f"{max(p.bon_sizes)} samples per prompt, and from the same pool with the rewards shuffled within each prompt "
         f"(control).")

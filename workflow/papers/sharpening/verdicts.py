@@ -735,6 +735,30 @@ def sharpening_claims(p: Params, df: pd.DataFrame, conv: pd.DataFrame, formulas:
         return out
 
     ev_e, ctl_e = lead_parts("rl"), lead_parts("greedy", arm_budget=1)
+
+    def exploration_lean(df, p) -> str:
+        """Reported, not deciding (review sharpening_r14): how (e)'s "owed to online exploration" leans where its
+        sign test cannot fail. Per budget, the part of RL's lead over SFT that offline RL does not reach, minus half
+        that lead: (RL - offline RL) - (RL - SFT) / 2, paired by base model (below 0: more than half of RL's lead is
+        reached without exploration, the reading of (c)'s share criterion); and offline RL's change between
+        consecutive budgets (a lead over offline RL that opens while offline RL falls is not exploration's gain)."""
+        ms = lm_budgets(p)
+        parts = []
+        for m in ms:
+            rl, off, sft = (cell(df, "lm", lo_v, a, m) for a in ("rl", "rl_offline", "sft"))
+            e = paired_test((rl - off) - (rl - sft) / 2, np.zeros_like(rl), threshold=0.0, direction=">",
+                            what="base models", name=f"m = {m}")
+            side = ("wholly below 0: more than half of RL's lead over SFT is reached without exploration"
+                    if e.interval[1] < 0 else "wholly above 0: more than half of it is owed to exploration"
+                    if e.interval[0] > 0 else "straddles 0")
+            parts.append(f"m = {m}: {e.effect:.3g} [{e.interval[0]:.3g}, {e.interval[1]:.3g}] ({side})")
+        moves = [f"m = {a} -> {b}: {float((cell(df, 'lm', lo_v, 'rl_offline', b) - cell(df, 'lm', lo_v, 'rl_offline', a)).mean()):+.3g} "
+                 f"(down on {int((cell(df, 'lm', lo_v, 'rl_offline', b) < cell(df, 'lm', lo_v, 'rl_offline', a)).sum())} "
+                 f"of {len(cell(df, 'lm', lo_v, 'rl_offline', a))} base models)" for a, b in zip(ms, ms[1:])]
+        return ("how the exploration part leans (reported, not deciding; its sign test cannot read 'does not hold' "
+                "on a lead of zero, so more base models would not decide a tie): (RL - offline RL) - (RL - SFT) / 2, "
+                "paired t 95% over the base models, " + "; ".join(parts)
+                + "; offline RL's mean accuracy change between budgets " + "; ".join(moves))
     inter = {arm: interaction(arm, b) for arm, b in [("rl", None), ("greedy", 1)]}
     offline_gain = [float((cell(df, "lm", lo_v, "rl_offline", m) - cell(df, "lm", lo_v, "sample", 1)).mean())
                     for m in lm_budgets(p)]
@@ -755,8 +779,11 @@ def sharpening_claims(p: Params, df: pd.DataFrame, conv: pd.DataFrame, formulas:
         | {f"interaction.{arm}.m{m}": e.effect for arm, es in inter.items() for m, e in zip(lm_budgets(p), es)},
         f"low-coverage LM (C_cov = {mean(df, 'lm', lo_v, 'sample', 1, column='coverage'):.3g}), at every budget m in "
         f"{lm_budgets(p)}: RL's accuracy minus SFT's > 0 and RL's minus offline RL's > 0 (offline RL: the same RL, "
-        "loss, steps and step size, restricted to SFT's own pool of m base samples per prompt: it draws its samples "
-        "from the policy renormalised on the pool, so it sees the samples SFT sees and cannot generate others), "
+        "loss, steps and step size, restricted to SFT's own pool of m base samples per prompt: each pass it draws k "
+        "distinct pool samples per prompt, without replacement, each in proportion to pi / pi_base among the pool "
+        "samples not drawn yet (flatter than the policy renormalised on the pool once the policy has moved: review "
+        "sharpening_r14), so it sees "
+        "the samples SFT sees and cannot generate others), "
         f"paired by base model (95% paired t intervals over "
         f"the {len(gaps)} base models)",
         ev_e,
@@ -774,7 +801,12 @@ def sharpening_claims(p: Params, df: pd.DataFrame, conv: pd.DataFrame, formulas:
             "offline RL at low coverage, per budget: mean minus base sampling "
             + ", ".join(f"{g:.3g}" for g in offline_gain) + ", sd over base models "
             + ", ".join(f"{x:.3g}" for x in offline_sd)
-            + "".join(f"; at m = {m} it falls below base sampling on base model(s) {ids}" for m, ids in below if ids),
+            + "".join(f"; at m = {m} it falls below base sampling on base model(s) {ids}" for m, ids in below if ids)
+            + "; per base model (one RL seed each, so a single value also carries its RL run's chance; review "
+              "sharpening_r13 found float rounding alone moving one at m = 64), "
+            + "; ".join(f"m = {m}: " + " / ".join(f"{v:.2f}" for v in cell(df, "lm", lo_v, "rl_offline", m))
+                        + f" (range {np.ptp(cell(df, 'lm', lo_v, 'rl_offline', m)):.2f})" for m in lm_budgets(p)),
+            exploration_lean(df, p),
             "leave-one-out sensitivity over the base models: "
             + ", ".join(loo_text(e.name, e.values, 0.0, ">") for e in ev_e if e.values is not None)]),
         threshold_source=convention("signs: RL ahead of SFT and of RL without exploration"),

@@ -348,12 +348,34 @@ class BallMLR(nn.Module):
         lead = () if replicas is None else (replicas,)
         self.p = nn.Parameter(0.01 * torch.randn(*lead, classes, d, generator=generator, dtype=torch.float64))
         self.a = nn.Parameter(0.1 * torch.randn(*lead, classes, d, generator=generator, dtype=torch.float64))
+        self._x_consts = InputCache()  # |x|^2 and its functions: full-batch training feeds the same x every step
+
+    # True: the logits by :class:`_BallLogits` (the same function, fewer passes over (..., N, K), a hand-written
+    # backward); False: :meth:`forward_reference`, the autograd path the tests compare it with.
+    fused = True
 
     def _p(self):  # keep base points inside the ball
         norm = self.p.norm(dim=-1, keepdim=True)
         return self.p * (torch.tanh(norm) / norm.clamp_min(1e-15))
 
     def forward(self, x):  # (..., N, d) -> (..., N, classes)
+        if self.fused and not x.requires_grad:
+            return self._forward_fused(x)
+        return self.forward_reference(x)
+
+    def _forward_fused(self, x):
+        """The logits of :meth:`forward_reference` by :class:`_BallLogits` (a hand-written backward: speed only)."""
+        p = self._p()
+        a_norm = self.a.norm(dim=-1).clamp_min(1e-15)  # (..., K)
+        consts = self._x_consts(x, _x_constants)
+        if self.kind == "busemann":
+            w = self.a / a_norm.unsqueeze(-1)
+            pp = (p * p).sum(-1)
+            return _BallLogits.apply("busemann", x, consts, p, w, pp, (p * w).sum(-1), torch.log1p(-pp))
+        return _BallLogits.apply("ganea", x, consts, p, self.a, (p * p).sum(-1), (p * self.a).sum(-1), a_norm)
+
+    def forward_reference(self, x):
+        """The straightforward logits (autograd through :func:`_moved`): the fused path's reference."""
         p = self._p()
         a_norm = self.a.norm(dim=-1).clamp_min(1e-15)  # (..., K)
         if self.kind == "busemann":
@@ -383,6 +405,129 @@ def _moved(x, p, v):
     den = (1 - 2 * xp + p2 * x2).clamp_min(1e-15)
     num2 = c_u ** 2 * p2 - 2 * c_u * c_x * xp + c_x ** 2 * x2  # |num|^2
     return num2 / den ** 2, (-c_u * pv + c_x * xv) / den
+
+
+def _x_constants(x):
+    """What :class:`_BallLogits` reads of x (..., N, d): |x|^2 (..., N, 1) and functions of it, x's coordinate
+    columns (..., N, 1) and x^T (..., d, N) (contiguous: for a small d the inner products by broadcasting beat a
+    batched matrix product of N x d by d x K)."""
+    x2 = (x * x).sum(-1, keepdim=True)
+    cols = tuple(x[..., i:i + 1].contiguous() for i in range(x.shape[-1]))
+    return x2, 1 + x2, torch.log1p(-x2), 2 / (1 - x2), cols, x.transpose(-1, -2).contiguous()
+
+
+def _inner(x, cols, q):
+    """<x_n, q_k>: x (..., N, d), q (..., K, d) -> (..., N, K); by d broadcast passes where d is small."""
+    if len(cols) > 4:
+        return x @ q.transpose(-1, -2)
+    out = cols[0] * q[..., 0].unsqueeze(-2)
+    for i in range(1, len(cols)):
+        out.addcmul_(cols[i], q[..., i].unsqueeze(-2))
+    return out
+
+
+class _BallLogits(torch.autograd.Function):
+    """:class:`BallMLR`'s logits with a hand-written backward (speed only; the straightforward autograd path is
+    :meth:`BallMLR.forward_reference`, and tests/papers/test_symspace.py checks values and gradients against it and
+    by torch.autograd.gradcheck). The tree seeds' heads train as (replicas, N, K) tensors, and autograd through the
+    dozens of elementwise steps of :func:`_moved` was most of the tree job's time.
+
+    Inputs: x (..., N, d) (no gradient), consts = :func:`_x_constants` (x), base points p and the vectors w
+    (..., K, d), and per class P = |p|^2, C = <p, w> and ``extra`` (..., K): log(1 - |p|^2) for ``busemann``
+    (w = omega = a/|a|), |a| for ``ganea`` (w = a); autograd carries those small (..., K) inputs back to the
+    parameters. With s = <x, p>, t = <x, w>, X = |x|^2, c_u = 1 - 2 s + X, c_x = 1 - P and y = (-p) (+) x, the
+    Mobius algebra of :func:`_moved` gives (identities, checked by the tests)
+
+        den = 1 - 2 s + P X = c_u - X c_x,   |x - p|^2 = c_u - c_x,   |y|^2 = |x - p|^2 / den,
+        1 - |y|^2 = (1 - X)(1 - P) / den,    <y, w> = (c_x t - c_u C) / den,
+        den |y - omega|^2 = E = 2 c_u (1 + C) - c_x (1 + X + 2 t)      (|omega| = 1),
+
+    so the Busemann logit (Sec. 3.2) 2 artanh|y| / |y| * (log(1 - |y|^2) - log|y - omega|^2) is
+    A(|y|) (log(1 - X) + log(1 - P) - log E), and Ganea et al.'s (2018, eq. 25) lambda_p |a| asinh(2 <y, a> /
+    ((1 - |y|^2) |a|)) is (2 |a| / c_x) asinh(z), z = 2 (c_x t - c_u C) / ((1 - X) c_x |a|) (den cancels). The
+    clamps of the reference path are kept: |y| = clamp(sqrt(max(|y|^2, 1e-24)), 1e-12, 1 - 1e-12) (no gradient
+    where clamped), den >= 1e-15 in |y|^2; the clamp masks are applied to every replica unconditionally (a
+    replica that diverged to NaN must not switch them off for the others: review symspace_r12, tested).
+
+    Not the reference path's rounding: the two agree to float64 rounding while the base points stay well inside
+    the ball; where a base point nears the boundary (|p| = tanh|q| with |q| beyond about 9) the reference's
+    1 - |y|^2 and 1 - |p|^2 lose digits by cancellation that the factored forms above keep, so the two paths'
+    logits part (review symspace_r12 against mpmath: the fused ones are the more accurate), and training runs that
+    reach such base points (the large rates of the tree grid) diverge less often on this path."""
+
+    @staticmethod
+    def forward(ctx, kind, x, consts, p, w, pp, pw, extra):
+        x2, one_x2, log_1mx2, two_over, cols, x_t = consts
+        s = _inner(x, cols, p)  # (..., N, K)
+        t = _inner(x, cols, w)
+        pp_, pw_, extra_ = pp.unsqueeze(-2), pw.unsqueeze(-2), extra.unsqueeze(-2)  # (..., 1, K)
+        c_x = 1 - pp_
+        c_u = torch.add(one_x2, s, alpha=-2)
+        ctx.kind = kind
+        if kind == "busemann":
+            den_raw = torch.addcmul(c_u, x2, c_x, value=-1)
+            den = den_raw.clamp_min(1e-15)
+            y2 = (c_u - c_x).div_(den)
+            r = y2.clamp_min(1e-24).sqrt_().clamp_(1e-12, 1 - 1e-12)
+            a_fac = torch.atanh(r).mul_(2).div_(r)  # A(|y|) = 2 artanh|y| / |y|
+            u = torch.add(one_x2, t, alpha=2)  # 1 + X + 2 t
+            e = torch.mul(c_u, 2 * (1 + pw_)).addcmul_(u, c_x, value=-1)
+            b = (log_1mx2 + extra_).sub_(e.log())  # log(1 - |y|^2) - log|y - omega|^2
+            ctx.save_for_backward(x_t, x2, p, w, pp, pw, extra, c_u, den_raw, den, y2, r, a_fac, u, e, b)
+            return a_fac * b
+        # ganea: extra = |a|
+        nw = torch.mul(t, c_x).addcmul_(c_u, pw_, value=-1)  # (c_x t - c_u C) = den <y, a>
+        v_k = 1 / (c_x * extra_)
+        z = nw.mul_(two_over).mul_(v_k)
+        zz = z * z
+        root = (zz + 1).sqrt_()  # sqrt(1 + z^2): asinh's derivative
+        # asinh(z) = sign(z) log1p(|z| + z^2 / (1 + sqrt(1 + z^2))), accurate at small and large |z|
+        ash = torch.log1p(zz.div_(root + 1).add_(z.abs())).copysign_(z)
+        scale = 2 * extra_ / c_x  # lambda_p |a|
+        ctx.save_for_backward(x_t, two_over, p, w, pp, pw, extra, c_u, t, z, root, ash, scale, v_k, c_x)
+        return scale * ash
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.kind == "busemann":
+            x_t, x2, p, w, pp, pw, extra, c_u, den_raw, den, y2, r, a_fac, u, e, b = ctx.saved_tensors
+            c_x = 1 - pp.unsqueeze(-2)
+            g_a = grad * b
+            g_b = grad * a_fac
+            # dA/d|y| / (2 |y|) = (1 / (1 - |y|^2) - A / 2) / |y|^2, zero where |y| is clamped
+            rr = r * r
+            g_y2 = (1 - rr).reciprocal_().add_(a_fac, alpha=-0.5).div_(rr).mul_(g_a)
+            # unconditionally: a guard on min/max over all replicas reads NaN once one replica diverged, and skipping
+            # the mask then gave the live replicas at the clamp a gradient the reference path does not (review
+            # symspace_r12)
+            g_y2.masked_fill_((r <= 1e-12) | (r >= 1 - 1e-12), 0.0)
+            h = g_y2.div_(den)  # g_y2 / den
+            y2m = y2 * (den_raw >= 1e-15)  # no den gradient where clamped (NaN-safe, as the mask above)
+            g_e = g_b.div(e).neg_()  # d logit / d E = -A / E
+            # |y|^2: d/ds = -2 (1 - |y|^2) / den, d/dP = (1 - |y|^2 X) / den; E: d/ds = -4 (1 + C), d/dt = -2 c_x,
+            # d/dP = 1 + X + 2 t, d/dC = 2 c_u; log(1 - P): the logit's d/d = A
+            g_s = (y2m - 1).mul_(h).mul_(2).addcmul_(g_e, -4 * (1 + pw.unsqueeze(-2)))
+            g_t = g_e * (-2 * c_x)
+            g_pp = (h - h * y2m * x2).addcmul_(g_e, u).sum(-2)
+            g_pw = 2 * (g_e * c_u).sum(-2)
+            g_extra = g_b.sum(-2)
+        else:
+            x_t, two_over, p, w, pp, pw, extra, c_u, t, z, root, ash, scale, v_k, c_x = ctx.saved_tensors
+            g_z = (grad * scale).div_(root)
+            g_zu = g_z * two_over  # d logit / d (den <y, a>) = g_z 2 / (1 - X) v_k, without the v_k
+            gz_z = (g_z * z).sum(-2)
+            g_ash = (grad * ash).sum(-2)  # d logit / d scale
+            c_x1, v_k1, scale1 = c_x.squeeze(-2), v_k.squeeze(-2), scale.squeeze(-2)
+            # z = (2 / (1 - X)) (c_x t - c_u C) v_k, c_u = 1 - 2 s + X, v_k = 1 / (c_x |a|); scale = 2 |a| / c_x
+            g_s = g_zu * (2 * pw.unsqueeze(-2) * v_k)
+            g_t = g_zu * (c_x * v_k)
+            g_pw = -(g_zu * c_u).sum(-2) * v_k1
+            g_pp = gz_z / c_x1 - (g_zu * t).sum(-2) * v_k1 + g_ash * scale1 / c_x1
+            g_extra = -gz_z / extra + g_ash * 2 / c_x1
+        g_p = (x_t @ g_s).transpose(-1, -2).sum_to_size(p.shape)  # sum_n g_s[n, k] x_n
+        g_w = (x_t @ g_t).transpose(-1, -2).sum_to_size(w.shape)
+        return (None, None, None, g_p, g_w, g_pp.sum_to_size(pp.shape), g_pw.sum_to_size(pw.shape),
+                g_extra.sum_to_size(extra.shape))
 
 
 def _init(linear: nn.Linear, generator: torch.Generator) -> None:

@@ -507,7 +507,12 @@ def claim_d_reading(control: Evidence, superior: Evidence, margin: float, hyperb
     sup = {"holds": "the Busemann head is ahead of Ganea's (whole interval above 0)",
            "does not hold": "the Busemann head is not ahead of Ganea's (whole interval at or below 0)"}.get(
         superior.verdict, "the superiority test straddles 0")
-    return f"{pre}{ctl}; superiority, reported and not deciding: {superior.describe()} ({sup})"
+    return (f"{pre}{ctl}; superiority, reported and not deciding: {superior.describe()} ({sup}); the tree seeds' "
+            "single outcomes are chaotic under float rounding (review symspace_r12: a change of the inputs in their "
+            "last digit, or the ball heads' hand-written backward in place of autograd's, moves single seeds' test "
+            f"accuracies by several times the margin {margin:g}, at the larger rates of the grid and for Ganea's head "
+            "at every rate), so only the means over the seeds, with their intervals, carry over to another machine, "
+            "and a gate or control whose bound lies near its threshold can read otherwise there")
 
 
 def stability_by_rate_text(acc: pd.DataFrame, p) -> str:
