@@ -405,8 +405,11 @@ def test_pool_draw_is_the_policy_renormalised_on_the_pool_without_replacement():
     logb = lm.self_reward(base, prompts.repeat_interleave(3, 0), support.view(6, 1)).view(2, 3)
     logp = lm.self_reward(policy, prompts.repeat_interleave(3, 0), support.view(6, 1)).view(2, 3)
     reps = 20000  # each prompt repeated: one draw of 2 per copy
-    for model, w in [(base, torch.full((2, 3), 1 / 3)), (policy, torch.softmax(logp - logb, 1))]:
-        y, j = lm.pool_draw(model, prompts.repeat(reps, 1), support.repeat(reps, 1, 1), logb.repeat(reps, 1), 2,
+    # pool log pi_base lowered on the later entries: weights far from uniform (about 0.06 / 0.17 / 0.77), so a
+    # miscalibrated weight (review sharpening_r14's (pi / pi_base)^1.1 mutant) moves the pair law past the tolerance
+    skewed = logb - torch.tensor([[0.0, 1.0, 2.5]], dtype=logb.dtype)
+    for model, lb, w in [(base, logb, torch.full((2, 3), 1 / 3)), (policy, skewed, torch.softmax(logp - skewed, 1))]:
+        y, j = lm.pool_draw(model, prompts.repeat(reps, 1), support.repeat(reps, 1, 1), lb.repeat(reps, 1), 2,
                             torch.Generator().manual_seed(1), index=True)
         assert (j[:, 0] != j[:, 1]).all()  # never the same pool entry twice
         assert torch.equal(y[:, :, 0], support.repeat(reps, 1, 1)[torch.arange(2 * reps)[:, None], j, 0])
