@@ -736,25 +736,25 @@ def sharpening_claims(p: Params, df: pd.DataFrame, conv: pd.DataFrame, formulas:
 
     ev_e, ctl_e = lead_parts("rl"), lead_parts("greedy", arm_budget=1)
 
-    def exploration_lean(df, p) -> str:
+    def exploration_lean() -> str:
         """Reported, not deciding (review sharpening_r14): how (e)'s "owed to online exploration" leans where its
         sign test cannot fail. Per budget, the part of RL's lead over SFT that offline RL does not reach, minus half
         that lead: (RL - offline RL) - (RL - SFT) / 2, paired by base model (below 0: more than half of RL's lead is
         reached without exploration, the reading of (c)'s share criterion); and offline RL's change between
         consecutive budgets (a lead over offline RL that opens while offline RL falls is not exploration's gain)."""
         ms = lm_budgets(p)
+        off = {m: cell(df, "lm", lo_v, "rl_offline", m) for m in ms}
         parts = []
         for m in ms:
-            rl, off, sft = (cell(df, "lm", lo_v, a, m) for a in ("rl", "rl_offline", "sft"))
-            e = paired_test((rl - off) - (rl - sft) / 2, np.zeros_like(rl), threshold=0.0, direction=">",
+            rl, sft = cell(df, "lm", lo_v, "rl", m), cell(df, "lm", lo_v, "sft", m)
+            e = paired_test((rl - off[m]) - (rl - sft) / 2, np.zeros_like(rl), threshold=0.0, direction=">",
                             what="base models", name=f"m = {m}")
             side = ("wholly below 0: more than half of RL's lead over SFT is reached without exploration"
                     if e.interval[1] < 0 else "wholly above 0: more than half of it is owed to exploration"
                     if e.interval[0] > 0 else "straddles 0")
             parts.append(f"m = {m}: {e.effect:.3g} [{e.interval[0]:.3g}, {e.interval[1]:.3g}] ({side})")
-        moves = [f"m = {a} -> {b}: {float((cell(df, 'lm', lo_v, 'rl_offline', b) - cell(df, 'lm', lo_v, 'rl_offline', a)).mean()):+.3g} "
-                 f"(down on {int((cell(df, 'lm', lo_v, 'rl_offline', b) < cell(df, 'lm', lo_v, 'rl_offline', a)).sum())} "
-                 f"of {len(cell(df, 'lm', lo_v, 'rl_offline', a))} base models)" for a, b in zip(ms, ms[1:])]
+        moves = [f"m = {a} -> {b}: {float((off[b] - off[a]).mean()):+.3g} (down on {int((off[b] < off[a]).sum())} "
+                 f"of {len(off[a])} base models)" for a, b in zip(ms, ms[1:])]
         return ("how the exploration part leans (reported, not deciding; its sign test cannot read 'does not hold' "
                 "on a lead of zero, so more base models would not decide a tie): (RL - offline RL) - (RL - SFT) / 2, "
                 "paired t 95% over the base models, " + "; ".join(parts)
@@ -806,7 +806,7 @@ def sharpening_claims(p: Params, df: pd.DataFrame, conv: pd.DataFrame, formulas:
               "sharpening_r13 found float rounding alone moving one at m = 64), "
             + "; ".join(f"m = {m}: " + " / ".join(f"{v:.2f}" for v in cell(df, "lm", lo_v, "rl_offline", m))
                         + f" (range {np.ptp(cell(df, 'lm', lo_v, 'rl_offline', m)):.2f})" for m in lm_budgets(p)),
-            exploration_lean(df, p),
+            exploration_lean(),
             "leave-one-out sensitivity over the base models: "
             + ", ".join(loo_text(e.name, e.values, 0.0, ">") for e in ev_e if e.values is not None)]),
         threshold_source=convention("signs: RL ahead of SFT and of RL without exploration"),
