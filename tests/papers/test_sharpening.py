@@ -1259,3 +1259,64 @@ def test_foreach_adam_and_the_offline_arm_with_given_logprobs_change_nothing():
     for b in (4, 8):
         for a, c in zip(kept[0][b], kept[1][b]):
             torch.testing.assert_close(a, c, atol=1e-5, rtol=1e-4)
+
+
+# ---- the speed pass of 2026-12-05 (third, issue 47's budget): each fast path against the plain one -------------------
+@pytest.mark.parametrize("K, structure", [(1, "compositional"), (2, "atomic"), (3, "absorbing"), (4, "absorbing"),
+                                          (5, "absorbing"), (6, "compositional"), (7, "absorbing")])
+def test_prefix_scorer_equals_the_direct_pool_score_bit_for_bit(K, structure):
+    """PrefixScorer (each distinct prefix read once, the pairwise partial sums carried down the trie) against
+    seq_logprob of the pool's first S columns and against PoolScorer: the same bits, signed zeros included, at
+    L = 2 .. 14 (a running sum below 8 tokens, numpy's blocks of 8 from 8), on the reachable rows and on a whole
+    table, at every S where the set of prefixes seen changes and beyond."""
+    rng = np.random.default_rng(K)
+    base = tb.make_pair_chain(np.random.default_rng([K, 1]), 7, K, 8, [0.3, 0.7], atomic=structure == "atomic",
+                              absorbing=structure == "absorbing")[0]
+    pool = tb.sample(base, 150, rng)
+    states = tb.Reachable(base)
+    prefix, direct = tb.PrefixScorer(pool, 8, states.rowmap), tb.PoolScorer(pool, 8, states.rowmap)
+    whole = tb.PrefixScorer(pool, 8)
+    policy = states.rows_of(tb.normalise(base + rng.normal(size=base.shape)))
+    table = states.table(policy)
+    if K == 1:  # zero log-probabilities (certain tokens): the sums' signed zeros must match too
+        policy[:, :4] = 0.0
+        table = states.table(policy)
+    assert sum(len(f) for f in prefix.flat) < len(direct.flat) * 2 * K  # fewer reads than tokens
+    for S in (1, 2, 3, 17, 64, 65, 149, 150):
+        ref = tb.seq_logprob(table, pool[:, :S])
+        for out in (prefix.seq_logprob(policy, S), direct.seq_logprob(policy, S), whole.seq_logprob(table, S)):
+            np.testing.assert_array_equal(out, ref)
+            np.testing.assert_array_equal(np.signbit(out), np.signbit(ref))
+
+
+def test_prefix_scorer_refuses_chains_of_16_tokens():
+    pool = np.zeros((2, 3, 16), dtype=np.int64)
+    with pytest.raises(ValueError, match="PoolScorer"):
+        tb.PrefixScorer(pool, 4)
+    tb.PoolScorer(pool, 4)  # rl_sharpen's scorer there
+
+
+@pytest.mark.parametrize("S", [65, 96, 128, 129, 1000, 2048])
+def test_count_below_binary_search_equals_searchsorted(S):
+    """count_below's vectorised binary search (S > 64) against numpy's searchsorted per row (side="left"): the same
+    counts, with ties (u equal to a cdf value), repeated cdf values (zero weights), u = 0 and u beyond the row."""
+    rng = np.random.default_rng(S)
+    w = rng.random((64, S)) ** 8
+    w[:, ::7] = 0.0
+    cdf = np.cumsum(w / w.sum(1, keepdims=True), axis=1)
+    u = rng.random((64, 4))
+    u[0, 0], u[1, 0], u[2, 1], u[3, 2], u[4, 3] = 0.0, cdf[1, 5], 1.5, cdf[3, -1], cdf[4, 0]
+    ref = np.stack([np.searchsorted(c, r, side="left") for c, r in zip(cdf, u)])
+    np.testing.assert_array_equal(tb.count_below(cdf, u), ref)
+
+
+def test_tabular_offline_rl_equals_its_plain_version_on_a_long_chain():
+    """Offline RL on the absorbing chain at K = 5 (L = 10: the prefix scorer's pairwise branch, the binary search
+    past 64 columns) against the plain version: the same kept policies, exactly."""
+    base, _, _ = tb.make_pair_chain(np.random.default_rng(5), 5, 5, 8, [0.3, 0.7], absorbing=True)
+    budgets = [4, 64, 72, 128]
+    kw = dict(beta=0.1, samples_per_step=4, lr=0.1, explore=False)
+    fast, _ = tb.rl_sharpen(base, budgets, rng=np.random.default_rng(2), **kw)
+    plain = _rl_sharpen_direct(base, budgets, rng=np.random.default_rng(2), **kw)
+    for b in budgets:
+        np.testing.assert_array_equal(fast[b], plain[b])

@@ -382,7 +382,8 @@ def rl_sharpen(logp_base: np.ndarray, budgets, *, beta: float, samples_per_step:
         pool = sample(logp_base, steps * samples_per_step, rng)  # (X, M, L)
         pool_logb = seq_logprob(logp_base, pool)  # (X, M)
         xs = np.arange(len(pool))[:, None]
-        scorer = PoolScorer(pool, V, states.rowmap)
+        # the same numbers either way; PrefixScorer reads each distinct prefix once (chains under 16 tokens)
+        scorer = (PrefixScorer if pool.shape[2] < 16 else PoolScorer)(pool, V, states.rowmap)
     for step in range(steps + 1):
         spent = step * samples_per_step
         logp = normalise(logits)  # once per step: the kept policy, the sampler and the gradient share it
@@ -445,7 +446,7 @@ class Reachable:
         u = rng.random((X, n, L))
         xs = np.arange(X)[:, None]
         for t in range(L):
-            c = cdf[self._row(xs, t, prev)]  # (X, n, V)
+            c = cdf.take(self._row(xs, t, prev), axis=0)  # (X, n, V), as cdf[rows] (take: faster)
             y[:, :, t] = np.minimum((u[:, :, t, None] > c).sum(-1), V - 1)
             prev = y[:, :, t]
         return y
@@ -460,7 +461,7 @@ class Reachable:
         r = (1 + beta) * token_logprobs(logp_base, y) - beta * logp.ravel()[row * V + y]  # (X, k, L)
         g = np.cumsum(r[:, :, ::-1], axis=2)[:, :, ::-1]  # reward-to-go (X, k, L)
         adv = g - (g.sum(1, keepdims=True) - g) / (k - 1)  # leave-one-out baseline
-        pi = np.exp(logp[row])  # (X, k, L, V) policy at each visited state
+        pi = np.exp(logp.take(row, axis=0))  # (X, k, L, V) policy at each visited state (logp[row], by take)
         score = -pi * adv[..., None]  # d log pi(y_t | s_t) / d logits = onehot(y_t) - pi(. | s_t)
         score[xs, np.arange(k)[None, :, None], ts, y] += adv
         flat = (row[..., None] * V + np.arange(V)).ravel()  # one slot per (state, token)
@@ -509,6 +510,87 @@ class PoolScorer:
         return score[self.entry[:, :S]]
 
 
+class PrefixScorer:
+    """:class:`PoolScorer`'s log pi(y | x) of a fixed pool's first S entries per prompt, (X, S), with each distinct
+    PREFIX (prompt, y_0 .. y_t) of the pool's sequences read once: a trie, whose nodes at depth t hold the prefixes
+    of length t + 1 and carry their partial sums to their children.
+
+    Why: on the offline arm's pools (rl_sharpen with explore=False, the absorbing chain at K = 3 .. 5, 2048 samples
+    per prompt) the distinct sequences share their first tokens, so the trie has 2.5 to 4x fewer nodes than the
+    distinct sequences have tokens (measured: 0.44M nodes against 1.08M tokens at K = 5), and the per-step gather
+    of the policy's log-probabilities shrinks by that much.
+
+    The same numbers: each node carries the partial sums of numpy's pairwise order for a row of L values
+    (:func:`row_sums`: for L < 8 one running sum from -0.0; for 8 <= L < 16 ((g0 + g1) + (g2 + g3)) + ((g4 + g5) +
+    (g6 + g7)), then g8 .. one by one; then + 0.0), so each sequence's sum is built from the same values by the
+    same additions in the same order: the result equals PoolScorer's and ``seq_logprob(logp, pool[:, :S])`` bit for
+    bit (tests/papers/test_sharpening.py). Chains of L >= 16 tokens (numpy's order has more blocks there) are
+    refused; rl_sharpen uses PoolScorer for them.
+    """
+
+    def __init__(self, pool: np.ndarray, vocab: int, rowmap: np.ndarray | None = None):
+        X, M, L = pool.shape
+        if L >= 16:
+            raise ValueError(f"PrefixScorer: chains of L = {L} >= 16 tokens (use PoolScorer)")
+        if X * vocab ** L >= 2 ** 62:
+            raise ValueError(f"PrefixScorer: {X} prompts of {L} tokens over {vocab} overflow an int64 key")
+        self.shape, self.L = pool.shape, L
+        # one integer per (prompt, sequence), the first token most significant: sorted keys are lexicographic, so
+        # each prefix's sequences are contiguous
+        digits = vocab ** np.arange(L - 1, -1, -1, dtype=np.int64)
+        key = np.repeat(np.arange(X, dtype=np.int64), M) * vocab ** L + pool.reshape(X * M, L) @ digits
+        uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        col = first % M  # the column where each distinct sequence first occurs
+        self.flat, self.parent, self.first_col = [], [], []
+        rank_prev = node_prev = None
+        for t in range(L):
+            prefix = uniq // vocab ** (L - 1 - t)  # (U,) nondecreasing: x, y_0 .. y_t
+            start = np.flatnonzero(np.r_[True, prefix[1:] != prefix[:-1]])  # each node's first sequence
+            node = np.cumsum(np.r_[True, prefix[1:] != prefix[:-1]]) - 1  # (U,) each sequence's node at depth t
+            p = prefix[start]
+            node_col = np.minimum.reduceat(col, start)  # where the prefix first occurs in the pool
+            order = np.argsort(node_col, kind="stable")  # by first column: those of the first S columns come first
+            rank = np.empty_like(order)
+            rank[order] = np.arange(len(order))
+            xs, token = p // vocab ** (t + 1), p % vocab
+            prev = (p // vocab) % vocab if t else np.full(len(p), START)
+            state = (xs * L + t) * vocab + prev
+            if rowmap is not None:  # the policy is given on reachable rows (Reachable), one row per state
+                state = rowmap[state]
+            self.flat.append((state * vocab + token)[order])
+            self.first_col.append(node_col[order])
+            self.parent.append(None if t == 0 else rank_prev[node_prev[start]][order])
+            rank_prev, node_prev = rank, node
+        self.entry = rank_prev[inverse.ravel()].reshape(X, M)  # (X, M): each pool entry's leaf
+
+    def seq_logprob(self, logp: np.ndarray, S: int) -> np.ndarray:
+        """log pi(y | x) of pool[:, :S] under the chain logp, (X, S)."""
+        lp = logp.ravel()
+        L = self.L
+        state = ()
+        for t in range(L):
+            n = int(np.searchsorted(self.first_col[t], S, side="left"))  # the prefixes among the first S columns
+            g = lp.take(self.flat[t][:n])  # take: the same gather as lp[...], faster on these index arrays
+            if t:
+                state = tuple(s.take(self.parent[t][:n]) for s in state)
+            if L < 8:  # one running sum from -0.0
+                state = (-0.0 + g,) if t == 0 else (state[0] + g,)
+            elif t in (0, 2, 4, 6):  # a pair's first value waits for its second
+                state = state + (g,)
+            elif t == 1:
+                state = (state[0] + g,)  # g0 + g1
+            elif t == 3:
+                state = (state[0] + (state[1] + g),)  # (g0 + g1) + (g2 + g3)
+            elif t == 5:
+                state = (state[0], state[1] + g)  # g4 + g5
+            elif t == 7:
+                state = (state[0] + (state[1] + (state[2] + g)),)  # A + ((g4 + g5) + (g6 + g7))
+            else:  # the rest one by one
+                state = (state[0] + g,)
+        score = state[0] + 0.0
+        return score.take(self.entry[:, :S])
+
+
 def row_sums(g: np.ndarray) -> np.ndarray:
     """``g.T.sum(-1)`` for g (L, n), i.e. the sums of n rows of L values stored position-major, by numpy's own
     pairwise order for a row (numpy's pairwise_sum for L <= 128: below 8 values one running sum; from 8 eight
@@ -552,4 +634,21 @@ def count_below(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
     cdf[:, None, :]).sum(-1)``, which for a nondecreasing cdf (a cumulative sum) is a left binary search."""
     if cdf.shape[1] <= 64:
         return (u[:, :, None] > cdf[:, None, :]).sum(-1)
-    return np.stack([np.searchsorted(c, r, side="left") for c, r in zip(cdf, u)])
+    return _search_left(cdf, u)
+
+
+def _search_left(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``np.stack([np.searchsorted(c, r, side="left") for c, r in zip(cdf, u)])`` for rows c of a nondecreasing
+    cdf (X, S) and u (X, k): the number of entries of each row below each u, by one binary search for all rows at
+    once (log2 S rounds of a gather and a comparison, instead of X calls); the same integers (tests)."""
+    X, S = cdf.shape
+    pos = np.zeros(u.shape, dtype=np.int64)  # entries cdf[x, :pos] are all below u
+    xs = np.arange(X)[:, None]
+    step = 1 << (S.bit_length() - 1)  # the largest power of two <= S
+    while step:
+        cand = pos + step  # is cdf[x, cand - 1] < u as well?
+        ok = cand <= S
+        below = cdf[xs, np.minimum(cand, S) - 1] < u
+        pos = np.where(ok & below, cand, pos)
+        step >>= 1
+    return pos
