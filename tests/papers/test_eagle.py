@@ -1079,3 +1079,52 @@ def test_the_jobs_of_a_seed_and_their_edges():
     assert A.rr_order(four, {**acc, "rr:clip+det+hires": 0.95, "rr:det+hires+x": 0.9}.get) == [
         "single:hires", "rr:det+hires", "rr:clip+det+hires", "fusion:concat"]
     assert A.parse_slot("rr1-0") == (1, 0) and A.parse_slot("fusion-concat") is None
+
+
+def test_fused_adam_is_bit_identical_to_torch_adam_and_imports_no_dynamo():
+    """papers.eagle.train.FusedAdam (the fused kernel called directly, a learning rate per step) against
+    torch.optim.Adam(fused=True) with its group's lr set each step, as fit did before: every parameter equal bit for
+    bit after steps of a changing schedule, with a parameter whose gradient comes on some steps only (its own step
+    count, hence bias correction) and one that never gets one (left alone by both). Run in a fresh process,
+    which must not have imported TorchDynamo (the CPU-s the class saves)."""
+    import subprocess
+    import sys
+
+    code = r'''
+import sys, torch
+from papers.eagle.train import FusedAdam
+torch.manual_seed(0)
+def make():
+    torch.manual_seed(0)
+    return [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(7)), torch.nn.Parameter(torch.randn(2, 2)),
+            torch.nn.Parameter(torch.randn(3))]
+def with_grad(step):  # the third parameter has a gradient on some steps only (its step count lags), the last on none
+    return [0, 1, 2] if step % 3 == 1 else [0, 1]
+a, b = make(), make()
+mine = FusedAdam(a)
+lrs = [3e-3 * (k + 1) / 4 for k in range(4)] + [1.7e-3, 4e-4, 0.0]
+for step, lr in enumerate(lrs):
+    g = torch.Generator().manual_seed(step)
+    mine.zero_grad()
+    for j in with_grad(step):
+        a[j].grad = torch.randn(a[j].shape, generator=g)
+    mine.step(lr)
+assert "torch._dynamo" not in sys.modules, "FusedAdam imported TorchDynamo"
+ref = torch.optim.Adam(b, lr=1.0, fused=True)
+for step, lr in enumerate(lrs):
+    g = torch.Generator().manual_seed(step)
+    for group in ref.param_groups:
+        group["lr"] = lr
+    ref.zero_grad(set_to_none=True)
+    for j in with_grad(step):
+        b[j].grad = torch.randn(b[j].shape, generator=g)
+    ref.step()
+for x, y in zip(a, b):
+    assert torch.equal(x, y), (x - y).abs().max()
+assert not torch.equal(a[0], make()[0]) and not torch.equal(a[2], make()[2])  # they moved
+assert torch.equal(a[3], make()[3])  # no gradient: untouched
+print("ok")
+'''
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**__import__("os").environ, "PYTHONPATH": ":".join(sys.path)})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
