@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from papers.orion import train as trainer
-from papers.orion.ensemble import EnsembleGPT, clip_per_member, decay_groups, init_members
+from papers.orion.ensemble import EnsembleGPT, _gpt_names, clip_per_member, decay_groups, init_members
 from papers.orion.model import GPTConfig
 
 CFG = GPTConfig(vocab_size=23, block_size=16, n_layer=3, n_head=2, n_embd=8)
@@ -335,3 +335,29 @@ def test_sample_batch_encodes_as_encode_words():
     for i, targets in enumerate(marks):
         ref[i, targets] = True
     assert x.dtype == ids.dtype and torch.equal(x, ids) and torch.equal(mask, ref) and mask.any()
+
+
+@pytest.mark.parametrize("cfg", [CFG, WINDOWED, KEYS_ONLY, ROUTED], ids=["plain", "kv_window", "values_in_block_1", "routed"])
+def test_the_packed_training_pass_is_each_plain_gpts_loss_within_float_tolerance(cfg):
+    """Issue 47's budget round: training runs the position-wise layers on each member's real tokens only
+    (EnsembleGPT.forward_packed through train.member_losses: no padding, the head only where the loss reads it), a
+    change of float rounding, not of the function. Against each member as a plain GPT (model.GPT.forward on its
+    padded batch, train.loss_fn) on ragged batches cut into parts: the same losses and gradients within float
+    tolerance (every weight's, the tied embedding included)."""
+    batches = [_ragged_batch(0, [3, 11, 5, 16, 8, 4], 16), _ragged_batch(1, [9, 4, 14, 6, 3, 12], 14)]
+    for x, _ in batches:
+        x[x == 5] = 6
+        x[:, 1] = 5  # a request marker of ROUTED (a plain token elsewhere) in every sequence
+    models = _members(cfg, [7, 8])
+    ens = EnsembleGPT.from_members(models)
+    losses = trainer.member_losses(ens, trainer.length_buckets(batches, 2), lm_weight=0.5)
+    losses.sum().backward()
+    for e, (m, (x, mask)) in enumerate(zip(models, batches)):
+        loss, _ = trainer.loss_fn(m, x, mask, lm_weight=0.5)
+        loss.backward()
+        torch.testing.assert_close(losses[e], loss, atol=1e-6, rtol=1e-5)
+        grads = {n: q.grad for n, q in m.named_parameters()}  # wte.weight: the embedding's and the tied head's
+        for key, value in ens.params.items():
+            for name, g in _gpt_names(key, value.grad[e]):
+                if name != "lm_head.weight":
+                    torch.testing.assert_close(g, grads[name], atol=1e-5, rtol=1e-4, msg=name)

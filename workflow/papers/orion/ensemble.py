@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import kernels
-from papers.orion.model import GPT, GPTConfig, causal_window, rotary, rotary_angles, routing_masks
+from papers.orion.model import GPT, GPTConfig, additive_mask, causal_window, rotary, rotary_angles, routing_masks
 
 # GPT parameter name -> how it is stored here (Linear weights transposed to (in, out)).
 _LINEARS = ("attn.c_attn", "attn.c_proj", "mlp.0", "mlp.2")
@@ -36,11 +36,6 @@ def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def _bmm_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """x (E, N, C_in) @ w (E, C_in, C_out) + b (E, C_out): :func:`_linear` on rows flattened (the einsum's bmm)."""
     return torch.bmm(x, w) + b[:, None]
-
-
-def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A boolean attention mask (True = attend) as the additive one kernels.attention makes of it (0 / -inf)."""
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
 
 
 def _layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -109,49 +104,116 @@ class EnsembleGPT(nn.Module):
         additive ones once per call, not once per block."""
         E, B, T = idx.shape
         C, H = self.cfg.n_embd, self.cfg.n_head
-        D, N = C // H, B * T
+        N = B * T
         p = self.params
         if members is not None:
             p = {k: v[members] for k, v in p.items()}
         wte = p["wte"]  # (E, V, C)
         x = torch.gather(wte, 1, idx.reshape(E, N, 1).expand(-1, -1, C))  # (E, B T, C)
-        cos, sin = self.cos[:T], self.sin[:T]  # (T, D/2)
-        # over the view (E, B, T, 2 [q, k], H, 2 [halves], D/2) of q and k: the rotate-half tables
-        cos2 = torch.stack([cos, cos], 1)[:, None, None]  # (T, 1, 1, 2, D/2)
-        sin2 = torch.stack([-sin, sin], 1)[:, None, None]
         masks = None
         if self.cfg.request_markers:  # 2 x (E B, 1, T, T), additive: the routed model's block 1, blocks after it
-            masks = [_additive(m[:, None], x.dtype) for m in routing_masks(
+            masks = [additive_mask(m[:, None], x.dtype) for m in routing_masks(
                 idx.reshape(E * B, T), torch.tensor(self.cfg.request_markers, device=idx.device))]
         for i in range(self.cfg.n_layer):
             h = _layer_norm(x, p[f"b{i}_ln_1_w"], p[f"b{i}_ln_1_b"])
             qkv = _bmm_linear(h, p[f"b{i}_attn_c_attn_w"], p[f"b{i}_attn_c_attn_b"])  # (E, B T, 3C)
-            if self.cfg.kv_window > 1:  # per member: w (E, 1, 1, C, K) against k (E, B, T, C)
-                q, k, v = qkv.view(E, B, T, 3 * C).split(C, dim=-1)
-                w = p[f"b{i}_attn_kv_mix"][:, :, None, None]
-                k = causal_window(k, w[:, 0])
-                if self.cfg.windows_values(i):
-                    v = causal_window(v, w[:, 1])
-                q, k, v = (z.reshape(E * B, T, H, D).transpose(1, 2) for z in (q, k, v))  # (E B, H, T, D)
-                q, k = rotary(q, cos, sin), rotary(k, cos, sin)
-            else:
-                qkv = qkv.view(E, B, T, 3, H, 2, D // 2)
-                qk = qkv[:, :, :, :2]
-                qk = qk * cos2 + torch.cat([qk[..., 1:, :], qk[..., :1, :]], -2) * sin2  # rotary on q and k
-                qk = qk.view(E * B, T, 2, H, D)
-                q, k = qk[:, :, 0].transpose(1, 2), qk[:, :, 1].transpose(1, 2)  # (E B, H, T, D)
-                v = qkv[:, :, :, 2].reshape(E * B, T, H, D).transpose(1, 2)
-            if masks is not None:
-                y = kernels.attention(q, k, v, bias=masks[0 if i == 0 else 1])
-            else:
-                y = kernels.attention(q, k, v, causal=True)
-            y = y.transpose(1, 2).reshape(E, N, C)
+            y = self._attention(qkv.view(E, B, T, 3 * C), i, p.get(f"b{i}_attn_kv_mix"),
+                                None if masks is None else masks[0 if i == 0 else 1]).view(E, N, C)
             x = x + _bmm_linear(y, p[f"b{i}_attn_c_proj_w"], p[f"b{i}_attn_c_proj_b"])
             h = _layer_norm(x, p[f"b{i}_ln_2_w"], p[f"b{i}_ln_2_b"])
             h = F.gelu(_bmm_linear(h, p[f"b{i}_mlp_0_w"], p[f"b{i}_mlp_0_b"]))
             x = x + _bmm_linear(h, p[f"b{i}_mlp_2_w"], p[f"b{i}_mlp_2_b"])
         x = _layer_norm(x, p["ln_f_w"], p["ln_f_b"])
         return torch.bmm(x, wte.transpose(1, 2)).view(E, B, T, -1)
+
+    def _attention(self, qkv: torch.Tensor, i: int, kv_mix: torch.Tensor | None, mask: torch.Tensor | None
+                   ) -> torch.Tensor:
+        """Block i's attention (model.CausalSelfAttention) on qkv (E, B, T, 3C), the c_attn outputs of E members
+        (kv_mix (E, 2, C, K), their key/value windows; mask (E B, 1, T, T), additive, the routed model's, else
+        causal): the heads' outputs y (E B T, C), rows in (E, B, T) order, before c_proj. Without a window, q and
+        k are rotated together in the rotate-half form x * (cos, cos) + (x2, x1) * (-sin, sin), the same products
+        and sums as model.rotary's (x1 cos - x2 sin, x2 cos + x1 sin)."""
+        E, B, T, _ = qkv.shape
+        C, H = self.cfg.n_embd, self.cfg.n_head
+        D = C // H
+        cos, sin = self.cos[:T], self.sin[:T]  # (T, D/2)
+        if kv_mix is not None:  # per member: w (E, 1, 1, C, K) against k (E, B, T, C)
+            q, k, v = qkv.split(C, dim=-1)
+            w = kv_mix[:, :, None, None]
+            k = causal_window(k, w[:, 0])
+            if self.cfg.windows_values(i):
+                v = causal_window(v, w[:, 1])
+            q, k, v = (z.reshape(E * B, T, H, D).transpose(1, 2) for z in (q, k, v))  # (E B, H, T, D)
+            q, k = rotary(q, cos, sin), rotary(k, cos, sin)
+        else:
+            # over the view (E, B, T, 2 [q, k], H, 2 [halves], D/2) of q and k: the rotate-half tables
+            cos2 = torch.stack([cos, cos], 1)[:, None, None]  # (T, 1, 1, 2, D/2)
+            sin2 = torch.stack([-sin, sin], 1)[:, None, None]
+            qkv = qkv.view(E, B, T, 3, H, 2, D // 2)
+            qk = qkv[:, :, :, :2]
+            qk = qk * cos2 + torch.cat([qk[..., 1:, :], qk[..., :1, :]], -2) * sin2  # rotary on q and k
+            qk = qk.view(E * B, T, 2, H, D)
+            q, k = qk[:, :, 0].transpose(1, 2), qk[:, :, 1].transpose(1, 2)  # (E B, H, T, D)
+            v = qkv[:, :, :, 2].reshape(E * B, T, H, D).transpose(1, 2)
+        if mask is not None:
+            y = kernels.attention(q, k, v, bias=mask)
+        else:
+            y = kernels.attention(q, k, v, causal=True)
+        return y.transpose(1, 2).reshape(E * B * T, C)
+
+    def forward_packed(self, ids: torch.Tensor, parts: list[tuple[torch.Tensor, int, int]], pos: list[torch.Tensor],
+                       heads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The training pass without the padding: member e's logits (m_e, V) at its tokens pos[e][heads[e]].
+
+        ids (P,): the token ids of a step's parts (papers.orion.train.length_buckets), each part (rows, B, T) (its
+        members' indices, sequences, padded length) flattened in (member, sequence, position) order and the parts
+        one after another; pos[e]: the indices in ids of member e's real tokens (not the padding), in that order;
+        heads[e] (len(pos[e]),) bool: where its logits are wanted (the tokens whose next token the loss reads).
+
+        The position-wise layers (norms, linears, MLP, head) run on each member's real tokens alone, one matrix
+        product per member (a member's shapes are those of its own batch, so a seed trains the same alone or in
+        any stack); only attention sees the padded layout: the members' q, k, v are scattered into it (zeros at the
+        padding, which sits after each sequence's last token and which causal attention never lets a real token
+        read) and each part's attention is :meth:`forward`'s. The same function as :meth:`forward` at those tokens,
+        with other float rounding (fused layer norms, per-member products; a test holds the losses and gradients to
+        GPT.forward's within float tolerance): ~20% of a step's positions were padding."""
+        C = self.cfg.n_embd
+        p = {k: v.unbind(0) for k, v in self.params.items()}  # per member: one backward op per weight
+        counts = [len(q) for q in pos]
+        flat = torch.cat(pos)
+        markers = torch.tensor(self.cfg.request_markers, device=ids.device) if self.cfg.request_markers else None
+        layout, sizes, start = [], [], 0  # per part: rows, padded shape, the routed model's masks; its size in ids
+        for rows, B, T in parts:
+            n = len(rows) * B * T
+            masks = None if markers is None else [additive_mask(m[:, None], self.params["wte"].dtype)
+                                                  for m in routing_masks(ids[start:start + n].view(-1, T), markers)]
+            layout.append((rows, B, T, masks))
+            sizes.append(n)
+            start += n
+        P = start
+
+        def linear(h, name):  # per member: h[e] (n_e, C_in) @ W_e + b_e
+            return [torch.addmm(b, he, w) for he, w, b in zip(h, p[f"{name}_w"], p[f"{name}_b"])]
+
+        def norm(h, name):
+            return [F.layer_norm(he, (C,), w, b) for he, w, b in zip(h, p[f"{name}_w"], p[f"{name}_b"])]
+
+        x = [F.embedding(ids[q], wte) for q, wte in zip(pos, p["wte"])]  # (n_e, C)
+        for i in range(self.cfg.n_layer):
+            qkv = torch.cat(linear(norm(x, f"b{i}_ln_1"), f"b{i}_attn_c_attn"))  # (sum n_e, 3C)
+            # the padded layout, zeros at the padding (split, not sliced: one gradient buffer, not one per part)
+            padded = qkv.new_zeros(P, 3 * C).index_put_((flat,), qkv).split(sizes)
+            kv_mix = self.params.get(f"b{i}_attn_kv_mix") if self.cfg.kv_window > 1 else None
+            y = torch.cat([self._attention(part.view(len(rows), B, T, 3 * C), i,
+                                           None if kv_mix is None else kv_mix[rows],
+                                           None if masks is None else masks[0 if i == 0 else 1])
+                           for part, (rows, B, T, masks) in zip(padded, layout)])  # (P, C)
+            y = y.index_select(0, flat).split(counts)
+            x = [xe + ye for xe, ye in zip(x, linear(y, f"b{i}_attn_c_proj"))]
+            h = [F.gelu(he) for he in linear(norm(x, f"b{i}_ln_2"), f"b{i}_mlp_0")]
+            x = [xe + he for xe, he in zip(x, linear(h, f"b{i}_mlp_2"))]
+        return [F.linear(F.layer_norm(xe[head], (C,), w, b), wte)
+                for xe, head, w, b, wte in zip(x, heads, p["ln_f_w"], p["ln_f_b"], p["wte"])]
 
     def forward_reference(self, idx: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
         """:meth:`forward` written op for op as GPT.forward with a member axis (einsum linears, model.rotary on q

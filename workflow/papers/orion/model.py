@@ -92,6 +92,12 @@ def routing_masks(idx: torch.Tensor, markers: torch.Tensor) -> tuple[torch.Tenso
     return request_only_mask(idx, markers), request_blind_mask(idx, markers)
 
 
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean attention mask (True = attend) as the additive one kernels.attention makes of it (0 / -inf): made
+    once per forward pass and passed to every block (GPT.forward, and papers.orion.ensemble's stacked passes)."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+
+
 def causal_window(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """y_t = sum_j w[:, j] * x_{t - j} over j < K (zero before the start), per channel: x (..., T, C), w (..., C, K)
     (broadcast against x's leading axes).
@@ -211,7 +217,7 @@ class GPT(nn.Module):
         cos, sin = self.cos[:T], self.sin[:T]
         masks = None
         if self.cfg.request_markers:  # 2 x (B, 1, T, T), additive (0 / -inf), as kernels.attention makes them
-            masks = tuple(torch.zeros(m.shape, dtype=x.dtype, device=m.device).masked_fill(~m, float("-inf"))[:, None]
+            masks = tuple(additive_mask(m[:, None], x.dtype)
                           for m in routing_masks(idx, torch.tensor(self.cfg.request_markers, device=idx.device)))
         for layer, block in enumerate(self.blocks, start=1):
             if layer <= first:

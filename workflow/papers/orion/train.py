@@ -140,24 +140,35 @@ def ensemble_loss(ens: EnsembleGPT, x: torch.Tensor, answer_mask: torch.Tensor, 
 def member_losses(ens: EnsembleGPT, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
                   lm_weight: float) -> torch.Tensor:
     """Each member's :func:`loss_fn` loss (E,) over one batch given as parts (:func:`length_buckets`: rows, x, mask):
-    its means over answers and over other tokens are taken over all its parts together, summed part by part in
-    the parts' order (so the same sums whichever other members share a part)."""
+    its means over answers and over other tokens are taken over all its parts together. The pass runs on each
+    member's real tokens only (:meth:`EnsembleGPT.forward_packed`: no layer but attention sees the padding, and the
+    head runs only where the loss reads its logits), so a member's computation is that of its own batch."""
     E = ens.members
-    zero = torch.zeros(E, device=ens.params["wte"].device)
-    answer_sum = answer_n = other_sum = other_n = zero
+    ids, targets, answers, layout, pos = [], [], [], [], [[] for _ in range(E)]
+    start = 0
     for rows, x, answer_mask in parts:
-        logits = ens(x[..., :-1], rows)  # (E_g, B, T-1, V)
-        target = x[..., 1:]
-        ce = F.cross_entropy(logits.flatten(0, 2), target.flatten(), reduction="none").view_as(target)
-        other = (target != 0) & ~answer_mask
-        answer_sum = answer_sum.index_add(0, rows, (ce * answer_mask).sum((1, 2)))
-        answer_n = answer_n.index_add(0, rows, answer_mask.sum((1, 2)).to(zero.dtype))
-        other_sum = other_sum.index_add(0, rows, (ce * other).sum((1, 2)))
-        other_n = other_n.index_add(0, rows, other.sum((1, 2)).to(zero.dtype))
-    per_member = answer_sum / answer_n
-    if lm_weight > 0:
-        per_member = per_member + lm_weight * other_sum / other_n
-    return per_member
+        inp = x[..., :-1]  # (E_g, B, T - 1): the inputs; the targets are x[..., 1:]
+        E_g, B, T = inp.shape
+        ids.append(inp.reshape(-1))
+        targets.append(x[..., 1:].reshape(-1))
+        answers.append(answer_mask.reshape(-1))
+        real = (inp != 0).reshape(E_g, B * T)  # padding (id 0) follows each sequence's last token
+        for j, e in enumerate(rows.tolist()):
+            pos[e].append(start + j * B * T + real[j].nonzero().squeeze(1))
+        layout.append((rows, B, T))
+        start += E_g * B * T
+    ids, targets, answers = torch.cat(ids), torch.cat(targets), torch.cat(answers)
+    pos = [torch.cat(q) for q in pos]
+    heads = [targets[q] != 0 for q in pos]  # the loss reads the logits where the next token is no padding
+    losses = []
+    for q, head, logits in zip(pos, heads, ens.forward_packed(ids, layout, pos, heads)):
+        target, answer = targets[q][head], answers[q][head]
+        ce = F.cross_entropy(logits, target, reduction="none")
+        loss = ce[answer].mean()
+        if lm_weight > 0:
+            loss = loss + lm_weight * ce[~answer].mean()  # the other tokens: (target != 0) & ~answer_mask
+        losses.append(loss)
+    return torch.stack(losses)
 
 
 def bucketed_loss(ens: EnsembleGPT, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
