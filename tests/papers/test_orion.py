@@ -933,8 +933,110 @@ def test_the_head_at_the_last_token_and_a_resumed_patch_are_the_full_passes(rout
         full = model(idx)
     assert torch.equal(last_logits(model, idx, pos), full[torch.arange(4), pos])
     clean = model_lib.streams(model, idx)
+    kept = [x.clone() for x in clean]
     vectors = torch.randn(4, 16)
     for layer in range(cfg.n_layer + 1):
         assert torch.equal(patched_logits(model, idx, pos, layer, vectors, clean=clean),
                            patched_logits(model, idx, pos, layer, vectors))
     assert not torch.equal(patched_logits(model, idx, pos, 1, vectors), last_logits(model, idx, pos))  # it patches
+    # the patch is written into a copy: the clean streams, which the next patch resumes from, are left as they were
+    # (review orion_r10's mutant M9: the write into the cached stream itself)
+    assert all(torch.equal(x, y) for x, y in zip(clean, kept))
+
+
+@pytest.mark.parametrize("routed", [False, True])
+def test_word_lm_resumes_each_batch_from_its_own_clean_streams(routed):
+    """WordLM keeps the clean streams of the batch it last patched (a sweep patches one batch at every layer):
+    patching batch A, then batch B, then A again at every layer gives each batch's own patched pass from the
+    embeddings, bit for bit (review orion_r10's mutant M2: a cache that does not check which batch it holds)."""
+    torch.manual_seed(1)
+    model = GPT(GPTConfig(vocab_size=23, block_size=32, n_layer=3, n_head=2, n_embd=16,
+                          request_markers=(5,) if routed else ())).eval()
+    lm = WordLM(model, {f"t{i}": i for i in range(23)})
+    words = [[f"t{int(i)}" for i in torch.randint(6, 23, (n,))] for n in (9, 7, 9, 8, 9, 9, 6, 8)]
+    for w in words:
+        w[3] = "t5"  # a request marker of the routed model (a plain token of the other)
+    a, b = lm.encode(words[:4]), lm.encode(words[4:])
+    assert a.ids.shape == b.ids.shape and not torch.equal(a.ids, b.ids)
+    vectors = torch.randn(4, 16)
+    for batch in (a, b, a):
+        for layer in range(model.cfg.n_layer + 1):
+            assert torch.equal(lm.patched_logits(batch, layer, vectors),
+                               patched_logits(model, batch.ids, batch.pos, layer, vectors))
+
+
+def _stage_inputs(tmp_path):
+    """stages.prepare's held-out sets on a small vocabulary, and checkpoints of two untrained models (plain with a
+    value window, and routed), 2 seeds each: seed 0's gate checkpoint another model at another step, seed 1's the
+    analysed checkpoint itself (orion.train.post_gate_steps 0)."""
+    from papers.orion import stages
+    from papers.orion.params import BLOCK_SIZE
+
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(WORDS) + "\n")
+    cfg = {"words": str(words), "pool_size": 20, "numbers": 20, "test_prompts": 6, "patch_pairs": 5,
+           "inject_prompts": 2, "val_prompts": 4, "seeds": 2, "families": ["story", "code"]}
+    data = {k: tmp_path / f"{k}.{'json' if k == 'vocab' else 'parquet'}" for k in ("vocab", "test", "val", "pairs", "injection")}
+    stages.prepare(cfg=cfg, **data)
+    voc, _ = stages.read_vocab(data["vocab"])
+    markers = tuple(voc.index[w] for w in tasks.request_markers(cfg["families"]))
+    checkpoints = {}
+    for name, extra in (("W", {"kv_window": 3}), ("R", {"request_markers": markers})):
+        paths = checkpoints[name] = ([], [])
+        for seed in range(2):
+            for gate, path_list in ((False, paths[0]), (True, paths[1])):
+                torch.manual_seed(100 * seed + (gate and seed == 0))
+                model = GPT(GPTConfig(vocab_size=len(voc), block_size=BLOCK_SIZE, n_layer=3, n_head=2, n_embd=16,
+                                      **extra))
+                path_list.append(tmp_path / f"{name}_seed{seed}{'_gate' if gate else ''}.pt")
+                step = 40 if gate and seed == 0 else 60
+                model_lib.save(model, path_list[-1], step=step, checkpoint="gate" if gate else "analysed",
+                               model_name=name, seed=seed, gate_step=40 if seed == 0 else 60, passed_gate=True)
+    return cfg, data, checkpoints
+
+
+def test_the_evaluate_stage_writes_the_full_analysis_rows_less_the_gate_control(tmp_path, monkeypatch):
+    """stages.evaluate_trained (the orion_evaluate stage) against stages.evaluate, the full analysis of every
+    checkpoint: the analysed checkpoints' accuracy and sweep are its rows, equal; at the gate, its accuracy rows and
+    its sweep's request rows, without the same-request control (review orion_r10); a gate checkpoint that is its
+    analysed checkpoint is not analysed again. The report reads the control-free sweep as it reads the full one,
+    with the control's figures not measured."""
+    from papers.orion import report, stages
+
+    cfg, data, checkpoints = _stage_inputs(tmp_path)
+    inputs = {k: data[k] for k in ("vocab", "test", "pairs")}
+    analysed_once = stages._evaluate_one
+    calls = []
+    monkeypatch.setattr(stages, "_evaluate_one", lambda *a, **k: calls.append(k.get("control", True)) or analysed_once(*a, **k))
+    for name, (analysed, gate) in checkpoints.items():
+        assert not stages.same_checkpoint(analysed[0], gate[0]) and stages.same_checkpoint(analysed[1], gate[1])
+        for key, value in (("step", 61), ("passed_gate", False)):  # the same weights at another point of training
+            ckpt = torch.load(analysed[1], weights_only=False)
+            torch.save({**ckpt, key: value}, tmp_path / "moved.pt")
+            assert not stages.same_checkpoint(analysed[1], tmp_path / "moved.pt")
+        out = {ref: {k: tmp_path / f"{name}_{ref}_{k}.parquet" for k in ("metrics", "sweep", "gate_metrics", "gate_sweep")}
+               for ref in ("full", "stage")}
+        stages.evaluate(cfg=cfg, model_name=name, checkpoints=analysed, gate_checkpoints=gate, **inputs, **out["full"])
+        calls.clear()
+        stages.evaluate_trained(cfg=cfg, model_name=name, checkpoints=analysed, gate_checkpoints=gate, **inputs,
+                                **out["stage"])
+        assert calls == [True, True, False]  # two analysed checkpoints with the control, one gate one without
+        full, ours = ({k: pd.read_parquet(v) for k, v in out[ref].items()} for ref in ("full", "stage"))
+        for k in ("metrics", "sweep", "gate_metrics"):
+            pd.testing.assert_frame_equal(ours[k], full[k], check_exact=True)
+        assert set(full["gate_sweep"].source) == {"request", patching.CONTROL} and set(ours["gate_sweep"].source) == {"request"}
+        pd.testing.assert_frame_equal(ours["gate_sweep"], full["gate_sweep"][full["gate_sweep"].source == "request"]
+                                      .reset_index(drop=True), check_exact=True)
+        assert ours["gate_sweep"].window_request_tokens.gt(0).any() == (name == "W")  # the value window's reach
+
+        p = parse(cfg)
+        with_control, without = (report.summarise(full["gate_metrics"], s, 0.9, 0.1, (0.1, 0.2))
+                                 for s in (full["gate_sweep"], ours["gate_sweep"]))
+        assert with_control.control_measured.all() and not without.control_measured.any()
+        for column in ("r1c2_max", "b_margin", "profile", "interior", "gated"):
+            assert with_control[column].tolist() == without[column].tolist()
+        for a, b in zip(with_control.a_draws, without.a_draws):
+            assert np.array_equal(a, b)
+        assert without.control_r1c2_max.isna().all() and without.control_a_draws.isna().all()
+        reps = report.per_replicate(p, without)
+        assert reps.control_a.isna().all() and reps.value_a.tolist() == report.per_replicate(p, with_control).value_a.tolist()

@@ -344,11 +344,28 @@ def test_the_packed_training_pass_is_each_plain_gpts_loss_within_float_tolerance
     change of float rounding, not of the function. Against each member as a plain GPT (model.GPT.forward on its
     padded batch, train.loss_fn) on ragged batches cut into parts: the same losses and gradients within float
     tolerance (every weight's, the tied embedding included)."""
-    batches = [_ragged_batch(0, [3, 11, 5, 16, 8, 4], 16), _ragged_batch(1, [9, 4, 14, 6, 3, 12], 14)]
+    _packed_against_plain(cfg, [_ragged_batch(0, [3, 11, 5, 16, 8, 4], 16), _ragged_batch(1, [9, 4, 14, 6, 3, 12], 14)])
+
+
+@pytest.mark.parametrize("cfg", [WINDOWED, KEYS_ONLY], ids=["kv_window", "values_in_block_1"])
+def test_the_packed_pass_reads_each_parts_own_members_window_weights(cfg):
+    """The parts of a packed step need not hold the members in order: here member 1's sequences are all longer than
+    members 0's and 2's, so its parts hold it alone and theirs hold (0, 2). Each part's attention must use its own
+    members' key/value window weights (review orion_r10's mutant M3: the first len(rows) members' weights instead)."""
+    batches = [_ragged_batch(2, [3, 4, 5, 6, 7, 8], 8), _ragged_batch(3, [9, 10, 11, 12, 13, 14], 14),
+               _ragged_batch(4, [8, 3, 6, 4, 7, 5], 8)]
+    parts = trainer.length_buckets(batches, 2)
+    assert sorted(rows.tolist() for rows, _, _ in parts) == [[0, 2], [0, 2], [1], [1]]
+    _packed_against_plain(cfg, batches, seeds=[7, 8, 9])
+
+
+def _packed_against_plain(cfg, batches, seeds=(7, 8)):
+    """train.member_losses (EnsembleGPT.forward_packed) on `batches` cut into 2 parts by length, against each member
+    as a plain GPT (train.loss_fn): losses and every weight's gradient within float tolerance."""
     for x, _ in batches:
         x[x == 5] = 6
         x[:, 1] = 5  # a request marker of ROUTED (a plain token elsewhere) in every sequence
-    models = _members(cfg, [7, 8])
+    models = _members(cfg, list(seeds))
     ens = EnsembleGPT.from_members(models)
     losses = trainer.member_losses(ens, trainer.length_buckets(batches, 2), lm_weight=0.5)
     losses.sum().backward()

@@ -67,7 +67,7 @@ rule orion_train:
 
 
 rule orion_evaluate:
-    """For every seed of one model, at its analysed (post-gate) and at its gate checkpoint: test accuracy, request-patching sweep and its control."""
+    """For every seed of one model, at its analysed (post-gate) checkpoint: test accuracy, request-patching sweep and its control; at its gate checkpoint (reported, not deciding): the same without the control, reused where the two checkpoints are one."""
     input:
         checkpoints=rules.orion_train.output.checkpoints,
         gate_checkpoints=rules.orion_train.output.gate_checkpoints,
@@ -80,7 +80,7 @@ rule orion_evaluate:
         gate_metrics=f"{ORION}/evaluate/{{model}}_gate_accuracy.parquet",
         gate_sweep=f"{ORION}/evaluate/{{model}}_gate_patching.parquet",
     params:
-        call="papers.orion.stages:evaluate",
+        call="papers.orion.stages:evaluate_trained",
         cfg=ORION_CFG,
         model_name="{model}",
     log:

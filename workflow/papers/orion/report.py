@@ -39,13 +39,16 @@ def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, gate: float, floor: float 
     rule, orion.train.post_gate_steps past the validation gate: the stability premise) and its seed passed the
     validation gate in training (`passed_gate`; a seed taken at the step cap without passing it has no post-gate
     checkpoint and is below the gate whatever its test accuracy); `analysed_step`, the step of the analysed
-    checkpoint (`gate_step`, the step at which the seed passed the validation gate, or the cap)."""
+    checkpoint (`gate_step`, the step at which the seed passed the validation gate, or the cap). A sweep without the
+    control's rows (the at-gate sweeps, stages.evaluate_trained) gives NaN control figures and `control_measured`
+    False."""
     rows = []
     for (model, seed, family), g in sweep.groupby(["model", "seed", "family"], sort=False):
         a = acc[(acc.model == model) & (acc.seed == seed) & (acc.family == family)].iloc[0]
         req, ctl = g[g.source == "request"], g[g.source == patching.CONTROL]
+        measured = not ctl.empty
         profile = patching.layer_profile(req, floor)
-        ctl_own = patching.layer_profile(ctl, floor, patching.CONTROL_HYPOTHESES)
+        ctl_own = patching.layer_profile(ctl, floor, patching.CONTROL_HYPOTHESES) if measured else []
         ctl_profile = patching.as_hypotheses(ctl_own)
         best = patching.best_layer(req)
         n_layer = int(g.n_layer.iloc[0])
@@ -60,7 +63,9 @@ def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, gate: float, floor: float 
                      "r1c2_max": float(req[req.hypothesis == "R1(C2)"].normalized.max()), "r1c2_layer": best,
                      "b_margin": interior_margin(req, n_layer, floor),
                      "b_margin_at": {float(f): interior_margin(req, n_layer, f) for f in floors},
-                     "control_b_margin": interior_margin(ctl, n_layer, floor, patching.CONTROL_HYPOTHESES),
+                     "control_measured": measured,
+                     "control_b_margin": interior_margin(ctl, n_layer, floor, patching.CONTROL_HYPOTHESES)
+                     if measured else float("nan"),
                      "depth": best / n_layer, "profile": " > ".join(profile),
                      # the paper's late stage inside the model: R1(C1) dominant at an interior layer after the
                      # R1(C2) peak (at L = n_layer it holds by construction), reported beside (b), not deciding
@@ -68,11 +73,12 @@ def summarise(acc: pd.DataFrame, sweep: pd.DataFrame, gate: float, floor: float 
                      "interior": patching.is_interior_decomposition(profile),
                      "interior_strict": patching.is_strict_interior_decomposition(profile),
                      "ends_by_construction": profile[0] == patching.HYPOTHESES[0] and profile[-1] == patching.HYPOTHESES[-1],
-                     "control_r1c2_max": float(ctl[ctl.hypothesis == "R1(C2)"].normalized.max()),
+                     "control_r1c2_max": float(ctl[ctl.hypothesis == "R1(C2)"].normalized.max()) if measured
+                     else float("nan"),
                      "control_r2c2_l1": float(ctl_r2c2.get(1, float("nan"))),
                      "control_profile": " > ".join(ctl_own),
-                     "control_interior": patching.is_interior_decomposition(ctl_profile),
-                     "control_interior_strict": patching.is_strict_interior_decomposition(ctl_profile),
+                     "control_interior": measured and patching.is_interior_decomposition(ctl_profile),
+                     "control_interior_strict": measured and patching.is_strict_interior_decomposition(ctl_profile),
                      "values_b1": float(a.get("values_b1", float("nan"))),
                      "request_later": float(np.nanmax(later)) if later and not np.all(np.isnan(later)) else float("nan"),
                      **pair_bootstrap(g, n_layer, floor, floors)})
@@ -88,7 +94,7 @@ def pair_bootstrap(g: pd.DataFrame, n_layer: int, floor: float, floors=(), n_boo
     and at each of `floors`, under the request patch and under the control, each a ratio of means over the
     resampled pairs as the measure itself. Returns the draws (arrays, one value per resample): `a_draws`,
     `control_a_draws`, `b_draws`, `control_b_draws` (at `floor`), `b_floor_draws` (floor -> draws); None each where
-    the sweep holds no per-pair probabilities (`pair_prob`)."""
+    the sweep holds no per-pair probabilities (`pair_prob`), and the control's where it holds no control rows."""
     from papers.common.claims import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED
 
     keys = ("a_draws", "control_a_draws", "b_draws", "control_b_draws", "b_floor_draws")
@@ -116,10 +122,11 @@ def pair_bootstrap(g: pd.DataFrame, n_layer: int, floor: float, floors=(), n_boo
             return np.full(n_boot, np.nan)
         return (r["R1(C2)"][:, inner] - np.maximum(others[:, inner], at)).max(1)
 
-    req, ctl = ratios("request", patching.HYPOTHESES), ratios(patching.CONTROL, patching.CONTROL_HYPOTHESES)
-    return {"a_draws": req["R1(C2)"].max(1), "control_a_draws": ctl["R1(C2)"].max(1),
+    req = ratios("request", patching.HYPOTHESES)
+    ctl = ratios(patching.CONTROL, patching.CONTROL_HYPOTHESES) if (g.source == patching.CONTROL).any() else None
+    return {"a_draws": req["R1(C2)"].max(1), "control_a_draws": None if ctl is None else ctl["R1(C2)"].max(1),
             "b_draws": margin(req, patching.HYPOTHESES, floor),
-            "control_b_draws": margin(ctl, patching.CONTROL_HYPOTHESES, floor),
+            "control_b_draws": None if ctl is None else margin(ctl, patching.CONTROL_HYPOTHESES, floor),
             "b_floor_draws": {float(f): margin(req, patching.HYPOTHESES, f) for f in floors}}
 
 
@@ -872,7 +879,11 @@ def outcome(p: Params, pairs: pd.DataFrame, gate_pairs: pd.DataFrame | None = No
         cmp = gate_comparison(p, pairs, gate_pairs)
         c = p.claims
         for m, g in cmp.groupby("model", sort=False):
-            text.append(f"{m} at the gate (reported, not deciding): {int(g.gated_gate.sum())} of {len(g)} seeds past "
+            no_control = "control_measured" in gate_pairs and not gate_pairs[gate_pairs.model == m].control_measured.any()
+            text.append(f"{m} at the gate (reported, not deciding"
+                        + ("; the request patch alone, the same-request control is measured at the analysed "
+                           "checkpoint only" if no_control else "")
+                        + f"): {int(g.gated_gate.sum())} of {len(g)} seeds past "
                         f"the accuracy gate on the test prompts, of which {int((g.gated_gate & (g.value_a_gate >= c.keep_fraction)).sum())} "
                         f"with (a)'s ratio >= {c.keep_fraction} and {int((g.gated_gate & (g.value_b_gate > 0)).sum())} with (b)'s "
                         f"margin > 0 (point values, per seed: (a) "

@@ -187,6 +187,108 @@ def training_device(setting: str) -> str:
 
 
 # ---- evaluate ------------------------------------------------------------------------------------
+def evaluate_trained(*, cfg, model_name, checkpoints, vocab, test, pairs, metrics, sweep, gate_checkpoints=(),
+                     gate_metrics=None, gate_sweep=None):
+    """The orion_evaluate stage: :func:`evaluate`'s analysis, less what decides nothing (review orion_r10). For
+    every seed of one trained model at its analysed checkpoint (`checkpoints`; the claims decide there): test
+    accuracy per family, the request-patching sweep with the same-request control (patching.CONTROL) and the
+    attention shares, into `metrics` and `sweep`, as :func:`evaluate` writes them. At the seeds' gate checkpoints
+    (`gate_checkpoints`, into `gate_metrics` and `gate_sweep`; reported beside, not deciding) the sweep is the
+    request patch alone (:func:`request_sweep`): the report reads no control figure at the gate. A gate checkpoint
+    that is its analysed checkpoint (:func:`same_checkpoint`: the same step and weights, as orion.train
+    .post_gate_steps 0 makes them) is not analysed twice: its rows are the analysed ones. Every row written is
+    the row :func:`evaluate` writes (a test holds it to that)."""
+    parse(cfg)  # checks the configuration before any work
+    voc, _ = read_vocab(vocab)
+    analysed = [_evaluate_one(model_name, path, voc, test, pairs) for path in checkpoints]
+    _write_evaluation(analysed, metrics, sweep)
+    if gate_metrics is None:
+        return
+    at_gate = []
+    for i, path in enumerate(gate_checkpoints):
+        if i < len(checkpoints) and same_checkpoint(checkpoints[i], path):
+            log.info("%s: %s is the analysed checkpoint %s, not analysed again", model_name, path, checkpoints[i])
+            acc, sw = analysed[i]
+        else:
+            acc, sw = _evaluate_one(model_name, path, voc, test, pairs, control=False)
+        at_gate.append((acc, sw[sw.source == "request"]))
+    _write_evaluation(at_gate, gate_metrics, gate_sweep)
+
+
+def same_checkpoint(path_a, path_b) -> bool:
+    """Whether two checkpoints hold the same model at the same point of training: the same configuration and
+    weights (bit for bit), and the same seed, step, gate step and gate outcome (all that the evaluation's rows
+    record of a checkpoint besides what its model computes)."""
+    import torch
+
+    a, b = (torch.load(path, map_location="cpu", weights_only=False) for path in (path_a, path_b))
+    if a["config"] != b["config"] or a["model"].keys() != b["model"].keys() \
+            or any(a.get(k) != b.get(k) for k in ("seed", "step", "gate_step", "passed_gate")):
+        return False
+    return all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+def _write_evaluation(results, metrics, sweep):
+    write_parquet(pd.concat([acc for acc, _ in results], ignore_index=True), metrics)
+    write_parquet(pd.concat([sw for _, sw in results], ignore_index=True), sweep)
+
+
+def _evaluate_one(model_name, path, voc, test, pairs, control=True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One checkpoint's rows, as :func:`evaluate` computes them: test accuracy with the attention shares, and the
+    sweep (with the same-request control where `control`, else the request patch alone)."""
+    from papers.orion import model as gpt
+    from papers.orion import patching
+    from papers.orion.lm import WordLM
+
+    model, ckpt = gpt.load(path)
+    tag = {"model": model_name, "seed": int(ckpt["seed"]), "n_layer": model.cfg.n_layer,
+           "width": model.cfg.n_embd, "gate_step": int(ckpt.get("gate_step", ckpt["step"])),
+           "analysed_step": int(ckpt["step"]), "passed_gate": bool(ckpt.get("passed_gate", True)),
+           "routed": bool(model.cfg.request_markers)}
+    lm, reach = WordLM(model, voc.index), model.cfg.value_reach_after
+    rows = []
+    for f, g in read_parquet(test).groupby("family", sort=False):
+        acc, prob = patching.accuracy(lm, g.prompt.str.split().tolist(), g.answer.tolist())
+        rows.append({**tag, "family": f, "accuracy": acc, "answer_prob": prob, "prompts": len(g)})
+    acc_df = pd.DataFrame(rows)
+    frames = []
+    for f, g in read_parquet(pairs).groupby("family", sort=False):
+        sw = (patching.request_patching if control else request_sweep)(lm, g).assign(
+            **tag, family=f, pairs=len(g), key_distance=int(g.key_distance.min()))
+        sw["window_request_tokens"] = [min(reach(int(L)), int(g.request_tokens.max()) - 1) for L in sw.layer]
+        frames.append(sw)
+    log.info("%s seed %d: accuracy %s", tag["model"], tag["seed"], dict(zip(acc_df.family, acc_df.accuracy.round(3))))
+    return acc_df.merge(attention_shares(model, voc, test), on="family", how="left"), pd.concat(frames, ignore_index=True)
+
+
+def request_sweep(lm, pairs: pd.DataFrame) -> pd.DataFrame:
+    """patching.request_patching's rows of the source "request" alone (the paper's patch: x1's last-token state
+    written into x2's last token, hypotheses patching.HYPOTHESES), without the same-request control: the same calls
+    on the same batches, so the same numbers (a test holds it to request_patching's own rows)."""
+    from papers.orion import patching
+
+    x1, x2, x21 = (lm.encode([s.split() for s in pairs[c]]) for c in ("x1", "x2", "x21"))
+    ans = {h: lm.answer_ids(pairs[c]) for h, c in zip(patching.HYPOTHESES, ("r2c2", "r1c2", "r1c1"))}
+    clean = {h: patching.answer_stats(lm.last_logits(x), ans[h])[0]  # the unpatched run that asks each question
+             for h, x in zip(patching.HYPOTHESES, (x2, x21, x1))}
+    states = lm.residuals(x1)  # (L + 1, B, C): x1's last token at every layer
+    rows = []
+    for layer in range(lm.n_layer + 1):
+        logits = lm.patched_logits(x2, layer, states[layer])  # (B, V)
+        for h in patching.HYPOTHESES:
+            p, hit = patching.answer_stats(logits, ans[h])
+            rows.append({"source": "request", "layer": layer, "hypothesis": h, "prob": float(p.mean()),
+                         "clean_prob": float(clean[h].mean()), "normalized": float(p.mean() / clean[h].mean()),
+                         "accuracy": float(hit.mean()), "pair_prob": [float(v) for v in p],
+                         "pair_clean": [float(v) for v in clean[h]]})
+    return pd.DataFrame(rows)
+
+
+# evaluate below is the full analysis (every checkpoint, the control at the gate too), kept as the reference the
+# tests hold evaluate_trained to. Its text, and that of the functions it calls (_evaluate_checkpoints, _analyse,
+# attention_shares), is part of orion_train's code version: stages.train's local function `evaluate` (its
+# validation accuracy) is read by papers.common.codehash as a reference to this top-level name, so an edit here
+# would retrain every seed. Rename train's local function the next time training reruns anyway (review orion_r10).
 def evaluate(*, cfg, model_name, checkpoints, vocab, test, pairs, metrics, sweep, gate_checkpoints=(),
              gate_metrics=None, gate_sweep=None):
     """For every seed of one trained model (`checkpoints`, the analysed ones; the same for `gate_checkpoints`, the
