@@ -38,20 +38,27 @@ def orthogonal_param(a: torch.Tensor) -> torch.Tensor:
 
 
 class InputCache:
-    """Remember fn(x) of the last input x, for parameter-free maps of a fixed input.
+    """Remember fn(x) of the last `size` inputs x (by identity), for parameter-free maps of a fixed input.
 
     Full-batch training feeds the same tensor at every step; its LogEig (or its token logarithms, or
-    the uniform Frechet mean of fixed tokens) then needs computing once, not once per step.
+    the uniform Frechet mean of fixed tokens) then needs computing once, not once per step. `size` 3: the fitting,
+    validation and test inputs of papers.symspace.train.fit alternate (each evaluation used to evict the fitting
+    input's value, recomputed, to the same bits, at the next step: speed only).
     """
 
-    def __init__(self):
-        self.key, self.value = None, None
+    def __init__(self, size: int = 3):
+        self.size, self.entries = size, []  # [(x, fn(x))], most recent last
 
     def __call__(self, x: torch.Tensor, fn):
-        if x is not self.key:
-            with torch.no_grad():
-                self.key, self.value = x, fn(x)
-        return self.value
+        for i, (key, value) in enumerate(self.entries):
+            if key is x:
+                if i != len(self.entries) - 1:
+                    self.entries.append(self.entries.pop(i))
+                return value
+        with torch.no_grad():
+            value = fn(x)
+        self.entries = (self.entries + [(x, value)])[-self.size:]
+        return value
 
 
 class LogEig(nn.Module):

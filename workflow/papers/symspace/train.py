@@ -81,7 +81,7 @@ def fit(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr
             better = now > best_val if best_val is not None else np.ones_like(now, dtype=bool)
             if better.any():
                 _keep(best, params, better)
-                if test is not None:
+                if test is not None and step <= steps // 2:  # only the first half's checkpoint is read
                     t_now = np.asarray(accuracy(model, *test), dtype=float)
                     best_test = t_now if best_test is None else np.where(better, t_now, best_test)
                 best_val = now if best_val is None else np.where(better, now, best_val)
