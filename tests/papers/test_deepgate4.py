@@ -354,12 +354,45 @@ def test_every_arm_gets_the_epoch_budget_and_stops_once_flat_with_the_best_weigh
     model = build()
     rows = T.train(model, [ex], [ex], partitioned=partitioned, epochs=60, lr=0.5, patience=2, seed=0, flat_window=3,
                    flat_tol=0.01, log=lambda *_: None)  # a huge learning rate: the error swings until it is lowered
-    best = min(rows, key=lambda r: r["val/overall"])
+    lowered = [r for r in rows if r["lr"] < 0.5]  # the weights kept: the best epoch after the first lowering
+    best = min(lowered, key=lambda r: r["val/overall"])
     assert rows[-1]["epoch"] < 60 and rows[-1]["best_epoch"] == best["epoch"]
     assert rows[-1]["lr"] < 0.5 and all(a["lr"] >= b["lr"] for a, b in zip(rows, rows[1:]))  # lowered on plateaus
     assert sum(T.validation_error(model, [ex], partitioned=partitioned)) == pytest.approx(best["val/overall"], rel=1e-5)
     flat, spread = T.converged([r["val/overall"] for r in rows], window=3, tol=0.01, rates=[r["lr"] for r in rows])
     assert flat and spread <= 0.01  # stopped because the last 3 validation errors lie within 1%
+
+
+def test_the_weights_kept_are_the_best_epoch_after_the_first_lowering_of_the_rate(c432, monkeypatch):
+    # a planted validation history whose whole-run best (epoch 1, 0.5) comes at the first rate: the gate certifies
+    # the end of the curve, after a lowering, so the weights kept are epoch 5's (0.6, the best after the first
+    # lowering at the end of epoch 3; the earliest of the tie with epochs 6-7), not epoch 1's (the old rule)
+    planted = [0.5, 0.9, 0.9, 0.8, 0.6, 0.6, 0.6]
+    snapshots = []
+
+    def fake_validation(model, val, partitioned):
+        snapshots.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+        return planted[len(snapshots) - 1], 0.0
+
+    monkeypatch.setattr(T, "validation_error", fake_validation)
+    rng = np.random.default_rng(0)
+    prob = A.signal_probability(A.simulate(c432, 4, rng))
+    ex = T.Example("c432", c432.gate, c432.fanin, c432.level, prob, np.zeros((2, 0)), np.zeros(0), hidden=8,
+                   window_levels=6, areas_per_batch=8, pi_seed=0, partitioned=False)
+    torch.manual_seed(0)
+    model = M.build({"kind": "circuit", "layers": 0, "attention": "gat", "local_encoding": False},
+                    hidden=8, mlp_hidden=8, heads=2, dropout=0.0, max_degree=8)
+    rows = T.train(model, [ex], [ex], partitioned=False, epochs=30, lr=1e-2, patience=2, seed=0, flat_window=3,
+                   flat_tol=0.01, log=lambda *_: None)
+    assert [r["val/overall"] for r in rows] == planted  # stopped once flat after a lowering, at epoch 7
+    assert [r["lr"] for r in rows] == [1e-2] * 3 + [5e-3] * 2 + [2.5e-3] * 2  # the schedule counts the run's best
+    assert rows[-1]["best_epoch"] == 5 == T.kept_epoch(planted, [r["lr"] for r in rows])
+    state = model.state_dict()
+    assert all(torch.equal(state[k], snapshots[4][k]) for k in state)  # epoch 5's weights, evaluated
+    assert not all(torch.equal(state[k], snapshots[0][k]) for k in state)  # not epoch 1's
+    # the rule alone: ties go to the earliest epoch; a run never lowered keeps its whole-run best
+    assert T.kept_epoch([0.5, 0.9, 0.7, 0.7], [1.0, 1.0, 0.5, 0.5]) == 3
+    assert T.kept_epoch([0.5, 0.9, 0.7], [1.0, 1.0, 1.0]) == 1
 
 
 def test_full_graph_batch_nodes_of_one_gives_a_step_per_circuit():
@@ -600,7 +633,7 @@ def test_the_ablation_control_is_decided_per_family():
     assert a_g.control.verdict == "does not hold" and a_g.verdict == "holds"
     # the method (0.18 overall) is ahead of its ablation on both (0.25 on F, 0.40 on G): the note opens with it
     assert a_g.note.startswith("m is behind its own ablation c (higher overall error than the ablation trained from "
-                               "the same seed) in 0 of 3 seeds on G (0 of 6 seed x family pairs over all families)")
+                               "the same seed) in 0 of 3 seeds on G (one-sided sign test p = 1); the relative")
     # the sensitivity reading counts the ablation as a baseline: on F it is then the next-best (0.25 < b2's 0.27)
     assert "c counted as a baseline: the next-best on G is then b2 (unchanged)" in a_g.note
     assert "c counted as a baseline: the next-best on F is then c, F overall: m vs c (sensitivity)" in a_f.note
@@ -609,24 +642,68 @@ def test_the_ablation_control_is_decided_per_family():
 def test_behind_ablation_counts_seed_family_pairs():
     import pandas as pd
 
-    from papers.deepgate4.report import behind_ablation
+    from papers.deepgate4.report import ablation_seeds_text, behind_ablation, sign_test_p
 
     err = pd.DataFrame({"arm": ["m", "c"] * 4, "seed": [0, 0, 1, 1] * 2, "family": ["F"] * 4 + ["G"] * 4,
                         "overall": [0.3, 0.2, 0.1, 0.2, 0.5, 0.4, 0.6, 0.1]})
     assert behind_ablation(err, "m", "c") == (3, 4, ["F seed 0", "G seed 0", "G seed 1"])
+    # counted in seeds, the independent replicates (F and G of a seed are one trained network): behind on every
+    # family in seed 0 only; the sign test P(X >= 1 | 2, 1/2) = 3/4, and 3 of 3 seeds give 1/8
+    text = ablation_seeds_text(err, "m", "c")
+    assert "on every held-out family in 1 of 2 seeds (one-sided sign test p = 0.75;" in text
+    assert "3 of 4 seed x family evaluations" in text
+    assert sign_test_p(3, 3) == pytest.approx(0.125) and sign_test_p(0, 3) == 1.0
+
+
+def test_seeds_to_decide_is_the_fewest_whose_t_interval_excludes_the_threshold():
+    from scipy import stats
+
+    from papers.deepgate4.report import half_width, seeds_to_decide
+
+    d = np.array([0.08, -1.148, -0.798])  # the EPFL reductions of review r5: mean -0.622, sd 0.633
+    n = seeds_to_decide(d)
+    half = lambda k: stats.t.ppf(0.975, k - 1) * d.std(ddof=1) / np.sqrt(k)
+    assert n == 7 and half(n) < abs(d.mean()) <= half(n - 1)  # r5: ~7 seeds
+    assert half_width(d, 5) == pytest.approx(half(5)) and half(5) > abs(d.mean())  # 5 seeds still straddle
+    assert 900 < seeds_to_decide([0.398, -0.384, 0.061]) < 1000  # the ITC99 reductions: r5's ~960
+    assert seeds_to_decide([0.1, 0.2, 0.3], threshold=0.2) is None  # a mean on the threshold: never
+    assert seeds_to_decide([1.0, 1.1, 1.2]) == 3  # already decided at 3 seeds
+
+
+def test_the_report_line_on_what_would_decide_claim_a_costs_seeds_from_the_train_benchmarks(tmp_path):
+    import types
+
+    import pandas as pd
+
+    from papers.deepgate4.report import OVERALL, seeds_to_decide_text
+
+    bench = []
+    for name, cpu in [("prepare/circuits", 20.0), ("train/seed0", 90.0), ("train/seed1", 100.0),
+                      ("train/seed2", 110.0), ("evaluate/metrics", 30.0)]:  # 350 CPU s, 100 a train job
+        f = tmp_path / f"{name}.tsv"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(f"s\tcpu_time\n{2 * cpu}\t{cpu}\n")
+        bench.append(f)
+    reductions = {"A": [0.398, -0.384, 0.061], "B": [0.08, -1.148, -0.798]}  # relative reductions of m over b
+    err = pd.DataFrame([{"arm": arm, "seed": seed, "family": fam, OVERALL: 1.0 - d if arm == "m" else 1.0}
+                        for fam, ds in reductions.items() for seed, d in enumerate(ds) for arm in ("m", "b")])
+    p = types.SimpleNamespace(method="m", min_improvement=0.0, data=types.SimpleNamespace(test=["A", "B"]))
+    text = seeds_to_decide_text(err, p, {"A": "b", "B": "b"}, bench, 360.0)
+    # B: 7 seeds (4 more at 100 CPU s: 750 CPU s, 2.1x the budget); 5 seeds (550 CPU s) still straddle
+    assert ('B (mean -0.622, sd 0.633 over 3 seeds): ~7 seeds would read "does not hold", 4 more at 100 CPU s a '
+            "seed, ~750 CPU s in all (2.1x the 360 CPU s budget); 5 seeds (~550 CPU s)") in text
+    assert "still straddling" in text and "undecidable at any affordable count" in text.split("; B")[0]
+    assert seeds_to_decide_text(err, p, {"A": "b", "B": "b"}, bench[:1], 360.0) == ""  # no train job: no estimate
 
 
 def test_an_unconverged_baseline_or_a_narrow_size_range_leaves_the_claims_inconclusive():
-    from papers.deepgate4.report import epochs_to_flat, more_epochs_cost, open_runs_text
+    from papers.deepgate4.report import epochs_to_flat, open_runs_text
 
     inputs = _claims_inputs(method_prob=0.18, converged=False)
     (a, *_), _ = deepgate4_claims(*inputs)  # b2, the next-best, still learning
     assert a.verdict == "inconclusive" and "premise not met: compared arms converged" in a.note
-    # the note names the open runs but no timing (claims.json is identical between reruns); the report says what
-    # more training would cost: 10 epochs x 2 CPU s x 3 compared arms x 3 seeds
+    # the note names the open runs but no timing (claims.json is identical between reruns)
     assert "b2 seed 0 (final spread 10.0%)" in a.note and "CPU" not in a.note
-    assert "10 more epochs of the 3 compared arms would cost 180 CPU s over 3 seeds" in more_epochs_cost(
-        inputs[-1], ["m", "b2", "c"])
     # how many more epochs each open run would need, projected from its final spread (10% against flat_tol 2%:
     # ceil(log2(5)) = 3 halvings of the rate, 2 epochs each (patience), then 3 flat epochs = 9), and the cost
     p = inputs[0]

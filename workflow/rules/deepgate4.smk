@@ -140,6 +140,7 @@ rule deepgate4_report:
         call="papers.deepgate4.report:report",
         cfg=DG4_CFG,
         scale=SCALE,
+        time_budget=config["time_budget"].get(SCALE, {}).get("deepgate4", config["time_budget"].get(SCALE, {}).get("default")),
     log:
         f"{LOGS}/deepgate4/report.log",
     benchmark:

@@ -153,9 +153,11 @@ def train(*, cfg, circuits, nodes, pairs, seed, checkpoint, history):
     per mini-batch of areas), the full-graph arms on unions of at most full_graph_batch_nodes (a step per union;
     1: one circuit per step, the most steps an epoch can hold without cutting a circuit), the same schedule in
     epochs each (rate lowered on validation plateaus, stopped once the validation error is flat, at
-    most train.epochs). The history has one row per arm and epoch, with the validation error of the best
-    constant predictor beside it (``val/constant``) and whether the arm's validation curve ended flat
-    (``converged``, :func:`.train.converged`, with the spread of its last flat_window errors)."""
+    most train.epochs; the weights kept are the best validation epoch's after the first lowering of the rate,
+    :func:`.train.kept_epoch`). The history has one row per arm and epoch, with the validation error of the kept
+    weights (``best_val``) and of the best constant predictor (``val/constant``) beside it, and whether the arm's
+    validation curve ended flat (``converged``, :func:`.train.converged`, with the spread of its last flat_window
+    errors)."""
     import torch
 
     from papers.deepgate4 import train as T
@@ -188,7 +190,8 @@ def train(*, cfg, circuits, nodes, pairs, seed, checkpoint, history):
                         seed=seed, log=lambda msg, name=name: log.info("%s %s", name, msg))
         flat, spread = T.converged([r["val/overall"] for r in curve], window=t.flat_window, tol=t.flat_tol,
                                    rates=[r["lr"] for r in curve])
-        best = min(r["val/overall"] for r in curve)
+        # the validation error of the kept weights (the best epoch after the first lowering of the rate)
+        best = curve[T.kept_epoch([r["val/overall"] for r in curve], [r["lr"] for r in curve]) - 1]["val/overall"]
         rows += [{"arm": name, "seed": seed, **r, "val/constant": constant, "best_val": best, "converged": flat,
                   "final_spread": spread, "device": str(dev)} for r in curve]
         states[name] = {k: v.cpu() for k, v in model.state_dict().items()}

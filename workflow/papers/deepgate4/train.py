@@ -124,14 +124,18 @@ def train(model, examples, val, *, partitioned: bool, epochs: int, lr: float, pa
     without a new best the learning rate is multiplied by `lr_decay` (reduce-on-plateau: at a constant rate
     the error swings from epoch to epoch and never flattens). Training stops when the last `flat_window`
     validation errors lie within `flat_tol` of each other (:func:`converged`: the run converged) or after
-    `epochs` (it did not); the weights of the best epoch are restored. Returns one row per epoch (epoch,
+    `epochs` (it did not). The weights restored are those of the best validation epoch among the epochs trained
+    after the first lowering of the rate (:func:`kept_epoch`: the model the convergence gate certifies, which
+    requires a lowering; the whole run's best only if the rate was never lowered); the schedule still counts the
+    whole run's best, so the rule changes only which weights are kept. Returns one row per epoch (epoch,
     optimiser steps so far, learning rate, training and validation losses, wall and CPU seconds spent
     training and validating so far).
     """
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     rows, totals = [], {"prob": [], "tt": [], "steps": 0}
-    best, best_epoch, bad, weights = float("inf"), 0, 0, None
+    best, bad = float("inf"), 0  # the schedule's best (every epoch), for the plateau count
+    kept = {False: [float("inf"), 0, None], True: [float("inf"), 0, None]}  # by lowered: [error, epoch, weights]
     t_train = t_val = cpu_train = cpu_val = 0.0  # wall and CPU seconds (wall time varies with the machine's load)
 
     def step_done():
@@ -169,15 +173,18 @@ def train(model, examples, val, *, partitioned: bool, epochs: int, lr: float, pa
                "train_cpu_seconds": cpu_train, "val_cpu_seconds": cpu_val}
         totals["prob"].clear()
         totals["tt"].clear()
+        lowered = rate < lr  # trained after the first lowering of the rate
+        if row["val/overall"] < kept[lowered][0]:
+            kept[lowered] = [row["val/overall"], epoch, {k: v.detach().clone() for k, v in model.state_dict().items()}]
         if row["val/overall"] < best:
-            best, best_epoch, bad = row["val/overall"], epoch, 0
-            weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            best, bad = row["val/overall"], 0
         else:
             bad += 1
             if bad >= patience:  # plateau: lower the rate, count afresh
                 for group in opt.param_groups:
                     group["lr"] *= lr_decay
                 bad = 0
+        best_epoch = kept[kept[True][2] is not None][1]  # the epoch whose weights are kept (so far)
         row["best_epoch"] = best_epoch
         rows.append(row)
         flat, spread = converged([r["val/overall"] for r in rows], window=flat_window, tol=flat_tol,
@@ -187,8 +194,17 @@ def train(model, examples, val, *, partitioned: bool, epochs: int, lr: float, pa
             f"spread of the last {flat_window} {spread:.3g})")
         if flat:
             break
-    model.load_state_dict(weights)
+    model.load_state_dict(kept[kept[True][2] is not None][2])
     return rows
+
+
+def kept_epoch(curve: list[float], rates: list[float]) -> int:
+    """The epoch (1-based) whose weights :func:`train` keeps, from a run's validation errors and the learning
+    rates its epochs were trained at: the lowest error among the epochs trained at a rate below the first
+    (after the first lowering; the earliest on a tie), or the lowest of the whole curve where the rate was
+    never lowered."""
+    idx = [i for i, r in enumerate(rates) if r < rates[0]] or list(range(len(curve)))
+    return min(idx, key=lambda i: (curve[i], i)) + 1
 
 
 def _train_partitioned(model, ex: Example, opt, totals, step_done=lambda: None):
