@@ -614,6 +614,53 @@ def test_spread_event_keeps_the_excess_power_but_no_window_stands_out():
         assert (peak > 1.3) if event == "window" else (peak < 1.15)
 
 
+def test_burst_event_raises_the_class_power_in_one_run_of_windows_and_nowhere_else():
+    # Review symspace_r13: claim (e)'s deciding setting. Per trial the class source's power x class_gain in every window
+    # of ONE run of consecutive windows, of a length uniform on 1 .. W at a uniform onset; x 1 elsewhere.
+    e = {"windows": 4, "class_gain": 3.0}
+    g = D.event_gains(e, 4000, np.random.default_rng(0), "burst")
+    assert g.shape == (4000, 4) and set(np.unique(g)) == {1.0, 3.0}
+    high = (g == 3.0).astype(int)
+    starts = (np.diff(np.pad(high, ((0, 0), (1, 1))), axis=1) == 1).sum(1)
+    assert (starts == 1).all()  # one run per trial, never two, never none
+    lengths = high.sum(1)
+    np.testing.assert_allclose(np.bincount(lengths, minlength=5)[1:] / 4000, 0.25, atol=0.03)  # L uniform on 1 .. 4
+    onset = high.argmax(1)
+    for length in (1, 2, 3):  # the onset uniform on 0 .. W - L, given L
+        np.testing.assert_allclose(np.bincount(onset[lengths == length], minlength=5 - length)
+                                   / (lengths == length).sum(), 1 / (5 - length), atol=0.05)
+    # The other events keep their form: one window at gain, or 1 + (gain - 1) / W in every window.
+    w = D.event_gains(e, 100, np.random.default_rng(0), "window")
+    assert ((w == 3.0).sum(1) == 1).all() and ((w == 1.0).sum(1) == 3).all()
+    np.testing.assert_array_equal(D.event_gains(e, 5, np.random.default_rng(0), "spread"), np.full((5, 4), 1.5))
+    with pytest.raises(ValueError, match="unknown EEG event"):
+        D.eeg_like({**e, "channels": 4, "classes": 2}, 0, event="other")
+
+
+def test_burst_trials_carry_the_class_power_only_within_the_run():
+    # Through the mixing model: read each window's source powers back through the unmixing A^-1 (no sensor noise, no
+    # shift, no shrinkage, no power spread): the trial's class source sits at ~class_gain in one run of consecutive
+    # windows of every length 1 .. W, at ~1 in the trial's other windows, and every other source at ~1 throughout.
+    e = {"subjects": 1, "channels": 4, "classes": 2, "trials_per_class": 100, "windows": 4, "samples": 1024,
+         "power_spread": 0.0, "class_gain": 3.0, "session_shift": 0.0, "noise": 0.0, "shrink": 0.0}
+    s = D.eeg_like(e, 0, event="burst")[0]
+    unmix = np.linalg.inv(s["forward"])
+    tok, lab = s["train"]["tokens"], s["train"]["labels"]
+    power = np.einsum("ij,nwjk,ik->nwi", unmix, tok, unmix)  # (N, W, sources): diag(A^-1 C A^-T)
+    own = power[np.arange(len(lab)), :, lab]  # (N, W): the trial's class source
+    others = np.delete(power, 0, axis=2)[lab == 0].ravel().tolist() + np.delete(power, 1, axis=2)[lab == 1].ravel().tolist()
+    assert max(others) < 1.4 and min(others) > 0.7
+    high = own > 2.0
+    np.testing.assert_allclose(own[high], 3.0, rtol=0.25)
+    np.testing.assert_allclose(own[~high], 1.0, rtol=0.3)
+    starts = (np.diff(np.pad(high.astype(int), ((0, 0), (1, 1))), axis=1) == 1).sum(1)
+    assert (starts == 1).all() and set(high.sum(1)) == {1, 2, 3, 4}
+    # Its own stream: neither the window event's trials nor the spread window's.
+    for other in ("window", "spread"):
+        assert not np.allclose(D.eeg_like(e, 0, event=other)[0]["train"]["tokens"], tok)
+    np.testing.assert_array_equal(D.eeg_like(e, 0, event="burst")[0]["train"]["tokens"], tok)
+
+
 def _tree_table(effect: float, planted_effect: float, seeds: int = 20, fit: float = 1.0,
                 euclid: float = -0.1) -> "pd.DataFrame":
     """A tree accuracy table like the tree stage's: the Busemann head `effect` above Ganea's, on the planted
@@ -660,6 +707,13 @@ def test_claim_d_decides_against_ganea_with_a_planted_positive_control():
     # the Busemann head does not fit its own representable training labels: not trainable here, inconclusive
     untrainable = claim_d(p, _tree_table(-0.1, 0.1, fit=0.86))
     assert untrainable.verdict == "inconclusive" and "trainable" in untrainable.note
+    # A positive control that straddles its threshold is read as a matter of power (review symspace_r13), not as an
+    # analysis shown blind; one that holds or fails gets no such reading.
+    wide = claim_d(p, _tree_table(0.0, -0.02))
+    assert wide.positive_control.verdict == "inconclusive" and wide.verdict == "inconclusive"
+    assert "the positive control straddles its threshold -0.02" in wide.note and "not shown blind" in wide.note
+    assert "straddles its threshold" not in on_par.note
+    assert "straddles its threshold" not in claim_d(p, _tree_table(-0.1, -0.1)).note
 
 
 def test_claim_d_control_is_the_trained_euclidean_head_under_the_claims_criterion():
@@ -724,11 +778,13 @@ def test_full_scale_power_projects_the_t8_half_width_from_the_runs_paired_sd():
 
 
 def _attention_table(spread_effect, window_effect=0.3, seeds=8, real=False, pool=-0.05, lse=0.0,
-                     window_lse=None) -> "pd.DataFrame":
-    """Claim (e)'s accuracy table: attention `spread_effect` above the ablation on the spread window (the deciding
-    setting), `window_effect` on the window-event EEG (its positive control); the mean-pooled baseline `pool` and the
-    selective one `lse` (on the window EEG `window_lse`, default `lse`) above the ablation (None: not run); real: one
-    real EEG task (eeg:bcic_iv_2a) with `spread_effect` instead of both mixing-model settings."""
+                     window_lse=None, deciding="eeg_burst", context=None) -> "pd.DataFrame":
+    """Claim (e)'s accuracy table: attention `spread_effect` above the ablation on the deciding mixing-model setting
+    `deciding` (eeg_burst; eeg_spread: the earlier rounds' tables), `window_effect` on the window-event EEG (its
+    positive control); the mean-pooled baseline `pool` and the selective one `lse` (on the window EEG `window_lse`,
+    default `lse`) above the ablation (None: not run); `context`: a further setting run beside (its attention 0.1
+    below the ablation, its baselines as on the deciding one); real: one real EEG task (eeg:bcic_iv_2a) with
+    `spread_effect` instead of the mixing-model settings."""
     import pandas as pd
 
     rng = np.random.default_rng(4)
@@ -737,7 +793,7 @@ def _attention_table(spread_effect, window_effect=0.3, seeds=8, real=False, pool
         base = 0.5 + 0.03 * rng.normal()
         settings = ((("eeg:bcic_iv_2a", spread_effect, lse),) if real else
                     (("eeg", window_effect, lse if window_lse is None else window_lse),
-                     ("eeg_spread", spread_effect, lse)))
+                     (deciding, spread_effect, lse)) + (((context, -0.1, lse),) if context else ()))
         for task, effect, sel in settings:
             arms = [("no_attention", "main", base),
                     ("attention", "main", base + effect + 0.01 * rng.normal()),
@@ -753,9 +809,12 @@ def _attention_table(spread_effect, window_effect=0.3, seeds=8, real=False, pool
     return pd.DataFrame(rows)
 
 
-def test_claim_e_is_decided_on_the_spread_window_with_the_planted_window_as_its_positive_control():
+def test_claim_e_falls_back_to_the_spread_window_where_no_burst_was_run():
+    # The earlier rounds' tables (no eeg_burst): decided on the spread window, as then.
     from papers.symspace.report import attention_tasks, claim_e
+    from functools import partial
 
+    _attention_table = partial(globals()["_attention_table"], deciding="eeg_spread")
     p = parse(to_dict(Params()))
     helps = claim_e(p, _attention_table(0.1))
     assert helps.verdict == "holds" and helps.positive_control.verdict == "holds"
@@ -792,6 +851,100 @@ def test_claim_e_is_decided_on_the_spread_window_with_the_planted_window_as_its_
     real = claim_e(p, _attention_table(0.1, real=True))
     assert real.verdict == "holds" and real.positive_control is None
     assert claim_e(p, _attention_table(-0.1, real=True)).verdict == "does not hold"
+
+
+def test_claim_e_is_decided_on_the_burst_with_the_spread_window_as_context():
+    # Review symspace_r13: the burst (the class event in a random run of 1 .. W windows) decides; the one-window plant
+    # is the positive control; the spread window, where run beside it, is context and decides nothing.
+    from papers.symspace.report import attention_context_tasks, attention_tasks, claim_e
+
+    p = parse(to_dict(Params()))
+    assert p.train["burst_attention_seeds"] == 7 and p.train["spread_attention_seeds"] == 0
+    helps = claim_e(p, _attention_table(0.1))
+    assert helps.verdict == "holds" and helps.positive_control.verdict == "holds"
+    assert [e.name.split(":")[0] for e in helps.evidence] == ["eeg_burst"] * 3
+    assert [e.name.split(":")[0] for e in helps.positive_control.evidence] == ["eeg"] * 3
+    assert "random run of 1 .. W" in helps.criterion and "(task eeg_burst)" in helps.criterion
+    assert not helps.note
+    # Below the ablation on the burst, premise met and positive control holding: does not hold, and says against what.
+    worse = claim_e(p, _attention_table(-0.05))
+    assert worse.verdict == "does not hold"
+    assert "wider than one window" in worse.note and "eeg_burst: attention (main) - no attention" in worse.note
+    assert "not testable" not in worse.note and "uniform Frechet mean" not in worse.note
+    # Behind the selective baseline only: the note names it, and what the attention is ahead of.
+    behind = claim_e(p, _attention_table(0.1, lse=0.2))
+    assert behind.verdict == "does not hold" and "though ahead of" in behind.note
+    # No window-localised information measured (selective baseline = mean-pooled): inconclusive whatever the
+    # attention does, with the measured reason.
+    for effect in (0.1, -0.05):
+        flat = claim_e(p, _attention_table(effect, pool=0.0, lse=0.0))
+        assert flat.verdict == "inconclusive" and "premise is unmet as measured" in flat.note, flat.note
+        assert [g.met for g in flat.premise if "window-localised" in g.name] == [False]
+    # A tie on the burst: inconclusive. A blind positive control: inconclusive.
+    assert claim_e(p, _attention_table(0.0)).verdict == "inconclusive"
+    assert claim_e(p, _attention_table(0.1, window_lse=0.45)).verdict == "inconclusive"
+    # Run beside the burst, the spread window (here with the attention 0.1 below the ablation) decides nothing.
+    both = _attention_table(0.1, context="eeg_spread")
+    assert attention_tasks(both) == ["eeg_burst"] and attention_context_tasks(both) == ["eeg_spread"]
+    ctx = claim_e(p, both)
+    assert ctx.verdict == "holds" and all(e.name.startswith("eeg_burst") for e in ctx.evidence)
+    assert any(k.startswith("context (eeg_spread, not deciding)") for k in ctx.measured)
+    assert "eeg_spread is context" in ctx.criterion
+    assert attention_tasks(_attention_table(0.1)) == ["eeg_burst"] and not attention_context_tasks(_attention_table(0.1))
+
+
+def test_prepare_runs_the_burst_and_the_spread_window_only_where_asked(tmp_path):
+    cfg = to_dict(Params())
+    cfg.update(seeds=1, head_seeds=2, eeg={**cfg["eeg"], "channels": 4, "classes": 2, "trials_per_class": 4,
+                                           "windows": 2, "samples": 16},
+               tree={**cfg["tree"], "seeds": 1, "depth": 3, "label_depth": 1, "planted_seeds": 1},
+               train={**cfg["train"], "planted_attention_seeds": 1, "burst_attention_seeds": 3,
+                      "spread_attention_seeds": 0})
+    out = tmp_path / "data.pkl"
+    D.prepare(cfg=cfg, data=str(out))
+    att = D.read_prepared(str(out))["attention"]
+    assert set(att) == {"eeg", "eeg_burst"} and sorted(att["eeg_burst"]) == [0, 1, 2]
+    np.testing.assert_array_equal(att["eeg_burst"][2][0]["train"]["tokens"],
+                                  D.eeg_like(parse(cfg).eeg, 2, event="burst")[0]["train"]["tokens"])
+    with pytest.raises(ValueError, match="burst_attention_seeds"):
+        parse({**cfg, "train": {**cfg["train"], "burst_attention_seeds": -1}})
+
+
+def _bimap_ceilings(acc, above: float):
+    """Claim (b)'s ceilings on each head's trained BiMap output (arms tangent_lr_bimap_<head>), `above` the head."""
+    import pandas as pd
+
+    heads = acc[(acc.task == "eeg") & (acc.variant == "main") & acc.arm.str.startswith("spdnet_")]
+    rows = heads.assign(arm="tangent_lr_bimap_" + heads.arm, test_acc=heads.test_acc + above,
+                        half_test_acc=float("nan"), late_gain=float("nan"))
+    return pd.concat([acc, rows], ignore_index=True)
+
+
+def test_claim_b_names_an_interval_below_delta_and_its_gate_as_one_route_in_the_verdict_table():
+    # Review symspace_r13: with the function-class gate unmet the verdict reads inconclusive; the verdict table must
+    # still say, from the run, that the deciding interval lies wholly below delta, and that the gate is a sufficient
+    # route to a gain, not the only one (both heads below the ceiling of their own input: room it does not measure).
+    from test_symspace_oracle import _with_oracle
+
+    from papers.common.claims import Scope
+    from papers.common.report import verdict_table
+    from papers.symspace.report import claim_b
+
+    p = parse(to_dict(Params()))  # the mixing model: the gate applies
+    tie = claim_b(p, _bimap_ceilings(_with_oracle(_planted(0.0, replicates=30), 0.0, sd=0.03), 0.03))
+    assert tie.verdict == "inconclusive" and tie.evidence[0].interval[1] <= 0.02
+    table = verdict_table([tie], Scope("analogue", "x"))
+    assert "whole interval at or below delta = 0.02: shown not better by delta here" in table
+    assert "a sufficient route to a gain of delta, not the only one" in table
+    assert "below the ceiling of their own input" in table
+    # A straddling interval is not called "below delta"; heads at their ceiling leave no room to report.
+    near = claim_b(p, _bimap_ceilings(_with_oracle(_planted(0.02, replicates=30), 0.0, sd=0.03), 0.0))
+    assert near.evidence[0].interval[0] < 0.02 < near.evidence[0].interval[1]
+    table = verdict_table([near], Scope("analogue", "x"))
+    assert "shown not better by delta" not in table and "below the ceiling of their own input" not in table
+    # Where the gate is met the interval below delta reads "does not hold", named the same way.
+    met = claim_b(p, _with_oracle(_planted(0.0, replicates=30), 0.1))
+    assert met.verdict == "does not hold" and "shown not better by delta" in met.evidence[0].name
 
 
 def test_claim_b_reads_a_true_tie_as_not_better_by_the_minimal_effect():
@@ -1076,7 +1229,7 @@ def test_heads_side_by_side_give_the_rows_of_the_heads_one_by_one():
         np.testing.assert_allclose(side[col].to_numpy(float), one[col].to_numpy(float), atol=1e-12, equal_nan=True)
 
 
-def test_head_replicates_run_on_the_offset_block(tmp_path):
+def test_head_replicates_run_on_the_offset_block(tmp_path, monkeypatch):
     # head_seed_offset: replicate i of claim (b)'s heads runs on the mixing model's seed offset + i (a fresh block),
     # claim (e)'s positive control stays on seeds 0 .. planted_attention_seeds - 1.
     cfg = to_dict(Params())
@@ -1085,7 +1238,7 @@ def test_head_replicates_run_on_the_offset_block(tmp_path):
                tree={**cfg["tree"], "seeds": 1, "depth": 3, "label_depth": 1, "planted_seeds": 1},
                spd_planted={**cfg["spd_planted"], "seeds": 0},
                train={**cfg["train"], "steps": 8, "eval_every": 2, "head_inits": 1, "planted_attention_seeds": 1,
-                      "spread_attention_seeds": 0})
+                      "burst_attention_seeds": 0, "spread_attention_seeds": 0})
     from papers.common.params import StageConfig, stage_section
     from papers.symspace import params as P
 
@@ -1101,13 +1254,15 @@ def test_head_replicates_run_on_the_offset_block(tmp_path):
     np.testing.assert_array_equal(prepared["eeg"]["eeg"][51][0]["train"]["tokens"],
                                   D.eeg_like(parse(cfg).eeg, 51)[0]["train"]["tokens"])
     from papers.common.io import read_parquet
-    from papers.symspace.stages import train
+    from papers.symspace import stages
 
-    train(cfg=as_rule("train"), seed="0", data=str(data), accuracies=str(tmp_path / "acc.parquet"))
+    # glibc's malloc settings last for the process: the job's entry sets them, the test process keeps its defaults
+    monkeypatch.setattr(stages, "keep_freed_memory", lambda: None)
+    stages.train(cfg=as_rule("train"), seed="0", data=str(data), accuracies=str(tmp_path / "acc.parquet"))
     acc = read_parquet(str(tmp_path / "acc.parquet"))
     heads = acc[acc.arm.str.startswith("spdnet_")]
     assert sorted(heads.replicate.unique()) == [50, 51] and sorted(heads.seed.unique()) == [50, 51]
-    assert set(heads[heads.variant == "permuted_labels"].replicate) == {50}  # the controls: the first `seeds`
+    assert set(heads[heads.variant == "permuted_labels"].replicate) == {50, 51}  # the controls: every replicate
     assert set(acc[acc.arm == "attention"].replicate) == {0}
 
 

@@ -2,8 +2,8 @@
 # prepare (EEG-like covariances or the user's EEG, digits region covariances where run, noisy trees) -> train (one
 # job per seed: both heads on the shared BiMap/ReEig backbone from several initialisations on the EEG of the head
 # seeds dealt to it, with the tangent-space logistic regression as their ceiling reference, and its share of claim
-# (b)'s positive control; claim (e)'s attention networks on the spread-window seeds dealt to it, the setting that
-# decides (e), and on the window-event EEG seeds, its positive control) and tree (one job: the ball heads from several initialisations, the angle rule and the positive control,
+# (b)'s positive control; claim (e)'s attention networks on the burst seeds dealt to it (the class event in a random
+# run of windows), the setting that decides (e), and on the window-event EEG seeds, its positive control) and tree (one job: the ball heads from several initialisations, the angle rule and the positive control,
 # labels drawn by a random horocycle head, on every tree seed) -> evaluate (accuracies gathered; the closed forms
 # checked against their limits) -> report.
 # Code: workflow/papers/symspace/ (data.py, stages.py and report.py hold the functions these rules call).
@@ -12,7 +12,7 @@ SYMSPACE = f"{RESULTS}/symspace"
 
 
 rule symspace_prepare:
-    """Generate every seed's EEG-like subjects (event in one window, and spread over every window; or read the user's EEG data sets), every tree seed's noisy tree, and the digits' region covariances where run."""
+    """Generate every seed's EEG-like subjects (event in one window; in a random run of windows, the burst; spread over every window where run; or read the user's EEG data sets), every tree seed's noisy tree, and the digits' region covariances where run."""
     output:
         data=f"{SYMSPACE}/prepare/data.pkl",
     params:
@@ -32,7 +32,7 @@ rule symspace_prepare:
 
 
 rule symspace_train:
-    """Train both heads on the shared BiMap/ReEig backbone from several initialisations on this job's head seeds (EEG, with the tangent-space logistic regression on the trial covariances and on each trained backbone's output as ceiling references) and on its share of claim (b)'s positive control (labels drawn by a random Busemann SPDNet), and claim (e)'s networks (attention, the ablation, the mean- and the log-sum-exp-pooled non-attentive baselines) on this job's spread-window seeds (the setting that decides claim e) and window-event EEG seeds (its positive control)."""
+    """Train both heads on the shared BiMap/ReEig backbone from several initialisations on this job's head seeds (EEG, with the tangent-space logistic regression on the trial covariances and on each trained backbone's output as ceiling references) and on its share of claim (b)'s positive control (labels drawn by a random Busemann SPDNet), and claim (e)'s networks (attention, the ablation, the mean- and the log-sum-exp-pooled non-attentive baselines) on this job's burst seeds (the class event in a random run of windows: the setting that decides claim e), window-event EEG seeds (its positive control) and spread-window seeds where run (context)."""
     input:
         data=rules.symspace_prepare.output.data,
     output:

@@ -39,13 +39,17 @@ def prepare(*, cfg, data):
         # seventh round drew a fresh one), claim (e)'s positive control on seeds 0 .. planted_attention_seeds - 1.
         wanted = sorted({*head_seed_list(p), *range(p.train["planted_attention_seeds"])})
         eeg = {"eeg": {seed: eeg_like(p.eeg, seed) for seed in wanted}}
-        # Claim (e) is decided on the mixing model with the class's excess power spread over every window (a setting
-        # not built for the attention), on the first spread_attention_seeds seeds (at most head_seeds); its positive
-        # control on claim (b)'s EEG (the class event planted in one window: the attention finds it), on the first
-        # planted_attention_seeds seeds.
+        # Claim (e) is decided on the mixing model with the class's excess power in a random run of 1 .. W windows
+        # (event "burst": window-localised, not the one-window plant; review symspace_r13), on seeds 0 ..
+        # burst_attention_seeds - 1 of its own stream; its positive control on claim (b)'s EEG (the class event planted
+        # in one window: the attention finds it), on the first planted_attention_seeds seeds. The spread window (the
+        # excess power over every window: no window-localised information, so it cannot meet (e)'s premise) is
+        # context only, on the first spread_attention_seeds seeds (at most head_seeds; 0 at the default scale).
         spread = min(p.train["spread_attention_seeds"], p.head_seeds)
-        attention = {"eeg": {seed: eeg["eeg"][seed] for seed in range(p.train["planted_attention_seeds"])},
-                     "eeg_spread": {seed: eeg_like(p.eeg, seed, event="spread") for seed in range(spread)}}
+        attention = {"eeg": {seed: eeg["eeg"][seed] for seed in range(p.train["planted_attention_seeds"])}}
+        for task, event, n in (("eeg_burst", "burst", p.train["burst_attention_seeds"]), ("eeg_spread", "spread", spread)):
+            if n:
+                attention[task] = {seed: eeg_like(p.eeg, seed, event=event) for seed in range(n)}
     prepared = {"eeg": eeg, "attention": attention,
                 "digits": digits(p.digits["eps"]) if p.digits.get("seeds", 0) else None,
                 "tree": {seed: noisy_tree(p.tree, seed) for seed in range(p.tree["seeds"])}}
@@ -88,11 +92,17 @@ def eeg_like(e, seed: int, event: str = "window") -> dict:
 
     ``event="spread"``: the class's source power is multiplied by 1 + (class_gain - 1) / windows in every window
     instead (the same excess power over the trial, so the trial covariance carries the same class information, but
-    no window stands out: claim e's negative control). Its own random stream.
+    no window stands out: no window-localised information, claim e's premise unmet by construction). Its own random
+    stream.
+
+    ``event="burst"``: the class's source power is multiplied by class_gain in every window of a run of L
+    consecutive windows, L uniform on 1 .. windows and its onset uniform on 0 .. windows - L, drawn per trial (a
+    transient event of the one-window plant's amplitude and a random duration: window-localised, but not one window;
+    L = windows is the whole trial). Claim (e) is decided on it (review symspace_r13). Its own random stream.
     """
-    if event not in ("window", "spread"):
-        raise ValueError(f"symspace: unknown EEG event {event!r} (window, spread)")
-    rng = np.random.default_rng([seed, 1] if event == "window" else [seed, 2])
+    if event not in EVENT_STREAMS:
+        raise ValueError(f"symspace: unknown EEG event {event!r} ({', '.join(EVENT_STREAMS)})")
+    rng = np.random.default_rng([seed, EVENT_STREAMS[event]])
     c, w, n_cls = e["channels"], e["windows"], e["classes"]
     if n_cls > c:
         raise ValueError(f"symspace.eeg.classes = {n_cls} exceeds eeg.channels = {c} (class k drives source k)")
@@ -116,14 +126,31 @@ def _session(e, mix: np.ndarray, labels: np.ndarray, rng: np.random.Generator, e
     c, w, n = mix.shape[0], e["windows"], len(labels)
     power = np.exp(e["power_spread"] * rng.normal(size=(n, 1, c)))  # (N, 1, sources)
     power = np.repeat(power, w, axis=1)  # (N, W, sources)
-    onset = rng.integers(0, w, size=n)
-    if event == "window":
-        power[np.arange(n), onset, labels] *= e["class_gain"]
-    else:
-        power[np.arange(n), :, labels] *= 1 + (e["class_gain"] - 1) / w
+    power[np.arange(n), :, labels] *= event_gains(e, n, rng, event)
     src = rng.normal(size=(n, w, c, e["samples"])) * np.sqrt(power)[..., None]
     x = mix @ src + e["noise"] * rng.normal(size=(n, w, c, e["samples"]))
     return covariance(x, e["shrink"])
+
+
+# Each event's random stream (seed, k): window and spread as before; burst (review symspace_r13) a stream of its own,
+# apart from every other stream of the paper (3: the premise reference and the trees, 4-7, 9, 10: training and checks).
+EVENT_STREAMS = {"window": 1, "spread": 2, "burst": 11}
+
+
+def event_gains(e, n: int, rng: np.random.Generator, event: str) -> np.ndarray:
+    """(N, W) multipliers of each trial's class source power per window (:func:`eeg_like`'s events). Draws the
+    window onset for every event (so that window and spread keep the numbers they had), then, for burst, each
+    trial's run length L (1 .. W) and the run's onset (0 .. W - L)."""
+    w, gain = e["windows"], e["class_gain"]
+    onset = rng.integers(0, w, size=n)
+    if event == "window":
+        return np.where(np.arange(w)[None] == onset[:, None], gain, 1.0)
+    if event == "spread":
+        return np.full((n, w), 1 + (gain - 1) / w)
+    length = rng.integers(1, w + 1, size=n)
+    start = rng.integers(0, w - length + 1)
+    inside = (np.arange(w)[None] >= start[:, None]) & (np.arange(w)[None] < (start + length)[:, None])
+    return np.where(inside, gain, 1.0)
 
 
 def eeg_reference(e, forward: np.ndarray, trials_per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -10,6 +10,7 @@ a Euclidean MLR and Ganea et al.'s (2018) gyroplane MLR.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from papers.symspace import geometry as geo
@@ -47,17 +48,18 @@ class InputCache:
     """
 
     def __init__(self, size: int = 3):
-        self.size, self.entries = size, []  # [(x, fn(x))], most recent last
+        self.size, self.entries = size, []  # [(x, x's version, fn(x))], most recent last
 
     def __call__(self, x: torch.Tensor, fn):
-        for i, (key, value) in enumerate(self.entries):
-            if key is x:
+        # The version counter rises with every in-place change of x: a tensor changed in place is a new input.
+        for i, (key, version, value) in enumerate(self.entries):
+            if key is x and version == x._version:
                 if i != len(self.entries) - 1:
                     self.entries.append(self.entries.pop(i))
                 return value
         with torch.no_grad():
             value = fn(x)
-        self.entries = (self.entries + [(x, value)])[-self.size:]
+        self.entries = ([e for e in self.entries if e[0] is not x] + [(x, x._version, value)])[-self.size:]
         return value
 
 
@@ -275,6 +277,61 @@ class SPDAttentionNet(nn.Module):
         else:  # the raw tokens' mean does not depend on any parameter
             pooled = self.pooled_tokens(tokens, lambda x: frechet_mean(x, uniform, self.iters)[:, 0])
         return self.mlr(pooled)
+
+
+class SPDAttentionReplicas(nn.Module):
+    """R independent attention networks (:class:`SPDAttentionNet` with ``attention=True``: the Busemann FC layers as
+    query and key, the distance-based attention with its weighted Frechet mean and the Busemann MLR, Sec. 4.1-4.3)
+    side by side (speed only, no change of method): every parameter gains a leading replica dimension, stacked from
+    the given networks, and the forward maps (R, B, T, n, n) tokens (replica r its own) to (R, B, classes), replica r
+    computing what ``nets[r]`` computes with the same operations per matrix (the batched kernels compute each matrix
+    on its own; tests/papers/test_symspace_speed.py checks logits, gradients and training to the bit). :meth:`loss`
+    is the sum of the replicas' own mean cross-entropies, each computed as papers.symspace.train.fit computes one
+    network's, so that each replica gets the gradient it gets alone. What it saves is the per-operation overhead of
+    the many small Frechet-mean and Busemann steps (claim e's units of one train job train together)."""
+
+    def __init__(self, nets: list):
+        super().__init__()
+        if not all(isinstance(net, SPDAttentionNet) and net.attention for net in nets):
+            raise ValueError("symspace: SPDAttentionReplicas stacks attention networks (attention=True) only")
+        first = nets[0]
+        self.iters, self.dim = first.iters, first.dim
+        self.layers = ("query", "key", "mlr")
+        self.alpha, self.beta = first.mlr.dist.alpha, first.mlr.dist.beta
+        for name in self.layers:
+            dists = [getattr(net, name) for net in nets]
+            dists = [d.dist if isinstance(d, BusemannMLR) else d for d in dists]
+            if not all(d.fused for d in dists):
+                raise ValueError("symspace: the attention network's Busemann layers are fused")
+            for q in ("s", "r", "a"):
+                setattr(self, f"{name}_{q}", nn.Parameter(torch.stack([getattr(d, q).detach().clone() for d in dists])))
+        self.token_logs = InputCache()
+
+    def _distance(self, name, x):  # x (R, M, n, n) -> (R, M, K): BusemannDistance.forward, fused, per replica
+        s, r, a = (getattr(self, f"{name}_{q}") for q in ("s", "r", "a"))
+        p_inv_sqrt = torch.linalg.matrix_exp(-sym(s) / 2)  # (R, K, n, n)
+        rot = orthogonal_param(r)
+        y = geo.spd_to_base_fused(x.unsqueeze(2), p_inv_sqrt.unsqueeze(1), rot.unsqueeze(1))  # (R, M, K, n, n)
+        h = torch.sort(a, dim=-1, descending=True).values.unsqueeze(1)  # (R, 1, K, n)
+        return geo.ab_inner(h, geo.log_diag_udu(sym(y)), self.alpha, self.beta)
+
+    def forward(self, tokens):  # (R, B, T, n, n) -> (R, B, classes)
+        r, b, t, n, _ = tokens.shape
+        q = self._distance("query", tokens.reshape(r, b * t, n, n)).reshape(r, b, t, self.dim)
+        k = self._distance("key", tokens.reshape(r, b * t, n, n)).reshape(r, b, t, self.dim)
+        att = torch.softmax(-torch.cdist(q, k) ** 2 / self.dim ** 0.5, dim=-1)  # (R, B, T, T)
+        logs = self.token_logs(tokens, lambda x: geo.sym_funcm(x, "log"))
+        tokens = frechet_mean(tokens, att, self.iters, logs)  # (R, B, T, n, n)
+        uniform = torch.full((b, 1, t), 1.0 / t, dtype=tokens.dtype).expand(r, b, 1, t)
+        pooled = frechet_mean(tokens, uniform, self.iters)[:, :, 0]  # (R, B, n, n)
+        return self._distance("mlr", pooled)
+
+    @staticmethod
+    def loss(logits, y):
+        """The replicas' mean cross-entropies summed, each as fit's loss of one network (logits (B, classes)): the
+        (R, classes, B) form of fit's replica loss runs other softmax and mean kernels, whose rounding need not be
+        the one-network run's."""
+        return sum(F.cross_entropy(logits[r], y[r]) for r in range(logits.shape[0]))
 
 
 class TangentPoolNet(nn.Module):

@@ -56,7 +56,8 @@ class Params:
     # accuracies (the gate reads that curve).
     train: dict = field(default_factory=lambda: {"steps": 300, "digits_step_factor": 2, "head_inits": 3,
                                                  "attention_steps": 200, "attention_subjects": 1,
-                                                 "planted_attention_seeds": 7, "spread_attention_seeds": 7,
+                                                 "planted_attention_seeds": 7, "burst_attention_seeds": 7,
+                                                 "spread_attention_seeds": 0,
                                                  "lr": 0.05, "tree_steps": 3000,
                                                  "tree_lrs": [0.02, 0.2, 1.0], "restarts": 2,
                                                  "val_fraction": 0.25, "eval_every": 25})
@@ -84,7 +85,7 @@ class Params:
             raise ValueError(f"symspace.eeg.classes = {self.eeg['classes']} exceeds eeg.channels = {self.eeg['channels']}")
         if self.head_seeds < self.seeds:
             raise ValueError(f"symspace.head_seeds ({self.head_seeds}) must be at least symspace.seeds ({self.seeds})")
-        for key in ("planted_attention_seeds", "spread_attention_seeds"):
+        for key in ("planted_attention_seeds", "burst_attention_seeds", "spread_attention_seeds"):
             if self.train[key] < 0:
                 raise ValueError(f"symspace.train.{key} must be >= 0")
         if not self.claims["min_effect"] > 0:
@@ -124,10 +125,11 @@ def real_eeg(p) -> bool:
 STAGE_PARAMS = {
     "prepare": ("seeds", "head_seeds", "head_seed_offset", "eeg", "eeg_datasets", "digits", "tree.seeds", "tree.branching", "tree.depth",
                 "tree.label_depth", "tree.edge_length", "tree.noise", "tree.root_shift", "tree.planted_classes",
-                "tree.planted_share", "train.planted_attention_seeds", "train.spread_attention_seeds"),
+                "tree.planted_share", "train.planted_attention_seeds", "train.burst_attention_seeds",
+                "train.spread_attention_seeds"),
     # train reads eeg too: claim (b)'s premise reference draws from the same generator (stages.REFERENCE_TRIALS_PER_CLASS)
     "train": ("seeds", "head_seeds", "head_seed_offset", "eeg", "digits", "spd_planted", "model",
-              "train.planted_attention_seeds",
+              "train.planted_attention_seeds", "train.burst_attention_seeds",
               "train.spread_attention_seeds", "train.steps", "train.digits_step_factor", "train.head_inits",
               "train.attention_steps",
               "train.attention_subjects", "train.lr", "train.val_fraction", "train.eval_every"),

@@ -34,12 +34,12 @@ def train(*, cfg, seed: str, data, accuracies):
     """One train job: claim (b)'s heads on the EEG of the head replicates dealt to this job (seed, seed + seeds, ...;
     replicate i on the mixing model's seed head_seed_offset + i),
     each from train.head_inits initialisations, with the tangent-space logistic regression on the same trial
-    covariances (the ceiling reference of the heads' shared input), the permuted-label controls on the first
-    `seeds` of them and the digits (context, deciding nothing: digits_step_factor x steps, one initialisation) on
-    the first digits.seeds; and claim (e)'s attention networks on the attention seeds dealt to this job the same way
-    (the spread window, claim e's deciding setting, on the first spread_attention_seeds seeds; claim b's EEG, the
-    class event in one window, its positive control, on the first planted_attention_seeds; real EEG: every subject,
-    on this job's seed).
+    covariances (the ceiling reference of the heads' shared input), the permuted-label controls on every one of
+    them (review symspace_r13) and the digits (context, deciding nothing: digits_step_factor x steps, one
+    initialisation) on the first digits.seeds; and claim (e)'s attention networks on the attention seeds dealt to this
+    job the same way (the burst, claim e's deciding setting, on the first burst_attention_seeds seeds; claim b's EEG,
+    the class event in one window, its positive control, on the first planted_attention_seeds; the spread window,
+    context, on the first spread_attention_seeds where set; real EEG: every subject, on this job's seed).
 
     The replicate of a row is the seed where each seed draws its own data (the mixing model, the digits), and the
     subject where every seed sees the same subjects (real EEG: the seeds then vary the initialisation only)."""
@@ -48,12 +48,16 @@ def train(*, cfg, seed: str, data, accuracies):
     keep_freed_memory()
     seed_everything(job)
     d = D.read_prepared(data)
-    rows = []
+    # Each replicate's rows in order; a unit of claim (b)'s heads stands in for its rows until every replicate's
+    # heads have trained side by side (T.heads_train: speed only, each run gets the numbers it got alone).
+    parts, units = [], []
     for i in range(job, p.head_seeds, p.seeds):
         # head replicate i: the mixing model's seed head_seed_offset + i; real EEG: seed i (the same subjects)
         s = D.head_seed_list(p)[i] if "eeg" in d["eeg"] else i
         rng = np.random.default_rng([s, 4])
-        controls = i < p.seeds
+        # every head replicate carries the permuted-label controls (review symspace_r13: on the first `seeds` alone
+        # the null's half-width, ~0.05, could not reject at delta = 0.02; side by side they cost ~0.2 CPU-s each)
+        controls = True
         for task, by_seed in d["eeg"].items():
             real = task != "eeg"
             if s not in by_seed or (real and s >= p.seeds):
@@ -69,9 +73,11 @@ def train(*, cfg, seed: str, data, accuracies):
                     x_ref, y_ref = D.eeg_reference(p.eeg, subject["forward"], REFERENCE_TRIALS_PER_CLASS,
                                                    1_000_000 * (unit + 1) + s)
                     reference = (torch.as_tensor(x_ref, dtype=torch.float64).mean(1), torch.as_tensor(y_ref))
-                rows += T.heads_task(task, unit, unit if real else s, x_train.mean(1), y_train, x_test.mean(1),
-                                     y_test, p, s, rng, controls=controls, inits=p.train["head_inits"],
-                                     ceiling=True, unmixing=unmixing, reference=reference)
+                units.append(T.heads_prepare(task, unit, unit if real else s, x_train.mean(1), y_train,
+                                             x_test.mean(1), y_test, p, s, rng, controls=controls,
+                                             inits=p.train["head_inits"], ceiling=True, unmixing=unmixing,
+                                             reference=reference))
+                parts.append(units[-1])
         if i < p.digits.get("seeds", 0):  # the digits are context for claim (b), deciding nothing
             dg = d["digits"]
             n_img = min(p.digits["max_images"], len(dg["labels"]))
@@ -80,13 +86,16 @@ def train(*, cfg, seed: str, data, accuracies):
             train_idx, test_idx = T.split(labels, p.digits["train_fraction"], rng)
             x = torch.as_tensor(spd, dtype=torch.float64)
             y = torch.as_tensor(labels, dtype=torch.long)
-            rows += T.heads_task("digits", 0, s, x[train_idx], y[train_idx], x[test_idx], y[test_idx], p, s, rng,
-                                 controls=False, steps=p.train["digits_step_factor"] * p.train["steps"])
-        log.info("job %d: claim (b)'s heads on replicate %d done", job, i)
+            parts.append(T.heads_task("digits", 0, s, x[train_idx], y[train_idx], x[test_idx], y[test_idx], p, s,
+                                      rng, controls=False, steps=p.train["digits_step_factor"] * p.train["steps"]))
+    T.heads_train(units, p)
+    rows = [row for part in parts for row in (T.heads_rows(part) if isinstance(part, T.HeadsUnit) else part)]
+    log.info("job %d: claim (b)'s heads on %d units done", job, len(units))
     n_planted = next(iter(d["eeg"][next(iter(d["eeg"]))].values()))[0]["train"]["tokens"].shape[-1]
     for s in range(job, min(p.spd_planted["seeds"], p.head_seeds), p.seeds):  # claim (b)'s positive control
         rows += T.planted_spd_task(s, p, n_planted)
         log.info("job %d: claim (b)'s positive control on seed %d done", job, s)
+    attention = []
     for task, by_seed in d["attention"].items():
         real = task.startswith("eeg:")
         for s in sorted(k for k in by_seed if k % p.seeds == job):
@@ -94,8 +103,10 @@ def train(*, cfg, seed: str, data, accuracies):
             for unit, subject in enumerate(by_seed[s]):
                 if p.train["attention_subjects"] is not None and unit >= p.train["attention_subjects"]:
                     break
-                rows += T.attention_task(task, unit, unit if real else s, *_trials(subject), p, s, rng)
-            log.info("job %d: the attention pair on %s, seed %d done", job, task, s)
+                attention.append(T.attention_prepare(task, unit, unit if real else s, *_trials(subject), p, s, rng))
+    T.attention_train(attention, p)  # the attention networks of this job's units side by side (speed only)
+    rows += [row for u in attention for row in T.attention_rows(u)]
+    log.info("job %d: claim (e)'s networks on %d units done", job, len(attention))
     write_parquet(pd.DataFrame(rows).assign(job=job, job_cpu_s=job_cpu_seconds()), accuracies)
 
 
@@ -125,17 +136,23 @@ def keep_freed_memory() -> None:
     the tree job's (replicas, N, K) tensors of a few MB each then cost ~1 page fault per 4 KiB every step, about a
     fifth of its CPU time in the kernel (measured 2.6 of 15 CPU-s on 300 steps; 0.4 with these settings). The three
     settings go together: fixing the mmap threshold alone keeps the default trim, fixing the trim alone fixes the mmap
-    threshold at its 128 KiB default (both measured slower). Elsewhere than glibc (no mallopt) it does nothing."""
+    threshold at its 128 KiB default (both measured slower). Elsewhere than glibc (no mallopt) it does nothing but
+    log that; a setting glibc refuses is logged too. The settings last for the process: call it from a job's entry
+    (train, tree), not from library code that tests import."""
     import ctypes
 
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):
+        log.info("no glibc mallopt here: malloc keeps its defaults (slower, same numbers)")
         return
     m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3  # glibc's malloc.h
-    mallopt(m_mmap_threshold, 32 << 20)  # blocks below 32 MiB from the heap (glibc's maximum for this setting)
-    mallopt(m_trim_threshold, 1 << 30)  # never trim the heap's top below 1 GiB free
-    mallopt(m_top_pad, 64 << 20)  # grow the heap 64 MiB at a time
+    settings = {"M_MMAP_THRESHOLD": (m_mmap_threshold, 32 << 20),  # blocks below 32 MiB from the heap (glibc's max)
+                "M_TRIM_THRESHOLD": (m_trim_threshold, 1 << 30),  # never trim the heap's top below 1 GiB free
+                "M_TOP_PAD": (m_top_pad, 64 << 20)}  # grow the heap 64 MiB at a time
+    refused = [name for name, (param, value) in settings.items() if mallopt(param, value) != 1]  # 1: accepted
+    if refused:
+        log.warning("glibc refused mallopt %s: malloc keeps its defaults there (slower, same numbers)", refused)
 
 
 def job_cpu_seconds() -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import zlib
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -38,7 +39,8 @@ def fit(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr
     be large enough to diverge: a replica whose loss becomes non-finite is marked in the model attribute
     ``diverged`` (one flag per replica), is left out of the loss from then on (so the others train as they would
     alone) and its validation accuracy no longer counts (its checkpoint stays the best before it diverged); the
-    caller must not select it. With one rate a non-finite loss raises.
+    caller must not select it. With one rate a non-finite loss raises. A model with a ``loss`` method
+    (layers.SPDAttentionReplicas) computes its loss from (logits, y) itself.
     """
     rates = None if np.ndim(lr) == 0 else torch.as_tensor(np.asarray(lr, dtype=float), dtype=torch.float64)
     params = [q for q in model.parameters() if q.requires_grad]
@@ -56,7 +58,7 @@ def fit(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr
         for q in params:
             q.grad = None
         if rates is None:
-            loss = _loss(model(x), y)
+            loss = getattr(model, "loss", _loss)(model(x), y)
         else:  # per replica: a diverged replica leaves the loss (its gradient is zero from then on)
             each = _replica_losses(model(x), y)
             alive &= torch.isfinite(each.detach())
@@ -189,77 +191,166 @@ def heads_task(task: str, unit: int, replicate: int, x_train, y_train, x_test, y
     `reference` (x (N, n, n), y (N,)): a large draw of training trials from the same generator, on which the
     tangent-space logistic regression is fitted too (arm ``tangent_lr_reference``, tested on the same test trials):
     the LogEig class's reference of claim (b)'s premise without the estimation error of the few fitting trials.
+
+    The same as :func:`heads_prepare`, :func:`heads_train` and :func:`heads_rows` on this one unit; a train job
+    calls those on all its replicates' units at once (their runs side by side: speed only, the same bits).
     """
+    unit_ = heads_prepare(task, unit, replicate, x_train, y_train, x_test, y_test, p, seed, rng, controls=controls,
+                          inits=inits, steps=steps, ceiling=ceiling, unmixing=unmixing, reference=reference)
+    heads_train([unit_], p, batched=batched)
+    return heads_rows(unit_)
+
+
+@dataclass
+class HeadsUnit:
+    """One task unit of :func:`heads_task` with its split and runs drawn, waiting for its heads to train: the
+    fitting, validation and test data, the runs (initialisation, variant, fitting labels), and per head the rows
+    that :func:`heads_train` fills in."""
+
+    task: str
+    unit: int
+    replicate: int
+    seed: int
+    n: int
+    m: int
+    classes: int
+    steps: int
+    xf: torch.Tensor
+    yf: torch.Tensor
+    xv: torch.Tensor
+    yv: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    runs: list
+    ceiling: bool
+    unmixing: np.ndarray | None
+    reference: tuple | None
+    head_rows: dict = field(default_factory=dict)
+
+    def shapes(self) -> tuple:
+        """What units must share to train side by side: input size, BiMap size, classes, steps, split sizes."""
+        return (self.n, self.m, self.classes, self.steps, len(self.yf), len(self.yv), len(self.y_test))
+
+
+def heads_prepare(task: str, unit: int, replicate: int, x_train, y_train, x_test, y_test, p, seed: int,
+                  rng: np.random.Generator, controls: bool = True, inits: int = 1, steps: int | None = None,
+                  ceiling: bool = False, unmixing: np.ndarray | None = None,
+                  reference: tuple | None = None) -> HeadsUnit:
+    """The part of :func:`heads_task` before training (its arguments): the fit/validation split and the
+    permuted labels, drawn from `rng` in the order heads_task always drew them (the only draws it makes)."""
     n, classes = x_train.shape[-1], int(y_train.max()) + 1
     fit_idx, val_idx = split(y_train.numpy(), 1 - p.train["val_fraction"], rng)
     perm = torch.as_tensor(rng.permutation(fit_idx.size))
     xf, yf, xv, yv = x_train[fit_idx], y_train[fit_idx], x_train[val_idx], y_train[val_idx]
-    t = p.train
-    steps = t["steps"] if steps is None else steps
-    rows = []
-    m = min(p.model["bimap_dim"], n)
     runs = [(i, "main", yf) for i in range(inits)] + ([(0, "permuted_labels", yf[perm])] if controls else [])
+    return HeadsUnit(task, unit, replicate, seed, n, min(p.model["bimap_dim"], n), classes,
+                     p.train["steps"] if steps is None else steps, xf, yf, xv, yv, x_test, y_test, runs, ceiling,
+                     unmixing, reference)
+
+
+def heads_train(units: list, p, batched: bool = True) -> None:
+    """Train both heads of every unit (:func:`heads_prepare`), filling in each unit's ``head_rows``. `batched`:
+    per head, the runs of all units that share their shapes (:meth:`HeadsUnit.shapes`: a train job's replicates)
+    train side by side in one full-batch run (:func:`_heads_batched`): each replica its own data, gradient, Adam
+    moments and checkpoint, so each gets the numbers it gets in a run of its own unit (speed only: a step's
+    per-operation overhead is paid once; train job 0's 7 replicates, 22 runs per head, measured on one thread: 2.8
+    CPU-s against 4.5 for the LogEig head, 8.5 against 13.2 for the Busemann head; tests/papers/test_symspace_speed.py
+    checks the rows and the trained parameters bit for bit against one run per unit). False: every run alone (the
+    straightforward path)."""
+    t = p.train
     for head in ("logeig_linear", "busemann_mlr"):
-        if batched:  # the same runs side by side (speed only: :func:`_heads_batched`)
-            rows += _heads_batched(head, runs, task, unit, replicate, xf, xv, yv, x_test, y_test, n, m, classes, seed,
-                                   steps, t, ceiling)
+        if batched:
+            groups: dict = {}
+            for u in units:
+                groups.setdefault(u.shapes(), []).append(u)
+            for group in groups.values():
+                _heads_batched(head, group, t)
             continue
-        for init, variant, labels in runs:
-            extra = (init,) if init else ()  # the first initialisation keeps the key of earlier runs
-            model = L.SPDNet(n, m, classes, generator(seed, task, unit, "backbone", variant, *extra),
-                             head=head, head_generator=generator(seed, task, unit, head, variant, *extra))
-            model, curve = fit(model, xf, labels, steps, t["lr"], val=(xv, yv), every=t["eval_every"],
-                               test=(x_test, y_test))
-            rows.append({**_row(task, unit, replicate, f"spdnet_{head}", variant, classes, model, curve,
-                                accuracy(model, x_test, y_test), seed), "init": init})
-            if ceiling and init == 0 and variant == "main":
-                # The ceiling on what this head is fed: the trained backbone's BiMap -> ReEig output (m x m).
-                with torch.no_grad():
-                    z_fit, z_test = (model.reeig(model.bimap(z)) for z in (xf, x_test))
-                rows.append({**_row(task, unit, replicate, f"tangent_lr_bimap_spdnet_{head}", "main", classes, None, [],
-                                    tangent_space_lr(z_fit, yf, z_test, y_test), seed), "init": 0})
-    if ceiling:
+        for u in units:
+            rows = []
+            for init, variant, labels in u.runs:
+                extra = (init,) if init else ()  # the first initialisation keeps the key of earlier runs
+                model = L.SPDNet(u.n, u.m, u.classes, generator(u.seed, u.task, u.unit, "backbone", variant, *extra),
+                                 head=head, head_generator=generator(u.seed, u.task, u.unit, head, variant, *extra))
+                model, curve = fit(model, u.xf, labels, u.steps, t["lr"], val=(u.xv, u.yv), every=t["eval_every"],
+                                   test=(u.x_test, u.y_test))
+                rows.append({**_row(u.task, u.unit, u.replicate, f"spdnet_{head}", variant, u.classes, model, curve,
+                                    accuracy(model, u.x_test, u.y_test), u.seed), "init": init})
+                if u.ceiling and init == 0 and variant == "main":
+                    # The ceiling on what this head is fed: the trained backbone's BiMap -> ReEig output (m x m).
+                    with torch.no_grad():
+                        z_fit, z_test = (model.reeig(model.bimap(z)) for z in (u.xf, u.x_test))
+                    rows.append({**_row(u.task, u.unit, u.replicate, f"tangent_lr_bimap_spdnet_{head}", "main",
+                                        u.classes, None, [], tangent_space_lr(z_fit, u.yf, z_test, u.y_test), u.seed),
+                                 "init": 0})
+            u.head_rows[head] = rows
+
+
+def heads_rows(u: HeadsUnit) -> list[dict]:
+    """A trained unit's rows in :func:`heads_task`'s order: each head's runs (and its ceiling), then the unit's
+    tangent-space references and oracle arms."""
+    task, unit, replicate, classes, seed = u.task, u.unit, u.replicate, u.classes, u.seed
+    rows = [row for head in ("logeig_linear", "busemann_mlr") for row in u.head_rows[head]]
+    if u.ceiling:
         rows.append({**_row(task, unit, replicate, "tangent_lr", "main", classes, None, [],
-                            tangent_space_lr(xf, yf, x_test, y_test), seed), "init": 0})
-    if reference is not None:
+                            tangent_space_lr(u.xf, u.yf, u.x_test, u.y_test), seed), "init": 0})
+    if u.reference is not None:
         rows.append({**_row(task, unit, replicate, "tangent_lr_reference", "main", classes, None, [],
-                            tangent_space_lr(reference[0], reference[1], x_test, y_test), seed), "init": 0})
-    if unmixing is not None:
+                            tangent_space_lr(u.reference[0], u.reference[1], u.x_test, u.y_test), seed), "init": 0})
+    if u.unmixing is not None:
         for form, arm in (("busemann", "oracle_busemann"), ("power", "oracle_source_power")):
             rows.append({**_row(task, unit, replicate, arm, "main", classes, None, [],
-                                source_power_oracle(xf.numpy(), yf.numpy(), x_test.numpy(), y_test.numpy(), unmixing,
-                                                    classes, form), seed), "init": 0})
+                                source_power_oracle(u.xf.numpy(), u.yf.numpy(), u.x_test.numpy(), u.y_test.numpy(),
+                                                    u.unmixing, classes, form), seed), "init": 0})
     return rows
 
 
-def _heads_batched(head, runs, task, unit, replicate, xf, xv, yv, x_test, y_test, n, m, classes, seed, steps, t,
-                   ceiling) -> list[dict]:
-    """One head's runs of :func:`heads_task` (initialisation, variant, fitting labels) trained side by side: each
-    run's network built from its own keys as in the one-by-one path, stacked into :class:`layers.SPDNetReplicas`,
-    trained by :func:`fit` with the per-replica loss (each replica its own gradient, Adam moments and
-    best-validation checkpoint); the same rows in the same order."""
-    nets = []
-    for init, variant, _ in runs:
-        extra = (init,) if init else ()  # the first initialisation keeps the key of earlier runs
-        nets.append(L.SPDNet(n, m, classes, generator(seed, task, unit, "backbone", variant, *extra), head=head,
-                             head_generator=generator(seed, task, unit, head, variant, *extra)))
+def _heads_batched(head, units, t) -> None:
+    """One head's runs of :func:`heads_task` (initialisation, variant, fitting labels) of every unit in `units`
+    (their :meth:`HeadsUnit.shapes` equal) trained side by side: each run's network built from its own keys as in
+    the one-by-one path, stacked into :class:`layers.SPDNetReplicas`, trained by :func:`fit` with the per-replica
+    loss (each replica its own data, gradient, Adam moments and best-validation checkpoint); each unit's rows in
+    the one-by-one order. One unit: its inputs are shared by its replicas, (N, n, n); several: each replica's own,
+    stacked (R, N, n, n) (the forward computes the same products either way: broadcasting expands the shared input
+    to the same batch)."""
+    nets, owner = [], []  # owner[r]: (unit, index of the run in its unit)
+    for u in units:
+        for j, (init, variant, _) in enumerate(u.runs):
+            extra = (init,) if init else ()  # the first initialisation keeps the key of earlier runs
+            nets.append(L.SPDNet(u.n, u.m, u.classes, generator(u.seed, u.task, u.unit, "backbone", variant, *extra),
+                                 head=head, head_generator=generator(u.seed, u.task, u.unit, head, variant, *extra)))
+            owner.append((u, j))
     model = L.SPDNetReplicas(nets)
-    labels = torch.stack([lab for _, _, lab in runs])  # (R, N_fit)
+    labels = torch.stack([lab for u in units for _, _, lab in u.runs])  # (R, N_fit)
+    if len(units) == 1:
+        (u,) = units
+        xf, xv, yv, x_test, y_test = u.xf, u.xv, u.yv, u.x_test, u.y_test
+    else:
+        xf, xv, yv, x_test, y_test = (torch.stack([getattr(u, k) for u, _ in owner])
+                                      for k in ("xf", "xv", "yv", "x_test", "y_test"))
+    steps = units[0].steps
     model, curve = fit(model, xf, labels, steps, t["lr"], val=(xv, yv), every=t["eval_every"], test=(x_test, y_test))
     test_acc = np.atleast_1d(accuracy(model, x_test, y_test))
     half = None if model.half_test is None else np.atleast_1d(model.half_test)
-    rows = []
-    for r, (init, variant, _) in enumerate(runs):
+    backbone = None
+    for u in units:
+        u.head_rows[head] = []
+    for r, (u, j) in enumerate(owner):
+        init, variant, fit_labels = u.runs[j]
         one = _Replica(None if half is None else float(half[r]))
-        rows.append({**_row(task, unit, replicate, f"spdnet_{head}", variant, classes, one,
-                            [float(np.atleast_1d(c)[r]) for c in curve], float(test_acc[r]), seed), "init": init})
-        if ceiling and init == 0 and variant == "main":
+        u.head_rows[head].append({**_row(u.task, u.unit, u.replicate, f"spdnet_{head}", variant, u.classes, one,
+                                         [float(np.atleast_1d(c)[r]) for c in curve], float(test_acc[r]), u.seed),
+                                  "init": init})
+        if u.ceiling and init == 0 and variant == "main":
             # The ceiling on what this head is fed: the trained backbone's BiMap -> ReEig output (m x m).
-            with torch.no_grad():
-                z_fit, z_test = (model.backbone(z)[r] for z in (xf, x_test))
-            rows.append({**_row(task, unit, replicate, f"tangent_lr_bimap_spdnet_{head}", "main", classes, None, [],
-                                tangent_space_lr(z_fit, runs[r][2], z_test, y_test), seed), "init": 0})
-    return rows
+            if backbone is None:
+                with torch.no_grad():
+                    backbone = [model.backbone(z) for z in (xf, x_test)]
+            z_fit, z_test = (z[r] for z in backbone)
+            u.head_rows[head].append({**_row(u.task, u.unit, u.replicate, f"tangent_lr_bimap_spdnet_{head}", "main",
+                                             u.classes, None, [],
+                                             tangent_space_lr(z_fit, fit_labels, z_test, u.y_test), u.seed),
+                                      "init": 0})
 
 
 class _Replica:
@@ -393,42 +484,128 @@ def attention_task(task: str, unit: int, replicate: int, tokens_train, y_train, 
     count, trained alike (the third round's re-review of issue 52: the plain ablation pools the tokens by their
     uniform Frechet mean, which dilutes a one-window event by construction); and the selective non-attentive
     baseline (arm ``tangent_pool_lse``: the same perceptron and parameter count, the tokens' logits pooled by
-    log-sum-exp, so that one window can decide; the fourth review of issue 52)."""
+    log-sum-exp, so that one window can decide; the fourth review of issue 52).
+
+    The same as :func:`attention_prepare`, :func:`attention_train` and :func:`attention_rows` on this one unit; a
+    train job calls those on all its units at once (their attention networks side by side: speed only)."""
+    unit_ = attention_prepare(task, unit, replicate, tokens_train, y_train, tokens_test, y_test, p, seed, rng)
+    attention_train([unit_], p)
+    return attention_rows(unit_)
+
+
+@dataclass
+class AttentionUnit:
+    """One task unit of :func:`attention_task` with its split drawn; ``rows`` (arm -> row) filled in by
+    :func:`attention_train`."""
+
+    task: str
+    unit: int
+    replicate: int
+    seed: int
+    n: int
+    classes: int
+    tf: torch.Tensor
+    yf: torch.Tensor
+    tv: torch.Tensor
+    yv: torch.Tensor
+    tokens_test: torch.Tensor
+    y_test: torch.Tensor
+    rows: dict = field(default_factory=dict)
+
+    def shapes(self) -> tuple:
+        """What units must share for their attention networks to train side by side."""
+        return tuple(self.tf.shape) + tuple(self.tv.shape) + tuple(self.tokens_test.shape) + (self.classes,)
+
+
+# At most this many attention networks train side by side: the gain had levelled off at 4 (11% of their time; a
+# batch 4 times as large cost 3.8 times as much) while memory grows with every one (real EEG's many subjects with
+# 22 channels at the full scale would hold all of them at once).
+ATTENTION_SIDE_BY_SIDE = 4
+# The rows of a unit of claim (e), in :func:`attention_task`'s order.
+ATTENTION_ROWS = ("no_attention", "attention_untrained", "tangent_pool", "tangent_pool_lse", "attention")
+
+
+def attention_prepare(task: str, unit: int, replicate: int, tokens_train, y_train, tokens_test, y_test, p,
+                      seed: int, rng: np.random.Generator) -> AttentionUnit:
+    """The part of :func:`attention_task` before training (its arguments): the fit/validation split drawn from
+    `rng` (its only draw)."""
     n, classes = tokens_train.shape[-1], int(y_train.max()) + 1
     fit_idx, val_idx = split(y_train.numpy(), 1 - p.train["val_fraction"], rng)
-    tf, yf, tv, yv = tokens_train[fit_idx], y_train[fit_idx], tokens_train[val_idx], y_train[val_idx]
+    return AttentionUnit(task, unit, replicate, seed, n, classes, tokens_train[fit_idx], y_train[fit_idx],
+                         tokens_train[val_idx], y_train[val_idx], tokens_test, y_test)
+
+
+def attention_train(units: list, p, batched: bool = True) -> None:
+    """Train claim (e)'s arms of every unit (:func:`attention_prepare`), filling in each unit's ``rows``. The
+    ablation and the two non-attentive baselines train one unit at a time (they are cheap); the attention networks
+    of units that share their shapes (:meth:`AttentionUnit.shapes`) train side by side (`batched`, the default:
+    :class:`layers.SPDAttentionReplicas`, each replica its own tokens, loss, gradient, Adam moments and checkpoint,
+    so each gets the numbers it gets alone: speed only, measured on one thread 7% of the attention networks' time
+    at 2 units, 11% at 4; tests/papers/test_symspace_speed.py checks the rows and the trained parameters bit for bit),
+    at most ATTENTION_SIDE_BY_SIDE at a time; False: one at a time."""
     t = p.train
-    rows = []
-    for attention in (False, True):
-        arm = "attention" if attention else "no_attention"
-        model = L.SPDAttentionNet(n, classes, p.model["attention_dim"], 1.0, 0.0, p.model["frechet_iters"],
-                                  attention, generator(seed, task, unit, arm))
-        if attention:
-            rows.append(_row(task, unit, replicate, arm, "untrained", classes, None, [],
-                             accuracy(model, tokens_test, y_test), seed))
-            # The stronger non-attentive baseline, with the attention network's parameter count.
-            target = L.parameter_count(model)
-            pool = L.TangentPoolNet(n, classes, L.tangent_pool_hidden(n, classes, target),
-                                    generator(seed, task, unit, "tangent_pool"))
-            pool, pool_curve = fit(pool, tf, yf, t["attention_steps"], t["lr"], val=(tv, yv), every=t["eval_every"],
-                                   test=(tokens_test, y_test))
-            rows.append({**_row(task, unit, replicate, "tangent_pool", "main", classes, pool, pool_curve,
-                                accuracy(pool, tokens_test, y_test), seed),
-                         "parameters": L.parameter_count(pool), "attention_parameters": target})
-            # The selective non-attentive baseline: the same per-token perceptron and parameter count, the tokens'
-            # logits pooled by log-sum-exp (a smooth max: one window can decide), from its own initialisation key.
-            sel = L.TangentPoolNet(n, classes, L.tangent_pool_hidden(n, classes, target),
-                                   generator(seed, task, unit, "tangent_pool_lse"), pool="logsumexp")
-            sel, sel_curve = fit(sel, tf, yf, t["attention_steps"], t["lr"], val=(tv, yv), every=t["eval_every"],
-                                 test=(tokens_test, y_test))
-            rows.append({**_row(task, unit, replicate, "tangent_pool_lse", "main", classes, sel, sel_curve,
-                                accuracy(sel, tokens_test, y_test), seed),
-                         "parameters": L.parameter_count(sel), "attention_parameters": target})
+    attention_nets = {}
+    for u in units:
+        task, unit, replicate, classes, seed = u.task, u.unit, u.replicate, u.classes, u.seed
+        for attention in (False, True):
+            arm = "attention" if attention else "no_attention"
+            model = L.SPDAttentionNet(u.n, classes, p.model["attention_dim"], 1.0, 0.0, p.model["frechet_iters"],
+                                      attention, generator(seed, task, unit, arm))
+            if attention:
+                u.rows["attention_untrained"] = _row(task, unit, replicate, arm, "untrained", classes, None, [],
+                                                     accuracy(model, u.tokens_test, u.y_test), seed)
+                # The stronger non-attentive baseline, with the attention network's parameter count.
+                target = L.parameter_count(model)
+                pool = L.TangentPoolNet(u.n, classes, L.tangent_pool_hidden(u.n, classes, target),
+                                        generator(seed, task, unit, "tangent_pool"))
+                pool, pool_curve = fit(pool, u.tf, u.yf, t["attention_steps"], t["lr"], val=(u.tv, u.yv),
+                                       every=t["eval_every"], test=(u.tokens_test, u.y_test))
+                u.rows["tangent_pool"] = {**_row(task, unit, replicate, "tangent_pool", "main", classes, pool,
+                                                 pool_curve, accuracy(pool, u.tokens_test, u.y_test), seed),
+                                          "parameters": L.parameter_count(pool), "attention_parameters": target}
+                # The selective non-attentive baseline: the same per-token perceptron and parameter count, the
+                # tokens' logits pooled by log-sum-exp (a smooth max: one window can decide), from its own key.
+                sel = L.TangentPoolNet(u.n, classes, L.tangent_pool_hidden(u.n, classes, target),
+                                       generator(seed, task, unit, "tangent_pool_lse"), pool="logsumexp")
+                sel, sel_curve = fit(sel, u.tf, u.yf, t["attention_steps"], t["lr"], val=(u.tv, u.yv),
+                                     every=t["eval_every"], test=(u.tokens_test, u.y_test))
+                u.rows["tangent_pool_lse"] = {**_row(task, unit, replicate, "tangent_pool_lse", "main", classes,
+                                                     sel, sel_curve, accuracy(sel, u.tokens_test, u.y_test), seed),
+                                              "parameters": L.parameter_count(sel), "attention_parameters": target}
+                attention_nets[id(u)] = model  # trained below, side by side with the other units' where it can
+                continue
+            model, curve = fit(model, u.tf, u.yf, t["attention_steps"], t["lr"], val=(u.tv, u.yv),
+                               every=t["eval_every"], test=(u.tokens_test, u.y_test))
+            u.rows[arm] = _row(task, unit, replicate, arm, "main", classes, model, curve,
+                               accuracy(model, u.tokens_test, u.y_test), seed)
+    groups: dict = {}
+    for u in units:
+        groups.setdefault(u.shapes() if batched else id(u), []).append(u)
+    chunks = [group[i:i + ATTENTION_SIDE_BY_SIDE] for group in groups.values()
+              for i in range(0, len(group), ATTENTION_SIDE_BY_SIDE)]
+    for group in chunks:
+        if len(group) == 1:  # alone: the network itself (what the replicas reproduce)
+            (u,) = group
+            model, curve = fit(attention_nets[id(u)], u.tf, u.yf, t["attention_steps"], t["lr"], val=(u.tv, u.yv),
+                               every=t["eval_every"], test=(u.tokens_test, u.y_test))
+            u.rows["attention"] = _row(u.task, u.unit, u.replicate, "attention", "main", u.classes, model, curve,
+                                       accuracy(model, u.tokens_test, u.y_test), u.seed)
+            continue
+        model = L.SPDAttentionReplicas([attention_nets[id(u)] for u in group])
+        tf, yf, tv, yv, tokens_test, y_test = (torch.stack([getattr(u, k) for u in group])
+                                               for k in ("tf", "yf", "tv", "yv", "tokens_test", "y_test"))
         model, curve = fit(model, tf, yf, t["attention_steps"], t["lr"], val=(tv, yv), every=t["eval_every"],
                            test=(tokens_test, y_test))
-        rows.append(_row(task, unit, replicate, arm, "main", classes, model, curve,
-                         accuracy(model, tokens_test, y_test), seed))
-    return rows
+        test_acc = accuracy(model, tokens_test, y_test)
+        for r, u in enumerate(group):
+            one = _Replica(None if model.half_test is None else float(model.half_test[r]))
+            u.rows["attention"] = _row(u.task, u.unit, u.replicate, "attention", "main", u.classes, one,
+                                       [float(c[r]) for c in curve], float(test_acc[r]), u.seed)
+
+
+def attention_rows(u: AttentionUnit) -> list[dict]:
+    """A trained unit's rows in :func:`attention_task`'s order."""
+    return [u.rows[key] for key in ATTENTION_ROWS]
 
 
 def angle_rule(x_fit: np.ndarray, y_fit: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, bins: int) -> float:
