@@ -1408,6 +1408,9 @@ UNMEASURED = {
                       "(papers.eagle.llava.describe), none of which is here; its cost is reading ~19 GB of weights "
                       "(the LM in bfloat16 and one fp32 expert resident at a time: over ~17 GB of memory)",
     "orion_evaluate_pretrained": "a user's pretrained LM (orion.pretrained), none here; and orion was being edited",
+    # no job at the full scale
+    "eagle_train_seed": "with eagle.llava set every arm trains in an eagle_train job of its own (issue 54); only the "
+                        "synthetic scales train a seed's shared arms in one job, CPU-minutes",
     # the paper's own estimate of its jobs' wall time (job_resources(kind, runtime=...)), from its own work count
     "sbdd_vs_generate": "the paper's own estimate (papers.sbdd_vs.params.job_minutes)",
     "sbdd_vs_dock": "the paper's own estimate (papers.sbdd_vs.params.job_minutes)",

@@ -1056,6 +1056,57 @@ def test_one_job_per_seed_and_arm_trains_what_one_process_per_seed_trains(tmp_pa
         assert path.index[0].startswith("single:") and path.index[1].startswith("rr:")
 
 
+def test_a_seeds_job_writes_what_its_arms_own_jobs_write(tmp_path, monkeypatch):
+    """Issue 52 (the time budget): at the synthetic scales one job per seed trains the arms every seed trains
+    (papers.eagle.stages.train_seed, rule eagle_train_seed). Each arm's accuracy file is byte for byte the file its
+    own job (stages.train, rule eagle_train) writes, and each arm's trained model equals its own job's, every weight
+    (torch.equal): the fixed arms, the round-robin's slots choosing from the rows trained before them, the trained
+    controls whose experts read noise (torch's global RNG) or another canvas; so the job's order and company change
+    nothing. Seed 0 of this config trains every group; the jobs shared by both seeds are seed 1's."""
+    import filecmp
+
+    from papers.eagle import stages
+    from papers.eagle import train as T
+
+    cfg = {**SMALL_CFG, "seed_offset": 5, "arm_seeds": {**SMALL_CFG["arm_seeds"], "blind": 1, "blind_clip": 1}}
+    p = parse(cfg)
+    names = list(p.experts["names"])
+    data, experts = tmp_path / "d.npz", tmp_path / "e.pt"
+    D.prepare(cfg=cfg, data=data)
+    stages.pretrain(cfg=cfg, data=data, experts=experts)
+    built, build = [], T.build
+    monkeypatch.setattr(T, "build", lambda *a, **k: built.append(build(*a, **k)) or built[-1])
+
+    jobs = A.seed_jobs(names, A.seed_groups(p.arm_seeds, 0))
+    assert len(jobs) == 13 and jobs[-2:] == ["rr1-0", "rr1-1"]  # concat, 3 singles, 2 controls, 4 fusions, prealign
+    own = []
+    for job in jobs:  # the per-arm jobs, a slot after the files its choice reads
+        stages.train(cfg=cfg, seed="0", arm=job, data=data, experts=experts, accuracies=tmp_path / "own" / f"{job}.parquet",
+                     selection=[tmp_path / "own" / f"{j}.parquet" for j in A.selection(names, job)])
+        own.append(built.pop())
+    assert not built
+    (tmp_path / "seed").mkdir()
+    stages.train_seed(cfg=cfg, seed="0", arms=jobs, data=data, experts=experts,
+                      accuracies=[tmp_path / "seed" / f"{job}.parquet" for job in jobs])
+    assert len(built) == len(own)
+    for job, a, b in zip(jobs, own, built):
+        assert filecmp.cmp(tmp_path / "own" / f"{job}.parquet", tmp_path / "seed" / f"{job}.parquet", shallow=False), job
+        sa, sb = a.state_dict(), b.state_dict()
+        assert list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa), job
+    # not blind: the arms' models differ from one another (the concatenation's and the noise-fed mixture's LM)
+    assert not torch.equal(own[0].lm.wte.weight, built[4].lm.wte.weight)
+    # the jobs one job per seed trains: those of every seed (seed 1: concat, the single experts and the two slots)
+    seed1 = A.seed_jobs(names, A.seed_groups(p.arm_seeds, 1))
+    assert A.shared_jobs([jobs, seed1]) == seed1 == ["fusion-concat", "single-clip", "single-hires", "single-det",
+                                                     "rr1-0", "rr1-1"]
+    assert A.shared_jobs([seed1, ["fusion-concat", "single-hires"]]) == ["fusion-concat", "single-hires"]
+    # a slot whose choice reads jobs the seed's job does not train before it, and a file per job, are refused
+    with pytest.raises(ValueError, match="rr1-0 chooses from"):
+        stages.train_seed(cfg=cfg, seed="1", arms=["rr1-0"], data=data, experts=experts, accuracies=[tmp_path / "x"])
+    with pytest.raises(ValueError, match="one accuracy file per distinct job"):
+        stages.train_seed(cfg=cfg, seed="1", arms=["fusion-concat"], data=data, experts=experts, accuracies=[])
+
+
 def test_the_jobs_of_a_seed_and_their_edges():
     """The train jobs (papers.eagle.arms): a file name per arm, the round-robin's slots only with three experts and
     every single expert trained, each slot reading the single experts and the earlier steps' slots; the choice of

@@ -52,7 +52,8 @@ FANNED_OUT = {
     "profilebfn_train": (1, 3, 5),  # one per training seed
     "profilebfn_evaluate": (1, 3, 5),  # one per training seed (every arm and family inside)
     "symspace_train": (1, 6, 5),  # one per seed (claim b's heads on its share of head_seeds, the attention pairs)
-    "eagle_train": (9, 15, 65),  # one per seed and arm (fixed arms of the seed's groups; with three experts the round-robin's 2 slots per seed)
+    "eagle_train_seed": (1, 5, 0),  # one per seed at the synthetic scales (the arms every seed trains: smoke 9, default 3)
+    "eagle_train": (0, 0, 65),  # one per seed and arm of the others: at the full scale every arm (11 fixed and the round-robin's 2 slots per seed)
     "infoprop_prepare": (1, 12, 5),  # one per seed
     "infoprop_train": (1, 12, 5),  # one per seed
     "infoprop_evaluate": (1, 12, 5),  # one per seed (every propagation scheme inside)

@@ -30,6 +30,8 @@ def test_the_full_scale_trains_one_job_per_seed_and_arm(tmp_path):
             jobs[int(seed), job] = re.search(r"^\s+input: (.*)$", block, re.M).group(1).split(", ")
     expected = {(s, j) for s in range(e["seeds"]) for j in A.seed_jobs(names, A.seed_groups(e["arm_seeds"], s))}
     assert set(jobs) == expected and len(jobs) == len(expected)
+    # none of the synthetic scales' jobs per seed (eagle_train_seed) here: every arm has its own job
+    assert not re.search(r"^(?:local)?rule eagle_train_seed:", result.stdout, re.M)
     # every fixed arm of every seed, e.g. the fusions, the single experts, Pre-Alignment and its control, each once
     arms = {a["name"] for a in A.fixed_arms(names, A.seed_groups(e["arm_seeds"], 0))}
     assert len(arms) == 11 and {A.job_name(a) for a in arms} <= {j for _, j in jobs}

@@ -1,22 +1,34 @@
 # P8 eagle: a mixture of vision encoders for a multimodal LM (channel concatenation, other fusions, Pre-Alignment,
 # round-robin expert selection with three experts). prepare (digit canvases and templated questions: the pretraining
 # draw and every seed's) -> pretrain (one job: the experts on their own objectives, the LM on the QA text, shared by
-# every seed and arm) -> train (one job per seed and arm: the arms of the seed's groups, eagle.arm_seeds; each arm
-# trains from the pretrained models alone, Pre-Alignment included; a round-robin slot trains after the arms its choice
-# reads, the seed's single experts and earlier slots) -> evaluate (accuracies gathered) -> report (the round-robin's
+# every seed and arm) -> train (the arms of each seed's groups, eagle.arm_seeds; each arm trains from the pretrained
+# models alone, Pre-Alignment included; a round-robin slot trains after the arms its choice reads, the seed's single
+# experts and earlier slots. At the synthetic scales the arms that every seed trains share one job per seed,
+# eagle_train_seed, whose start-up, data and frozen tower activations are paid once per seed (issue 52: the time
+# budget); every other arm, and at the full scale every arm, has a job per seed and arm, eagle_train, issue 54)
+# -> evaluate (accuracies gathered) -> report (the round-robin's
 # path read from each seed's validation accuracies).
 # Full scale (config eagle.llava set): prepare checks LLaVA-style records, pretrain loads the experts and the LM
 # from their local Hugging Face directories, train runs the same arms on them (papers.eagle.llava).
 # Code: workflow/papers/eagle/ (data.py, stages.py and report.py hold the functions these rules call).
 
 from papers.eagle import arms as _eagle_arms
-from papers.eagle.params import parse as _eagle_parse
+from papers.eagle.params import full_scale as _eagle_full_scale, parse as _eagle_parse
 
 EAGLE = f"{RESULTS}/eagle"
 _EAGLE_P = _eagle_parse(config["eagle"])
 # The train jobs of each seed index: its fixed arms and round-robin slots (papers.eagle.arms.seed_jobs), a file each.
 EAGLE_JOBS = {seed: _eagle_arms.seed_jobs(_EAGLE_P.experts["names"], _eagle_arms.seed_groups(_EAGLE_P.arm_seeds, seed))
               for seed in seeds("eagle")}
+# The jobs that one job per seed trains together (eagle_train_seed): at the synthetic scales those every seed trains
+# (papers.eagle.arms.shared_jobs), none at the full scale (issue 54: a 7B LM's arm per job). The rest, one job each
+# (eagle_train). Every job keeps its accuracy file, so evaluate and report read the same files either way.
+EAGLE_SEED_JOBS = [] if _eagle_full_scale(_EAGLE_P) else _eagle_arms.shared_jobs(EAGLE_JOBS.values())
+EAGLE_ARM_JOBS = sorted({job for jobs in EAGLE_JOBS.values() for job in jobs} - set(EAGLE_SEED_JOBS))
+# The train jobs' benchmark files: one per seed (eagle_train_seed), one per seed and arm for the others.
+EAGLE_TRAIN_BENCHMARKS = ([f"{BENCHMARKS}/eagle/train/{seed}.tsv" for seed in EAGLE_JOBS if EAGLE_SEED_JOBS]
+                          + [f"{BENCHMARKS}/eagle/train/{seed}/{job}.tsv" for seed, jobs in EAGLE_JOBS.items()
+                             for job in jobs if job not in EAGLE_SEED_JOBS])
 
 
 rule eagle_prepare:
@@ -61,8 +73,35 @@ rule eagle_pretrain:
         CALL
 
 
+if EAGLE_SEED_JOBS:
+
+    rule eagle_train_seed:
+        """Train the arms that every seed trains (the synthetic scales), one job per seed: each arm's file as its own job would write it."""
+        input:
+            data=rules.eagle_prepare.output.data,
+            experts=rules.eagle_pretrain.output.experts,
+        output:
+            accuracies=[f"{EAGLE}/train/{{seed}}/{job}.parquet" for job in EAGLE_SEED_JOBS],
+        params:
+            call="papers.eagle.stages:train_seed",
+            cfg=config["eagle"],
+            seed="{seed}",
+            arms=EAGLE_SEED_JOBS,
+        log:
+            f"{LOGS}/eagle/train/{{seed}}.log",
+        benchmark:
+            f"{BENCHMARKS}/eagle/train/{{seed}}.tsv"
+        threads: res("train", "threads")
+        resources:
+            **job_resources("train", rule="eagle_train_seed"),
+        conda:
+            "../../envs/base.yaml"
+        script:
+            CALL
+
+
 rule eagle_train:
-    """Train one arm of one seed's groups (a fusion, a single expert, a trained control, Pre-Alignment or its control; or a round-robin slot, after the arms its choice reads)."""
+    """Train one arm of one seed's groups (a fusion, a single expert, a trained control, Pre-Alignment or its control; or a round-robin slot, after the arms its choice reads): every arm at the full scale; at the synthetic scales the arms that some seeds only train."""
     input:
         data=rules.eagle_prepare.output.data,
         experts=rules.eagle_pretrain.output.experts,
@@ -71,7 +110,7 @@ rule eagle_train:
     output:
         accuracies=f"{EAGLE}/train/{{seed}}/{{arm}}.parquet",
     wildcard_constraints:
-        arm="|".join(sorted({job for jobs in EAGLE_JOBS.values() for job in jobs})),
+        arm="|".join(EAGLE_ARM_JOBS) or "(?!)",  # (?!): matches nothing, where every job is a seed's
     params:
         call="papers.eagle.stages:train",
         cfg=config["eagle"],
@@ -119,7 +158,7 @@ rule eagle_report:
         benchmarks=[
             rules.eagle_prepare.benchmark,
             rules.eagle_pretrain.benchmark,
-            *[f"{BENCHMARKS}/eagle/train/{seed}/{job}.tsv" for seed, jobs in EAGLE_JOBS.items() for job in jobs],
+            *EAGLE_TRAIN_BENCHMARKS,
             rules.eagle_evaluate.benchmark,
         ],
     output:

@@ -26,6 +26,6 @@ every difference.
 
 Modules: data.py (canvases, questions, the prepare stage), experts.py (towers and their pretraining),
 fusion.py (the five fusions), model.py (the LM and the multimodal model), arms.py (the arms, the round-robin's
-choice and the train jobs: one per seed and arm), train.py (an arm's stages), stages.py (the functions the rules call), report.py (table, figures, claims), llava.py (the full scale: LLaVA-style
+choice and the train jobs: one per seed and arm, or a seed's shared arms in one), train.py (an arm's stages), stages.py (the functions the rules call), report.py (table, figures, claims), llava.py (the full scale: LLaVA-style
 data and benchmark files, experts and LM from local Hugging Face directories, the same fusions, stages and arms).
 """

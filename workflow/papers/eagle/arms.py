@@ -1,8 +1,11 @@
 """The arms of the study and the jobs that train them (no torch import: the workflow reads it when it is parsed).
 
 An arm is a set of experts (each fed the canvas, noise or another canvas), a fusion and an optional Pre-Alignment
-(papers.eagle.train trains one). Each arm trains in a job of its own, one per (seed, arm) (issue 54: at the full
-scale one arm is a 7B LM's whole LLaVA-1.5 schedule, and a seed's eleven did not fit a 48 h job). Every arm is seeded
+(papers.eagle.train trains one). At the full scale each arm trains in a job of its own, one per (seed, arm) (issue
+54: one arm is a 7B LM's whole LLaVA-1.5 schedule, and a seed's eleven did not fit a 48 h job); at the synthetic
+scales an arm takes tens of CPU-seconds, and the arms that every seed of the block trains share one job per seed
+(:func:`shared_jobs`: the job's start-up, the seed's data and the towers' frozen activations paid once, not once per
+arm; issue 52), the others keep a job per (seed, arm). Every arm is seeded
 from (seed, its name) and builds its model afresh from the pretrained experts and LM (the pretrain job, shared by
 every arm): Pre-Alignment is a stage of its own arm (Sec. 2.5), so no arm reuses another's trained state. The one
 dependency between arms is the round-robin selection (Sec. 2.6): which pairs it trains depends on the single experts'
@@ -69,7 +72,7 @@ def prealigned(arm: dict) -> list[int]:
     return [i for i, (name, source) in enumerate(zip(arm["experts"], arm["inputs"])) if name != "clip" and source == "image"]
 
 
-# ---- jobs: one per (seed, arm) ----------------------------------------------------------------------------------
+# ---- jobs: one per (seed, arm), or a seed's shared arms in one ---------------------------------------------------
 def job_name(name: str) -> str:
     """An arm's job and file name: its name with ':' as '-' ("fusion:concat" -> "fusion-concat")."""
     return name.replace(":", "-")
@@ -107,6 +110,18 @@ def seed_jobs(experts, groups) -> list[str]:
     if round_robin(experts, groups):
         jobs += [rr_slot(s, k) for s, k in rr_slots(experts)]
     return jobs
+
+
+def shared_jobs(jobs_by_seed) -> list[str]:
+    """The train jobs that every seed trains (`jobs_by_seed`: each seed's :func:`seed_jobs`), in their order: one job
+    per seed trains them together at the synthetic scales (workflow/rules/eagle.smk, eagle_train_seed). The same list
+    for every seed (a group trains on the first n seeds, so a seed's jobs are an ordered subset of seed 0's); a
+    round-robin slot is among them only if the single experts its choice reads are too (it runs on a seed only where
+    every single expert trains)."""
+    jobs_by_seed = [list(jobs) for jobs in jobs_by_seed]
+    if not jobs_by_seed:
+        return []
+    return [job for job in jobs_by_seed[0] if all(job in jobs for jobs in jobs_by_seed[1:])]
 
 
 def selection(experts, job: str) -> list[str]:

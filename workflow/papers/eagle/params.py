@@ -190,6 +190,7 @@ STAGE_PARAMS = {
     "prepare": ("seeds", "seed_offset", "data", "llava"),
     "pretrain": ("experts", "lm", "llava"),
     "train": ("seed_offset", "arm_seeds", "experts", "lm", "fusion", "train", "llava", "claims"),  # claims: early stopping's tol
+    "train_seed": ("seed_offset", "arm_seeds", "experts", "lm", "fusion", "train", "llava", "claims"),  # train's arms, a seed's in one job
     "evaluate": ("seeds",),
     "report": ALL,
 }

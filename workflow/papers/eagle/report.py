@@ -1141,7 +1141,7 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
         "pretraining. Towers: the paper unfreezes the whole vision towers in SFT (Sec. 2.2) and in Pre-Alignment "
         "(Sec. 2.5); here only each tower's last layer trains (" + _top_text(p.experts["names"]) + "), its lower "
         "layers stay frozen and are computed once per "
-        "train job (one arm of one seed). LLaVA-HR's MR-Adapter (its official code's, with the final linear path of both maps) is applied once "
+        "train job (at this scale one job per seed trains the arms every seed trains). LLaVA-HR's MR-Adapter (its official code's, with the final linear path of both maps) is applied once "
         "to the CLIP tower's output map, not after each of the first three quarters of its blocks; Mini-Gemini's "
         "mining uses the concatenated high-res maps as keys and values; deformable attention has one head; "
         + _width_text(p) + " " + _resample_difference(p) + " Each "
@@ -1176,7 +1176,7 @@ def round_robin_path(df: pd.DataFrame, p) -> pd.DataFrame:
 
 
 def evaluate(*, cfg, accuracies, table):
-    """All seeds' and arms' accuracies (one file per train job) in one table (checked: every seed has the
+    """All seeds' and arms' accuracies (one file per seed and arm, whichever job trained it) in one table (checked: every seed has the
     concatenation arm)."""
     p = parse(cfg)
     df = read_parquets(accuracies)
