@@ -799,24 +799,80 @@ def test_the_convergence_gate_compares_validation_questions_not_floats():
 
 
 def test_the_cost_line_is_in_the_budgets_unit(tmp_path):
-    # Issue 52's fifth review: the cost line compared CPU seconds with the time budget, which counts summed job
-    # seconds (benchmark column s, job_times.csv's `seconds`). Two train jobs of 30 s wall (10 s CPU) over 3 arm
-    # trainings: 20 s of job time per training; claim (a)'s 12 trainings would add 240 s.
+    # Review r7 (issue 52): the cost line compared the summed WALL job time with the time budget, while the project's
+    # budget accounting is CPU-s (job_times.csv's cpu_seconds). Two train jobs of 40 s wall (30 s CPU) over 3 arm
+    # trainings: 20 CPU-s per training; claim (a)'s 12 trainings would add 240 CPU-s, 300 in all; wall time beside.
     import pandas as pd
 
     from papers.eagle.report import _budget
 
     paths = []
-    for i, (s, cpu) in enumerate([(30.0, 10.0), (30.0, 10.0)]):
+    for i, (s, cpu) in enumerate([(40.0, 30.0), (40.0, 30.0)]):
         path = tmp_path / "train" / f"accuracies_{i}.tsv"
         path.parent.mkdir(exist_ok=True)
-        path.write_text(f"s\th:m:s\tcpu_time\n{s}\t0:00:30\t{cpu}\n")
+        path.write_text(f"s\th:m:s\tcpu_time\n{s}\t0:00:40\t{cpu}\n")
         paths.append(path)
     df = pd.DataFrame([{"arm": a, "seed": sd, "split": "test", "kind": "all", "accuracy": 0.9}
                        for a, sd in (("fusion:concat", 0), ("fusion:concat", 1), ("single:hires", 0))])
     text = _budget(paths, df, budget=360)
-    assert "60 s of summed job time against the time budget of 360 s" in text
-    assert "about 20.0 s of job time" in text and "about 240 s of job time, 300 s in all against the budget of 360 s" in text
+    assert "60 CPU-s summed over 2 jobs against the time budget of 360 CPU-s" in text
+    assert ", 80 s of summed wall time" in text and "0.75 of their wall time" in text
+    assert "about 20.0 CPU-s (60 CPU-s over 3 arm trainings" in text
+    assert "about 240 CPU-s, 300 CPU-s in all against the budget of 360 CPU-s" in text
+
+
+def test_claim_b_power_at_every_spread_and_against_the_budget(tmp_path):
+    # Review r7: (b)'s power note sized it at the admitted seeds' sd only (0.0061: "about 8 seeds"); it now also
+    # gives the seeds needed at the all-seed paired sd and at the sd the block was planned with (read from config,
+    # eagle.claims.planned_sd), and the report's prose compares them with the seeds the time budget affords at this
+    # run's CPU-s per arm training: where every count exceeds it, (b) is plainly not decidable at this budget.
+    from papers.eagle.params import BLIND_CLIP
+    from papers.eagle.report import _b_budget_text, b_spreads, claim_b, per_seed, seeds_needed
+
+    cfg = {"seeds": 5, "arm_seeds": {"fusion": 0, "single": {"clip": 0, "hires": 5}, "prealign": 0, "blind_clip": 5},
+           "claims": {**Params().claims, "min_admitted": 3, "planned_sd": [0.0155, 0.017]}}
+    p = parse(cfg)
+    df = _planted_b_table(hires=0.965, blind_clip=0.95, blind_seeds=range(5))
+    df = df[df.arm != "single:clip"].copy()
+    hires = df.arm == "single:hires"
+    df.loc[hires & (df.seed == 2), "accuracy"] += 0.01  # concat - hires straddles 0
+    df.loc[hires & (df.seed == 4) & (df.split == "test"), ["late_gain_questions", "late_gain"]] = (44, 0.11)
+    b = claim_b(p, df)
+    part = b.evidence[0]
+    assert part.name == "fusion:concat - single:hires" and part.replicates == 4 and part.verdict == "inconclusive"
+    every = per_seed(df, "fusion:concat") - per_seed(df, "single:hires")  # 5 seeds, no admission rule
+    gap = abs(part.effect)
+    want = {"all": seeds_needed(gap, float(np.std(every, ddof=1))), "low": seeds_needed(gap, 0.0155),
+            "high": seeds_needed(gap, 0.017)}
+    assert want["low"] < want["high"] and want["all"] != seeds_to_decide_of(part)
+    spreads = dict(b_spreads(p, df, b.evidence)[part.name])
+    assert len(spreads) == 3 and spreads[next(k for k in spreads if "every seed" in k)] == pytest.approx(np.std(every, ddof=1))
+    assert f"at the low end of the sd the block was planned with (eagle.claims.planned_sd) (0.0155), about {want['low']} seeds" in b.note
+    assert f"(0.017), about {want['high']} seeds" in b.note
+    assert f"every seed both arms trained on (5 seeds, no admission rule) ({np.std(every, ddof=1):.3g}), about {want['all']} seeds" in b.note
+    assert "CPU-s per arm training)" in b.note and "seeds of (b)'s" not in b.note  # no timing in claims.json: prose
+    # No planned sd in config: only the run's spreads
+    q = parse({**cfg, "claims": {**cfg["claims"], "planned_sd": None}})
+    assert len(b_spreads(q, df, claim_b(q, df).evidence)[part.name]) == 1
+    # Against the budget: train jobs 300 CPU-s over 15 arm trainings (20 each), the other jobs 15 CPU-s: 360 CPU-s
+    # afford (360 - 15) // (20 x 3 arms) = 5 seeds, fewer than any count above.
+    bench = []
+    for name, cpu in [("prepare/data", 5.0), ("pretrain/experts", 10.0), *((f"train/{i}", 60.0) for i in range(5))]:
+        path = tmp_path / f"{name}.tsv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"s\th:m:s\tcpu_time\n{cpu + 1}\t0:00:01\t{cpu}\n")
+        bench.append(path)
+    text = _b_budget_text(p, df, b, bench, 360)
+    assert f"affords 5 seeds of (b)'s 3 arms (fusion:concat, single:hires, {BLIND_CLIP}) at this run's 20.0 CPU-s" in text
+    assert "(b) is not decidable at this budget: at every spread above it needs more seeds than the 5" in text
+    rich = _b_budget_text(p, df, b, bench, 15 + 60 * (max(want.values()) + 1))  # a budget for more seeds than any count
+    assert "not decidable" not in rich and "would suffice at every spread" in rich
+
+
+def seeds_to_decide_of(evidence):
+    from papers.eagle.report import seeds_to_decide
+
+    return seeds_to_decide(evidence)
 
 
 def _planted_b_table(hires, blind_clip, concat=0.97, seeds=range(5), blind_seeds=range(3), planted=0.1, fusions=()):
@@ -953,30 +1009,52 @@ def test_clip_blind_ablation_is_gated_as_the_compared_arms():
     assert f"Reported, not deciding (the ablation passed its gates on 2 seeds, fewer than 3): fusion:concat - {BLIND_CLIP}" in stuck.note
 
 
-def test_clip_blind_arm_reads_another_canvas():
-    # Issue 52's ninth round: the CLIP-blind mixture's CLIP expert reads another canvas of the split (its bank's
-    # activations of that canvas: in distribution, uninformative), no longer Gaussian noise through its trunk.
+def test_clip_blind_arm_reads_the_training_canvases_mean_map(tmp_path):
+    # Review r7 (issue 52): the CLIP-blind mixture's CLIP expert reads a constant, its frozen-trunk activation map
+    # averaged over the TRAINING split's canvases, the same map for every canvas at training, validation and test (no
+    # validation or test canvas enters it); the ninth round's other-canvas input injected distractor variance. Same
+    # architecture and parameter count as the concatenation.
+    from papers.eagle import fusion as Fu
     from papers.eagle import train as T
     from papers.eagle.params import BLIND_CLIP
 
+    assert BLIND_CLIP == "control:clip_reads_constant"
     names = A.fixed_arms(["clip", "hires"], ("blind_clip",))
     blind = next(a for a in names if a["name"] == BLIND_CLIP)
-    assert blind["inputs"] == ["other", "image"] and blind["fusion"] == "concat"
-    idx = torch.tensor([0, 1, 2, 3, 4, 4, 0])
-    fixed = T.other_canvases(idx, 5)  # evaluation: a fixed derangement, no random numbers drawn
-    assert torch.equal(fixed, (idx + 2) % 5) and (fixed != idx).all()
-    drawn = T.other_canvases(torch.zeros(5000, dtype=torch.long), 5, np.random.default_rng(0))
-    assert (drawn != 0).all() and set(drawn.tolist()) == {1, 2, 3, 4}  # training: uniform over the others
-    with pytest.raises(ValueError, match="at least 2"):
-        T.other_canvases(idx[:1], 1)
+    assert blind["inputs"] == ["constant", "image"] and blind["fusion"] == "concat"
+    assert not hasattr(T, "other_canvases")  # the other-canvas input is gone (nothing else used it)
 
     class Stub:
         towers = [Tower("clip", 4), Tower("hires", 4)]
-        inputs = ["other", "image"]
+        inputs = ["constant", "image"]
 
-    bank = {"clip": torch.arange(6.0)[:, None], "hires": 10 + torch.arange(6.0)[:, None]}
-    clip, hires = T.trunks(Stub(), bank, torch.tensor([0, 5]))
-    assert clip.flatten().tolist() == [3.0, 2.0] and hires.flatten().tolist() == [10.0, 15.0]
+    train = {"clip": torch.arange(6.0)[:, None].expand(6, 2).reshape(6, 2, 1, 1).clone(),
+             "hires": 10 + torch.arange(6.0)[:, None]}
+    val = {"clip": -torch.ones(3, 2, 1, 1), "hires": 100 + torch.arange(3.0)[:, None]}
+    stub = Stub()
+    T.constant_inputs(stub, train)
+    assert list(stub.constants) == [0] and stub.constants[0].shape == (1, 2, 1, 1)
+    assert stub.constants[0].flatten().tolist() == [2.5, 2.5]  # the mean of the training canvases 0 .. 5
+    for bank, idx in ((train, torch.tensor([0, 5, 3])), (val, torch.tensor([2, 0, 1]))):
+        clip, hires = T.trunks(stub, bank, idx)
+        assert clip.shape == (3, 2, 1, 1) and (clip == 2.5).all()  # val's own CLIP map (-1) is never read
+        assert hires.flatten().tolist() == bank["hires"][idx].flatten().tolist()
+    # The real arm: the parameters and state of the concatenation (the constant is neither a parameter nor a buffer)
+    D.prepare(cfg=SMALL_CFG, data=tmp_path / "d.npz")
+    p = parse({**SMALL_CFG, "experts": {**SMALL_CFG["experts"], "names": ["clip", "hires"]}})
+    pre = T.pretrain_all(D.read_split(tmp_path / "d.npz", "pretrain", "pretrain"), p)
+    splits = {s: D.read_split(tmp_path / "d.npz", 0, s) for s in ("train", "val")}
+    banks = {s: T.trunk_bank(pre, splits[s]["scene_canvas"], 4) for s in splits}
+    concat, ablated = (T.build(a, pre, p) for a in (A.arm("fusion:concat", ["clip", "hires"]), blind))
+    T.constant_inputs(ablated, banks["train"])
+    assert list(ablated.state_dict()) == list(concat.state_dict())
+    assert Fu.n_params(ablated.fusion) == Fu.n_params(concat.fusion)
+    assert sum(q.numel() for q in ablated.parameters()) == sum(q.numel() for q in concat.parameters())
+    torch.testing.assert_close(ablated.constants[0], banks["train"]["clip"].mean(0, keepdim=True))
+    clip, hires = T.trunks(ablated, banks["val"], torch.arange(4))
+    out = ablated.towers[0].top(clip)
+    torch.testing.assert_close(out[:1].expand_as(out), out)  # CLIP's output map is the same for every canvas
+    assert not torch.equal(hires[0], hires[1])  # the high-res expert reads each canvas
     assert A.seed_groups({"fusion": 0, "single": {"clip": 3, "hires": 5}, "blind_clip": 3}, 3) == ("single:hires",)
     assert "blind_clip" in A.seed_groups({"fusion": 0, "single": 3, "blind_clip": 3}, 2)
     assert parse({"seeds": 3, "arm_seeds": {"fusion": 0, "single": 3, "prealign": 0, "blind_clip": 0}})
@@ -1113,7 +1191,7 @@ def test_the_jobs_of_a_seed_and_their_edges():
     each step as the paper's selection (best single expert, then the best addition; ties to the first expert)."""
     three = ["clip", "hires", "det"]
     assert A.seed_jobs(["clip", "hires"], ("single:hires", "blind_clip")) == [
-        "fusion-concat", "single-hires", "control-clip_reads_other_canvas"]
+        "fusion-concat", "single-hires", "control-clip_reads_constant"]
     assert A.seed_jobs(three, ("single:hires",)) == ["fusion-concat", "single-hires"]  # not every single: no slots
     assert A.seed_jobs(three, ("single",))[-2:] == ["rr1-0", "rr1-1"]
     four = ["clip", "hires", "det", "x"]
@@ -1179,3 +1257,72 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**__import__("os").environ, "PYTHONPATH": ":".join(sys.path)})
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_fit_feeds_fused_adam_the_schedule_step_by_step(monkeypatch):
+    """The speed-pass review's test: what FusedAdam.step receives during `fit` under the cosine schedule with
+    warm-up is [lr x lr_factor(s, ...) for s in range(steps)], the rate the torch.optim loop set before each step
+    (an off-by-one in the schedule's step survived every other test)."""
+    from papers.eagle import train as T
+    from papers.eagle.schedule import lr_factor
+
+    class Tiny(torch.nn.Module):
+        towers, inputs = [], []
+
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(5, 4)
+
+        def forward(self, trunks, tokens):
+            return self.emb(tokens).mean(1)
+
+    seen = []
+    real = T.FusedAdam.step
+    monkeypatch.setattr(T.FusedAdam, "step", lambda self, lr: (seen.append(lr), real(self, lr))[1])
+    split = {"scene_canvas": np.zeros((4, 2, 2)), "q_canvas": np.arange(4) % 4,
+             "q_tokens": np.array([[1, 2], [2, 3], [3, 4], [0, 1]]), "q_answer": np.array([0, 1, 2, 3])}
+    model, steps, lr = Tiny(), 12, 1e-2
+    T.fit(model, model.parameters(), split, {}, steps=steps, batch=2, lr=lr, rng=np.random.default_rng(0),
+          schedule="cosine", warmup=0.25)
+    want = [lr * lr_factor(s, steps, "cosine", 0.25) for s in range(steps)]
+    assert seen == want and len(set(want)) > 3 and want[0] < want[3]  # warm-up, then the cosine: a real schedule
+
+
+def test_fused_adam_puts_each_step_count_on_its_parameters_device(monkeypatch):
+    """The speed-pass review: the fused kernel reads each parameter's step count on that parameter's device (a CPU
+    count beside a GPU parameter would fail there). Checked on the meta device (no kernel runs: the call is
+    recorded): every count is a float32 scalar on its parameter's device, holding the step number."""
+    from papers.eagle import train as T
+
+    calls = []
+    monkeypatch.setattr(torch, "_fused_adam_", lambda params, grads, m, v, vmax, steps, **kw: calls.append((params, steps)))
+    meta, cpu = torch.nn.Parameter(torch.zeros(3, device="meta")), torch.nn.Parameter(torch.zeros(2))
+    opt = T.FusedAdam([meta, cpu])
+    for step in (1, 2):
+        meta.grad, cpu.grad = torch.ones(3, device="meta"), torch.ones(2)
+        opt.step(1e-3)
+        params, counts = calls[-1]
+        assert [c.device for c in counts] == [q.device for q in params] == [torch.device("meta"), torch.device("cpu")]
+        assert all(c.dtype == torch.float32 and c.dim() == 0 for c in counts) and counts[1].item() == step
+
+
+def test_full_scale_states_the_share_of_the_data_sft_sees():
+    """Review r7 (Q10): the full scale's prose states SFT's steps x batch against the data set's size where config
+    gives it (eagle.llava.train_records), else says it is the user's data set."""
+    from dataclasses import replace
+
+    from papers.eagle.report import _full_scale_text, _sft_fraction_text
+
+    p = parse({**SMALL_CFG, "train": {**SMALL_CFG["train"], "sft_steps": 5200, "batch": 8, "eval_every": 400}})
+    known = replace(p, llava={**p.llava, "train_json": "mix665k.json", "train_records": 665298})
+    text = _sft_fraction_text(known)
+    assert "5200 x 8 = 41,600 training examples" in text and "0.0625 of the 665,298 records of mix665k.json" in text
+    assert "less than one pass" in text
+    assert "passes over the data" in _sft_fraction_text(replace(known, llava={**known.llava, "train_records": 20000}))
+    unknown = _sft_fraction_text(replace(p, llava={**p.llava, "train_json": "mine.json"}))
+    assert "the user's data set (mine.json; its size is not given" in unknown
+    assert text in _full_scale_text(known)[0]
+    with pytest.raises(ValueError, match="train_records"):
+        parse({**SMALL_CFG, "llava": {**Params().llava, "train_records": 0}})
+    with pytest.raises(ValueError, match="planned_sd"):
+        parse({**SMALL_CFG, "claims": {**Params().claims, "planned_sd": [0.02, 0.01]}})

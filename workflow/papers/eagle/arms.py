@@ -1,6 +1,6 @@
 """The arms of the study and the jobs that train them (no torch import: the workflow reads it when it is parsed).
 
-An arm is a set of experts (each fed the canvas, noise or another canvas), a fusion and an optional Pre-Alignment
+An arm is a set of experts (each fed the canvas, noise or a constant), a fusion and an optional Pre-Alignment
 (papers.eagle.train trains one). At the full scale each arm trains in a job of its own, one per (seed, arm) (issue
 54: one arm is a 7B LM's whole LLaVA-1.5 schedule, and a seed's eleven did not fit a 48 h job); at the synthetic
 scales an arm takes tens of CPU-seconds, and the arms that every seed of the block trains share one job per seed
@@ -25,8 +25,9 @@ def arm(name, experts, fusion="concat", inputs=None, prealign=None) -> dict:
 
 
 # The arms, by the claim they serve: the single experts (claim b) and the mixture with its non-CLIP experts fed noise
-# (group blind: b's trained ablation of the gain over CLIP) or its CLIP expert reading another canvas of the split
-# throughout training and test (group blind_clip: b's trained ablation of the gain over the high-res expert), every
+# (group blind: b's trained ablation of the gain over CLIP) or its CLIP expert reading a constant, the training
+# canvases' mean CLIP activation map, throughout training and test (group blind_clip: b's trained ablation of the
+# gain over the high-res expert), every
 # fusion over the experts (a), Pre-Alignment (c) and its shuffled control (group shuffled). The channel concatenation,
 # which every claim compares with, trains on every seed; each group on the first arm_seeds[group] seeds; group
 # "single:<expert>" is that single expert alone (arm_seeds.single a mapping).
@@ -36,8 +37,8 @@ def fixed_arms(experts=("clip", "hires"), groups=("fusion", "single", "prealign"
     arms += [arm(f"single:{e}", [e]) for e in experts if "single" in groups or f"single:{e}" in groups]
     if "blind" in groups:
         arms.append(arm(BLIND, experts, inputs=["image"] + ["noise"] * (len(experts) - 1)))
-    if "blind_clip" in groups:  # CLIP reads another canvas of the split (issue 52's ninth round; was Gaussian noise)
-        arms.append(arm(BLIND_CLIP, experts, inputs=["other" if e == "clip" else "image" for e in experts]))
+    if "blind_clip" in groups:  # CLIP reads a constant (review r7; the ninth round's other canvas, the eighth's noise)
+        arms.append(arm(BLIND_CLIP, experts, inputs=["constant" if e == "clip" else "image" for e in experts]))
     if "fusion" in groups:
         arms += [arm(f"fusion:{f}", experts, f) for f in FUSIONS if f != "concat"]
     if "prealign" in groups:

@@ -274,8 +274,8 @@ class HFMLLM(nn.Module):
             s = tower.in_size
             if source == "noise":
                 pixels = torch.randn(len(images), 3, s, s)
-            elif source == "other":  # claim b's CLIP-blind ablation reads another canvas: synthetic scale only so far
-                raise NotImplementedError("eagle: input 'other' (group blind_clip) is not implemented at the full "
+            elif source == "constant":  # claim b's CLIP-blind ablation (a constant map): synthetic scale only so far
+                raise NotImplementedError("eagle: input 'constant' (group blind_clip) is not implemented at the full "
                                           "scale; set eagle.arm_seeds.blind_clip to 0 there")
             else:
                 pixels = torch.stack([load_image(f, s, tower.mean, tower.std) for f in images])

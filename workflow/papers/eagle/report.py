@@ -54,17 +54,13 @@ def per_seed(df: pd.DataFrame, arm: str, kind: str = "all", split: str = "test",
     return sel.sort_values("seed").accuracy.to_numpy()
 
 
-def seeds_to_decide(evidence) -> int | None:
-    """The fewest seeds whose paired t interval, at this evidence's measured mean and spread, would clear (or miss)
-    its threshold (the mean's distance from the threshold over the t half-width); None with no spread or no distance
-    (or past 1000 seeds)."""
+def seeds_needed(gap: float, sd: float) -> int | None:
+    """The fewest seeds n whose paired t interval (95%) at spread `sd` has a half-width below `gap` (the mean's
+    distance from the threshold): t(0.975, n - 1) x sd / sqrt(n) < gap; None with no spread or no distance (or past
+    1000 seeds)."""
     from scipy import stats
 
-    x = np.asarray(evidence.values if evidence.values is not None else [], dtype=float)
-    if x.size < 2:
-        return None
-    gap, sd = abs(float(x.mean()) - evidence.threshold), float(x.std(ddof=1))
-    if gap == 0 or sd == 0:
+    if not (gap > 0 and sd > 0):
         return None
     for n in range(2, 1001):
         if stats.t.ppf(0.975, n - 1) * sd / n ** 0.5 < gap:
@@ -72,19 +68,55 @@ def seeds_to_decide(evidence) -> int | None:
     return None
 
 
-def power_note(parts, gated=()) -> str:
-    """For each part that straddles its threshold: how many seeds its measured mean and spread would need; for a
-    part named in `gated` (its arms fail a premise gate), that more seeds alone would not decide it."""
+def seeds_to_decide(evidence, sd: float | None = None) -> int | None:
+    """The fewest seeds whose paired t interval, at this evidence's measured mean and spread (or at spread `sd`),
+    would clear (or miss) its threshold (:func:`seeds_needed`); None with no spread or no distance (or past 1000
+    seeds)."""
+    x = np.asarray(evidence.values if evidence.values is not None else [], dtype=float)
+    if x.size < 2:
+        return None
+    gap = abs(float(x.mean()) - evidence.threshold)
+    return seeds_needed(gap, float(x.std(ddof=1)) if sd is None else float(sd))
+
+
+def _count(n) -> str:
+    return f"about {n} seeds" if n else "no number of seeds (up to 1000)"
+
+
+def power_note(parts, gated=(), spreads=None, afford=None) -> str:
+    """For each part that straddles its threshold: how many seeds its measured mean would need at its measured spread
+    and at each spread of `spreads` ({part name: [(what, sd), ...]}: e.g. the paired sd over every seed and the sd the
+    block was planned with); for a part named in `gated` (its arms fail a premise gate), that more seeds alone would
+    not decide it. `afford`: (seeds the time budget affords, how that was computed, what is undecidable): where a
+    part needs more seeds than that at every spread given, the note says plainly that it is not decidable at this
+    budget."""
     lines = []
+    spreads = spreads or {}
     for e in parts:
         if e.verdict != "inconclusive" or e.replicates < 3:
             continue
         n = seeds_to_decide(e)
         sd = float(np.std(e.values, ddof=1)) if e.values is not None and len(e.values) > 1 else float("nan")
-        lines.append(f"{e.name}: at its measured mean {e.effect:.3g} and paired sd {sd:.3g} over {e.replicates} seeds, "
-                     + (f"about {n} seeds would decide it" if n else "no number of seeds would decide it")
-                     + (" if its arms passed their premise gates, which they do not (more seeds alone cannot fix "
-                        "that)" if e.name in gated else ""))
+        line = (f"{e.name}: at its measured mean {e.effect:.3g} and paired sd {sd:.3g} over {e.replicates} seeds, "
+                + (f"about {n} seeds would decide it" if n else "no number of seeds would decide it"))
+        counts = [n]
+        for what, other in spreads.get(e.name, []):
+            k = seeds_to_decide(e, other)
+            counts.append(k)
+            line += f"; at {what} ({other:.3g}), {_count(k)}"
+        line += (" if its arms passed their premise gates, which they do not (more seeds alone cannot fix that)"
+                 if e.name in gated else "")
+        if afford is not None:
+            most, how, what = afford
+            over = [k is None or k > most for k in counts]
+            line += f". {how}, so " + (
+                f"{what} is not decidable at this budget: at every spread above it needs more seeds than the "
+                f"{most} the budget affords" if all(over) else
+                f"it needs more seeds than the {most} the budget affords at "
+                f"{sum(over)} of the {len(counts)} spreads above (decidable at this budget only if its spread is as "
+                "small as at the others)" if any(over) else
+                f"the {most} seeds the budget affords would suffice at every spread above")
+        lines.append(line)
     return ("power: " + "; ".join(lines)) if lines else ""
 
 
@@ -259,7 +291,7 @@ def claim_a(p, df: pd.DataFrame) -> Claim:
             "trainings), with the planted-deficit positive control (papers.eagle.train.planted_deficit, which trains "
             "nothing), n the seeds that the measured paired spread of concat - fusion needs (papers.eagle.report."
             "seeds_to_decide), on a task where the premise above is met. What it would cost: the report's "
-            "cost line (What differs) computes, from this run's benchmark files, one arm training's job time and "
+            "cost line (What differs) computes, from this run's benchmark files, one arm training's CPU-s and "
             "what the other fusions on the fewest seeds for a verdict would add against the time budget. The full "
             "scale (config/full.yaml) runs it.",
             threshold_source=source, premise=sat_premise, positive_control=planted)
@@ -383,12 +415,38 @@ def _pair(df: pd.DataFrame, a: str, b: str, seeds, thr: float):
                        per_seed(df, b, seeds=seeds) if seeds else np.array([]), threshold=thr, name=f"{a} - {b}")
 
 
+def b_spreads(p, df: pd.DataFrame, parts) -> dict[str, list[tuple[str, float]]]:
+    """The spreads besides its own at which claim (b)'s power note sizes each part concat - arm (review r7: the
+    admitted seeds' sd alone flattered it): the paired sd over every seed on which both arms trained (no admission
+    rule), and for concat - single:hires the sd its block was planned with (eagle.claims.planned_sd, from earlier
+    blocks), each end of that range. Computed from the run's table and the config."""
+    out = {}
+    planned = p.claims.get("planned_sd")
+    arms = set(df.arm)
+    for e in parts:
+        a, _, b = e.name.partition(" - ")
+        if a != "fusion:concat" or b not in arms:
+            continue
+        seeds = seeds_of(df, a, b)
+        spreads = []
+        if len(seeds) >= 2:
+            d = per_seed(df, a, seeds=seeds) - per_seed(df, b, seeds=seeds)
+            spreads.append((f"the paired sd over every seed both arms trained on ({len(seeds)} seeds, no admission "
+                            "rule)", float(np.std(d, ddof=1))))
+        if b == "single:hires" and planned:
+            spreads += [(f"the {end} end of the sd the block was planned with (eagle.claims.planned_sd)", float(v))
+                        for end, v in zip(("low", "high"), planned)]
+        if spreads:
+            out[e.name] = spreads
+    return out
+
+
 def claim_b(p, df: pd.DataFrame) -> Claim:
     """Claim (b). At the synthetic scale (issue 52's ninth round) it is decided on the comparisons that can fail: the
     mixture against every single expert whose view serves every kind asked (the high-res expert; CLIP's 8 x 8 view
     cannot read the small digit, so the gains over CLIP alone, 'most on fine detail' among them, hold by construction
     and are checks, :func:`construction_checks`), and against its trained ablation, the same mixture with CLIP reading
-    another canvas (:data:`BLIND_CLIP`): the mechanism, CLIP's information. Its control: that ablation must not beat
+    a constant, the training canvases' mean CLIP activation map (:data:`BLIND_CLIP`): the mechanism, CLIP's information. Its control: that ablation must not beat
     the high-res expert (else capacity, not CLIP's information, explains the gain). At the full scale the gains over
     the CLIP-only model are the paper's evidence and are decided as before (with 'most on fine detail')."""
     thr, tol = p.claims["gain_threshold"], p.claims["convergence_tol"]
@@ -443,8 +501,9 @@ def claim_b(p, df: pd.DataFrame) -> Claim:
             evidence.append(_pair(df, "fusion:concat", BLIND_CLIP, at_abl, thr))
         both = {s: [x for x in at_abl if x in on[s]] for s in deciding}
         control = (Control(f"ablation (trained, {BLIND_CLIP}): the same concatenation trained and tested with its CLIP "
-                           "expert reading another canvas of the split (another canvas's CLIP activations: in "
-                           "distribution, no information about the canvas asked about; the architecture, parameter "
+                           "expert reading a constant, its frozen-trunk activation map averaged over the training "
+                           "split's canvases, the same at validation and test (no information about any canvas and no "
+                           "variance between canvases; the architecture, parameter "
                            "count, high-res input and training kept, so the capacity confound goes with it), gated per "
                            "seed as the compared arms; it must not beat the high-res expert alone (if it does, "
                            "capacity, not CLIP's information, explains concat - single:hires), same criterion",
@@ -547,6 +606,10 @@ def claim_b(p, df: pd.DataFrame) -> Claim:
                      f"baseline, CLIP alone: concat's gain over {baseline} on fine-detail questions minus its gain on "
                      f"global questions > {thr:g}. Reported, not deciding: concat - each single expert over every "
                      "seed without the admission rule, with an exact sign test")
+    power = power_note(evidence, gated=gated, spreads=b_spreads(p, df, evidence))
+    if power:  # timings stay out of claims.json (identical between reruns): the budget's side is in the report's prose
+        power += (" (whether the time budget affords those seeds: the report's cost line, What differs, computes it "
+                  "from this run's CPU-s per arm training)")
     return Claim(
         "b", statement,
         "mixture-of-experts study (Sec. 2.3-2.4): the mixture above every single encoder, the largest gains on OCR / "
@@ -555,7 +618,7 @@ def claim_b(p, df: pd.DataFrame) -> Claim:
         threshold_source=convention("a sign: the paper reports the mixture above every single expert, most on OCR / "
                                     "document benchmarks"),
         premise=premises,
-        note=". ".join(x for x in (finding, unruled, power_note(evidence, gated=gated)) if x),
+        note=". ".join(x for x in (finding, unruled, power) if x),
         no_positive_control=NO_POSITIVE)
 
 
@@ -624,15 +687,16 @@ def construction_checks(df: pd.DataFrame, p, thr: float = 0.0) -> list[Check]:
 
 
 def _ablation_b(df: pd.DataFrame, beats_singles) -> Control:
-    """Claim (b)'s ablation at the full scale: the mixture trained with its CLIP expert reading another canvas (group
+    """Claim (b)'s ablation at the full scale: the mixture trained with its CLIP expert reading a constant (group
     blind_clip, issue 52's eighth
     round) where it ran: what the mixture adds over the high-res expert, which sees the whole canvas, is CLIP's
     information, so this is the ablation of the comparison that decides (b) at this scale; else the mixture trained
     with its non-CLIP experts fed noise (group blind); else the trained mixture asked the test questions with them
     reading another canvas (papers.eagle.train.blinded_at_test)."""
     if BLIND_CLIP in set(df.arm):
-        return Control("ablation (trained): the same concatenation trained with its CLIP expert reading another "
-                       "canvas of the split through every stage (CLIP's visual information removed; the "
+        return Control("ablation (trained): the same concatenation trained with its CLIP expert reading a constant "
+                       "(the training canvases' mean CLIP activation map) through every stage (CLIP's visual "
+                       "information removed; the "
                        "architecture, parameter count, high-res input and training kept, so the capacity confound of "
                        "concat - single:hires goes with it), on the seeds it trained on (eagle.arm_seeds.blind_clip), "
                        "same criterion", beats_singles(BLIND_CLIP), kind="ablation")
@@ -653,14 +717,30 @@ def _trainings(df: pd.DataFrame) -> int:
     return df[~df.arm.isin([BLINDED, PLANTED])][["arm", "seed"]].drop_duplicates().shape[0]
 
 
-def _arm_cost(df: pd.DataFrame, benchmarks) -> str:
-    """The mean job time of one arm's training in this run (the time budget's unit): the train jobs' summed job
-    seconds over the arms they trained."""
-    if not benchmarks:
-        return "each as costly as an arm of this run"
-    sec = job_times([b for b in benchmarks if "/train/" in str(b)])["seconds"]
+def run_cost(benchmarks, df: pd.DataFrame) -> dict | None:
+    """This run's cost from its benchmark files in the time budget's unit, CPU-s (the project's accounting:
+    job_times.csv's cpu_seconds; wall time beside it): every job's, the train jobs', one arm training's (the train
+    jobs' CPU-s over the arm trainings they ran) and the other jobs' (prepare, pretrain, evaluate). None without
+    benchmark files or trainings."""
     trained = _trainings(df)
-    return f"about {sec / trained:.1f} s of job time ({sec:.0f} s over {trained} arm trainings in this run)"
+    if not benchmarks or not trained:
+        return None
+    every = job_times(benchmarks)
+    per = job_times([b for b in benchmarks if "/train/" in str(b)])
+    return {"cpu": every["cpu_seconds"], "wall": every["seconds"], "jobs": every["jobs"],
+            "train_cpu": per["cpu_seconds"], "train_wall": per["seconds"], "train_jobs": per["jobs"],
+            "trainings": trained, "per_arm": per["cpu_seconds"] / trained,
+            "other": every["cpu_seconds"] - per["cpu_seconds"]}
+
+
+def _arm_cost(df: pd.DataFrame, benchmarks) -> str:
+    """The mean CPU-s of one arm's training in this run (the time budget's unit): the train jobs' summed CPU-s over
+    the arms they trained."""
+    c = run_cost(benchmarks, df)
+    if c is None:
+        return "each as costly as an arm of this run"
+    return (f"about {c['per_arm']:.1f} CPU-s ({c['train_cpu']:.0f} CPU-s over {c['trainings']} arm trainings in this "
+            "run)")
 
 
 def claim_c(p, df: pd.DataFrame) -> Claim:
@@ -680,7 +760,7 @@ def claim_c(p, df: pd.DataFrame) -> Claim:
             "joint arm's headroom, n the seeds that the measured paired spread of prealign - joint needs "
             "(papers.eagle.report.seeds_to_decide): this run trains no Pre-Alignment, so it does not measure that "
             "spread. What it would cost: the report's cost line (What differs) computes, from this run's benchmark "
-            "files, one arm training's job time and what the two arms on the fewest seeds for a verdict would add "
+            "files, one arm training's CPU-s and what the two arms on the fewest seeds for a verdict would add "
             "against the time budget. The full scale (config/full.yaml) runs it with its null.",
             "not run: Pre-Alignment on shuffled (question, canvas) pairs, the same extra steps without alignment",
             threshold_source=source)
@@ -854,30 +934,26 @@ def _figure(df: pd.DataFrame, path, kinds: list[str]):
     savefig(fig, path)
 
 
-def _budget(benchmarks, df: pd.DataFrame, cap=None, budget: float | None = None) -> str:
-    """What this run cost, from its benchmark files, in the time budget's unit (summed job seconds: each job's wall
-    time, column s, as results/<scale>/eagle/job_times.csv's `seconds`), and what the claims not run would add."""
-    if not benchmarks:
+def _budget(benchmarks, df: pd.DataFrame, cap=None, budget: float | None = None, power: str = "") -> str:
+    """What this run cost, from its benchmark files, in the time budget's unit (summed CPU-s: each job's cpu_time,
+    as results/<scale>/eagle/job_times.csv's `cpu_seconds`, the project's accounting; the wall time, column s, beside
+    it), what the claims not run would add, and `power` (claim b against the budget, :func:`_b_budget_text`)."""
+    c = run_cost(benchmarks, df)
+    if c is None:
         return ""
-    every = job_times(benchmarks)
-    per = job_times([b for b in benchmarks if "/train/" in str(b)])
-    against = f" against the time budget of {budget:.0f} s (config time_budget)" if budget else ""
-    return (f"Cost of this run: {every['seconds']:.0f} s of summed job time{against} over {every['jobs']} jobs "
-            f"({every['cpu_seconds']:.0f} s of CPU), of which the {per['jobs']} train jobs {per['seconds']:.0f} s "
-            f"({per['cpu_seconds']:.0f} s of CPU): the arms' optimisation steps are nearly all of it; one arm training "
-            f"costs {_arm_cost(df, benchmarks)}. Job time is wall time: other work on the same cores inflates it (here "
-            f"the jobs' CPU time was {every['cpu_seconds'] / max(every['seconds'], 1e-9):.2f} of their job time)."
-            + _cap_cost(df, every["seconds"], per["seconds"], cap)
-            + _skipped_cost(df, every["seconds"], per["seconds"], budget))
+    against = f" against the time budget of {budget:.0f} CPU-s (config time_budget)" if budget else ""
+    return (f"Cost of this run: {c['cpu']:.0f} CPU-s summed over {c['jobs']} jobs{against}, {c['wall']:.0f} s of "
+            f"summed wall time (the report job itself is not counted here; job_times.csv adds it), of which the "
+            f"{c['train_jobs']} train jobs {c['train_cpu']:.0f} CPU-s ({c['train_wall']:.0f} s wall): the arms' "
+            f"optimisation steps are nearly all of it; one arm training costs {_arm_cost(df, benchmarks)}. Other work "
+            "on the same cores inflates wall time more than CPU time (here the jobs' CPU time was "
+            f"{c['cpu'] / max(c['wall'], 1e-9):.2f} of their wall time)."
+            + _cap_cost(df, c, cap) + _skipped_cost(df, c, budget) + (" " + power if power else ""))
 
 
-def _skipped_cost(df: pd.DataFrame, total: float, train: float, budget: float | None = None) -> str:
-    """What the claims whose arms did not run (eagle.arm_seeds.fusion or prealign = 0) would add at this run's job
-    seconds per arm training, at 3 seeds (the fewest for a verdict), against the time budget."""
-    trained = _trainings(df)
-    if not trained:
-        return ""
-    per_arm = train / trained
+def _skipped_cost(df: pd.DataFrame, c: dict, budget: float | None = None) -> str:
+    """What the claims whose arms did not run (eagle.arm_seeds.fusion or prealign = 0) would add at this run's
+    CPU-s per arm training (`c`: :func:`run_cost`), at 3 seeds (the fewest for a verdict), against the time budget."""
     parts = []
     if not (df.arm == "fusion:sequence_append").any():
         parts.append(("claim (a)", 4 * 3, "the four other fusions on 3 seeds"))
@@ -885,27 +961,46 @@ def _skipped_cost(df: pd.DataFrame, total: float, train: float, budget: float | 
         parts.append(("claim (c)", 2 * 3, "Pre-Alignment and its shuffled-pairs null on 3 seeds"))
     if not parts:
         return ""
-    against = f" against the budget of {budget:.0f} s" if budget else ""
-    lines = [f"{name} would add {n} arm trainings ({what}), about {n * per_arm:.0f} s of job time, "
-             f"{total + n * per_arm:.0f} s in all{against}" for name, n, what in parts]
-    return (f" Not run, at this run's {per_arm:.1f} s of job time per arm training (every arm to the SFT cap): "
+    against = f" against the budget of {budget:.0f} CPU-s" if budget else ""
+    lines = [f"{name} would add {n} arm trainings ({what}), about {n * c['per_arm']:.0f} CPU-s, "
+             f"{c['cpu'] + n * c['per_arm']:.0f} CPU-s in all{against}" for name, n, what in parts]
+    return (f" Not run, at this run's {c['per_arm']:.1f} CPU-s per arm training (every arm to the SFT cap): "
             + "; ".join(lines) + ".")
 
 
-def _cap_cost(df: pd.DataFrame, total: float, train: float, cap) -> str:
-    """What every arm of this run trained through the whole SFT cap would cost, at this run's job seconds per SFT
-    step (the train jobs' job time over the SFT steps its arms ran; the alignment stages and evaluations ride along)."""
+def _cap_cost(df: pd.DataFrame, c: dict, cap) -> str:
+    """What every arm of this run trained through the whole SFT cap would cost, at this run's CPU-s per SFT step
+    (the train jobs' CPU-s over the SFT steps its arms ran; the alignment stages and evaluations ride along)."""
     if cap is None or "sft_steps_run" not in df:
         return ""
     sel = df[(df.split == "test") & (df.kind == "all") & ~df.arm.isin([BLINDED, PLANTED])]
     ran = float(sel.sft_steps_run.sum())
     if not ran:
         return ""
-    per_step = train / ran
-    at_cap = total - train + per_step * cap * len(sel)
-    return (f" This run's arms ran {ran:.0f} SFT steps at about {1000 * per_step:.0f} ms of job time each (train "
-            f"jobs' job time over those steps); every arm run to the cap of {cap} steps (no early stop, so no arm "
-            f"stops on a plateau before the cap) would cost about {at_cap:.0f} s of job time for the whole paper.")
+    per_step = c["train_cpu"] / ran
+    at_cap = c["cpu"] - c["train_cpu"] + per_step * cap * len(sel)
+    return (f" This run's arms ran {ran:.0f} SFT steps at about {1000 * per_step:.0f} CPU-ms each (train jobs' "
+            f"CPU-s over those steps); every arm run to the cap of {cap} steps (no early stop, so no arm stops on a "
+            f"plateau before the cap) would cost about {at_cap:.0f} CPU-s for the whole paper.")
+
+
+def _b_budget_text(p, df: pd.DataFrame, b: Claim, benchmarks, budget: float | None) -> str:
+    """Claim (b) against the time budget (review r7): the seeds of (b)'s arms that the budget affords at this run's
+    CPU-s per arm training beside its other jobs' CPU-s, and its power note at every spread (:func:`b_spreads`) with
+    that count; where every count exceeds it, (b) is plainly not decidable at this budget. Report prose only (it
+    rests on timings, which claims.json keeps out)."""
+    c = run_cost(benchmarks, df)
+    if c is None or not budget or full_scale(p):
+        return ""
+    arms = [a for a in ("fusion:concat", "single:hires", BLIND_CLIP) if (df.arm == a).any()]
+    most = int((budget - c["other"]) // (c["per_arm"] * len(arms)))
+    how = (f"The time budget of {budget:.0f} CPU-s affords {most} seeds of (b)'s {len(arms)} arms ({', '.join(arms)}) "
+           f"at this run's {c['per_arm']:.1f} CPU-s per arm training beside its other jobs' {c['other']:.0f} CPU-s")
+    note = power_note(b.evidence, spreads=b_spreads(p, df, b.evidence), afford=(most, how, "(b)"))
+    if not note:
+        return (how + f"; claim (b) is {b.verdict} with no part straddling its threshold on at least 3 seeds, so no "
+                "seed count is computed.")
+    return "Claim (b) against this budget: " + note[len("power: "):] + "."
 
 
 def _sft_text(t) -> str:
@@ -985,7 +1080,7 @@ def _controls_text(p) -> str:
                       if p.arm_seeds.get("blind_clip", 0) else
                       "claim (b)'s trained ablation (the mixture trained with its non-CLIP experts fed noise; the "
                       "trained mixture asked with its non-CLIP experts reading another canvas stands in)"),
-            "blind_clip": "the mixture trained with its CLIP expert reading another canvas (claim b's trained "
+            "blind_clip": "the mixture trained with its CLIP expert reading a constant (claim b's trained "
                           "ablation of concat - single:hires; without it (b) cannot hold at this scale)",
             "shuffled": "claim (c)'s null (Pre-Alignment on shuffled pairs; claim c has no negative control here)"}
     return ("Not run at this scale (eagle.arm_seeds " + ", ".join(f"{g} = 0" for g in skipped) + "): "
@@ -1033,6 +1128,21 @@ def _resample_difference(p) -> str:
             "fusions, which read every cell (issue 52).")
 
 
+def _sft_fraction_text(p) -> str:
+    """The share of the training records that the full scale's SFT sees (review r7, Q10): its steps x batch against
+    the data set's size where config gives it (eagle.llava.train_records), else the examples it sees of the user's
+    data set. Each step draws its batch at random, with replacement (papers.eagle.llava.fit)."""
+    t, n = p.train, p.llava.get("train_records")
+    seen = t["sft_steps"] * t["batch"]
+    head = (f"SFT draws {t['sft_steps']} x {t['batch']} = {seen:,} training examples (at random, with replacement)")
+    if not n:
+        return (head + f", against the user's data set ({p.llava['train_json']}; its size is not given, "
+                "eagle.llava.train_records null).")
+    return (head + f", {seen / n:.3g} of the {n:,} records of {p.llava['train_json']} (eagle.llava.train_records): "
+            + ("less than one pass over the data, where LLaVA-1.5's SFT makes one pass (one epoch)." if seen < n else
+               f"{seen / n:.2f} passes over the data."))
+
+
 def _full_scale_text(p) -> tuple[str, str]:
     """What was run and what differs, at the full scale (LLaVA-style data, Hugging Face models)."""
     lv, t = p.llava, p.train
@@ -1045,8 +1155,8 @@ def _full_scale_text(p) -> tuple[str, str]:
             + f"; LM {lv['lm']} in {lv['lm_dtype']}, SFT trains {lora}. Every arm: Pre-Alignment "
             f"{t['prealign_steps']} steps per non-CLIP expert where used (the whole tower and its own projector, LM "
             f"frozen), stage 1 {t['align_steps']} steps (projector only), stage 2 {t['sft_steps']} steps (towers, "
-            f"projector, LM), batch {t['batch']}; fusions on a {p.fusion['grid']} x {p.fusion['grid']} grid at matched "
-            "parameter counts. Accuracy: greedy decoding reproduces the reference answer exactly. Each train job logs "
+            f"projector, LM), batch {t['batch']}; " + _sft_fraction_text(p) + f" Fusions on a {p.fusion['grid']} x "
+            f"{p.fusion['grid']} grid at matched parameter counts. Accuracy: greedy decoding reproduces the reference answer exactly. Each train job logs "
             "the SFT stage's weights, gradients and Adam state per arm (papers.eagle.llava.static_memory_gb; "
             "activations on top) and records it in its accuracies.")
     differences = (f"Adam, with a {t['sft_schedule']} schedule in SFT (warm-up over {t['warmup_ratio']:g} of its "
@@ -1063,7 +1173,7 @@ def _full_scale_text(p) -> tuple[str, str]:
 
 def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params_json, report_md, verdicts,
            accuracy_figure, time_budget=None):
-    """`time_budget`: this scale's budget of summed job seconds for eagle (config time_budget), for the cost line."""
+    """`time_budget`: this scale's budget of summed CPU-s for eagle (config time_budget, the project's accounting), for the cost line."""
     p = parse(cfg)
     df = round_robin_path(read_parquet(table), p)
     kinds = list(p.data["kinds"])
@@ -1113,10 +1223,12 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
         f"(warm-up over {t['warmup_ratio']:g} of them; LLaVA-1.5's), batch {t['batch']}, validation accuracy every "
         f"{t['eval_every']} SFT steps (the convergence gate{_stop_text(t)}). Fusions on a {p.fusion['grid']} x {p.fusion['grid']} "
         f"grid at matched parameter counts; {_resample_text(p)}"
-        + (f" The concatenation trained and tested with its CLIP expert reading another canvas of the split through "
-           f"every stage (arm {BLIND_CLIP}, on the first {p.arm_seeds.get('blind_clip', 0)} seeds; a fresh other "
-           "canvas per question in training, a fixed derangement at test: papers.eagle.train.other_canvases): "
-           "claim b's trained ablation, gated as the arms it is compared with."
+        + (f" The concatenation trained and tested with its CLIP expert reading a constant through every stage (arm "
+           f"{BLIND_CLIP}, on the first {p.arm_seeds.get('blind_clip', 0)} seeds): CLIP's frozen-trunk activation "
+           "map averaged over the seed's training canvases, the same map for every question at training, validation "
+           "and test (papers.eagle.train.constant_inputs; no validation or test canvas enters it), its last layer, "
+           "the fusion and the LM trained as the concatenation's: claim b's trained ablation, gated as the arms it is "
+           "compared with."
            if BLIND_CLIP in set(df.arm) else "")
         + (" The trained channel concatenation is also asked the test questions with its non-CLIP experts reading "
            f"another test canvas (arm {BLINDED}"
@@ -1153,7 +1265,7 @@ def report(*, cfg, scale, table, benchmarks, table_md, table_csv, claims, params
            "issue 52's fourth review). ")
         + _gate_text(p, df) + _controls_text(p)
         + _budget(benchmarks, df, p.train["sft_steps"] if p.train.get("sft_min_steps") is not None else None,
-                  time_budget))
+                  time_budget, _b_budget_text(p, df, claim_list[1], benchmarks, time_budget)))
     if full:
         what, differences = _full_scale_text(p)
     write_report(report_md, title=TITLE, scale=scale, what_was_run=what, table_md=table_md,

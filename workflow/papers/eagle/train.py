@@ -1,6 +1,6 @@
 """Training one arm (Sec. 2.1, 2.2 and 2.5 of the paper) and the arms of the study.
 
-An arm is a set of experts (each fed the canvas, noise or another canvas), a fusion and an optional Pre-Alignment
+An arm is a set of experts (each fed the canvas, noise or a constant), a fusion and an optional Pre-Alignment
 (the arms and their jobs: papers.eagle.arms). Its training, as the paper's:
 
 1. **Pre-Alignment** (Sec. 2.5, step 1 of its three), when asked: each non-CLIP expert with its own projector is
@@ -54,31 +54,31 @@ def trunk_bank(pretrained: dict, canvas: np.ndarray, channels: int) -> dict[str,
     return bank
 
 
-def other_canvases(canvases: torch.Tensor, n: int, rng: np.random.Generator | None = None) -> torch.Tensor:
-    """For each canvas index of a split of `n` canvases, the index of *another* canvas of the split (never itself,
-    n >= 2). Training (`rng` given): a fresh draw per question, uniform over the other n - 1 canvases. Evaluation
-    (no `rng`: evaluation draws no random numbers): the canvas n // 2 places on, a fixed derangement (the canvases
-    are drawn independently, so which other canvas is read carries no information)."""
-    if n < 2:
-        raise ValueError(f"eagle: reading another canvas needs at least 2 canvases, got {n}")
-    canvases = torch.as_tensor(canvases)
-    shift = (torch.as_tensor(rng.integers(1, n, len(canvases))) if rng is not None
-             else torch.full_like(canvases, n // 2))
-    return (canvases + shift) % n
+def constant_inputs(model: MLLM, train_bank: dict) -> None:
+    """Give `model` the constants its experts fed a constant read (input "constant": claim b's trained ablation,
+    group blind_clip; issue 52's review r7): each such expert's frozen lower-layer activation map averaged over the
+    training split's canvases (`train_bank`, :func:`trunk_bank` of split train), one (1, width, S, S) map per expert,
+    the same at training, validation and test (no validation or test canvas enters it). It carries no information
+    about the canvas asked about and no variance between canvases; the expert's last layer, the fusion and the LM keep
+    their parameters. Stored as a plain attribute (no parameter or buffer: the state dict and the parameter count are
+    the concatenation's)."""
+    model.constants = {i: train_bank[tower.kind].mean(0, keepdim=True)
+                       for i, (tower, source) in enumerate(zip(model.towers, model.inputs)) if source == "constant"}
 
 
-def trunks(model: MLLM, bank: dict, canvases: torch.Tensor, rng: np.random.Generator | None = None) -> list[torch.Tensor]:
+def trunks(model: MLLM, bank: dict, canvases: torch.Tensor) -> list[torch.Tensor]:
     """The experts' lower-layer activations for these canvases: from the bank; for an expert fed noise, its (frozen)
-    lower layers run on fresh Gaussian noise; for an expert fed another canvas (input "other", claim b's trained
-    ablation, issue 52's ninth round), the bank's activations of another canvas of the same split
-    (:func:`other_canvases`): in distribution, with no information about the canvas asked about."""
+    lower layers run on fresh Gaussian noise; for an expert fed a constant (input "constant", claim b's trained
+    ablation), the training canvases' mean activation map that :func:`constant_inputs` gave the model, for every
+    canvas alike (it draws no random numbers)."""
     out = []
-    for tower, source in zip(model.towers, model.inputs):
+    for i, (tower, source) in enumerate(zip(model.towers, model.inputs)):
         if source == "noise":
             with torch.no_grad():
                 out.append(tower.trunk(torch.randn(len(canvases), 1, tower.in_size, tower.in_size)))
-        elif source == "other":
-            out.append(bank[tower.kind].index_select(0, other_canvases(canvases, len(bank[tower.kind]), rng)))
+        elif source == "constant":
+            const = model.constants[i]
+            out.append(const.expand(len(canvases), *const.shape[1:]))
         else:  # index_select: the rows bank[kind][canvases] holds, gathered about 5 x faster on the CPU
             out.append(bank[tower.kind].index_select(0, canvases))
     return out
@@ -111,12 +111,14 @@ class FusedAdam:
                 self.moments[k] = (torch.zeros_like(q, memory_format=torch.preserve_format),
                                    torch.zeros_like(q, memory_format=torch.preserve_format))
             self.steps[k] = self.steps.get(k, 0) + 1
-        # The step counts as float32 scalars, one tensor per distinct count (every parameter shares one here): the
-        # values torch.optim's per-parameter tensors hold (integers, exact in float32), without its per-tensor
-        # increment (a tenth of a millisecond per step on the CPU).
-        counts = {c: torch.tensor(float(c), dtype=torch.float32) for c in {self.steps[k] for k, _ in live}}
+        # The step counts as float32 scalars, one tensor per distinct (count, device) (every parameter shares one
+        # here): the values torch.optim's per-parameter tensors hold (integers, exact in float32), without its
+        # per-tensor increment (a tenth of a millisecond per step on the CPU); each on its parameter's device, where
+        # the fused kernel reads it (the speed-pass review: a CPU count beside a GPU parameter would fail there).
+        counts = {(c, d): torch.tensor(float(c), dtype=torch.float32, device=d)
+                  for c, d in {(self.steps[k], q.device) for k, q in live}}
         torch._fused_adam_([q for _, q in live], [q.grad for _, q in live], [self.moments[k][0] for k, _ in live],
-                           [self.moments[k][1] for k, _ in live], [], [counts[self.steps[k]] for k, _ in live],
+                           [self.moments[k][1] for k, _ in live], [], [counts[self.steps[k], q.device] for k, q in live],
                            amsgrad=False, lr=float(lr), beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0,
                            eps=self.eps, maximize=False, grad_scale=None, found_inf=None)
 
@@ -138,7 +140,7 @@ def fit(model: MLLM, params, split: dict, bank: dict, *, steps: int, batch: int,
     for step in range(1, steps + 1):
         i = rng.integers(0, len(answer), batch)
         c = q_canvas[i] if not shuffle_images else rng.integers(0, n_canvas, batch)
-        loss = F.cross_entropy(model(trunks(model, bank, torch.as_tensor(c), rng), q_tokens[i]), answer[i])
+        loss = F.cross_entropy(model(trunks(model, bank, torch.as_tensor(c)), q_tokens[i]), answer[i])
         opt.zero_grad()
         loss.backward()
         opt.step(lr * lr_factor(step - 1, steps, schedule, warmup))
@@ -216,6 +218,7 @@ def run_arm(arm: dict, pretrained: dict, splits: dict, banks: dict, p, rng: np.r
     measure (the validation curve's late gain). `banks[split]`: the experts' cached lower-layer activations
     (:func:`trunk_bank`)."""
     model = build(arm, pretrained, p)
+    constant_inputs(model, banks["train"])  # an expert fed a constant reads the training canvases' mean map
     t = p.train
     for i in prealigned(arm):
         tower = model.towers[i]
